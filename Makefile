@@ -1,0 +1,41 @@
+# The two commands of the README:
+#   make demo   set everything up and run the demo EOS job on a local Kafka cluster
+#   make test   set everything up and run the default test suite
+# Set-up is idempotent: a virtualenv in .venv (re-installed when pyproject.toml changes) and the
+# Apache Kafka jars resolved by Maven into ~/.cache/eos/kafka (nothing is downloaded twice).
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test chaos-full bench clean help
+.DEFAULT_GOAL := help
+
+help:
+	@echo "make demo   - set up and run the demo exactly-once job on a local Kafka cluster"
+	@echo "make test   - set up and run the default test suite (unit, integration, chaos smoke)"
+	@echo "make setup  - only the set-up (virtualenv, Python packages, Kafka jars)"
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required (set PYTHON=/path/to/python3.11)")'
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@touch $@
+
+setup: $(STAMP)
+	$(BIN)/eos kafka fetch
+
+demo: setup
+	$(BIN)/eos demo
+
+test: setup
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+chaos-full: setup
+	$(BIN)/python -m pytest integration_tests/chaos --chaos-full $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .eos

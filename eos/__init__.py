@@ -1,0 +1,1 @@
+"""Exactly-once Kafka pipelines on Apache Spark."""

@@ -1,0 +1,31 @@
+"""The `eos` command line. The application's entry point: the only place that configures logging.
+
+Sub-commands of higher layers (e.g. `eos chaos`, from the `chaos` package) are plugged in through the
+`eos.cli` entry-point group, so that `eos` never imports the layers above it.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+
+import typer
+
+from eos.cli.cluster import cluster_app
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(no_args_is_help=True, add_completion=False,
+                  help="Exactly-once Kafka pipelines on Spark: run jobs, audit output, manage a local Kafka.")
+app.add_typer(cluster_app, name="cluster")
+
+
+def _register_commands() -> None:
+    from eos.cli import commands  # noqa: F401  (registers run / audit / demo / kafka on `app`)
+
+    for ep in entry_points(group="eos.cli"):
+        app.add_typer(ep.load(), name=ep.name)
+
+
+def main() -> None:
+    _register_commands()
+    app()

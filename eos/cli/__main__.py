@@ -1,0 +1,3 @@
+from eos.cli import main
+
+main()

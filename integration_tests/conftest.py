@@ -1,0 +1,99 @@
+"""Fixtures for integration tests: a real Kafka cluster and real Spark.
+
+Kafka (session-scoped), in this order: the cluster named by EOS_BOOTSTRAP_SERVERS; a testcontainers
+container when a Docker daemon answers a ping; a local KRaft cluster from the Maven jars.
+Every test gets unique topic and group names.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from eos.spark import DEFAULT_MASTER, build_spark_session
+from localkafka.provision import KafkaEndpoint, provide_kafka
+
+
+@pytest.fixture(scope="session")
+def kafka() -> Iterator[KafkaEndpoint]:
+    with provide_kafka(brokers=1) as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(scope="session")
+def kafka3() -> Iterator[KafkaEndpoint]:
+    """A local 3-node KRaft cluster (RF 3, min ISR 2) with per-broker fault controls."""
+    with provide_kafka(brokers=3) as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def unique_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """`unique_name("in")` -> "in-<test name>-<random>": a fresh topic/group/app id per test."""
+    stem = re.sub(r"[^a-zA-Z0-9]+", "-", request.node.name)[:40].strip("-")
+
+    def make(prefix: str) -> str:
+        return f"{prefix}-{stem}-{uuid.uuid4().hex[:8]}"
+
+    return make
+
+
+@pytest.fixture
+def topic_factory(kafka: KafkaEndpoint, unique_name: Callable[[str], str]) -> Callable[..., str]:
+    return make_topic_factory(kafka, unique_name)
+
+
+def make_topic_factory(endpoint: KafkaEndpoint, unique_name: Callable[[str], str]) -> Callable[..., str]:
+    admin = AdminClient({"bootstrap.servers": endpoint.bootstrap_servers})
+
+    def create(prefix: str = "topic", partitions: int = 1, config: dict[str, str] | None = None) -> str:
+        name = unique_name(prefix)
+        rf = min(endpoint.brokers, 3)
+        admin.create_topics([NewTopic(name, partitions, rf, config=config or {})])[name].result(30)
+        return name
+
+    return create
+
+
+class SparkSessions:
+    """One SparkContext per process: switch masters by stopping the running session first."""
+
+    def __init__(self) -> None:
+        self.master: str | None = None
+        self.session = None
+
+    def get(self, master: str):
+        if self.session is not None and self.master != master:
+            self.stop()
+        if self.session is None:
+            self.session = build_spark_session(master, app_name="eos-tests")
+            self.master = master
+        return self.session
+
+    def stop(self) -> None:
+        if self.session is not None:
+            self.session.stop()
+            self.session, self.master = None, None
+
+
+@pytest.fixture(scope="session")
+def spark_sessions() -> Iterator[SparkSessions]:
+    sessions = SparkSessions()
+    yield sessions
+    sessions.stop()
+
+
+@pytest.fixture
+def spark(spark_sessions: SparkSessions):
+    """Spark in local mode (2 threads, up to 4 attempts per task), speculation off."""
+    return spark_sessions.get(DEFAULT_MASTER)
+
+
+@pytest.fixture
+def spark_cluster(spark_sessions: SparkSessions):
+    """Spark in local-cluster mode: two executor JVMs with one core each."""
+    return spark_sessions.get("local-cluster[2,1,1024]")

@@ -1,0 +1,67 @@
+"""The local cluster manager through the CLI, and transactions on 3 brokers (RF 3, min ISR 2) with a
+broker SIGKILLed between transactions."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from integration_tests.foundation.test_transactions_on_broker import commit_one_abort_one
+from integration_tests.helpers import read_values
+
+EOS = [sys.executable, "-m", "eos.cli.__main__"]
+
+
+def eos(*args: str) -> str:
+    out = subprocess.run([*EOS, *args], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "COLUMNS": "200"})
+    assert out.returncode == 0, f"eos {' '.join(args)} failed:\n{out.stdout}\n{out.stderr}"
+    return out.stdout
+
+
+def processes_in(directory: Path) -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if str(directory) in cmd and "kafka.Kafka" in cmd:
+                found.append(f"{proc.name}: {cmd[:120]}")
+    return found
+
+
+def test_cli_three_broker_cluster_survives_a_killed_broker(tmp_path):
+    root = tmp_path / "cluster"
+    out = eos("cluster", "up", "--brokers", "3", "--dir", str(root))
+    assert "Kafka cluster up (3 broker(s))" in out
+    bootstrap = (root / "bootstrap.env").read_text().strip().split("=", 1)[1]
+    try:
+        assert "already running" in eos("cluster", "up", "--brokers", "3", "--dir", str(root))
+        assert "3 of 3 broker(s) live" in eos("cluster", "status", "--dir", str(root))
+
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("rf3", 3, 3, config={"min.insync.replicas": "2"})])["rf3"].result(60)
+        described = admin.list_topics("rf3", timeout=10).topics["rf3"]
+        assert all(len(p.replicas) == 3 for p in described.partitions.values())
+
+        commit_one_abort_one(bootstrap, "rf3", "txn-3b", b"-first")
+        eos("cluster", "kill", "2", "--dir", str(root))
+        assert "2 of 3 broker(s) live" in eos("cluster", "status", "--dir", str(root))
+        commit_one_abort_one(bootstrap, "rf3", "txn-3b", b"-second")  # min ISR 2 still met
+
+        values = read_values(bootstrap, "rf3", isolation="read_committed", timeout=60)
+        assert sorted(values) == sorted(b"committed-%d%s" % (i, tag) for i in range(5)
+                                        for tag in (b"-first", b"-second"))
+
+        eos("cluster", "start", "2", "--dir", str(root))  # rejoins
+        assert "3 of 3 broker(s) live" in eos("cluster", "status", "--dir", str(root))
+    finally:
+        eos("cluster", "down", "--dir", str(root))
+    assert processes_in(root) == []
+    assert not root.exists()

@@ -1,0 +1,81 @@
+"""The broker's transaction machinery, checked with the bare client: the ground every EOS claim stands on."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from integration_tests.helpers import read_values
+
+
+def _producer(bootstrap: str, txn_id: str) -> Producer:
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, "enable.idempotence": True})
+    p.init_transactions(60)
+    return p
+
+
+def commit_one_abort_one(bootstrap: str, topic: str, txn_id: str, tag: bytes = b"") -> None:
+    producer = _producer(bootstrap, txn_id)
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce(topic, value=b"committed-%d" % i + tag)
+    producer.commit_transaction(60)
+    producer.begin_transaction()
+    for i in range(3):
+        producer.produce(topic, value=b"aborted-%d" % i + tag)
+    producer.flush(30)
+    producer.abort_transaction(60)
+
+
+def test_read_committed_sees_only_committed(kafka, topic_factory, unique_name):
+    topic = topic_factory("txn")
+    commit_one_abort_one(kafka.bootstrap_servers, topic, unique_name("txn"))
+
+    committed = read_values(kafka.bootstrap_servers, topic, isolation="read_committed")
+    uncommitted = read_values(kafka.bootstrap_servers, topic, isolation="read_uncommitted")
+
+    assert committed == [b"committed-%d" % i for i in range(5)]
+    assert sorted(uncommitted) == sorted(committed + [b"aborted-%d" % i for i in range(3)])
+
+
+def test_second_producer_fences_first(kafka, topic_factory, unique_name):
+    topic, txn_id = topic_factory("fence"), unique_name("txn")
+    old = _producer(kafka.bootstrap_servers, txn_id)
+    old.begin_transaction()
+    old.produce(topic, value=b"zombie")
+    old.flush(30)
+
+    _producer(kafka.bootstrap_servers, txn_id)  # bumps the epoch and aborts the old transaction
+
+    with pytest.raises(KafkaException) as info:
+        old.commit_transaction(30)
+    err: KafkaError = info.value.args[0]
+    assert err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH), err
+    assert err.fatal()
+    assert read_values(kafka.bootstrap_servers, topic, isolation="read_committed") == []
+
+
+def test_offsets_sent_to_transaction_are_read_back_stable(kafka, topic_factory, unique_name):
+    source, sink = topic_factory("src", partitions=2), topic_factory("sink")
+    group = unique_name("group")
+    reader = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": group,
+                       "isolation.level": "read_committed", "enable.auto.commit": False})
+    producer = _producer(kafka.bootstrap_servers, unique_name("txn"))
+    producer.begin_transaction()
+    producer.produce(sink, value=b"out")
+    # The group has no members (nobody subscribed): generation -1 is accepted for such groups.
+    producer.send_offsets_to_transaction([TopicPartition(source, 0, 42), TopicPartition(source, 1, 7)],
+                                         reader.consumer_group_metadata(), 30)
+
+    # A stable read (read_committed => OffsetFetch with RequireStable) waits while offsets are pending.
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(reader.committed, [TopicPartition(source, 0), TopicPartition(source, 1)], 60)
+        time.sleep(2)
+        assert not pending.done(), f"stable read returned while offsets were pending: {pending.result()}"
+        producer.commit_transaction(30)
+        stable = pending.result(timeout=60)
+    assert [(tp.partition, tp.offset) for tp in stable] == [(0, 42), (1, 7)]
+    reader.close()

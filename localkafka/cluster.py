@@ -1,0 +1,273 @@
+"""A local Apache Kafka (KRaft) cluster of 1 or 3 nodes, started from the Maven-resolved jars.
+
+The cluster lives in one directory: `cluster.json` (ports, pids, cluster id), `bootstrap.env`,
+`node-<id>/` (config and data) and `logs/broker-<id>.log`. Any process can reopen it from that directory
+(the CLI does), so `eos cluster up`, `status` and `down` can run as separate commands.
+
+Per-broker controls for chaos tests: `kill` (SIGKILL), `stop` (clean, SIGTERM), `pause`/`resume`
+(SIGSTOP/SIGCONT), `start` and `restart`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from localkafka.config import ClusterSettings, NodeSpec, free_port, render_node_properties
+from localkafka.jars import LOG4J_CONFIG, KafkaJars, check_java, ensure_kafka_jars
+from localkafka.process import ProcState, proc_state, send, wait_dead
+from localkafka.readiness import live_broker_ids, node_answers, wait_ready
+
+__all__ = ["LocalCluster", "BrokerStatus", "ClusterError"]
+
+STATE_FILE = "cluster.json"
+ENV_FILE = "bootstrap.env"
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class BrokerStatus:
+    node_id: int
+    state: str  # running | paused | dead
+    pid: int | None
+    bootstrap: str
+    answers: bool  # the broker answers metadata requests on its own listener
+    in_metadata: bool  # the broker is registered in the cluster metadata (lags a SIGKILL by its session timeout)
+
+
+class LocalCluster:
+    def __init__(self, root: str | Path, brokers: int = 1, *, heap: str = "512m",
+                 extra_config: dict[str, str] | None = None) -> None:
+        if brokers not in (1, 3):
+            raise ClusterError(f"brokers must be 1 or 3, got {brokers}")
+        self.root = Path(root).expanduser().resolve()
+        self.settings = ClusterSettings(brokers, dict(extra_config or {}))
+        self.heap = heap
+        self.cluster_id = _new_cluster_id()
+        self.nodes: list[NodeSpec] = []
+        self._jars: KafkaJars | None = None
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
+
+    # ----------------------------------------------------------------- persistence
+    @classmethod
+    def open(cls, root: str | Path) -> "LocalCluster":
+        """Reopen a cluster created earlier in `root` (by this or another process)."""
+        path = Path(root).expanduser().resolve() / STATE_FILE
+        if not path.is_file():
+            raise ClusterError(f"no cluster in {path.parent} (run `eos cluster up` first)")
+        data = json.loads(path.read_text())
+        cluster = cls(path.parent, data["brokers"], heap=data.get("heap", "512m"), extra_config=data.get("extra", {}))
+        cluster.cluster_id = data["cluster_id"]
+        cluster.nodes = [NodeSpec(**n) for n in data["nodes"]]
+        return cluster
+
+    @classmethod
+    def exists(cls, root: str | Path) -> bool:
+        return (Path(root).expanduser() / STATE_FILE).is_file()
+
+    def _save(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        data = {"brokers": self.settings.brokers, "heap": self.heap, "extra": self.settings.extra,
+                "cluster_id": self.cluster_id, "nodes": [asdict(n) for n in self.nodes]}
+        tmp = self.root / (STATE_FILE + ".tmp")
+        tmp.write_text(json.dumps(data, indent=2))
+        tmp.replace(self.root / STATE_FILE)
+        (self.root / ENV_FILE).write_text(f"EOS_BOOTSTRAP_SERVERS={self.bootstrap_servers}\n")
+
+    # ----------------------------------------------------------------- addresses
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(n.bootstrap for n in self.nodes)
+
+    def node(self, node_id: int) -> NodeSpec:
+        for n in self.nodes:
+            if n.node_id == node_id:
+                return n
+        raise ClusterError(f"no broker with node id {node_id}; nodes are {[n.node_id for n in self.nodes]}")
+
+    def _node_dir(self, node: NodeSpec) -> Path:
+        return self.root / f"node-{node.node_id}"
+
+    def _config_path(self, node: NodeSpec) -> Path:
+        return self._node_dir(node) / "server.properties"
+
+    def log_path(self, node_id: int) -> Path:
+        return self.root / "logs" / f"broker-{node_id}.log"
+
+    def _marker(self, node: NodeSpec) -> str:
+        return str(self._config_path(node))
+
+    # ----------------------------------------------------------------- lifecycle
+    def is_running(self) -> bool:
+        return any(self.state(n.node_id) != ProcState.DEAD for n in self.nodes)
+
+    def up(self, timeout: float = 180.0) -> "LocalCluster":
+        """Format storage (first time), start every node and wait until transactions work."""
+        if self.nodes and self.is_running():
+            raise ClusterError(f"a cluster is already running in {self.root} at {self.bootstrap_servers}")
+        self._jars = ensure_kafka_jars()
+        check_java()
+        if not self.nodes:
+            self._allocate_nodes()
+        for node in self.nodes:
+            self._write_config(node)
+        self._save()
+        with ThreadPoolExecutor(max_workers=len(self.nodes)) as pool:
+            list(pool.map(self._format, self.nodes))
+        for node in self.nodes:
+            self._spawn(node)
+        self._save()
+        self.wait_ready(timeout=timeout)
+        return self
+
+    def wait_ready(self, timeout: float = 120.0, brokers: int | None = None) -> None:
+        """Block until `brokers` (default: all running nodes) are in metadata and a transactional
+        producer can initialise."""
+        expected = brokers if brokers is not None else sum(
+            self.state(n.node_id) == ProcState.RUNNING for n in self.nodes)
+        try:
+            wait_ready(self.bootstrap_servers, expected, timeout)
+        except TimeoutError as exc:
+            raise ClusterError(f"{exc}; broker logs are in {self.root / 'logs'}") from None
+
+    def down(self, *, keep_data: bool = False, timeout: float = 30.0) -> None:
+        """Stop every node (SIGTERM, then SIGKILL after `timeout`) and, unless `keep_data`, delete the data."""
+        alive = [n for n in self.nodes if self.state(n.node_id) != ProcState.DEAD]
+        for node in alive:
+            send(node.pid, signal.SIGCONT)  # a paused JVM cannot handle SIGTERM
+            send(node.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for node in alive:
+            if not wait_dead(node.pid, self._marker(node), max(0.0, deadline - time.monotonic())):
+                send(node.pid, signal.SIGKILL)
+                wait_dead(node.pid, self._marker(node), 10)
+        for node in self.nodes:
+            node.pid = None
+        if keep_data:
+            self._save()
+        elif self.root.exists():
+            shutil.rmtree(self.root)
+
+    # ----------------------------------------------------------------- per-broker faults
+    def state(self, node_id: int) -> str:
+        node = self.node(node_id)
+        return proc_state(node.pid, self._marker(node))
+
+    def kill(self, node_id: int) -> None:
+        """SIGKILL: no controlled shutdown, no flush."""
+        node = self.node(node_id)
+        if self.state(node_id) != ProcState.DEAD:
+            send(node.pid, signal.SIGKILL)
+            wait_dead(node.pid, self._marker(node), 10)
+
+    def stop(self, node_id: int, timeout: float = 60.0) -> None:
+        """Clean stop: SIGTERM and wait for the controlled shutdown (SIGKILL after `timeout`)."""
+        node = self.node(node_id)
+        if self.state(node_id) == ProcState.DEAD:
+            return
+        send(node.pid, signal.SIGCONT)
+        send(node.pid, signal.SIGTERM)
+        if not wait_dead(node.pid, self._marker(node), timeout):
+            send(node.pid, signal.SIGKILL)
+            wait_dead(node.pid, self._marker(node), 10)
+
+    def pause(self, node_id: int) -> None:
+        node = self.node(node_id)
+        if self.state(node_id) == ProcState.RUNNING:
+            send(node.pid, signal.SIGSTOP)
+
+    def resume(self, node_id: int) -> None:
+        node = self.node(node_id)
+        if self.state(node_id) == ProcState.PAUSED:
+            send(node.pid, signal.SIGCONT)
+
+    def start(self, node_id: int, *, wait: bool = True, timeout: float = 120.0) -> None:
+        node = self.node(node_id)
+        if self.state(node_id) != ProcState.DEAD:
+            return
+        self._jars = self._jars or ensure_kafka_jars()
+        self._spawn(node)
+        self._save()
+        if wait:
+            self.wait_broker_live(node_id, timeout)
+
+    def restart(self, node_id: int, *, hard: bool = False, timeout: float = 120.0) -> None:
+        """Bounce one broker: SIGKILL (`hard`) or clean stop, then start it and wait until it rejoins."""
+        (self.kill if hard else self.stop)(node_id)
+        self.start(node_id, wait=True, timeout=timeout)
+
+    def wait_broker_live(self, node_id: int, timeout: float = 120.0) -> None:
+        """Wait until the broker answers on its own listener and is registered in the cluster metadata."""
+        node = self.node(node_id)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if node_answers(node.bootstrap) and node_id in live_broker_ids(self.bootstrap_servers):
+                return
+            time.sleep(0.3)
+        raise ClusterError(f"broker {node_id} did not rejoin within {timeout:.0f}s; see {self.log_path(node_id)}")
+
+    def status(self) -> list[BrokerStatus]:
+        live = live_broker_ids(self.bootstrap_servers, timeout=5.0) if self.is_running() else set()
+        return [BrokerStatus(n.node_id, state, n.pid, n.bootstrap,
+                             state == ProcState.RUNNING and node_answers(n.bootstrap, timeout=5.0), n.node_id in live)
+                for n in self.nodes for state in [self.state(n.node_id)]]
+
+    # ----------------------------------------------------------------- internals
+    def _allocate_nodes(self) -> None:
+        self.nodes = [NodeSpec(i, free_port(), free_port(), free_port()) for i in range(1, self.settings.brokers + 1)]
+
+    def _write_config(self, node: NodeSpec) -> None:
+        d = self._node_dir(node)
+        (d / "data").mkdir(parents=True, exist_ok=True)
+        self._config_path(node).write_text(
+            render_node_properties(node, self.nodes, self.settings, str(d / "data")))
+
+    def _java(self, *args: str) -> list[str]:
+        assert self._jars is not None
+        return ["java", f"-Dlog4j2.configurationFile={LOG4J_CONFIG}", "-cp", self._jars.classpath, *args]
+
+    def _format(self, node: NodeSpec) -> None:
+        cmd = self._java("kafka.tools.StorageTool", "format", "-t", self.cluster_id,
+                         "-c", str(self._config_path(node)), "--ignore-formatted")
+        out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if out.returncode != 0:
+            raise ClusterError(f"formatting storage of node {node.node_id} failed:\n{out.stdout}\n{out.stderr}")
+
+    def _spawn(self, node: NodeSpec) -> None:
+        log = self.log_path(node.node_id)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        jvm = [f"-Xms{self.heap}", f"-Xmx{self.heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+               "-Djava.awt.headless=true", "-Dkafka.logs.dir=" + str(log.parent)]
+        cmd = self._java(*jvm, "kafka.Kafka", str(self._config_path(node)))
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, cwd=self._node_dir(node), env=_broker_env())
+        self._children[node.node_id] = proc
+        node.pid = proc.pid
+
+
+def _broker_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("KAFKA_OPTS", None)
+    env.pop("JAVA_TOOL_OPTIONS", None)
+    return env
+
+
+def _new_cluster_id() -> str:
+    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding (as `StorageTool random-uuid`)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cid.startswith("-"):
+            return cid

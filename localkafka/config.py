@@ -1,0 +1,93 @@
+"""Broker configuration for local KRaft clusters (DESIGN section 7).
+
+Every node is a combined broker + controller. A node has three listeners on loopback:
+CLIENT (what clients bootstrap from), INTERNAL (replication between brokers) and CONTROLLER (the KRaft
+quorum). The advertised ports of CLIENT and INTERNAL may differ from the bound ports, so that a TCP proxy
+per broker can sit between clients and brokers (network faults in chaos scenarios).
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+
+__all__ = ["NodeSpec", "render_node_properties", "free_port"]
+
+HOST = "127.0.0.1"
+
+
+@dataclass
+class NodeSpec:
+    node_id: int
+    client_port: int
+    internal_port: int
+    controller_port: int
+    advertised_client_port: int | None = None
+    advertised_internal_port: int | None = None
+    pid: int | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{HOST}:{self.advertised_client_port or self.client_port}"
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """Settings that depend on the cluster size: 1 node has RF 1 / min ISR 1, 3 nodes RF 3 / min ISR 2."""
+
+    brokers: int
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def replication_factor(self) -> int:
+        return 1 if self.brokers == 1 else 3
+
+    @property
+    def min_isr(self) -> int:
+        return 1 if self.brokers == 1 else 2
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def render_node_properties(node: NodeSpec, nodes: list[NodeSpec], settings: ClusterSettings, log_dir: str) -> str:
+    voters = ",".join(f"{n.node_id}@{HOST}:{n.controller_port}" for n in nodes)
+    rf, min_isr = settings.replication_factor, settings.min_isr
+    props: dict[str, object] = {
+        "process.roles": "broker,controller",
+        "node.id": node.node_id,
+        "controller.quorum.voters": voters,
+        "listeners": f"CLIENT://{HOST}:{node.client_port},INTERNAL://{HOST}:{node.internal_port},"
+        f"CONTROLLER://{HOST}:{node.controller_port}",
+        "advertised.listeners": f"CLIENT://{HOST}:{node.advertised_client_port or node.client_port},"
+        f"INTERNAL://{HOST}:{node.advertised_internal_port or node.internal_port}",
+        "listener.security.protocol.map": "CLIENT:PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": "INTERNAL",
+        "controller.listener.names": "CONTROLLER",
+        "log.dirs": log_dir,
+        # Replication: 1 node RF 1 / min ISR 1 (or transactional producers never initialise);
+        # 3 nodes RF 3 / min ISR 2 (Kafka's advice for exactly-once).
+        "default.replication.factor": rf,
+        "min.insync.replicas": min_isr,
+        "offsets.topic.replication.factor": rf,
+        "transaction.state.log.replication.factor": rf,
+        "transaction.state.log.min.isr": min_isr,
+        "share.coordinator.state.topic.replication.factor": rf,
+        "share.coordinator.state.topic.min.isr": min_isr,
+        # Fewer coordinator partitions: a fresh cluster becomes ready in seconds, not tens of seconds.
+        "offsets.topic.num.partitions": 10,
+        "transaction.state.log.num.partitions": 10,
+        "num.partitions": 1,
+        # Topics are created on purpose (missing topics are a configuration error the engine reports).
+        "auto.create.topics.enable": "false",
+        "unclean.leader.election.enable": "false",
+        "group.initial.rebalance.delay.ms": 0,
+        # Abort timed-out transactions (zombies) within seconds rather than the default ten.
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": 2000,
+        "log.cleaner.backoff.ms": 2000,
+    }
+    props.update(settings.extra)
+    return "".join(f"{k}={v}\n" for k, v in props.items())
