@@ -11,8 +11,8 @@ from localkafka.provision import provide_kafka
 def main() -> None:
     with provide_kafka(brokers=1) as kafka:
         print(f"Kafka ({kafka.source}) at {kafka.bootstrap_servers}")
-        AdminClient({"bootstrap.servers": kafka.bootstrap_servers}).create_topics(
-            [NewTopic("demo", 1, 1)])["demo"].result(30)
+        admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})  # keep alive until futures resolve
+        admin.create_topics([NewTopic("demo", 1, 1)])["demo"].result(30)
         producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "transactional.id": "demo"})
         producer.init_transactions(60)
         for outcome in ("commit", "abort"):
