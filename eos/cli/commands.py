@@ -1,11 +1,16 @@
-"""`eos kafka fetch` and (later) the job commands."""
+"""`eos run`, `eos demo` and `eos kafka fetch`."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import typer
+from rich.console import Console
 
 from eos.cli import app
 
+console = Console(stderr=True)
 kafka_app = typer.Typer(no_args_is_help=True, help="The Apache Kafka release used for local clusters.")
 app.add_typer(kafka_app, name="kafka")
 
@@ -20,8 +25,47 @@ def fetch() -> None:
 
 
 @app.command()
-def demo() -> None:
-    """Start a local Kafka cluster and run the demo (a transactional round trip until the engine lands)."""
+def run(target: str = typer.Argument(..., help="module:app or path/to/job.py[:app]"),
+        until_caught_up: bool = typer.Option(False, "--until-caught-up", help="Stop once every input is processed"),
+        master: str = typer.Option(None, help="Spark master, e.g. local[2,4] or local-cluster[2,1,1024]"),
+        bootstrap_servers: str = typer.Option(None, envvar="EOS_BOOTSTRAP_SERVERS", help="Kafka bootstrap servers"),
+        trigger_interval: float = typer.Option(None, help="Seconds between batch starts"),
+        max_records_per_batch: int = typer.Option(None, help="Records per input partition and batch"),
+        max_batches: int = typer.Option(None, help="Stop after this many batches"),
+        max_seconds: float = typer.Option(None, help="Stop after this many seconds"),
+        log_format: str = typer.Option(None, help="auto | json | console"),
+        summary_json: Path = typer.Option(None, help="Write the run summary as JSON to this file")) -> None:
+    """Run an exactly-once job on Spark. SIGINT/SIGTERM stop it after the current batch commits."""
+    from eos.config import ConfigError
+    from eos.loader import load_application
+    from eos.logs import configure_logging
+
+    try:
+        application = load_application(target)
+        application.configure(bootstrap_servers=bootstrap_servers, trigger_interval=trigger_interval,
+                              max_records_per_batch=max_records_per_batch, log_format=log_format)
+    except (ValueError, ConfigError) as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+    configure_logging(application.config.log_format, application.config.log_level)
+    try:
+        summary = application.run(master=master, until_caught_up=until_caught_up, max_batches=max_batches,
+                                  max_seconds=max_seconds, handle_signals=True)
+    except ConfigError as exc:
+        console.print(f"[red]configuration error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    data = summary.to_dict()
+    data.pop("batch_reports")
+    console.print_json(json.dumps(data))
+    if summary_json is not None:
+        summary_json.write_text(json.dumps(summary.to_dict(), indent=2))
+
+
+@app.command()
+def demo(records: int = typer.Option(100_000, help="Input records to generate"),
+         partitions: int = typer.Option(4, help="Input partitions (= tasks)"),
+         master: str = typer.Option(None, help="Spark master (default local[2,4])")) -> None:
+    """Start a local Kafka cluster, generate input, run the demo exactly-once jobs and audit the output."""
     from eos.demo import main as run_demo
 
-    run_demo()
+    raise typer.Exit(run_demo(records=records, partitions=partitions, master=master))

@@ -1,0 +1,131 @@
+"""The user API: an application with one or more sub-topologies, run on Spark.
+
+    app = Application("orders-enricher", bootstrap_servers="localhost:9092")
+
+    @app.process(input="orders", output="orders-enriched", value_serde="json")
+    def enrich(record):                       # record in, zero or more records out
+        return record.key, {**record.value, "total": record.value["qty"] * record.value["price"]}
+
+    @app.process_batch(input="clicks", output="clicks-clean", format="pandas")
+    def clean(df):                            # all records of a task's batch in, a table out
+        return df[df.value.str.len() > 0]
+
+    app.run(until_caught_up=True)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from eos.config import EosConfig
+from eos.faults import FaultHooks
+from eos.processing import FunctionProcessor, Processor
+from eos.serde import Serde, serde_for
+from eos.topology import SubTopology
+from eos.vectorized import BatchFormat
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from eos.batch import TaskPlan
+    from eos.runner import RunSummary
+    from transactions import KafkaAdmin
+
+__all__ = ["Application"]
+
+SerdeSpec = Serde | str | None
+
+
+class Application:
+    def __init__(self, application_id: str, bootstrap_servers: str | None = None, **settings: Any) -> None:
+        """`settings` are `EosConfig` fields. `bootstrap_servers` defaults to $EOS_BOOTSTRAP_SERVERS."""
+        bootstrap = bootstrap_servers or os.environ.get("EOS_BOOTSTRAP_SERVERS", "")
+        self.config = EosConfig(application_id=application_id, bootstrap_servers=bootstrap, **settings)
+        self.subtopologies: dict[str, SubTopology] = {}
+        self.fault_hooks = FaultHooks()
+
+    # ------------------------------------------------------------------ configuration
+    def configure(self, **changes: Any) -> "Application":
+        """Override settings (None values are ignored); validated like the constructor's."""
+        self.config = self.config.with_overrides(**changes)
+        return self
+
+    # ------------------------------------------------------------------ topology
+    def process(self, input: str | Sequence[str], output: str | None = None, *, name: str | None = None,
+                key_serde: SerdeSpec = None, value_serde: SerdeSpec = None, output_key_serde: SerdeSpec = None,
+                output_value_serde: SerdeSpec = None, extra_outputs: Iterable[str] = ()) -> Callable[[Any], Any]:
+        """Decorator: `fn(record) -> None | Output | (key, value) | iterable of those`, called once per record."""
+
+        def register(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+            self._add(name or fn.__name__, input, output, key_serde, value_serde, output_key_serde,
+                      output_value_serde, extra_outputs, processor_factory=partial(FunctionProcessor, fn))
+            return fn
+
+        return register
+
+    def process_batch(self, input: str | Sequence[str], output: str | None = None, *, format: BatchFormat = "pandas",
+                      name: str | None = None, key_serde: SerdeSpec = None, value_serde: SerdeSpec = None,
+                      output_key_serde: SerdeSpec = None, output_value_serde: SerdeSpec = None,
+                      extra_outputs: Iterable[str] = ()) -> Callable[[Any], Any]:
+        """Decorator: `fn(table) -> table`, called once per task and batch with a pandas DataFrame or a pyarrow
+        Table (see `eos.vectorized` for the columns). Must be free of side effects."""
+        if format not in ("pandas", "arrow"):
+            raise ValueError(f"format must be 'pandas' or 'arrow', got {format!r}")
+
+        def register(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+            self._add(name or fn.__name__, input, output, key_serde, value_serde, output_key_serde,
+                      output_value_serde, extra_outputs, batch_fn=fn, batch_format=format)
+            return fn
+
+        return register
+
+    def add_processor(self, processor: Callable[[], Processor], input: str | Sequence[str], output: str | None = None,
+                      *, name: str, stores: Iterable[Any] = (), key_serde: SerdeSpec = None,
+                      value_serde: SerdeSpec = None, output_key_serde: SerdeSpec = None,
+                      output_value_serde: SerdeSpec = None, extra_outputs: Iterable[str] = ()) -> SubTopology:
+        """Add a Processor API sub-topology. `processor` is a factory (e.g. the class): one instance per task."""
+        return self._add(name, input, output, key_serde, value_serde, output_key_serde, output_value_serde,
+                         extra_outputs, processor_factory=processor, stores=tuple(stores))
+
+    def _add(self, name: str, inputs: str | Sequence[str], output: str | None, key_serde: SerdeSpec,
+             value_serde: SerdeSpec, output_key_serde: SerdeSpec, output_value_serde: SerdeSpec,
+             extra_outputs: Iterable[str], **kind: Any) -> SubTopology:
+        if name in self.subtopologies:
+            raise ValueError(f"a sub-topology named {name!r} already exists; pass name=... to tell them apart")
+        ks, vs = serde_for(key_serde), serde_for(value_serde)
+        sub = SubTopology(name=name, inputs=(inputs,) if isinstance(inputs, str) else tuple(inputs), output=output,
+                          key_serde=ks, value_serde=vs, output_key_serde=serde_for(output_key_serde, ks),
+                          output_value_serde=serde_for(output_value_serde, vs), extra_outputs=tuple(extra_outputs),
+                          **kind)
+        self.subtopologies[name] = sub
+        return sub
+
+    # ------------------------------------------------------------------ hooks for the runner
+    def prepare_internal(self, admin: "KafkaAdmin", partition_counts: dict[str, int]) -> dict[str, Any]:
+        """Create internal topics of stateful sub-topologies; returns extras shipped to tasks."""
+        from eos.stateful import prepare_changelogs
+
+        return prepare_changelogs(admin, self.config, self.subtopologies, partition_counts)
+
+    def task_rdd(self, sc: Any, plans: list["TaskPlan"]) -> Any:
+        """One Spark partition per planned task."""
+        return sc.parallelize(plans, len(plans))
+
+    # ------------------------------------------------------------------ running
+    def run(self, spark: "SparkSession | None" = None, *, master: str | None = None, until_caught_up: bool = False,
+            max_batches: int | None = None, max_seconds: float | None = None, handle_signals: bool = False,
+            keep_task_results: bool = False) -> "RunSummary":
+        """Run on `spark` (or a new session on `master`) until stopped, caught up, or a limit is reached."""
+        from eos.runner import Runner
+        from eos.spark import DEFAULT_MASTER, build_spark_session
+
+        if not self.subtopologies:
+            raise ValueError(f"application {self.config.application_id!r} has no sub-topology: add one with "
+                             "@app.process, @app.process_batch or app.add_processor")
+        session = spark or build_spark_session(master or DEFAULT_MASTER, app_name=self.config.application_id)
+        runner = Runner(self, session)
+        return runner.run(until_caught_up=until_caught_up, max_batches=max_batches, max_seconds=max_seconds,
+                          handle_signals=handle_signals, keep_task_results=keep_task_results)

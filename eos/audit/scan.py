@@ -1,0 +1,37 @@
+"""Read whole topics as they are committed (or not) right now, with fresh consumers that never commit."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Literal
+
+from confluent_kafka import Consumer, Message
+
+from transactions import KafkaAdmin, OffsetRange, read_ranges
+
+__all__ = ["scan_topic", "Isolation"]
+
+Isolation = Literal["read_committed", "read_uncommitted"]
+
+
+def scan_topic(bootstrap_servers: str, topic: str, *, isolation: Isolation = "read_committed",
+               admin: KafkaAdmin | None = None, until: dict[tuple[str, int], int] | None = None,
+               progress: Callable[[int], None] | None = None, timeout: float = 600.0) -> Iterator[list[Message]]:
+    """Yield batches of the records of every partition of `topic` from its earliest offset to `until` (default:
+    the partition's end for this isolation level, taken when the scan starts)."""
+    admin = admin or KafkaAdmin(bootstrap_servers)
+    tps = admin.topic_partitions(topic)
+    low = admin.earliest_offsets(tps)
+    ends = until or admin.end_offsets(tps, committed=isolation == "read_committed")
+    ranges = [OffsetRange(t, p, low[(t, p)], ends.get((t, p), low[(t, p)])) for t, p in tps]
+    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": f"eos-audit-{uuid.uuid4().hex}",
+                         "isolation.level": isolation, "enable.auto.commit": False, "enable.partition.eof": True,
+                         "auto.offset.reset": "earliest", "fetch.wait.max.ms": 50, "queued.min.messages": 200_000})
+    try:
+        for batch in read_ranges(consumer, ranges, timeout=timeout):
+            if progress is not None:
+                progress(len(batch))
+            yield batch
+    finally:
+        consumer.close()

@@ -1,0 +1,63 @@
+"""Start-up checks that need the broker or Spark. Each failure is a `ConfigError` that says what to change."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from eos.config import ConfigError, EosConfig
+from eos.topology import SubTopology
+from transactions import KafkaAdmin, TopicSpec
+
+__all__ = ["check_spark_conf", "check_topics", "check_broker", "create_internal_topics"]
+
+
+def check_spark_conf(conf: Mapping[str, str]) -> None:
+    if str(conf.get("spark.speculation", "false")).lower() == "true":
+        raise ConfigError(
+            "spark.speculation is on: Spark would run a second attempt of slow tasks at the same time, and the "
+            "attempts would keep fencing each other. Set spark.speculation=false for exactly-once jobs.")
+
+
+def check_topics(admin: KafkaAdmin, subtopologies: Mapping[str, SubTopology]) -> dict[str, int]:
+    """Input and output topics must exist; co-partitioned inputs must have equal partition counts.
+    Returns the partition count of every input and output topic."""
+    topics = sorted({t for sub in subtopologies.values() for t in (*sub.inputs, *sub.output_topics)})
+    counts = admin.partition_counts(topics)
+    missing = [t for t in topics if counts[t] is None]
+    if missing:
+        raise ConfigError(
+            f"topic(s) {', '.join(missing)} do not exist on {admin.bootstrap_servers}. Create them first (input and "
+            "output topics are not created by the framework; only its internal changelog and dead-letter topics are).")
+    for sub in subtopologies.values():
+        sizes = {t: counts[t] for t in sub.inputs}
+        if len(set(sizes.values())) > 1:
+            detail = ", ".join(f"{t}={n}" for t, n in sizes.items())
+            raise ConfigError(
+                f"sub-topology {sub.name!r} reads co-partitioned topics with different partition counts ({detail}). "
+                "Each task joins one partition index of every input, so the counts must be equal: repartition the "
+                "inputs to the same count, or process them in separate sub-topologies.")
+    return {t: n for t, n in counts.items() if n is not None}
+
+
+def check_broker(admin: KafkaAdmin, config: EosConfig) -> None:
+    """The broker can run transactions at all, and accepts our transaction timeout."""
+    brokers = admin.live_brokers()
+    broker = admin.broker_config()
+    rf = int(broker.get("transaction.state.log.replication.factor", "3"))
+    min_isr = int(broker.get("transaction.state.log.min.isr", "2"))
+    if rf > brokers or min_isr > brokers:
+        raise ConfigError(
+            f"the cluster at {admin.bootstrap_servers} has {brokers} live broker(s) but transaction.state.log."
+            f"replication.factor={rf} and transaction.state.log.min.isr={min_isr}: transactional producers cannot "
+            "initialise. Set both to at most the broker count (1 for a single broker) on the brokers.")
+    max_timeout = int(broker.get("transaction.max.timeout.ms", "900000"))
+    if config.transaction_timeout_ms > max_timeout:
+        raise ConfigError(
+            f"transaction_timeout_ms={config.transaction_timeout_ms} exceeds the broker's transaction.max.timeout.ms="
+            f"{max_timeout}: init_transactions() would be refused. Lower transaction_timeout_ms (and batch_timeout).")
+
+
+def create_internal_topics(admin: KafkaAdmin, config: EosConfig, task_count: int) -> dict[str, int]:
+    """Create the dead-letter topic (partitions = task count). Returns internal topic -> partition count."""
+    admin.create_topics([TopicSpec(config.dlq_topic, max(1, task_count), config.internal_replication_factor)])
+    return {config.dlq_topic: admin.partition_counts([config.dlq_topic])[config.dlq_topic] or 1}

@@ -1,0 +1,118 @@
+"""Typed, frozen, validated configuration of an exactly-once application.
+
+Validation runs when the config is built and says what to change. Settings that need the broker or
+Spark (topics, partition counts, speculation, broker limits) are checked at start-up by `eos.checks`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from transactions import UnsafeClientSetting, consumer_settings, producer_settings
+
+__all__ = ["EosConfig", "ConfigError", "BadRecordPolicy"]
+
+BadRecordPolicy = Literal["dead_letter", "fail"]
+_NAME = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+
+
+class ConfigError(ValueError):
+    """Bad configuration; the message says which setting and what to change."""
+
+
+@dataclass(frozen=True)
+class EosConfig:
+    application_id: str
+    bootstrap_servers: str
+    #: Upper bound of records read from one input partition in one batch.
+    max_records_per_batch: int = 50_000
+    #: Seconds between the starts of two batches (a batch that takes longer is followed at once).
+    trigger_interval: float = 1.0
+    #: Longest time a task may need to produce and commit one batch. Must stay below the transaction timeout.
+    batch_timeout: float = 30.0
+    #: transaction.timeout.ms of the task producers; the broker aborts a transaction open longer than this.
+    transaction_timeout_ms: int = 60_000
+    #: What to do with a record that cannot be deserialized or processed.
+    on_bad_record: BadRecordPolicy = "dead_letter"
+    #: Dead-letter topic; default `<application_id>-dlq` (created by the framework).
+    dead_letter_topic: str | None = None
+    #: Add the `eos.origin` lineage header (input topic, partition, offset, index) to every output.
+    lineage: bool = True
+    #: Where a partition starts when the group has no committed offset.
+    auto_offset_reset: Literal["earliest", "latest"] = "earliest"
+    #: Attempts of one batch inside one Spark task (abortable errors, recreated producers).
+    max_batch_attempts: int = 5
+    #: Local state directory (stores live in <state_dir>/<application_id>/<task>/<store>).
+    state_dir: str = "~/.eos/state"
+    #: Extra copies of each task's stores on other executors.
+    num_standby_replicas: int = 0
+    #: Replication factor of internal topics (changelogs, dead letters); None: the broker default.
+    internal_replication_factor: int | None = None
+    #: librdkafka passthrough (cannot weaken exactly-once: see transactions.settings.PROTECTED).
+    producer_config: Mapping[str, Any] = field(default_factory=dict)
+    consumer_config: Mapping[str, Any] = field(default_factory=dict)
+    #: Logging: "auto" (console on a TTY, JSON otherwise), "json" or "console"; and the level.
+    log_format: Literal["auto", "json", "console"] = "auto"
+    log_level: str = "INFO"
+
+    def __post_init__(self) -> None:
+        self._validate()
+
+    def with_overrides(self, **changes: Any) -> "EosConfig":
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    @property
+    def dlq_topic(self) -> str:
+        return self.dead_letter_topic or f"{self.application_id}-dlq"
+
+    @property
+    def group_id(self) -> str:
+        return self.application_id
+
+    @property
+    def state_path(self) -> Path:
+        return Path(self.state_dir).expanduser() / self.application_id
+
+    def require_bootstrap(self) -> None:
+        """Checked at start-up rather than construction: the CLI and environment may supply it late."""
+        if not self.bootstrap_servers:
+            raise ConfigError("bootstrap_servers is empty: give host:port[,host:port] of the Kafka cluster "
+                              "(--bootstrap-servers, or set EOS_BOOTSTRAP_SERVERS)")
+
+    def _validate(self) -> None:
+        if not _NAME.match(self.application_id or ""):
+            raise ConfigError(f"application_id {self.application_id!r} must be 1-200 characters of "
+                              "[A-Za-z0-9._-] (it names transactional ids, the consumer group and internal topics)")
+        _positive("max_records_per_batch", self.max_records_per_batch)
+        _positive("batch_timeout", self.batch_timeout)
+        _positive("max_batch_attempts", self.max_batch_attempts)
+        if self.trigger_interval < 0:
+            raise ConfigError(f"trigger_interval must be >= 0 seconds, got {self.trigger_interval}")
+        if self.transaction_timeout_ms < self.batch_timeout * 1000:
+            raise ConfigError(
+                f"transaction_timeout_ms={self.transaction_timeout_ms} is shorter than batch_timeout="
+                f"{self.batch_timeout}s: the broker would abort transactions that are still committing. "
+                f"Raise transaction_timeout_ms to at least {int(self.batch_timeout * 1000)} (2x is a good margin), "
+                "or lower batch_timeout and max_records_per_batch.")
+        if self.on_bad_record not in ("dead_letter", "fail"):
+            raise ConfigError(f"on_bad_record must be 'dead_letter' or 'fail', got {self.on_bad_record!r}")
+        if self.auto_offset_reset not in ("earliest", "latest"):
+            raise ConfigError(f"auto_offset_reset must be 'earliest' or 'latest', got {self.auto_offset_reset!r}")
+        if self.num_standby_replicas < 0:
+            raise ConfigError(f"num_standby_replicas must be >= 0, got {self.num_standby_replicas}")
+        if self.dead_letter_topic is not None and not _NAME.match(self.dead_letter_topic):
+            raise ConfigError(f"dead_letter_topic {self.dead_letter_topic!r} is not a valid topic name")
+        try:
+            producer_settings(self.bootstrap_servers or "unset", "check", self.transaction_timeout_ms, self.producer_config)
+            consumer_settings(self.bootstrap_servers or "unset", "check", self.consumer_config)
+        except UnsafeClientSetting as exc:
+            raise ConfigError(str(exc)) from None
+
+
+def _positive(name: str, value: float) -> None:
+    if not value > 0:
+        raise ConfigError(f"{name} must be > 0, got {value}")

@@ -1,0 +1,1 @@
+"""Example jobs (also used by the demo command and the tests)."""

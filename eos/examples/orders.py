@@ -1,0 +1,47 @@
+"""Example job: enrich orders (JSON) with their total, one output per input, bad records dead-lettered.
+
+    eos run eos.examples.orders:app --until-caught-up     # with EOS_BOOTSTRAP_SERVERS set
+
+Input: `orders`, keys = customer id (string), values = {"id", "customer", "qty", "price", "country"}.
+Output: `orders-enriched`, same key, value + {"total", "country" upper-cased}.
+A record whose value is not JSON, or lacks qty/price, goes to `orders-enricher-dlq`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+from eos import Application, Record
+
+
+def enrich(record: Record) -> tuple[Any, dict[str, Any]]:
+    order = record.value
+    total = round(float(order["qty"]) * float(order["price"]), 2)  # KeyError/TypeError -> dead letter
+    return record.key, {**order, "country": str(order.get("country", "")).upper(), "total": total}
+
+
+def build(application_id: str = "orders-enricher", *, input_topic: str = "orders",
+          output_topic: str = "orders-enriched", bootstrap_servers: str | None = None, **settings: Any) -> Application:
+    app = Application(application_id, bootstrap_servers, **settings)
+    app.process(input=input_topic, output=output_topic, key_serde="string", value_serde="json", name="enrich")(enrich)
+    return app
+
+
+def generate(n: int, *, bad_every: int = 0, seed: int = 7) -> list[tuple[bytes, bytes]]:
+    """`n` order records (key, value); every `bad_every`-th one is malformed (not JSON, or no price)."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        key = f"customer-{rng.randrange(1000)}".encode()
+        if bad_every and i % bad_every == bad_every - 1:
+            out.append((key, b"{not json" if (i // bad_every) % 2 else json.dumps({"id": i, "qty": 1}).encode()))
+            continue
+        order = {"id": i, "customer": key.decode(), "qty": rng.randrange(1, 10),
+                 "price": round(rng.uniform(1, 100), 2), "country": rng.choice(["de", "fr", "us", "jp"])}
+        out.append((key, json.dumps(order, separators=(",", ":")).encode()))
+    return out
+
+
+app = build()

@@ -1,0 +1,48 @@
+"""The lineage header carried from input to output: `eos.origin = "<topic>:<partition>:<offset>:<index>"`.
+
+`index` numbers the outputs of one input record (0, 1, ... for 1-to-n processing). Topic names cannot
+contain ':' (Kafka allows [A-Za-z0-9._-]), so the encoding is unambiguous. The auditor proves
+exactly-once by finding every origin exactly once in the committed output.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+__all__ = ["ORIGIN_HEADER", "Origin", "encode_origin", "decode_origin", "origin_of"]
+
+ORIGIN_HEADER = "eos.origin"
+
+
+class Origin(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    index: int = 0
+
+
+def encode_origin(topic: str, partition: int, offset: int, index: int = 0) -> bytes:
+    return f"{topic}:{partition}:{offset}:{index}".encode("ascii")
+
+
+def decode_origin(raw: bytes | str | None) -> Origin | None:
+    """Parse a header value; None when it is missing or malformed (the auditor counts those)."""
+    if raw is None:
+        return None
+    try:
+        text = raw.decode("ascii") if isinstance(raw, (bytes, bytearray)) else raw
+        topic, partition, offset, index = text.rsplit(":", 3)
+        if not topic:
+            return None
+        return Origin(topic, int(partition), int(offset), int(index))
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def origin_of(headers: list[tuple[str, bytes]] | None) -> Origin | None:
+    """The origin in a record's headers (the last `eos.origin` header wins)."""
+    found = None
+    for key, value in headers or ():
+        if key == ORIGIN_HEADER:
+            found = value
+    return decode_origin(found)

@@ -1,0 +1,48 @@
+"""Load an `Application` from `package.module:attr` or `path/to/job.py[:attr]` (attr defaults to `app`).
+
+A job loaded from a file is not importable on Spark workers, so its module is registered with
+cloudpickle to be pickled by value."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+
+from eos.app import Application
+
+__all__ = ["load_application"]
+
+
+def load_application(target: str) -> Application:
+    spec, _, attr = target.partition(":")
+    attr = attr or "app"
+    if spec.endswith(".py") or Path(spec).is_file():
+        module = _load_file(Path(spec))
+    else:
+        try:
+            module = importlib.import_module(spec)
+        except ImportError as exc:
+            raise ValueError(f"cannot import {spec!r} ({exc}); give module:attr or path/to/job.py[:attr]") from None
+    obj = getattr(module, attr, None)
+    if callable(obj) and not isinstance(obj, Application):
+        obj = obj()
+    if not isinstance(obj, Application):
+        raise ValueError(f"{target}: {attr!r} is not an eos.Application (got {type(obj).__name__})")
+    return obj
+
+
+def _load_file(path: Path):  # type: ignore[no-untyped-def]
+    if not path.is_file():
+        raise ValueError(f"job file {path} does not exist")
+    name = f"eos_job_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(module)
+    return module

@@ -1,0 +1,142 @@
+"""Serializers/deserializers for keys and values. `None` always maps to `None` (tombstones, null keys).
+
+Errors are `SerdeError`s that say what failed to parse; the task routes the record to the dead-letter
+topic with that message.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any
+
+__all__ = ["Serde", "SerdeError", "BytesSerde", "StringSerde", "JsonSerde", "IntegerSerde", "LongSerde",
+           "DoubleSerde", "serde_for"]
+
+
+class SerdeError(ValueError):
+    pass
+
+
+class Serde:
+    """Base class. Subclasses implement `_dumps`/`_loads`; `name` appears in error messages."""
+
+    name = "serde"
+
+    def serialize(self, obj: Any) -> bytes | None:
+        if obj is None:
+            return None
+        try:
+            return self._dumps(obj)
+        except SerdeError:
+            raise
+        except Exception as exc:
+            raise SerdeError(f"cannot serialize {type(obj).__name__} as {self.name}: {exc}") from exc
+
+    def deserialize(self, data: bytes | None) -> Any:
+        if data is None:
+            return None
+        try:
+            return self._loads(data)
+        except SerdeError:
+            raise
+        except Exception as exc:
+            preview = data[:40]
+            raise SerdeError(f"cannot deserialize {len(data)} bytes {preview!r}{'...' if len(data) > 40 else ''} "
+                             f"as {self.name}: {exc}") from exc
+
+    def _dumps(self, obj: Any) -> bytes:
+        raise NotImplementedError
+
+    def _loads(self, data: bytes) -> Any:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class BytesSerde(Serde):
+    name = "bytes"
+
+    def _dumps(self, obj: Any) -> bytes:
+        if not isinstance(obj, (bytes, bytearray, memoryview)):
+            raise SerdeError(f"BytesSerde expects bytes, got {type(obj).__name__}")
+        return bytes(obj)
+
+    def _loads(self, data: bytes) -> bytes:
+        return data
+
+
+class StringSerde(Serde):
+    name = "UTF-8 string"
+
+    def _dumps(self, obj: Any) -> bytes:
+        if not isinstance(obj, str):
+            raise SerdeError(f"StringSerde expects str, got {type(obj).__name__}")
+        return obj.encode("utf-8")
+
+    def _loads(self, data: bytes) -> str:
+        return data.decode("utf-8")
+
+
+class JsonSerde(Serde):
+    name = "JSON"
+
+    def _dumps(self, obj: Any) -> bytes:
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+    def _loads(self, data: bytes) -> Any:
+        return json.loads(data)
+
+
+class _StructSerde(Serde):
+    fmt = ""
+    kind: type = int
+
+    def _dumps(self, obj: Any) -> bytes:
+        if isinstance(obj, bool) or not isinstance(obj, self.kind):
+            raise SerdeError(f"{type(self).__name__} expects {self.kind.__name__}, got {type(obj).__name__}")
+        return struct.pack(self.fmt, obj)
+
+    def _loads(self, data: bytes) -> Any:
+        if len(data) != struct.calcsize(self.fmt):
+            raise SerdeError(f"expected {struct.calcsize(self.fmt)} bytes, got {len(data)}")
+        return struct.unpack(self.fmt, data)[0]
+
+
+class IntegerSerde(_StructSerde):
+    """4-byte big-endian int, as Kafka's IntegerSerializer."""
+
+    name, fmt = "32-bit integer", ">i"
+
+
+class LongSerde(_StructSerde):
+    """8-byte big-endian long, as Kafka's LongSerializer."""
+
+    name, fmt = "64-bit integer", ">q"
+
+
+class DoubleSerde(_StructSerde):
+    name, fmt, kind = "double", ">d", float
+
+    def _dumps(self, obj: Any) -> bytes:
+        if isinstance(obj, int) and not isinstance(obj, bool):
+            obj = float(obj)
+        return super()._dumps(obj)
+
+
+_BY_NAME: dict[str, type[Serde]] = {"bytes": BytesSerde, "string": StringSerde, "str": StringSerde,
+                                    "json": JsonSerde, "int": IntegerSerde, "long": LongSerde,
+                                    "double": DoubleSerde}
+
+
+def serde_for(spec: Serde | str | None, default: Serde | None = None) -> Serde:
+    """A serde from an instance, a name ("bytes", "string", "json", "int", "long", "double") or None."""
+    if spec is None:
+        return default or BytesSerde()
+    if isinstance(spec, Serde):
+        return spec
+    try:
+        return _BY_NAME[spec.lower()]()
+    except (KeyError, AttributeError):
+        raise ValueError(f"unknown serde {spec!r}; use one of {sorted(_BY_NAME)} or a Serde instance") from None

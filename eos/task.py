@@ -1,0 +1,215 @@
+"""The task side of the micro-batch protocol (DESIGN section 4). Runs inside a Spark task.
+
+One batch of one task, in this order:
+
+1. Get the task's transactional producer: the worker's cached one, or a new one after
+   `init_transactions()`, which fences every older attempt of this task and completes its transaction.
+2. Read the committed input offsets again (stable read). Where they are already >= the planned end,
+   an earlier attempt did the work: no-op.
+3. Open the task's state stores and bring them up to their changelog's end (stateful tasks).
+4. Read the input records in [committed, end) with read_committed.
+5. Process them; state writes go to an in-memory write buffer.
+6. begin; produce outputs, changelog records and dead letters; add the offsets (always the planned end,
+   never "last record + 1"); commit.
+7. Only after the commit: apply the write buffer to the local stores atomically with the changelog offset.
+8. Return metrics.
+
+Failures follow the error taxonomy: fenced -> stop this attempt (unless it was only the worker's cached
+producer that was fenced: then initialise a new one and run again); abortable -> abort and run the batch
+again; retriable/fatal -> drop the producer and run again; after `max_batch_attempts` the Spark task fails.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from typing import Any
+
+from confluent_kafka import TopicPartition
+
+from eos.batch import TaskPlan, TaskResult
+from eos.config import EosConfig
+from eos.faults import FaultHooks, FaultPoint
+from eos.logs import configure_logging, get_logger
+from eos.placement import current_executor
+from eos.runtime import TaskRuntime
+from eos.topology import SubTopology, TaskId
+from eos.worker import CLIENTS, WorkerClients
+from transactions import (
+    FatalKafkaError,
+    IllegalStateError,
+    KafkaEosError,
+    OffsetRange,
+    ProducerFencedError,
+    RetriableKafkaError,
+    TransactionAbortableError,
+    TransactionalProducer,
+    read_ranges,
+    stable_committed,
+)
+
+__all__ = ["Job", "run_task", "BatchFailedError", "STREAM_TIME_PREFIX"]
+
+STREAM_TIME_PREFIX = "eos1;st="
+
+
+class BatchFailedError(RuntimeError):
+    """A batch could not be committed within `max_batch_attempts`; the Spark task fails (and is retried)."""
+
+
+class Job:
+    """Everything a task needs, shipped to workers once per run (as a broadcast)."""
+
+    def __init__(self, config: EosConfig, subtopologies: dict[str, SubTopology], fault_hooks: FaultHooks,
+                 extras: dict[str, Any] | None = None) -> None:
+        self.config = config
+        self.subtopologies = subtopologies
+        self.fault_hooks = fault_hooks
+        self.extras = extras or {}
+
+
+def run_task(plan: TaskPlan, job: Job, spark_attempt: int = 0, clients: WorkerClients = CLIENTS) -> TaskResult:
+    cfg = job.config
+    configure_logging(cfg.log_format, cfg.log_level)
+    sub = job.subtopologies[plan.subtopology]
+    task = TaskId(sub.name, plan.partition)
+    txn_id = task.transactional_id(cfg.application_id)
+    log = get_logger("eos.task", app=cfg.application_id, task=str(task), batch=plan.batch, attempt=spark_attempt)
+    started = time.monotonic()
+    last: Exception | None = None
+    for batch_attempt in range(1, cfg.max_batch_attempts + 1):
+        producer: TransactionalProducer | None = None
+        fresh = False
+        try:
+            producer, fresh = clients.producer(txn_id, cfg)
+            result = _run_batch(plan, job, sub, task, producer, clients, spark_attempt, batch_attempt, log)
+            result.total_ms = (time.monotonic() - started) * 1000
+            return result
+        except ProducerFencedError as exc:
+            clients.drop_producer(txn_id)
+            clients.drop_runtime(txn_id)
+            if fresh:
+                log.warning("fenced: a newer attempt owns this task; this attempt stops", error=str(exc))
+                return _result(plan, task, "fenced", spark_attempt, batch_attempt)
+            log.info("cached producer was fenced (another worker ran this task); initialising a new one")
+            last = exc
+        except TransactionAbortableError as exc:
+            log.warning("transaction aborted; running the batch again", error=str(exc))
+            _abort_quietly(producer, clients, txn_id)
+            clients.drop_runtime(txn_id)
+            last = exc
+        except (RetriableKafkaError, FatalKafkaError, IllegalStateError) as exc:
+            log.warning("batch attempt failed; recreating the producer", error=str(exc), kind=type(exc).__name__)
+            _abort_quietly(producer, clients, txn_id)
+            clients.drop_producer(txn_id)
+            clients.drop_runtime(txn_id)
+            last = exc
+        except BaseException:
+            _abort_quietly(producer, clients, txn_id)
+            clients.drop_runtime(txn_id)
+            raise
+    raise BatchFailedError(f"task {task} batch {plan.batch} failed after {cfg.max_batch_attempts} attempts: {last}")
+
+
+def _abort_quietly(producer: TransactionalProducer | None, clients: WorkerClients, txn_id: str) -> None:
+    if producer is None:
+        return
+    try:
+        producer.abort(timeout=10)
+    except (KafkaEosError, IllegalStateError):
+        clients.drop_producer(txn_id)
+
+
+def _result(plan: TaskPlan, task: TaskId, status: str, spark_attempt: int, batch_attempt: int) -> TaskResult:
+    return TaskResult(task=str(task), batch=plan.batch, status=status,  # type: ignore[arg-type]
+                      spark_attempt=spark_attempt, batch_attempts=batch_attempt, executor=current_executor(),
+                      pid=os.getpid(), host=socket.gethostname())
+
+
+def _stream_time(metadata: str | None) -> int:
+    if metadata and metadata.startswith(STREAM_TIME_PREFIX):
+        try:
+            return int(metadata[len(STREAM_TIME_PREFIX):])
+        except ValueError:
+            return -1
+    return -1
+
+
+def _run_batch(plan: TaskPlan, job: Job, sub: SubTopology, task: TaskId, producer: TransactionalProducer,
+               clients: WorkerClients, spark_attempt: int, batch_attempt: int, log: Any) -> TaskResult:
+    cfg = job.config
+    txn_id = task.transactional_id(cfg.application_id)
+    consumer = clients.consumer(cfg)
+    result = _result(plan, task, "committed", spark_attempt, batch_attempt)
+
+    def fire(point: str) -> None:
+        job.fault_hooks.fire(FaultPoint(point, str(task), task.partition, plan.batch, spark_attempt, batch_attempt))
+
+    # 2. Stable read: the committed offsets are the only source of truth for progress.
+    committed = stable_committed(consumer, [(r.topic, r.partition) for r in plan.ranges],
+                                 timeout=min(cfg.batch_timeout, 20.0))
+    ranges = tuple(OffsetRange(r.topic, r.partition,
+                               c.offset if (c := committed[(r.topic, r.partition)]).offset is not None else r.start,
+                               r.end) for r in plan.ranges)
+    stream_time = max((_stream_time(c.metadata) for c in committed.values()), default=-1)
+
+    # 3. Open stores (restore from changelogs); cached per worker while the task stays here.
+    runtime: TaskRuntime | None = clients.runtime(txn_id)
+    if runtime is None:
+        runtime = TaskRuntime(job, sub, task.partition)
+        clients.set_runtime(txn_id, runtime)
+    result.restore_ms, result.restored_records = runtime.ensure_restored(clients, log)
+    if all(r.empty for r in ranges):
+        result.status = "noop"
+        return result
+
+    # 4. Read [committed, end) with read_committed.
+    t0 = time.monotonic()
+    messages = [m for chunk in read_ranges(consumer, list(ranges), timeout=cfg.batch_timeout) for m in chunk]
+    if len(ranges) > 1:  # co-partitioned inputs: process in timestamp order, like Kafka Streams
+        messages.sort(key=lambda m: (m.timestamp()[1], m.offset()))
+    result.read_ms = (time.monotonic() - t0) * 1000
+    fire("after_read")
+
+    # 5. Process: outputs and state changes stay in memory until the commit.
+    t0 = time.monotonic()
+    outcome = runtime.process(messages, stream_time)
+    result.process_ms = (time.monotonic() - t0) * 1000
+    changelog = runtime.changelog_records()
+
+    # 6. One transaction: outputs, changelog records, dead letters and the input offsets.
+    producer.begin()
+    bytes_out = 0
+    for topic, partition, key, value, headers, ts in outcome.outputs:
+        producer.produce(topic, value, key, partition=partition, headers=headers, timestamp=ts)
+        bytes_out += (len(value) if value else 0) + (len(key) if key else 0)
+    for topic, partition, key, value, headers, ts in changelog:
+        producer.produce(topic, value, key, partition=partition, headers=headers, timestamp=ts)
+    for topic, partition, key, value, headers, ts in outcome.dead_letters:
+        producer.produce(topic, value, key, partition=partition, headers=headers, timestamp=ts)
+    fire("after_produce")
+    metadata = f"{STREAM_TIME_PREFIX}{max(stream_time, outcome.stream_time)}"
+    offsets = [TopicPartition(r.topic, r.partition, _commit_offset(r, outcome.stopped_at), metadata) for r in ranges]
+    producer.send_offsets(offsets, consumer.consumer_group_metadata(), timeout=cfg.batch_timeout)
+    fire("before_commit")
+    result.commit_ms = producer.commit(timeout=cfg.batch_timeout) * 1000
+    fire("after_commit")
+
+    # 7. Only now does local state change (atomically with the changelog offsets it reflects).
+    runtime.after_commit()
+    result.records_in, result.bytes_in = outcome.records_in, outcome.bytes_in
+    result.records_out, result.dead_letters = len(outcome.outputs), len(outcome.dead_letters)
+    result.changelog_records, result.bytes_out = len(changelog), bytes_out
+    result.committed_offsets = {f"{tp.topic}:{tp.partition}": tp.offset for tp in offsets}
+    log.debug("batch committed", records_in=result.records_in, records_out=result.records_out,
+              dead_letters=result.dead_letters, commit_ms=round(result.commit_ms, 1))
+    return result
+
+
+def _commit_offset(r: OffsetRange, stopped_at: dict[tuple[str, int], int] | None) -> int:
+    """The planned end (never "last record + 1": a trailing commit marker would be re-read forever), or,
+    when the processor asked to commit early, the next unprocessed offset."""
+    if stopped_at is None:
+        return r.end
+    return stopped_at.get((r.topic, r.partition), r.start)

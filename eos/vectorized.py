@@ -1,0 +1,160 @@
+"""Vectorized processing: a function gets all records of a task's batch as one table and returns a table.
+
+Input columns: `key`, `value` (deserialized), `topic`, `partition`, `offset`, `timestamp`.
+Output columns: `value` (required), `key`, `output_topic`, `output_partition`, `timestamp`, and the
+origin columns `topic`/`partition`/`offset` (kept automatically when the function transforms the input
+frame). Without an `offset` column the output must have one row per input row, in input order.
+
+If the function raises, the batch is bisected to find the rows that make it fail; those go to the
+dead-letter topic and the rest is processed (batch functions must therefore be free of side effects).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any, Literal
+
+from confluent_kafka import Message
+
+from eos.deadletter import ProducedRecord
+from eos.lineage import ORIGIN_HEADER, encode_origin
+from eos.processing import _NOT_A_BAD_RECORD, BatchOutcome, DeadLetterPolicy
+from eos.serde import Serde, SerdeError
+
+__all__ = ["run_batch_function", "BatchFormat"]
+
+BatchFormat = Literal["pandas", "arrow"]
+_INPUT_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
+
+
+def run_batch_function(fn: Callable[[Any], Any], fmt: BatchFormat, messages: list[Message], *, key_serde: Serde,
+                       value_serde: Serde, out_key_serde: Serde, out_value_serde: Serde, output_topic: str | None,
+                       lineage: bool, dlq: DeadLetterPolicy) -> BatchOutcome:
+    outcome = BatchOutcome()
+    good: list[Message] = []
+    columns: dict[str, list[Any]] = {c: [] for c in _INPUT_COLUMNS}
+    for msg in messages:
+        outcome.records_in += 1
+        raw = msg.value()
+        outcome.bytes_in += len(raw) if raw else 0
+        try:
+            key, value = key_serde.deserialize(msg.key()), value_serde.deserialize(raw)
+        except SerdeError as exc:
+            dlq.handle(msg, exc, "deserialize", outcome)
+            continue
+        ts = msg.timestamp()[1]
+        outcome.stream_time = max(outcome.stream_time, ts)
+        good.append(msg)
+        for name, v in zip(_INPUT_COLUMNS, (key, value, msg.topic(), msg.partition(), msg.offset(), ts)):
+            columns[name].append(v)
+    if not good:
+        return outcome
+    frame = _make_frame(columns, fmt)
+    results: list[tuple[int, int, Any]] = []  # (first input row, end row of the slice, function output)
+    _call_isolating(fn, frame, 0, len(good), fmt, good, results, dlq, outcome)
+    for start, stop, out in results:
+        _collect(out, start, stop, good, fmt, out_key_serde, out_value_serde, output_topic, lineage, dlq, outcome)
+    return outcome
+
+
+def _make_frame(columns: dict[str, list[Any]], fmt: BatchFormat) -> Any:
+    if fmt == "pandas":
+        import pandas as pd
+
+        return pd.DataFrame(columns)
+    import pyarrow as pa
+
+    try:
+        return pa.table(columns)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise TypeError(f"the deserialized keys/values cannot form an Arrow column ({exc}); use format='pandas' "
+                        "for values of mixed types") from exc
+
+
+def _slice(frame: Any, start: int, stop: int, fmt: BatchFormat) -> Any:
+    return frame.iloc[start:stop].reset_index(drop=True) if fmt == "pandas" else frame.slice(start, stop - start)
+
+
+def _call_isolating(fn: Callable[[Any], Any], frame: Any, start: int, stop: int, fmt: BatchFormat,
+                    good: list[Message], results: list[tuple[int, int, Any]], dlq: DeadLetterPolicy,
+                    outcome: BatchOutcome) -> None:
+    """Call `fn` on rows [start, stop); on failure bisect until the failing rows are single records."""
+    part = frame if (start, stop) == (0, len(good)) else _slice(frame, start, stop, fmt)
+    try:
+        results.append((start, stop, fn(part)))
+        return
+    except _NOT_A_BAD_RECORD:
+        raise
+    except Exception as exc:
+        if stop - start == 1:
+            dlq.handle(good[start], exc, "process", outcome)
+            return
+    mid = (start + stop) // 2
+    _call_isolating(fn, frame, start, mid, fmt, good, results, dlq, outcome)
+    _call_isolating(fn, frame, mid, stop, fmt, good, results, dlq, outcome)
+
+
+def _to_columns(out: Any, fmt: BatchFormat) -> dict[str, list[Any]]:
+    if out is None:
+        return {"value": []}
+    if hasattr(out, "to_pydict"):  # pyarrow Table / RecordBatch
+        return out.to_pydict()
+    if hasattr(out, "to_dict") and hasattr(out, "columns"):  # pandas DataFrame
+        return {str(c): out[c].tolist() for c in out.columns}
+    raise TypeError(f"a batch function must return a pyarrow Table or a pandas DataFrame, got {type(out).__name__}")
+
+
+def _collect(out: Any, start: int, stop: int, good: list[Message], fmt: BatchFormat, key_serde: Serde, value_serde: Serde,
+             output_topic: str | None, lineage: bool, dlq: DeadLetterPolicy, outcome: BatchOutcome) -> None:
+    cols = _to_columns(out, fmt)
+    if "value" not in cols:
+        raise TypeError(f"the batch function's output has no 'value' column (columns: {sorted(cols)})")
+    n = len(cols["value"])
+    by_offset = {(m.topic(), m.partition(), m.offset()): m for m in good}
+    origins = _origins(cols, n, start, stop, good)
+    produced: list[tuple[Message, ProducedRecord]] = []
+    failed: dict[int, tuple[Message, Exception]] = {}
+    counters: Counter[tuple[str, int, int]] = Counter()
+    get = lambda name, i: cols[name][i] if name in cols else None  # noqa: E731
+    for i in range(n):
+        origin = origins[i]
+        msg = by_offset.get(origin)
+        if msg is None:
+            raise ValueError(f"output row {i} names origin {origin}, which is not a record of this batch")
+        if id(msg) in failed:
+            continue
+        topic = get("output_topic", i) or output_topic
+        if topic is None:
+            raise ValueError("the sub-topology has no output topic and the output has no 'output_topic' column")
+        try:
+            k, v = key_serde.serialize(get("key", i)), value_serde.serialize(cols["value"][i])
+        except SerdeError as exc:
+            failed[id(msg)] = (msg, exc)
+            continue
+        headers: list[tuple[str, bytes]] = []
+        if lineage:
+            headers.append((ORIGIN_HEADER, encode_origin(*origin, counters[origin])))
+        counters[origin] += 1
+        ts = get("timestamp", i)
+        part = get("output_partition", i)
+        produced.append((msg, (topic, None if part is None else int(part), k, v, headers,
+                               None if ts is None else int(ts))))
+    outcome.outputs.extend(rec for msg, rec in produced if id(msg) not in failed)
+    for msg, exc in failed.values():
+        dlq.handle(msg, exc, "serialize", outcome)
+
+
+def _origins(cols: dict[str, list[Any]], n: int, start: int, stop: int,
+             good: list[Message]) -> list[tuple[str, int, int]]:
+    if "offset" in cols:
+        topics = cols.get("topic") or [None] * n
+        parts = cols.get("partition") or [None] * n
+        single = {(m.topic(), m.partition()) for m in good}
+        default = next(iter(single)) if len(single) == 1 else (None, None)
+        return [(t if t is not None else default[0], int(p) if p is not None else default[1], int(o))
+                for t, p, o in zip(topics, parts, cols["offset"])]
+    if n != stop - start:
+        raise ValueError(f"the batch function returned {n} rows for {stop - start} input rows and no 'offset' column: "
+                         "keep the input's offset column so each output row names its origin")
+    return [(m.topic(), m.partition(), m.offset()) for m in good[start:stop]]

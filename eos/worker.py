@@ -1,0 +1,70 @@
+"""Per-worker-process caches of Kafka clients and task runtimes.
+
+A Spark Python worker is reused across tasks (`spark.python.worker.reuse`), so it may keep the producers
+of the tasks it ran: creating one and calling `init_transactions()` costs broker round trips. If Spark
+later runs a task elsewhere, that worker's `init_transactions()` fences the cached producer here; the
+next transactional call fails as fenced and the task runner drops it and initialises a new one.
+Correctness rests on the producer epoch, never on this cache.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from confluent_kafka import Consumer
+
+from eos.config import EosConfig
+from transactions import TransactionalProducer, consumer_settings
+
+__all__ = ["WorkerClients", "CLIENTS"]
+
+
+class WorkerClients:
+    def __init__(self) -> None:
+        self._producers: dict[str, TransactionalProducer] = {}
+        self._consumers: dict[tuple[str, str, str], Consumer] = {}
+        self._runtimes: dict[str, Any] = {}
+
+    def producer(self, transactional_id: str, config: EosConfig) -> tuple[TransactionalProducer, bool]:
+        """The cached producer, or a new one after `init_transactions()`. Returns (producer, fresh)."""
+        cached = self._producers.get(transactional_id)
+        if cached is not None and cached.usable:
+            return cached, False
+        self.drop_producer(transactional_id)
+        producer = TransactionalProducer(config.bootstrap_servers, transactional_id,
+                                         transaction_timeout_ms=config.transaction_timeout_ms,
+                                         overrides=config.producer_config)
+        producer.init(timeout=max(30.0, config.batch_timeout))
+        self._producers[transactional_id] = producer
+        return producer, True
+
+    def drop_producer(self, transactional_id: str) -> None:
+        producer = self._producers.pop(transactional_id, None)
+        if producer is not None:
+            producer.close(timeout=1.0)
+
+    def consumer(self, config: EosConfig, purpose: str = "input") -> Consumer:
+        """One consumer per application and purpose in this worker (tasks of a worker run one at a time)."""
+        key = (config.bootstrap_servers, config.group_id, purpose)
+        consumer = self._consumers.get(key)
+        if consumer is None:
+            consumer = Consumer(consumer_settings(config.bootstrap_servers, config.group_id, config.consumer_config))
+            self._consumers[key] = consumer
+        return consumer
+
+    def runtime(self, key: str) -> Any:
+        return self._runtimes.get(key)
+
+    def set_runtime(self, key: str, runtime: Any) -> None:
+        self._runtimes[key] = runtime
+
+    def drop_runtime(self, key: str) -> None:
+        runtime = self._runtimes.pop(key, None)
+        if runtime is not None:
+            runtime.close()
+
+    def runtimes(self) -> dict[str, Any]:
+        return dict(self._runtimes)
+
+
+CLIENTS = WorkerClients()

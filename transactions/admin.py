@@ -1,0 +1,140 @@
+"""Topic admin and offset queries: partition counts, topic creation with configs, configs read back,
+last stable offset (read_committed end) vs high watermark, group offsets, broker settings.
+
+The AdminClient is kept on the instance: confluent-kafka fails pending futures if it is destroyed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
+
+from transactions.errors import classify
+from transactions.retry import call
+
+__all__ = ["KafkaAdmin", "TopicSpec", "PartitionOffsets"]
+
+TP = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    replication_factor: int | None = None  # None: the broker's default.replication.factor
+    config: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PartitionOffsets:
+    earliest: int
+    last_stable: int  # end of the partition for read_committed readers
+    high_watermark: int  # end for read_uncommitted readers
+
+    @property
+    def open_transaction(self) -> bool:
+        return self.last_stable < self.high_watermark
+
+
+class KafkaAdmin:
+    def __init__(self, bootstrap_servers: str, overrides: Mapping[str, object] | None = None) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self._admin = AdminClient({"bootstrap.servers": bootstrap_servers, **(overrides or {})})
+
+    # ------------------------------------------------------------------ topics
+    def partition_counts(self, topics: Iterable[str], timeout: float = 30.0) -> dict[str, int | None]:
+        """Partition count per topic; None for a topic that does not exist."""
+        md = call("list_topics", self._admin.list_topics, timeout=timeout)
+        out: dict[str, int | None] = {}
+        for topic in topics:
+            meta = md.topics.get(topic)
+            out[topic] = None if meta is None or meta.error is not None else len(meta.partitions)
+        return out
+
+    def create_topics(self, specs: Iterable[TopicSpec], timeout: float = 60.0) -> list[str]:
+        """Create the topics that do not exist yet; returns the names created."""
+        specs = list(specs)
+        existing = self.partition_counts([s.name for s in specs])
+        new = [NewTopic(s.name, s.partitions, s.replication_factor or -1, config=dict(s.config))
+               for s in specs if existing[s.name] is None]
+        if not new:
+            return []
+        created = []
+        for name, fut in self._admin.create_topics(new, request_timeout=timeout).items():
+            try:
+                fut.result(timeout)
+                created.append(name)
+            except KafkaException as exc:
+                if exc.args[0].code() != exc.args[0].TOPIC_ALREADY_EXISTS:
+                    raise classify(exc, f"create topic {name}") from exc
+        return created
+
+    def topic_config(self, topic: str, timeout: float = 30.0) -> dict[str, str]:
+        resource = ConfigResource(ResourceType.TOPIC, topic)
+        fut = self._admin.describe_configs([resource], request_timeout=timeout)[resource]
+        return {k: v.value for k, v in call(f"describe configs of {topic}", fut.result, timeout).items()}
+
+    def broker_config(self, timeout: float = 30.0) -> dict[str, str]:
+        """Configuration of one broker (the controller's view of a live broker)."""
+        md = call("list_topics", self._admin.list_topics, timeout=timeout)
+        broker_id = sorted(md.brokers)[0]
+        resource = ConfigResource(ResourceType.BROKER, str(broker_id))
+        fut = self._admin.describe_configs([resource], request_timeout=timeout)[resource]
+        return {k: v.value for k, v in call("describe broker configs", fut.result, timeout).items()}
+
+    def live_brokers(self, timeout: float = 30.0) -> int:
+        return len(call("list_topics", self._admin.list_topics, timeout=timeout).brokers)
+
+    # ------------------------------------------------------------------ offsets
+    def _list_offsets(self, partitions: Iterable[TP], spec: OffsetSpec, isolation: IsolationLevel,
+                      timeout: float) -> dict[TP, int]:
+        request = {TopicPartition(t, p): spec for t, p in partitions}
+        if not request:
+            return {}
+        futures = self._admin.list_offsets(request, isolation_level=isolation, request_timeout=timeout)
+        return {(tp.topic, tp.partition): call("list_offsets", fut.result, timeout).offset
+                for tp, fut in futures.items()}
+
+    def end_offsets(self, partitions: Iterable[TP], *, committed: bool = True, timeout: float = 30.0) -> dict[TP, int]:
+        """Last stable offset (`committed=True`, what read_committed readers can reach) or high watermark."""
+        isolation = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
+        return self._list_offsets(partitions, OffsetSpec.latest(), isolation, timeout)
+
+    def earliest_offsets(self, partitions: Iterable[TP], timeout: float = 30.0) -> dict[TP, int]:
+        return self._list_offsets(partitions, OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED, timeout)
+
+    def partition_offsets(self, partitions: Iterable[TP], timeout: float = 30.0) -> dict[TP, PartitionOffsets]:
+        partitions = list(partitions)
+        low = self.earliest_offsets(partitions, timeout)
+        lso = self.end_offsets(partitions, committed=True, timeout=timeout)
+        hwm = self.end_offsets(partitions, committed=False, timeout=timeout)
+        return {tp: PartitionOffsets(low[tp], lso[tp], hwm[tp]) for tp in partitions}
+
+    def topic_partitions(self, topic: str) -> list[TP]:
+        count = self.partition_counts([topic])[topic]
+        if count is None:
+            raise KeyError(f"topic {topic!r} does not exist")
+        return [(topic, p) for p in range(count)]
+
+    def group_offsets(self, group: str, partitions: Iterable[TP], *, stable: bool = True,
+                      timeout: float = 30.0) -> dict[TP, int | None]:
+        """Committed offsets of `group` (None where nothing is committed). `stable` waits out pending
+        transactional offsets (RequireStable). Partitions are always listed explicitly."""
+        tps = [TopicPartition(t, p) for t, p in partitions]
+        if not tps:
+            return {}
+        futures = self._admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)],
+                                                          require_stable=stable, request_timeout=timeout)
+        result = call(f"offsets of group {group}", futures[group].result, timeout)
+        return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None) for tp in result.topic_partitions}
+
+    def set_group_offsets(self, group: str, offsets: Mapping[TP, int], timeout: float = 30.0) -> None:
+        """Set committed offsets of a group without members (outside any transaction: start-up use only)."""
+        tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+        if not tps:
+            return
+        futures = self._admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)],
+                                                           request_timeout=timeout)
+        call(f"set offsets of group {group}", futures[group].result, timeout)

@@ -1,0 +1,80 @@
+"""One error taxonomy for every Kafka call of the framework, named by the action each error requires.
+
+| class                      | meaning                                          | what the caller does              |
+|----------------------------|--------------------------------------------------|-----------------------------------|
+| `ProducerFencedError`      | another attempt of this task owns the txn id     | stop this attempt; never retry it |
+| `TransactionAbortableError`| the current transaction cannot commit            | abort it, re-plan the batch       |
+| `RetriableKafkaError`      | transient (timeouts, leader moves, coordinator)  | retry the same call, bounded      |
+| `FatalKafkaError`          | the client instance is unusable                  | recreate the producer or fail     |
+
+Classification uses the flags librdkafka sets on `KafkaError` (`fatal()`, `retriable()`,
+`txn_requires_abort()`) and happens here only: callers branch on the type, never on message text.
+"""
+
+from __future__ import annotations
+
+from confluent_kafka import KafkaError, KafkaException
+
+__all__ = [
+    "KafkaEosError",
+    "ProducerFencedError",
+    "TransactionAbortableError",
+    "DeliveryFailedError",
+    "RetriableKafkaError",
+    "FatalKafkaError",
+    "classify",
+    "FENCING_CODES",
+]
+
+FENCING_CODES = frozenset({
+    KafkaError._FENCED,
+    KafkaError.PRODUCER_FENCED,
+    KafkaError.INVALID_PRODUCER_EPOCH,
+})
+
+
+class KafkaEosError(Exception):
+    """Base class; `kafka_error` is the client's error when there is one."""
+
+    def __init__(self, message: str, kafka_error: KafkaError | None = None) -> None:
+        super().__init__(message)
+        self.kafka_error = kafka_error
+
+    @property
+    def code(self) -> int | None:
+        return self.kafka_error.code() if self.kafka_error is not None else None
+
+
+class ProducerFencedError(KafkaEosError):
+    """A newer attempt of the same task called `init_transactions()`: this attempt is a zombie."""
+
+
+class TransactionAbortableError(KafkaEosError):
+    """The open transaction must be aborted; the batch can be planned and run again."""
+
+
+class DeliveryFailedError(TransactionAbortableError):
+    """At least one record of the transaction was not delivered: it must not commit."""
+
+
+class RetriableKafkaError(KafkaEosError):
+    """Transient: the same call with the same arguments may succeed."""
+
+
+class FatalKafkaError(KafkaEosError):
+    """The client instance cannot be used any more."""
+
+
+def classify(exc: KafkaException | KafkaError, operation: str) -> KafkaEosError:
+    """Map a client error to the taxonomy. Fencing is checked first: librdkafka also flags it fatal."""
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else exc
+    if not isinstance(err, KafkaError):
+        return FatalKafkaError(f"{operation}: {exc}")
+    message = f"{operation}: {err.str()} ({err.name()})"
+    if err.code() in FENCING_CODES:
+        return ProducerFencedError(message, err)
+    if err.txn_requires_abort():
+        return TransactionAbortableError(message, err)
+    if err.retriable():
+        return RetriableKafkaError(message, err)
+    return FatalKafkaError(message, err)

@@ -1,0 +1,190 @@
+"""A transactional producer with an explicit lifecycle.
+
+    CREATED --init()--> READY --begin()--> IN_TRANSACTION --commit()/abort()--> READY
+    any state --fenced--> FENCED (terminal)      any state --fatal--> FAILED (terminal)
+    any state --close()--> CLOSED (terminal; close is idempotent)
+
+Illegal transitions raise `IllegalStateError`. Delivery is checked before commit: a transaction in which
+any record failed delivery is never committed (`DeliveryFailedError`, which is abortable).
+A commit that fails with a retriable error (e.g. a timeout) is retried with the same call, not aborted:
+librdkafka keeps the commit in progress and a repeated `commit_transaction()` resumes it.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+
+from transactions.errors import (
+    DeliveryFailedError,
+    FatalKafkaError,
+    KafkaEosError,
+    ProducerFencedError,
+    classify,
+)
+from transactions.retry import DEFAULT_POLICY, RetryPolicy, call
+from transactions.settings import producer_settings
+
+__all__ = ["TransactionalProducer", "TxnState", "IllegalStateError"]
+
+
+class TxnState(enum.Enum):
+    CREATED = "created"
+    READY = "ready"
+    IN_TRANSACTION = "in_transaction"
+    FENCED = "fenced"
+    FAILED = "failed"
+    CLOSED = "closed"
+
+
+class IllegalStateError(RuntimeError):
+    pass
+
+
+class TransactionalProducer:
+    def __init__(self, bootstrap_servers: str, transactional_id: str, *, transaction_timeout_ms: int = 60_000,
+                 overrides: Mapping[str, Any] | None = None, policy: RetryPolicy = DEFAULT_POLICY) -> None:
+        self.transactional_id = transactional_id
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self._policy = policy
+        self._delivery_errors: list[KafkaError] = []
+        settings = producer_settings(bootstrap_servers, transactional_id, transaction_timeout_ms, overrides)
+        settings["on_delivery"] = self._on_delivery
+        settings["error_cb"] = self._on_error
+        self._fatal: KafkaError | None = None
+        self._producer = Producer(settings)
+        self.state = TxnState.CREATED
+        self.records_in_transaction = 0
+
+    # ------------------------------------------------------------------ callbacks (producer thread-safe)
+    def _on_delivery(self, err: KafkaError | None, msg: object) -> None:
+        if err is not None:
+            self._delivery_errors.append(err)
+
+    def _on_error(self, err: KafkaError) -> None:
+        if err.fatal():
+            self._fatal = err
+
+    # ------------------------------------------------------------------ lifecycle
+    def _expect(self, *states: TxnState) -> None:
+        if self.state not in states:
+            raise IllegalStateError(f"{self.transactional_id}: operation not allowed in state {self.state.value}")
+
+    def _guard(self, exc: KafkaEosError) -> KafkaEosError:
+        if isinstance(exc, ProducerFencedError):
+            self.state = TxnState.FENCED
+        elif isinstance(exc, FatalKafkaError):
+            self.state = TxnState.FAILED
+        return exc
+
+    def init(self, timeout: float = 60.0) -> None:
+        """`init_transactions()`: fences older attempts of this transactional id and completes (commits or
+        aborts) their open transaction before returning."""
+        self._expect(TxnState.CREATED)
+        try:
+            call("init_transactions", self._producer.init_transactions, timeout, policy=self._policy)
+        except KafkaEosError as exc:
+            raise self._guard(exc) from exc
+        self.state = TxnState.READY
+
+    def begin(self) -> None:
+        self._expect(TxnState.READY)
+        self._check_fatal("begin_transaction")
+        try:
+            self._producer.begin_transaction()
+        except KafkaException as exc:
+            raise self._guard(classify(exc, "begin_transaction")) from exc
+        self._delivery_errors.clear()
+        self.records_in_transaction = 0
+        self.state = TxnState.IN_TRANSACTION
+
+    def produce(self, topic: str, value: bytes | None, key: bytes | None = None, *, partition: int | None = None,
+                headers: list[tuple[str, bytes]] | None = None, timestamp: int | None = None) -> None:
+        self._expect(TxnState.IN_TRANSACTION)
+        kwargs: dict[str, Any] = {"value": value, "key": key}
+        if partition is not None:
+            kwargs["partition"] = partition
+        if headers:
+            kwargs["headers"] = headers
+        if timestamp:
+            kwargs["timestamp"] = timestamp
+        while True:
+            try:
+                self._producer.produce(topic, **kwargs)
+                break
+            except BufferError:  # local queue full: let librdkafka drain it
+                self._producer.poll(0.05)
+            except KafkaException as exc:
+                raise self._guard(classify(exc, f"produce to {topic}")) from exc
+        self.records_in_transaction += 1
+        if self.records_in_transaction % 10_000 == 0:
+            self._producer.poll(0)
+
+    def send_offsets(self, offsets: list[TopicPartition], group_metadata: object, timeout: float = 30.0) -> None:
+        """Add the consumed offsets to the transaction (they commit or abort with it)."""
+        self._expect(TxnState.IN_TRANSACTION)
+        self._check_fatal("send_offsets_to_transaction")
+        try:
+            call("send_offsets_to_transaction", self._producer.send_offsets_to_transaction, offsets,
+                 group_metadata, timeout, policy=self._policy)
+        except KafkaEosError as exc:
+            raise self._guard(exc) from exc
+
+    def commit(self, timeout: float = 60.0) -> float:
+        """Flush, verify every record was delivered, then commit. Returns the commit latency in seconds.
+
+        Raises `DeliveryFailedError` (abortable) without committing if any record failed delivery."""
+        self._expect(TxnState.IN_TRANSACTION)
+        started = time.monotonic()
+        deadline = started + timeout
+        try:
+            remaining = self._producer.flush(timeout)
+        except KafkaException as exc:
+            raise self._guard(classify(exc, "flush")) from exc
+        self._check_fatal("commit_transaction")
+        if remaining or self._delivery_errors:
+            first = self._delivery_errors[0] if self._delivery_errors else None
+            raise DeliveryFailedError(
+                f"{self.transactional_id}: {len(self._delivery_errors)} record(s) failed delivery and "
+                f"{remaining} still queued; the transaction must not commit ({first.str() if first else 'timeout'})",
+                first)
+        try:
+            call("commit_transaction", lambda: self._producer.commit_transaction(max(1.0, deadline - time.monotonic())),
+                 policy=self._policy)
+        except KafkaEosError as exc:
+            raise self._guard(exc) from exc
+        self.state = TxnState.READY
+        return time.monotonic() - started
+
+    def abort(self, timeout: float = 60.0) -> None:
+        """Abort the open transaction. A no-op when none is open; on a fenced or failed producer too."""
+        if self.state != TxnState.IN_TRANSACTION:
+            return
+        try:
+            call("abort_transaction", self._producer.abort_transaction, timeout, policy=self._policy)
+        except KafkaEosError as exc:
+            raise self._guard(exc) from exc
+        self.state = TxnState.READY
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Idempotent. An open transaction is left to the broker (aborted by the next init or the timeout)."""
+        if self.state == TxnState.CLOSED:
+            return
+        self.state = TxnState.CLOSED
+        try:
+            self._producer.flush(timeout)
+        except KafkaException:
+            pass
+        self._producer = None  # type: ignore[assignment]  # drop the handle: librdkafka destroys it
+
+    @property
+    def usable(self) -> bool:
+        return self.state in (TxnState.READY, TxnState.IN_TRANSACTION) and self._fatal is None
+
+    def _check_fatal(self, operation: str) -> None:
+        if self._fatal is not None:
+            raise self._guard(classify(self._fatal, operation))

@@ -1,0 +1,81 @@
+"""Read an exact offset range `[start, end)` of one or more partitions with read_committed.
+
+A range may hold transaction markers and aborted records, so it can contain fewer than `end - start`
+visible records, or none. The read of a partition is finished when the consumer's **position** reaches
+`end` (librdkafka moves the position past markers and aborted batches), or when a record at or beyond
+`end - 1` arrives. It never waits for a record at `end - 1`: that offset is often a commit marker.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from transactions.errors import RetriableKafkaError, classify
+
+__all__ = ["OffsetRange", "read_ranges"]
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    topic: str
+    partition: int
+    start: int
+    end: int  # exclusive
+
+    @property
+    def empty(self) -> bool:
+        return self.start >= self.end
+
+
+def read_ranges(consumer: Consumer, ranges: list[OffsetRange], *, timeout: float = 60.0,
+                batch_size: int = 10_000) -> Iterator[list[Message]]:
+    """Yield lists of visible records with `start <= offset < end`, partition by partition in offset order.
+
+    The consumer is assigned exactly these partitions for the duration of the read, then unassigned.
+    Raises `RetriableKafkaError` if the ranges are not read within `timeout` seconds.
+    """
+    todo = {(r.topic, r.partition): r for r in ranges if not r.empty}
+    if not todo:
+        return
+    assigned = [TopicPartition(r.topic, r.partition, r.start) for r in todo.values()]
+    consumer.assign(assigned)
+    deadline = time.monotonic() + timeout
+    try:
+        while todo:
+            if time.monotonic() > deadline:
+                raise RetriableKafkaError(f"reading {sorted(todo)} did not finish within {timeout:.0f}s")
+            batch = _visible(consumer.consume(batch_size, 0.5), todo)
+            if batch:
+                yield batch
+            _finish_reached(consumer, todo)
+    finally:
+        # librdkafka keeps a partition's pause across unassign/assign: resume, or a reused consumer stalls.
+        consumer.resume(assigned)
+        consumer.unassign()
+
+
+def _visible(messages: list[Message], todo: Mapping[tuple[str, int], OffsetRange]) -> list[Message]:
+    out = []
+    for msg in messages:
+        err = msg.error()
+        if err is not None:
+            if err.code() == KafkaError._PARTITION_EOF:
+                continue
+            raise classify(KafkaException(err), "consume")
+        r = todo.get((msg.topic(), msg.partition()))
+        if r is not None and r.start <= msg.offset() < r.end:
+            out.append(msg)
+    return out
+
+
+def _finish_reached(consumer: Consumer, todo: dict[tuple[str, int], OffsetRange]) -> None:
+    positions = consumer.position([TopicPartition(t, p) for t, p in todo])
+    done = [tp for tp in positions if tp.offset >= todo[(tp.topic, tp.partition)].end]
+    if done:
+        consumer.pause(done)
+        for tp in done:
+            del todo[(tp.topic, tp.partition)]
