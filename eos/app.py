@@ -28,6 +28,7 @@ from eos.topology import SubTopology
 from eos.vectorized import BatchFormat
 
 if TYPE_CHECKING:
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     from eos.batch import TaskPlan
@@ -115,17 +116,19 @@ class Application:
         return sc.parallelize(plans, len(plans))
 
     # ------------------------------------------------------------------ running
-    def run(self, spark: "SparkSession | None" = None, *, master: str | None = None, until_caught_up: bool = False,
+    def run(self, spark: "SparkContext | SparkSession | None" = None, *, master: str | None = None, until_caught_up: bool = False,
             max_batches: int | None = None, max_seconds: float | None = None, handle_signals: bool = False,
             keep_task_results: bool = False) -> "RunSummary":
-        """Run on `spark` (or a new session on `master`) until stopped, caught up, or a limit is reached."""
+        """Run on `spark` (a SparkContext or SparkSession; default: a new context on `master`) until stopped,
+        caught up, or a limit is reached."""
         from eos.runner import Runner
-        from eos.spark import DEFAULT_MASTER, build_spark_session
+        from eos.spark import DEFAULT_MASTER, build_spark_context, spark_context_of
 
         if not self.subtopologies:
             raise ValueError(f"application {self.config.application_id!r} has no sub-topology: add one with "
                              "@app.process, @app.process_batch or app.add_processor")
-        session = spark or build_spark_session(master or DEFAULT_MASTER, app_name=self.config.application_id)
-        runner = Runner(self, session)
+        sc = spark_context_of(spark) if spark is not None else build_spark_context(
+            master or DEFAULT_MASTER, app_name=self.config.application_id)
+        runner = Runner(self, sc)
         return runner.run(until_caught_up=until_caught_up, max_batches=max_batches, max_seconds=max_seconds,
                           handle_signals=handle_signals, keep_task_results=keep_task_results)

@@ -41,8 +41,10 @@ class TaskResult:
     changelog_records: int = 0
     bytes_in: int = 0
     bytes_out: int = 0
+    offsets_ms: float = 0.0  # stable read of the committed offsets
     read_ms: float = 0.0
     process_ms: float = 0.0
+    produce_ms: float = 0.0  # begin, produce, send offsets
     commit_ms: float = 0.0
     restore_ms: float = 0.0
     restored_records: int = 0

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from eos.audit import audit_lineage
 from eos.examples import orders
-from eos.spark import DEFAULT_MASTER, build_spark_session
+from eos.spark import DEFAULT_MASTER, build_spark_context
 from localkafka.provision import provide_kafka
 from transactions import KafkaAdmin, TopicSpec
 
@@ -45,7 +45,7 @@ def main(records: int = 100_000, partitions: int = 4, master: str | None = None)
 
         app = orders.build(f"demo-enricher-{run}", input_topic=src, output_topic=dst,
                            bootstrap_servers=kafka.bootstrap_servers, max_records_per_batch=20_000)
-        spark = build_spark_session(master or DEFAULT_MASTER, app_name="eos-demo")
+        spark = build_spark_context(master or DEFAULT_MASTER, app_name="eos-demo")
         try:
             t0 = time.monotonic()
             summary = app.run(spark, until_caught_up=True)

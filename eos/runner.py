@@ -25,7 +25,7 @@ from eos.task import Job, run_task
 from transactions import KafkaAdmin
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark import SparkContext
 
     from eos.app import Application
 
@@ -111,9 +111,9 @@ class _SparkTasks:
 
 
 class Runner:
-    def __init__(self, app: "Application", spark: "SparkSession") -> None:
+    def __init__(self, app: "Application", sc: "SparkContext") -> None:
         self.app = app
-        self.spark = spark
+        self.sc = sc
         self.config = app.config
         self._stop = threading.Event()
         self.log = get_logger("eos.runner", app=self.config.application_id)
@@ -125,7 +125,7 @@ class Runner:
     def prepare(self) -> tuple[Planner, Job]:
         cfg = self.config
         cfg.require_bootstrap()
-        check_spark_conf(dict(self.spark.sparkContext.getConf().getAll()))
+        check_spark_conf(dict(self.sc.getConf().getAll()))
         admin = KafkaAdmin(cfg.bootstrap_servers)
         counts = check_topics(admin, self.app.subtopologies)
         check_broker(admin, cfg)
@@ -143,7 +143,7 @@ class Runner:
         cfg = self.config
         configure_logging(cfg.log_format, cfg.log_level)
         planner, job = self.prepare()
-        sc = self.spark.sparkContext
+        sc = self.sc
         broadcast = sc.broadcast(cloudpickle.dumps(job))
         tasks_fn = _SparkTasks(broadcast)
         summary = RunSummary(cfg.application_id)

@@ -49,9 +49,9 @@ from transactions import (
     stable_committed,
 )
 
-__all__ = ["Job", "run_task", "BatchFailedError", "STREAM_TIME_PREFIX"]
+__all__ = ["Job", "run_task", "BatchFailedError", "encode_commit_metadata", "decode_commit_metadata"]
 
-STREAM_TIME_PREFIX = "eos1;st="
+_METADATA_VERSION = "eos1"
 
 
 class BatchFailedError(RuntimeError):
@@ -127,13 +127,22 @@ def _result(plan: TaskPlan, task: TaskId, status: str, spark_attempt: int, batch
                       pid=os.getpid(), host=socket.gethostname())
 
 
-def _stream_time(metadata: str | None) -> int:
-    if metadata and metadata.startswith(STREAM_TIME_PREFIX):
-        try:
-            return int(metadata[len(STREAM_TIME_PREFIX):])
-        except ValueError:
-            return -1
-    return -1
+def encode_commit_metadata(stream_time: int, producer_token: str) -> str:
+    """Offset-commit metadata: the task's stream time (as Kafka Streams keeps partition time there) and the
+    token of the producer that committed."""
+    return f"{_METADATA_VERSION};st={stream_time};p={producer_token}"
+
+
+def decode_commit_metadata(metadata: str | None) -> tuple[int, str | None]:
+    """(stream time or -1, producer token or None); tolerant of metadata written by others."""
+    fields = dict(part.split("=", 1) for part in (metadata or "").split(";")[1:] if "=" in part)
+    if not (metadata or "").startswith(_METADATA_VERSION):
+        return -1, None
+    try:
+        stream_time = int(fields.get("st", "-1"))
+    except ValueError:
+        stream_time = -1
+    return stream_time, fields.get("p")
 
 
 def _run_batch(plan: TaskPlan, job: Job, sub: SubTopology, task: TaskId, producer: TransactionalProducer,
@@ -147,12 +156,18 @@ def _run_batch(plan: TaskPlan, job: Job, sub: SubTopology, task: TaskId, produce
         job.fault_hooks.fire(FaultPoint(point, str(task), task.partition, plan.batch, spark_attempt, batch_attempt))
 
     # 2. Stable read: the committed offsets are the only source of truth for progress.
+    t0 = time.monotonic()
     committed = stable_committed(consumer, [(r.topic, r.partition) for r in plan.ranges],
                                  timeout=min(cfg.batch_timeout, 20.0))
     ranges = tuple(OffsetRange(r.topic, r.partition,
                                c.offset if (c := committed[(r.topic, r.partition)]).offset is not None else r.start,
                                r.end) for r in plan.ranges)
-    stream_time = max((_stream_time(c.metadata) for c in committed.values()), default=-1)
+    result.offsets_ms = (time.monotonic() - t0) * 1000
+    decoded = [decode_commit_metadata(c.metadata) for c in committed.values()]
+    stream_time = max((st for st, _ in decoded), default=-1)
+    if producer.commits and any(token not in (None, producer.token) for _, token in decoded):
+        # Another worker committed this task since this cached producer's last commit, so it was fenced.
+        raise ProducerFencedError(f"{txn_id}: another worker committed this task since; the cached producer is stale")
 
     # 3. Open stores (restore from changelogs); cached per worker while the task stays here.
     runtime: TaskRuntime | None = clients.runtime(txn_id)
@@ -179,6 +194,7 @@ def _run_batch(plan: TaskPlan, job: Job, sub: SubTopology, task: TaskId, produce
     changelog = runtime.changelog_records()
 
     # 6. One transaction: outputs, changelog records, dead letters and the input offsets.
+    t0 = time.monotonic()
     producer.begin()
     bytes_out = 0
     for topic, partition, key, value, headers, ts in outcome.outputs:
@@ -189,9 +205,10 @@ def _run_batch(plan: TaskPlan, job: Job, sub: SubTopology, task: TaskId, produce
     for topic, partition, key, value, headers, ts in outcome.dead_letters:
         producer.produce(topic, value, key, partition=partition, headers=headers, timestamp=ts)
     fire("after_produce")
-    metadata = f"{STREAM_TIME_PREFIX}{max(stream_time, outcome.stream_time)}"
+    metadata = encode_commit_metadata(max(stream_time, outcome.stream_time), producer.token)
     offsets = [TopicPartition(r.topic, r.partition, _commit_offset(r, outcome.stopped_at), metadata) for r in ranges]
     producer.send_offsets(offsets, consumer.consumer_group_metadata(), timeout=cfg.batch_timeout)
+    result.produce_ms = (time.monotonic() - t0) * 1000
     fire("before_commit")
     result.commit_ms = producer.commit(timeout=cfg.batch_timeout) * 1000
     fire("after_commit")

@@ -41,7 +41,7 @@ class WorkerClients:
     def drop_producer(self, transactional_id: str) -> None:
         producer = self._producers.pop(transactional_id, None)
         if producer is not None:
-            producer.close(timeout=1.0)
+            producer.close()
 
     def consumer(self, config: EosConfig, purpose: str = "input") -> Consumer:
         """One consumer per application and purpose in this worker (tasks of a worker run one at a time)."""

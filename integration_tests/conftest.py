@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from eos.spark import DEFAULT_MASTER, build_spark_session
+from eos.spark import DEFAULT_MASTER, build_spark_context
 from localkafka.provision import KafkaEndpoint, provide_kafka
 
 
@@ -59,7 +59,7 @@ def make_topic_factory(endpoint: KafkaEndpoint, unique_name: Callable[[str], str
     return create
 
 
-class SparkSessions:
+class SparkContexts:
     """One SparkContext per process: switch masters by stopping the running session first."""
 
     def __init__(self) -> None:
@@ -70,7 +70,7 @@ class SparkSessions:
         if self.session is not None and self.master != master:
             self.stop()
         if self.session is None:
-            self.session = build_spark_session(master, app_name="eos-tests")
+            self.session = build_spark_context(master, app_name="eos-tests")
             self.master = master
         return self.session
 
@@ -81,19 +81,19 @@ class SparkSessions:
 
 
 @pytest.fixture(scope="session")
-def spark_sessions() -> Iterator[SparkSessions]:
-    sessions = SparkSessions()
+def spark_contexts() -> Iterator[SparkContexts]:
+    sessions = SparkContexts()
     yield sessions
     sessions.stop()
 
 
 @pytest.fixture
-def spark(spark_sessions: SparkSessions):
-    """Spark in local mode (2 threads, up to 4 attempts per task), speculation off."""
-    return spark_sessions.get(DEFAULT_MASTER)
+def spark(spark_contexts: SparkContexts):
+    """A SparkContext in local mode (2 threads, up to 4 attempts per task), speculation off."""
+    return spark_contexts.get(DEFAULT_MASTER)
 
 
 @pytest.fixture
-def spark_cluster(spark_sessions: SparkSessions):
-    """Spark in local-cluster mode: two executor JVMs with one core each."""
-    return spark_sessions.get("local-cluster[2,1,1024]")
+def spark_cluster(spark_contexts: SparkContexts):
+    """A SparkContext in local-cluster mode: two executor JVMs with one core each."""
+    return spark_contexts.get("local-cluster[2,1,1024]")

@@ -34,3 +34,46 @@ def read_values(bootstrap: str, topic: str, *, isolation: str = "read_committed"
     finally:
         consumer.close()
     return values
+
+
+def produce(bootstrap: str, topic: str, records, *, partition_of=None) -> int:
+    """Produce (key, value) pairs (idempotent producer, not transactional); returns the count."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
+    n = 0
+    for key, value in records:
+        kwargs = {} if partition_of is None else {"partition": partition_of(n, key)}
+        while True:
+            try:
+                producer.produce(topic, value=value, key=key, **kwargs)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        n += 1
+        if n % 20_000 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0, "input not fully delivered"
+    return n
+
+
+def assert_exactly_once(bootstrap: str, *, inputs: list[str], outputs: list[str], group: str,
+                        dead_letter_topic: str | None = None, expected_inputs: int | None = None):
+    """Lineage audit on the committed output + no open transaction on any output (I1, I2, I5)."""
+    from eos.audit import audit_lineage
+    from transactions import KafkaAdmin
+
+    admin = KafkaAdmin(bootstrap)
+    result = audit_lineage(bootstrap, inputs, outputs, dead_letter_topic=dead_letter_topic, group=group, admin=admin)
+    assert result.violations == 0, f"exactly-once violated: {result}"
+    if expected_inputs is not None:
+        assert result.expected == expected_inputs, f"committed offsets cover {result.expected} of {expected_inputs}"
+        assert result.unique_origins + result.dead_lettered == expected_inputs
+    topics = outputs + ([dead_letter_topic] if dead_letter_topic else [])
+    for topic in topics:
+        if admin.partition_counts([topic])[topic] is None:
+            continue
+        offsets = admin.partition_offsets(admin.topic_partitions(topic))
+        open_txn = {tp: o for tp, o in offsets.items() if o.open_transaction}
+        assert not open_txn, f"transactions left open on {topic}: {open_txn}"
+    return result

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import time
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -49,6 +50,8 @@ class TransactionalProducer:
     def __init__(self, bootstrap_servers: str, transactional_id: str, *, transaction_timeout_ms: int = 60_000,
                  overrides: Mapping[str, Any] | None = None, policy: RetryPolicy = DEFAULT_POLICY) -> None:
         self.transactional_id = transactional_id
+        #: Identifies this producer instance (e.g. in offset-commit metadata, to tell who committed last).
+        self.token = uuid.uuid4().hex[:12]
         self.transaction_timeout_ms = transaction_timeout_ms
         self._policy = policy
         self._delivery_errors: list[KafkaError] = []
@@ -59,6 +62,7 @@ class TransactionalProducer:
         self._producer = Producer(settings)
         self.state = TxnState.CREATED
         self.records_in_transaction = 0
+        self.commits = 0
 
     # ------------------------------------------------------------------ callbacks (producer thread-safe)
     def _on_delivery(self, err: KafkaError | None, msg: object) -> None:
@@ -73,6 +77,16 @@ class TransactionalProducer:
     def _expect(self, *states: TxnState) -> None:
         if self.state not in states:
             raise IllegalStateError(f"{self.transactional_id}: operation not allowed in state {self.state.value}")
+
+    def _fail(self, exc: KafkaException, operation: str) -> KafkaEosError:
+        """Classify a client error. librdkafka reports calls on a producer in fatal state as `_FATAL`;
+        the cause (e.g. fencing) reaches `error_cb` on the next poll, so poll once and classify the cause."""
+        err = exc.args[0] if exc.args else None
+        if isinstance(err, KafkaError) and err.code() == KafkaError._FATAL:
+            self._producer.poll(0)
+            if self._fatal is not None:
+                return self._guard(classify(self._fatal, operation))
+        return self._guard(classify(exc, operation))
 
     def _guard(self, exc: KafkaEosError) -> KafkaEosError:
         if isinstance(exc, ProducerFencedError):
@@ -97,7 +111,7 @@ class TransactionalProducer:
         try:
             self._producer.begin_transaction()
         except KafkaException as exc:
-            raise self._guard(classify(exc, "begin_transaction")) from exc
+            raise self._fail(exc, "begin_transaction") from exc
         self._delivery_errors.clear()
         self.records_in_transaction = 0
         self.state = TxnState.IN_TRANSACTION
@@ -119,7 +133,7 @@ class TransactionalProducer:
             except BufferError:  # local queue full: let librdkafka drain it
                 self._producer.poll(0.05)
             except KafkaException as exc:
-                raise self._guard(classify(exc, f"produce to {topic}")) from exc
+                raise self._fail(exc, f"produce to {topic}") from exc
         self.records_in_transaction += 1
         if self.records_in_transaction % 10_000 == 0:
             self._producer.poll(0)
@@ -144,7 +158,7 @@ class TransactionalProducer:
         try:
             remaining = self._producer.flush(timeout)
         except KafkaException as exc:
-            raise self._guard(classify(exc, "flush")) from exc
+            raise self._fail(exc, "flush") from exc
         self._check_fatal("commit_transaction")
         if remaining or self._delivery_errors:
             first = self._delivery_errors[0] if self._delivery_errors else None
@@ -158,6 +172,7 @@ class TransactionalProducer:
         except KafkaEosError as exc:
             raise self._guard(exc) from exc
         self.state = TxnState.READY
+        self.commits += 1
         return time.monotonic() - started
 
     def abort(self, timeout: float = 60.0) -> None:
@@ -170,13 +185,14 @@ class TransactionalProducer:
             raise self._guard(exc) from exc
         self.state = TxnState.READY
 
-    def close(self, timeout: float = 5.0) -> None:
-        """Idempotent. An open transaction is left to the broker (aborted by the next init or the timeout)."""
+    def close(self) -> None:
+        """Idempotent. Queued records are purged, not delivered: outside a commit they belong to a transaction
+        that will never commit. An open transaction is left to the broker (the next init aborts it)."""
         if self.state == TxnState.CLOSED:
             return
         self.state = TxnState.CLOSED
         try:
-            self._producer.flush(timeout)
+            self._producer.purge(in_queue=True, in_flight=True, blocking=False)
         except KafkaException:
             pass
         self._producer = None  # type: ignore[assignment]  # drop the handle: librdkafka destroys it

@@ -48,7 +48,10 @@ def read_ranges(consumer: Consumer, ranges: list[OffsetRange], *, timeout: float
         while todo:
             if time.monotonic() > deadline:
                 raise RetriableKafkaError(f"reading {sorted(todo)} did not finish within {timeout:.0f}s")
-            batch = _visible(consumer.consume(batch_size, 0.5), todo)
+            # Ask for no more than the ranges can still hold: consume() returns early only when it has
+            # `num_messages`, so a larger request would wait out its whole timeout at the end of a range.
+            want = max(1, min(batch_size, sum(r.end - _position(consumer, r) for r in todo.values())))
+            batch = _visible(consumer.consume(want, 0.05), todo)
             if batch:
                 yield batch
             _finish_reached(consumer, todo)
@@ -70,6 +73,11 @@ def _visible(messages: list[Message], todo: Mapping[tuple[str, int], OffsetRange
         if r is not None and r.start <= msg.offset() < r.end:
             out.append(msg)
     return out
+
+
+def _position(consumer: Consumer, r: OffsetRange) -> int:
+    pos = consumer.position([TopicPartition(r.topic, r.partition)])[0].offset
+    return pos if pos >= 0 else r.start
 
 
 def _finish_reached(consumer: Consumer, todo: dict[tuple[str, int], OffsetRange]) -> None:

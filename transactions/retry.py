@@ -31,7 +31,7 @@ class RetryPolicy:
         return Retrying(
             retry=retry_if_exception_type(RetriableKafkaError),
             stop=stop_after_attempt(self.attempts) | stop_after_delay(self.max_seconds),
-            wait=wait_exponential_jitter(initial=self.initial_backoff, max=self.max_backoff),
+            wait=wait_exponential_jitter(multiplier=self.initial_backoff, max=self.max_backoff, jitter=self.initial_backoff),
             before_sleep=_log_retry,
             reraise=True,
         )

@@ -1,0 +1,93 @@
+"""The job runs in a subprocess (driver, Spark JVM and Python workers in one process group) that is
+SIGKILLed at least 10 times, half of them while a task is between producing and committing, and is
+restarted each time. The committed output must still hold every input exactly once."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from integration_tests.helpers import assert_exactly_once, produce
+
+ROOT = Path(__file__).resolve().parents[2]
+JOB = ROOT / "integration_tests" / "jobs" / "pipeline.py"
+N = 200_000
+KILLS = 10
+
+
+def start_job(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "eos.cli", "run", str(JOB), "--until-caught-up"],
+                                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _group_alive(proc.pid):
+        time.sleep(0.2)
+    assert not _group_alive(proc.pid), "processes of the killed job survived"
+
+
+def _group_alive(pgid: int) -> bool:
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                stat = (p / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(stat[2]) == pgid and stat[0] not in ("Z", "X"):
+                return True
+    return False
+
+
+def wait_for(predicate, timeout: float, proc: subprocess.Popen[bytes]) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.05)
+    return False
+
+
+def test_job_survives_repeated_sigkill_and_restart(kafka, topic_factory, unique_name, tmp_path):
+    src, dst = topic_factory("in", partitions=4), topic_factory("out", partitions=4)
+    produce(kafka.bootstrap_servers, src,
+            ((f"k{i % 1000}".encode(), json.dumps({"id": i, "n": i}).encode()) for i in range(N)))
+    app_id, marks = unique_name("app"), tmp_path / "marks"
+    marks.mkdir()
+    env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": kafka.bootstrap_servers, "EOS_TEST_APP_ID": app_id,
+           "EOS_TEST_INPUT": src, "EOS_TEST_OUTPUT": dst, "EOS_TEST_MARK_DIR": str(marks), "EOS_TEST_BATCH": "1500"}
+    rng = random.Random(20261121)
+    log = tmp_path / "job.log"
+    kills = in_txn_kills = 0
+    while kills < KILLS:
+        proc = start_job(env, log)
+        if kills % 2 == 0:  # kill while a task holds an open transaction with produced records and offsets
+            hit = wait_for(lambda: any(marks.iterdir()), 120, proc)
+            in_txn_kills += hit
+        else:  # kill at a random moment of the run
+            wait_for(lambda: False, rng.uniform(6.0, 22.0), proc)
+        assert proc.poll() is None, f"the job finished before kill {kills + 1}; see {log}"
+        kill_group(proc)
+        kills += 1
+        for marker in marks.iterdir():
+            marker.unlink()
+    assert in_txn_kills >= KILLS // 2
+    env.pop("EOS_TEST_MARK_DIR")
+    env["EOS_TEST_BATCH"] = "25000"  # the catch-up run: small batches only matter while killing
+    final = start_job(env, log)
+    assert final.wait(600) == 0, f"the final run failed; see {log}"
+    assert_exactly_once(kafka.bootstrap_servers, inputs=[src], outputs=[dst], group=app_id, expected_inputs=N)

@@ -1,0 +1,73 @@
+"""Two attempts of the same task overlap: the first is SIGSTOPped after producing and adding its offsets,
+a second attempt runs the batch and commits, then the first resumes. Its commit must fail as fenced
+(it was fenced by the second attempt's init_transactions) and nothing may be duplicated (I4)."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import time
+from pathlib import Path
+
+from eos import Application
+from eos.batch import TaskPlan
+from eos.task import Job
+from eos.testing import StopSelf
+from integration_tests.helpers import assert_exactly_once, produce
+from transactions import KafkaAdmin, OffsetRange
+
+
+def copy(record):  # module level: the attempts run in spawned processes, which pickle by reference
+    return record.key, {"id": record.value["id"]}
+
+
+def build(app_id: str, bootstrap: str, src: str, dst: str, zombie: bool) -> Job:
+    app = Application(app_id, bootstrap, log_format="json", log_level="WARNING")
+    app.process(input=src, output=dst, key_serde="string", value_serde="json", name="copy")(copy)
+    if zombie:
+        app.fault_hooks.on("before_commit", StopSelf())
+    admin = KafkaAdmin(bootstrap)
+    return Job(app.config, app.subtopologies, app.fault_hooks, {"dlq_partitions": 0,
+                                                               **app.prepare_internal(admin, {src: 1, dst: 1})})
+
+
+def attempt(job: Job, plan: TaskPlan, results: "multiprocessing.Queue[object]") -> None:
+    from eos.task import run_task
+
+    result = run_task(plan, job)
+    results.put((result.status, result.records_out))
+
+
+def process_state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_zombie_attempt_cannot_commit_after_a_newer_attempt_started(kafka, topic_factory, unique_name):
+    src, dst = topic_factory("in"), topic_factory("out")
+    produce(kafka.bootstrap_servers, src, ((b"k", json.dumps({"id": i}).encode()) for i in range(1000)))
+    app_id = unique_name("app")
+    plan = TaskPlan("copy", 0, 0, (OffsetRange(src, 0, 0, 1000),))
+    ctx = multiprocessing.get_context("spawn")
+    results: multiprocessing.Queue[object] = ctx.Queue()
+
+    zombie = ctx.Process(target=attempt, args=(build(app_id, kafka.bootstrap_servers, src, dst, True), plan, results))
+    zombie.start()
+    deadline = time.monotonic() + 120
+    while process_state(zombie.pid) != "T":  # stopped in before_commit: records produced, offsets added
+        assert time.monotonic() < deadline and zombie.is_alive(), "the first attempt never reached its commit"
+        time.sleep(0.1)
+
+    newer = ctx.Process(target=attempt, args=(build(app_id, kafka.bootstrap_servers, src, dst, False), plan, results))
+    newer.start()
+    assert results.get(timeout=120) == ("committed", 1000)
+    newer.join(30)
+
+    os.kill(zombie.pid, signal.SIGCONT)
+    assert results.get(timeout=120) == ("fenced", 0)  # its commit failed: fenced, and it stopped
+    zombie.join(30)
+
+    result = assert_exactly_once(kafka.bootstrap_servers, inputs=[src], outputs=[dst], group=app_id,
+                                 expected_inputs=1000)
+    assert result.output_records == 1000
