@@ -20,12 +20,14 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from eos.aggregations import AggregateProcessor, counter, reducer, summer
 from eos.config import EosConfig
 from eos.faults import FaultHooks
 from eos.processing import FunctionProcessor, Processor
 from eos.serde import Serde, serde_for
 from eos.topology import SubTopology
 from eos.vectorized import BatchFormat
+from recovery import StoreSpec
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -35,9 +37,15 @@ if TYPE_CHECKING:
     from eos.runner import RunSummary
     from transactions import KafkaAdmin
 
-__all__ = ["Application"]
+__all__ = ["Application", "store"]
 
 SerdeSpec = Serde | str | None
+
+
+def store(name: str, *, key_serde: SerdeSpec = "bytes", value_serde: SerdeSpec = "json",
+          persistent: bool = True) -> StoreSpec:
+    """Declare a key-value store: RocksDB when `persistent`, else in memory; changelog-backed either way."""
+    return StoreSpec(name, serde_for(key_serde), serde_for(value_serde), persistent)
 
 
 class Application:
@@ -90,6 +98,35 @@ class Application:
         """Add a Processor API sub-topology. `processor` is a factory (e.g. the class): one instance per task."""
         return self._add(name, input, output, key_serde, value_serde, output_key_serde, output_value_serde,
                          extra_outputs, processor_factory=processor, stores=tuple(stores))
+
+    def aggregate(self, input: str | Sequence[str], output: str | None, *, name: str,
+                  initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any], Any],
+                  key_serde: SerdeSpec = "string", value_serde: SerdeSpec = "json",
+                  aggregate_serde: SerdeSpec = "json", persistent: bool = True) -> SubTopology:
+        """Per-key aggregate: `aggregator(key, value, aggregate) -> new aggregate`, starting from `initializer()`.
+        The store `<name>-store` holds the aggregates; every update is forwarded to `output`."""
+        spec = store(f"{name}-store", key_serde=key_serde, value_serde=aggregate_serde, persistent=persistent)
+        factory = partial(AggregateProcessor, spec.name, initializer, aggregator)
+        return self._add(name, input, output, key_serde, value_serde, None, aggregate_serde, (),
+                         processor_factory=factory, stores=(spec,))
+
+    def count(self, input: str | Sequence[str], output: str | None, *, name: str, **kwargs: Any) -> SubTopology:
+        """Records per key."""
+        init, agg = counter()
+        return self.aggregate(input, output, name=name, initializer=init, aggregator=agg,
+                              **{"aggregate_serde": "long", **kwargs})
+
+    def sum(self, input: str | Sequence[str], output: str | None, *, name: str,
+            value: Callable[[Any], Any] = lambda v: v, **kwargs: Any) -> SubTopology:
+        """Sum of `value(record value)` per key."""
+        init, agg = summer(value)
+        return self.aggregate(input, output, name=name, initializer=init, aggregator=agg, **kwargs)
+
+    def reduce(self, input: str | Sequence[str], output: str | None, *, name: str,
+               reducer_fn: Callable[[Any, Any], Any], **kwargs: Any) -> SubTopology:
+        """Fold the values of a key with `reducer_fn(aggregate, value)`; the first value starts the aggregate."""
+        init, agg = reducer(reducer_fn)
+        return self.aggregate(input, output, name=name, initializer=init, aggregator=agg, **kwargs)
 
     def _add(self, name: str, inputs: str | Sequence[str], output: str | None, key_serde: SerdeSpec,
              value_serde: SerdeSpec, output_key_serde: SerdeSpec, output_value_serde: SerdeSpec,

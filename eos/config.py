@@ -14,9 +14,10 @@ from typing import Any, Literal
 
 from transactions import UnsafeClientSetting, consumer_settings, producer_settings
 
-__all__ = ["EosConfig", "ConfigError", "BadRecordPolicy"]
+__all__ = ["EosConfig", "ConfigError", "BadRecordPolicy", "ProcessingGuarantee"]
 
 BadRecordPolicy = Literal["dead_letter", "fail"]
+ProcessingGuarantee = Literal["exactly_once", "at_least_once"]
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 
 
@@ -28,6 +29,9 @@ class ConfigError(ValueError):
 class EosConfig:
     application_id: str
     bootstrap_servers: str
+    #: "exactly_once" (one transaction per task and batch) or "at_least_once" (flush outputs, then commit
+    #: offsets outside a transaction: duplicates possible after failures; for comparison and lenient jobs).
+    processing_guarantee: ProcessingGuarantee = "exactly_once"
     #: Upper bound of records read from one input partition in one batch.
     max_records_per_batch: int = 50_000
     #: Seconds between the starts of two batches (a batch that takes longer is followed at once).
@@ -98,6 +102,9 @@ class EosConfig:
                 f"{self.batch_timeout}s: the broker would abort transactions that are still committing. "
                 f"Raise transaction_timeout_ms to at least {int(self.batch_timeout * 1000)} (2x is a good margin), "
                 "or lower batch_timeout and max_records_per_batch.")
+        if self.processing_guarantee not in ("exactly_once", "at_least_once"):
+            raise ConfigError(f"processing_guarantee must be 'exactly_once' or 'at_least_once', "
+                              f"got {self.processing_guarantee!r}")
         if self.on_bad_record not in ("dead_letter", "fail"):
             raise ConfigError(f"on_bad_record must be 'dead_letter' or 'fail', got {self.on_bad_record!r}")
         if self.auto_offset_reset not in ("earliest", "latest"):

@@ -18,6 +18,7 @@ from eos.deadletter import BadRecordError, ProducedRecord, Stage, bad_record_err
 from eos.lineage import ORIGIN_HEADER, encode_origin
 from eos.records import Output, Record
 from eos.serde import Serde, SerdeError
+from recovery import StoreError
 
 __all__ = ["Processor", "ProcessorContext", "FunctionProcessor", "BatchOutcome", "RecordScoped",
            "run_processor", "iter_outputs", "OutputSerializationError", "FrameworkError"]
@@ -184,7 +185,7 @@ class DeadLetterPolicy:
                                                 task=self.task))
 
 
-_NOT_A_BAD_RECORD = (MemoryError, BadRecordError, FrameworkError)
+_NOT_A_BAD_RECORD = (MemoryError, BadRecordError, FrameworkError, StoreError)
 
 
 def run_processor(processor: Processor, ctx: ProcessorContext, messages: Iterable[Message], *,
@@ -226,7 +227,11 @@ def run_processor(processor: Processor, ctx: ProcessorContext, messages: Iterabl
             outcome.stopped_at = _next_offsets(remaining[: i + 1])
             break
     ctx._enter(None, None)
+    for s in scoped:  # punctuation is one more scope; if it raises, the whole batch fails
+        s.begin_record()
     processor.punctuate(outcome.stream_time)
+    for s in scoped:
+        s.commit_record()
     outcome.outputs.extend(ctx._scope)
     ctx._scope = []
     return outcome

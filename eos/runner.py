@@ -116,6 +116,7 @@ class Runner:
         self.sc = sc
         self.config = app.config
         self._stop = threading.Event()
+        configure_logging(self.config.log_format, self.config.log_level)  # before binding: bind() freezes config
         self.log = get_logger("eos.runner", app=self.config.application_id)
 
     def request_stop(self) -> None:
@@ -141,7 +142,6 @@ class Runner:
             handle_signals: bool = False, keep_task_results: bool = False,
             on_batch: Callable[[BatchReport, list[TaskResult]], None] | None = None) -> RunSummary:
         cfg = self.config
-        configure_logging(cfg.log_format, cfg.log_level)
         planner, job = self.prepare()
         sc = self.sc
         broadcast = sc.broadcast(cloudpickle.dumps(job))

@@ -1,19 +1,141 @@
-"""Stateful sub-topologies: changelog topics and store runtimes (filled in by the state-store layer)."""
+"""State stores of stateful sub-topologies: changelog topics (driver) and the stores of one task (worker).
+
+In a task, per batch (DESIGN section 4, steps 3, 5 and 7):
+
+* `open()`: lock the task's state directory, open its stores and replay each changelog partition from
+  the offset the store recorded up to the partition's last stable offset;
+* during processing, writes go to a write buffer per store (record scopes roll back failed records);
+* `changelog_records()`: one record per changed key (a tombstone for a delete), produced in the batch's
+  transaction to `<application_id>-<store>-changelog`, partition = task partition;
+* `apply()`, called only after the commit: each buffer goes to its store in one atomic write together with
+  the changelog offset it now reflects (the offset of the store's last changelog record, + 1);
+* `release()`: close the stores and unlock, whatever happened.
+"""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from eos.config import EosConfig
+from eos.config import ConfigError, EosConfig
+from eos.placement import current_executor
 from eos.topology import SubTopology
+from recovery import (
+    Backend,
+    ChangelogConfigError,
+    KeyValueStore,
+    MemoryBackend,
+    RocksDBBackend,
+    TaskDirectory,
+    WriteBuffer,
+    changelog_record,
+    ensure_changelogs,
+    restore_store,
+)
 from transactions import KafkaAdmin
 
-__all__ = ["prepare_changelogs"]
+if TYPE_CHECKING:
+    from eos.worker import WorkerClients
+
+__all__ = ["prepare_changelogs", "TaskStores", "state_root"]
 
 
 def prepare_changelogs(admin: KafkaAdmin, config: EosConfig, subtopologies: Mapping[str, SubTopology],
                        partition_counts: Mapping[str, int]) -> dict[str, Any]:
-    if any(sub.stateful for sub in subtopologies.values()):
-        raise NotImplementedError("state stores are not available yet")
+    """Create (or validate) the changelog of every store; store names must be unique in the application."""
+    seen: dict[str, str] = {}
+    for sub in subtopologies.values():
+        for spec in sub.stores:
+            if spec.name in seen:
+                raise ConfigError(f"store {spec.name!r} is declared by sub-topologies {seen[spec.name]!r} and "
+                                  f"{sub.name!r}: store names must be unique within an application")
+            seen[spec.name] = sub.name
+        if sub.stores:
+            try:
+                ensure_changelogs(admin, config.application_id, sub.stores, partition_counts[sub.inputs[0]],
+                                  config.internal_replication_factor)
+            except ChangelogConfigError as exc:
+                raise ConfigError(str(exc)) from None
     return {}
+
+
+def state_root(config: EosConfig) -> Path:
+    """`<state_dir>/<application_id>`; `{executor}` in state_dir expands to the Spark executor id."""
+    base = config.state_dir.replace("{executor}", current_executor() or "local")
+    return Path(base).expanduser() / config.application_id
+
+
+class TaskStores:
+    def __init__(self, config: EosConfig, sub: SubTopology, partition: int) -> None:
+        self.config = config
+        self.partition = partition
+        self.task = f"{sub.name}-{partition}"
+        self.specs = {spec.name: spec for spec in sub.stores}
+        self.views = {name: KeyValueStore(spec) for name, spec in self.specs.items()}
+        self.changelogs = {name: spec.changelog_topic(config.application_id) for name, spec in self.specs.items()}
+        self.directory = TaskDirectory(state_root(config), self.task)
+        self._memory: dict[str, MemoryBackend] = {}  # in-memory stores live as long as this worker
+        self._backends: dict[str, Backend] = {}
+        self._buffers: dict[str, WriteBuffer] = {}
+
+    @property
+    def persistent(self) -> bool:
+        return any(spec.persistent for spec in self.specs.values())
+
+    def open(self, clients: "WorkerClients", log: Any) -> tuple[float, int]:
+        """Open and restore every store. Returns (milliseconds, changelog records replayed)."""
+        started = time.monotonic()
+        if self.persistent:
+            self.directory.lock(timeout=max(60.0, self.config.batch_timeout))
+        tps = [(topic, self.partition) for topic in self.changelogs.values()]
+        admin = clients.admin(self.config)
+        ends = admin.end_offsets(tps, committed=True)
+        starts = admin.earliest_offsets(tps)
+        consumer = clients.consumer(self.config, purpose="restore")
+        replayed = 0
+        for name, spec in self.specs.items():
+            backend = (RocksDBBackend(self.directory.store_path(name)) if spec.persistent
+                       else self._memory.setdefault(name, MemoryBackend()))
+            self._backends[name] = backend
+            tp = (self.changelogs[name], self.partition)
+            result = restore_store(backend, consumer, tp[0], tp[1], start_offset=starts[tp], end_offset=ends[tp],
+                                   log=log, timeout=max(600.0, self.config.batch_timeout))
+            replayed += result.records
+            if result.records:
+                log.info("store restored", store=name, records=result.records, seconds=round(result.seconds, 3),
+                         records_per_s=round(result.rate), wiped=result.wiped)
+            buffer = WriteBuffer(backend)
+            self._buffers[name] = buffer
+            self.views[name]._attach(buffer)
+        return (time.monotonic() - started) * 1000, replayed
+
+    def scoped(self) -> list[WriteBuffer]:
+        return list(self._buffers.values())
+
+    def changelog_records(self) -> list[tuple]:
+        records = []
+        for name, buffer in self._buffers.items():
+            topic = self.changelogs[name]
+            records.extend(changelog_record(topic, self.partition, k, v) for k, v in buffer.changes().items())
+        return records
+
+    def apply(self, last_offsets: Mapping[tuple[str, int], int]) -> None:
+        """Called only after the batch's transaction committed (invariant I3)."""
+        for name, buffer in self._buffers.items():
+            changes = buffer.changes()
+            last = last_offsets.get((self.changelogs[name], self.partition))
+            # Without a delivered offset the old (lower) offset stays: replaying from it is idempotent.
+            self._backends[name].write(changes, None if last is None else last + 1)
+            buffer.clear()
+
+    def release(self) -> None:
+        for view in self.views.values():
+            view._attach(None)
+        for name, backend in self._backends.items():
+            if self.specs[name].persistent:
+                backend.close()
+        self._backends.clear()
+        self._buffers.clear()
+        self.directory.unlock()

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+import uuid
 from typing import Any
 
 from confluent_kafka import TopicPartition
@@ -63,6 +64,7 @@ class Job:
 
     def __init__(self, config: EosConfig, subtopologies: dict[str, SubTopology], fault_hooks: FaultHooks,
                  extras: dict[str, Any] | None = None) -> None:
+        self.run_id = uuid.uuid4().hex  # task runtimes cached by workers belong to one run
         self.config = config
         self.subtopologies = subtopologies
         self.fault_hooks = fault_hooks
@@ -169,16 +171,33 @@ def _run_batch(plan: TaskPlan, job: Job, sub: SubTopology, task: TaskId, produce
         # Another worker committed this task since this cached producer's last commit, so it was fenced.
         raise ProducerFencedError(f"{txn_id}: another worker committed this task since; the cached producer is stale")
 
-    # 3. Open stores (restore from changelogs); cached per worker while the task stays here.
-    runtime: TaskRuntime | None = clients.runtime(txn_id)
-    if runtime is None:
-        runtime = TaskRuntime(job, sub, task.partition)
-        clients.set_runtime(txn_id, runtime)
-    result.restore_ms, result.restored_records = runtime.ensure_restored(clients, log)
     if all(r.empty for r in ranges):
         result.status = "noop"
         return result
 
+    # 3. Open the stores and restore them to their changelogs' end (runtime cached while the task stays here).
+    runtime: TaskRuntime | None = clients.runtime(txn_id, job.run_id)
+    if runtime is None:
+        runtime = TaskRuntime(job, sub, task.partition)
+        clients.set_runtime(txn_id, job.run_id, runtime)
+    try:
+        result.restore_ms, result.restored_records = runtime.ensure_restored(clients, log)
+        outcome, changelog = _process_and_commit(runtime, ranges, stream_time, producer, consumer, cfg, result,
+                                                 fire)
+    finally:
+        runtime.release()
+    result.records_in, result.bytes_in = outcome.records_in, outcome.bytes_in
+    result.records_out, result.dead_letters = len(outcome.outputs), len(outcome.dead_letters)
+    result.changelog_records = len(changelog)
+    log.debug("batch committed", records_in=result.records_in, records_out=result.records_out,
+              dead_letters=result.dead_letters, commit_ms=round(result.commit_ms, 1))
+    return result
+
+
+def _process_and_commit(runtime: TaskRuntime, ranges: tuple[OffsetRange, ...], stream_time: int,
+                        producer: TransactionalProducer, consumer: Any, cfg: EosConfig, result: TaskResult,
+                        fire: Any) -> tuple[Any, list[Any]]:
+    """Steps 4-7: read, process, one transaction, then the local state."""
     # 4. Read [committed, end) with read_committed.
     t0 = time.monotonic()
     messages = [m for chunk in read_ranges(consumer, list(ranges), timeout=cfg.batch_timeout) for m in chunk]
@@ -200,10 +219,9 @@ def _run_batch(plan: TaskPlan, job: Job, sub: SubTopology, task: TaskId, produce
     for topic, partition, key, value, headers, ts in outcome.outputs:
         producer.produce(topic, value, key, partition=partition, headers=headers, timestamp=ts)
         bytes_out += (len(value) if value else 0) + (len(key) if key else 0)
-    for topic, partition, key, value, headers, ts in changelog:
-        producer.produce(topic, value, key, partition=partition, headers=headers, timestamp=ts)
-    for topic, partition, key, value, headers, ts in outcome.dead_letters:
-        producer.produce(topic, value, key, partition=partition, headers=headers, timestamp=ts)
+    for records in (changelog, outcome.dead_letters):
+        for topic, partition, key, value, headers, ts in records:
+            producer.produce(topic, value, key, partition=partition, headers=headers, timestamp=ts)
     fire("after_produce")
     metadata = encode_commit_metadata(max(stream_time, outcome.stream_time), producer.token)
     offsets = [TopicPartition(r.topic, r.partition, _commit_offset(r, outcome.stopped_at), metadata) for r in ranges]
@@ -214,14 +232,10 @@ def _run_batch(plan: TaskPlan, job: Job, sub: SubTopology, task: TaskId, produce
     fire("after_commit")
 
     # 7. Only now does local state change (atomically with the changelog offsets it reflects).
-    runtime.after_commit()
-    result.records_in, result.bytes_in = outcome.records_in, outcome.bytes_in
-    result.records_out, result.dead_letters = len(outcome.outputs), len(outcome.dead_letters)
-    result.changelog_records, result.bytes_out = len(changelog), bytes_out
+    runtime.after_commit(producer.last_offsets)
     result.committed_offsets = {f"{tp.topic}:{tp.partition}": tp.offset for tp in offsets}
-    log.debug("batch committed", records_in=result.records_in, records_out=result.records_out,
-              dead_letters=result.dead_letters, commit_ms=round(result.commit_ms, 1))
-    return result
+    result.bytes_out = bytes_out
+    return outcome, changelog
 
 
 def _commit_offset(r: OffsetRange, stopped_at: dict[tuple[str, int], int] | None) -> int:

@@ -14,29 +14,42 @@ from typing import Any
 from confluent_kafka import Consumer
 
 from eos.config import EosConfig
-from transactions import TransactionalProducer, consumer_settings
+from transactions import AtLeastOnceProducer, KafkaAdmin, TransactionalProducer, consumer_settings
 
 __all__ = ["WorkerClients", "CLIENTS"]
 
 
 class WorkerClients:
     def __init__(self) -> None:
-        self._producers: dict[str, TransactionalProducer] = {}
+        self._producers: dict[str, TransactionalProducer | AtLeastOnceProducer] = {}
         self._consumers: dict[tuple[str, str, str], Consumer] = {}
         self._runtimes: dict[str, Any] = {}
+        self._admins: dict[str, KafkaAdmin] = {}
+
+    def admin(self, config: EosConfig) -> KafkaAdmin:
+        admin = self._admins.get(config.bootstrap_servers)
+        if admin is None:
+            admin = self._admins[config.bootstrap_servers] = KafkaAdmin(config.bootstrap_servers)
+        return admin
 
     def producer(self, transactional_id: str, config: EosConfig) -> tuple[TransactionalProducer, bool]:
-        """The cached producer, or a new one after `init_transactions()`. Returns (producer, fresh)."""
+        """The cached producer, or a new one after `init_transactions()`. Returns (producer, fresh).
+        With processing_guarantee="at_least_once", a non-transactional producer with the same calls."""
         cached = self._producers.get(transactional_id)
         if cached is not None and cached.usable:
-            return cached, False
+            return cached, False  # type: ignore[return-value]
         self.drop_producer(transactional_id)
-        producer = TransactionalProducer(config.bootstrap_servers, transactional_id,
-                                         transaction_timeout_ms=config.transaction_timeout_ms,
-                                         overrides=config.producer_config)
+        producer: TransactionalProducer | AtLeastOnceProducer
+        if config.processing_guarantee == "at_least_once":
+            producer = AtLeastOnceProducer(config.bootstrap_servers, self.consumer(config),
+                                           overrides=config.producer_config)
+        else:
+            producer = TransactionalProducer(config.bootstrap_servers, transactional_id,
+                                             transaction_timeout_ms=config.transaction_timeout_ms,
+                                             overrides=config.producer_config)
         producer.init(timeout=max(30.0, config.batch_timeout))
         self._producers[transactional_id] = producer
-        return producer, True
+        return producer, True  # type: ignore[return-value]
 
     def drop_producer(self, transactional_id: str) -> None:
         producer = self._producers.pop(transactional_id, None)
@@ -52,19 +65,23 @@ class WorkerClients:
             self._consumers[key] = consumer
         return consumer
 
-    def runtime(self, key: str) -> Any:
-        return self._runtimes.get(key)
+    def runtime(self, key: str, run_id: str) -> Any:
+        entry = self._runtimes.get(key)
+        return entry[1] if entry is not None and entry[0] == run_id else None
 
-    def set_runtime(self, key: str, runtime: Any) -> None:
-        self._runtimes[key] = runtime
+    def set_runtime(self, key: str, run_id: str, runtime: Any) -> None:
+        """Cache a task runtime; runtimes of earlier runs (another job definition) are closed."""
+        for other in [k for k, (rid, _) in self._runtimes.items() if rid != run_id or k == key]:
+            self.drop_runtime(other)
+        self._runtimes[key] = (run_id, runtime)
 
     def drop_runtime(self, key: str) -> None:
-        runtime = self._runtimes.pop(key, None)
-        if runtime is not None:
-            runtime.close()
+        entry = self._runtimes.pop(key, None)
+        if entry is not None:
+            entry[1].close()
 
     def runtimes(self) -> dict[str, Any]:
-        return dict(self._runtimes)
+        return {key: runtime for key, (_, runtime) in self._runtimes.items()}
 
 
 CLIENTS = WorkerClients()

@@ -18,6 +18,14 @@ from eos.spark import DEFAULT_MASTER, build_spark_context
 from localkafka.provision import KafkaEndpoint, provide_kafka
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Spark workers cannot import test modules: ship functions defined in them by value."""
+    from pyspark import cloudpickle
+
+    for module in {item.module for item in items if getattr(item, "module", None) is not None}:
+        cloudpickle.register_pickle_by_value(module)
+
+
 @pytest.fixture(scope="session")
 def kafka() -> Iterator[KafkaEndpoint]:
     with provide_kafka(brokers=1) as endpoint:

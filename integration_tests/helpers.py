@@ -77,3 +77,20 @@ def assert_exactly_once(bootstrap: str, *, inputs: list[str], outputs: list[str]
         open_txn = {tp: o for tp, o in offsets.items() if o.open_transaction}
         assert not open_txn, f"transactions left open on {topic}: {open_txn}"
     return result
+
+
+def assert_totals_exact(bootstrap: str, *, inputs: list[str], totals: list[str], group: str):
+    """Per key: the last committed {"count", "sum"} equals the value recomputed from the committed input, and
+    the committed sequence is exactly the running sequence (no step repeated or skipped)."""
+    import json
+
+    from eos.audit import audit_aggregate
+
+    results = {}
+    for kind, field in (("count", "count"), ("sum", "sum")):
+        r = audit_aggregate(bootstrap, inputs, totals, kind=kind, group=group,
+                            input_value=lambda raw: json.loads(raw)["n"],
+                            output_value=lambda raw, f=field: json.loads(raw)[f])
+        assert r.violations == 0, f"{kind}: {r}"
+        results[kind] = r
+    return results

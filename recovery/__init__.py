@@ -1,1 +1,25 @@
-"""recovery layer."""
+"""State stores (RocksDB and in-memory), write buffers, changelog topics, restore by replay, local state
+directories. Imports only from `transactions`."""
+
+from recovery.backends import Backend, MemoryBackend, RocksDBBackend, StoreError
+from recovery.changelog import ChangelogConfigError, changelog_record, ensure_changelogs
+from recovery.restore import RestoreResult, restore_store
+from recovery.state_dir import TaskDirectory
+from recovery.store import KeyValueStore, StoreSpec
+from recovery.write_buffer import WriteBuffer
+
+__all__ = [
+    "Backend",
+    "ChangelogConfigError",
+    "KeyValueStore",
+    "MemoryBackend",
+    "RestoreResult",
+    "RocksDBBackend",
+    "StoreError",
+    "StoreSpec",
+    "TaskDirectory",
+    "WriteBuffer",
+    "changelog_record",
+    "ensure_changelogs",
+    "restore_store",
+]

@@ -15,12 +15,14 @@ from transactions.errors import (
     classify,
 )
 from transactions.offsets import Committed, stable_committed
+from transactions.plain import AtLeastOnceProducer
 from transactions.producer import IllegalStateError, TransactionalProducer, TxnState
 from transactions.reader import OffsetRange, read_ranges
 from transactions.retry import DEFAULT_POLICY, RetryPolicy, call
 from transactions.settings import UnsafeClientSetting, consumer_settings, producer_settings
 
 __all__ = [
+    "AtLeastOnceProducer",
     "Committed",
     "DEFAULT_POLICY",
     "DeliveryFailedError",

@@ -55,6 +55,8 @@ class TransactionalProducer:
         self.transaction_timeout_ms = transaction_timeout_ms
         self._policy = policy
         self._delivery_errors: list[KafkaError] = []
+        #: Offset of the last record delivered to each (topic, partition) in the current transaction.
+        self.last_offsets: dict[tuple[str, int], int] = {}
         settings = producer_settings(bootstrap_servers, transactional_id, transaction_timeout_ms, overrides)
         settings["on_delivery"] = self._on_delivery
         settings["error_cb"] = self._on_error
@@ -65,9 +67,11 @@ class TransactionalProducer:
         self.commits = 0
 
     # ------------------------------------------------------------------ callbacks (producer thread-safe)
-    def _on_delivery(self, err: KafkaError | None, msg: object) -> None:
+    def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
         if err is not None:
             self._delivery_errors.append(err)
+        else:
+            self.last_offsets[(msg.topic(), msg.partition())] = msg.offset()
 
     def _on_error(self, err: KafkaError) -> None:
         if err.fatal():
@@ -113,6 +117,7 @@ class TransactionalProducer:
         except KafkaException as exc:
             raise self._fail(exc, "begin_transaction") from exc
         self._delivery_errors.clear()
+        self.last_offsets = {}
         self.records_in_transaction = 0
         self.state = TxnState.IN_TRANSACTION
 

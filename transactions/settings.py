@@ -27,8 +27,9 @@ _PRODUCER_DEFAULTS: dict[str, Any] = {
     "enable.idempotence": True,
     "acks": "all",
     "max.in.flight.requests.per.connection": 5,
-    # Only failed deliveries reach Python: per-record callbacks would dominate the cost of producing.
-    "delivery.report.only.error": True,
+    # Every delivery is reported: the producers track the last offset per partition (stores record the
+    # exact changelog offset they reflect). Measured: no visible cost next to produce() itself.
+    "delivery.report.only.error": False,
     # retry.backoff.ms also paces the transaction RPCs (AddPartitionsToTxn, EndTxn retries on
     # CONCURRENT_TRANSACTIONS); librdkafka's 100 ms default adds directly to commit latency.
     "retry.backoff.ms": 20,

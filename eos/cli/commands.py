@@ -34,6 +34,7 @@ def run(target: str = typer.Argument(..., help="module:app or path/to/job.py[:ap
         max_batches: int = typer.Option(None, help="Stop after this many batches"),
         max_seconds: float = typer.Option(None, help="Stop after this many seconds"),
         log_format: str = typer.Option(None, help="auto | json | console"),
+        spark_conf: list[str] = typer.Option([], "--spark-conf", help="Extra Spark setting key=value (repeatable)"),
         summary_json: Path = typer.Option(None, help="Write the run summary as JSON to this file")) -> None:
     """Run an exactly-once job on Spark. SIGINT/SIGTERM stop it after the current batch commits."""
     from eos.config import ConfigError
@@ -48,8 +49,12 @@ def run(target: str = typer.Argument(..., help="module:app or path/to/job.py[:ap
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from None
     configure_logging(application.config.log_format, application.config.log_level)
+    conf = dict(item.split("=", 1) for item in spark_conf if "=" in item)
     try:
-        summary = application.run(master=master, until_caught_up=until_caught_up, max_batches=max_batches,
+        from eos.spark import DEFAULT_MASTER, build_spark_context
+
+        sc = build_spark_context(master or DEFAULT_MASTER, application.config.application_id, conf)
+        summary = application.run(sc, until_caught_up=until_caught_up, max_batches=max_batches,
                                   max_seconds=max_seconds, handle_signals=True)
     except ConfigError as exc:
         console.print(f"[red]configuration error:[/red] {exc}")

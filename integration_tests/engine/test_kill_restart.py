@@ -1,6 +1,9 @@
 """The job runs in a subprocess (driver, Spark JVM and Python workers in one process group) that is
 SIGKILLed at least 10 times, half of them while a task is between producing and committing, and is
-restarted each time. The committed output must still hold every input exactly once."""
+restarted each time. The job chains a stateless sub-topology (input -> output) and a stateful one that reads
+its output (running count and sum per key, RocksDB store, 1,000 keys). Afterwards each committed output
+must hold every one of its inputs exactly once, and every key's committed totals must equal the totals
+recomputed from the committed input, with no step repeated or skipped."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from integration_tests.helpers import assert_exactly_once, produce
+from integration_tests.helpers import assert_exactly_once, assert_totals_exact, produce
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = ROOT / "integration_tests" / "jobs" / "pipeline.py"
@@ -63,13 +66,15 @@ def wait_for(predicate, timeout: float, proc: subprocess.Popen[bytes]) -> bool:
 
 
 def test_job_survives_repeated_sigkill_and_restart(kafka, topic_factory, unique_name, tmp_path):
-    src, dst = topic_factory("in", partitions=4), topic_factory("out", partitions=4)
+    src, dst, totals = (topic_factory("in", partitions=4), topic_factory("out", partitions=4),
+                        topic_factory("totals", partitions=4))
     produce(kafka.bootstrap_servers, src,
             ((f"k{i % 1000}".encode(), json.dumps({"id": i, "n": i}).encode()) for i in range(N)))
     app_id, marks = unique_name("app"), tmp_path / "marks"
     marks.mkdir()
     env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": kafka.bootstrap_servers, "EOS_TEST_APP_ID": app_id,
-           "EOS_TEST_INPUT": src, "EOS_TEST_OUTPUT": dst, "EOS_TEST_MARK_DIR": str(marks), "EOS_TEST_BATCH": "1500"}
+           "EOS_TEST_INPUT": src, "EOS_TEST_OUTPUT": dst, "EOS_TEST_TOTALS": totals,
+           "EOS_TEST_STATE_DIR": str(tmp_path / "state"), "EOS_TEST_MARK_DIR": str(marks), "EOS_TEST_BATCH": "1500"}
     rng = random.Random(20261121)
     log = tmp_path / "job.log"
     kills = in_txn_kills = 0
@@ -91,3 +96,6 @@ def test_job_survives_repeated_sigkill_and_restart(kafka, topic_factory, unique_
     final = start_job(env, log)
     assert final.wait(600) == 0, f"the final run failed; see {log}"
     assert_exactly_once(kafka.bootstrap_servers, inputs=[src], outputs=[dst], group=app_id, expected_inputs=N)
+    assert_exactly_once(kafka.bootstrap_servers, inputs=[dst], outputs=[totals], group=app_id, expected_inputs=N)
+    result = assert_totals_exact(kafka.bootstrap_servers, inputs=[dst], totals=[totals], group=app_id)
+    assert result["count"].keys_expected == 1000 and result["count"].output_records == N

@@ -1,0 +1,52 @@
+"""Keyed aggregations on state stores: count, sum, reduce and aggregate with an initializer.
+
+Records are grouped by their key as it is on the input topic: a task holds the aggregates of the keys of
+its partition. To aggregate by another key, first write the records re-keyed to a topic (a stateless
+sub-topology) and aggregate that topic. Every update is emitted (the output is the aggregate's changelog
+stream, like a KTable's), so the committed output holds each key's running value in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from eos.processing import Processor, ProcessorContext
+from eos.records import Record
+
+__all__ = ["AggregateProcessor", "counter", "summer", "reducer"]
+
+
+class AggregateProcessor(Processor):
+    def __init__(self, store: str, initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any], Any]) -> None:
+        self.store_name = store
+        self.initializer = initializer
+        self.aggregator = aggregator
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        self.store = context.store(self.store_name)
+
+    def process(self, record: Record) -> None:
+        if record.key is None:
+            raise ValueError("records without a key cannot be aggregated by key")
+        current = self.store.get(record.key)
+        updated = self.aggregator(record.key, record.value, self.initializer() if current is None else current)
+        self.store.put(record.key, updated)
+        self.context.forward(record.key, updated)
+
+
+def counter() -> tuple[Callable[[], Any], Callable[[Any, Any, Any], Any]]:
+    return (lambda: 0), (lambda key, value, count: count + 1)
+
+
+def summer(value: Callable[[Any], Any]) -> tuple[Callable[[], Any], Callable[[Any, Any, Any], Any]]:
+    return (lambda: 0), (lambda key, v, total: total + value(v))
+
+
+_FIRST = object()
+
+
+def reducer(reduce: Callable[[Any, Any], Any]) -> tuple[Callable[[], Any], Callable[[Any, Any, Any], Any]]:
+    """The first value of a key is its aggregate; later values are folded in with `reduce(aggregate, value)`."""
+    return (lambda: _FIRST), (lambda key, v, agg: v if agg is _FIRST else reduce(agg, v))

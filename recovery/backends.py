@@ -1,0 +1,162 @@
+"""Byte-level store backends: RocksDB (persistent, through rocksdict) and in-memory.
+
+Both expose sorted iteration by bytewise key order and one atomic `write(changes, changelog_offset)`:
+the data changes and the changelog offset they bring the store to are applied together or not at all
+(RocksDB: one WriteBatch across the data and `eos_meta` column families).
+"""
+
+from __future__ import annotations
+
+import bisect
+import shutil
+import struct
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Protocol
+
+from rocksdict import Options, Rdict, WriteBatch
+
+__all__ = ["Backend", "RocksDBBackend", "MemoryBackend", "StoreError"]
+
+_META_CF = "eos_meta"
+_OFFSET_KEY = b"changelog_offset"
+
+
+class StoreError(RuntimeError):
+    """A state store failed (I/O, lock, corruption). Never blamed on an input record."""
+
+
+class Backend(Protocol):
+    def get(self, key: bytes) -> bytes | None: ...
+    def iterate(self, start: bytes | None = None, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]: ...
+    def write(self, changes: Mapping[bytes, bytes | None], changelog_offset: int | None) -> None: ...
+    def changelog_offset(self) -> int | None: ...
+    def approximate_count(self) -> int: ...
+    def wipe(self) -> None: ...
+    def close(self) -> None: ...
+
+
+def _options() -> Options:
+    opt = Options(raw_mode=True)
+    opt.create_if_missing(True)
+    opt.create_missing_column_families(True)
+    return opt
+
+
+class RocksDBBackend:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._db: Rdict | None = None
+        self._open()
+
+    def _open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._db = Rdict(str(self.path), _options(), column_families={_META_CF: Options(raw_mode=True)})
+        except Exception as exc:  # rocksdict raises plain Exception for I/O and lock errors
+            raise StoreError(f"cannot open RocksDB store at {self.path}: {exc}") from exc
+        self._meta = self._db.get_column_family_handle(_META_CF)
+
+    def _require(self) -> Rdict:
+        if self._db is None:
+            raise StoreError(f"store {self.path} is closed")
+        return self._db
+
+    def get(self, key: bytes) -> bytes | None:
+        return self._require().get(key)
+
+    def iterate(self, start: bytes | None = None, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        it = self._require().iter()
+        if start is None:
+            it.seek_to_first()
+        else:
+            it.seek(start)
+        while it.valid():
+            key = it.key()
+            if end is not None and key >= end:
+                break
+            yield key, it.value()
+            it.next()
+
+    def write(self, changes: Mapping[bytes, bytes | None], changelog_offset: int | None) -> None:
+        db = self._require()
+        batch = WriteBatch(raw_mode=True)
+        for key, value in changes.items():
+            if value is None:
+                batch.delete(key)
+            else:
+                batch.put(key, value)
+        if changelog_offset is not None:
+            batch.put(_OFFSET_KEY, struct.pack(">q", changelog_offset), self._meta)
+        try:
+            db.write(batch)
+        except Exception as exc:
+            raise StoreError(f"write to {self.path} failed: {exc}") from exc
+
+    def changelog_offset(self) -> int | None:
+        meta = self._require().get_column_family(_META_CF)
+        try:
+            raw = meta.get(_OFFSET_KEY)
+        finally:
+            del meta  # a live column-family object keeps the database open
+        return None if raw is None else struct.unpack(">q", raw)[0]
+
+    def approximate_count(self) -> int:
+        return int(self._require().property_int_value("rocksdb.estimate-num-keys") or 0)
+
+    def wipe(self) -> None:
+        self.close()
+        shutil.rmtree(self.path, ignore_errors=True)
+        self._open()
+
+    def close(self) -> None:
+        """Release the database (and its LOCK file: the next opener may be another process)."""
+        if self._db is not None:
+            self._meta = None  # handles keep the native database alive
+            self._db.close()
+            self._db = None
+
+
+class MemoryBackend:
+    """Keys in a dict plus a lazily sorted key list for ordered scans. Lives as long as its worker process."""
+
+    def __init__(self) -> None:
+        self._data: dict[bytes, bytes] = {}
+        self._sorted: list[bytes] | None = None
+        self._offset: int | None = None
+
+    def get(self, key: bytes) -> bytes | None:
+        return self._data.get(key)
+
+    def iterate(self, start: bytes | None = None, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        if self._sorted is None:
+            self._sorted = sorted(self._data)
+        keys = self._sorted
+        i = 0 if start is None else bisect.bisect_left(keys, start)
+        j = len(keys) if end is None else bisect.bisect_left(keys, end)
+        for key in keys[i:j]:
+            yield key, self._data[key]
+
+    def write(self, changes: Mapping[bytes, bytes | None], changelog_offset: int | None) -> None:
+        for key, value in changes.items():
+            if value is None:
+                self._data.pop(key, None)
+            else:
+                self._data[key] = value
+        if changes:
+            self._sorted = None
+        if changelog_offset is not None:
+            self._offset = changelog_offset
+
+    def changelog_offset(self) -> int | None:
+        return self._offset
+
+    def approximate_count(self) -> int:
+        return len(self._data)
+
+    def wipe(self) -> None:
+        self._data.clear()
+        self._sorted, self._offset = None, None
+
+    def close(self) -> None:
+        pass

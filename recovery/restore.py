@@ -1,0 +1,74 @@
+"""Restore a store by replaying its changelog partition (read_committed) from the offset the store
+recorded (or the beginning) to the partition's end.
+
+Done when the consumer's position reaches the end offset (`transactions.read_ranges`); never waits for a
+record at end - 1, which is often a commit marker. Each chunk of records is applied with the offset it
+brings the store to, so an interrupted restore resumes where it stopped. A store that recorded an offset
+beyond the changelog's end, or before its start (the changelog was recreated or truncated), is
+corrupted: it is wiped and restored from the beginning.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer
+
+from recovery.backends import Backend
+from transactions import OffsetRange, read_ranges
+
+__all__ = ["RestoreResult", "restore_store"]
+
+
+@dataclass
+class RestoreResult:
+    records: int
+    seconds: float
+    start: int
+    end: int
+    wiped: bool = False
+
+    @property
+    def rate(self) -> float:
+        return self.records / self.seconds if self.seconds > 0 else 0.0
+
+
+def restore_store(backend: Backend, consumer: Consumer, topic: str, partition: int, *, start_offset: int,
+                  end_offset: int, log: Any = None, progress_every: float = 2.0,
+                  on_progress: Callable[[int, int, int], None] | None = None, timeout: float = 3600.0) -> RestoreResult:
+    """Replay `[recorded offset, end_offset)` of the changelog partition into `backend`.
+
+    `start_offset` is the partition's log start offset; `on_progress(records, position, end)` is called
+    every `progress_every` seconds."""
+    recorded = backend.changelog_offset()
+    wiped = False
+    if recorded is not None and (recorded > end_offset or recorded < start_offset):
+        if log is not None:
+            log.warning("store is ahead of or behind its changelog's range: wiping it and restoring from the start",
+                        changelog=f"{topic}[{partition}]", recorded=recorded, start=start_offset, end=end_offset)
+        backend.wipe()
+        recorded, wiped = None, True
+    begin = recorded if recorded is not None else start_offset
+    started = last_report = time.monotonic()
+    result = RestoreResult(0, 0.0, begin, end_offset, wiped)
+    if begin >= end_offset:
+        return result
+    for batch in read_ranges(consumer, [OffsetRange(topic, partition, begin, end_offset)], timeout=timeout):
+        changes = {msg.key(): msg.value() for msg in batch}  # in offset order: the last write of a key wins
+        backend.write(changes, changelog_offset=batch[-1].offset() + 1)
+        result.records += len(batch)
+        now = time.monotonic()
+        if now - last_report >= progress_every:
+            last_report = now
+            position = batch[-1].offset() + 1
+            if on_progress is not None:
+                on_progress(result.records, position, end_offset)
+            if log is not None:
+                log.info("restoring", changelog=f"{topic}[{partition}]", records=result.records, position=position,
+                         end=end_offset, records_per_s=round(result.records / (now - started)))
+    backend.write({}, changelog_offset=end_offset)  # past trailing markers and aborted records
+    result.seconds = time.monotonic() - started
+    return result

@@ -1,0 +1,112 @@
+"""Typed key-value stores as processors see them: `get`, `put`, `delete`, range and prefix scans.
+
+Keys are ordered by their serialized bytes (as in RocksDB and Kafka Streams). A store is a view over
+the task's write buffer of the current batch; using it outside a batch is an error.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from recovery.backends import StoreError
+from recovery.write_buffer import WriteBuffer
+
+__all__ = ["StoreSpec", "KeyValueStore", "Serde"]
+
+_NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
+
+
+class Serde(Protocol):
+    def serialize(self, obj: Any) -> bytes | None: ...
+    def deserialize(self, data: bytes | None) -> Any: ...
+
+
+@dataclass(frozen=True)
+class StoreSpec:
+    """A store declaration. `persistent=True`: RocksDB under the state directory; False: in memory."""
+
+    name: str
+    key_serde: Serde
+    value_serde: Serde
+    persistent: bool = True
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.name):
+            raise ValueError(f"store name {self.name!r} must be 1-100 characters of [A-Za-z0-9._-] "
+                             "(it names the changelog topic <application_id>-<store>-changelog)")
+
+    def changelog_topic(self, application_id: str) -> str:
+        return f"{application_id}-{self.name}-changelog"
+
+
+class KeyValueStore:
+    def __init__(self, spec: StoreSpec) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self._buffer: WriteBuffer | None = None
+
+    def _attach(self, buffer: WriteBuffer | None) -> None:
+        self._buffer = buffer
+
+    def _buf(self) -> WriteBuffer:
+        if self._buffer is None:
+            raise StoreError(f"store {self.name!r} is only available while a batch is processed")
+        return self._buffer
+
+    def _key(self, key: Any) -> bytes:
+        raw = self.spec.key_serde.serialize(key)
+        if raw is None:
+            raise ValueError(f"store {self.name!r}: keys cannot be None")
+        return raw
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        raw = self._buf().get(self._key(key))
+        return default if raw is None else self.spec.value_serde.deserialize(raw)
+
+    def put(self, key: Any, value: Any) -> None:
+        """Store `value` (None deletes the key)."""
+        self._buf().put(self._key(key), None if value is None else self.spec.value_serde.serialize(value))
+
+    def put_if_absent(self, key: Any, value: Any) -> Any:
+        current = self.get(key)
+        if current is None:
+            self.put(key, value)
+        return current
+
+    def delete(self, key: Any) -> Any:
+        old = self.get(key)
+        self._buf().put(self._key(key), None)
+        return old
+
+    def range(self, start: Any = None, end: Any = None) -> Iterator[tuple[Any, Any]]:
+        """Entries with start <= key < end in serialized-key order (None: unbounded)."""
+        lo = None if start is None else self._key(start)
+        hi = None if end is None else self._key(end)
+        return self._decode(self._buf().iterate(lo, hi))
+
+    def prefix_scan(self, prefix: Any) -> Iterator[tuple[Any, Any]]:
+        """Entries whose serialized key starts with the serialized `prefix`."""
+        lo = self._key(prefix)
+        return self._decode(self._buf().iterate(lo, _prefix_end(lo)))
+
+    def all(self) -> Iterator[tuple[Any, Any]]:
+        return self._decode(self._buf().iterate())
+
+    def approximate_num_entries(self) -> int:
+        return self._buf().backend.approximate_count()
+
+    def _decode(self, items: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[Any, Any]]:
+        ks, vs = self.spec.key_serde, self.spec.value_serde
+        for k, v in items:
+            yield ks.deserialize(k), vs.deserialize(v)
+
+
+def _prefix_end(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key with this prefix (None if there is none)."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])

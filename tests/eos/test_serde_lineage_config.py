@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+import pytest
+
+from eos import ConfigError, EosConfig, IntegerSerde, JsonSerde, LongSerde, SerdeError, StringSerde
+from eos.lineage import decode_origin, encode_origin, origin_of
+from eos.serde import serde_for
+from eos.task import decode_commit_metadata, encode_commit_metadata
+
+
+def test_serdes_round_trip_and_none():
+    for serde, value in [(StringSerde(), "héllo"), (JsonSerde(), {"a": [1, 2.5, None]}), (IntegerSerde(), -7),
+                         (LongSerde(), 2**40)]:
+        assert serde.deserialize(serde.serialize(value)) == value
+        assert serde.serialize(None) is None and serde.deserialize(None) is None
+    assert IntegerSerde().serialize(1) == b"\x00\x00\x00\x01"  # Kafka's IntegerSerializer layout
+
+
+def test_serde_errors_say_what_failed():
+    with pytest.raises(SerdeError, match="as JSON"):
+        JsonSerde().deserialize(b"{nope")
+    with pytest.raises(SerdeError, match="UTF-8"):
+        StringSerde().deserialize(b"\xff\xfe")
+    with pytest.raises(SerdeError, match="expected 4 bytes"):
+        IntegerSerde().deserialize(b"\x00")
+    with pytest.raises(SerdeError, match="expects str"):
+        StringSerde().serialize(3)
+    with pytest.raises(ValueError, match="unknown serde"):
+        serde_for("avro")
+
+
+def test_origin_header_round_trip_and_malformed():
+    raw = encode_origin("orders.v2-x", 3, 12345, 2)
+    assert decode_origin(raw) == ("orders.v2-x", 3, 12345, 2)
+    assert origin_of([("other", b"x"), ("eos.origin", raw)]).offset == 12345
+    for bad in (None, b"", b"topic:1:2", b"t:a:b:c", b":1:2:3", b"\xff"):
+        assert decode_origin(bad) is None
+
+
+def test_commit_metadata_round_trip():
+    assert decode_commit_metadata(encode_commit_metadata(1700, "abc")) == (1700, "abc")
+    assert decode_commit_metadata(None) == (-1, None)
+    assert decode_commit_metadata("someone else's metadata") == (-1, None)
+
+
+def test_config_fails_fast_with_what_to_change():
+    with pytest.raises(ConfigError, match="application_id"):
+        EosConfig("bad id!", "b:9092")
+    with pytest.raises(ConfigError, match="Raise transaction_timeout_ms to at least 30000"):
+        EosConfig("app", "b:9092", batch_timeout=30, transaction_timeout_ms=10_000)
+    with pytest.raises(ConfigError, match="enable.idempotence"):
+        EosConfig("app", "b:9092", producer_config={"enable.idempotence": False})
+    with pytest.raises(ConfigError, match="on_bad_record"):
+        EosConfig("app", "b:9092", on_bad_record="drop")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="bootstrap_servers is empty"):
+        EosConfig("app", "").require_bootstrap()
+    cfg = EosConfig("app", "b:9092")
+    assert cfg.dlq_topic == "app-dlq" and cfg.group_id == "app"
+    assert cfg.with_overrides(trigger_interval=None, max_records_per_batch=5).max_records_per_batch == 5
