@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from confluent_kafka import Message
 
 from eos.deadletter import BadRecordError, ProducedRecord, Stage, bad_record_error, dead_letter
-from eos.lineage import ORIGIN_HEADER, encode_origin
+from eos.lineage import ORIGIN_HEADER
 from eos.records import Output, Record
 from eos.serde import Serde, SerdeError
 from recovery import StoreError
@@ -52,7 +52,8 @@ class ProcessorContext:
         self.task_id = f"{subtopology}-{partition}"
         self.stream_time = stream_time
         self._output_topic = output_topic
-        self._key_serde, self._value_serde = key_serde, value_serde
+        self._serialize_key, self._serialize_value = key_serde.serialize, value_serde.serialize
+        self._origin_prefix = ""
         self._lineage = lineage
         self._stores = stores or {}
         self._current: Message | None = None
@@ -66,7 +67,7 @@ class ProcessorContext:
                 headers: list[tuple[str, bytes]] | None = None, timestamp: int | None = None) -> None:
         """Emit a record (or pass one `Output`). It is produced in the batch's transaction if the current
         record's processing completes."""
-        if isinstance(key, Output) and value is None:
+        if value is None and type(key) is Output:
             out = key
             key, value, topic, partition, headers, timestamp = (out.key, out.value, out.topic, out.partition,
                                                                 out.headers, out.timestamp)
@@ -74,20 +75,22 @@ class ProcessorContext:
         if target is None:
             raise ValueError(f"{self.task_id}: forward() needs a topic: the sub-topology has no output topic")
         try:
-            k = self._key_serde.serialize(key)
-            v = self._value_serde.serialize(value)
+            k = self._serialize_key(key)
+            v = self._serialize_value(value)
         except SerdeError as exc:
             raise OutputSerializationError(str(exc)) from exc
         msg = self._current
         if headers is None:
-            headers = [(hk, hv) for hk, hv in (msg.headers() or ())] if msg is not None and msg.headers() else []
-            headers = [h for h in headers if not h[0].startswith("eos.")]
+            inherited = msg.headers() if msg is not None else None
+            headers = [h for h in inherited if not h[0].startswith("eos.")] if inherited else []
         else:
             headers = list(headers)
         if self._lineage and msg is not None:
-            headers.append((ORIGIN_HEADER, encode_origin(msg.topic(), msg.partition(), msg.offset(), self._index)))
+            if self._index == 0:
+                self._origin_prefix = f"{msg.topic()}:{msg.partition()}:{msg.offset()}:"
+            headers.append((ORIGIN_HEADER, (self._origin_prefix + str(self._index)).encode()))
         self._index += 1
-        self._scope.append((target, partition, k, v, headers, timestamp if timestamp is not None else self._current_ts))
+        self._scope.append((target, partition, k, v, headers, self._current_ts if timestamp is None else timestamp))
 
     def store(self, name: str) -> Any:
         """The task's instance of a declared state store."""
@@ -156,7 +159,11 @@ class FunctionProcessor(Processor):
         self.fn = fn
 
     def process(self, record: Record) -> None:
-        for out in iter_outputs(self.fn(record)):
+        result = self.fn(record)
+        if type(result) is tuple and len(result) == 2:  # the common case, without a generator
+            self.context.forward(result[0], result[1])
+            return
+        for out in iter_outputs(result):
             self.context.forward(out)
 
 
@@ -195,24 +202,28 @@ def run_processor(processor: Processor, ctx: ProcessorContext, messages: Iterabl
     outcome = BatchOutcome(stream_time=ctx.stream_time)
     scoped = list(scoped)
     remaining: list[Message] = list(messages) if not isinstance(messages, list) else messages
+    key_of, value_of, process, outputs = key_serde.deserialize, value_serde.deserialize, processor.process, outcome.outputs
+    bytes_in = 0
     for i, msg in enumerate(remaining):
-        outcome.records_in += 1
         value = msg.value()
-        outcome.bytes_in += len(value) if value else 0
-        ts_type, ts = msg.timestamp()
+        if value:
+            bytes_in += len(value)
+        ts = msg.timestamp()[1]
         try:
-            record = Record(key_serde.deserialize(msg.key()), value_serde.deserialize(value), msg.topic(),
-                            msg.partition(), msg.offset(), ts, msg.headers())
+            record = Record(key_of(msg.key()), value_of(value), msg.topic(), msg.partition(), msg.offset(), ts,
+                            msg.headers())
         except SerdeError as exc:
             dlq.handle(msg, exc, "deserialize", outcome)
             continue
         if ts > outcome.stream_time:
             outcome.stream_time = ctx.stream_time = ts
-        ctx._enter(msg, ts)
+        ctx._current, ctx._current_ts, ctx._index = msg, ts, 0
+        if ctx._scope:
+            ctx._scope = []
         for s in scoped:
             s.begin_record()
         try:
-            processor.process(record)
+            process(record)
         except _NOT_A_BAD_RECORD:
             raise
         except Exception as exc:
@@ -222,10 +233,12 @@ def run_processor(processor: Processor, ctx: ProcessorContext, messages: Iterabl
             continue
         for s in scoped:
             s.commit_record()
-        outcome.outputs.extend(ctx._scope)
+        outputs.extend(ctx._scope)
         if ctx._commit_requested:
             outcome.stopped_at = _next_offsets(remaining[: i + 1])
             break
+    outcome.records_in = i + 1 if remaining else 0
+    outcome.bytes_in = bytes_in
     ctx._enter(None, None)
     for s in scoped:  # punctuation is one more scope; if it raises, the whole batch fails
         s.begin_record()

@@ -58,6 +58,14 @@ class Serde:
 class BytesSerde(Serde):
     name = "bytes"
 
+    def serialize(self, obj: Any) -> bytes | None:  # fast path: no copy, no wrapper
+        if obj is None or type(obj) is bytes:
+            return obj
+        return super().serialize(obj)
+
+    def deserialize(self, data: bytes | None) -> Any:
+        return data
+
     def _dumps(self, obj: Any) -> bytes:
         if not isinstance(obj, (bytes, bytearray, memoryview)):
             raise SerdeError(f"BytesSerde expects bytes, got {type(obj).__name__}")
@@ -69,6 +77,19 @@ class BytesSerde(Serde):
 
 class StringSerde(Serde):
     name = "UTF-8 string"
+
+    def serialize(self, obj: Any) -> bytes | None:
+        if type(obj) is str:
+            return obj.encode("utf-8")
+        return super().serialize(obj)
+
+    def deserialize(self, data: bytes | None) -> Any:
+        if data is None:
+            return None
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            return super().deserialize(data)  # raises a SerdeError that says what failed
 
     def _dumps(self, obj: Any) -> bytes:
         if not isinstance(obj, str):

@@ -123,24 +123,20 @@ class TransactionalProducer:
 
     def produce(self, topic: str, value: bytes | None, key: bytes | None = None, *, partition: int | None = None,
                 headers: list[tuple[str, bytes]] | None = None, timestamp: int | None = None) -> None:
-        self._expect(TxnState.IN_TRANSACTION)
-        kwargs: dict[str, Any] = {"value": value, "key": key}
-        if partition is not None:
-            kwargs["partition"] = partition
-        if headers:
-            kwargs["headers"] = headers
-        if timestamp:
-            kwargs["timestamp"] = timestamp
+        if self.state is not TxnState.IN_TRANSACTION:
+            self._expect(TxnState.IN_TRANSACTION)
+        produce = self._producer.produce
+        part = -1 if partition is None else partition  # -1: the partitioner decides
         while True:
             try:
-                self._producer.produce(topic, **kwargs)
+                produce(topic, value, key, partition=part, timestamp=timestamp or 0, headers=headers or None)
                 break
             except BufferError:  # local queue full: let librdkafka drain it
                 self._producer.poll(0.05)
             except KafkaException as exc:
                 raise self._fail(exc, f"produce to {topic}") from exc
         self.records_in_transaction += 1
-        if self.records_in_transaction % 10_000 == 0:
+        if not self.records_in_transaction % 10_000:
             self._producer.poll(0)
 
     def send_offsets(self, offsets: list[TopicPartition], group_metadata: object, timeout: float = 30.0) -> None:
