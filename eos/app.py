@@ -155,7 +155,7 @@ class Application:
     # ------------------------------------------------------------------ running
     def run(self, spark: "SparkContext | SparkSession | None" = None, *, master: str | None = None, until_caught_up: bool = False,
             max_batches: int | None = None, max_seconds: float | None = None, handle_signals: bool = False,
-            keep_task_results: bool = False) -> "RunSummary":
+            keep_task_results: bool = False, on_batch: Callable[..., None] | None = None) -> "RunSummary":
         """Run on `spark` (a SparkContext or SparkSession; default: a new context on `master`) until stopped,
         caught up, or a limit is reached."""
         from eos.runner import Runner
@@ -168,4 +168,4 @@ class Application:
             master or DEFAULT_MASTER, app_name=self.config.application_id)
         runner = Runner(self, sc)
         return runner.run(until_caught_up=until_caught_up, max_batches=max_batches, max_seconds=max_seconds,
-                          handle_signals=handle_signals, keep_task_results=keep_task_results)
+                          handle_signals=handle_signals, keep_task_results=keep_task_results, on_batch=on_batch)

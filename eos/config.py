@@ -50,6 +50,9 @@ class EosConfig:
     auto_offset_reset: Literal["earliest", "latest"] = "earliest"
     #: Attempts of one batch inside one Spark task (abortable errors, recreated producers).
     max_batch_attempts: int = 5
+    #: Consecutive failed batches (planning errors, Spark jobs that failed) the driver re-plans before it
+    #: gives up. Re-planning is always safe: the committed offsets are the only record of progress.
+    max_failed_batches: int = 5
     #: Local state directory (stores live in <state_dir>/<application_id>/<task>/<store>).
     state_dir: str = "~/.eos/state"
     #: Extra copies of each task's stores on other executors.

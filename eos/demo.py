@@ -1,7 +1,9 @@
-"""`eos demo`: a local Kafka cluster, generated input, the example exactly-once job on Spark, an audit."""
+"""`eos demo`: a local Kafka cluster, generated orders, the example exactly-once pipeline on Spark
+(a stateless enricher and stateful per-customer totals), and the auditor's verdict on its output."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
@@ -9,7 +11,7 @@ from confluent_kafka import Producer
 from rich.console import Console
 from rich.table import Table
 
-from eos.audit import audit_lineage
+from eos.audit import AggregateSpec, audit
 from eos.examples import orders
 from eos.spark import DEFAULT_MASTER, build_spark_context
 from localkafka.provision import provide_kafka
@@ -37,39 +39,52 @@ def main(records: int = 100_000, partitions: int = 4, master: str | None = None)
     with provide_kafka(brokers=1) as kafka:
         console.print(f"Kafka ({kafka.source}) at [bold]{kafka.bootstrap_servers}[/bold]")
         run = uuid.uuid4().hex[:6]
-        src, dst = f"demo-orders-{run}", f"demo-orders-enriched-{run}"
+        src, enriched, totals = f"demo-orders-{run}", f"demo-orders-enriched-{run}", f"demo-customer-totals-{run}"
         admin = KafkaAdmin(kafka.bootstrap_servers)
-        admin.create_topics([TopicSpec(src, partitions), TopicSpec(dst, partitions)])
+        admin.create_topics([TopicSpec(t, partitions) for t in (src, enriched, totals)])
         produce(kafka.bootstrap_servers, src, orders.generate(records, bad_every=1000))
         console.print(f"generated {records:,} orders in {src} ({partitions} partitions, 1 in 1000 malformed)")
 
-        app = orders.build(f"demo-enricher-{run}", input_topic=src, output_topic=dst,
-                           bootstrap_servers=kafka.bootstrap_servers, max_records_per_batch=20_000)
-        spark = build_spark_context(master or DEFAULT_MASTER, app_name="eos-demo")
+        app = orders.build(f"demo-orders-{run}", input_topic=src, output_topic=enriched, totals_topic=totals,
+                           bootstrap_servers=kafka.bootstrap_servers, max_records_per_batch=20_000,
+                           state_dir=f"~/.eos/demo-state/{run}", log_format="console", log_level="WARNING")
+        sc = build_spark_context(master or DEFAULT_MASTER, app_name="eos-demo")
         try:
             t0 = time.monotonic()
-            summary = app.run(spark, until_caught_up=True)
+            summary = app.run(sc, until_caught_up=True)
             elapsed = time.monotonic() - t0
         finally:
-            spark.stop()  # workers hold Kafka clients; stop them before the cluster goes away
+            sc.stop()  # workers hold Kafka clients; stop them before the cluster goes away
 
-        audit = audit_lineage(kafka.bootstrap_servers, [src], [dst], dead_letter_topic=app.config.dlq_topic,
-                              group=app.config.group_id, admin=admin)
-        hw = admin.partition_offsets(admin.topic_partitions(dst))
-        open_txns = sum(o.open_transaction for o in hw.values())
+        group, dlq = app.config.group_id, app.config.dlq_topic
+        changelog = f"{app.config.application_id}-totals-store-changelog"
+        stateless = audit(kafka.bootstrap_servers, inputs=[src], outputs=[enriched], dead_letter_topic=dlq, group=group)
+        chained = audit(kafka.bootstrap_servers, inputs=[enriched], outputs=[totals], group=group,
+                        extra_topics=[changelog])
+        revenue = AggregateSpec("sum", lambda raw: json.loads(raw)["total"], lambda raw: json.loads(raw)["revenue"])
+        exact = audit(kafka.bootstrap_servers, inputs=[enriched], outputs=[totals], group=group, aggregate=revenue)
 
-        table = Table(title="exactly-once demo: orders enricher", show_header=False)
-        rows = [("input records", f"{records:,}"), ("output records (committed)", f"{audit.output_records:,}"),
-                ("dead letters", f"{audit.dead_lettered:,}"), ("duplicates found (by lineage)", str(audit.duplicates)),
-                ("lost records", str(audit.lost)), ("unexpected records", str(audit.unexpected)),
-                ("open transactions on the output", str(open_txns)), ("batches", str(summary.batches)),
-                ("transactions committed", str(summary.transactions)),
-                ("job time", f"{elapsed:.1f} s ({summary.records_in / max(elapsed, 1e-9):,.0f} records/s, first batch "
-                             "includes Python worker start-up)")]
-        for name, value in rows:
+        table = Table(title="exactly-once demo: orders -> enrich -> totals per customer", show_header=False)
+        ln, tl, ag = stateless.lineage, chained.lineage, exact.aggregate
+        for name, value in [
+            ("input orders", f"{records:,}"),
+            ("enriched orders (committed)", f"{ln.output_records:,}"),
+            ("dead letters (malformed orders)", f"{ln.dead_lettered:,}"),
+            ("duplicates found (by lineage)", f"{ln.duplicates + tl.duplicates}"),
+            ("lost records", f"{ln.lost + tl.lost}"),
+            ("customer totals updates (committed)", f"{tl.output_records:,}"),
+            ("customers whose final revenue matches the input", f"{ag.keys_expected - ag.wrong_final:,} of "
+                                                               f"{ag.keys_expected:,}"),
+            ("open transactions (outputs, DLQ, changelog)",
+             f"{stateless.transactions.open_transactions + chained.transactions.open_transactions}"),
+            ("batches / transactions committed", f"{summary.batches} / {summary.transactions}"),
+            ("job time", f"{elapsed:.1f} s, {summary.records_in:,} records in (first batch includes worker start-up)"),
+        ]:
             table.add_row(name, value)
         console.print(table)
-        ok = audit.violations == 0 and open_txns == 0 and audit.output_records + audit.dead_lettered == records
-        console.print("[bold green]PASS[/bold green]: every input is in the output or the dead-letter topic exactly once"
-                      if ok else "[bold red]FAIL[/bold red]: the audit found violations")
+        verdicts = [stateless.verdict, chained.verdict, exact.verdict]
+        ok = all(v == "PASS" for v in verdicts) and ln.output_records + ln.dead_lettered == records
+        console.print("[bold green]PASS[/bold green]: every order is in the output or the dead-letter topic exactly "
+                      "once, and every customer's totals are exact" if ok
+                      else f"[bold red]FAIL[/bold red]: audit verdicts {verdicts}")
         return 0 if ok else 1

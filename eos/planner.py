@@ -57,8 +57,8 @@ class Planner:
 
     def plan(self, batch: int) -> list[TaskPlan]:
         tps = self.input_partitions()
-        committed = self.admin.group_offsets(self.config.group_id, tps, stable=False)
-        ends = self.admin.end_offsets(tps, committed=True)
+        committed = self.admin.group_offsets(self.config.group_id, tps, stable=False, timeout=10)
+        ends = self.admin.end_offsets(tps, committed=True, timeout=10)
         missing = [tp for tp in tps if committed.get(tp) is None]
         earliest = self.admin.earliest_offsets(missing) if missing else {}
         cap = self.config.max_records_per_batch

@@ -153,17 +153,29 @@ class Runner:
                       master=sc.master)
         with self._signals(handle_signals):
             try:
+                failures = 0
                 while not self._stop.is_set():
                     if max_seconds is not None and time.monotonic() - started > max_seconds:
                         break
                     t0, wall = time.monotonic(), time.time()
-                    plans = planner.plan(batch)
-                    if not plans:
-                        if until_caught_up:
-                            break
-                        self._stop.wait(cfg.trigger_interval)
+                    try:
+                        plans = planner.plan(batch)
+                        if not plans:
+                            if until_caught_up:
+                                break
+                            self._stop.wait(cfg.trigger_interval)
+                            continue
+                        results = self._execute(sc, tasks_fn, plans, batch)
+                    except Exception as exc:
+                        failures += 1
+                        if _stops_the_job(exc) or failures > cfg.max_failed_batches:
+                            raise
+                        backoff = min(30.0, 2.0 ** failures)
+                        self.log.error("batch failed; planning it again", batch=batch, failures=failures,
+                                       retry_in_s=backoff, error=str(exc).splitlines()[0][:500])
+                        self._stop.wait(backoff)
                         continue
-                    results = self._execute(sc, tasks_fn, plans, batch)
+                    failures = 0
                     report = _report(batch, wall, time.monotonic() - t0, results)
                     summary.add(report, results, keep_task_results)
                     self.log.info("batch done", **asdict(report))
@@ -206,6 +218,14 @@ class Runner:
         finally:
             for s, h in previous.items():
                 signal.signal(s, h)
+
+
+def _stops_the_job(exc: BaseException) -> bool:
+    """Errors that re-planning cannot fix: the bad-record policy said stop, or the configuration is wrong."""
+    from eos.config import ConfigError
+
+    text = str(exc)
+    return isinstance(exc, ConfigError) or "BadRecordError" in text or "on_bad_record='fail'" in text
 
 
 def _report(batch: int, wall: float, duration: float, results: list[TaskResult]) -> BatchReport:

@@ -102,10 +102,11 @@ def run_task(plan: TaskPlan, job: Job, spark_attempt: int = 0, clients: WorkerCl
             clients.drop_runtime(txn_id)
             last = exc
         except (RetriableKafkaError, FatalKafkaError, IllegalStateError) as exc:
-            log.warning("batch attempt failed; recreating the producer", error=str(exc), kind=type(exc).__name__)
+            log.warning("batch attempt failed; recreating the clients", error=str(exc), kind=type(exc).__name__)
             _abort_quietly(producer, clients, txn_id)
             clients.drop_producer(txn_id)
             clients.drop_runtime(txn_id)
+            clients.drop_consumers(cfg)
             last = exc
         except BaseException:
             _abort_quietly(producer, clients, txn_id)

@@ -49,12 +49,15 @@ class BrokerStatus:
 
 class LocalCluster:
     def __init__(self, root: str | Path, brokers: int = 1, *, heap: str = "512m",
-                 extra_config: dict[str, str] | None = None) -> None:
+                 extra_config: dict[str, str] | None = None, proxied: bool = False) -> None:
+        """`proxied`: advertise CLIENT and INTERNAL on separate ports for a TCP proxy per broker (start the
+        proxies from `proxy_routes()` before `up()`), and add an unproxied DIRECT listener."""
         if brokers not in (1, 3):
             raise ClusterError(f"brokers must be 1 or 3, got {brokers}")
         self.root = Path(root).expanduser().resolve()
         self.settings = ClusterSettings(brokers, dict(extra_config or {}))
         self.heap = heap
+        self.proxied = proxied
         self.cluster_id = _new_cluster_id()
         self.nodes: list[NodeSpec] = []
         self._jars: KafkaJars | None = None
@@ -68,7 +71,8 @@ class LocalCluster:
         if not path.is_file():
             raise ClusterError(f"no cluster in {path.parent} (run `eos cluster up` first)")
         data = json.loads(path.read_text())
-        cluster = cls(path.parent, data["brokers"], heap=data.get("heap", "512m"), extra_config=data.get("extra", {}))
+        cluster = cls(path.parent, data["brokers"], heap=data.get("heap", "512m"), extra_config=data.get("extra", {}),
+                      proxied=data.get("proxied", False))
         cluster.cluster_id = data["cluster_id"]
         cluster.nodes = [NodeSpec(**n) for n in data["nodes"]]
         return cluster
@@ -80,6 +84,7 @@ class LocalCluster:
     def _save(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         data = {"brokers": self.settings.brokers, "heap": self.heap, "extra": self.settings.extra,
+                "proxied": self.proxied,
                 "cluster_id": self.cluster_id, "nodes": [asdict(n) for n in self.nodes]}
         tmp = self.root / (STATE_FILE + ".tmp")
         tmp.write_text(json.dumps(data, indent=2))
@@ -90,6 +95,19 @@ class LocalCluster:
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(n.bootstrap for n in self.nodes)
+
+    @property
+    def direct_bootstrap_servers(self) -> str:
+        """Bootstrap addresses that bypass the proxies (same as `bootstrap_servers` when not proxied)."""
+        return ",".join(n.direct_bootstrap for n in self.nodes)
+
+    def proxy_routes(self) -> list[tuple[int, int, int]]:
+        """(node id, proxy port, broker port) for every proxied listener: client and inter-broker traffic."""
+        if not self.nodes:
+            self._allocate_nodes()
+        return [(n.node_id, adv, real) for n in self.nodes
+                for adv, real in ((n.advertised_client_port, n.client_port),
+                                  (n.advertised_internal_port, n.internal_port)) if adv]
 
     def node(self, node_id: int) -> NodeSpec:
         for n in self.nodes:
@@ -138,7 +156,7 @@ class LocalCluster:
         expected = brokers if brokers is not None else sum(
             self.state(n.node_id) == ProcState.RUNNING for n in self.nodes)
         try:
-            wait_ready(self.bootstrap_servers, expected, timeout)
+            wait_ready(self.direct_bootstrap_servers, expected, timeout)
         except TimeoutError as exc:
             raise ClusterError(f"{exc}; broker logs are in {self.root / 'logs'}") from None
 
@@ -213,20 +231,24 @@ class LocalCluster:
         node = self.node(node_id)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if node_answers(node.bootstrap) and node_id in live_broker_ids(self.bootstrap_servers):
+            if node_answers(node.direct_bootstrap) and node_id in live_broker_ids(self.direct_bootstrap_servers):
                 return
             time.sleep(0.3)
         raise ClusterError(f"broker {node_id} did not rejoin within {timeout:.0f}s; see {self.log_path(node_id)}")
 
     def status(self) -> list[BrokerStatus]:
-        live = live_broker_ids(self.bootstrap_servers, timeout=5.0) if self.is_running() else set()
+        live = live_broker_ids(self.direct_bootstrap_servers, timeout=5.0) if self.is_running() else set()
         return [BrokerStatus(n.node_id, state, n.pid, n.bootstrap,
-                             state == ProcState.RUNNING and node_answers(n.bootstrap, timeout=5.0), n.node_id in live)
+                             state == ProcState.RUNNING and node_answers(n.direct_bootstrap, timeout=5.0),
+                             n.node_id in live)
                 for n in self.nodes for state in [self.state(n.node_id)]]
 
     # ----------------------------------------------------------------- internals
     def _allocate_nodes(self) -> None:
         self.nodes = [NodeSpec(i, free_port(), free_port(), free_port()) for i in range(1, self.settings.brokers + 1)]
+        if self.proxied:
+            for n in self.nodes:
+                n.advertised_client_port, n.advertised_internal_port, n.direct_port = free_port(), free_port(), free_port()
 
     def _write_config(self, node: NodeSpec) -> None:
         d = self._node_dir(node)

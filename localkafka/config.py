@@ -3,7 +3,9 @@
 Every node is a combined broker + controller. A node has three listeners on loopback:
 CLIENT (what clients bootstrap from), INTERNAL (replication between brokers) and CONTROLLER (the KRaft
 quorum). The advertised ports of CLIENT and INTERNAL may differ from the bound ports, so that a TCP proxy
-per broker can sit between clients and brokers (network faults in chaos scenarios).
+per broker can sit between clients and brokers (network faults in chaos scenarios). A proxied cluster
+also has a DIRECT listener, never proxied, for tools that must not be affected by the faults (load
+generators, the auditor).
 """
 
 from __future__ import annotations
@@ -24,11 +26,17 @@ class NodeSpec:
     controller_port: int
     advertised_client_port: int | None = None
     advertised_internal_port: int | None = None
+    direct_port: int | None = None
     pid: int | None = None
 
     @property
     def bootstrap(self) -> str:
         return f"{HOST}:{self.advertised_client_port or self.client_port}"
+
+    @property
+    def direct_bootstrap(self) -> str:
+        """An address that bypasses any proxy (the DIRECT listener, else the bound client port)."""
+        return f"{HOST}:{self.direct_port or self.client_port}"
 
 
 @dataclass(frozen=True)
@@ -56,15 +64,22 @@ def free_port() -> int:
 def render_node_properties(node: NodeSpec, nodes: list[NodeSpec], settings: ClusterSettings, log_dir: str) -> str:
     voters = ",".join(f"{n.node_id}@{HOST}:{n.controller_port}" for n in nodes)
     rf, min_isr = settings.replication_factor, settings.min_isr
+    listeners = (f"CLIENT://{HOST}:{node.client_port},INTERNAL://{HOST}:{node.internal_port},"
+                 f"CONTROLLER://{HOST}:{node.controller_port}")
+    advertised = (f"CLIENT://{HOST}:{node.advertised_client_port or node.client_port},"
+                  f"INTERNAL://{HOST}:{node.advertised_internal_port or node.internal_port}")
+    protocols = "CLIENT:PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT"
+    if node.direct_port:
+        listeners += f",DIRECT://{HOST}:{node.direct_port}"
+        advertised += f",DIRECT://{HOST}:{node.direct_port}"
+        protocols += ",DIRECT:PLAINTEXT"
     props: dict[str, object] = {
         "process.roles": "broker,controller",
         "node.id": node.node_id,
         "controller.quorum.voters": voters,
-        "listeners": f"CLIENT://{HOST}:{node.client_port},INTERNAL://{HOST}:{node.internal_port},"
-        f"CONTROLLER://{HOST}:{node.controller_port}",
-        "advertised.listeners": f"CLIENT://{HOST}:{node.advertised_client_port or node.client_port},"
-        f"INTERNAL://{HOST}:{node.advertised_internal_port or node.internal_port}",
-        "listener.security.protocol.map": "CLIENT:PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "listeners": listeners,
+        "advertised.listeners": advertised,
+        "listener.security.protocol.map": protocols,
         "inter.broker.listener.name": "INTERNAL",
         "controller.listener.names": "CONTROLLER",
         "log.dirs": log_dir,

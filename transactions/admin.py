@@ -5,18 +5,21 @@ The AdminClient is kept on the instance: confluent-kafka fails pending futures i
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import concurrent.futures
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
-from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
 
-from transactions.errors import classify
-from transactions.retry import call
+from transactions.errors import RetriableKafkaError, classify
+from transactions.retry import DEFAULT_POLICY, call
 
 __all__ = ["KafkaAdmin", "TopicSpec", "PartitionOffsets"]
 
 TP = tuple[str, int]
+K = TypeVar("K")
 
 
 @dataclass(frozen=True)
@@ -41,7 +44,40 @@ class PartitionOffsets:
 class KafkaAdmin:
     def __init__(self, bootstrap_servers: str, overrides: Mapping[str, object] | None = None) -> None:
         self.bootstrap_servers = bootstrap_servers
-        self._admin = AdminClient({"bootstrap.servers": bootstrap_servers, **(overrides or {})})
+        self._settings = {"bootstrap.servers": bootstrap_servers, "error_cb": self._on_error, **(overrides or {})}
+        self._connection_lost = False
+        self._admin = AdminClient(self._settings)
+
+    def _on_error(self, err: Any) -> None:
+        if err.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
+            self._connection_lost = True
+
+    def _fresh(self) -> AdminClient:
+        """The admin client, replaced first if it lost a connection: librdkafka 2.16 admin clients can stop
+        answering group requests after their connections were reset, while a new client answers at once."""
+        self._admin.poll(0)
+        if self._connection_lost:
+            self._connection_lost = False
+            self._admin = AdminClient(self._settings)
+        return self._admin
+
+    def _request(self, operation: str, send: Callable[[], Mapping[K, concurrent.futures.Future]],
+                 timeout: float) -> dict[K, Any]:
+        """Send an admin request and wait for all its results; on a retriable failure the request is sent
+        again (a future completes once, so waiting on it again would not retry anything)."""
+
+        def attempt() -> dict[K, Any]:
+            self._fresh()
+            futures = send()
+            try:
+                return {key: fut.result(timeout) for key, fut in futures.items()}
+            except concurrent.futures.TimeoutError as exc:
+                self._connection_lost = True  # replaced before the next attempt
+                raise RetriableKafkaError(f"{operation}: no answer within {timeout:.0f}s") from exc
+            except KafkaException as exc:
+                raise classify(exc, operation) from exc
+
+        return DEFAULT_POLICY.retrying()(attempt)
 
     # ------------------------------------------------------------------ topics
     def partition_counts(self, topics: Iterable[str], timeout: float = 30.0) -> dict[str, int | None]:
@@ -73,16 +109,18 @@ class KafkaAdmin:
 
     def topic_config(self, topic: str, timeout: float = 30.0) -> dict[str, str]:
         resource = ConfigResource(ResourceType.TOPIC, topic)
-        fut = self._admin.describe_configs([resource], request_timeout=timeout)[resource]
-        return {k: v.value for k, v in call(f"describe configs of {topic}", fut.result, timeout).items()}
+        result = self._request(f"describe configs of {topic}",
+                               lambda: self._admin.describe_configs([resource], request_timeout=timeout), timeout)
+        return {k: v.value for k, v in result[resource].items()}
 
     def broker_config(self, timeout: float = 30.0) -> dict[str, str]:
         """Configuration of one broker (the controller's view of a live broker)."""
         md = call("list_topics", self._admin.list_topics, timeout=timeout)
         broker_id = sorted(md.brokers)[0]
         resource = ConfigResource(ResourceType.BROKER, str(broker_id))
-        fut = self._admin.describe_configs([resource], request_timeout=timeout)[resource]
-        return {k: v.value for k, v in call("describe broker configs", fut.result, timeout).items()}
+        result = self._request("describe broker configs",
+                               lambda: self._admin.describe_configs([resource], request_timeout=timeout), timeout)
+        return {k: v.value for k, v in result[resource].items()}
 
     def live_brokers(self, timeout: float = 30.0) -> int:
         return len(call("list_topics", self._admin.list_topics, timeout=timeout).brokers)
@@ -93,9 +131,9 @@ class KafkaAdmin:
         request = {TopicPartition(t, p): spec for t, p in partitions}
         if not request:
             return {}
-        futures = self._admin.list_offsets(request, isolation_level=isolation, request_timeout=timeout)
-        return {(tp.topic, tp.partition): call("list_offsets", fut.result, timeout).offset
-                for tp, fut in futures.items()}
+        result = self._request("list_offsets", lambda: self._admin.list_offsets(
+            request, isolation_level=isolation, request_timeout=timeout), timeout)
+        return {(tp.topic, tp.partition): info.offset for tp, info in result.items()}
 
     def end_offsets(self, partitions: Iterable[TP], *, committed: bool = True, timeout: float = 30.0) -> dict[TP, int]:
         """Last stable offset (`committed=True`, what read_committed readers can reach) or high watermark."""
@@ -125,16 +163,15 @@ class KafkaAdmin:
         tps = [TopicPartition(t, p) for t, p in partitions]
         if not tps:
             return {}
-        futures = self._admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)],
-                                                          require_stable=stable, request_timeout=timeout)
-        result = call(f"offsets of group {group}", futures[group].result, timeout)
-        return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None) for tp in result.topic_partitions}
+        result = self._request(f"offsets of group {group}", lambda: self._admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group, tps)], require_stable=stable, request_timeout=timeout), timeout)
+        return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None)
+                for tp in result[group].topic_partitions}
 
     def set_group_offsets(self, group: str, offsets: Mapping[TP, int], timeout: float = 30.0) -> None:
         """Set committed offsets of a group without members (outside any transaction: start-up use only)."""
         tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
         if not tps:
             return
-        futures = self._admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)],
-                                                           request_timeout=timeout)
-        call(f"set offsets of group {group}", futures[group].result, timeout)
+        self._request(f"set offsets of group {group}", lambda: self._admin.alter_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group, tps)], request_timeout=timeout), timeout)

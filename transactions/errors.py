@@ -24,12 +24,24 @@ __all__ = [
     "FatalKafkaError",
     "classify",
     "FENCING_CODES",
+    "TRANSIENT_CODES",
 ]
 
 FENCING_CODES = frozenset({
     KafkaError._FENCED,
     KafkaError.PRODUCER_FENCED,
     KafkaError.INVALID_PRODUCER_EPOCH,
+})
+
+
+# Broker or network conditions that pass on their own (leader moves, coordinator loading, timeouts), even
+# when the client does not flag them retriable (admin results often do not).
+TRANSIENT_CODES = frozenset({
+    KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN, KafkaError._WAIT_COORD,
+    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.NETWORK_EXCEPTION, KafkaError.UNSTABLE_OFFSET_COMMIT, KafkaError.CONCURRENT_TRANSACTIONS,
+    KafkaError.NOT_ENOUGH_REPLICAS, KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
 })
 
 
@@ -76,5 +88,7 @@ def classify(exc: KafkaException | KafkaError, operation: str) -> KafkaEosError:
     if err.txn_requires_abort():
         return TransactionAbortableError(message, err)
     if err.retriable():
+        return RetriableKafkaError(message, err)
+    if not err.fatal() and err.code() in TRANSIENT_CODES:
         return RetriableKafkaError(message, err)
     return FatalKafkaError(message, err)

@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 from confluent_kafka import OFFSET_INVALID, Consumer, TopicPartition
 
+from transactions.deadline import call_with_deadline
 from transactions.errors import classify
 from transactions.retry import DEFAULT_POLICY, RetryPolicy, call
 
@@ -31,7 +32,8 @@ def stable_committed(consumer: Consumer, partitions: list[tuple[str, int]], *, t
     """
     if not partitions:
         return {}
-    result = call("committed", consumer.committed, [TopicPartition(t, p) for t, p in partitions], timeout,
+    tps = [TopicPartition(t, p) for t, p in partitions]
+    result = call("committed", call_with_deadline, "committed", lambda: consumer.committed(tps, timeout), timeout + 10,
                   policy=policy)
     out: dict[tuple[str, int], Committed] = {}
     for tp in result:

@@ -27,10 +27,14 @@ from transactions.errors import (
     ProducerFencedError,
     classify,
 )
+from transactions.deadline import StuckClientError, call_with_deadline, park
 from transactions.retry import DEFAULT_POLICY, RetryPolicy, call
 from transactions.settings import producer_settings
 
 __all__ = ["TransactionalProducer", "TxnState", "IllegalStateError"]
+
+_GRACE = 5.0  # seconds a call may overrun its own timeout before the client is declared stuck
+_CONNECTION_LOST = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN})
 
 
 class TxnState(enum.Enum):
@@ -61,6 +65,8 @@ class TransactionalProducer:
         settings["on_delivery"] = self._on_delivery
         settings["error_cb"] = self._on_error
         self._fatal: KafkaError | None = None
+        self._stuck = False
+        self._connection_lost = False
         self._producer = Producer(settings)
         self.state = TxnState.CREATED
         self.records_in_transaction = 0
@@ -76,6 +82,8 @@ class TransactionalProducer:
     def _on_error(self, err: KafkaError) -> None:
         if err.fatal():
             self._fatal = err
+        elif err.code() in _CONNECTION_LOST:
+            self._connection_lost = True
 
     # ------------------------------------------------------------------ lifecycle
     def _expect(self, *states: TxnState) -> None:
@@ -99,12 +107,22 @@ class TransactionalProducer:
             self.state = TxnState.FAILED
         return exc
 
+    def _bounded(self, operation: str, fn: Any, timeout: float) -> Any:
+        """Run a transactional call with its timeout enforced by us too (see transactions.deadline)."""
+        try:
+            return call_with_deadline(operation, fn, timeout + _GRACE)
+        except StuckClientError:
+            self.state = TxnState.FAILED
+            self._stuck = True
+            raise
+
     def init(self, timeout: float = 60.0) -> None:
         """`init_transactions()`: fences older attempts of this transactional id and completes (commits or
         aborts) their open transaction before returning."""
         self._expect(TxnState.CREATED)
         try:
-            call("init_transactions", self._producer.init_transactions, timeout, policy=self._policy)
+            call("init_transactions", self._bounded, "init_transactions",
+                 lambda: self._producer.init_transactions(timeout), timeout, policy=self._policy)
         except KafkaEosError as exc:
             raise self._guard(exc) from exc
         self.state = TxnState.READY
@@ -144,8 +162,9 @@ class TransactionalProducer:
         self._expect(TxnState.IN_TRANSACTION)
         self._check_fatal("send_offsets_to_transaction")
         try:
-            call("send_offsets_to_transaction", self._producer.send_offsets_to_transaction, offsets,
-                 group_metadata, timeout, policy=self._policy)
+            call("send_offsets_to_transaction", self._bounded, "send_offsets_to_transaction",
+                 lambda: self._producer.send_offsets_to_transaction(offsets, group_metadata, timeout), timeout,
+                 policy=self._policy)
         except KafkaEosError as exc:
             raise self._guard(exc) from exc
 
@@ -167,9 +186,12 @@ class TransactionalProducer:
                 f"{self.transactional_id}: {len(self._delivery_errors)} record(s) failed delivery and "
                 f"{remaining} still queued; the transaction must not commit ({first.str() if first else 'timeout'})",
                 first)
+        def commit_once() -> None:
+            remaining = max(1.0, deadline - time.monotonic())
+            self._bounded("commit_transaction", lambda: self._producer.commit_transaction(remaining), remaining)
+
         try:
-            call("commit_transaction", lambda: self._producer.commit_transaction(max(1.0, deadline - time.monotonic())),
-                 policy=self._policy)
+            call("commit_transaction", commit_once, policy=self._policy)
         except KafkaEosError as exc:
             raise self._guard(exc) from exc
         self.state = TxnState.READY
@@ -181,7 +203,8 @@ class TransactionalProducer:
         if self.state != TxnState.IN_TRANSACTION:
             return
         try:
-            call("abort_transaction", self._producer.abort_transaction, timeout, policy=self._policy)
+            call("abort_transaction", self._bounded, "abort_transaction",
+                 lambda: self._producer.abort_transaction(timeout), timeout, policy=self._policy)
         except KafkaEosError as exc:
             raise self._guard(exc) from exc
         self.state = TxnState.READY
@@ -192,6 +215,10 @@ class TransactionalProducer:
         if self.state == TxnState.CLOSED:
             return
         self.state = TxnState.CLOSED
+        if self._stuck:  # a call is still inside the handle: never destroy it
+            park(self._producer)
+            self._producer = None  # type: ignore[assignment]
+            return
         try:
             self._producer.purge(in_queue=True, in_flight=True, blocking=False)
         except KafkaException:
@@ -200,7 +227,13 @@ class TransactionalProducer:
 
     @property
     def usable(self) -> bool:
-        return self.state in (TxnState.READY, TxnState.IN_TRANSACTION) and self._fatal is None
+        """Fit for another transaction. A producer that lost a broker connection since it was last used is
+        not: librdkafka may then block in coordinator requests past their timeout (see
+        transactions.deadline), and a replacement costs one `init_transactions()`."""
+        if self._producer is not None and self.state == TxnState.READY:
+            self._producer.poll(0)  # serve pending error callbacks
+        return (self.state in (TxnState.READY, TxnState.IN_TRANSACTION) and self._fatal is None
+                and not self._connection_lost)
 
     def _check_fatal(self, operation: str) -> None:
         if self._fatal is not None:

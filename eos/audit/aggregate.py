@@ -70,10 +70,11 @@ def _step(kind: AggregateKind) -> Callable[[Any, Any], Any]:
 
 def audit_aggregate(bootstrap_servers: str, inputs: Iterable[str], outputs: Iterable[str], *, kind: AggregateKind,
                     input_value: Callable[[bytes | None], Any], output_value: Callable[[bytes | None], Any],
-                    group: str | None = None, admin: KafkaAdmin | None = None, max_samples: int = 10,
+                    accept: Callable[[bytes | None], bool] | None = None, group: str | None = None, admin: KafkaAdmin | None = None, max_samples: int = 10,
                     progress: Callable[[int], None] | None = None) -> AggregateResult:
     """`input_value(raw value)` gives the number to aggregate (ignored for count); `output_value(raw value)`
-    extracts the aggregate from an output record. Keys are compared as raw bytes."""
+    extracts the aggregate from an output record; `accept(raw value)` selects the input records the job
+    aggregates (e.g. not the ones it dead-letters). Keys are compared as raw bytes."""
     admin = admin or KafkaAdmin(bootstrap_servers)
     step = _step(kind)
     result = AggregateResult()
@@ -87,6 +88,8 @@ def audit_aggregate(bootstrap_servers: str, inputs: Iterable[str], outputs: Iter
             until = {tp: committed.get(tp) or 0 for tp in tps}
         for batch in scan_topic(bootstrap_servers, topic, admin=admin, until=until, progress=progress):
             for msg in batch:
+                if accept is not None and not accept(msg.value()):
+                    continue
                 key = msg.key()
                 value = None if kind == "count" else input_value(msg.value())
                 running[key] = step(running.get(key), value)

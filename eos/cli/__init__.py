@@ -10,6 +10,7 @@ from importlib.metadata import entry_points
 
 import typer
 
+from eos.cli.audit import audit_app
 from eos.cli.cluster import cluster_app
 
 __all__ = ["app", "main"]
@@ -17,6 +18,7 @@ __all__ = ["app", "main"]
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Exactly-once Kafka pipelines on Spark: run jobs, audit output, manage a local Kafka.")
 app.add_typer(cluster_app, name="cluster")
+app.add_typer(audit_app, name="audit")
 
 
 def _register_commands() -> None:

@@ -1,10 +1,13 @@
-"""Example job: enrich orders (JSON) with their total, one output per input, bad records dead-lettered.
+"""Example job: enrich orders, then keep running totals per customer.
 
     eos run eos.examples.orders:app --until-caught-up     # with EOS_BOOTSTRAP_SERVERS set
 
-Input: `orders`, keys = customer id (string), values = {"id", "customer", "qty", "price", "country"}.
-Output: `orders-enriched`, same key, value + {"total", "country" upper-cased}.
-A record whose value is not JSON, or lacks qty/price, goes to `orders-enricher-dlq`.
+Sub-topology `enrich` (stateless): `orders` -> `orders-enriched`. Keys are customer ids (strings), values
+{"id", "customer", "qty", "price", "country"}; the output adds "total" and upper-cases "country". A record
+that is not JSON, or lacks qty/price, goes to the dead-letter topic `orders-enricher-dlq`.
+
+Sub-topology `totals` (stateful, RocksDB): `orders-enriched` -> `customer-totals`, the running number of
+orders and revenue per customer, one update per order.
 """
 
 from __future__ import annotations
@@ -22,10 +25,18 @@ def enrich(record: Record) -> tuple[Any, dict[str, Any]]:
     return record.key, {**order, "country": str(order.get("country", "")).upper(), "total": total}
 
 
+def add_order(customer: str, order: dict[str, Any], totals: dict[str, Any]) -> dict[str, Any]:
+    return {"orders": totals["orders"] + 1, "revenue": totals["revenue"] + order["total"]}
+
+
 def build(application_id: str = "orders-enricher", *, input_topic: str = "orders",
-          output_topic: str = "orders-enriched", bootstrap_servers: str | None = None, **settings: Any) -> Application:
+          output_topic: str = "orders-enriched", totals_topic: str | None = "customer-totals",
+          bootstrap_servers: str | None = None, **settings: Any) -> Application:
     app = Application(application_id, bootstrap_servers, **settings)
     app.process(input=input_topic, output=output_topic, key_serde="string", value_serde="json", name="enrich")(enrich)
+    if totals_topic:
+        app.aggregate(output_topic, totals_topic, name="totals", initializer=lambda: {"orders": 0, "revenue": 0.0},
+                      aggregator=add_order)
     return app
 
 

@@ -10,10 +10,10 @@ class FakeAdmin:
     def __init__(self, committed, ends, earliest):
         self.committed, self.ends, self.earliest = committed, ends, earliest
 
-    def group_offsets(self, group, tps, stable=True):
+    def group_offsets(self, group, tps, stable=True, timeout=30):
         return {tp: self.committed.get(tp) for tp in tps}
 
-    def end_offsets(self, tps, committed=True):
+    def end_offsets(self, tps, committed=True, timeout=30):
         return {tp: self.ends[tp] for tp in tps}
 
     def earliest_offsets(self, tps):

@@ -66,3 +66,17 @@ def test_fenced_and_abortable_are_never_retried():
         with pytest.raises((ProducerFencedError, TransactionAbortableError)):
             call("commit", fail, policy=FAST)
         assert len(calls) == 1
+
+
+def test_calls_past_their_deadline_declare_the_client_stuck():
+    import threading
+
+    from transactions.deadline import StuckClientError, call_with_deadline
+
+    release = threading.Event()
+    with pytest.raises(StuckClientError, match="did not return within"):
+        call_with_deadline("send_offsets_to_transaction", lambda: release.wait(30), 0.2)
+    release.set()
+    assert call_with_deadline("fine", lambda: 42, 5) == 42
+    with pytest.raises(ValueError):
+        call_with_deadline("raises", lambda: (_ for _ in ()).throw(ValueError("x")), 5)

@@ -1,0 +1,82 @@
+"""`eos chaos ...` (plugged into the eos CLI through the `eos.cli` entry point)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(no_args_is_help=True, help="Chaos and failover tests: faults under load, judged by the auditor.")
+console = Console()
+
+
+@app.command("list")
+def list_() -> None:
+    """Built-in scenarios (TOML files in chaos/scenarios and the generated failover matrix)."""
+    from chaos.scenario import builtin_scenarios
+
+    table = Table("scenario", "job", "records", "brokers", "master", "faults", "description")
+    for name, s in builtin_scenarios().items():
+        faults = ", ".join(f"{f.count}x {f.kind}" for f in s.faults)
+        table.add_row(name, s.job, f"{s.records:,}", str(s.brokers), s.master, faults, s.description)
+    console.print(table)
+
+
+def _print_result(result) -> None:  # type: ignore[no-untyped-def]
+    table = Table("fault", "target", "at s", "lasted s", "recovery s")
+    for r in result.recovery:
+        table.add_row(r["kind"], r["target"], str(r["start_s"]), str(r["duration_s"]),
+                      "-" if r["recovery_s"] is None else str(r["recovery_s"]))
+    console.print(table)
+    for audit in result.audits:
+        check = audit.get("lineage") or audit.get("aggregate") or {}
+        counts = {k: v for k, v in check.items() if isinstance(v, int)}
+        console.print(f"audit {audit['mode']}: {audit['verdict']} {counts}")
+    color = "green" if result.verdict == "PASS" else "red"
+    console.print(f"[bold {color}]{result.verdict}[/bold {color}] {'; '.join(result.reasons)} — "
+                  f"{result.faults_injected} fault(s), {result.job.get('restarts', 0)} job restart(s), "
+                  f"{result.duration_s}s; report in {result.workdir}")
+
+
+@app.command()
+def run(scenario: str = typer.Argument(..., help="Built-in scenario name or path to a .toml file"),
+        seed: int = typer.Option(None, help="Override the scenario's seed"),
+        records: int = typer.Option(None, help="Override the number of input records"),
+        rate: int = typer.Option(None, help="Override the input rate (records/s)"),
+        out: Path = typer.Option(None, help="Directory for the report (default reports/chaos/<name>-seed<seed>)")) -> None:
+    """Run one scenario; exit code 1 if the auditor finds a violation."""
+    from chaos.harness import run_scenario
+    from chaos.scenario import load_scenario
+
+    s = load_scenario(scenario).with_overrides(seed=seed, records=records, rate=rate)
+    result = run_scenario(s, out or Path("reports/chaos") / f"{s.name}-seed{s.seed}")
+    _print_result(result)
+    raise typer.Exit(0 if result.verdict == "PASS" else 1)
+
+
+@app.command()
+def matrix(repeats: int = typer.Option(5, help="Runs per scenario (seeds 1..repeats)"),
+           records: int = typer.Option(200_000, help="Input records per run"),
+           rate: int = typer.Option(5000, help="Input records per second"),
+           only: str = typer.Option(None, help="Run only scenarios whose name contains this"),
+           out: Path = typer.Option(Path("reports/chaos/matrix"), help="Report directory")) -> None:
+    """Every fault kind x {stateless, stateful}, repeated; prints the table and writes matrix.json."""
+    from chaos.matrix import matrix_scenarios, run_matrix
+
+    scenarios = [s for name, s in matrix_scenarios(records, rate).items() if not only or only in name]
+
+    def progress(s, result, seconds) -> None:  # type: ignore[no-untyped-def]
+        console.print(f"{time.strftime('%H:%M:%S')} {s.name} seed {s.seed}: {result.verdict} "
+                      f"({result.violations} violations, {result.faults_injected} faults, {seconds:.0f}s)"
+                      + (f" {result.reasons}" if result.reasons else ""))
+
+    rows = run_matrix(scenarios, repeats, out, on_result=progress)
+    table = Table("scenario", "runs", "passed", "records/run", "faults", "violations", "median recovery s")
+    for r in rows:
+        table.add_row(r["scenario"], str(r["runs"]), str(r["passed"]), f"{r['records_per_run']:,}",
+                      str(r["faults_injected"]), str(r["violations"]), str(r["median_recovery_s"]))
+    console.print(table)
+    raise typer.Exit(0 if all(r["passed"] == r["runs"] for r in rows) else 1)

@@ -1,0 +1,262 @@
+"""Fault injectors. Each takes the harness context and a scheduled fault, performs the fault (blocking for
+its duration), and records its start and end on the timeline.
+
+Processes: driver, Spark executor JVM (local-cluster), Python worker: SIGKILL, SIGTERM, SIGSTOP/SIGCONT.
+Brokers (3-node cluster): hard bounce (SIGKILL + restart), clean bounce, pause.
+Network between clients and brokers (TCP proxy per broker): latency, connection resets, blackhole, and
+a full partition of one broker (its client and inter-broker traffic).
+Zombies: a Python worker stopped inside a transaction past the transaction timeout, then resumed.
+Poison: a burst of malformed input records.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from chaos.processes import Proc, alive, executors, python_workers
+from chaos.scenario import ScheduledFault
+
+if TYPE_CHECKING:
+    from chaos.harness import Context
+
+__all__ = ["KINDS", "FaultKind", "inject"]
+
+
+@dataclass(frozen=True)
+class FaultKind:
+    run: Callable[["Context", ScheduledFault], str]
+    brokers: bool = False  # needs a 3-broker cluster
+    cluster_mode: bool = False  # needs Spark local-cluster (executor JVMs)
+    network: bool = False  # needs the proxies
+    in_transaction: bool = False  # waits for a task to be between producing and committing
+
+
+def _pick(items: list[Any], choice: float) -> Any:
+    return items[int(choice * len(items)) % len(items)]
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _wait_for(find: Callable[[], list[Any]], timeout: float = 30.0) -> list[Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = find()
+        if found:
+            return found
+        time.sleep(0.05)
+    return []
+
+
+def _live_marks(directory: str) -> list[int]:
+    """Pids of Python workers inside a transaction right now (their MarkWhile marker exists). Markers
+    left by killed processes are removed."""
+    pids = []
+    for mark in Path(directory).iterdir():
+        try:
+            pid = int(mark.name.rsplit("-", 1)[1])
+        except (IndexError, ValueError):
+            continue
+        if alive(pid):
+            pids.append(pid)
+        else:
+            mark.unlink(missing_ok=True)
+    return pids
+
+
+def _marked_pid(ctx: "Context", timeout: float = 30.0) -> int | None:
+    pids = _wait_for(lambda: _live_marks(ctx.marks_dir), timeout)
+    return pids[0] if pids else None
+
+
+# ---------------------------------------------------------------- processes
+def driver_kill(ctx: "Context", f: ScheduledFault) -> str:
+    if f.params.get("in_transaction"):
+        _marked_pid(ctx)
+    pid = ctx.job.pid
+    with ctx.timeline.span("driver_kill", f"driver pid {pid}"):
+        _signal(pid, signal.SIGKILL)
+    return f"driver {pid}"
+
+
+def driver_term(ctx: "Context", f: ScheduledFault) -> str:
+    pid = ctx.job.pid
+    with ctx.timeline.span("driver_term", f"driver pid {pid}"):
+        _signal(pid, signal.SIGTERM)
+        ctx.job.wait_exit(60)
+    return f"driver {pid}"
+
+
+def _pause(ctx: "Context", kind: str, proc_pid: int, target: str, seconds: float) -> str:
+    with ctx.timeline.span(kind, target):
+        _signal(proc_pid, signal.SIGSTOP)
+        time.sleep(seconds)
+        _signal(proc_pid, signal.SIGCONT)
+    return target
+
+
+def driver_pause(ctx: "Context", f: ScheduledFault) -> str:
+    return _pause(ctx, "driver_pause", ctx.job.pid, f"driver pid {ctx.job.pid}", f.duration or 8)
+
+
+def _procs(ctx: "Context", find: Callable[[int], list[Proc]]) -> list[Proc]:
+    return _wait_for(lambda: find(ctx.job.pid), 20)
+
+
+def executor_kill(ctx: "Context", f: ScheduledFault) -> str:
+    procs = _procs(ctx, executors)
+    if not procs:
+        return ctx.timeline.skip("executor_kill", "no executor JVM found")
+    target = _pick(sorted(procs, key=lambda p: p.pid), f.choice)
+    with ctx.timeline.span("executor_kill", f"executor pid {target.pid}"):
+        _signal(target.pid, signal.SIGKILL)
+    return f"executor {target.pid}"
+
+
+def executor_pause(ctx: "Context", f: ScheduledFault) -> str:
+    procs = _procs(ctx, executors)
+    if not procs:
+        return ctx.timeline.skip("executor_pause", "no executor JVM found")
+    target = _pick(sorted(procs, key=lambda p: p.pid), f.choice)
+    return _pause(ctx, "executor_pause", target.pid, f"executor pid {target.pid}", f.duration or 20)
+
+
+def worker_kill(ctx: "Context", f: ScheduledFault) -> str:
+    pid = _marked_pid(ctx, 20) if f.params.get("in_transaction") else None
+    if pid is None:
+        procs = _procs(ctx, python_workers)
+        if not procs:
+            return ctx.timeline.skip("worker_kill", "no Python worker found")
+        pid = _pick(sorted(procs, key=lambda p: p.pid), f.choice).pid
+    with ctx.timeline.span("worker_kill", f"python worker pid {pid}"):
+        _signal(pid, signal.SIGKILL)
+    return f"worker {pid}"
+
+
+def worker_pause(ctx: "Context", f: ScheduledFault) -> str:
+    procs = _procs(ctx, python_workers)
+    if not procs:
+        return ctx.timeline.skip("worker_pause", "no Python worker found")
+    target = _pick(sorted(procs, key=lambda p: p.pid), f.choice)
+    return _pause(ctx, "worker_pause", target.pid, f"python worker pid {target.pid}", f.duration or 5)
+
+
+def zombie(ctx: "Context", f: ScheduledFault) -> str:
+    """Stop a worker inside its transaction for longer than the transaction timeout: the broker aborts the
+    transaction; when the worker wakes up its commit must fail."""
+    pid = _marked_pid(ctx)
+    if pid is None:
+        return ctx.timeline.skip("zombie", "no task was caught inside a transaction")
+    seconds = f.duration or ctx.scenario.transaction_timeout_ms / 1000 + 6
+    return _pause(ctx, "zombie", pid, f"python worker pid {pid} (in transaction)", seconds)
+
+
+# ---------------------------------------------------------------- brokers
+def _broker(ctx: "Context", f: ScheduledFault) -> int:
+    return _pick([n.node_id for n in ctx.cluster.nodes], f.choice)
+
+
+def broker_hard_bounce(ctx: "Context", f: ScheduledFault) -> str:
+    node = _broker(ctx, f)
+    with ctx.timeline.span("broker_hard_bounce", f"broker {node}"):
+        ctx.cluster.kill(node)
+        time.sleep(f.duration or 5)
+        ctx.cluster.start(node, wait=True)
+    return f"broker {node}"
+
+
+def broker_clean_bounce(ctx: "Context", f: ScheduledFault) -> str:
+    node = _broker(ctx, f)
+    with ctx.timeline.span("broker_clean_bounce", f"broker {node}"):
+        ctx.cluster.stop(node)
+        time.sleep(f.duration or 2)
+        ctx.cluster.start(node, wait=True)
+    return f"broker {node}"
+
+
+def broker_pause(ctx: "Context", f: ScheduledFault) -> str:
+    node = _broker(ctx, f)
+    with ctx.timeline.span("broker_pause", f"broker {node}"):
+        ctx.cluster.pause(node)
+        time.sleep(f.duration or 8)
+        ctx.cluster.resume(node)
+    return f"broker {node}"
+
+
+# ---------------------------------------------------------------- network
+def net_latency(ctx: "Context", f: ScheduledFault) -> str:
+    ms = float(f.params.get("ms", 250))
+    with ctx.timeline.span("net_latency", f"all brokers +{ms:.0f} ms"):
+        ctx.proxies.latency(ms)
+        time.sleep(f.duration or 10)
+        ctx.proxies.heal()
+    return f"+{ms:.0f} ms"
+
+
+def net_reset(ctx: "Context", f: ScheduledFault) -> str:
+    with ctx.timeline.span("net_reset", "all client and inter-broker connections"):
+        for _ in range(int(f.params.get("times", 3))):  # resets in quick succession during the window
+            ctx.proxies.reset()
+            time.sleep((f.duration or 3) / int(f.params.get("times", 3)))
+    return "reset"
+
+
+def net_blackhole(ctx: "Context", f: ScheduledFault) -> str:
+    with ctx.timeline.span("net_blackhole", "all brokers unreachable (timeouts)"):
+        ctx.proxies.blackhole()
+        time.sleep(f.duration or 10)
+        ctx.proxies.heal()
+    return "blackhole"
+
+
+def net_partition(ctx: "Context", f: ScheduledFault) -> str:
+    node = _broker(ctx, f)
+    with ctx.timeline.span("net_partition", f"broker {node} cut off from clients and brokers"):
+        ctx.proxies.blackhole([node])
+        time.sleep(f.duration or 15)
+        ctx.proxies.heal([node])
+    return f"broker {node}"
+
+
+# ---------------------------------------------------------------- input
+def poison(ctx: "Context", f: ScheduledFault) -> str:
+    ratio = float(f.params.get("ratio", 0.2))
+    with ctx.timeline.span("poison", f"{ratio:.0%} malformed input records"):
+        ctx.load.poison(ratio)
+        time.sleep(f.duration or 5)
+        ctx.load.poison(0.0)
+    return "poison"
+
+
+KINDS: dict[str, FaultKind] = {
+    "driver_kill": FaultKind(driver_kill),
+    "driver_term": FaultKind(driver_term),
+    "driver_pause": FaultKind(driver_pause),
+    "executor_kill": FaultKind(executor_kill, cluster_mode=True),
+    "executor_pause": FaultKind(executor_pause, cluster_mode=True),
+    "worker_kill": FaultKind(worker_kill),
+    "worker_pause": FaultKind(worker_pause),
+    "zombie": FaultKind(zombie, in_transaction=True),
+    "broker_hard_bounce": FaultKind(broker_hard_bounce, brokers=True),
+    "broker_clean_bounce": FaultKind(broker_clean_bounce, brokers=True),
+    "broker_pause": FaultKind(broker_pause, brokers=True),
+    "net_latency": FaultKind(net_latency, network=True),
+    "net_reset": FaultKind(net_reset, network=True),
+    "net_blackhole": FaultKind(net_blackhole, network=True),
+    "net_partition": FaultKind(net_partition, brokers=True, network=True),
+    "poison": FaultKind(poison),
+}
+
+
+def inject(ctx: "Context", fault: ScheduledFault) -> str:
+    return KINDS[fault.kind].run(ctx, fault)

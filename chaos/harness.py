@@ -1,0 +1,272 @@
+"""Run one chaos scenario: a Kafka cluster (with proxies for network faults), the job in a supervised
+subprocess, steady load, the fault schedule, a drain, and the auditor's verdict.
+
+The verdict is the auditor's: every input record exactly once in the output or the dead-letter topic
+(lineage), per-key totals exact with no repeated or skipped step (stateful jobs), no transaction left
+open. A run that does not drain (the job never catches up after the faults) also fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chaos.faults import KINDS, inject
+from chaos.load import LoadGenerator, is_poison
+from chaos.processes import job_processes
+from chaos.proxy import ProxyGroup, Route
+from chaos.scenario import Scenario, ScheduledFault, schedule
+from chaos.timeline import Timeline
+from localkafka import LocalCluster
+from transactions import KafkaAdmin, TopicSpec
+
+__all__ = ["run_scenario", "ChaosResult", "Context"]
+
+
+class JobSupervisor:
+    """Keeps the job running: restarts the driver whenever it exits (as a cluster manager would)."""
+
+    def __init__(self, config: Path, log: Path, timeline: Timeline) -> None:
+        self.config, self.log, self.timeline = config, log, timeline
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.restarts = 0
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._watch, name="chaos-supervisor", daemon=True)
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self) -> None:
+        self._spawn()
+        self._thread.start()
+
+    def _spawn(self) -> None:
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen([sys.executable, "-m", "chaos.jobs", str(self.config)], stdout=out,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+        self.timeline.record("job", "start", f"driver pid {self.proc.pid}")
+
+    def _reap_group(self, pgid: int) -> None:
+        deadline = time.monotonic() + 20
+        while job_processes(pgid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for proc in job_processes(pgid):  # leftovers (e.g. a stopped worker) of the dead driver
+            try:
+                os.kill(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def _watch(self) -> None:
+        while not self._stopping.is_set():
+            proc = self.proc
+            if proc is not None and proc.poll() is not None and not self._stopping.is_set():
+                with self._lock:
+                    self.timeline.record("job", "exit", f"driver pid {proc.pid}", code=proc.returncode)
+                    self._reap_group(proc.pid)
+                    if not self._stopping.is_set():
+                        self.restarts += 1
+                        self._spawn()
+            time.sleep(0.2)
+
+    def wait_exit(self, timeout: float) -> None:
+        proc = self.proc
+        if proc is not None:
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def stop(self, timeout: float = 90.0) -> None:
+        """Graceful stop (the batch in flight commits), then whatever is left is killed."""
+        self._stopping.set()
+        with self._lock:
+            proc = self.proc
+            if proc is None:
+                return
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGCONT)
+                os.kill(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(10)
+            self.timeline.record("job", "stop", f"driver pid {proc.pid}", code=proc.returncode)
+            self._reap_group(proc.pid)
+
+
+@dataclass
+class Context:
+    scenario: Scenario
+    cluster: LocalCluster
+    proxies: ProxyGroup | None
+    job: JobSupervisor
+    load: LoadGenerator
+    timeline: Timeline
+    marks_dir: str
+
+
+@dataclass
+class ChaosResult:
+    scenario: dict[str, Any]
+    verdict: str = "FAIL"
+    reasons: list[str] = field(default_factory=list)
+    schedule: list[dict[str, Any]] = field(default_factory=list)
+    timeline: list[dict[str, Any]] = field(default_factory=list)
+    faults_injected: int = 0
+    recovery: list[dict[str, Any]] = field(default_factory=list)
+    throughput: list[tuple[float, int]] = field(default_factory=list)
+    input_rate: list[tuple[float, int]] = field(default_factory=list)
+    load: dict[str, int] = field(default_factory=dict)
+    job: dict[str, Any] = field(default_factory=dict)
+    audits: list[dict[str, Any]] = field(default_factory=list)
+    violations: int = 0
+    drained: bool = False
+    duration_s: float = 0.0
+    workdir: str = ""
+
+
+def run_scenario(scenario: Scenario, workdir: str | Path | None = None, *, keep_logs: bool = True) -> ChaosResult:
+    from chaos.report import finish_result
+
+    started = time.time()
+    workdir = Path(workdir or tempfile.mkdtemp(prefix=f"chaos-{scenario.name}-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="chaos-cluster-"))
+    result = ChaosResult(scenario=scenario.to_dict(), workdir=str(workdir))
+    planned = schedule(scenario)
+    result.schedule = [vars(f) for f in planned]
+    timeline = Timeline()
+    cluster = LocalCluster(scratch / "cluster", scenario.brokers, proxied=scenario.needs_proxies)
+    proxies = job = load = None
+    try:
+        if scenario.needs_proxies:
+            proxies = ProxyGroup(Route(n, listen, target) for n, listen, target in cluster.proxy_routes())
+        cluster.up()
+        direct = cluster.direct_bootstrap_servers
+        run = uuid.uuid4().hex[:6]
+        src, out = f"chaos-in-{run}", f"chaos-out-{run}"
+        KafkaAdmin(direct).create_topics([TopicSpec(src, scenario.partitions), TopicSpec(out, scenario.partitions)])
+        marks = workdir / "marks"
+        shutil.rmtree(marks, ignore_errors=True)
+        marks.mkdir()
+        uses_marks = any(KINDS[f.kind].in_transaction or f.params.get("in_transaction") for f in scenario.faults)
+        app_id = f"chaos-{scenario.job}-{run}"
+        config = {"app_id": app_id, "bootstrap": cluster.bootstrap_servers, "input": src, "output": out,
+                  "job": scenario.job, "master": scenario.master, "state_dir": str(scratch / "state" / "{executor}"),
+                  "max_records_per_batch": scenario.max_records_per_batch,
+                  "transaction_timeout_ms": scenario.transaction_timeout_ms, "batch_log": str(workdir / "batches.jsonl"),
+                  "marks_dir": str(marks) if uses_marks else None, "spark_conf": _spark_conf(scenario)}
+        (workdir / "job.json").write_text(json.dumps(config, indent=2))
+        (workdir / "batches.jsonl").write_text("")
+        job = JobSupervisor(workdir / "job.json", workdir / "job.log", timeline)
+        load = LoadGenerator(direct, src, records=scenario.records, rate=scenario.rate, keys=scenario.keys,
+                             seed=scenario.seed)
+        ctx = Context(scenario, cluster, proxies, job, load, timeline, str(marks))
+        job.start()
+        load.warm_up(min(500, scenario.records))
+        if not _wait_first_commit(workdir / "batches.jsonl", 180):
+            result.reasons.append("the job never committed a batch")
+            return result
+        load.start()  # the timed load and the fault schedule start together
+        reference = time.time()
+        timeline.record("load", "start", f"{scenario.records} records at {scenario.rate}/s")
+        timeline.record("faults", "start")
+        for fault in planned:
+            time.sleep(max(0.0, reference + fault.at - time.time()))
+            detail = inject(ctx, fault)
+            result.faults_injected += not detail.startswith("skipped")
+        timeline.record("faults", "end")
+        load.finished.wait(scenario.load_seconds + 300)
+        timeline.record("load", "end", produced=load.produced)
+        result.drained = _drain(KafkaAdmin(direct), app_id, src, scenario.drain_timeout)
+        timeline.record("drain", "end", drained=result.drained)
+        job.stop()
+        if not result.drained:
+            result.reasons.append(f"the job did not catch up within {scenario.drain_timeout:.0f}s after the faults")
+        result.audits = _audit(direct, scenario, app_id, src, out)
+        result.load = {"produced": load.produced, "poison": load.poisoned, "failed_deliveries": load.failed}
+        result.input_rate = [(second - int(timeline.started), count) for second, count in sorted(load.per_second.items())]
+        result.job = {"restarts": job.restarts, "app_id": app_id, "input": src, "output": out}
+        return result
+    finally:
+        if job is not None:
+            job.stop(timeout=30)
+        if proxies is not None:
+            proxies.close()
+        if keep_logs and (cluster.root / "logs").exists():
+            shutil.copytree(cluster.root / "logs", workdir / "broker-logs", dirs_exist_ok=True)
+        cluster.down(timeout=15)
+        shutil.rmtree(scratch, ignore_errors=True)
+        result.timeline = timeline.events
+        result.duration_s = round(time.time() - started, 1)
+        finish_result(result, workdir, timeline)
+
+
+def _spark_conf(scenario: Scenario) -> dict[str, str]:
+    if not scenario.master.startswith("local-cluster"):
+        return {}
+    # Lose a stopped or dead executor within seconds (Spark's defaults wait two minutes).
+    return {"spark.network.timeout": "12s", "spark.executor.heartbeatInterval": "2s",
+            "spark.storage.blockManagerHeartbeatTimeoutMs": "12000", "spark.task.maxFailures": "8"}
+
+
+def _wait_first_commit(batch_log: Path, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in batch_log.read_text().splitlines():
+            if json.loads(line).get("committed"):
+                return True
+        time.sleep(0.5)
+    return False
+
+
+def _drain(admin: KafkaAdmin, group: str, topic: str, timeout: float) -> bool:
+    """Wait until the group's committed offsets reach the input's last stable offsets (twice in a row)."""
+    tps = admin.topic_partitions(topic)
+    deadline, streak = time.monotonic() + timeout, 0
+    while time.monotonic() < deadline:
+        try:
+            committed = admin.group_offsets(group, tps, stable=False)
+            ends = admin.end_offsets(tps)
+        except Exception:  # a broker may still be settling after the faults
+            time.sleep(1)
+            continue
+        streak = streak + 1 if all((committed.get(tp) or 0) >= ends[tp] for tp in tps) else 0
+        if streak >= 2:
+            return True
+        time.sleep(1)
+    return False
+
+
+def _audit(bootstrap: str, scenario: Scenario, app_id: str, src: str, out: str) -> list[dict[str, Any]]:
+    from eos.audit import AggregateSpec, audit
+
+    dlq = f"{app_id}-dlq"
+    reports = [audit(bootstrap, inputs=[src], outputs=[out], dead_letter_topic=dlq, group=app_id,
+                     extra_topics=[f"{app_id}-totals-store-changelog"] if scenario.job == "stateful" else ())]
+    if scenario.job == "stateful":
+        def n_of(raw: bytes | None) -> Any:
+            return json.loads(raw)["n"]
+
+        accept = lambda raw: not is_poison(raw)  # noqa: E731  (poison records are dead-lettered, not counted)
+        for kind, extract in (("count", lambda raw: json.loads(raw)["count"]),
+                              ("sum", lambda raw: json.loads(raw)["sum"])):
+            reports.append(audit(bootstrap, inputs=[src], outputs=[out], group=app_id,
+                                 aggregate=AggregateSpec(kind, n_of, extract, accept)))  # type: ignore[arg-type]
+    return [r.to_dict() for r in reports]
+

@@ -1,0 +1,81 @@
+"""The load generator: JSON records {"id", "n"} over `keys` keys at a steady rate, on the unproxied
+listener (network faults are between the job and the brokers, not the load). `poison(ratio)` mixes that
+share of malformed records into the stream until it is set back to 0."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+
+from confluent_kafka import KafkaError, Producer
+
+__all__ = ["LoadGenerator", "is_poison"]
+
+POISON = b"\x00poison: not json"
+
+
+def is_poison(raw: bytes | None) -> bool:
+    return raw is not None and raw.startswith(b"\x00poison")
+
+
+class LoadGenerator:
+    def __init__(self, bootstrap: str, topic: str, *, records: int, rate: int, keys: int, seed: int) -> None:
+        self.topic, self.records, self.rate, self.keys = topic, records, rate, keys
+        self._rng = random.Random(seed)
+        self._poison = 0.0
+        self.produced = self.poisoned = self.failed = 0
+        self.per_second: dict[int, int] = {}
+        self._producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                                   "linger.ms": 5, "message.timeout.ms": 120_000})
+        self._thread = threading.Thread(target=self._run, name="chaos-load", daemon=True)
+        self._next = 0
+        self.started = 0.0
+        self.finished = threading.Event()
+
+    def poison(self, ratio: float) -> None:
+        self._poison = ratio
+
+    def warm_up(self, n: int) -> None:
+        """Produce the first `n` records now (so the job can commit a first batch before the timed load)."""
+        self._next = self._produce_range(0, n, rate=None)
+        self._producer.flush(60)
+
+    def start(self) -> None:
+        """The rest of the records at the configured rate, in a background thread."""
+        self.started = time.time()
+        self._thread.start()
+
+    def _delivered(self, err: KafkaError | None, msg: object) -> None:
+        if err is not None:
+            self.failed += 1
+
+    def _run(self) -> None:
+        self._produce_range(self._next, self.records, rate=self.rate)
+        self._producer.flush(180)
+        self.finished.set()
+
+    def _produce_range(self, first: int, end: int, rate: int | None) -> int:
+        t0 = time.monotonic()
+        for i in range(first, end):
+            ahead = (i - first) / rate - (time.monotonic() - t0) if rate else 0
+            if ahead > 0:
+                time.sleep(ahead)
+            if self._poison and self._rng.random() < self._poison:
+                value, self.poisoned = POISON, self.poisoned + 1
+            else:
+                value = json.dumps({"id": i, "n": i % 97}).encode()
+            while True:
+                try:
+                    self._producer.produce(self.topic, value=value, key=f"k{i % self.keys}".encode(),
+                                           on_delivery=self._delivered)
+                    break
+                except BufferError:
+                    self._producer.poll(0.05)
+            self.produced += 1
+            second = int(time.time())
+            self.per_second[second] = self.per_second.get(second, 0) + 1
+            if i % 1000 == 0:
+                self._producer.poll(0)
+        return end

@@ -1,0 +1,57 @@
+"""Find the processes of a running job: its driver, Spark executor JVMs and Python workers (Linux /proc).
+
+The job runs in its own session, so everything it starts shares its process group: the driver (Python),
+the driver JVM, executor JVMs (`CoarseGrainedExecutorBackend`, local-cluster mode), the pyspark daemons
+and the Python workers they fork (children of a daemon).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Proc", "job_processes", "executors", "python_workers", "alive"]
+
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    ppid: int
+    pgid: int
+    state: str
+    cmdline: str
+
+
+def _read(pid_dir: Path) -> Proc | None:
+    try:
+        stat = (pid_dir / "stat").read_text().rsplit(")", 1)[1].split()
+        cmd = (pid_dir / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except (OSError, IndexError):
+        return None
+    return Proc(int(pid_dir.name), int(stat[1]), int(stat[2]), stat[0], cmd)
+
+
+def job_processes(pgid: int) -> list[Proc]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            proc = _read(entry)
+            if proc is not None and proc.pgid == pgid and proc.state not in ("Z", "X"):
+                out.append(proc)
+    return out
+
+
+def executors(pgid: int) -> list[Proc]:
+    return [p for p in job_processes(pgid) if "CoarseGrainedExecutorBackend" in p.cmdline]
+
+
+def python_workers(pgid: int) -> list[Proc]:
+    """Forked Python workers (children of a pyspark daemon), not the daemons themselves."""
+    procs = job_processes(pgid)
+    daemons = {p.pid for p in procs if "pyspark.daemon" in p.cmdline or "pyspark/daemon.py" in p.cmdline}
+    return [p for p in procs if p.ppid in daemons]
+
+
+def alive(pid: int) -> bool:
+    proc = _read(Path(f"/proc/{pid}"))
+    return proc is not None and proc.state not in ("Z", "X")

@@ -1,0 +1,144 @@
+"""Chaos scenarios: a job under load, a schedule of faults, a seed.
+
+Scenarios are TOML files (the built-in ones are in `chaos/scenarios/`) or `Scenario` objects:
+
+    name = "stateful-driver-kill"
+    job = "stateful"            # or "stateless"; "broken" = at-least-once, which chaos must catch
+    records = 200000            # input records produced by the load generator
+    keys = 1000
+    rate = 8000                 # input records per second
+    brokers = 1                 # 3 for broker faults
+    master = "local[2,4]"       # local-cluster[2,1,1024] for executor faults
+    seed = 7
+
+    [[faults]]
+    kind = "driver_kill"        # see chaos.faults.KINDS
+    count = 3                   # injected at seeded random times inside the load window
+    duration = 0                # seconds a fault lasts (pauses, partitions, latency)
+
+The same seed gives the same schedule (fault times and targets).
+"""
+
+from __future__ import annotations
+
+import random
+import tomllib
+from dataclasses import asdict, dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+__all__ = ["FaultSpec", "Scenario", "ScheduledFault", "load_scenario", "builtin_scenarios", "schedule"]
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    kind: str
+    count: int = 1
+    duration: float = 0.0
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ScheduledFault:
+    at: float  # seconds after the load starts
+    kind: str
+    duration: float
+    choice: float  # a seeded number in [0, 1) that picks the target (broker, executor, worker)
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    job: str = "stateless"
+    records: int = 200_000
+    keys: int = 1000
+    rate: int = 8000
+    partitions: int = 4
+    brokers: int = 1
+    master: str = "local[2,4]"
+    seed: int = 1
+    proxied: bool = False
+    max_records_per_batch: int = 5000
+    transaction_timeout_ms: int = 15_000
+    drain_timeout: float = 300.0
+    description: str = ""
+    faults: tuple[FaultSpec, ...] = ()
+
+    def __post_init__(self) -> None:
+        from chaos.faults import KINDS
+
+        if self.job not in ("stateless", "stateful", "broken"):
+            raise ValueError(f"{self.name}: job must be stateless, stateful or broken, got {self.job!r}")
+        for f in self.faults:
+            if f.kind not in KINDS:
+                raise ValueError(f"{self.name}: unknown fault kind {f.kind!r}; kinds: {sorted(KINDS)}")
+            if KINDS[f.kind].brokers and self.brokers < 3:
+                raise ValueError(f"{self.name}: fault {f.kind} needs brokers = 3")
+            if KINDS[f.kind].cluster_mode and not self.master.startswith("local-cluster"):
+                raise ValueError(f"{self.name}: fault {f.kind} needs a local-cluster[...] master")
+
+    @property
+    def load_seconds(self) -> float:
+        return self.records / self.rate
+
+    @property
+    def needs_proxies(self) -> bool:
+        from chaos.faults import KINDS
+
+        return self.proxied or any(KINDS[f.kind].network for f in self.faults)
+
+    def with_overrides(self, **changes: Any) -> "Scenario":
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def schedule(scenario: Scenario) -> list[ScheduledFault]:
+    """Fault times spread over the load window: each fault's count slots, jittered by the seed, at least
+    `duration + 8 s` apart so a fault ends and the job recovers before the next one starts."""
+    rng = random.Random(scenario.seed)
+    window_start, window_end = 6.0, max(12.0, scenario.load_seconds)
+    planned: list[ScheduledFault] = []
+    specs = [(spec, i) for spec in scenario.faults for i in range(spec.count)]
+    slot = (window_end - window_start) / max(1, len(specs))
+    order = list(range(len(specs)))
+    rng.shuffle(order)
+    for position, index in enumerate(order):
+        spec, _ = specs[index]
+        at = window_start + slot * position + rng.uniform(0, max(0.0, slot - spec.duration - 8) * 0.5)
+        planned.append(ScheduledFault(round(at, 2), spec.kind, spec.duration, rng.random(), dict(spec.params)))
+    return sorted(planned, key=lambda f: f.at)
+
+
+def _from_dict(data: dict[str, Any]) -> Scenario:
+    faults = tuple(FaultSpec(f["kind"], int(f.get("count", 1)), float(f.get("duration", 0.0)),
+                             {k: v for k, v in f.items() if k not in ("kind", "count", "duration")})
+                   for f in data.get("faults", []))
+    return Scenario(**{k: v for k, v in data.items() if k != "faults"}, faults=faults)
+
+
+def load_scenario(source: str | Path) -> Scenario:
+    """A built-in scenario by name, or a TOML file by path."""
+    path = Path(source)
+    if path.suffix == ".toml" and path.is_file():
+        return _from_dict(tomllib.loads(path.read_text()))
+    builtins = builtin_scenarios()
+    if str(source) in builtins:
+        return builtins[str(source)]
+    raise ValueError(f"no scenario {source!r}: give a .toml file or one of {sorted(builtins)}")
+
+
+def builtin_scenarios() -> dict[str, Scenario]:
+    """The TOML scenarios shipped in chaos/scenarios/ and the generated failover matrix."""
+    from chaos.matrix import matrix_scenarios
+
+    folder = resources.files("chaos") / "scenarios"
+    out = dict(matrix_scenarios())
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".toml"):
+            scenario = _from_dict(tomllib.loads(entry.read_text()))
+            out[scenario.name] = scenario
+    return out

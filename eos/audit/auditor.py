@@ -1,0 +1,151 @@
+"""The auditor: one call (or `eos audit`) that proves or disproves exactly-once for a job's committed output.
+
+Checks, each with counts and samples:
+
+* lineage (default) or aggregate: see `eos.audit.lineage` and `eos.audit.aggregate`;
+* transactions: no transaction left open on any output, dead-letter or changelog partition (last stable
+  offset = high watermark), and no record of an aborted or open transaction read as output (found by
+  comparing with a read_committed pass, whatever isolation the audit was asked to use);
+* input offsets: the job's committed group offsets per input partition against the last stable offset.
+
+The verdict is FAIL if any check finds a violation.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from eos.audit.aggregate import AggregateKind, AggregateResult, audit_aggregate
+from eos.audit.executors import Executor
+from eos.audit.lineage import LineageResult, audit_lineage
+from eos.audit.partials import Isolation
+from transactions import KafkaAdmin
+
+__all__ = ["AuditReport", "TransactionCheck", "OffsetCheck", "audit", "AggregateSpec"]
+
+
+@dataclass
+class TransactionCheck:
+    partitions_checked: int = 0
+    open_transactions: int = 0
+    samples: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def violations(self) -> int:
+        return self.open_transactions
+
+
+@dataclass
+class OffsetCheck:
+    partitions: int = 0
+    committed: int = 0  # partitions with a committed offset
+    lag: int = 0  # offsets between committed positions and last stable offsets
+    beyond_end: int = 0  # committed offsets past the high watermark: impossible for a correct job
+    per_partition: dict[str, dict[str, int | None]] = field(default_factory=dict)
+
+    @property
+    def violations(self) -> int:
+        return self.beyond_end
+
+
+@dataclass(frozen=True)
+class AggregateSpec:
+    kind: AggregateKind
+    input_value: Callable[[bytes | None], Any]
+    output_value: Callable[[bytes | None], Any]
+    #: Input records the job aggregates (e.g. not those it dead-letters); default: all.
+    accept: Callable[[bytes | None], bool] | None = None
+
+
+@dataclass
+class AuditReport:
+    mode: str
+    bootstrap_servers: str
+    inputs: list[str]
+    outputs: list[str]
+    dead_letter_topic: str | None
+    group: str | None
+    isolation: str
+    verdict: Literal["PASS", "FAIL"] = "PASS"
+    duration_s: float = 0.0
+    lineage: LineageResult | None = None
+    aggregate: AggregateResult | None = None
+    transactions: TransactionCheck = field(default_factory=TransactionCheck)
+    offsets: OffsetCheck = field(default_factory=OffsetCheck)
+
+    @property
+    def violations(self) -> int:
+        return sum(c.violations for c in (self.lineage, self.aggregate, self.transactions, self.offsets)
+                   if c is not None)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["violations"] = self.violations
+        for name in ("lineage", "aggregate", "transactions", "offsets"):
+            check = getattr(self, name)
+            if check is not None:
+                data[name]["violations"] = check.violations
+        return data
+
+
+def check_open_transactions(admin: KafkaAdmin, topics: Iterable[str], max_samples: int = 10) -> TransactionCheck:
+    check = TransactionCheck()
+    for topic in topics:
+        if admin.partition_counts([topic])[topic] is None:
+            continue
+        for (t, p), offsets in admin.partition_offsets(admin.topic_partitions(topic)).items():
+            check.partitions_checked += 1
+            if offsets.open_transaction:
+                check.open_transactions += 1
+                if len(check.samples) < max_samples:
+                    check.samples.append({"topic": t, "partition": p, "last_stable_offset": offsets.last_stable,
+                                          "high_watermark": offsets.high_watermark})
+    return check
+
+
+def check_offsets(admin: KafkaAdmin, inputs: Iterable[str], group: str | None) -> OffsetCheck:
+    check = OffsetCheck()
+    if group is None:
+        return check
+    for topic in inputs:
+        tps = admin.topic_partitions(topic)
+        offsets = admin.partition_offsets(tps)
+        committed = admin.group_offsets(group, tps, stable=True)
+        for tp in tps:
+            c, o = committed.get(tp), offsets[tp]
+            check.partitions += 1
+            check.committed += c is not None
+            check.lag += max(0, o.last_stable - (c or o.earliest))
+            check.beyond_end += c is not None and c > o.high_watermark
+            check.per_partition[f"{tp[0]}:{tp[1]}"] = {"committed": c, "last_stable_offset": o.last_stable,
+                                                       "high_watermark": o.high_watermark}
+    return check
+
+
+def audit(bootstrap_servers: str, *, inputs: list[str], outputs: list[str], dead_letter_topic: str | None = None,
+          group: str | None = None, aggregate: AggregateSpec | None = None, extra_topics: Iterable[str] = (),
+          isolation: Isolation = "read_committed", executor: Executor | None = None, max_samples: int = 10,
+          progress: Callable[[int], None] | None = None) -> AuditReport:
+    """Audit `outputs` (+ dead letters) against `inputs`. `extra_topics` (e.g. changelogs) are checked for
+    open transactions too. `aggregate` switches from lineage mode to aggregate mode."""
+    started = time.monotonic()
+    admin = KafkaAdmin(bootstrap_servers)
+    report = AuditReport("aggregate" if aggregate else "lineage", bootstrap_servers, list(inputs), list(outputs),
+                         dead_letter_topic, group, isolation)
+    if aggregate is None:
+        report.lineage = audit_lineage(bootstrap_servers, inputs, outputs, dead_letter_topic=dead_letter_topic,
+                                       group=group, admin=admin, isolation=isolation, max_samples=max_samples,
+                                       executor=executor, progress=progress)
+    else:
+        report.aggregate = audit_aggregate(bootstrap_servers, inputs, outputs, kind=aggregate.kind,
+                                           input_value=aggregate.input_value, output_value=aggregate.output_value,
+                                           accept=aggregate.accept, group=group, admin=admin, max_samples=max_samples, progress=progress)
+    topics = [*outputs, *([dead_letter_topic] if dead_letter_topic else []), *extra_topics]
+    report.transactions = check_open_transactions(admin, topics, max_samples)
+    report.offsets = check_offsets(admin, inputs, group)
+    report.verdict = "PASS" if report.violations == 0 else "FAIL"
+    report.duration_s = round(time.monotonic() - started, 3)
+    return report

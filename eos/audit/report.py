@@ -1,0 +1,71 @@
+"""Audit reports for people (a rich table with samples) and machines (JSON)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from eos.audit.auditor import AuditReport
+
+__all__ = ["render", "write_json"]
+
+_ROWS = {
+    "lineage": [("expected", "committed input records", False), ("output_records", "output records", False),
+                ("unique_origins", "distinct origins in output", False), ("dead_lettered", "dead-lettered", False),
+                ("duplicates", "duplicates", True), ("lost", "lost", True), ("unexpected", "unexpected", True),
+                ("index_gaps", "1-to-n index gaps", True),
+                ("output_and_dead_lettered", "both output and dead-lettered", True),
+                ("order_violations", "out of input order", True),
+                ("aborted_visible", "aborted/open records read as output", True)],
+    "aggregate": [("input_records", "input records", False), ("output_records", "output records", False),
+                  ("keys_expected", "keys expected", False), ("keys_observed", "keys observed", False),
+                  ("wrong_final", "wrong final value", True), ("sequence_mismatches", "repeated/skipped steps", True),
+                  ("missing_keys", "missing keys", True), ("unexpected_keys", "unexpected keys", True)],
+}
+
+
+def render(report: AuditReport, console: Console | None = None) -> None:
+    console = console or Console()
+    table = Table(title=f"exactly-once audit ({report.mode}): {', '.join(report.inputs)} -> {', '.join(report.outputs)}")
+    table.add_column("check")
+    table.add_column("count", justify="right")
+    table.add_column("", justify="center")
+    check = report.lineage if report.lineage is not None else report.aggregate
+    for attr, label, is_violation in _ROWS[report.mode]:
+        value = getattr(check, attr)
+        table.add_row(label, f"{value:,}", _mark(value, is_violation))
+    table.add_row("open transactions (LSO < HW)", f"{report.transactions.open_transactions}",
+                  _mark(report.transactions.open_transactions, True))
+    if report.group:
+        table.add_row("input partitions committed", f"{report.offsets.committed}/{report.offsets.partitions}", "")
+        table.add_row("input lag (offsets)", f"{report.offsets.lag:,}", "")
+        table.add_row("committed beyond end", str(report.offsets.beyond_end), _mark(report.offsets.beyond_end, True))
+    console.print(table)
+    for kind, items in (check.samples if check else {}).items():
+        console.print(f"[bold]{kind}[/bold] (first {len(items)}):")
+        for item in items:
+            console.print("  " + ", ".join(f"{k}={v}" for k, v in item.items()))
+    for item in report.transactions.samples:
+        console.print("  open transaction: " + ", ".join(f"{k}={v}" for k, v in item.items()))
+    color = "green" if report.verdict == "PASS" else "red"
+    console.print(f"[bold {color}]{report.verdict}[/bold {color}]: {report.violations} violation(s) "
+                  f"in {report.duration_s:.1f}s")
+
+
+def _mark(value: int, is_violation: bool) -> str:
+    if not is_violation:
+        return ""
+    return "[green]ok[/green]" if value == 0 else "[red]FAIL[/red]"
+
+
+def write_json(report: AuditReport, path: str | Path) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(report.to_dict(), indent=2, default=_default))
+
+
+def _default(obj: Any) -> Any:
+    return str(obj)

@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+import pytest
+
+from chaos.faults import KINDS
+from chaos.matrix import FAULT_SETTINGS, matrix_scenarios
+from chaos.scenario import FaultSpec, Scenario, builtin_scenarios, load_scenario, schedule
+
+
+def test_same_seed_same_schedule_other_seed_other_schedule():
+    s = Scenario("s", faults=(FaultSpec("driver_kill", 3), FaultSpec("worker_pause", 2, 5)))
+    assert schedule(s) == schedule(s)
+    assert schedule(s) != schedule(s.with_overrides(seed=2))
+    times = [f.at for f in schedule(s)]
+    assert times == sorted(times) and len(times) == 5
+    assert all(0 < t <= s.load_seconds for t in times)
+
+
+def test_builtin_scenarios_load_and_cover_every_fault_for_both_jobs():
+    scenarios = builtin_scenarios()
+    assert {"smoke-stateful-driver-kill", "smoke-broken-driver-kill", "example-three-brokers"} <= set(scenarios)
+    matrix = matrix_scenarios()
+    assert set(FAULT_SETTINGS) == set(KINDS)
+    for job in ("stateless", "stateful"):
+        assert {f"matrix-{job}-{kind}" for kind in KINDS} <= set(matrix)
+    assert load_scenario("smoke-stateless-net-reset").needs_proxies
+    assert matrix["matrix-stateful-executor_kill"].master.startswith("local-cluster")
+
+
+def test_invalid_scenarios_are_refused_with_a_reason(tmp_path):
+    with pytest.raises(ValueError, match="needs brokers = 3"):
+        Scenario("x", faults=(FaultSpec("broker_pause"),))
+    with pytest.raises(ValueError, match="local-cluster"):
+        Scenario("x", faults=(FaultSpec("executor_kill"),))
+    with pytest.raises(ValueError, match="unknown fault kind"):
+        Scenario("x", faults=(FaultSpec("meteor"),))
+    path = tmp_path / "mine.toml"
+    path.write_text('name = "mine"\njob = "stateful"\nseed = 3\n[[faults]]\nkind = "poison"\ncount = 2\nratio = 0.5\n')
+    mine = load_scenario(path)
+    assert mine.faults == (FaultSpec("poison", 2, 0.0, {"ratio": 0.5}),) and mine.seed == 3
