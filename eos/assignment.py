@@ -1,0 +1,157 @@
+"""Task placement on Spark executors (driver side), in the spirit of Kafka Streams' KIP-441 assignor.
+
+What the driver knows comes from task results: where each task ran and the changelog offsets its
+stores reached there, and where standby copies were refreshed. From that, each batch:
+
+* an active task stays on the executor where it last ran (its state is warm there);
+* if that executor is gone, the task moves to the live executor whose copy has the least lag
+  (changelog end - the copy's offset), else to the least loaded executor;
+* standby copies go to `num_standby_replicas` other executors, keeping existing copies where possible;
+* to even out load, a task moves only to an executor whose copy lags by at most `acceptable_lag`
+  records; otherwise a warm-up copy is built there first (refreshed every batch) and the move happens
+  once it has caught up.
+
+Placement is best effort (Spark's `spark.locality.wait` decides in the end); correctness never depends on
+it, only restore time does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Placement", "Move"]
+
+
+@dataclass(frozen=True)
+class Move:
+    task: str
+    source: str | None
+    target: str
+    reason: str  # "executor lost", "balance", "first placement"
+    lag: int | None
+
+
+@dataclass
+class Placement:
+    standbys: int = 0
+    acceptable_lag: int = 10_000
+    active: dict[str, str] = field(default_factory=dict)  # task -> executor id
+    copies: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # task -> executor -> store -> offset
+    locations: dict[str, str] = field(default_factory=dict)  # executor id -> Spark location string
+    warming: dict[str, str] = field(default_factory=dict)  # task -> executor where a warm-up copy is built
+    standby_of: dict[str, list[str]] = field(default_factory=dict)  # task -> executors holding standbys
+
+    # ------------------------------------------------------------------ learning from results
+    def observe_active(self, task: str, executor: str | None, location: str | None,
+                       store_offsets: Mapping[str, int]) -> None:
+        if executor is None or location is None:
+            return
+        self.active[task] = executor
+        self.locations[executor] = location
+        if store_offsets:
+            self.copies.setdefault(task, {})[executor] = dict(store_offsets)
+
+    def observe_copy(self, task: str, executor: str | None, location: str | None,
+                     store_offsets: Mapping[str, int]) -> None:
+        if executor is None or location is None:
+            return
+        self.locations[executor] = location
+        self.copies.setdefault(task, {})[executor] = dict(store_offsets)
+
+    def forget_lost(self, alive: Iterable[str]) -> list[str]:
+        """Drop what lived on executors that are gone; returns the lost executor ids."""
+        alive = set(alive)
+        lost = [e for e in self.locations if e not in alive]
+        for executor in lost:
+            self.locations.pop(executor, None)
+            for copies in self.copies.values():
+                copies.pop(executor, None)
+        for task, executor in list(self.warming.items()):
+            if executor in lost:
+                del self.warming[task]
+        return lost
+
+    # ------------------------------------------------------------------ decisions
+    def lag(self, task: str, executor: str, ends: Mapping[str, int]) -> int:
+        """Records a copy must replay to reach the changelogs' ends (no copy: all of them)."""
+        offsets = self.copies.get(task, {}).get(executor, {})
+        return sum(max(0, end - offsets.get(store, 0)) for store, end in ends.items())
+
+    def assign(self, tasks: list[str], alive: list[str], ends: Mapping[str, Mapping[str, int]]) -> list[Move]:
+        """Choose an executor for every task. `ends[task]` = {store: changelog end offset}."""
+        alive = [e for e in alive if e in self.locations]
+        if not alive:
+            return []
+        moves: list[Move] = []
+        moved: set[str] = set()
+        load = {e: 0 for e in alive}
+        for task in tasks:
+            current = self.active.get(task)
+            if current in load:
+                load[current] += 1
+        for task in tasks:
+            current = self.active.get(task)
+            if current in load:
+                continue
+            target = min(alive, key=lambda e: (self.lag(task, e, ends.get(task, {})), load[e], e))
+            reason = "executor lost" if current is not None else "first placement"
+            moves.append(Move(task, current, target, reason, self.lag(task, target, ends.get(task, {}))))
+            self.active[task] = target
+            load[target] += 1
+            moved.add(task)
+        moves += self._balance([t for t in tasks if t not in moved], alive, load, ends)
+        return moves
+
+    def _balance(self, tasks: list[str], alive: list[str], load: dict[str, int],
+                 ends: Mapping[str, Mapping[str, int]]) -> list[Move]:
+        """Move tasks off executors above their fair share, only to copies that are caught up (within
+        `acceptable_lag`); else warm one up first."""
+        cap = math.ceil(sum(load.values()) / len(alive))
+        moves = []
+        for task in sorted(tasks):
+            source = self.active[task]
+            if load[source] <= cap:
+                continue
+            target = min(alive, key=lambda e: (load[e], e))
+            if load[target] >= cap or target == source:
+                continue
+            lag = self.lag(task, target, ends.get(task, {}))
+            if not ends.get(task) or lag <= self.acceptable_lag:  # stateless, or the copy there is caught up
+                moves.append(Move(task, source, target, "balance", lag))
+                self.active[task] = target
+                load[source] -= 1
+                load[target] += 1
+                self.warming.pop(task, None)
+            elif task not in self.warming and target not in self.warming.values():
+                self.warming[task] = target  # build a copy there first
+        return moves
+
+    def standby_targets(self, task: str, alive: list[str], ends: Mapping[str, int]) -> list[str]:
+        """Executors that should hold a copy of `task` besides its active one: its standbys (preferring
+        executors that already have a copy) and its warm-up target."""
+        active = self.active.get(task)
+        candidates = [e for e in alive if e != active and e in self.locations]
+        counts: dict[str, int] = {e: 0 for e in candidates}
+        for targets in self.standby_of.values():
+            for e in targets:
+                if e in counts:
+                    counts[e] += 1
+        ranked = sorted(candidates, key=lambda e: (self.lag(task, e, ends), counts[e], e))
+        chosen = ranked[: self.standbys]
+        self.standby_of[task] = chosen
+        warm = self.warming.get(task)
+        if warm is not None and warm in candidates and warm not in chosen:
+            chosen = [*chosen, warm]
+        return chosen
+
+    def location(self, executor: str | None) -> str | None:
+        return self.locations.get(executor) if executor is not None else None
+
+    def snapshot(self, ends: Mapping[str, Mapping[str, int]]) -> dict[str, Any]:
+        """Where each task and copy is, with lags (for logs and metrics)."""
+        return {task: {"active": self.active.get(task),
+                       "copies": {e: self.lag(task, e, ends.get(task, {})) for e in self.copies.get(task, {})}}
+                for task in sorted(set(self.active) | set(self.copies))}
