@@ -206,6 +206,8 @@ def run_scenario(scenario: Scenario, workdir: str | Path | None = None, *, keep_
     finally:
         if job is not None:
             job.stop(timeout=30)
+        if load is not None and load.finished.is_set():
+            load.close()
         if proxies is not None:
             proxies.close()
         if keep_logs and (cluster.root / "logs").exists():

@@ -34,6 +34,11 @@ class LoadGenerator:
         self.started = 0.0
         self.finished = threading.Event()
 
+    def close(self) -> None:
+        """Drop the producer (before the cluster goes away, or librdkafka keeps reconnecting)."""
+        self._producer.flush(5)
+        self._producer = None  # type: ignore[assignment]
+
     def poison(self, ratio: float) -> None:
         self._poison = ratio
 

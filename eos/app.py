@@ -148,8 +148,13 @@ class Application:
 
         return prepare_changelogs(admin, self.config, self.subtopologies, partition_counts)
 
-    def task_rdd(self, sc: Any, plans: list["TaskPlan"]) -> Any:
-        """One Spark partition per planned task."""
+    def task_rdd(self, sc: Any, plans: list[Any]) -> Any:
+        """One Spark partition per planned task (and standby refresh), at its preferred executor if any."""
+        locations = [getattr(p, "preferred_location", None) for p in plans]
+        if any(locations):
+            from eos.placer import located_rdd
+
+            return located_rdd(sc, plans, locations)
         return sc.parallelize(plans, len(plans))
 
     # ------------------------------------------------------------------ running

@@ -7,9 +7,9 @@ from typing import Literal
 
 from transactions import OffsetRange
 
-__all__ = ["TaskPlan", "TaskResult", "TaskStatus"]
+__all__ = ["TaskPlan", "TaskResult", "TaskStatus", "StandbyPlan", "StandbyResult"]
 
-TaskStatus = Literal["committed", "noop", "fenced"]
+TaskStatus = Literal["committed", "noop", "fenced", "deferred"]
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,35 @@ class TaskResult:
     #: Input offsets this task committed ("topic:partition" -> offset).
     committed_offsets: dict[str, int] = field(default_factory=dict)
     executor: str | None = None
+    location: str | None = None  # Spark preferred-location string of the executor it ran on
     pid: int = 0
     host: str = ""
-    #: Standby replicas this worker maintains: store copy -> lag in records.
-    standby_lag: dict[str, int] = field(default_factory=dict)
+    #: Changelog offset each store of the task reflects after this batch (its copy on this executor).
+    store_offsets: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StandbyPlan:
+    """Refresh the copy of a task's stores on one executor (a standby or a warm-up copy)."""
+
+    subtopology: str
+    partition: int
+    batch: int
+    preferred_location: str | None
+    lag: int  # records the copy was behind when planned
+
+    @property
+    def task(self) -> str:
+        return f"{self.subtopology}-{self.partition}"
+
+
+@dataclass
+class StandbyResult:
+    task: str
+    batch: int
+    status: Literal["refreshed", "busy", "elsewhere"]
+    executor: str | None = None
+    location: str | None = None
+    replayed: int = 0
+    ms: float = 0.0
+    store_offsets: dict[str, int] = field(default_factory=dict)

@@ -55,8 +55,12 @@ class EosConfig:
     max_failed_batches: int = 5
     #: Local state directory (stores live in <state_dir>/<application_id>/<task>/<store>).
     state_dir: str = "~/.eos/state"
-    #: Extra copies of each task's stores on other executors.
+    #: Extra copies of each task's persistent stores on other executors, refreshed from the changelogs.
     num_standby_replicas: int = 0
+    #: A task moves for balance only to a copy at most this many records behind (else it warms one up).
+    acceptable_recovery_lag: int = 10_000
+    #: Keep tasks on the executors where their state is (Spark preferred locations; best effort).
+    placement: bool = True
     #: Replication factor of internal topics (changelogs, dead letters); None: the broker default.
     internal_replication_factor: int | None = None
     #: librdkafka passthrough (cannot weaken exactly-once: see transactions.settings.PROTECTED).

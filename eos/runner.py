@@ -17,10 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark import cloudpickle  # the pickler Spark itself uses for Python functions
 
-from eos.batch import TaskPlan, TaskResult
+from eos.batch import StandbyPlan, StandbyResult, TaskPlan, TaskResult
 from eos.checks import check_broker, check_spark_conf, check_topics, create_internal_topics
 from eos.logs import configure_logging, get_logger
+from eos.placer import Placer
 from eos.planner import Planner
+from eos.standby import run_standby
 from eos.task import Job, run_task
 from transactions import KafkaAdmin
 
@@ -45,6 +47,9 @@ class BatchReport:
     records_out: int
     dead_letters: int
     max_commit_ms: float
+    restored_records: int = 0
+    standbys_refreshed: int = 0
+    max_standby_lag: int = 0  # records the most lagging copy was behind before its refresh
 
 
 @dataclass
@@ -64,6 +69,8 @@ class RunSummary:
     elapsed_s: float = 0.0
     batch_reports: list[BatchReport] = field(default_factory=list)
     task_results: list[TaskResult] = field(default_factory=list)
+    #: Every time a task ran on another executor than before: why, and what its restore cost.
+    moves: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, report: BatchReport, results: list[TaskResult], keep_results: bool) -> None:
         self.batches += 1
@@ -98,7 +105,7 @@ class _SparkTasks:
         self.job_broadcast = job_broadcast
         self.token = uuid.uuid4().hex  # identifies this run's job in the worker's cache
 
-    def __call__(self, plans: Iterator[TaskPlan]) -> Iterator[TaskResult]:
+    def __call__(self, plans: Iterator[TaskPlan | StandbyPlan]) -> Iterator[TaskResult | StandbyResult]:
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
@@ -107,7 +114,7 @@ class _SparkTasks:
         if job is None:
             job = _JOBS[self.token] = cloudpickle.loads(self.job_broadcast.value)
         for plan in plans:
-            yield run_task(plan, job, attempt)
+            yield run_standby(plan, job) if isinstance(plan, StandbyPlan) else run_task(plan, job, attempt)
 
 
 class Runner:
@@ -116,6 +123,7 @@ class Runner:
         self.sc = sc
         self.config = app.config
         self._stop = threading.Event()
+        self.placer: Placer | None = None
         configure_logging(self.config.log_format, self.config.log_level)  # before binding: bind() freezes config
         self.log = get_logger("eos.runner", app=self.config.application_id)
 
@@ -136,6 +144,7 @@ class Runner:
         job = Job(cfg, dict(self.app.subtopologies), self.app.fault_hooks, extras)
         planner = Planner(admin, cfg, self.app.subtopologies, counts)
         planner.initialize_offsets()
+        self.placer = Placer(self.sc, admin, cfg, self.app.subtopologies, counts, self.log) if cfg.placement else None
         return planner, job
 
     def run(self, *, until_caught_up: bool = False, max_batches: int | None = None, max_seconds: float | None = None,
@@ -160,12 +169,19 @@ class Runner:
                     t0, wall = time.monotonic(), time.time()
                     try:
                         plans = planner.plan(batch)
-                        if not plans:
+                        standbys: list[StandbyPlan] = []
+                        if self.placer is not None:
+                            plans, standbys = self.placer.place(plans, batch)
+                        if not plans and (until_caught_up or not standbys):
                             if until_caught_up:
                                 break
                             self._stop.wait(cfg.trigger_interval)
                             continue
-                        results = self._execute(sc, tasks_fn, plans, batch)
+                        everything = self._execute(sc, tasks_fn, [*plans, *standbys], batch)
+                        results = [r for r in everything if isinstance(r, TaskResult)]
+                        refreshed = [r for r in everything if isinstance(r, StandbyResult) and r.status == "refreshed"]
+                        if self.placer is not None:
+                            self.placer.observe(everything)
                     except Exception as exc:
                         failures += 1
                         if _stops_the_job(exc) or failures > cfg.max_failed_batches:
@@ -177,6 +193,8 @@ class Runner:
                         continue
                     failures = 0
                     report = _report(batch, wall, time.monotonic() - t0, results)
+                    report.standbys_refreshed = len(refreshed)
+                    report.max_standby_lag = max((p.lag for p in standbys), default=0)
                     summary.add(report, results, keep_task_results)
                     self.log.info("batch done", **asdict(report))
                     if on_batch is not None:
@@ -188,6 +206,8 @@ class Runner:
             finally:
                 broadcast.unpersist()
         summary.elapsed_s = time.monotonic() - started
+        if self.placer is not None:
+            summary.moves = list(self.placer.moves)
         self.log.info("run finished", batches=summary.batches, transactions=summary.transactions,
                       records_in=summary.records_in, records_out=summary.records_out,
                       dead_letters=summary.dead_letters, elapsed_s=round(summary.elapsed_s, 2))
@@ -234,4 +254,5 @@ def _report(batch: int, wall: float, duration: float, results: list[TaskResult])
         committed=sum(r.status == "committed" for r in results), noop=sum(r.status == "noop" for r in results),
         fenced=sum(r.status == "fenced" for r in results), records_in=sum(r.records_in for r in results),
         records_out=sum(r.records_out for r in results), dead_letters=sum(r.dead_letters for r in results),
-        max_commit_ms=round(max((r.commit_ms for r in results), default=0.0), 2))
+        max_commit_ms=round(max((r.commit_ms for r in results), default=0.0), 2),
+        restored_records=sum(r.restored_records for r in results))

@@ -68,6 +68,9 @@ class TaskRuntime:
         if self.stores:
             self.stores.apply(last_offsets)
 
+    def store_offsets(self) -> dict[str, int]:
+        return self.stores.offsets() if self.stores else {}
+
     def release(self) -> None:
         """End of a batch (committed or not): close persistent stores and unlock the task's directory."""
         if self.stores:

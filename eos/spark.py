@@ -27,6 +27,9 @@ _BASE_CONF = {
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.log.level": "WARN",
+    # Wait longer for a task's preferred executor (where its state is) before running it elsewhere: a move
+    # costs a restore. Spark ignores preferences for executors it has lost, so failover is not delayed.
+    "spark.locality.wait": "10s",
 }
 
 

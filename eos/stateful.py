@@ -84,11 +84,13 @@ class TaskStores:
     def persistent(self) -> bool:
         return any(spec.persistent for spec in self.specs.values())
 
-    def open(self, clients: "WorkerClients", log: Any) -> tuple[float, int]:
-        """Open and restore every store. Returns (milliseconds, changelog records replayed)."""
+    def open(self, clients: "WorkerClients", log: Any, *, lock_timeout: float | None = None,
+             persistent_only: bool = False) -> tuple[float, int]:
+        """Open and restore every store (or only the persistent ones: standby copies live on disk).
+        Returns (milliseconds, changelog records replayed)."""
         started = time.monotonic()
         if self.persistent:
-            self.directory.lock(timeout=max(60.0, self.config.batch_timeout))
+            self.directory.lock(timeout=max(60.0, self.config.batch_timeout) if lock_timeout is None else lock_timeout)
         tps = [(topic, self.partition) for topic in self.changelogs.values()]
         admin = clients.admin(self.config)
         ends = admin.end_offsets(tps, committed=True)
@@ -96,6 +98,8 @@ class TaskStores:
         consumer = clients.consumer(self.config, purpose="restore")
         replayed = 0
         for name, spec in self.specs.items():
+            if persistent_only and not spec.persistent:
+                continue
             backend = (RocksDBBackend(self.directory.store_path(name)) if spec.persistent
                        else self._memory.setdefault(name, MemoryBackend()))
             self._backends[name] = backend
@@ -110,6 +114,11 @@ class TaskStores:
             self._buffers[name] = buffer
             self.views[name]._attach(buffer)
         return (time.monotonic() - started) * 1000, replayed
+
+    def offsets(self) -> dict[str, int]:
+        """The changelog offset each open store reflects."""
+        return {name: offset for name, backend in self._backends.items()
+                if (offset := backend.changelog_offset()) is not None}
 
     def scoped(self) -> list[WriteBuffer]:
         return list(self._buffers.values())

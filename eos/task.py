@@ -33,7 +33,7 @@ from eos.batch import TaskPlan, TaskResult
 from eos.config import EosConfig
 from eos.faults import FaultHooks, FaultPoint
 from eos.logs import configure_logging, get_logger
-from eos.placement import current_executor
+from eos.placement import current_executor, executor_location
 from eos.runtime import TaskRuntime
 from eos.topology import SubTopology, TaskId
 from eos.worker import CLIENTS, WorkerClients
@@ -79,6 +79,12 @@ def run_task(plan: TaskPlan, job: Job, spark_attempt: int = 0, clients: WorkerCl
     txn_id = task.transactional_id(cfg.application_id)
     log = get_logger("eos.task", app=cfg.application_id, task=str(task), batch=plan.batch, attempt=spark_attempt)
     started = time.monotonic()
+    if _cold_retry(plan, job, sub, spark_attempt):
+        # Spark retried the task (its executor was lost) on an executor without a copy of its state: let the
+        # driver plan it on the copy with the least lag instead of replaying the whole changelog here.
+        log.info("retry landed on an executor without the task's state; deferring to the planner",
+                 planned=plan.preferred_location, here=executor_location())
+        return _result(plan, task, "deferred", spark_attempt, 0)
     last: Exception | None = None
     for batch_attempt in range(1, cfg.max_batch_attempts + 1):
         producer: TransactionalProducer | None = None
@@ -115,6 +121,17 @@ def run_task(plan: TaskPlan, job: Job, spark_attempt: int = 0, clients: WorkerCl
     raise BatchFailedError(f"task {task} batch {plan.batch} failed after {cfg.max_batch_attempts} attempts: {last}")
 
 
+def _cold_retry(plan: TaskPlan, job: Job, sub: SubTopology, spark_attempt: int) -> bool:
+    if spark_attempt == 0 or not plan.preferred_location or not any(s.persistent for s in sub.stores):
+        return False
+    here = executor_location()
+    if here is None or here == plan.preferred_location:
+        return False
+    from eos.stateful import state_root
+
+    return not (state_root(job.config) / plan.task).is_dir()
+
+
 def _abort_quietly(producer: TransactionalProducer | None, clients: WorkerClients, txn_id: str) -> None:
     if producer is None:
         return
@@ -127,7 +144,7 @@ def _abort_quietly(producer: TransactionalProducer | None, clients: WorkerClient
 def _result(plan: TaskPlan, task: TaskId, status: str, spark_attempt: int, batch_attempt: int) -> TaskResult:
     return TaskResult(task=str(task), batch=plan.batch, status=status,  # type: ignore[arg-type]
                       spark_attempt=spark_attempt, batch_attempts=batch_attempt, executor=current_executor(),
-                      pid=os.getpid(), host=socket.gethostname())
+                      location=executor_location(), pid=os.getpid(), host=socket.gethostname())
 
 
 def encode_commit_metadata(stream_time: int, producer_token: str) -> str:
@@ -234,6 +251,7 @@ def _process_and_commit(runtime: TaskRuntime, ranges: tuple[OffsetRange, ...], s
 
     # 7. Only now does local state change (atomically with the changelog offsets it reflects).
     runtime.after_commit(producer.last_offsets)
+    result.store_offsets = runtime.store_offsets()
     result.committed_offsets = {f"{tp.topic}:{tp.partition}": tp.offset for tp in offsets}
     result.bytes_out = bytes_out
     return outcome, changelog

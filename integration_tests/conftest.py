@@ -8,6 +8,7 @@ Every test gets unique topic and group names.
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -105,3 +106,15 @@ def spark(spark_contexts: SparkContexts):
 def spark_cluster(spark_contexts: SparkContexts):
     """A SparkContext in local-cluster mode: two executor JVMs with one core each."""
     return spark_contexts.get("local-cluster[2,1,1024]")
+
+
+@pytest.fixture
+def spark_cluster3(spark_contexts: SparkContexts):
+    """Three executor JVMs with one core each; executors lost to a test are replaced by Spark."""
+    sc = spark_contexts.get("local-cluster[3,1,1024]")
+    from eos.placer import live_executors
+
+    deadline = time.monotonic() + 120
+    while len(live_executors(sc)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return sc

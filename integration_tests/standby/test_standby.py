@@ -1,0 +1,129 @@
+"""Standby replicas and sticky, lag-aware placement on three executor JVMs (local-cluster[3,1,1024]).
+
+Each executor has its own state directory (`{executor}`), as separate hosts would. One continuous run:
+a steady phase (tasks stay put, no restores after warm-up), then the executor of a task is SIGKILLed and
+the task must move to the executor holding its standby and replay at most the standby's lag. Without
+standbys the moved task replays its whole changelog. Both runs must audit exactly-once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from eos import Application
+from eos.placer import live_executors
+from eos.runner import Runner
+from integration_tests.helpers import assert_exactly_once, assert_totals_exact, produce
+from transactions import KafkaAdmin
+
+KEYS = 4000
+BATCH = 1000
+
+
+def add(key, value, totals):
+    return {"count": totals["count"] + 1, "sum": totals["sum"] + value["n"]}
+
+
+def records(first, n):
+    return ((f"k{i % KEYS}".encode(), json.dumps({"id": i, "n": i % 7}).encode()) for i in range(first, first + n))
+
+
+def executor_pid(executor_id: str) -> int:
+    for proc in os.listdir("/proc"):
+        if proc.isdigit():
+            try:
+                args = open(f"/proc/{proc}/cmdline", "rb").read().split(b"\0")
+            except OSError:
+                continue
+            if b"CoarseGrainedExecutorBackend" in b" ".join(args) and b"--executor-id" in args:
+                if args[args.index(b"--executor-id") + 1].decode() == executor_id:
+                    return int(proc)
+    raise LookupError(f"no executor JVM with id {executor_id}")
+
+
+def caught_up(admin, group, topic):
+    tps = admin.topic_partitions(topic)
+    committed = admin.group_offsets(group, tps, stable=False)
+    ends = admin.end_offsets(tps)
+    return all((committed.get(tp) or 0) >= ends[tp] for tp in tps)
+
+
+def wait(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+def run_failover(kafka, sc, topic_factory, unique_name, tmp_path, standbys):
+    src, out = topic_factory("in", partitions=4), topic_factory("totals", partitions=4)
+    app_id = unique_name("app")
+    app = Application(app_id, kafka.bootstrap_servers, state_dir=str(tmp_path / "state" / "{executor}"),
+                      num_standby_replicas=standbys, max_records_per_batch=BATCH, trigger_interval=0.3,
+                      acceptable_recovery_lag=200,  # each task's whole changelog is ~10k records here
+                      log_format="json", log_level="WARNING")
+    app.aggregate(src, out, name="totals", initializer=lambda: {"count": 0, "sum": 0}, aggregator=add)
+    runner = Runner(app, sc)
+    results, reports = [], []
+    summary = {}
+    thread = threading.Thread(target=lambda: summary.setdefault("s", runner.run(
+        keep_task_results=True, on_batch=lambda rep, res: (reports.append(rep), results.extend(res)))), daemon=True)
+    produce(kafka.bootstrap_servers, src, records(0, 40_000))
+    thread.start()
+    admin = KafkaAdmin(kafka.bootstrap_servers)
+    wait(lambda: caught_up(admin, app_id, src) and len(reports) >= 3, 240, "the first load")
+    time.sleep(3)  # a few more (standby-only) batches: copies catch up with the last commits
+    steady = list(results)
+
+    victim_task = "totals-0"
+    victim = [r for r in steady if r.task == victim_task and r.status == "committed"][-1].executor
+    changelog_before = sum(r.changelog_records for r in steady if r.task == victim_task)
+    seen_before_kill = len(results)
+    os.kill(executor_pid(victim), signal.SIGKILL)
+    wait(lambda: victim not in live_executors(sc), 60, "Spark to notice the lost executor")
+    produce(kafka.bootstrap_servers, src, records(40_000, 8_000))
+    wait(lambda: caught_up(admin, app_id, src) and any(
+        r.task == victim_task and r.executor != victim and r.status == "committed" for r in results[seen_before_kill:]),
+        240, "the moved task to commit")
+    runner.request_stop()
+    thread.join(120)
+    s = summary["s"]
+    assert_exactly_once(kafka.bootstrap_servers, inputs=[src], outputs=[out], group=app_id, expected_inputs=48_000)
+    assert_totals_exact(kafka.bootstrap_servers, inputs=[src], totals=[out], group=app_id)
+    moves = [m for m in s.moves if m["task"] == victim_task and m["source"] == victim]
+    assert moves and moves[0]["reason"] == "executor lost", {"victim": victim, "moves": s.moves}
+    return steady, reports, moves[0], changelog_before
+
+
+@pytest.mark.spark_cluster
+def test_steady_placement_then_failover_to_the_standby(kafka, spark_cluster3, topic_factory, unique_name, tmp_path):
+    steady, reports, move, changelog_before = run_failover(kafka, spark_cluster3, topic_factory, unique_name,
+                                                           tmp_path, standbys=1)
+    # Steady state: once placed, every task keeps its executor and restores nothing, batch after batch.
+    committed = [r for r in steady if r.status == "committed"]
+    last_batch = max(r.batch for r in committed)
+    settled = max(r.batch for r in committed if r.restored_records > 0) if any(
+        r.restored_records for r in committed) else 0
+    assert settled <= 3, "tasks were still moving after warm-up"
+    for task in {r.task for r in committed}:
+        later = [r.executor for r in committed if r.task == task and r.batch > settled]
+        assert len(set(later)) == 1, f"{task} changed executors in steady state: {later}"
+    assert last_batch - settled >= 4  # and that was several batches
+    assert any(rep.standbys_refreshed for rep in reports)
+    # Failover: the task replayed at most its standby's lag, a small part of its changelog.
+    max_lag = max(rep.max_standby_lag for rep in reports)
+    assert move["restored_records"] <= max(max_lag, BATCH), (move, max_lag)
+    assert move["restored_records"] < changelog_before / 4, (move, changelog_before)
+
+
+@pytest.mark.spark_cluster
+def test_without_standbys_a_moved_task_replays_its_whole_changelog(kafka, spark_cluster3, topic_factory, unique_name,
+                                                                   tmp_path):
+    _, _, move, changelog_before = run_failover(kafka, spark_cluster3, topic_factory, unique_name, tmp_path,
+                                                standbys=0)
+    assert move["restored_records"] == changelog_before, (move, changelog_before)
