@@ -62,7 +62,8 @@ def matrix(repeats: int = typer.Option(5, help="Runs per scenario (seeds 1..repe
            records: int = typer.Option(200_000, help="Input records per run"),
            rate: int = typer.Option(5000, help="Input records per second"),
            only: str = typer.Option(None, help="Run only scenarios whose name contains this"),
-           out: Path = typer.Option(Path("reports/chaos/matrix"), help="Report directory")) -> None:
+           out: Path = typer.Option(Path("reports/chaos/matrix"), help="Report directory"),
+           fresh: bool = typer.Option(False, help="Run again even the runs whose reports are already in --out")) -> None:
     """Every fault kind x {stateless, stateful}, repeated; prints the table and writes matrix.json."""
     from chaos.matrix import matrix_scenarios, run_matrix
 
@@ -73,7 +74,7 @@ def matrix(repeats: int = typer.Option(5, help="Runs per scenario (seeds 1..repe
                       f"({result.violations} violations, {result.faults_injected} faults, {seconds:.0f}s)"
                       + (f" {result.reasons}" if result.reasons else ""))
 
-    rows = run_matrix(scenarios, repeats, out, on_result=progress)
+    rows = run_matrix(scenarios, repeats, out, resume=not fresh, on_result=progress)
     table = Table("scenario", "runs", "passed", "records/run", "faults", "violations", "median recovery s")
     for r in rows:
         table.add_row(r["scenario"], str(r["runs"]), str(r["passed"]), f"{r['records_per_run']:,}",

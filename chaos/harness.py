@@ -139,6 +139,12 @@ class ChaosResult:
     duration_s: float = 0.0
     workdir: str = ""
 
+    @classmethod
+    def from_report(cls, report: Path) -> "ChaosResult":
+        """A finished run's result, read back from its report.json."""
+        data = json.loads(report.read_text())
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
 
 def run_scenario(scenario: Scenario, workdir: str | Path | None = None, *, keep_logs: bool = True) -> ChaosResult:
     from chaos.report import finish_result

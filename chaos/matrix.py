@@ -49,9 +49,12 @@ def matrix_scenarios(records: int = 200_000, rate: int = 5000) -> dict[str, Scen
     return out
 
 
-def run_matrix(scenarios: list[Scenario], repeats: int, out_dir: Path, *, seed: int = 1,
+def run_matrix(scenarios: list[Scenario], repeats: int, out_dir: Path, *, seed: int = 1, resume: bool = True,
                on_result: Any = None) -> list[dict[str, Any]]:
-    """Run every scenario `repeats` times (seeds seed, seed+1, ...); returns one summary row per scenario."""
+    """Run every scenario `repeats` times (seeds seed, seed+1, ...); returns one summary row per scenario.
+
+    With `resume`, a run whose report is already in `out_dir` (same scenario, seed and record count) is read
+    back instead of run again, so a long matrix can be stopped and continued later."""
     from chaos.harness import run_scenario
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -60,8 +63,13 @@ def run_matrix(scenarios: list[Scenario], repeats: int, out_dir: Path, *, seed: 
         runs = []
         for rep in range(repeats):
             s = scenario.with_overrides(seed=seed + rep)
+            workdir = out_dir / f"{s.name}-seed{s.seed}"
+            previous = _previous(workdir, s) if resume else None
+            if previous is not None:
+                runs.append(previous)
+                continue
             started = time.time()
-            result = run_scenario(s, out_dir / f"{s.name}-seed{s.seed}")
+            result = run_scenario(s, workdir)
             runs.append(result)
             if on_result is not None:
                 on_result(s, result, time.time() - started)
@@ -76,3 +84,14 @@ def run_matrix(scenarios: list[Scenario], repeats: int, out_dir: Path, *, seed: 
             "job_restarts": sum(r.job.get("restarts", 0) for r in runs)})
         (out_dir / "matrix.json").write_text(json.dumps(rows, indent=2))
     return rows
+
+
+def _previous(workdir: Path, scenario: Scenario) -> Any:
+    from chaos.harness import ChaosResult
+
+    report = workdir / "report.json"
+    if not report.is_file():
+        return None
+    result = ChaosResult.from_report(report)
+    same = {k: result.scenario.get(k) for k in ("name", "seed", "records", "rate")}
+    return result if same == {k: getattr(scenario, k) for k in same} else None

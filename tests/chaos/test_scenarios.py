@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import pytest
 
 from chaos.faults import KINDS
@@ -38,3 +41,30 @@ def test_invalid_scenarios_are_refused_with_a_reason(tmp_path):
     path.write_text('name = "mine"\njob = "stateful"\nseed = 3\n[[faults]]\nkind = "poison"\ncount = 2\nratio = 0.5\n')
     mine = load_scenario(path)
     assert mine.faults == (FaultSpec("poison", 2, 0.0, {"ratio": 0.5}),) and mine.seed == 3
+
+
+def test_matrix_resumes_from_reports_of_the_same_runs_only(tmp_path, monkeypatch):
+    import chaos.harness
+    from chaos.harness import ChaosResult
+    from chaos.matrix import matrix_scenarios, run_matrix
+
+    scenario = matrix_scenarios(records=1000)["matrix-stateless-net_reset"]
+    ran = []
+
+    def fake_run(s, workdir):  # the harness itself is exercised by the integration tests
+        ran.append((s.seed, s.records))
+        result = ChaosResult(scenario=s.to_dict(), verdict="PASS", faults_injected=3,
+                             recovery=[{"recovery_s": 2.0 + s.seed}])
+        workdir.mkdir(parents=True, exist_ok=True)
+        (workdir / "report.json").write_text(json.dumps(dataclasses.asdict(result)))
+        return result
+
+    monkeypatch.setattr(chaos.harness, "run_scenario", fake_run)
+    run_matrix([scenario], 2, tmp_path)
+    rows = run_matrix([scenario], 3, tmp_path)  # seeds 1 and 2 are read back; only seed 3 runs
+    assert ran == [(1, 1000), (2, 1000), (3, 1000)]
+    assert rows[0]["runs"] == 3 and rows[0]["passed"] == 3 and rows[0]["faults_injected"] == 9
+    assert rows[0]["median_recovery_s"] == 4.0
+    run_matrix([scenario.with_overrides(records=2000)], 1, tmp_path / "other")
+    run_matrix([scenario.with_overrides(records=2000)], 1, tmp_path)  # other record count: not the same run
+    assert ran[-2:] == [(1, 2000), (1, 2000)]
