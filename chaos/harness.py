@@ -245,16 +245,14 @@ def _wait_first_commit(batch_log: Path, timeout: float) -> bool:
 
 def _drain(admin: KafkaAdmin, group: str, topic: str, timeout: float) -> bool:
     """Wait until the group's committed offsets reach the input's last stable offsets (twice in a row)."""
-    tps = admin.topic_partitions(topic)
     deadline, streak = time.monotonic() + timeout, 0
     while time.monotonic() < deadline:
         try:
-            committed = admin.group_offsets(group, tps, stable=False)
-            ends = admin.end_offsets(tps)
+            lag = admin.group_lag(group, [topic])
         except Exception:  # a broker may still be settling after the faults
             time.sleep(1)
             continue
-        streak = streak + 1 if all((committed.get(tp) or 0) >= ends[tp] for tp in tps) else 0
+        streak = streak + 1 if lag == 0 else 0
         if streak >= 2:
             return True
         time.sleep(1)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Proc", "job_processes", "executors", "python_workers", "alive"]
+__all__ = ["Proc", "job_processes", "executors", "executor_pid", "python_workers", "alive"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,18 @@ def job_processes(pgid: int) -> list[Proc]:
 
 def executors(pgid: int) -> list[Proc]:
     return [p for p in job_processes(pgid) if "CoarseGrainedExecutorBackend" in p.cmdline]
+
+
+def executor_pid(executor_id: str) -> int:
+    """The pid of the executor JVM Spark calls `executor_id` (any process group)."""
+    for entry in Path("/proc").iterdir():
+        proc = _read(entry) if entry.name.isdigit() else None
+        if proc is None or "CoarseGrainedExecutorBackend" not in proc.cmdline or proc.state in ("Z", "X"):
+            continue
+        args = proc.cmdline.split()
+        if "--executor-id" in args and args[args.index("--executor-id") + 1] == executor_id:
+            return proc.pid
+    raise LookupError(f"no executor JVM with id {executor_id}")
 
 
 def python_workers(pgid: int) -> list[Proc]:

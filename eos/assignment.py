@@ -151,7 +151,11 @@ class Placement:
         return self.locations.get(executor) if executor is not None else None
 
     def snapshot(self, ends: Mapping[str, Mapping[str, int]]) -> dict[str, Any]:
-        """Where each task and copy is, with lags (for logs and metrics)."""
+        """Where each task and its standby copies are, with each copy's lag in records (for logs and metrics)."""
+        def lags(task: str, executors: Iterable[str]) -> dict[str, int]:
+            return {e: self.lag(task, e, ends.get(task, {})) for e in executors}
+
         return {task: {"active": self.active.get(task),
-                       "copies": {e: self.lag(task, e, ends.get(task, {})) for e in self.copies.get(task, {})}}
-                for task in sorted(set(self.active) | set(self.copies))}
+                       "standbys": lags(task, self.standby_of.get(task, [])),
+                       "warming": lags(task, [self.warming[task]] if task in self.warming else [])}
+                for task in sorted(set(self.active) | set(self.standby_of))}

@@ -62,6 +62,7 @@ class Placer:
         self.moves: list[dict[str, Any]] = []
         self._planned: dict[str, Move] = {}
         self._ran_on: dict[str, str] = {}  # task -> executor of its last committed batch (what happened)
+        self._ends: dict[str, dict[str, int]] = {}  # changelog ends read for the latest plan
 
     def ends(self) -> dict[str, dict[str, int]]:
         tps = [tp for stores in self.changelogs.values() for tp in stores.values()]
@@ -74,7 +75,7 @@ class Placer:
             return plans, []
         for executor in self.placement.forget_lost(alive):
             self.log.warning("executor lost: its tasks move to the copies with the least lag", executor=executor)
-        ends = self.ends()
+        ends = self._ends = self.ends()
         for move in self.placement.assign(self.tasks, alive, ends):
             self._planned[move.task] = move
             if move.reason != "first placement":
@@ -113,4 +114,6 @@ class Placer:
                 self.log.info("task moved", **move)
 
     def snapshot(self) -> dict[str, Any]:
-        return self.placement.snapshot(self.ends())
+        """Each task's active executor and its copies with their lag (records) against the changelog ends
+        read for the latest plan: what the batch report and the "batch done" log carry."""
+        return self.placement.snapshot(self._ends)

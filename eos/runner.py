@@ -50,6 +50,8 @@ class BatchReport:
     restored_records: int = 0
     standbys_refreshed: int = 0
     max_standby_lag: int = 0  # records the most lagging copy was behind before its refresh
+    #: task -> {"active": executor, "copies": {executor: lag in records}} after this batch (placement on)
+    placement: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -195,6 +197,8 @@ class Runner:
                     report = _report(batch, wall, time.monotonic() - t0, results)
                     report.standbys_refreshed = len(refreshed)
                     report.max_standby_lag = max((p.lag for p in standbys), default=0)
+                    if self.placer is not None:
+                        report.placement = self.placer.snapshot()
                     summary.add(report, results, keep_task_results)
                     self.log.info("batch done", **asdict(report))
                     if on_batch is not None:

@@ -168,6 +168,15 @@ class KafkaAdmin:
         return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None)
                 for tp in result[group].topic_partitions}
 
+    def group_lag(self, group: str, topics: Iterable[str], timeout: float = 30.0) -> int:
+        """Records of `topics` the group has yet to commit: last stable offset - committed offset (nothing
+        committed counts from the partition's earliest offset). 0 means the group has caught up."""
+        tps = [tp for topic in topics for tp in self.topic_partitions(topic)]
+        committed = self.group_offsets(group, tps, stable=False, timeout=timeout)
+        ends, starts = self.end_offsets(tps, timeout=timeout), self.earliest_offsets(tps, timeout=timeout)
+        return sum(max(0, ends[tp] - (committed.get(tp) if committed.get(tp) is not None else starts[tp]))
+                   for tp in tps)
+
     def set_group_offsets(self, group: str, offsets: Mapping[TP, int], timeout: float = 30.0) -> None:
         """Set committed offsets of a group without members (outside any transaction: start-up use only)."""
         tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]

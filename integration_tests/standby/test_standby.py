@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from chaos.processes import executor_pid
 from eos import Application
 from eos.placer import live_executors
 from eos.runner import Runner
@@ -31,26 +32,6 @@ def add(key, value, totals):
 
 def records(first, n):
     return ((f"k{i % KEYS}".encode(), json.dumps({"id": i, "n": i % 7}).encode()) for i in range(first, first + n))
-
-
-def executor_pid(executor_id: str) -> int:
-    for proc in os.listdir("/proc"):
-        if proc.isdigit():
-            try:
-                args = open(f"/proc/{proc}/cmdline", "rb").read().split(b"\0")
-            except OSError:
-                continue
-            if b"CoarseGrainedExecutorBackend" in b" ".join(args) and b"--executor-id" in args:
-                if args[args.index(b"--executor-id") + 1].decode() == executor_id:
-                    return int(proc)
-    raise LookupError(f"no executor JVM with id {executor_id}")
-
-
-def caught_up(admin, group, topic):
-    tps = admin.topic_partitions(topic)
-    committed = admin.group_offsets(group, tps, stable=False)
-    ends = admin.end_offsets(tps)
-    return all((committed.get(tp) or 0) >= ends[tp] for tp in tps)
 
 
 def wait(predicate, timeout, what):
@@ -76,7 +57,7 @@ def run_failover(kafka, sc, topic_factory, unique_name, tmp_path, standbys):
     produce(kafka.bootstrap_servers, src, records(0, 40_000))
     thread.start()
     admin = KafkaAdmin(kafka.bootstrap_servers)
-    wait(lambda: caught_up(admin, app_id, src) and len(reports) >= 3, 240, "the first load")
+    wait(lambda: admin.group_lag(app_id, [src]) == 0 and len(reports) >= 3, 240, "the first load")
     time.sleep(3)  # a few more (standby-only) batches: copies catch up with the last commits
     steady = list(results)
 
@@ -87,7 +68,7 @@ def run_failover(kafka, sc, topic_factory, unique_name, tmp_path, standbys):
     os.kill(executor_pid(victim), signal.SIGKILL)
     wait(lambda: victim not in live_executors(sc), 60, "Spark to notice the lost executor")
     produce(kafka.bootstrap_servers, src, records(40_000, 8_000))
-    wait(lambda: caught_up(admin, app_id, src) and any(
+    wait(lambda: admin.group_lag(app_id, [src]) == 0 and any(
         r.task == victim_task and r.executor != victim and r.status == "committed" for r in results[seen_before_kill:]),
         240, "the moved task to commit")
     runner.request_stop()
@@ -115,6 +96,10 @@ def test_steady_placement_then_failover_to_the_standby(kafka, spark_cluster3, to
         assert len(set(later)) == 1, f"{task} changed executors in steady state: {later}"
     assert last_batch - settled >= 4  # and that was several batches
     assert any(rep.standbys_refreshed for rep in reports)
+    # Batch reports show where each task and its standby run, and the standby's lag.
+    placed = [rep.placement for rep in reports if rep.placement and all(
+        len(where["standbys"]) == 1 and where["active"] not in where["standbys"] for where in rep.placement.values())]
+    assert placed and set(placed[-1]) == {r.task for r in committed}
     # Failover: the task replayed at most its standby's lag, a small part of its changelog.
     max_lag = max(rep.max_standby_lag for rep in reports)
     assert move["restored_records"] <= max(max_lag, BATCH), (move, max_lag)

@@ -46,3 +46,11 @@ def test_standbys_avoid_the_active_executor_and_prefer_existing_copies():
     p = placed()
     assert p.standby_targets("t0", ["a", "b", "c"], ENDS["t0"]) == ["b"]
     assert p.lag("t0", "b", ENDS["t0"]) == 10 and p.lag("t1", "a", ENDS["t1"]) == 1000
+
+
+def test_snapshot_shows_each_tasks_active_executor_and_its_standbys_with_their_lag():
+    p = placed()
+    p.standby_targets("t0", ["a", "b", "c"], ENDS["t0"])
+    snap = p.snapshot(ENDS)
+    assert snap["t0"] == {"active": "a", "standbys": {"b": 10}, "warming": {}}
+    assert snap["t1"]["active"] == "b" and "b" not in snap["t1"]["standbys"]
