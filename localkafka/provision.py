@@ -14,7 +14,9 @@ which only the local cluster manager can do.
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -68,11 +70,30 @@ def provide_kafka(brokers: int = 1, root: str | Path | None = None) -> Iterator[
 def _local_cluster(brokers: int, root: str | Path | None) -> Iterator[LocalCluster]:
     base = Path(root) if root else Path(tempfile.mkdtemp(prefix=f"eos-kafka-{brokers}b-"))
     cluster = LocalCluster(base, brokers)
+    with _exit_on_sigterm():
+        try:
+            cluster.up()
+            yield cluster
+        finally:
+            cluster.down(timeout=15)
+
+
+@contextmanager
+def _exit_on_sigterm() -> Iterator[None]:
+    """SIGTERM unwinds (SystemExit) instead of ending the process on the spot, so the brokers this process
+    started are stopped too. Only where nobody else handles SIGTERM, and only on the main thread."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+
+    def unwind(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, unwind)
     try:
-        cluster.up()
-        yield cluster
+        yield
     finally:
-        cluster.down(timeout=15)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 @contextmanager
