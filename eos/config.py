@@ -57,6 +57,9 @@ class EosConfig:
     state_dir: str = "~/.eos/state"
     #: Extra copies of each task's persistent stores on other executors, refreshed from the changelogs.
     num_standby_replicas: int = 0
+    #: Longest a standby copy replays its changelogs in one batch (s); a copy further behind catches up
+    #: over several batches instead of holding a batch (and its active tasks' next batch) up.
+    standby_refresh_budget: float = 2.0
     #: A task moves for balance only to a copy at most this many records behind (else it warms one up).
     acceptable_recovery_lag: int = 10_000
     #: Keep tasks on the executors where their state is (Spark preferred locations; best effort).
@@ -101,6 +104,9 @@ class EosConfig:
         _positive("max_records_per_batch", self.max_records_per_batch)
         _positive("batch_timeout", self.batch_timeout)
         _positive("max_batch_attempts", self.max_batch_attempts)
+        _positive("standby_refresh_budget", self.standby_refresh_budget)
+        if self.acceptable_recovery_lag < 0:
+            raise ConfigError(f"acceptable_recovery_lag must be >= 0 records, got {self.acceptable_recovery_lag}")
         if self.trigger_interval < 0:
             raise ConfigError(f"trigger_interval must be >= 0 seconds, got {self.trigger_interval}")
         if self.transaction_timeout_ms < self.batch_timeout * 1000:

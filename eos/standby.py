@@ -32,7 +32,8 @@ def run_standby(plan: StandbyPlan, job: "Job", clients: WorkerClients = CLIENTS)
     stores = TaskStores(cfg, job.subtopologies[plan.subtopology], plan.partition)
     started = time.monotonic()
     try:
-        _, result.replayed = stores.open(clients, log, lock_timeout=0.0, persistent_only=True)
+        _, result.replayed = stores.open(clients, log, lock_timeout=0.0, persistent_only=True,
+                                         budget=cfg.standby_refresh_budget)
         result.store_offsets = stores.offsets()
     except StoreError:
         result.status = "busy"

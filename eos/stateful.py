@@ -85,9 +85,10 @@ class TaskStores:
         return any(spec.persistent for spec in self.specs.values())
 
     def open(self, clients: "WorkerClients", log: Any, *, lock_timeout: float | None = None,
-             persistent_only: bool = False) -> tuple[float, int]:
+             persistent_only: bool = False, budget: float | None = None) -> tuple[float, int]:
         """Open and restore every store (or only the persistent ones: standby copies live on disk).
-        Returns (milliseconds, changelog records replayed)."""
+        `budget` (seconds) bounds the replay (standby refreshes); without it every store reaches its
+        changelog's end. Returns (milliseconds, changelog records replayed)."""
         started = time.monotonic()
         if self.persistent:
             self.directory.lock(timeout=max(60.0, self.config.batch_timeout) if lock_timeout is None else lock_timeout)
@@ -104,8 +105,9 @@ class TaskStores:
                        else self._memory.setdefault(name, MemoryBackend()))
             self._backends[name] = backend
             tp = (self.changelogs[name], self.partition)
+            left = None if budget is None else max(0.0, budget - (time.monotonic() - started))
             result = restore_store(backend, consumer, tp[0], tp[1], start_offset=starts[tp], end_offset=ends[tp],
-                                   log=log, timeout=max(600.0, self.config.batch_timeout))
+                                   log=log, timeout=max(600.0, self.config.batch_timeout), budget=left)
             replayed += result.records
             if result.records:
                 log.info("store restored", store=name, records=result.records, seconds=round(result.seconds, 3),

@@ -6,6 +6,10 @@ record at end - 1, which is often a commit marker. Each chunk of records is appl
 brings the store to, so an interrupted restore resumes where it stopped. A store that recorded an offset
 beyond the changelog's end, or before its start (the changelog was recreated or truncated), is
 corrupted: it is wiped and restored from the beginning.
+
+A `budget` (seconds) bounds one call: the replay stops after the chunk that exceeds it, with the store at
+that chunk's offset (`complete` False); standby copies use it so a far-behind copy catches up over
+several batches instead of holding one batch up.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ class RestoreResult:
     start: int
     end: int
     wiped: bool = False
+    complete: bool = True  # False: the budget ran out before the end; the store is at `position`
+    position: int = 0
 
     @property
     def rate(self) -> float:
@@ -38,7 +44,8 @@ class RestoreResult:
 
 def restore_store(backend: Backend, consumer: Consumer, topic: str, partition: int, *, start_offset: int,
                   end_offset: int, log: Any = None, progress_every: float = 2.0,
-                  on_progress: Callable[[int, int, int], None] | None = None, timeout: float = 3600.0) -> RestoreResult:
+                  on_progress: Callable[[int, int, int], None] | None = None, timeout: float = 3600.0,
+                  budget: float | None = None) -> RestoreResult:
     """Replay `[recorded offset, end_offset)` of the changelog partition into `backend`.
 
     `start_offset` is the partition's log start offset; `on_progress(records, position, end)` is called
@@ -53,14 +60,20 @@ def restore_store(backend: Backend, consumer: Consumer, topic: str, partition: i
         recorded, wiped = None, True
     begin = recorded if recorded is not None else start_offset
     started = last_report = time.monotonic()
-    result = RestoreResult(0, 0.0, begin, end_offset, wiped)
+    result = RestoreResult(0, 0.0, begin, end_offset, wiped, position=max(begin, end_offset))
     if begin >= end_offset:
         return result
-    for batch in read_ranges(consumer, [OffsetRange(topic, partition, begin, end_offset)], timeout=timeout):
+    chunks = read_ranges(consumer, [OffsetRange(topic, partition, begin, end_offset)], timeout=timeout)
+    for batch in chunks:
         changes = {msg.key(): msg.value() for msg in batch}  # in offset order: the last write of a key wins
         backend.write(changes, changelog_offset=batch[-1].offset() + 1)
         result.records += len(batch)
         now = time.monotonic()
+        if budget is not None and now - started >= budget and batch[-1].offset() + 1 < end_offset:
+            chunks.close()  # unassigns the consumer
+            result.complete, result.position = False, batch[-1].offset() + 1
+            result.seconds = now - started
+            return result
         if now - last_report >= progress_every:
             last_report = now
             position = batch[-1].offset() + 1

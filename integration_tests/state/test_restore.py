@@ -21,13 +21,13 @@ def write(bootstrap, topic, txn_id, batches):
         producer.commit_transaction(30) if outcome == "commit" else producer.abort_transaction(30)
 
 
-def restore(bootstrap, topic, backend):
+def restore(bootstrap, topic, backend, budget=None):
     admin = KafkaAdmin(bootstrap)
     tp = (topic, 0)
     end, start = admin.end_offsets([tp])[tp], admin.earliest_offsets([tp])[tp]
     consumer = Consumer(consumer_settings(bootstrap, "restore-test"))
     t0 = time.monotonic()
-    result = restore_store(backend, consumer, topic, 0, start_offset=start, end_offset=end, timeout=30)
+    result = restore_store(backend, consumer, topic, 0, start_offset=start, end_offset=end, timeout=30, budget=budget)
     consumer.close()
     return result, time.monotonic() - t0, end
 
@@ -64,3 +64,18 @@ def test_store_ahead_of_its_changelog_is_wiped_and_restored(kafka, topic_factory
     result, _, _ = restore(kafka.bootstrap_servers, topic, backend)
     assert result.wiped and result.records == 1
     assert backend.get(b"stale") is None and backend.get(b"a") == b"1"
+
+
+def test_a_restore_cut_short_by_its_budget_resumes_where_it_stopped(kafka, topic_factory, unique_name):
+    topic = topic_factory("changelog", config={"cleanup.policy": "compact"})
+    batches = [("commit", [(b"k%d" % (i % 5000), b"%d" % i) for i in range(t * 2000, (t + 1) * 2000)])
+               for t in range(25)]  # 50k writes of 5k keys in 25 transactions
+    write(kafka.bootstrap_servers, topic, unique_name("t"), batches)
+    backend = MemoryBackend()
+    first, _, end = restore(kafka.bootstrap_servers, topic, backend, budget=1e-6)  # stops after one chunk
+    assert not first.complete and 0 < first.records < 50_000
+    assert backend.changelog_offset() == first.position < end
+    rest, _, _ = restore(kafka.bootstrap_servers, topic, backend)
+    assert rest.complete and first.records + rest.records == 50_000
+    assert backend.changelog_offset() == end
+    assert all(backend.get(b"k%d" % k) == b"%d" % (45_000 + k) for k in range(5000))  # the last write of each key
