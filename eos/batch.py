@@ -49,6 +49,7 @@ class TaskResult:
     restore_ms: float = 0.0
     restored_records: int = 0
     total_ms: float = 0.0
+    committed_at: float = 0.0  # wall clock (time.time()) when the transaction committed
     #: Input offsets this task committed ("topic:partition" -> offset).
     committed_offsets: dict[str, int] = field(default_factory=dict)
     executor: str | None = None

@@ -14,13 +14,25 @@ from eos.config import EosConfig
 from eos.topology import SubTopology
 from transactions import KafkaAdmin
 
-__all__ = ["Placer", "located_rdd", "live_executors"]
+__all__ = ["Placer", "located_rdd", "live_executors", "executor_locations"]
 
 
 def live_executors(sc: Any) -> list[str]:
     """Executor ids Spark currently has (none in local mode, where the driver runs every task)."""
     ids = sc._jsc.sc().getExecutorIds().mkString(",")
     return [e for e in ids.split(",") if e and e != "driver"]
+
+
+def executor_locations(sc: Any) -> dict[str, str]:
+    """Spark's location string (`executor_<host>_<id>`) of each executor Spark's status store knows, so that
+    executors no task has run on yet can hold tasks and standbys too."""
+    out = {}
+    executors = sc._jsc.sc().statusStore().executorList(True).iterator()
+    while executors.hasNext():
+        info = executors.next()
+        if info.id() != "driver":
+            out[info.id()] = f"executor_{info.hostPort().rsplit(':', 1)[0]}_{info.id()}"
+    return out
 
 
 def located_rdd(sc: Any, items: list[Any], locations: list[str | None]) -> Any:
@@ -75,6 +87,8 @@ class Placer:
             return plans, []
         for executor in self.placement.forget_lost(alive):
             self.log.warning("executor lost: its tasks move to the copies with the least lag", executor=executor)
+        known = executor_locations(self.sc)
+        self.placement.locations.update({e: known[e] for e in alive if e in known and e not in self.placement.locations})
         ends = self._ends = self.ends()
         for move in self.placement.assign(self.tasks, alive, ends):
             self._planned[move.task] = move

@@ -247,6 +247,7 @@ def _process_and_commit(runtime: TaskRuntime, ranges: tuple[OffsetRange, ...], s
     result.produce_ms = (time.monotonic() - t0) * 1000
     fire("before_commit")
     result.commit_ms = producer.commit(timeout=cfg.batch_timeout) * 1000
+    result.committed_at = time.time()
     fire("after_commit")
 
     # 7. Only now does local state change (atomically with the changelog offsets it reflects).
