@@ -69,6 +69,7 @@ class StandbyPlan:
     batch: int
     preferred_location: str | None
     lag: int  # records the copy was behind when planned
+    budget: float = 2.0  # seconds of replay at most (see EosConfig.standby_refresh_budget)
 
     @property
     def task(self) -> str:

@@ -58,7 +58,7 @@ def located_rdd(sc: Any, items: list[Any], locations: list[str | None]) -> Any:
 class Placer:
     def __init__(self, sc: Any, admin: KafkaAdmin, config: EosConfig, subtopologies: Mapping[str, SubTopology],
                  partition_counts: Mapping[str, int], log: Any) -> None:
-        self.sc, self.admin, self.log = sc, admin, log
+        self.sc, self.admin, self.log, self.config = sc, admin, log, config
         self.placement = Placement(config.num_standby_replicas, config.acceptable_recovery_lag)
         self.tasks: list[str] = []
         self.changelogs: dict[str, dict[str, tuple[str, int]]] = {}  # task -> store -> changelog partition
@@ -103,8 +103,15 @@ class Placer:
                 lag = self.placement.lag(task, executor, ends[task])
                 if lag > 0:
                     sub, partition = self.subtopology_of[task]
-                    standbys.append(StandbyPlan(sub, partition, batch, self.placement.location(executor), lag))
+                    standbys.append(StandbyPlan(sub, partition, batch, self.placement.location(executor), lag,
+                                                self._standby_budget(bool(plans))))
         return located, standbys
+
+    def _standby_budget(self, with_active_tasks: bool) -> float:
+        """Standbys run beside the batch's active tasks for up to the full budget; a batch of standbys only
+        is kept to about a trigger interval, so input that arrives meanwhile does not wait behind it."""
+        budget = self.config.standby_refresh_budget
+        return budget if with_active_tasks else min(budget, max(self.config.trigger_interval, 0.2))
 
     def observe(self, results: list[Any]) -> None:
         alive = set(live_executors(self.sc))

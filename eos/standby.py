@@ -33,7 +33,7 @@ def run_standby(plan: StandbyPlan, job: "Job", clients: WorkerClients = CLIENTS)
     started = time.monotonic()
     try:
         _, result.replayed = stores.open(clients, log, lock_timeout=0.0, persistent_only=True,
-                                         budget=cfg.standby_refresh_budget)
+                                         budget=plan.budget)
         result.store_offsets = stores.offsets()
     except StoreError:
         result.status = "busy"
