@@ -174,7 +174,7 @@ def run_scenario(scenario: Scenario, workdir: str | Path | None = None, *, keep_
         app_id = f"chaos-{scenario.job}-{run}"
         config = {"app_id": app_id, "bootstrap": cluster.bootstrap_servers, "input": src, "output": out,
                   "job": scenario.job, "master": scenario.master, "state_dir": str(scratch / "state" / "{executor}"),
-                  "max_records_per_batch": scenario.max_records_per_batch,
+                  "max_records_per_batch": scenario.max_records_per_batch, "standbys": scenario.standbys,
                   "transaction_timeout_ms": scenario.transaction_timeout_ms, "batch_log": str(workdir / "batches.jsonl"),
                   "marks_dir": str(marks) if uses_marks else None, "spark_conf": _spark_conf(scenario)}
         (workdir / "job.json").write_text(json.dumps(config, indent=2))

@@ -36,7 +36,8 @@ def build(cfg: dict[str, Any]) -> Application:
                       trigger_interval=cfg.get("trigger_interval", 0.5),
                       transaction_timeout_ms=cfg["transaction_timeout_ms"],
                       batch_timeout=min(30.0, cfg["transaction_timeout_ms"] / 1000 * 0.6),
-                      state_dir=cfg["state_dir"], log_format="json", log_level="WARNING",
+                      state_dir=cfg["state_dir"], num_standby_replicas=cfg.get("standbys", 0),
+                      log_format="json", log_level="WARNING",
                       processing_guarantee="at_least_once" if cfg["job"] == "broken" else "exactly_once")
     if cfg["job"] == "stateful":
         app.aggregate(cfg["input"], cfg["output"], name="totals", initializer=lambda: {"count": 0, "sum": 0},

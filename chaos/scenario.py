@@ -61,6 +61,7 @@ class Scenario:
     seed: int = 1
     proxied: bool = False
     max_records_per_batch: int = 5000
+    standbys: int = 0  # num_standby_replicas of the job (stateful jobs on local-cluster masters)
     transaction_timeout_ms: int = 15_000
     drain_timeout: float = 300.0
     description: str = ""
@@ -71,6 +72,8 @@ class Scenario:
 
         if self.job not in ("stateless", "stateful", "broken"):
             raise ValueError(f"{self.name}: job must be stateless, stateful or broken, got {self.job!r}")
+        if self.standbys and not (self.job == "stateful" and self.master.startswith("local-cluster")):
+            raise ValueError(f"{self.name}: standbys need a stateful job on a local-cluster[...] master")
         for f in self.faults:
             if f.kind not in KINDS:
                 raise ValueError(f"{self.name}: unknown fault kind {f.kind!r}; kinds: {sorted(KINDS)}")

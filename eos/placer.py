@@ -19,6 +19,8 @@ __all__ = ["Placer", "located_rdd", "live_executors", "executor_locations"]
 
 def live_executors(sc: Any) -> list[str]:
     """Executor ids Spark currently has (none in local mode, where the driver runs every task)."""
+    if sc.master == "local" or sc.master.startswith("local["):
+        return []  # (asking would log "Requesting executors is not supported" on every batch)
     ids = sc._jsc.sc().getExecutorIds().mkString(",")
     return [e for e in ids.split(",") if e and e != "driver"]
 
