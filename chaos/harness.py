@@ -8,6 +8,7 @@ open. A run that does not drain (the job never catches up after the faults) also
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -29,6 +30,7 @@ from chaos.proxy import ProxyGroup, Route
 from chaos.scenario import Scenario, ScheduledFault, schedule
 from chaos.timeline import Timeline
 from localkafka import LocalCluster
+from localkafka.provision import exit_on_sigterm
 from transactions import KafkaAdmin, TopicSpec
 
 __all__ = ["run_scenario", "ChaosResult", "Context"]
@@ -147,6 +149,13 @@ class ChaosResult:
 
 
 def run_scenario(scenario: Scenario, workdir: str | Path | None = None, *, keep_logs: bool = True) -> ChaosResult:
+    """Run one scenario and return its result (also written to `workdir`/report.json). A SIGTERM stops the
+    job and the scenario's brokers before the process ends."""
+    with exit_on_sigterm():
+        return _run_scenario(scenario, workdir, keep_logs)
+
+
+def _run_scenario(scenario: Scenario, workdir: str | Path | None, keep_logs: bool) -> ChaosResult:
     from chaos.report import finish_result
 
     started = time.time()
@@ -186,7 +195,7 @@ def run_scenario(scenario: Scenario, workdir: str | Path | None = None, *, keep_
         job.start()
         load.warm_up(min(500, scenario.records))
         if not _wait_first_commit(workdir / "batches.jsonl", 180):
-            result.reasons.append("the job never committed a batch")
+            result.reasons.append("the job never committed a batch" + _last_error(workdir / "job.log"))
             return result
         load.start()  # the timed load and the fault schedule start together
         reference = time.time()
@@ -218,6 +227,7 @@ def run_scenario(scenario: Scenario, workdir: str | Path | None = None, *, keep_
             proxies.close()
         if keep_logs and (cluster.root / "logs").exists():
             shutil.copytree(cluster.root / "logs", workdir / "broker-logs", dirs_exist_ok=True)
+        gc.collect()  # admin clients of this run (reference cycles) go before their brokers do
         cluster.down(timeout=15)
         shutil.rmtree(scratch, ignore_errors=True)
         result.timeline = timeline.events
@@ -225,12 +235,21 @@ def run_scenario(scenario: Scenario, workdir: str | Path | None = None, *, keep_
         finish_result(result, workdir, timeline)
 
 
+def _last_error(job_log: Path) -> str:
+    """The job's last error line (e.g. a configuration Spark refused), to say why it never committed."""
+    lines = job_log.read_text(errors="replace").splitlines() if job_log.is_file() else []
+    errors = [line for line in lines if "Error" in line or "Exception" in line]
+    return f": {errors[-1].strip()[:300]}" if errors else ""
+
+
 def _spark_conf(scenario: Scenario) -> dict[str, str]:
     if not scenario.master.startswith("local-cluster"):
         return {}
     # Lose a stopped or dead executor within seconds (Spark's defaults wait two minutes).
-    return {"spark.network.timeout": "12s", "spark.executor.heartbeatInterval": "2s",
-            "spark.storage.blockManagerHeartbeatTimeoutMs": "12000", "spark.task.maxFailures": "8"}
+    # Spark requires spark.network.timeoutInterval <= spark.storage.blockManagerHeartbeatTimeoutMs.
+    return {"spark.network.timeout": "12s", "spark.network.timeoutInterval": "6s",
+            "spark.executor.heartbeatInterval": "2s", "spark.storage.blockManagerHeartbeatTimeoutMs": "12000",
+            "spark.task.maxFailures": "8"}
 
 
 def _wait_first_commit(batch_log: Path, timeout: float) -> bool:

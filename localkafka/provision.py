@@ -26,7 +26,7 @@ from typing import Literal
 from localkafka.cluster import LocalCluster
 from localkafka.readiness import live_broker_ids, wait_ready
 
-__all__ = ["KafkaEndpoint", "provide_kafka", "docker_daemon_answers", "ENV_BOOTSTRAP"]
+__all__ = ["KafkaEndpoint", "provide_kafka", "docker_daemon_answers", "exit_on_sigterm", "ENV_BOOTSTRAP"]
 
 ENV_BOOTSTRAP = "EOS_BOOTSTRAP_SERVERS"
 TESTCONTAINERS_IMAGE = os.environ.get("EOS_TESTCONTAINERS_IMAGE", "confluentinc/cp-kafka:7.9.0")
@@ -70,7 +70,7 @@ def provide_kafka(brokers: int = 1, root: str | Path | None = None) -> Iterator[
 def _local_cluster(brokers: int, root: str | Path | None) -> Iterator[LocalCluster]:
     base = Path(root) if root else Path(tempfile.mkdtemp(prefix=f"eos-kafka-{brokers}b-"))
     cluster = LocalCluster(base, brokers)
-    with _exit_on_sigterm():
+    with exit_on_sigterm():
         try:
             cluster.up()
             yield cluster
@@ -79,7 +79,7 @@ def _local_cluster(brokers: int, root: str | Path | None) -> Iterator[LocalClust
 
 
 @contextmanager
-def _exit_on_sigterm() -> Iterator[None]:
+def exit_on_sigterm() -> Iterator[None]:
     """SIGTERM unwinds (SystemExit) instead of ending the process on the spot, so the brokers this process
     started are stopped too. Only where nobody else handles SIGTERM, and only on the main thread."""
     if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
