@@ -40,8 +40,7 @@ def main(records: int = 100_000, partitions: int = 4, master: str | None = None)
         console.print(f"Kafka ({kafka.source}) at [bold]{kafka.bootstrap_servers}[/bold]")
         run = uuid.uuid4().hex[:6]
         src, enriched, totals = f"demo-orders-{run}", f"demo-orders-enriched-{run}", f"demo-customer-totals-{run}"
-        admin = KafkaAdmin(kafka.bootstrap_servers)
-        admin.create_topics([TopicSpec(t, partitions) for t in (src, enriched, totals)])
+        KafkaAdmin(kafka.bootstrap_servers).create_topics([TopicSpec(t, partitions) for t in (src, enriched, totals)])
         produce(kafka.bootstrap_servers, src, orders.generate(records, bad_every=1000))
         console.print(f"generated {records:,} orders in {src} ({partitions} partitions, 1 in 1000 malformed)")
 

@@ -6,6 +6,7 @@ The AdminClient is kept on the instance: confluent-kafka fails pending futures i
 from __future__ import annotations
 
 import concurrent.futures
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -44,13 +45,18 @@ class PartitionOffsets:
 class KafkaAdmin:
     def __init__(self, bootstrap_servers: str, overrides: Mapping[str, object] | None = None) -> None:
         self.bootstrap_servers = bootstrap_servers
-        self._settings = {"bootstrap.servers": bootstrap_servers, "error_cb": self._on_error, **(overrides or {})}
+        # The error callback holds the admin weakly: a bound method would make a reference cycle, and the
+        # client (with its threads and reconnect loop) would outlive its last user until a gc pass.
+        this = weakref.ref(self)
+
+        def on_error(err: Any) -> None:
+            admin = this()
+            if admin is not None and err.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
+                admin._connection_lost = True
+
+        self._settings = {"bootstrap.servers": bootstrap_servers, "error_cb": on_error, **(overrides or {})}
         self._connection_lost = False
         self._admin = AdminClient(self._settings)
-
-    def _on_error(self, err: Any) -> None:
-        if err.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
-            self._connection_lost = True
 
     def _fresh(self) -> AdminClient:
         """The admin client, replaced first if it lost a connection: librdkafka 2.16 admin clients can stop
