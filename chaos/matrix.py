@@ -11,7 +11,7 @@ from typing import Any
 
 from chaos.scenario import FaultSpec, Scenario
 
-__all__ = ["matrix_scenarios", "run_matrix", "FAULT_SETTINGS"]
+__all__ = ["matrix_scenarios", "run_matrix", "matrix_markdown", "FAULT_SETTINGS"]
 
 CLUSTER = "local-cluster[2,1,1024]"
 
@@ -85,7 +85,18 @@ def run_matrix(scenarios: list[Scenario], repeats: int, out_dir: Path, *, seed: 
             "max_recovery_s": round(max(recoveries), 2) if recoveries else None,
             "job_restarts": sum(r.job.get("restarts", 0) for r in runs)})
         (out_dir / "matrix.json").write_text(json.dumps(rows, indent=2))
+        (out_dir / "matrix.md").write_text(matrix_markdown(rows))
     return rows
+
+
+def matrix_markdown(rows: list[dict[str, Any]]) -> str:
+    """The matrix as a Markdown table (also written as matrix.md beside matrix.json)."""
+    lines = ["| scenario | runs | passed | records/run | faults injected | violations | median recovery s | max recovery s |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['scenario']} | {r['runs']} | {r['passed']} | {r['records_per_run']:,} | "
+                     f"{r['faults_injected']} | {r['violations']} | {r['median_recovery_s']} | {r['max_recovery_s']} |")
+    return "\n".join(lines) + "\n"
 
 
 def _previous(workdir: Path, scenario: Scenario) -> Any:

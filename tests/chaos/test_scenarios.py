@@ -65,6 +65,7 @@ def test_matrix_resumes_from_reports_of_the_same_runs_only(tmp_path, monkeypatch
     assert ran == [(1, 1000), (2, 1000), (3, 1000)]
     assert rows[0]["runs"] == 3 and rows[0]["passed"] == 3 and rows[0]["faults_injected"] == 9
     assert rows[0]["median_recovery_s"] == 4.0
+    assert "| matrix-stateless-net_reset | 3 | 3 | 1,000 | 9 | 0 | 4.0 | 5.0 |" in (tmp_path / "matrix.md").read_text()
     run_matrix([scenario.with_overrides(records=2000)], 1, tmp_path / "other")
     run_matrix([scenario.with_overrides(records=2000)], 1, tmp_path)  # other record count: not the same run
     assert ran[-2:] == [(1, 2000), (1, 2000)]
