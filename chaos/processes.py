@@ -1,8 +1,9 @@
 """Find the processes of a running job: its driver, Spark executor JVMs and Python workers (Linux /proc).
 
-The job runs in its own session, so everything it starts shares its process group: the driver (Python),
-the driver JVM, executor JVMs (`CoarseGrainedExecutorBackend`, local-cluster mode), the pyspark daemons
-and the Python workers they fork (children of a daemon).
+The job runs in its own session, so what it starts shares its process group: the driver (Python), the
+driver JVM, executor JVMs (`CoarseGrainedExecutorBackend`, local-cluster mode). The pyspark daemon
+makes a process group of its own for the Python workers it forks, so a job's processes are its group
+and every descendant of the group's leader.
 """
 
 from __future__ import annotations
@@ -32,13 +33,20 @@ def _read(pid_dir: Path) -> Proc | None:
 
 
 def job_processes(pgid: int) -> list[Proc]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            proc = _read(entry)
-            if proc is not None and proc.pgid == pgid and proc.state not in ("Z", "X"):
-                out.append(proc)
-    return out
+    """Live processes of the job whose session leader is `pgid`: its process group and all descendants."""
+    procs = [p for entry in Path("/proc").iterdir() if entry.name.isdigit()
+             if (p := _read(entry)) is not None and p.state not in ("Z", "X")]
+    children: dict[int, list[Proc]] = {}
+    for p in procs:
+        children.setdefault(p.ppid, []).append(p)
+    found = {p.pid: p for p in procs if p.pgid == pgid}
+    todo = [pgid, *found]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child.pid not in found:
+                found[child.pid] = child
+                todo.append(child.pid)
+    return list(found.values())
 
 
 def executors(pgid: int) -> list[Proc]:
