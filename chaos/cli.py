@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 app = typer.Typer(no_args_is_help=True, help="Chaos and failover tests: faults under load, judged by the auditor.")
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 160)  # logs and pipes get whole table rows
 
 
 @app.command("list")
@@ -72,7 +73,7 @@ def matrix(repeats: int = typer.Option(5, help="Runs per scenario (seeds 1..repe
     def progress(s, result, seconds) -> None:  # type: ignore[no-untyped-def]
         console.print(f"{time.strftime('%H:%M:%S')} {s.name} seed {s.seed}: {result.verdict} "
                       f"({result.violations} violations, {result.faults_injected} faults, {seconds:.0f}s)"
-                      + (f" {result.reasons}" if result.reasons else ""))
+                      + (f" {result.reasons}" if result.reasons else ""), soft_wrap=True)
 
     rows = run_matrix(scenarios, repeats, out, resume=not fresh, on_result=progress)
     table = Table("scenario", "runs", "passed", "records/run", "faults", "violations", "median recovery s")
