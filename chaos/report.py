@@ -45,6 +45,10 @@ def finish_result(result: "ChaosResult", workdir: Path, timeline: "Timeline") ->
     result.job.update({"batches": len(batches), "transactions": sum(b["committed"] for b in batches),
                        "fenced_tasks": sum(b.get("fenced", 0) for b in batches)})
     result.violations = sum(a["violations"] for a in result.audits)
+    if result.faults_injected < len(result.schedule):  # a fault that never happened proves nothing
+        skipped = sorted({e.get("reason", "") for e in result.timeline if e["phase"] == "skipped"})
+        result.reasons.append(f"only {result.faults_injected} of {len(result.schedule)} scheduled faults were "
+                              f"injected ({'; '.join(skipped) or 'the run ended first'})")
     if not result.audits:
         result.reasons.append("no audit ran")
     for audit in result.audits:

@@ -69,3 +69,18 @@ def test_matrix_resumes_from_reports_of_the_same_runs_only(tmp_path, monkeypatch
     run_matrix([scenario.with_overrides(records=2000)], 1, tmp_path / "other")
     run_matrix([scenario.with_overrides(records=2000)], 1, tmp_path)  # other record count: not the same run
     assert ran[-2:] == [(1, 2000), (1, 2000)]
+
+
+def test_a_run_whose_faults_were_not_all_injected_fails(tmp_path):
+    from chaos.harness import ChaosResult
+    from chaos.report import finish_result
+    from chaos.timeline import Timeline
+
+    timeline = Timeline()
+    timeline.skip("worker_pause", "no Python worker found")
+    result = ChaosResult(scenario={}, schedule=[{"kind": "worker_pause"}, {"kind": "worker_pause"}], faults_injected=1,
+                         audits=[{"mode": "lineage", "verdict": "PASS", "violations": 0}])
+    result.timeline = timeline.events
+    finish_result(result, tmp_path, timeline)
+    assert result.verdict == "FAIL"
+    assert result.reasons[0] == "only 1 of 2 scheduled faults were injected (no Python worker found)"
