@@ -166,31 +166,29 @@ def _broker(ctx: "Context", f: ScheduledFault) -> int:
     return _pick([n.node_id for n in ctx.cluster.nodes], f.choice)
 
 
-def broker_hard_bounce(ctx: "Context", f: ScheduledFault) -> str:
+def _broker_outage(ctx: "Context", f: ScheduledFault, kind: str, down: Callable[[int], Any],
+                   up: Callable[[int], Any], default_seconds: float) -> str:
+    """Take one broker down (`down`), keep it so for the fault's duration, bring it back (`up`)."""
     node = _broker(ctx, f)
-    with ctx.timeline.span("broker_hard_bounce", f"broker {node}"):
-        ctx.cluster.kill(node)
-        time.sleep(f.duration or 5)
-        ctx.cluster.start(node, wait=True)
+    with ctx.timeline.span(kind, f"broker {node}"):
+        down(node)
+        time.sleep(f.duration or default_seconds)
+        up(node)
     return f"broker {node}"
+
+
+def broker_hard_bounce(ctx: "Context", f: ScheduledFault) -> str:
+    return _broker_outage(ctx, f, "broker_hard_bounce", ctx.cluster.kill,
+                          lambda node: ctx.cluster.start(node, wait=True), 5)
 
 
 def broker_clean_bounce(ctx: "Context", f: ScheduledFault) -> str:
-    node = _broker(ctx, f)
-    with ctx.timeline.span("broker_clean_bounce", f"broker {node}"):
-        ctx.cluster.stop(node)
-        time.sleep(f.duration or 2)
-        ctx.cluster.start(node, wait=True)
-    return f"broker {node}"
+    return _broker_outage(ctx, f, "broker_clean_bounce", ctx.cluster.stop,
+                          lambda node: ctx.cluster.start(node, wait=True), 2)
 
 
 def broker_pause(ctx: "Context", f: ScheduledFault) -> str:
-    node = _broker(ctx, f)
-    with ctx.timeline.span("broker_pause", f"broker {node}"):
-        ctx.cluster.pause(node)
-        time.sleep(f.duration or 8)
-        ctx.cluster.resume(node)
-    return f"broker {node}"
+    return _broker_outage(ctx, f, "broker_pause", ctx.cluster.pause, ctx.cluster.resume, 8)
 
 
 # ---------------------------------------------------------------- network

@@ -69,7 +69,7 @@ class StandbyPlan:
     batch: int
     preferred_location: str | None
     lag: int  # records the copy was behind when planned
-    budget: float = 2.0  # seconds of replay at most (see EosConfig.standby_refresh_budget)
+    budget: float  # seconds of replay at most (EosConfig.standby_refresh_budget, shorter without active work)
 
     @property
     def task(self) -> str:
