@@ -113,42 +113,44 @@ def _procs(ctx: "Context", find: Callable[[int], list[Proc]]) -> list[Proc]:
     return _wait_for(lambda: find(ctx.job.pid), 20)
 
 
+def _target(ctx: "Context", f: ScheduledFault, find: Callable[[int], list[Proc]]) -> int | None:
+    """The pid the fault's seeded choice picks among the job's processes that `find` returns (None: none)."""
+    procs = _procs(ctx, find)
+    return _pick(sorted(p.pid for p in procs), f.choice) if procs else None
+
+
 def executor_kill(ctx: "Context", f: ScheduledFault) -> str:
-    procs = _procs(ctx, executors)
-    if not procs:
+    pid = _target(ctx, f, executors)
+    if pid is None:
         return ctx.timeline.skip("executor_kill", "no executor JVM found")
-    target = _pick(sorted(procs, key=lambda p: p.pid), f.choice)
-    with ctx.timeline.span("executor_kill", f"executor pid {target.pid}"):
-        _signal(target.pid, signal.SIGKILL)
-    return f"executor {target.pid}"
+    with ctx.timeline.span("executor_kill", f"executor pid {pid}"):
+        _signal(pid, signal.SIGKILL)
+    return f"executor {pid}"
 
 
 def executor_pause(ctx: "Context", f: ScheduledFault) -> str:
-    procs = _procs(ctx, executors)
-    if not procs:
+    pid = _target(ctx, f, executors)
+    if pid is None:
         return ctx.timeline.skip("executor_pause", "no executor JVM found")
-    target = _pick(sorted(procs, key=lambda p: p.pid), f.choice)
-    return _pause(ctx, "executor_pause", target.pid, f"executor pid {target.pid}", f.duration or 20)
+    return _pause(ctx, "executor_pause", pid, f"executor pid {pid}", f.duration or 20)
 
 
 def worker_kill(ctx: "Context", f: ScheduledFault) -> str:
     pid = _marked_pid(ctx, 20) if f.params.get("in_transaction") else None
     if pid is None:
-        procs = _procs(ctx, python_workers)
-        if not procs:
-            return ctx.timeline.skip("worker_kill", "no Python worker found")
-        pid = _pick(sorted(procs, key=lambda p: p.pid), f.choice).pid
+        pid = _target(ctx, f, python_workers)
+    if pid is None:
+        return ctx.timeline.skip("worker_kill", "no Python worker found")
     with ctx.timeline.span("worker_kill", f"python worker pid {pid}"):
         _signal(pid, signal.SIGKILL)
     return f"worker {pid}"
 
 
 def worker_pause(ctx: "Context", f: ScheduledFault) -> str:
-    procs = _procs(ctx, python_workers)
-    if not procs:
+    pid = _target(ctx, f, python_workers)
+    if pid is None:
         return ctx.timeline.skip("worker_pause", "no Python worker found")
-    target = _pick(sorted(procs, key=lambda p: p.pid), f.choice)
-    return _pause(ctx, "worker_pause", target.pid, f"python worker pid {target.pid}", f.duration or 5)
+    return _pause(ctx, "worker_pause", pid, f"python worker pid {pid}", f.duration or 5)
 
 
 def zombie(ctx: "Context", f: ScheduledFault) -> str:
