@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
 
-from transactions.errors import RetriableKafkaError, classify
+from transactions.errors import STALE_METADATA_CODES, RetriableKafkaError, classify
 from transactions.retry import DEFAULT_POLICY, call
 
 __all__ = ["KafkaAdmin", "TopicSpec", "PartitionOffsets"]
@@ -52,19 +52,25 @@ class KafkaAdmin:
         def on_error(err: Any) -> None:
             admin = this()
             if admin is not None and err.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
-                admin._connection_lost = True
+                admin._replace = True
 
         self._settings = {"bootstrap.servers": bootstrap_servers, "error_cb": on_error, **(overrides or {})}
-        self._connection_lost = False
-        self._admin = AdminClient(self._settings)
+        self._replace = False
+        self.replacements = 0  # clients replaced so far (for logs and tests)
+        self._admin = self._new_client()
+
+    def _new_client(self) -> AdminClient:
+        return AdminClient(self._settings)
 
     def _fresh(self) -> AdminClient:
-        """The admin client, replaced first if it lost a connection: librdkafka 2.16 admin clients can stop
-        answering group requests after their connections were reset, while a new client answers at once."""
+        """The admin client, replaced first if it lost a connection or its metadata went stale: librdkafka
+        2.16 admin clients can stop answering group requests after their connections were reset, and keep
+        sending a stale leader epoch after leadership moved, while a new client answers at once."""
         self._admin.poll(0)
-        if self._connection_lost:
-            self._connection_lost = False
-            self._admin = AdminClient(self._settings)
+        if self._replace:
+            self._replace = False
+            self.replacements += 1
+            self._admin = self._new_client()
         return self._admin
 
     def _request(self, operation: str, send: Callable[[], Mapping[K, concurrent.futures.Future]],
@@ -78,10 +84,13 @@ class KafkaAdmin:
             try:
                 return {key: fut.result(timeout) for key, fut in futures.items()}
             except concurrent.futures.TimeoutError as exc:
-                self._connection_lost = True  # replaced before the next attempt
+                self._replace = True  # replaced before the next attempt
                 raise RetriableKafkaError(f"{operation}: no answer within {timeout:.0f}s") from exc
             except KafkaException as exc:
-                raise classify(exc, operation) from exc
+                error = classify(exc, operation)
+                if error.code in STALE_METADATA_CODES:
+                    self._replace = True
+                raise error from exc
 
         return DEFAULT_POLICY.retrying()(attempt)
 

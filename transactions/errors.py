@@ -25,6 +25,7 @@ __all__ = [
     "classify",
     "FENCING_CODES",
     "TRANSIENT_CODES",
+    "STALE_METADATA_CODES",
 ]
 
 FENCING_CODES = frozenset({
@@ -34,15 +35,23 @@ FENCING_CODES = frozenset({
 })
 
 
+# The client's view of partition leadership is out of date (a broker restarted, leadership moved): the
+# request can succeed once the client has fresh metadata. The Java clients refresh metadata before
+# retrying these (KAFKA-9535); librdkafka 2.16 admin ListOffsets does not, and keeps sending the stale
+# leader epoch, so callers that see one of these should replace the client.
+STALE_METADATA_CODES = frozenset({
+    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH,
+})
+
 # Broker or network conditions that pass on their own (leader moves, coordinator loading, timeouts), even
 # when the client does not flag them retriable (admin results often do not).
 TRANSIENT_CODES = frozenset({
     KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN, KafkaError._WAIT_COORD,
     KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.REQUEST_TIMED_OUT,
-    KafkaError.NETWORK_EXCEPTION, KafkaError.UNSTABLE_OFFSET_COMMIT, KafkaError.CONCURRENT_TRANSACTIONS,
-    KafkaError.NOT_ENOUGH_REPLICAS, KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-})
+    KafkaError.REQUEST_TIMED_OUT, KafkaError.NETWORK_EXCEPTION, KafkaError.UNSTABLE_OFFSET_COMMIT,
+    KafkaError.CONCURRENT_TRANSACTIONS, KafkaError.NOT_ENOUGH_REPLICAS, KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+}) | STALE_METADATA_CODES
 
 
 class KafkaEosError(Exception):

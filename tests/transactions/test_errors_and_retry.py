@@ -80,3 +80,59 @@ def test_calls_past_their_deadline_declare_the_client_stuck():
     assert call_with_deadline("fine", lambda: 42, 5) == 42
     with pytest.raises(ValueError):
         call_with_deadline("raises", lambda: (_ for _ in ()).throw(ValueError("x")), 5)
+
+
+@pytest.mark.parametrize("code", [KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH,
+                                  KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE])
+def test_stale_leadership_is_retriable_even_unflagged(code):
+    # admin results carry these without the retriable flag
+    assert isinstance(classify(KafkaException(KafkaError(code)), "list_offsets"), RetriableKafkaError)
+
+
+class _FakeAdminClient:
+    """Answers list_offsets with `error` (a KafkaError) or with offset 42 for every partition."""
+
+    def __init__(self, error=None):
+        self.error, self.requests = error, 0
+
+    def poll(self, timeout):
+        return 0
+
+    def list_offsets(self, request, **kwargs):
+        import concurrent.futures
+        from types import SimpleNamespace
+
+        self.requests += 1
+        out = {}
+        for tp in request:
+            fut = concurrent.futures.Future()
+            if self.error is not None:
+                fut.set_exception(KafkaException(self.error))
+            else:
+                fut.set_result(SimpleNamespace(offset=42))
+            out[tp] = fut
+        return out
+
+
+def test_admin_replaces_its_client_when_leadership_metadata_is_stale(monkeypatch):
+    """librdkafka's admin ListOffsets keeps sending a stale leader epoch after a broker bounce; a retry on
+    the same client fails the same way, so the retry must go through a new client."""
+    from transactions.admin import KafkaAdmin
+
+    stale = _FakeAdminClient(KafkaError(KafkaError.FENCED_LEADER_EPOCH))
+    clients = iter([stale, _FakeAdminClient()])
+    monkeypatch.setattr(KafkaAdmin, "_new_client", lambda self: next(clients))
+    admin = KafkaAdmin("127.0.0.1:1")
+    assert admin.end_offsets([("t", 0), ("t", 1)]) == {("t", 0): 42, ("t", 1): 42}
+    assert stale.requests == 1 and admin.replacements == 1
+
+
+def test_admin_keeps_its_client_on_other_errors(monkeypatch):
+    from transactions.admin import KafkaAdmin
+
+    failing = _FakeAdminClient(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+    monkeypatch.setattr(KafkaAdmin, "_new_client", lambda self: failing)
+    admin = KafkaAdmin("127.0.0.1:1")
+    with pytest.raises(FatalKafkaError, match="TOPIC_AUTHORIZATION_FAILED"):
+        admin.end_offsets([("t", 0)])
+    assert failing.requests == 1 and admin.replacements == 0
