@@ -166,6 +166,7 @@ class Application:
         from eos.runner import Runner
         from eos.spark import DEFAULT_MASTER, build_spark_context, spark_context_of
 
+        _enable_faulthandler()
         if not self.subtopologies:
             raise ValueError(f"application {self.config.application_id!r} has no sub-topology: add one with "
                              "@app.process, @app.process_batch or app.add_processor")
@@ -174,3 +175,15 @@ class Application:
         runner = Runner(self, sc)
         return runner.run(until_caught_up=until_caught_up, max_batches=max_batches, max_seconds=max_seconds,
                           handle_signals=handle_signals, keep_task_results=keep_task_results, on_batch=on_batch)
+
+
+def _enable_faulthandler() -> None:
+    """Have a crash in a native client of the driver (librdkafka, RocksDB) print every thread's Python stack
+    to stderr instead of a bare "Segmentation fault"; left alone where stderr is not a real file."""
+    import faulthandler
+
+    if not faulthandler.is_enabled():
+        try:
+            faulthandler.enable()
+        except (AttributeError, ValueError, OSError):  # e.g. notebooks, where stderr has no file descriptor
+            pass
