@@ -49,17 +49,31 @@ def check_topics(admin: KafkaAdmin, subtopologies: Mapping[str, SubTopology]) ->
     return {t: n for t, n in counts.items() if n is not None}
 
 
+TRANSACTION_LOG = "__transaction_state"
+
+
 def check_broker(admin: KafkaAdmin, config: EosConfig) -> None:
-    """The broker can run transactions at all, and accepts our transaction timeout."""
-    brokers = admin.live_brokers()
+    """The broker can run transactions at all, and accepts our transaction timeout.
+
+    Too few brokers for the transaction log's replication factor is a configuration error only while the log
+    does not exist yet (the brokers could never create it). Once it exists, a broker that is down is an
+    outage: producers wait for it through their retries, and a restarted job must not refuse to start."""
     broker = admin.broker_config()
     rf = int(broker.get("transaction.state.log.replication.factor", "3"))
     min_isr = int(broker.get("transaction.state.log.min.isr", "2"))
-    if rf > brokers or min_isr > brokers:
+    if min_isr > rf:
         raise ConfigError(
-            f"the cluster at {admin.bootstrap_servers} has {brokers} live broker(s) but transaction.state.log."
-            f"replication.factor={rf} and transaction.state.log.min.isr={min_isr}: transactional producers cannot "
-            "initialise. Set both to at most the broker count (1 for a single broker) on the brokers.")
+            f"the brokers at {admin.bootstrap_servers} have transaction.state.log.min.isr={min_isr} above "
+            f"transaction.state.log.replication.factor={rf}: no transaction could ever commit. Set min.isr to at "
+            "most the replication factor on the brokers.")
+    if admin.partition_counts([TRANSACTION_LOG])[TRANSACTION_LOG] is None:
+        brokers = admin.live_brokers()
+        if rf > brokers:
+            raise ConfigError(
+                f"the cluster at {admin.bootstrap_servers} has {brokers} live broker(s) but transaction.state.log."
+                f"replication.factor={rf} and transaction.state.log.min.isr={min_isr}: the brokers cannot create "
+                f"the transaction log ({TRANSACTION_LOG}), so transactional producers cannot initialise. Set both "
+                "to at most the broker count (1 for a single broker) on the brokers.")
     max_timeout = int(broker.get("transaction.max.timeout.ms", "900000"))
     if config.transaction_timeout_ms > max_timeout:
         raise ConfigError(

@@ -10,8 +10,11 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from eos.checks import check_broker
+from eos.config import EosConfig
 from integration_tests.foundation.test_transactions_on_broker import commit_one_abort_one
 from integration_tests.helpers import read_values
+from transactions import KafkaAdmin
 
 EOS = [sys.executable, "-m", "eos.cli.__main__"]
 
@@ -54,6 +57,8 @@ def test_cli_three_broker_cluster_survives_a_killed_broker(tmp_path):
         eos("cluster", "kill", "2", "--dir", str(root))
         assert "2 of 3 broker(s) live" in eos("cluster", "status", "--dir", str(root))
         commit_one_abort_one(bootstrap, "rf3", "txn-3b", b"-second")  # min ISR 2 still met
+        # a job (re)started now must not take the outage for a misconfiguration: the transaction log exists
+        check_broker(KafkaAdmin(bootstrap), EosConfig(application_id="rf3", bootstrap_servers=bootstrap))
 
         values = read_values(bootstrap, "rf3", isolation="read_committed", timeout=60)
         assert sorted(values) == sorted(b"committed-%d%s" % (i, tag) for i in range(5)

@@ -1,0 +1,51 @@
+"""check_broker against a fake admin: which broker states are configuration errors and which are outages."""
+
+from __future__ import annotations
+
+import pytest
+
+from eos.checks import TRANSACTION_LOG, check_broker
+from eos.config import ConfigError, EosConfig
+
+
+class FakeAdmin:
+    bootstrap_servers = "127.0.0.1:1"
+
+    def __init__(self, live: int, rf: int = 3, min_isr: int = 2, log_exists: bool = True) -> None:
+        self.live, self.log_exists = live, log_exists
+        self.config = {"transaction.state.log.replication.factor": str(rf),
+                       "transaction.state.log.min.isr": str(min_isr), "transaction.max.timeout.ms": "900000"}
+
+    def broker_config(self) -> dict[str, str]:
+        return self.config
+
+    def live_brokers(self) -> int:
+        return self.live
+
+    def partition_counts(self, topics):
+        return {t: (50 if self.log_exists and t == TRANSACTION_LOG else None) for t in topics}
+
+
+def config() -> EosConfig:
+    return EosConfig(application_id="checks", bootstrap_servers="127.0.0.1:1")
+
+
+def test_a_single_broker_with_replicated_transaction_log_settings_fails_fast():
+    with pytest.raises(ConfigError, match=r"1 live broker\(s\).*replication.factor=3.*Set both"):
+        check_broker(FakeAdmin(live=1, log_exists=False), config())
+
+
+@pytest.mark.parametrize("live", [1, 2, 3])
+def test_a_broker_down_once_the_transaction_log_exists_is_an_outage_not_a_config_error(live):
+    check_broker(FakeAdmin(live=live, log_exists=True), config())  # a restarted job starts and waits it out
+
+
+def test_min_isr_above_the_replication_factor_fails_fast():
+    with pytest.raises(ConfigError, match="min.isr=3 above"):
+        check_broker(FakeAdmin(live=3, rf=2, min_isr=3), config())
+
+
+def test_a_transaction_timeout_above_the_brokers_maximum_fails_fast():
+    cfg = EosConfig(application_id="checks", bootstrap_servers="127.0.0.1:1", transaction_timeout_ms=1_000_000)
+    with pytest.raises(ConfigError, match="transaction.max.timeout.ms=900000"):
+        check_broker(FakeAdmin(live=3), cfg)
