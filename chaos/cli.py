@@ -76,9 +76,11 @@ def matrix(repeats: int = typer.Option(5, help="Runs per scenario (seeds 1..repe
                       + (f" {result.reasons}" if result.reasons else ""), soft_wrap=True)
 
     rows = run_matrix(scenarios, repeats, out, resume=not fresh, on_result=progress)
-    table = Table("scenario", "runs", "passed", "records/run", "faults", "violations", "median recovery s")
+    table = Table("scenario", "runs", "passed", "records/run", "faults", "violations", "median recovery s",
+                  "driver crashes")
     for r in rows:
         table.add_row(r["scenario"], str(r["runs"]), str(r["passed"]), f"{r['records_per_run']:,}",
-                      str(r["faults_injected"]), str(r["violations"]), str(r["median_recovery_s"]))
+                      str(r["faults_injected"]), str(r["violations"]), str(r["median_recovery_s"]),
+                      ", ".join(map(str, r["driver_crashes"])) or "0")
     console.print(table)
     raise typer.Exit(0 if all(r["passed"] == r["runs"] for r in rows) else 1)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import statistics
 import time
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 
 from chaos.scenario import FaultSpec, Scenario
 
-__all__ = ["matrix_scenarios", "run_matrix", "matrix_markdown", "FAULT_SETTINGS"]
+__all__ = ["matrix_scenarios", "run_matrix", "matrix_markdown", "driver_crashes", "FAULT_SETTINGS"]
 
 CLUSTER = "local-cluster[2,1,1024]"
 
@@ -51,6 +52,17 @@ def matrix_scenarios(records: int = 200_000, rate: int = 5000) -> dict[str, Scen
     return out
 
 
+# Exit codes of a driver that was stopped (0: stopped or a SIGTERM it handled) or killed by a fault (SIGKILL,
+# SIGTERM); any other exit is the driver failing on its own: an error it gave up on (1), a crash (SIGSEGV).
+_EXPECTED_EXITS = {0, -signal.SIGKILL, -signal.SIGTERM}
+
+
+def driver_crashes(timeline: list[dict[str, Any]]) -> list[int]:
+    """Exit codes of the times the job's driver died on its own during a run (the harness restarted it)."""
+    return [e.get("code") for e in timeline
+            if e.get("kind") == "job" and e.get("phase") == "exit" and e.get("code") not in _EXPECTED_EXITS]
+
+
 def run_matrix(scenarios: list[Scenario], repeats: int, out_dir: Path, *, seed: int = 1, resume: bool = True,
                on_result: Any = None) -> list[dict[str, Any]]:
     """Run every scenario `repeats` times (seeds seed, seed+1, ...); returns one summary row per scenario.
@@ -83,7 +95,8 @@ def run_matrix(scenarios: list[Scenario], repeats: int, out_dir: Path, *, seed: 
             "failed_reasons": sorted({reason for r in runs for reason in r.reasons}),
             "median_recovery_s": round(statistics.median(recoveries), 2) if recoveries else None,
             "max_recovery_s": round(max(recoveries), 2) if recoveries else None,
-            "job_restarts": sum(r.job.get("restarts", 0) for r in runs)})
+            "job_restarts": sum(r.job.get("restarts", 0) for r in runs),
+            "driver_crashes": sorted(code for r in runs for code in driver_crashes(r.timeline))})
         (out_dir / "matrix.json").write_text(json.dumps(rows, indent=2))
         (out_dir / "matrix.md").write_text(matrix_markdown(rows))
     return rows
@@ -91,11 +104,14 @@ def run_matrix(scenarios: list[Scenario], repeats: int, out_dir: Path, *, seed: 
 
 def matrix_markdown(rows: list[dict[str, Any]]) -> str:
     """The matrix as a Markdown table (also written as matrix.md beside matrix.json)."""
-    lines = ["| scenario | runs | passed | records/run | faults injected | violations | median recovery s | max recovery s |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| scenario | runs | passed | records/run | faults injected | violations | median recovery s | "
+             "max recovery s | driver crashes (exit codes) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
+        crashes = r.get("driver_crashes") or []
         lines.append(f"| {r['scenario']} | {r['runs']} | {r['passed']} | {r['records_per_run']:,} | "
-                     f"{r['faults_injected']} | {r['violations']} | {r['median_recovery_s']} | {r['max_recovery_s']} |")
+                     f"{r['faults_injected']} | {r['violations']} | {r['median_recovery_s']} | {r['max_recovery_s']} | "
+                     f"{len(crashes)}{' (' + ', '.join(map(str, crashes)) + ')' if crashes else ''} |")
     return "\n".join(lines) + "\n"
 
 

@@ -53,8 +53,9 @@ def test_matrix_resumes_from_reports_of_the_same_runs_only(tmp_path, monkeypatch
 
     def fake_run(s, workdir):  # the harness itself is exercised by the integration tests
         ran.append((s.seed, s.records))
+        exits = [{"kind": "job", "phase": "exit", "code": code} for code in ((-9, 0) if s.seed != 2 else (-11, 1))]
         result = ChaosResult(scenario=s.to_dict(), verdict="PASS", faults_injected=3,
-                             recovery=[{"recovery_s": 2.0 + s.seed}])
+                             recovery=[{"recovery_s": 2.0 + s.seed}], timeline=exits)
         workdir.mkdir(parents=True, exist_ok=True)
         (workdir / "report.json").write_text(json.dumps(dataclasses.asdict(result)))
         return result
@@ -65,7 +66,10 @@ def test_matrix_resumes_from_reports_of_the_same_runs_only(tmp_path, monkeypatch
     assert ran == [(1, 1000), (2, 1000), (3, 1000)]
     assert rows[0]["runs"] == 3 and rows[0]["passed"] == 3 and rows[0]["faults_injected"] == 9
     assert rows[0]["median_recovery_s"] == 4.0
-    assert "| matrix-stateless-net_reset | 3 | 3 | 1,000 | 9 | 0 | 4.0 | 5.0 |" in (tmp_path / "matrix.md").read_text()
+    # exits the faults caused (SIGKILL) or a stop (0) are not crashes; an error exit and a SIGSEGV are
+    assert rows[0]["driver_crashes"] == [-11, 1]
+    assert ("| matrix-stateless-net_reset | 3 | 3 | 1,000 | 9 | 0 | 4.0 | 5.0 | 2 (-11, 1) |"
+            in (tmp_path / "matrix.md").read_text())
     run_matrix([scenario.with_overrides(records=2000)], 1, tmp_path / "other")
     run_matrix([scenario.with_overrides(records=2000)], 1, tmp_path)  # other record count: not the same run
     assert ran[-2:] == [(1, 2000), (1, 2000)]
