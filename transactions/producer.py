@@ -95,10 +95,24 @@ class TransactionalProducer:
         the cause (e.g. fencing) reaches `error_cb` on the next poll, so poll once and classify the cause."""
         err = exc.args[0] if exc.args else None
         if isinstance(err, KafkaError) and err.code() == KafkaError._FATAL:
-            self._producer.poll(0)
+            try:
+                self._poll(0, operation)
+            except KafkaEosError as cause:
+                return cause
             if self._fatal is not None:
                 return self._guard(classify(self._fatal, operation))
         return self._guard(classify(exc, operation))
+
+    def _poll(self, timeout: float, operation: str) -> None:
+        """Serve the client's callbacks. The client can also raise a fatal error (e.g. fencing) out of
+        poll() itself instead of passing it to error_cb: it is recorded and raised classified like any other."""
+        try:
+            self._producer.poll(timeout)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if isinstance(err, KafkaError) and err.fatal() and self._fatal is None:
+                self._fatal = err
+            raise self._guard(classify(exc, operation)) from exc
 
     def _guard(self, exc: KafkaEosError) -> KafkaEosError:
         if isinstance(exc, ProducerFencedError):
@@ -150,12 +164,12 @@ class TransactionalProducer:
                 produce(topic, value, key, partition=part, timestamp=timestamp or 0, headers=headers or None)
                 break
             except BufferError:  # local queue full: let librdkafka drain it
-                self._producer.poll(0.05)
+                self._poll(0.05, f"produce to {topic}")
             except KafkaException as exc:
                 raise self._fail(exc, f"produce to {topic}") from exc
         self.records_in_transaction += 1
         if not self.records_in_transaction % 10_000:
-            self._producer.poll(0)
+            self._poll(0, f"produce to {topic}")
 
     def send_offsets(self, offsets: list[TopicPartition], group_metadata: object, timeout: float = 30.0) -> None:
         """Add the consumed offsets to the transaction (they commit or abort with it)."""
@@ -231,7 +245,10 @@ class TransactionalProducer:
         not: librdkafka may then block in coordinator requests past their timeout (see
         transactions.deadline), and a replacement costs one `init_transactions()`."""
         if self._producer is not None and self.state == TxnState.READY:
-            self._producer.poll(0)  # serve pending error callbacks
+            try:
+                self._poll(0, "poll")  # serve pending error callbacks
+            except KafkaEosError:
+                return False
         return (self.state in (TxnState.READY, TxnState.IN_TRANSACTION) and self._fatal is None
                 and not self._connection_lost)
 
