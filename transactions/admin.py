@@ -1,7 +1,13 @@
 """Topic admin and offset queries: partition counts, topic creation with configs, configs read back,
 last stable offset (read_committed end) vs high watermark, group offsets, broker settings.
 
-The AdminClient is kept on the instance: confluent-kafka fails pending futures if it is destroyed."""
+The AdminClient is kept on the instance: confluent-kafka fails pending futures if it is destroyed.
+
+Group offsets are read and set through a consumer of the group that never joins it, not through the admin
+API: librdkafka 2.16's admin ListConsumerGroupOffsets dereferences the admin handle's (absent) consumer
+group when the broker answers NOT_COORDINATOR, and the process dies on SIGSEGV whenever the group
+coordinator moves (librdkafka #5040, seen in the chaos matrix at broker bounces). A consumer handles the
+same answer by looking the coordinator up again."""
 
 from __future__ import annotations
 
@@ -11,10 +17,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
 
+from transactions.deadline import StuckClientError, call_with_deadline, park
 from transactions.errors import STALE_METADATA_CODES, RetriableKafkaError, classify
+from transactions.offsets import stable_committed
 from transactions.retry import DEFAULT_POLICY, call
 
 __all__ = ["KafkaAdmin", "TopicSpec", "PartitionOffsets"]
@@ -58,6 +66,12 @@ class KafkaAdmin:
         self._replace = False
         self.replacements = 0  # clients replaced so far (for logs and tests)
         self._admin = self._new_client()
+        self._readers: dict[tuple[str, bool], Consumer] = {}
+        weakref.finalize(self, _close_consumers, self._readers)
+
+    def close(self) -> None:
+        """Close the group-offset consumers now (they are closed when the admin is collected otherwise)."""
+        _close_consumers(self._readers)
 
     def _new_client(self) -> AdminClient:
         return AdminClient(self._settings)
@@ -171,17 +185,32 @@ class KafkaAdmin:
             raise KeyError(f"topic {topic!r} does not exist")
         return [(topic, p) for p in range(count)]
 
+    def _group_reader(self, group: str, stable: bool) -> Consumer:
+        """A consumer of `group` that never subscribes, so never joins it: it only reads and sets offsets.
+        `stable`: read_committed, whose offset reads wait out pending transactional offsets (RequireStable)."""
+        reader = self._readers.get((group, stable))
+        if reader is None:
+            reader = self._readers[(group, stable)] = Consumer({
+                "bootstrap.servers": self.bootstrap_servers, "group.id": group, "enable.auto.commit": False,
+                "isolation.level": "read_committed" if stable else "read_uncommitted"})
+        return reader
+
+    def _drop_stuck_reader(self, group: str, stable: bool) -> None:
+        park(self._readers.pop((group, stable)))  # a call is still inside it: never destroy it
+
     def group_offsets(self, group: str, partitions: Iterable[TP], *, stable: bool = True,
                       timeout: float = 30.0) -> dict[TP, int | None]:
         """Committed offsets of `group` (None where nothing is committed). `stable` waits out pending
         transactional offsets (RequireStable). Partitions are always listed explicitly."""
-        tps = [TopicPartition(t, p) for t, p in partitions]
-        if not tps:
+        partitions = list(partitions)
+        if not partitions:
             return {}
-        result = self._request(f"offsets of group {group}", lambda: self._admin.list_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(group, tps)], require_stable=stable, request_timeout=timeout), timeout)
-        return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None)
-                for tp in result[group].topic_partitions}
+        try:
+            committed = stable_committed(self._group_reader(group, stable), partitions, timeout=timeout)
+        except StuckClientError:
+            self._drop_stuck_reader(group, stable)
+            raise
+        return {tp: c.offset for tp, c in committed.items()}
 
     def group_lag(self, group: str, topics: Iterable[str], timeout: float = 30.0) -> int:
         """Records of `topics` the group has yet to commit: last stable offset - committed offset (nothing
@@ -197,5 +226,24 @@ class KafkaAdmin:
         tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
         if not tps:
             return
-        self._request(f"set offsets of group {group}", lambda: self._admin.alter_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(group, tps)], request_timeout=timeout), timeout)
+        reader = self._group_reader(group, True)
+        try:
+            result = call(f"set offsets of group {group}", call_with_deadline, f"set offsets of group {group}",
+                          lambda: reader.commit(offsets=tps, asynchronous=False), timeout)
+        except StuckClientError:
+            self._drop_stuck_reader(group, True)
+            raise
+        for tp in result or []:
+            if tp.error is not None:
+                raise classify(tp.error, f"set offset of group {group} for {tp.topic}[{tp.partition}]")
+
+
+def _close_consumers(consumers: dict[Any, Consumer]) -> None:
+    while consumers:
+        _, consumer = consumers.popitem()
+        try:
+            call_with_deadline("close consumer", consumer.close, 10.0)
+        except StuckClientError:
+            park(consumer)
+        except Exception:  # closing a broken client must not hide anything: it is going away
+            pass

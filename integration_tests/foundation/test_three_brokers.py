@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from eos.checks import check_broker
@@ -66,7 +67,46 @@ def test_cli_three_broker_cluster_survives_a_killed_broker(tmp_path):
 
         eos("cluster", "start", "2", "--dir", str(root))  # rejoins
         assert "3 of 3 broker(s) live" in eos("cluster", "status", "--dir", str(root))
+
+        group_offsets_survive_a_coordinator_move(root, bootstrap, admin)
     finally:
         eos("cluster", "down", "--dir", str(root))
     assert processes_in(root) == []
     assert not root.exists()
+
+
+# Reads a group's committed offsets through KafkaAdmin in a loop until the stop file appears.
+READER = """
+import os, sys, time
+from transactions import KafkaAdmin
+bootstrap, group, stop = sys.argv[1:4]
+admin, reads = KafkaAdmin(bootstrap), 0
+while not os.path.exists(stop):
+    assert admin.group_offsets(group, [("rf3", p) for p in range(3)], stable=False, timeout=10) == {
+        ("rf3", p): 7 for p in range(3)}
+    reads += 1
+    time.sleep(0.02)
+print("reads", reads)
+"""
+
+
+def group_offsets_survive_a_coordinator_move(root: Path, bootstrap: str, admin: AdminClient) -> None:
+    """The group's coordinator is stopped cleanly and started again while its offsets are read: the broker
+    answers NOT_COORDINATOR meanwhile, which crashed readers using the admin API (librdkafka #5040)."""
+    group = "coordinator-move"
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    consumer.commit(offsets=[TopicPartition("rf3", p, 7) for p in range(3)], asynchronous=False)
+    consumer.close()
+    coordinator = admin.describe_consumer_groups([group])[group].result(30).coordinator.id
+    stop = root.parent / "stop-reader"
+    reader = subprocess.Popen([sys.executable, "-c", READER, bootstrap, group, str(stop)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(2):
+            eos("cluster", "stop", str(coordinator), "--dir", str(root))
+            eos("cluster", "start", str(coordinator), "--dir", str(root))
+    finally:
+        stop.touch()
+        out, err = reader.communicate(timeout=120)
+    assert reader.returncode == 0, f"the reader died (exit {reader.returncode}):\n{err[-3000:]}"
+    assert int(out.split()[-1]) > 0
