@@ -133,7 +133,7 @@ def test_bad_records_go_to_the_dead_letter_topic_in_the_same_transaction(kafka, 
     consumer.assign([TopicPartition(app.config.dlq_topic, p, 0) for p in range(3)])
     stages, eof = {}, 0
     while eof < 3:
-        msg = consumer.poll(10)
+        msg = consumer.poll(30)  # the first poll also connects and finds the partitions' leaders
         assert msg is not None, "dead-letter topic not fully read"
         if msg.error():
             eof += 1
