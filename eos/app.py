@@ -178,8 +178,10 @@ class Application:
 
 
 def _enable_faulthandler() -> None:
-    """Have a crash in a native client of the driver (librdkafka, RocksDB) print every thread's Python stack
-    to stderr instead of a bare "Segmentation fault"; left alone where stderr is not a real file."""
+    """Have a crash in native code called from a Python thread of the driver (RocksDB, a client call) print
+    every thread's Python stack to stderr instead of a bare "Segmentation fault"; left alone where stderr is
+    not a real file. Crashes inside librdkafka's own threads bypass any handler (those threads block
+    signals): the kernel log (`dmesg`) then names the library and offset."""
     import faulthandler
 
     if not faulthandler.is_enabled():
