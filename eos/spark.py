@@ -30,7 +30,7 @@ _BASE_CONF = {
     # Wait longer for a task's preferred executor (where its state is) before running it elsewhere: a move
     # costs a restore. Spark ignores preferences for executors it has lost, so failover is not delayed.
     "spark.locality.wait": "10s",
-    # A crash inside a native client (librdkafka, RocksDB) in a Python worker reports the worker's Python stack.
+    # A crash in native code (RocksDB, a client call) on a Python worker thread reports its Python stack.
     "spark.python.worker.faulthandler.enabled": "true",
 }
 
