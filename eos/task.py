@@ -44,6 +44,7 @@ from transactions import (
     OffsetRange,
     ProducerFencedError,
     RetriableKafkaError,
+    RetryPolicy,
     TransactionAbortableError,
     TransactionalProducer,
     read_ranges,
@@ -53,6 +54,12 @@ from transactions import (
 __all__ = ["Job", "run_task", "BatchFailedError", "encode_commit_metadata", "decode_commit_metadata"]
 
 _METADATA_VERSION = "eos1"
+
+#: How long a task with a cached producer waits for pending offsets before suspecting that another attempt
+#: opened a transaction since (then it initialises a fresh producer, which aborts that transaction). The
+#: task's own last commit can leave its offsets pending only until the commit markers are written.
+CACHED_PRODUCER_STABLE_WAIT = 3.0
+_ONE_TRY = RetryPolicy(attempts=1)
 
 
 class BatchFailedError(RuntimeError):
@@ -91,7 +98,7 @@ def run_task(plan: TaskPlan, job: Job, spark_attempt: int = 0, clients: WorkerCl
         fresh = False
         try:
             producer, fresh = clients.producer(txn_id, cfg)
-            result = _run_batch(plan, job, sub, task, producer, clients, spark_attempt, batch_attempt, log)
+            result = _run_batch(plan, job, sub, task, producer, fresh, clients, spark_attempt, batch_attempt, log)
             result.total_ms = (time.monotonic() - started) * 1000
             return result
         except ProducerFencedError as exc:
@@ -165,7 +172,7 @@ def decode_commit_metadata(metadata: str | None) -> tuple[int, str | None]:
     return stream_time, fields.get("p")
 
 
-def _run_batch(plan: TaskPlan, job: Job, sub: SubTopology, task: TaskId, producer: TransactionalProducer,
+def _run_batch(plan: TaskPlan, job: Job, sub: SubTopology, task: TaskId, producer: TransactionalProducer, fresh: bool,
                clients: WorkerClients, spark_attempt: int, batch_attempt: int, log: Any) -> TaskResult:
     cfg = job.config
     txn_id = task.transactional_id(cfg.application_id)
@@ -177,8 +184,19 @@ def _run_batch(plan: TaskPlan, job: Job, sub: SubTopology, task: TaskId, produce
 
     # 2. Stable read: the committed offsets are the only source of truth for progress.
     t0 = time.monotonic()
-    committed = stable_committed(consumer, [(r.topic, r.partition) for r in plan.ranges],
-                                 timeout=min(cfg.batch_timeout, 20.0))
+    wait = min(cfg.batch_timeout, 20.0) if fresh else min(cfg.batch_timeout, CACHED_PRODUCER_STABLE_WAIT)
+    try:
+        committed = stable_committed(consumer, [(r.topic, r.partition) for r in plan.ranges], timeout=wait,
+                                     **({} if fresh else {"policy": _ONE_TRY}))
+    except RetriableKafkaError as exc:
+        if fresh:
+            raise
+        # Only attempts of this task write offsets of these partitions. A cached producer's own transactions
+        # are finished, so the pending offsets are another attempt's, one that initialised after this
+        # producer (and died, or hangs): this producer is fenced, and a fresh init_transactions() aborts that
+        # transaction now rather than after the broker's transaction timeout.
+        raise ProducerFencedError(f"{txn_id}: offsets still pending in another attempt's transaction after "
+                                  f"{wait:.0f}s; the cached producer is stale") from exc
     ranges = tuple(OffsetRange(r.topic, r.partition,
                                c.offset if (c := committed[(r.topic, r.partition)]).offset is not None else r.start,
                                r.end) for r in plan.ranges)

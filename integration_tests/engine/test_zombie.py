@@ -71,3 +71,39 @@ def test_zombie_attempt_cannot_commit_after_a_newer_attempt_started(kafka, topic
     result = assert_exactly_once(kafka.bootstrap_servers, inputs=[src], outputs=[dst], group=app_id,
                                  expected_inputs=1000)
     assert result.output_records == 1000
+
+
+def test_a_stale_cached_producer_does_not_wait_out_a_dead_attempts_transaction(kafka, topic_factory, unique_name):
+    """Worker A ran the task and keeps its producer. A later attempt elsewhere (B) initialised a producer,
+    opened a transaction with the task's offsets in it and died. When A runs the task again, its stable read
+    finds those offsets pending: A must see that its producer is stale and initialise a fresh one, which
+    aborts B's transaction at once, instead of waiting for the broker's transaction timeout (60 s here)."""
+    from eos.task import run_task
+    from eos.worker import WorkerClients
+
+    src, dst = topic_factory("in"), topic_factory("out")
+    produce(kafka.bootstrap_servers, src, ((b"k", json.dumps({"id": i}).encode()) for i in range(1000)))
+    app_id = unique_name("app")
+    job = build(app_id, kafka.bootstrap_servers, src, dst, False)
+    assert job.config.transaction_timeout_ms >= 60_000
+    worker_a = WorkerClients()
+    assert run_task(TaskPlan("copy", 0, 0, (OffsetRange(src, 0, 0, 500),)), job, clients=worker_a).status == "committed"
+
+    second = TaskPlan("copy", 0, 1, (OffsetRange(src, 0, 500, 1000),))
+    ctx = multiprocessing.get_context("spawn")
+    results: multiprocessing.Queue[object] = ctx.Queue()
+    dead = ctx.Process(target=attempt, args=(build(app_id, kafka.bootstrap_servers, src, dst, True), second, results))
+    dead.start()
+    deadline = time.monotonic() + 120
+    while process_state(dead.pid) != "T":  # stopped in before_commit: its transaction holds the offsets
+        assert time.monotonic() < deadline and dead.is_alive(), "attempt B never reached its commit"
+        time.sleep(0.1)
+    os.kill(dead.pid, signal.SIGKILL)
+    dead.join(30)
+
+    started = time.monotonic()
+    result = run_task(second, job, clients=worker_a)
+    took = time.monotonic() - started
+    assert (result.status, result.records_out) == ("committed", 500)
+    assert took < 30, f"worker A waited {took:.0f}s: it waited for B's transaction to time out"
+    assert_exactly_once(kafka.bootstrap_servers, inputs=[src], outputs=[dst], group=app_id, expected_inputs=1000)
