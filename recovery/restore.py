@@ -22,7 +22,7 @@ from typing import Any
 from confluent_kafka import Consumer
 
 from recovery.backends import Backend
-from transactions import OffsetRange, read_ranges
+from transactions import OffsetRange, RetriableKafkaError, read_ranges
 
 __all__ = ["RestoreResult", "restore_store"]
 
@@ -50,6 +50,10 @@ def restore_store(backend: Backend, consumer: Consumer, topic: str, partition: i
 
     `start_offset` is the partition's log start offset; `on_progress(records, position, end)` is called
     every `progress_every` seconds."""
+    if not 0 <= start_offset <= end_offset:
+        # Never act on such a range: a store "ahead" of a bogus end would be wiped and left empty.
+        raise RetriableKafkaError(f"changelog {topic}[{partition}]: invalid offset range [{start_offset}, "
+                                  f"{end_offset}) from the broker; restore not started")
     recorded = backend.changelog_offset()
     wiped = False
     if recorded is not None and (recorded > end_offset or recorded < start_offset):

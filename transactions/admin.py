@@ -88,15 +88,23 @@ class KafkaAdmin:
         return self._admin
 
     def _request(self, operation: str, send: Callable[[], Mapping[K, concurrent.futures.Future]],
-                 timeout: float) -> dict[K, Any]:
+                 timeout: float, check: Callable[[dict[K, Any]], None] | None = None) -> dict[K, Any]:
         """Send an admin request and wait for all its results; on a retriable failure the request is sent
-        again (a future completes once, so waiting on it again would not retry anything)."""
+        again (a future completes once, so waiting on it again would not retry anything). `check` may
+        refuse an answer (RetriableKafkaError): the request is then sent again through a new client."""
 
         def attempt() -> dict[K, Any]:
             self._fresh()
             futures = send()
             try:
-                return {key: fut.result(timeout) for key, fut in futures.items()}
+                results = {key: fut.result(timeout) for key, fut in futures.items()}
+                if check is not None:
+                    try:
+                        check(results)
+                    except RetriableKafkaError:
+                        self._replace = True
+                        raise
+                return results
             except concurrent.futures.TimeoutError as exc:
                 self._replace = True  # replaced before the next attempt
                 raise RetriableKafkaError(f"{operation}: no answer within {timeout:.0f}s") from exc
@@ -161,7 +169,7 @@ class KafkaAdmin:
         if not request:
             return {}
         result = self._request("list_offsets", lambda: self._admin.list_offsets(
-            request, isolation_level=isolation, request_timeout=timeout), timeout)
+            request, isolation_level=isolation, request_timeout=timeout), timeout, check=_real_offsets)
         return {(tp.topic, tp.partition): info.offset for tp, info in result.items()}
 
     def end_offsets(self, partitions: Iterable[TP], *, committed: bool = True, timeout: float = 30.0) -> dict[TP, int]:
@@ -236,6 +244,15 @@ class KafkaAdmin:
         for tp in result or []:
             if tp.error is not None:
                 raise classify(tp.error, f"set offset of group {group} for {tp.topic}[{tp.partition}]")
+
+
+def _real_offsets(result: Mapping[TopicPartition, Any]) -> None:
+    """An offset answer is never negative. librdkafka 2.16 can answer ListOffsets during a broker restart
+    with -1001 (no offset) and no error; taken as a changelog's end, that once had a store wiped and
+    "restored" from nothing (chaos matrix, stateful job, broker clean bounce)."""
+    bad = {f"{tp.topic}[{tp.partition}]": info.offset for tp, info in result.items() if info.offset < 0}
+    if bad:
+        raise RetriableKafkaError(f"list_offsets: no offset in the answer for {bad}")
 
 
 def _close_consumers(consumers: dict[Any, Consumer]) -> None:

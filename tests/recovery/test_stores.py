@@ -77,3 +77,15 @@ def test_store_names_name_changelogs():
     assert StoreSpec("totals-store", StringSerde(), JsonSerde()).changelog_topic("app") == "app-totals-store-changelog"
     with pytest.raises(ValueError, match="store name"):
         StoreSpec("bad name", StringSerde(), JsonSerde())
+
+
+@pytest.mark.parametrize("start, end", [(0, -1001), (-1001, 10), (5, 3)])
+def test_restore_refuses_an_invalid_changelog_range_and_keeps_the_store(start, end):
+    from recovery.restore import restore_store
+    from transactions import RetriableKafkaError
+
+    backend = MemoryBackend()
+    backend.write({b"k": b"1"}, changelog_offset=382)
+    with pytest.raises(RetriableKafkaError, match="invalid offset range"):
+        restore_store(backend, consumer=None, topic="changelog", partition=2, start_offset=start, end_offset=end)
+    assert backend.changelog_offset() == 382  # not wiped

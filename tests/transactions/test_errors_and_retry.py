@@ -136,3 +136,25 @@ def test_admin_keeps_its_client_on_other_errors(monkeypatch):
     with pytest.raises(FatalKafkaError, match="TOPIC_AUTHORIZATION_FAILED"):
         admin.end_offsets([("t", 0)])
     assert failing.requests == 1 and admin.replacements == 0
+
+
+def test_admin_refuses_an_offset_answer_without_an_offset(monkeypatch):
+    """librdkafka can answer ListOffsets with -1001 and no error during a broker restart: asked again
+    through a new client, never returned (a bogus changelog end once had a store wiped)."""
+    from types import SimpleNamespace
+
+    from transactions.admin import KafkaAdmin
+
+    class NoOffset(_FakeAdminClient):
+        def list_offsets(self, request, **kwargs):
+            out = super().list_offsets(request, **kwargs)
+            for fut in out.values():
+                fut._result = SimpleNamespace(offset=-1001)
+            return out
+
+    bogus = NoOffset()
+    clients = iter([bogus, _FakeAdminClient()])
+    monkeypatch.setattr(KafkaAdmin, "_new_client", lambda self: next(clients))
+    admin = KafkaAdmin("127.0.0.1:1")
+    assert admin.end_offsets([("t", 0)]) == {("t", 0): 42}
+    assert bogus.requests == 1 and admin.replacements == 1
