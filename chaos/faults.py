@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from chaos.processes import Proc, alive, executors, python_workers
+from chaos.processes import Proc, alive, executors, job_processes, python_workers
 from chaos.scenario import ScheduledFault
 
 if TYPE_CHECKING:
@@ -81,9 +81,16 @@ def _marked_pid(ctx: "Context", timeout: float = 30.0) -> int | None:
 
 # ---------------------------------------------------------------- processes
 def driver_kill(ctx: "Context", f: ScheduledFault) -> str:
+    """SIGKILL the driver. `in_transaction`: once a task is between producing and committing, the driver
+    and every process under it (in local mode its executor and the Python workers) at once, as when the
+    driver's machine dies: killing the driver alone leaves the worker to finish its commit."""
+    pid = ctx.job.pid
     if f.params.get("in_transaction"):
         _marked_pid(ctx)
-    pid = ctx.job.pid
+        with ctx.timeline.span("driver_kill", f"driver pid {pid} and its processes"):
+            for proc in sorted(job_processes(pid), key=lambda p: p.pid == pid):  # the worker first
+                _signal(proc.pid, signal.SIGKILL)
+        return f"driver {pid} and its processes"
     with ctx.timeline.span("driver_kill", f"driver pid {pid}"):
         _signal(pid, signal.SIGKILL)
     return f"driver {pid}"
