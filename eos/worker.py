@@ -15,7 +15,7 @@ from confluent_kafka import Consumer
 
 from eos.config import EosConfig
 from transactions import AtLeastOnceProducer, KafkaAdmin, TransactionalProducer, consumer_settings
-from transactions.deadline import StuckClientError, call_with_deadline, park
+from transactions.deadline import close_or_park
 
 __all__ = ["WorkerClients", "CLIENTS"]
 
@@ -69,13 +69,7 @@ class WorkerClients:
     def drop_consumers(self, config: EosConfig) -> None:
         """Close this application's consumers (after failures: a client can be left stuck)."""
         for key in [k for k in self._consumers if k[:2] == (config.bootstrap_servers, config.group_id)]:
-            consumer = self._consumers.pop(key)
-            try:
-                call_with_deadline("close consumer", consumer.close, 10.0)
-            except StuckClientError:
-                park(consumer)
-            except Exception:  # closing a broken client must not hide the original failure
-                pass
+            close_or_park(self._consumers.pop(key))
 
     def runtime(self, key: str, run_id: str) -> Any:
         entry = self._runtimes.get(key)

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
 
-from transactions.deadline import StuckClientError, call_with_deadline, park
+from transactions.deadline import StuckClientError, call_with_deadline, close_or_park, park
 from transactions.errors import STALE_METADATA_CODES, RetriableKafkaError, classify
 from transactions.offsets import stable_committed
 from transactions.retry import DEFAULT_POLICY, call
@@ -67,6 +67,7 @@ class KafkaAdmin:
         self.replacements = 0  # clients replaced so far (for logs and tests)
         self._admin = self._new_client()
         self._readers: dict[tuple[str, bool], Consumer] = {}
+        self._seen: set[tuple[str, TP]] = set()  # (group, partition) seen with a committed offset
         weakref.finalize(self, _close_consumers, self._readers)
 
     def close(self) -> None:
@@ -213,12 +214,24 @@ class KafkaAdmin:
         partitions = list(partitions)
         if not partitions:
             return {}
-        try:
-            committed = stable_committed(self._group_reader(group, stable), partitions, timeout=timeout)
-        except StuckClientError:
-            self._drop_stuck_reader(group, stable)
-            raise
-        return {tp: c.offset for tp, c in committed.items()}
+
+        def read() -> dict[TP, int | None]:
+            try:
+                committed = stable_committed(self._group_reader(group, stable), partitions, timeout=timeout)
+            except StuckClientError:
+                self._drop_stuck_reader(group, stable)
+                raise
+            offsets = {tp: c.offset for tp, c in committed.items()}
+            # librdkafka 2.16 answers an OffsetFetch refused with NOT_COORDINATOR (coordinator moving) as
+            # "nothing committed", with no error. Committed offsets never disappear while a job runs, so
+            # such an answer for a partition this admin has seen committed is asked again.
+            vanished = sorted(tp for tp, o in offsets.items() if o is None and (group, tp) in self._seen)
+            if vanished:
+                raise RetriableKafkaError(f"offsets of group {group}: {vanished} answered as never committed")
+            self._seen.update({(group, tp) for tp, o in offsets.items() if o is not None})
+            return offsets
+
+        return DEFAULT_POLICY.retrying()(read)
 
     def group_lag(self, group: str, topics: Iterable[str], timeout: float = 30.0) -> int:
         """Records of `topics` the group has yet to commit: last stable offset - committed offset (nothing
@@ -257,10 +270,4 @@ def _real_offsets(result: Mapping[TopicPartition, Any]) -> None:
 
 def _close_consumers(consumers: dict[Any, Consumer]) -> None:
     while consumers:
-        _, consumer = consumers.popitem()
-        try:
-            call_with_deadline("close consumer", consumer.close, 10.0)
-        except StuckClientError:
-            park(consumer)
-        except Exception:  # closing a broken client must not hide anything: it is going away
-            pass
+        close_or_park(consumers.popitem()[1])

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from transactions.errors import FatalKafkaError
 
-__all__ = ["StuckClientError", "call_with_deadline", "park"]
+__all__ = ["StuckClientError", "call_with_deadline", "park", "close_or_park"]
 
 T = TypeVar("T")
 _PARKED: list[Any] = []
@@ -30,6 +30,17 @@ class StuckClientError(FatalKafkaError):
 def park(client: Any) -> None:
     """Keep a stuck client referenced for the life of the process."""
     _PARKED.append(client)
+
+
+def close_or_park(consumer: Any, deadline: float = 10.0) -> None:
+    """Close a consumer that is being dropped; park it if close() hangs. Other errors are ignored: closing a
+    broken client must not hide the failure that had it dropped."""
+    try:
+        call_with_deadline("close consumer", consumer.close, deadline)
+    except StuckClientError:
+        park(consumer)
+    except Exception:
+        pass
 
 
 def call_with_deadline(operation: str, fn: Callable[[], T], deadline: float) -> T:

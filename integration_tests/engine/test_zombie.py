@@ -44,6 +44,18 @@ def process_state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
+def start_stopped_in_its_commit(ctx, job: Job, plan: TaskPlan, results) -> "multiprocessing.Process":
+    """Start an attempt that stops itself in before_commit (records produced, offsets added to its open
+    transaction) and wait until it is stopped."""
+    proc = ctx.Process(target=attempt, args=(job, plan, results))
+    proc.start()
+    deadline = time.monotonic() + 120
+    while process_state(proc.pid) != "T":
+        assert time.monotonic() < deadline and proc.is_alive(), "the attempt never reached its commit"
+        time.sleep(0.1)
+    return proc
+
+
 def test_zombie_attempt_cannot_commit_after_a_newer_attempt_started(kafka, topic_factory, unique_name):
     src, dst = topic_factory("in"), topic_factory("out")
     produce(kafka.bootstrap_servers, src, ((b"k", json.dumps({"id": i}).encode()) for i in range(1000)))
@@ -52,12 +64,7 @@ def test_zombie_attempt_cannot_commit_after_a_newer_attempt_started(kafka, topic
     ctx = multiprocessing.get_context("spawn")
     results: multiprocessing.Queue[object] = ctx.Queue()
 
-    zombie = ctx.Process(target=attempt, args=(build(app_id, kafka.bootstrap_servers, src, dst, True), plan, results))
-    zombie.start()
-    deadline = time.monotonic() + 120
-    while process_state(zombie.pid) != "T":  # stopped in before_commit: records produced, offsets added
-        assert time.monotonic() < deadline and zombie.is_alive(), "the first attempt never reached its commit"
-        time.sleep(0.1)
+    zombie = start_stopped_in_its_commit(ctx, build(app_id, kafka.bootstrap_servers, src, dst, True), plan, results)
 
     newer = ctx.Process(target=attempt, args=(build(app_id, kafka.bootstrap_servers, src, dst, False), plan, results))
     newer.start()
@@ -92,12 +99,7 @@ def test_a_stale_cached_producer_does_not_wait_out_a_dead_attempts_transaction(k
     second = TaskPlan("copy", 0, 1, (OffsetRange(src, 0, 500, 1000),))
     ctx = multiprocessing.get_context("spawn")
     results: multiprocessing.Queue[object] = ctx.Queue()
-    dead = ctx.Process(target=attempt, args=(build(app_id, kafka.bootstrap_servers, src, dst, True), second, results))
-    dead.start()
-    deadline = time.monotonic() + 120
-    while process_state(dead.pid) != "T":  # stopped in before_commit: its transaction holds the offsets
-        assert time.monotonic() < deadline and dead.is_alive(), "attempt B never reached its commit"
-        time.sleep(0.1)
+    dead = start_stopped_in_its_commit(ctx, build(app_id, kafka.bootstrap_servers, src, dst, True), second, results)
     os.kill(dead.pid, signal.SIGKILL)
     dead.join(30)
 

@@ -82,8 +82,8 @@ from transactions import KafkaAdmin
 bootstrap, group, stop = sys.argv[1:4]
 admin, reads = KafkaAdmin(bootstrap), 0
 while not os.path.exists(stop):
-    assert admin.group_offsets(group, [("rf3", p) for p in range(3)], stable=False, timeout=10) == {
-        ("rf3", p): 7 for p in range(3)}
+    got = admin.group_offsets(group, [("rf3", p) for p in range(3)], stable=False, timeout=10)
+    assert got == {("rf3", p): 7 for p in range(3)}, got
     reads += 1
     time.sleep(0.02)
 print("reads", reads)
