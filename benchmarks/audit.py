@@ -24,7 +24,7 @@ from confluent_kafka import Producer
 from rich.console import Console
 from rich.table import Table
 
-from eos.lineage import ORIGIN_HEADER, encode_origin
+from eos.origin import ORIGIN_HEADER, encode_origin
 from localkafka.provision import provide_kafka
 from transactions import KafkaAdmin, TopicSpec
 
@@ -68,7 +68,7 @@ def child(bootstrap: str, src: str, dst: str, master: str | None) -> None:
 
     executor = None
     if master:
-        from eos.spark import build_spark_context
+        from eos.driver.spark import build_spark_context
 
         executor = SparkExecutor(build_spark_context(master, "eos-audit-benchmark"))
     t0 = time.monotonic()
@@ -102,7 +102,8 @@ def main() -> None:
                 out = run_child(["--child", kafka.bootstrap_servers, src, dst, master])
                 assert out["verdict"] == "PASS" and out["expected"] == n, out
                 results.append({"records": n, "mode": mode, "seconds": round(out["seconds"], 1),
-                                "records_per_s": round(n / out["seconds"]), "peak_rss_mib": round(out["peak_rss_kib"] / 1024)})
+                                "records_per_s": round(n / out["seconds"]),
+                                "peak_rss_mib": round(out["peak_rss_kib"] / 1024)})
     table = Table(title="auditor: lineage audit of N input and N output records (4 partitions)")
     for col in ("records", "mode", "seconds", "records/s", "peak RSS MiB"):
         table.add_column(col, justify="right")

@@ -33,15 +33,14 @@ from rich.table import Table
 
 from benchmarks.state import write_changelog
 from chaos.processes import executor_pid
-from eos import Application
-from eos.placer import live_executors
-from eos.runner import Runner
-from eos.spark import build_spark_context
+from eos import Application, TaskId
+from eos.driver.runner import Runner
+from eos.driver.spark import build_spark_context, live_executors
 from localkafka.provision import provide_kafka
 from transactions import KafkaAdmin, TopicSpec
 
 console = Console()
-TASK = "counts-0"
+TASK = TaskId("counts", 0)
 
 
 def _wait(predicate: Any, timeout: float, what: str) -> None:
@@ -55,9 +54,9 @@ def _wait(predicate: Any, timeout: float, what: str) -> None:
 def _standby_lag(reports: list[Any]) -> int | None:
     """The task's standby lag in the latest batch report (None: no standby placed yet)."""
     for report in reversed(reports):
-        standbys = report.placement.get(TASK, {}).get("standbys")
-        if standbys:
-            return max(standbys.values())
+        placed = report.placement.get(TASK)
+        if placed is not None and placed.standbys:
+            return max(placed.standbys.values())
     return None
 
 
@@ -82,7 +81,7 @@ def measure(sc: Any, bootstrap: str, admin: KafkaAdmin, keys: int, tail: int, st
 
     def reported_up_to_end() -> bool:  # the input's end is committed and its batch result is back
         end = admin.end_offsets([(src, 0)])[(src, 0)]
-        return any(r.committed_offsets.get(f"{src}:0", -1) >= end for r in list(seen) if r.task == TASK)
+        return any(r.committed_offsets.get((src, 0), -1) >= end for r in list(seen) if r.task == TASK)
 
     thread = threading.Thread(target=lambda: summary.setdefault("run", runner.run(on_batch=on_batch)), daemon=True)
     started = time.monotonic()
@@ -103,8 +102,8 @@ def measure(sc: Any, bootstrap: str, admin: KafkaAdmin, keys: int, tail: int, st
         write_changelog(bootstrap, src, tail, value_size=20)  # new input: keys seen before, counted again
 
         def moved() -> Any:
-            return next((r for r in seen[before:] if r.task == TASK and r.status == "committed" and r.executor != active),
-                    None)
+            return next((r for r in seen[before:]
+                         if r.task == TASK and r.status == "committed" and r.executor != active), None)
 
         _wait(lambda: moved() is not None, 900, "the task to commit on another executor")
         result = moved()
@@ -112,12 +111,12 @@ def measure(sc: Any, bootstrap: str, admin: KafkaAdmin, keys: int, tail: int, st
     finally:
         runner.request_stop()
         thread.join(300)
-    move = next((m for m in summary["run"].moves if m["task"] == TASK and m["source"] == active), {})
+    move = next((m for m in summary["run"].moves if m.task == TASK and m.source == active), None)
     return {"standbys": standbys, "keys": keys, "changelog_records": changelog_records,
             "initial_load_s": round(loaded_s, 1), "standby_lag_at_kill": lag_at_kill,
             "failover_s": round(result.committed_at - killed, 2), "replayed_records": result.restored_records,
             "restore_s": round(result.restore_ms / 1000, 2), "moved_to": result.executor,
-            "move_reason": move.get("reason"), "executors_alive": len(live_executors(sc)),
+            "move_reason": move.reason.value if move else None, "executors_alive": len(live_executors(sc)),
             # what happened to the task from the kill on: batch, status, executor, Spark attempt, seconds after kill
             "after_kill": [(r.batch, r.status, r.executor, r.spark_attempt,
                             round(r.committed_at - killed, 2) if r.committed_at else None)
@@ -143,7 +142,8 @@ def main() -> None:
                 runs: list[dict[str, Any]] = []
                 for _ in range(args.repeats):
                     for standbys in (0, 1):
-                        runs.append(measure(sc, kafka.bootstrap_servers, admin, args.keys, args.tail, standbys, scratch))
+                        runs.append(measure(sc, kafka.bootstrap_servers, admin, args.keys, args.tail, standbys,
+                                            scratch))
                         console.print(runs[-1])
                         _wait(lambda: len(live_executors(sc)) >= 3, 180, "Spark to replace the killed executor")
             finally:

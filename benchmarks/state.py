@@ -27,7 +27,7 @@ from rich.table import Table
 
 from benchmarks.throughput import PARTITIONS, preload
 from eos import Application
-from eos.spark import DEFAULT_MASTER, build_spark_context
+from eos.driver.spark import DEFAULT_MASTER, build_spark_context
 from localkafka.provision import provide_kafka
 from recovery import MemoryBackend, RocksDBBackend, restore_store
 from transactions import KafkaAdmin, TopicSpec, consumer_settings

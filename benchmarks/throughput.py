@@ -30,7 +30,7 @@ from rich.console import Console
 from rich.table import Table
 
 from eos import Application
-from eos.spark import DEFAULT_MASTER, build_spark_context
+from eos.driver.spark import DEFAULT_MASTER, build_spark_context
 from localkafka.provision import provide_kafka
 from transactions import KafkaAdmin, TopicSpec
 

@@ -47,7 +47,8 @@ def run(scenario: str = typer.Argument(..., help="Built-in scenario name or path
         seed: int = typer.Option(None, help="Override the scenario's seed"),
         records: int = typer.Option(None, help="Override the number of input records"),
         rate: int = typer.Option(None, help="Override the input rate (records/s)"),
-        out: Path = typer.Option(None, help="Directory for the report (default reports/chaos/<name>-seed<seed>)")) -> None:
+        out: Path = typer.Option(None, help="Directory for the report (default reports/chaos/<name>-seed<seed>)"),
+        ) -> None:
     """Run one scenario; exit code 1 if the auditor finds a violation."""
     from chaos.harness import run_scenario
     from chaos.scenario import load_scenario
@@ -64,7 +65,8 @@ def matrix(repeats: int = typer.Option(5, help="Runs per scenario (seeds 1..repe
            rate: int = typer.Option(5000, help="Input records per second"),
            only: str = typer.Option(None, help="Run only scenarios whose name contains this"),
            out: Path = typer.Option(Path("reports/chaos/matrix"), help="Report directory"),
-           fresh: bool = typer.Option(False, help="Run again even the runs whose reports are already in --out")) -> None:
+           fresh: bool = typer.Option(False, help="Run again even the runs whose reports are already in --out"),
+           ) -> None:
     """Every fault kind x {stateless, stateful}, repeated; prints the table and writes matrix.json."""
     from chaos.matrix import matrix_scenarios, run_matrix
 

@@ -24,13 +24,14 @@ from chaos.scenario import ScheduledFault
 
 if TYPE_CHECKING:
     from chaos.harness import Context
+    from chaos.proxy import ProxyGroup
 
 __all__ = ["KINDS", "FaultKind", "inject"]
 
 
 @dataclass(frozen=True)
 class FaultKind:
-    run: Callable[["Context", ScheduledFault], str]
+    run: Callable[[Context, ScheduledFault], str]
     brokers: bool = False  # needs a 3-broker cluster
     cluster_mode: bool = False  # needs Spark local-cluster (executor JVMs)
     network: bool = False  # needs the proxies
@@ -74,13 +75,13 @@ def _live_marks(directory: str) -> list[int]:
     return pids
 
 
-def _marked_pid(ctx: "Context", timeout: float = 30.0) -> int | None:
+def _marked_pid(ctx: Context, timeout: float = 30.0) -> int | None:
     pids = _wait_for(lambda: _live_marks(ctx.marks_dir), timeout)
     return pids[0] if pids else None
 
 
 # ---------------------------------------------------------------- processes
-def driver_kill(ctx: "Context", f: ScheduledFault) -> str:
+def driver_kill(ctx: Context, f: ScheduledFault) -> str:
     """SIGKILL the driver. `in_transaction`: once a task is between producing and committing, the driver
     and every process under it (in local mode its executor and the Python workers) at once, as when the
     driver's machine dies: killing the driver alone leaves the worker to finish its commit."""
@@ -96,7 +97,7 @@ def driver_kill(ctx: "Context", f: ScheduledFault) -> str:
     return f"driver {pid}"
 
 
-def driver_term(ctx: "Context", f: ScheduledFault) -> str:
+def driver_term(ctx: Context, f: ScheduledFault) -> str:
     pid = ctx.job.pid
     with ctx.timeline.span("driver_term", f"driver pid {pid}"):
         _signal(pid, signal.SIGTERM)
@@ -104,7 +105,7 @@ def driver_term(ctx: "Context", f: ScheduledFault) -> str:
     return f"driver {pid}"
 
 
-def _pause(ctx: "Context", kind: str, proc_pid: int, target: str, seconds: float) -> str:
+def _pause(ctx: Context, kind: str, proc_pid: int, target: str, seconds: float) -> str:
     with ctx.timeline.span(kind, target):
         _signal(proc_pid, signal.SIGSTOP)
         time.sleep(seconds)
@@ -112,21 +113,21 @@ def _pause(ctx: "Context", kind: str, proc_pid: int, target: str, seconds: float
     return target
 
 
-def driver_pause(ctx: "Context", f: ScheduledFault) -> str:
+def driver_pause(ctx: Context, f: ScheduledFault) -> str:
     return _pause(ctx, "driver_pause", ctx.job.pid, f"driver pid {ctx.job.pid}", f.duration or 8)
 
 
-def _procs(ctx: "Context", find: Callable[[int], list[Proc]]) -> list[Proc]:
+def _procs(ctx: Context, find: Callable[[int], list[Proc]]) -> list[Proc]:
     return _wait_for(lambda: find(ctx.job.pid), 20)
 
 
-def _target(ctx: "Context", f: ScheduledFault, find: Callable[[int], list[Proc]]) -> int | None:
+def _target(ctx: Context, f: ScheduledFault, find: Callable[[int], list[Proc]]) -> int | None:
     """The pid the fault's seeded choice picks among the job's processes that `find` returns (None: none)."""
     procs = _procs(ctx, find)
     return _pick(sorted(p.pid for p in procs), f.choice) if procs else None
 
 
-def executor_kill(ctx: "Context", f: ScheduledFault) -> str:
+def executor_kill(ctx: Context, f: ScheduledFault) -> str:
     pid = _target(ctx, f, executors)
     if pid is None:
         return ctx.timeline.skip("executor_kill", "no executor JVM found")
@@ -135,14 +136,14 @@ def executor_kill(ctx: "Context", f: ScheduledFault) -> str:
     return f"executor {pid}"
 
 
-def executor_pause(ctx: "Context", f: ScheduledFault) -> str:
+def executor_pause(ctx: Context, f: ScheduledFault) -> str:
     pid = _target(ctx, f, executors)
     if pid is None:
         return ctx.timeline.skip("executor_pause", "no executor JVM found")
     return _pause(ctx, "executor_pause", pid, f"executor pid {pid}", f.duration or 20)
 
 
-def worker_kill(ctx: "Context", f: ScheduledFault) -> str:
+def worker_kill(ctx: Context, f: ScheduledFault) -> str:
     pid = _marked_pid(ctx, 20) if f.params.get("in_transaction") else None
     if pid is None:
         pid = _target(ctx, f, python_workers)
@@ -153,14 +154,14 @@ def worker_kill(ctx: "Context", f: ScheduledFault) -> str:
     return f"worker {pid}"
 
 
-def worker_pause(ctx: "Context", f: ScheduledFault) -> str:
+def worker_pause(ctx: Context, f: ScheduledFault) -> str:
     pid = _target(ctx, f, python_workers)
     if pid is None:
         return ctx.timeline.skip("worker_pause", "no Python worker found")
     return _pause(ctx, "worker_pause", pid, f"python worker pid {pid}", f.duration or 5)
 
 
-def zombie(ctx: "Context", f: ScheduledFault) -> str:
+def zombie(ctx: Context, f: ScheduledFault) -> str:
     """Stop a worker inside its transaction for longer than the transaction timeout: the broker aborts the
     transaction; when the worker wakes up its commit must fail."""
     pid = _marked_pid(ctx)
@@ -171,11 +172,11 @@ def zombie(ctx: "Context", f: ScheduledFault) -> str:
 
 
 # ---------------------------------------------------------------- brokers
-def _broker(ctx: "Context", f: ScheduledFault) -> int:
+def _broker(ctx: Context, f: ScheduledFault) -> int:
     return _pick([n.node_id for n in ctx.cluster.nodes], f.choice)
 
 
-def _broker_outage(ctx: "Context", f: ScheduledFault, kind: str, down: Callable[[int], Any],
+def _broker_outage(ctx: Context, f: ScheduledFault, kind: str, down: Callable[[int], Any],
                    up: Callable[[int], Any], default_seconds: float) -> str:
     """Take one broker down (`down`), keep it so for the fault's duration, bring it back (`up`)."""
     node = _broker(ctx, f)
@@ -186,57 +187,63 @@ def _broker_outage(ctx: "Context", f: ScheduledFault, kind: str, down: Callable[
     return f"broker {node}"
 
 
-def broker_hard_bounce(ctx: "Context", f: ScheduledFault) -> str:
+def broker_hard_bounce(ctx: Context, f: ScheduledFault) -> str:
     return _broker_outage(ctx, f, "broker_hard_bounce", ctx.cluster.kill,
                           lambda node: ctx.cluster.start(node, wait=True), 5)
 
 
-def broker_clean_bounce(ctx: "Context", f: ScheduledFault) -> str:
+def broker_clean_bounce(ctx: Context, f: ScheduledFault) -> str:
     return _broker_outage(ctx, f, "broker_clean_bounce", ctx.cluster.stop,
                           lambda node: ctx.cluster.start(node, wait=True), 2)
 
 
-def broker_pause(ctx: "Context", f: ScheduledFault) -> str:
+def broker_pause(ctx: Context, f: ScheduledFault) -> str:
     return _broker_outage(ctx, f, "broker_pause", ctx.cluster.pause, ctx.cluster.resume, 8)
 
 
 # ---------------------------------------------------------------- network
-def net_latency(ctx: "Context", f: ScheduledFault) -> str:
+def _proxies(ctx: Context) -> ProxyGroup:
+    if ctx.proxies is None:
+        raise RuntimeError("network faults need the scenario's proxies (Scenario.needs_proxies)")
+    return ctx.proxies
+
+
+def net_latency(ctx: Context, f: ScheduledFault) -> str:
     ms = float(f.params.get("ms", 250))
     with ctx.timeline.span("net_latency", f"all brokers +{ms:.0f} ms"):
-        ctx.proxies.latency(ms)
+        _proxies(ctx).latency(ms)
         time.sleep(f.duration or 10)
-        ctx.proxies.heal()
+        _proxies(ctx).heal()
     return f"+{ms:.0f} ms"
 
 
-def net_reset(ctx: "Context", f: ScheduledFault) -> str:
+def net_reset(ctx: Context, f: ScheduledFault) -> str:
     with ctx.timeline.span("net_reset", "all client and inter-broker connections"):
         for _ in range(int(f.params.get("times", 3))):  # resets in quick succession during the window
-            ctx.proxies.reset()
+            _proxies(ctx).reset()
             time.sleep((f.duration or 3) / int(f.params.get("times", 3)))
     return "reset"
 
 
-def net_blackhole(ctx: "Context", f: ScheduledFault) -> str:
+def net_blackhole(ctx: Context, f: ScheduledFault) -> str:
     with ctx.timeline.span("net_blackhole", "all brokers unreachable (timeouts)"):
-        ctx.proxies.blackhole()
+        _proxies(ctx).blackhole()
         time.sleep(f.duration or 10)
-        ctx.proxies.heal()
+        _proxies(ctx).heal()
     return "blackhole"
 
 
-def net_partition(ctx: "Context", f: ScheduledFault) -> str:
+def net_partition(ctx: Context, f: ScheduledFault) -> str:
     node = _broker(ctx, f)
     with ctx.timeline.span("net_partition", f"broker {node} cut off from clients and brokers"):
-        ctx.proxies.blackhole([node])
+        _proxies(ctx).blackhole([node])
         time.sleep(f.duration or 15)
-        ctx.proxies.heal([node])
+        _proxies(ctx).heal([node])
     return f"broker {node}"
 
 
 # ---------------------------------------------------------------- input
-def poison(ctx: "Context", f: ScheduledFault) -> str:
+def poison(ctx: Context, f: ScheduledFault) -> str:
     ratio = float(f.params.get("ratio", 0.2))
     with ctx.timeline.span("poison", f"{ratio:.0%} malformed input records"):
         ctx.load.poison(ratio)
@@ -265,5 +272,5 @@ KINDS: dict[str, FaultKind] = {
 }
 
 
-def inject(ctx: "Context", fault: ScheduledFault) -> str:
+def inject(ctx: Context, fault: ScheduledFault) -> str:
     return KINDS[fault.kind].run(ctx, fault)

@@ -27,7 +27,7 @@ from chaos.faults import KINDS, inject
 from chaos.load import LoadGenerator, is_poison
 from chaos.processes import job_processes
 from chaos.proxy import ProxyGroup, Route
-from chaos.scenario import Scenario, ScheduledFault, schedule
+from chaos.scenario import Scenario, schedule
 from chaos.timeline import Timeline
 from localkafka import LocalCluster
 from localkafka.provision import exit_on_sigterm
@@ -142,7 +142,7 @@ class ChaosResult:
     workdir: str = ""
 
     @classmethod
-    def from_report(cls, report: Path) -> "ChaosResult":
+    def from_report(cls, report: Path) -> ChaosResult:
         """A finished run's result, read back from its report.json."""
         data = json.loads(report.read_text())
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
@@ -184,7 +184,8 @@ def _run_scenario(scenario: Scenario, workdir: str | Path | None, keep_logs: boo
         config = {"app_id": app_id, "bootstrap": cluster.bootstrap_servers, "input": src, "output": out,
                   "job": scenario.job, "master": scenario.master, "state_dir": str(scratch / "state" / "{executor}"),
                   "max_records_per_batch": scenario.max_records_per_batch, "standbys": scenario.standbys,
-                  "transaction_timeout_ms": scenario.transaction_timeout_ms, "batch_log": str(workdir / "batches.jsonl"),
+                  "transaction_timeout_ms": scenario.transaction_timeout_ms,
+                  "batch_log": str(workdir / "batches.jsonl"),
                   "marks_dir": str(marks) if uses_marks else None, "spark_conf": _spark_conf(scenario)}
         (workdir / "job.json").write_text(json.dumps(config, indent=2))
         (workdir / "batches.jsonl").write_text("")
@@ -215,7 +216,8 @@ def _run_scenario(scenario: Scenario, workdir: str | Path | None, keep_logs: boo
             result.reasons.append(f"the job did not catch up within {scenario.drain_timeout:.0f}s after the faults")
         result.audits = _audit(direct, scenario, app_id, src, out)
         result.load = {"produced": load.produced, "poison": load.poisoned, "failed_deliveries": load.failed}
-        result.input_rate = [(second - int(timeline.started), count) for second, count in sorted(load.per_second.items())]
+        result.input_rate = [(second - int(timeline.started), count)
+                             for second, count in sorted(load.per_second.items())]
         result.job = {"restarts": job.restarts, "app_id": app_id, "input": src, "output": out}
         return result
     finally:
@@ -286,9 +288,9 @@ def _audit(bootstrap: str, scenario: Scenario, app_id: str, src: str, out: str) 
                      extra_topics=[f"{app_id}-totals-store-changelog"] if scenario.job == "stateful" else ())]
     if scenario.job == "stateful":
         def n_of(raw: bytes | None) -> Any:
-            return json.loads(raw)["n"]
+            return json.loads(raw or b"null")["n"]
 
-        accept = lambda raw: not is_poison(raw)  # noqa: E731  (poison records are dead-lettered, not counted)
+        accept = lambda raw: not is_poison(raw)
         for kind, extract in (("count", lambda raw: json.loads(raw)["count"]),
                               ("sum", lambda raw: json.loads(raw)["sum"])):
             reports.append(audit(bootstrap, inputs=[src], outputs=[out], group=app_id,

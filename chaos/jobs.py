@@ -51,7 +51,7 @@ def build(cfg: dict[str, Any]) -> Application:
 
 
 def main() -> None:
-    from eos.spark import build_spark_context
+    from eos.driver.spark import build_spark_context
 
     with open(sys.argv[1]) as f:
         cfg = json.load(f)

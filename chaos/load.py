@@ -9,7 +9,7 @@ import random
 import threading
 import time
 
-from confluent_kafka import KafkaError, Producer
+from transactions import plain_producer
 
 __all__ = ["LoadGenerator", "is_poison"]
 
@@ -27,8 +27,7 @@ class LoadGenerator:
         self._poison = 0.0
         self.produced = self.poisoned = self.failed = 0
         self.per_second: dict[int, int] = {}
-        self._producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                                   "linger.ms": 5, "message.timeout.ms": 120_000})
+        self._producer = plain_producer(bootstrap, **{"linger.ms": 5, "message.timeout.ms": 120_000})
         self._thread = threading.Thread(target=self._run, name="chaos-load", daemon=True)
         self._next = 0
         self.started = 0.0
@@ -52,7 +51,7 @@ class LoadGenerator:
         self.started = time.time()
         self._thread.start()
 
-    def _delivered(self, err: KafkaError | None, msg: object) -> None:
+    def _delivered(self, err: object, msg: object) -> None:
         if err is not None:
             self.failed += 1
 

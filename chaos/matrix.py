@@ -48,7 +48,7 @@ def matrix_scenarios(records: int = 200_000, rate: int = 5000) -> dict[str, Scen
             out[name] = Scenario(name=name, job=job, records=records, seed=1,
                                  description=f"{job} job, {count} x {kind}",
                                  faults=(FaultSpec(kind, count, duration, dict(params)),),
-                                 **{k: v for k, v in base.items()})
+                                 **base)
     return out
 
 
@@ -59,7 +59,7 @@ _EXPECTED_EXITS = {0, -signal.SIGKILL, -signal.SIGTERM}
 
 def driver_crashes(timeline: list[dict[str, Any]]) -> list[int]:
     """Exit codes of the times the job's driver died on its own during a run (the harness restarted it)."""
-    return [e.get("code") for e in timeline
+    return [int(e["code"]) for e in timeline
             if e.get("kind") == "job" and e.get("phase") == "exit" and e.get("code") not in _EXPECTED_EXITS]
 
 

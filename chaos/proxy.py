@@ -15,6 +15,7 @@ Each command applies to all routes or to the routes of the given broker node ids
 from __future__ import annotations
 
 import asyncio
+import functools
 import multiprocessing
 import socket
 import struct
@@ -114,7 +115,7 @@ def _serve(routes: list[Route], conn: Any) -> None:
     for state in states.values():
         state.open.set()
         servers.append(loop.run_until_complete(asyncio.start_server(
-            lambda r, w, s=state: _handle(s, r, w), HOST, state.route.listen_port, reuse_address=True)))
+            functools.partial(_handle, state), HOST, state.route.listen_port, reuse_address=True)))
 
     def apply(command: dict[str, Any]) -> None:
         nodes = command.get("nodes")
@@ -140,7 +141,7 @@ def _serve(routes: list[Route], conn: Any) -> None:
                 loop.call_soon_threadsafe(loop.stop)
                 return
             done = threading.Event()
-            loop.call_soon_threadsafe(lambda c=command: (apply(c), done.set()))
+            loop.call_soon_threadsafe(_apply_then_set, apply, command, done)
             done.wait(10)
             conn.send("ok")
 
@@ -184,3 +185,8 @@ class ProxyGroup:
             self._process.join(5)
             if self._process.is_alive():
                 self._process.kill()
+
+
+def _apply_then_set(apply: Any, command: dict[str, Any], done: threading.Event) -> None:
+    apply(command)
+    done.set()

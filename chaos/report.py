@@ -23,7 +23,7 @@ def _batches(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def finish_result(result: "ChaosResult", workdir: Path, timeline: "Timeline") -> None:
+def finish_result(result: ChaosResult, workdir: Path, timeline: Timeline) -> None:
     batches = _batches(workdir / "batches.jsonl")
     committed = sorted((b for b in batches if b["committed"]), key=lambda b: b["ended"])
     origin = timeline.started
@@ -62,7 +62,7 @@ def finish_result(result: "ChaosResult", workdir: Path, timeline: "Timeline") ->
         result.reasons.append(f"(plot failed: {exc})")
 
 
-def plot(result: "ChaosResult", path: Path, origin: float) -> None:
+def plot(result: ChaosResult, path: Path, origin: float) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -70,10 +70,10 @@ def plot(result: "ChaosResult", path: Path, origin: float) -> None:
 
     fig, ax = plt.subplots(figsize=(12, 4.5))
     if result.throughput:
-        xs, ys = zip(*result.throughput)
+        xs, ys = zip(*result.throughput, strict=True)
         ax.bar(xs, ys, width=1.0, color="#4c72b0", alpha=0.8, label="records processed per second (committed)")
     if result.input_rate:
-        xs, ys = zip(*result.input_rate)
+        xs, ys = zip(*result.input_rate, strict=True)
         ax.step(xs, ys, where="post", color="#dd8452", linewidth=1.2, label="input records produced per second")
     colors = plt.get_cmap("tab10")
     kinds = sorted({r["kind"] for r in result.recovery})

@@ -92,7 +92,7 @@ class Scenario:
 
         return self.proxied or any(KINDS[f.kind].network for f in self.faults)
 
-    def with_overrides(self, **changes: Any) -> "Scenario":
+    def with_overrides(self, **changes: Any) -> Scenario:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     def to_dict(self) -> dict[str, Any]:

@@ -20,22 +20,19 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from eos.aggregations import AggregateProcessor, counter, reducer, summer
 from eos.config import EosConfig
-from eos.faults import FaultHooks
-from eos.processing import FunctionProcessor, Processor
+from eos.hooks import FaultHooks
+from eos.operators.aggregate import AggregateProcessor, counter, reducer, summer
+from eos.processor import FunctionProcessor, Processor
 from eos.serde import Serde, serde_for
-from eos.topology import SubTopology
-from eos.vectorized import BatchFormat
+from eos.topology import BatchFormat, SubTopology
 from recovery import StoreSpec
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    from eos.batch import TaskPlan
-    from eos.runner import RunSummary
-    from transactions import KafkaAdmin
+    from eos.driver.reports import RunSummary
 
 __all__ = ["Application", "store"]
 
@@ -57,7 +54,7 @@ class Application:
         self.fault_hooks = FaultHooks()
 
     # ------------------------------------------------------------------ configuration
-    def configure(self, **changes: Any) -> "Application":
+    def configure(self, **changes: Any) -> Application:
         """Override settings (None values are ignored); validated like the constructor's."""
         self.config = self.config.with_overrides(**changes)
         return self
@@ -80,7 +77,7 @@ class Application:
                       output_key_serde: SerdeSpec = None, output_value_serde: SerdeSpec = None,
                       extra_outputs: Iterable[str] = ()) -> Callable[[Any], Any]:
         """Decorator: `fn(table) -> table`, called once per task and batch with a pandas DataFrame or a pyarrow
-        Table (see `eos.vectorized` for the columns). Must be free of side effects."""
+        Table (see `eos.worker.vectorized` for the columns). Must be free of side effects."""
         if format not in ("pandas", "arrow"):
             raise ValueError(f"format must be 'pandas' or 'arrow', got {format!r}")
 
@@ -92,7 +89,7 @@ class Application:
         return register
 
     def add_processor(self, processor: Callable[[], Processor], input: str | Sequence[str], output: str | None = None,
-                      *, name: str, stores: Iterable[Any] = (), key_serde: SerdeSpec = None,
+                      *, name: str, stores: Iterable[StoreSpec] = (), key_serde: SerdeSpec = None,
                       value_serde: SerdeSpec = None, output_key_serde: SerdeSpec = None,
                       output_value_serde: SerdeSpec = None, extra_outputs: Iterable[str] = ()) -> SubTopology:
         """Add a Processor API sub-topology. `processor` is a factory (e.g. the class): one instance per task."""
@@ -141,30 +138,15 @@ class Application:
         self.subtopologies[name] = sub
         return sub
 
-    # ------------------------------------------------------------------ hooks for the runner
-    def prepare_internal(self, admin: "KafkaAdmin", partition_counts: dict[str, int]) -> dict[str, Any]:
-        """Create internal topics of stateful sub-topologies; returns extras shipped to tasks."""
-        from eos.stateful import prepare_changelogs
-
-        return prepare_changelogs(admin, self.config, self.subtopologies, partition_counts)
-
-    def task_rdd(self, sc: Any, plans: list[Any]) -> Any:
-        """One Spark partition per planned task (and standby refresh), at its preferred executor if any."""
-        locations = [getattr(p, "preferred_location", None) for p in plans]
-        if any(locations):
-            from eos.placer import located_rdd
-
-            return located_rdd(sc, plans, locations)
-        return sc.parallelize(plans, len(plans))
-
     # ------------------------------------------------------------------ running
-    def run(self, spark: "SparkContext | SparkSession | None" = None, *, master: str | None = None, until_caught_up: bool = False,
-            max_batches: int | None = None, max_seconds: float | None = None, handle_signals: bool = False,
-            keep_task_results: bool = False, on_batch: Callable[..., None] | None = None) -> "RunSummary":
+    def run(self, spark: SparkContext | SparkSession | None = None, *, master: str | None = None,
+            until_caught_up: bool = False, max_batches: int | None = None, max_seconds: float | None = None,
+            handle_signals: bool = False, keep_task_results: bool = False,
+            on_batch: Callable[..., None] | None = None) -> RunSummary:
         """Run on `spark` (a SparkContext or SparkSession; default: a new context on `master`) until stopped,
         caught up, or a limit is reached."""
-        from eos.runner import Runner
-        from eos.spark import DEFAULT_MASTER, build_spark_context, spark_context_of
+        from eos.driver.runner import Runner
+        from eos.driver.spark import DEFAULT_MASTER, build_spark_context, spark_context_of
 
         _enable_faulthandler()
         if not self.subtopologies:

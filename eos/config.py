@@ -1,7 +1,7 @@
 """Typed, frozen, validated configuration of an exactly-once application.
 
 Validation runs when the config is built and says what to change. Settings that need the broker or
-Spark (topics, partition counts, speculation, broker limits) are checked at start-up by `eos.checks`.
+Spark (topics, partition counts, speculation, broker limits) are checked at start-up by `eos.driver.checks`.
 """
 
 from __future__ import annotations
@@ -9,20 +9,16 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Literal
 
+from eos.errors import ConfigError
 from transactions import UnsafeClientSetting, consumer_settings, producer_settings
 
-__all__ = ["EosConfig", "ConfigError", "BadRecordPolicy", "ProcessingGuarantee"]
+__all__ = ["EosConfig", "BadRecordPolicy", "ProcessingGuarantee"]
 
 BadRecordPolicy = Literal["dead_letter", "fail"]
 ProcessingGuarantee = Literal["exactly_once", "at_least_once"]
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
-
-
-class ConfigError(ValueError):
-    """Bad configuration; the message says which setting and what to change."""
 
 
 @dataclass(frozen=True)
@@ -76,7 +72,7 @@ class EosConfig:
     def __post_init__(self) -> None:
         self._validate()
 
-    def with_overrides(self, **changes: Any) -> "EosConfig":
+    def with_overrides(self, **changes: Any) -> EosConfig:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     @property
@@ -86,10 +82,6 @@ class EosConfig:
     @property
     def group_id(self) -> str:
         return self.application_id
-
-    @property
-    def state_path(self) -> Path:
-        return Path(self.state_dir).expanduser() / self.application_id
 
     def require_bootstrap(self) -> None:
         """Checked at start-up rather than construction: the CLI and environment may supply it late."""
@@ -127,7 +119,8 @@ class EosConfig:
         if self.dead_letter_topic is not None and not _NAME.match(self.dead_letter_topic):
             raise ConfigError(f"dead_letter_topic {self.dead_letter_topic!r} is not a valid topic name")
         try:
-            producer_settings(self.bootstrap_servers or "unset", "check", self.transaction_timeout_ms, self.producer_config)
+            producer_settings(self.bootstrap_servers or "unset", "check", self.transaction_timeout_ms,
+                              self.producer_config)
             consumer_settings(self.bootstrap_servers or "unset", "check", self.consumer_config)
         except UnsafeClientSetting as exc:
             raise ConfigError(str(exc)) from None

@@ -1,7 +1,9 @@
 """structlog set-up. Called by entry points (the CLI, the driver runner, Spark task code), never at import.
 
-JSON lines when the stream is not a TTY, readable console output when it is. Task code binds
-application, task, batch and attempt, so every line of a task names them.
+JSON lines when the stream is not a TTY, readable console output when it is. The driver binds the
+application, and task code binds application, task, batch and attempt, through structlog's contextvars
+(`structlog.contextvars.bound_contextvars`), so every line names them; modules log through
+`structlog.get_logger(__name__)`.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any, Literal
 
 import structlog
 
-__all__ = ["configure_logging", "get_logger"]
+__all__ = ["configure_logging"]
 
 _configured: tuple[str, str] | None = None
 
@@ -40,6 +42,3 @@ def configure_logging(fmt: Literal["auto", "json", "console"] = "auto", level: s
     )
     _configured = (fmt, level)
 
-
-def get_logger(name: str, **context: Any) -> Any:
-    return structlog.get_logger(name).bind(**context)

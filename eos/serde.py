@@ -10,12 +10,10 @@ import json
 import struct
 from typing import Any
 
+from eos.errors import SerdeError
+
 __all__ = ["Serde", "SerdeError", "BytesSerde", "StringSerde", "JsonSerde", "IntegerSerde", "LongSerde",
            "DoubleSerde", "serde_for"]
-
-
-class SerdeError(ValueError):
-    pass
 
 
 class Serde:

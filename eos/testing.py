@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from eos.faults import FaultPoint
+from eos.hooks import FaultPoint
 
 __all__ = ["Match", "CrashWorker", "StopSelf", "MarkWhile", "RaiseError"]
 

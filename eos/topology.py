@@ -1,5 +1,6 @@
-"""Sub-topologies: co-partitioned input topics, one processing step, outputs.
+"""Sub-topologies and tasks.
 
+A sub-topology reads co-partitioned input topics, runs one processing step and writes to its outputs.
 A task is one partition index of a sub-topology (Kafka Streams' model): task count = partition count of
 its inputs. Each task has the stable transactional id `<application_id>-<subtopology>-<partition>`.
 """
@@ -8,20 +9,25 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
-from eos.processing import Processor
+from eos.processor import Processor
 from eos.serde import Serde
-from eos.vectorized import BatchFormat
+from recovery import StoreSpec
 
-__all__ = ["SubTopology", "TaskId"]
+__all__ = ["SubTopology", "TaskId", "BatchFormat"]
 
 _NAME = re.compile(r"^[A-Za-z0-9_.]{1,100}$")
+
+#: The table type a vectorized (`process_batch`) function gets and returns.
+BatchFormat = Literal["pandas", "arrow"]
 
 
 @dataclass(frozen=True, order=True)
 class TaskId:
+    """One task: a sub-topology and a partition index. `str(task)` is "<subtopology>-<partition>"."""
+
     subtopology: str
     partition: int
 
@@ -30,6 +36,14 @@ class TaskId:
 
     def transactional_id(self, application_id: str) -> str:
         return f"{application_id}-{self.subtopology}-{self.partition}"
+
+    @classmethod
+    def parse(cls, text: str) -> TaskId:
+        """The inverse of `str()`: sub-topology names never contain '-', so the last '-' splits."""
+        subtopology, _, partition = text.rpartition("-")
+        if not subtopology or not partition.isdigit():
+            raise ValueError(f"not a task id: {text!r} (expected <subtopology>-<partition>)")
+        return cls(subtopology, int(partition))
 
 
 @dataclass(frozen=True)
@@ -44,11 +58,10 @@ class SubTopology:
     processor_factory: Callable[[], Processor] | None = None
     batch_fn: Callable[[Any], Any] | None = None
     batch_format: BatchFormat = "pandas"
-    #: State stores used by the processor (recovery.StoreSpec), one instance per task.
-    stores: tuple[Any, ...] = ()
+    #: State stores used by the processor, one instance per task.
+    stores: tuple[StoreSpec, ...] = ()
     #: Topics the processor may forward to besides `output`.
     extra_outputs: tuple[str, ...] = ()
-    options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -63,6 +76,5 @@ class SubTopology:
     def output_topics(self) -> tuple[str, ...]:
         return tuple(t for t in (self.output, *self.extra_outputs) if t)
 
-    @property
-    def stateful(self) -> bool:
-        return bool(self.stores)
+    def task(self, partition: int) -> TaskId:
+        return TaskId(self.name, partition)

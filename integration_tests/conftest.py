@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from eos.spark import DEFAULT_MASTER, build_spark_context
+from eos.driver.spark import DEFAULT_MASTER, build_spark_context
 from localkafka.provision import KafkaEndpoint, provide_kafka
 
 
@@ -112,7 +112,7 @@ def spark_cluster(spark_contexts: SparkContexts):
 def spark_cluster3(spark_contexts: SparkContexts):
     """Three executor JVMs with one core each; executors lost to a test are replaced by Spark."""
     sc = spark_contexts.get("local-cluster[3,1,1024]")
-    from eos.placer import live_executors
+    from eos.driver.spark import live_executors
 
     deadline = time.monotonic() + 120
     while len(live_executors(sc)) < 3 and time.monotonic() < deadline:

@@ -65,7 +65,7 @@ class LocalCluster:
 
     # ----------------------------------------------------------------- persistence
     @classmethod
-    def open(cls, root: str | Path) -> "LocalCluster":
+    def open(cls, root: str | Path) -> LocalCluster:
         """Reopen a cluster created earlier in `root` (by this or another process)."""
         path = Path(root).expanduser().resolve() / STATE_FILE
         if not path.is_file():
@@ -131,7 +131,7 @@ class LocalCluster:
     def is_running(self) -> bool:
         return any(self.state(n.node_id) != ProcState.DEAD for n in self.nodes)
 
-    def up(self, timeout: float = 180.0) -> "LocalCluster":
+    def up(self, timeout: float = 180.0) -> LocalCluster:
         """Format storage (first time), start every node and wait until transactions work."""
         if self.nodes and self.is_running():
             raise ClusterError(f"a cluster is already running in {self.root} at {self.bootstrap_servers}")
@@ -248,7 +248,8 @@ class LocalCluster:
         self.nodes = [NodeSpec(i, free_port(), free_port(), free_port()) for i in range(1, self.settings.brokers + 1)]
         if self.proxied:
             for n in self.nodes:
-                n.advertised_client_port, n.advertised_internal_port, n.direct_port = free_port(), free_port(), free_port()
+                n.advertised_client_port, n.advertised_internal_port = free_port(), free_port()
+                n.direct_port = free_port()
 
     def _write_config(self, node: NodeSpec) -> None:
         d = self._node_dir(node)

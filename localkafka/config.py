@@ -1,4 +1,4 @@
-"""Broker configuration for local KRaft clusters (DESIGN section 7).
+"""Broker configuration for local KRaft clusters (docs/design.md, section 7).
 
 Every node is a combined broker + controller. A node has three listeners on loopback:
 CLIENT (what clients bootstrap from), INTERNAL (replication between brokers) and CONTROLLER (the KRaft

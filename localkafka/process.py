@@ -53,7 +53,10 @@ def proc_state(pid: int | None, marker: str | None = None) -> str:
     return ProcState.RUNNING
 
 
-def send(pid: int, sig: signal.Signals) -> bool:
+def send(pid: int | None, sig: signal.Signals) -> bool:
+    """Signal a process; False if there is none (no pid, or it is gone)."""
+    if pid is None:
+        return False
     try:
         os.kill(pid, sig)
         return True
@@ -61,7 +64,7 @@ def send(pid: int, sig: signal.Signals) -> bool:
         return False
 
 
-def wait_dead(pid: int, marker: str | None, timeout: float) -> bool:
+def wait_dead(pid: int | None, marker: str | None, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc_state(pid, marker) == ProcState.DEAD:

@@ -12,7 +12,7 @@ import shutil
 import struct
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from rocksdict import Options, Rdict, WriteBatch
 
@@ -55,7 +55,7 @@ class RocksDBBackend:
             self._db = Rdict(str(self.path), _options(), column_families={_META_CF: Options(raw_mode=True)})
         except Exception as exc:  # rocksdict raises plain Exception for I/O and lock errors
             raise StoreError(f"cannot open RocksDB store at {self.path}: {exc}") from exc
-        self._meta = self._db.get_column_family_handle(_META_CF)
+        self._meta: Any = self._db.get_column_family_handle(_META_CF)
 
     def _require(self) -> Rdict:
         if self._db is None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from recovery.store import StoreSpec
-from transactions import KafkaAdmin, TopicSpec
+from transactions import KafkaAdmin, ProducerRecord, TopicSpec
 
 __all__ = ["ChangelogConfigError", "ensure_changelogs", "changelog_record"]
 
@@ -43,7 +43,6 @@ def ensure_changelogs(admin: KafkaAdmin, application_id: str, stores: Iterable[S
     return topics
 
 
-def changelog_record(topic: str, partition: int, key: bytes, value: bytes | None) -> tuple:
-    """A changelog record in the task's output format (topic, partition, key, value, headers, timestamp);
-    `value=None` is a tombstone."""
-    return (topic, partition, key, value, [], None)
+def changelog_record(topic: str, partition: int, key: bytes, value: bytes | None) -> ProducerRecord:
+    """A changelog record for the task's partition; `value=None` is a tombstone."""
+    return ProducerRecord(topic, partition, key, value, [], None)

@@ -19,10 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer
-
 from recovery.backends import Backend
-from transactions import OffsetRange, RetriableKafkaError, read_ranges
+from transactions import Consumer, OffsetRange, RetriableKafkaError, read_ranges
 
 __all__ = ["RestoreResult", "restore_store"]
 
@@ -69,7 +67,8 @@ def restore_store(backend: Backend, consumer: Consumer, topic: str, partition: i
         return result
     chunks = read_ranges(consumer, [OffsetRange(topic, partition, begin, end_offset)], timeout=timeout)
     for batch in chunks:
-        changes = {msg.key(): msg.value() for msg in batch}  # in offset order: the last write of a key wins
+        # In offset order: the last write of a key wins. Compacted topics refuse null keys.
+        changes = {msg.key() or b"": msg.value() for msg in batch}
         backend.write(changes, changelog_offset=batch[-1].offset() + 1)
         result.records += len(batch)
         now = time.monotonic()

@@ -26,10 +26,6 @@ class TaskDirectory:
     def store_path(self, store: str) -> Path:
         return self.path / store
 
-    @property
-    def locked(self) -> bool:
-        return self._fd is not None
-
     def lock(self, timeout: float = 60.0) -> None:
         """Take the task's lock, waiting up to `timeout` for another process (e.g. a zombie attempt) to let go."""
         if self._fd is not None:

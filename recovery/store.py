@@ -48,7 +48,8 @@ class KeyValueStore:
         self.name = spec.name
         self._buffer: WriteBuffer | None = None
 
-    def _attach(self, buffer: WriteBuffer | None) -> None:
+    def attach(self, buffer: WriteBuffer | None) -> None:
+        """Called by the task runtime: the batch's write buffer this view reads and writes (None: detached)."""
         self._buffer = buffer
 
     def _buf(self) -> WriteBuffer:

@@ -59,7 +59,7 @@ class WriteBuffer:
         merged = heapq.merge(((k, 0, v) for k, v in pending),
                              ((k, 1, v) for k, v in self.backend.iterate(start, end)))
         last = None
-        for key, source, value in merged:
+        for key, _source, value in merged:
             if key == last:
                 continue  # the overlay (source 0) sorts first and wins
             last = key

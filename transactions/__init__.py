@@ -1,10 +1,23 @@
 """Kafka clients wrapped for exactly-once: the transactional producer lifecycle, the error taxonomy and
-retry policy, read_committed reads of exact offset ranges, stable committed-offset reads, topic admin.
+retry policy, read_committed reads of exact offset ranges, stable committed-offset reads, topic admin,
+and every Kafka client the framework builds.
 
 The lowest layer: imports nothing from `recovery` or `eos`.
 """
 
 from transactions.admin import KafkaAdmin, PartitionOffsets, TopicSpec
+from transactions.at_least_once import AtLeastOnceProducer
+from transactions.clients import (
+    Consumer,
+    Isolation,
+    Message,
+    TopicPartition,
+    input_consumer,
+    plain_producer,
+    produce_pairs,
+    scan_consumer,
+)
+from transactions.deadline import StuckClientError, close_or_park
 from transactions.errors import (
     DeliveryFailedError,
     FatalKafkaError,
@@ -15,26 +28,34 @@ from transactions.errors import (
     classify,
 )
 from transactions.offsets import Committed, stable_committed
-from transactions.plain import AtLeastOnceProducer
 from transactions.producer import IllegalStateError, TransactionalProducer, TxnState
 from transactions.reader import OffsetRange, read_ranges
+from transactions.records import Headers, OutputProducer, ProducerRecord, produce_all
 from transactions.retry import DEFAULT_POLICY, RetryPolicy, call
 from transactions.settings import UnsafeClientSetting, consumer_settings, producer_settings
 
 __all__ = [
     "AtLeastOnceProducer",
     "Committed",
+    "Consumer",
     "DEFAULT_POLICY",
     "DeliveryFailedError",
     "FatalKafkaError",
+    "Headers",
     "IllegalStateError",
+    "Isolation",
     "KafkaAdmin",
     "KafkaEosError",
+    "Message",
     "OffsetRange",
+    "OutputProducer",
     "PartitionOffsets",
     "ProducerFencedError",
+    "ProducerRecord",
     "RetriableKafkaError",
     "RetryPolicy",
+    "StuckClientError",
+    "TopicPartition",
     "TopicSpec",
     "TransactionAbortableError",
     "TransactionalProducer",
@@ -42,8 +63,14 @@ __all__ = [
     "UnsafeClientSetting",
     "call",
     "classify",
+    "close_or_park",
     "consumer_settings",
+    "input_consumer",
+    "plain_producer",
+    "produce_all",
+    "produce_pairs",
     "producer_settings",
     "read_ranges",
+    "scan_consumer",
     "stable_committed",
 ]

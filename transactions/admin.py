@@ -62,7 +62,8 @@ class KafkaAdmin:
             if admin is not None and err.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
                 admin._replace = True
 
-        self._settings = {"bootstrap.servers": bootstrap_servers, "error_cb": on_error, **(overrides or {})}
+        self._settings: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "error_cb": on_error,
+                                          **(overrides or {})}
         self._replace = False
         self.replacements = 0  # clients replaced so far (for logs and tests)
         self._admin = self._new_client()
@@ -239,8 +240,11 @@ class KafkaAdmin:
         tps = [tp for topic in topics for tp in self.topic_partitions(topic)]
         committed = self.group_offsets(group, tps, stable=False, timeout=timeout)
         ends, starts = self.end_offsets(tps, timeout=timeout), self.earliest_offsets(tps, timeout=timeout)
-        return sum(max(0, ends[tp] - (committed.get(tp) if committed.get(tp) is not None else starts[tp]))
-                   for tp in tps)
+        lag = 0
+        for tp in tps:
+            position = committed.get(tp)
+            lag += max(0, ends[tp] - (starts[tp] if position is None else position))
+        return lag
 
     def set_group_offsets(self, group: str, offsets: Mapping[TP, int], timeout: float = 30.0) -> None:
         """Set committed offsets of a group without members (outside any transaction: start-up use only)."""

@@ -20,6 +20,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
+from transactions.deadline import StuckClientError, call_with_deadline, park
 from transactions.errors import (
     DeliveryFailedError,
     FatalKafkaError,
@@ -27,7 +28,6 @@ from transactions.errors import (
     ProducerFencedError,
     classify,
 )
-from transactions.deadline import StuckClientError, call_with_deadline, park
 from transactions.retry import DEFAULT_POLICY, RetryPolicy, call
 from transactions.settings import producer_settings
 
@@ -161,7 +161,8 @@ class TransactionalProducer:
         part = -1 if partition is None else partition  # -1: the partitioner decides
         while True:
             try:
-                produce(topic, value, key, partition=part, timestamp=timestamp or 0, headers=headers or None)
+                produce(topic, value, key, partition=part, timestamp=timestamp or 0,
+                        headers=headers or None)  # type: ignore[arg-type]  # (the stub's header type is invariant)
                 break
             except BufferError:  # local queue full: let librdkafka drain it
                 self._poll(0.05, f"produce to {topic}")

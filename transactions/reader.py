@@ -9,11 +9,13 @@ visible records, or none. The read of a partition is finished when the consumer'
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from transactions.clients import Message
 from transactions.errors import RetriableKafkaError, classify
 
 __all__ = ["OffsetRange", "read_ranges"]
@@ -32,7 +34,7 @@ class OffsetRange:
 
 
 def read_ranges(consumer: Consumer, ranges: list[OffsetRange], *, timeout: float = 60.0,
-                batch_size: int = 10_000) -> Iterator[list[Message]]:
+                batch_size: int = 10_000) -> Generator[list[Message], None, None]:
     """Yield lists of visible records with `start <= offset < end`, partition by partition in offset order.
 
     The consumer is assigned exactly these partitions for the duration of the read, then unassigned.
@@ -61,8 +63,8 @@ def read_ranges(consumer: Consumer, ranges: list[OffsetRange], *, timeout: float
         consumer.unassign()
 
 
-def _visible(messages: list[Message], todo: Mapping[tuple[str, int], OffsetRange]) -> list[Message]:
-    out = []
+def _visible(messages: list[Any], todo: Mapping[tuple[str, int], OffsetRange]) -> list[Message]:
+    out: list[Message] = []
     for msg in messages:
         err = msg.error()
         if err is not None:

@@ -9,15 +9,21 @@ from typing import TypeVar
 
 import structlog
 from confluent_kafka import KafkaException
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
-from tenacity import wait_exponential_jitter
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential_jitter,
+)
 
 from transactions.errors import RetriableKafkaError, classify
 
 __all__ = ["RetryPolicy", "DEFAULT_POLICY", "call"]
 
 T = TypeVar("T")
-log = structlog.get_logger("transactions.retry")
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -31,7 +37,8 @@ class RetryPolicy:
         return Retrying(
             retry=retry_if_exception_type(RetriableKafkaError),
             stop=stop_after_attempt(self.attempts) | stop_after_delay(self.max_seconds),
-            wait=wait_exponential_jitter(multiplier=self.initial_backoff, max=self.max_backoff, jitter=self.initial_backoff),
+            wait=wait_exponential_jitter(multiplier=self.initial_backoff, max=self.max_backoff,
+                                         jitter=self.initial_backoff),
             before_sleep=_log_retry,
             reraise=True,
         )

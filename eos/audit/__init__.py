@@ -1,4 +1,4 @@
-"""The auditor: proves or disproves exactly-once on committed output (DESIGN section 9).
+"""The auditor: proves or disproves exactly-once on committed output (docs/design.md, section 9).
 
     report = audit(bootstrap, inputs=["orders"], outputs=["orders-enriched"], dead_letter_topic="app-dlq",
                    group="app")

@@ -70,7 +70,8 @@ def _step(kind: AggregateKind) -> Callable[[Any, Any], Any]:
 
 def audit_aggregate(bootstrap_servers: str, inputs: Iterable[str], outputs: Iterable[str], *, kind: AggregateKind,
                     input_value: Callable[[bytes | None], Any], output_value: Callable[[bytes | None], Any],
-                    accept: Callable[[bytes | None], bool] | None = None, group: str | None = None, admin: KafkaAdmin | None = None, max_samples: int = 10,
+                    accept: Callable[[bytes | None], bool] | None = None, group: str | None = None,
+                    admin: KafkaAdmin | None = None, max_samples: int = 10,
                     progress: Callable[[int], None] | None = None) -> AggregateResult:
     """`input_value(raw value)` gives the number to aggregate (ignored for count); `output_value(raw value)`
     extracts the aggregate from an output record; `accept(raw value)` selects the input records the job

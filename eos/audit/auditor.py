@@ -21,8 +21,7 @@ from typing import Any, Literal
 from eos.audit.aggregate import AggregateKind, AggregateResult, audit_aggregate
 from eos.audit.executors import Executor
 from eos.audit.lineage import LineageResult, audit_lineage
-from eos.audit.partials import Isolation
-from transactions import KafkaAdmin
+from transactions import Isolation, KafkaAdmin
 
 __all__ = ["AuditReport", "TransactionCheck", "OffsetCheck", "audit", "AggregateSpec"]
 
@@ -142,7 +141,8 @@ def audit(bootstrap_servers: str, *, inputs: list[str], outputs: list[str], dead
     else:
         report.aggregate = audit_aggregate(bootstrap_servers, inputs, outputs, kind=aggregate.kind,
                                            input_value=aggregate.input_value, output_value=aggregate.output_value,
-                                           accept=aggregate.accept, group=group, admin=admin, max_samples=max_samples, progress=progress)
+                                           accept=aggregate.accept, group=group, admin=admin, max_samples=max_samples,
+                                           progress=progress)
     topics = [*outputs, *([dead_letter_topic] if dead_letter_topic else []), *extra_topics]
     report.transactions = check_open_transactions(admin, topics, max_samples)
     report.offsets = check_offsets(admin, inputs, group)

@@ -19,13 +19,12 @@ from pyroaring import BitMap64
 from eos.audit.executors import Executor, LocalExecutor
 from eos.audit.partials import (
     InputPartial,
-    Isolation,
     OutputPartial,
     PartitionScan,
     scan_input_partition,
     scan_output_partition,
 )
-from transactions import KafkaAdmin
+from transactions import Isolation, KafkaAdmin
 
 __all__ = ["LineageResult", "audit_lineage", "input_scans", "output_scans"]
 
@@ -108,7 +107,8 @@ class _OutputScan:
         return scan_output_partition(scan, isolation=self.isolation, max_samples=self.max_samples, progress=progress)
 
 
-def _union(partials: list[OutputPartial], result: LineageResult, max_samples: int) -> dict[tuple[str, int, int], BitMap64]:
+def _union(partials: list[OutputPartial], result: LineageResult,
+           max_samples: int) -> dict[tuple[str, int, int], BitMap64]:
     """Merge origin bitmaps of several partitions; origins seen in two partitions are duplicates."""
     merged: dict[tuple[str, int, int], BitMap64] = {}
     for part in partials:

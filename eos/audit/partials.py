@@ -7,22 +7,17 @@ driver merges the summaries. Nothing holds the records themselves.
 
 from __future__ import annotations
 
-import uuid
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from confluent_kafka import Consumer
 from pyroaring import BitMap64
 
-from eos.lineage import ORIGIN_HEADER, decode_origin
-from transactions import OffsetRange, read_ranges
+from eos.origin import ORIGIN_HEADER, decode_origin
+from transactions import Isolation, Message, OffsetRange, read_ranges, scan_consumer
 
 __all__ = ["InputPartial", "OutputPartial", "scan_input_partition", "scan_output_partition", "PartitionScan"]
-
-Isolation = Literal["read_committed", "read_uncommitted"]
-
 
 @dataclass(frozen=True)
 class PartitionScan:
@@ -33,14 +28,9 @@ class PartitionScan:
     end: int  # exclusive
 
 
-def _consumer(bootstrap: str, isolation: Isolation) -> Consumer:
-    return Consumer({"bootstrap.servers": bootstrap, "group.id": f"eos-audit-{uuid.uuid4().hex}",
-                     "isolation.level": isolation, "enable.auto.commit": False, "enable.partition.eof": True,
-                     "auto.offset.reset": "earliest", "fetch.wait.max.ms": 50, "queued.min.messages": 200_000})
-
-
-def _read(scan: PartitionScan, isolation: Isolation, progress: Callable[[int], None] | None):
-    consumer = _consumer(scan.bootstrap_servers, isolation)
+def _read(scan: PartitionScan, isolation: Isolation,
+          progress: Callable[[int], None] | None) -> Iterator[list[Message]]:
+    consumer = scan_consumer(scan.bootstrap_servers, isolation)
     try:
         for batch in read_ranges(consumer, [OffsetRange(scan.topic, scan.partition, scan.start, scan.end)],
                                  timeout=3600):

@@ -30,7 +30,8 @@ _ROWS = {
 
 def render(report: AuditReport, console: Console | None = None) -> None:
     console = console or Console()
-    table = Table(title=f"exactly-once audit ({report.mode}): {', '.join(report.inputs)} -> {', '.join(report.outputs)}")
+    flow = f"{', '.join(report.inputs)} -> {', '.join(report.outputs)}"
+    table = Table(title=f"exactly-once audit ({report.mode}): {flow}")
     table.add_column("check")
     table.add_column("count", justify="right")
     table.add_column("", justify="center")

@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterator
-from typing import Literal
 
-from confluent_kafka import Consumer, Message
+from transactions import Isolation, KafkaAdmin, Message, OffsetRange, read_ranges, scan_consumer
 
-from transactions import KafkaAdmin, OffsetRange, read_ranges
-
-__all__ = ["scan_topic", "Isolation"]
-
-Isolation = Literal["read_committed", "read_uncommitted"]
+__all__ = ["scan_topic"]
 
 
 def scan_topic(bootstrap_servers: str, topic: str, *, isolation: Isolation = "read_committed",
@@ -25,9 +19,7 @@ def scan_topic(bootstrap_servers: str, topic: str, *, isolation: Isolation = "re
     low = admin.earliest_offsets(tps)
     ends = until or admin.end_offsets(tps, committed=isolation == "read_committed")
     ranges = [OffsetRange(t, p, low[(t, p)], ends.get((t, p), low[(t, p)])) for t, p in tps]
-    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": f"eos-audit-{uuid.uuid4().hex}",
-                         "isolation.level": isolation, "enable.auto.commit": False, "enable.partition.eof": True,
-                         "auto.offset.reset": "earliest", "fetch.wait.max.ms": 50, "queued.min.messages": 200_000})
+    consumer = scan_consumer(bootstrap_servers, isolation)
     try:
         for batch in read_ranges(consumer, ranges, timeout=timeout):
             if progress is not None:

@@ -54,7 +54,7 @@ def _executor(spark: bool, master: str | None) -> Any:
     if not spark:
         return None
     from eos.audit.executors import SparkExecutor
-    from eos.spark import DEFAULT_MASTER, build_spark_context
+    from eos.driver.spark import DEFAULT_MASTER, build_spark_context
 
     return SparkExecutor(build_spark_context(master or DEFAULT_MASTER, "eos-audit"))
 
@@ -115,7 +115,7 @@ def app_(target: str = typer.Argument(..., help="module:app or path/to/job.py[:a
          json_path: Path = JsonPath, samples: int = Samples) -> None:
     """Lineage audit of every sub-topology of a framework job, with its dead-letter and changelog topics."""
     from eos.audit import audit
-    from eos.loader import load_application
+    from eos.cli.loader import load_application
 
     application = load_application(target)
     cfg = application.config.with_overrides(bootstrap_servers=bootstrap_servers)

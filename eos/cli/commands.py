@@ -37,8 +37,8 @@ def run(target: str = typer.Argument(..., help="module:app or path/to/job.py[:ap
         spark_conf: list[str] = typer.Option([], "--spark-conf", help="Extra Spark setting key=value (repeatable)"),
         summary_json: Path = typer.Option(None, help="Write the run summary as JSON to this file")) -> None:
     """Run an exactly-once job on Spark. SIGINT/SIGTERM stop it after the current batch commits."""
+    from eos.cli.loader import load_application
     from eos.config import ConfigError
-    from eos.loader import load_application
     from eos.logs import configure_logging
 
     try:
@@ -51,7 +51,7 @@ def run(target: str = typer.Argument(..., help="module:app or path/to/job.py[:ap
     configure_logging(application.config.log_format, application.config.log_level)
     conf = dict(item.split("=", 1) for item in spark_conf if "=" in item)
     try:
-        from eos.spark import DEFAULT_MASTER, build_spark_context
+        from eos.driver.spark import DEFAULT_MASTER, build_spark_context
 
         sc = build_spark_context(master or DEFAULT_MASTER, application.config.application_id, conf)
         summary = application.run(sc, until_caught_up=until_caught_up, max_batches=max_batches,
@@ -71,6 +71,6 @@ def demo(records: int = typer.Option(100_000, help="Input records to generate"),
          partitions: int = typer.Option(4, help="Input partitions (= tasks)"),
          master: str = typer.Option(None, help="Spark master (default local[2,4])")) -> None:
     """Start a local Kafka cluster, generate input, run the demo exactly-once jobs and audit the output."""
-    from eos.demo import main as run_demo
+    from eos.examples.demo import main as run_demo
 
     raise typer.Exit(run_demo(records=records, partitions=partitions, master=master))

@@ -14,7 +14,7 @@ from confluent_kafka import Producer
 
 from eos import Application
 from eos.audit import AggregateSpec, SparkExecutor, audit
-from eos.lineage import ORIGIN_HEADER, encode_origin
+from eos.origin import ORIGIN_HEADER, encode_origin
 from integration_tests.helpers import produce
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,7 +118,7 @@ def test_a_transaction_left_open_fails(kafka, faithful):
 def test_wrong_aggregate_value_fails(kafka, topic_factory):
     src, dst = topic_factory("in"), topic_factory("totals")
     produce(kafka.bootstrap_servers, src, [(b"a", b"1"), (b"b", b"2"), (b"a", b"3"), (b"b", b"4")])
-    sums = lambda raw: int(raw)  # noqa: E731
+    sums = lambda raw: int(raw)
     spec = AggregateSpec("sum", sums, sums)
     good = [(b"a", b"1"), (b"b", b"2"), (b"a", b"4"), (b"b", b"6")]
     produce(kafka.bootstrap_servers, dst, good)

@@ -63,7 +63,7 @@ def test_spark_retries_a_task_that_died_between_produce_and_commit(kafka, spark,
     # The first Spark attempt of task 1 exits its Python worker after producing, transaction open.
     app.fault_hooks.on("after_produce", CrashWorker(Match(partition=1, spark_attempt=0)))
     summary = app.run(spark, until_caught_up=True, keep_task_results=True)
-    retried = [r for r in summary.task_results if r.task.endswith("-1") and r.spark_attempt > 0]
+    retried = [r for r in summary.task_results if r.task.partition == 1 and r.spark_attempt > 0]
     assert retried, "Spark did not retry the crashed task"
     assert_exactly_once(kafka.bootstrap_servers, inputs=[src], outputs=[dst], group=app.config.group_id,
                         expected_inputs=20_000)

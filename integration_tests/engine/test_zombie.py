@@ -11,10 +11,10 @@ import signal
 import time
 from pathlib import Path
 
-from eos import Application
-from eos.batch import TaskPlan
-from eos.task import Job
+from eos import Application, TaskId
+from eos.driver.checks import create_internal_topics
 from eos.testing import StopSelf
+from eos.worker.plans import Job, TaskPlan
 from integration_tests.helpers import assert_exactly_once, produce
 from transactions import KafkaAdmin, OffsetRange
 
@@ -28,13 +28,12 @@ def build(app_id: str, bootstrap: str, src: str, dst: str, zombie: bool) -> Job:
     app.process(input=src, output=dst, key_serde="string", value_serde="json", name="copy")(copy)
     if zombie:
         app.fault_hooks.on("before_commit", StopSelf())
-    admin = KafkaAdmin(bootstrap)
-    return Job(app.config, app.subtopologies, app.fault_hooks, {"dlq_partitions": 0,
-                                                               **app.prepare_internal(admin, {src: 1, dst: 1})})
+    create_internal_topics(KafkaAdmin(bootstrap), app.config, app.subtopologies, {src: 1, dst: 1})
+    return Job(app.config, app.subtopologies, app.fault_hooks)
 
 
-def attempt(job: Job, plan: TaskPlan, results: "multiprocessing.Queue[object]") -> None:
-    from eos.task import run_task
+def attempt(job: Job, plan: TaskPlan, results: multiprocessing.Queue[object]) -> None:
+    from eos.worker.entry import run_task
 
     result = run_task(plan, job)
     results.put((result.status, result.records_out))
@@ -44,7 +43,7 @@ def process_state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
-def start_stopped_in_its_commit(ctx, job: Job, plan: TaskPlan, results) -> "multiprocessing.Process":
+def start_stopped_in_its_commit(ctx, job: Job, plan: TaskPlan, results) -> multiprocessing.Process:
     """Start an attempt that stops itself in before_commit (records produced, offsets added to its open
     transaction) and wait until it is stopped."""
     proc = ctx.Process(target=attempt, args=(job, plan, results))
@@ -60,7 +59,7 @@ def test_zombie_attempt_cannot_commit_after_a_newer_attempt_started(kafka, topic
     src, dst = topic_factory("in"), topic_factory("out")
     produce(kafka.bootstrap_servers, src, ((b"k", json.dumps({"id": i}).encode()) for i in range(1000)))
     app_id = unique_name("app")
-    plan = TaskPlan("copy", 0, 0, (OffsetRange(src, 0, 0, 1000),))
+    plan = TaskPlan(TaskId("copy", 0), 0, (OffsetRange(src, 0, 0, 1000),))
     ctx = multiprocessing.get_context("spawn")
     results: multiprocessing.Queue[object] = ctx.Queue()
 
@@ -85,8 +84,8 @@ def test_a_stale_cached_producer_does_not_wait_out_a_dead_attempts_transaction(k
     opened a transaction with the task's offsets in it and died. When A runs the task again, its stable read
     finds those offsets pending: A must see that its producer is stale and initialise a fresh one, which
     aborts B's transaction at once, instead of waiting for the broker's transaction timeout (60 s here)."""
-    from eos.task import run_task
-    from eos.worker import WorkerClients
+    from eos.worker.clients import WorkerClients
+    from eos.worker.entry import run_task
 
     src, dst = topic_factory("in"), topic_factory("out")
     produce(kafka.bootstrap_servers, src, ((b"k", json.dumps({"id": i}).encode()) for i in range(1000)))
@@ -94,9 +93,10 @@ def test_a_stale_cached_producer_does_not_wait_out_a_dead_attempts_transaction(k
     job = build(app_id, kafka.bootstrap_servers, src, dst, False)
     assert job.config.transaction_timeout_ms >= 60_000
     worker_a = WorkerClients()
-    assert run_task(TaskPlan("copy", 0, 0, (OffsetRange(src, 0, 0, 500),)), job, clients=worker_a).status == "committed"
+    first = TaskPlan(TaskId("copy", 0), 0, (OffsetRange(src, 0, 0, 500),))
+    assert run_task(first, job, clients=worker_a).status == "committed"
 
-    second = TaskPlan("copy", 0, 1, (OffsetRange(src, 0, 500, 1000),))
+    second = TaskPlan(TaskId("copy", 0), 1, (OffsetRange(src, 0, 500, 1000),))
     ctx = multiprocessing.get_context("spawn")
     results: multiprocessing.Queue[object] = ctx.Queue()
     dead = start_stopped_in_its_commit(ctx, build(app_id, kafka.bootstrap_servers, src, dst, True), second, results)

@@ -11,8 +11,8 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from eos.checks import check_broker
 from eos.config import EosConfig
+from eos.driver.checks import check_broker
 from integration_tests.foundation.test_transactions_on_broker import commit_one_abort_one
 from integration_tests.helpers import read_values
 from transactions import KafkaAdmin

@@ -16,9 +16,9 @@ import time
 import pytest
 
 from chaos.processes import executor_pid
-from eos import Application
-from eos.placer import live_executors
-from eos.runner import Runner
+from eos import Application, TaskId
+from eos.driver.runner import Runner
+from eos.driver.spark import live_executors
 from integration_tests.helpers import assert_exactly_once, assert_totals_exact, produce
 from transactions import KafkaAdmin
 
@@ -61,7 +61,7 @@ def run_failover(kafka, sc, topic_factory, unique_name, tmp_path, standbys):
     time.sleep(3)  # a few more (standby-only) batches: copies catch up with the last commits
     steady = list(results)
 
-    victim_task = "totals-0"
+    victim_task = TaskId("totals", 0)
     victim = [r for r in steady if r.task == victim_task and r.status == "committed"][-1].executor
     changelog_before = sum(r.changelog_records for r in steady if r.task == victim_task)
     seen_before_kill = len(results)
@@ -76,8 +76,8 @@ def run_failover(kafka, sc, topic_factory, unique_name, tmp_path, standbys):
     s = summary["s"]
     assert_exactly_once(kafka.bootstrap_servers, inputs=[src], outputs=[out], group=app_id, expected_inputs=48_000)
     assert_totals_exact(kafka.bootstrap_servers, inputs=[src], totals=[out], group=app_id)
-    moves = [m for m in s.moves if m["task"] == victim_task and m["source"] == victim]
-    assert moves and moves[0]["reason"] == "executor lost", {"victim": victim, "moves": s.moves}
+    moves = [m for m in s.moves if m.task == victim_task and m.source == victim]
+    assert moves and moves[0].reason == "executor lost", {"victim": victim, "moves": s.moves}
     return steady, reports, moves[0], changelog_before
 
 
@@ -98,12 +98,12 @@ def test_steady_placement_then_failover_to_the_standby(kafka, spark_cluster3, to
     assert any(rep.standbys_refreshed for rep in reports)
     # Batch reports show where each task and its standby run, and the standby's lag.
     placed = [rep.placement for rep in reports if rep.placement and all(
-        len(where["standbys"]) == 1 and where["active"] not in where["standbys"] for where in rep.placement.values())]
+        len(where.standbys) == 1 and where.active not in where.standbys for where in rep.placement.values())]
     assert placed and set(placed[-1]) == {r.task for r in committed}
     # Failover: the task replayed at most its standby's lag, a small part of its changelog.
     max_lag = max(rep.max_standby_lag for rep in reports)
-    assert move["restored_records"] <= max(max_lag, BATCH), (move, max_lag)
-    assert move["restored_records"] < changelog_before / 4, (move, changelog_before)
+    assert move.restored_records <= max(max_lag, BATCH), (move, max_lag)
+    assert move.restored_records < changelog_before / 4, (move, changelog_before)
 
 
 @pytest.mark.spark_cluster
@@ -111,4 +111,4 @@ def test_without_standbys_a_moved_task_replays_its_whole_changelog(kafka, spark_
                                                                    tmp_path):
     _, _, move, changelog_before = run_failover(kafka, spark_cluster3, topic_factory, unique_name, tmp_path,
                                                 standbys=0)
-    assert move["restored_records"] == changelog_before, (move, changelog_before)
+    assert move.restored_records == changelog_before, (move, changelog_before)

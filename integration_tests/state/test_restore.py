@@ -49,7 +49,7 @@ def test_changelog_ending_in_aborted_records_restores_only_committed_writes(kafk
     write(kafka.bootstrap_servers, topic, unique_name("t"),
           [("commit", [(b"a", b"1")]), ("abort", [(b"a", b"zombie"), (b"c", b"zombie")])])
     backend = MemoryBackend()
-    result, seconds, end = restore(kafka.bootstrap_servers, topic, backend)
+    result, seconds, _ = restore(kafka.bootstrap_servers, topic, backend)
     assert result.records == 1 and seconds < 10
     assert backend.get(b"a") == b"1" and backend.get(b"c") is None
     again, _, _ = restore(kafka.bootstrap_servers, topic, backend)  # already at the end: nothing to do

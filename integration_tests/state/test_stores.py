@@ -76,7 +76,7 @@ def test_deleted_state_directory_is_restored_from_the_changelog(kafka, spark, to
 def test_state_directory_that_is_behind_catches_up(kafka, spark, topic_factory, unique_name, tmp_path):
     src, out = load(kafka, topic_factory)
     app_id, state, snapshot = unique_name("app"), tmp_path / "state", tmp_path / "snapshot"
-    build = lambda: totals_app(app_id, kafka.bootstrap_servers, src, out, state,  # noqa: E731
+    build = lambda: totals_app(app_id, kafka.bootstrap_servers, src, out, state,
                                max_records_per_batch=2000)
     build().run(spark, max_batches=1)
     shutil.copytree(state, snapshot)  # the state as it was after batch 0
@@ -98,9 +98,9 @@ def test_crash_after_commit_before_local_apply_is_not_applied_twice(kafka, spark
     # before the write buffer reaches the local store.
     app.fault_hooks.on("after_commit", CrashWorker(Match(partition=0, batch=1, spark_attempt=0)))
     summary = app.run(spark, until_caught_up=True, keep_task_results=True)
-    retried = [r for r in summary.task_results if r.task == "totals-0" and r.batch == 1 and r.spark_attempt > 0]
+    retried = [r for r in summary.task_results if str(r.task) == "totals-0" and r.batch == 1 and r.spark_attempt > 0]
     assert [r.status for r in retried] == ["noop"]  # the retry found the batch committed
-    assert sum(r.restored_records for r in summary.task_results if r.task == "totals-0") > 0  # caught up
+    assert sum(r.restored_records for r in summary.task_results if str(r.task) == "totals-0") > 0  # caught up
     assert_totals_exact(kafka.bootstrap_servers, inputs=[src], totals=[out], group=app_id)
     assert local_store(state, app_id, 2) == expected_totals()
 

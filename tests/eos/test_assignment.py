@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from eos.assignment import Placement
+from eos.driver.assignor import TaskAssignor, TaskPlacement
 
 ENDS = {"t0": {"s": 1000}, "t1": {"s": 1000}, "t2": {"s": 1000}, "t3": {"s": 1000}}
 
 
-def placed() -> Placement:
-    p = Placement(standbys=1, acceptable_lag=50)
+def placed() -> TaskAssignor:
+    p = TaskAssignor(standbys=1, acceptable_lag=50)
     for task, executor in (("t0", "a"), ("t1", "b"), ("t2", "c"), ("t3", "c")):
         p.observe_active(task, executor, f"loc-{executor}", {"s": 1000})
     p.observe_copy("t0", "b", "loc-b", {"s": 990})  # t0's standby on b, 10 records behind
@@ -52,5 +52,5 @@ def test_snapshot_shows_each_tasks_active_executor_and_its_standbys_with_their_l
     p = placed()
     p.standby_targets("t0", ["a", "b", "c"], ENDS["t0"])
     snap = p.snapshot(ENDS)
-    assert snap["t0"] == {"active": "a", "standbys": {"b": 10}, "warming": {}}
-    assert snap["t1"]["active"] == "b" and "b" not in snap["t1"]["standbys"]
+    assert snap["t0"] == TaskPlacement(active="a", standbys={"b": 10}, warming={})
+    assert snap["t1"].active == "b" and "b" not in snap["t1"].standbys

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from eos.checks import TRANSACTION_LOG, check_broker
 from eos.config import ConfigError, EosConfig
+from eos.driver.checks import TRANSACTION_LOG, check_broker
 
 
 class FakeAdmin:
@@ -41,11 +41,11 @@ def test_a_broker_down_once_the_transaction_log_exists_is_an_outage_not_a_config
 
 
 def test_min_isr_above_the_replication_factor_fails_fast():
-    with pytest.raises(ConfigError, match="min.isr=3 above"):
+    with pytest.raises(ConfigError, match=r"min\.isr=3 above"):
         check_broker(FakeAdmin(live=3, rf=2, min_isr=3), config())
 
 
 def test_a_transaction_timeout_above_the_brokers_maximum_fails_fast():
     cfg = EosConfig(application_id="checks", bootstrap_servers="127.0.0.1:1", transaction_timeout_ms=1_000_000)
-    with pytest.raises(ConfigError, match="transaction.max.timeout.ms=900000"):
+    with pytest.raises(ConfigError, match=r"transaction\.max\.timeout\.ms=900000"):
         check_broker(FakeAdmin(live=3), cfg)

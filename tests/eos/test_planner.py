@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from eos.config import EosConfig
-from eos.planner import Planner
+from eos.driver.planner import Planner
 from eos.serde import BytesSerde
 from eos.topology import SubTopology
 
@@ -30,7 +30,8 @@ def test_plans_from_committed_to_last_stable_offset_capped_and_skips_idle_tasks(
                       ends={("a", 0): 100, ("a", 1): 500, ("a", 2): 30}, earliest={("a", 2): 20})
     planner = Planner(admin, EosConfig("app", "b", max_records_per_batch=200), {"s": sub(["a"])}, {"a": 3})
     plans = planner.plan(batch=7)
-    assert [(p.partition, [(r.start, r.end) for r in p.ranges]) for p in plans] == [(1, [(50, 250)]), (2, [(20, 30)])]
+    got = [(p.task.partition, [(r.start, r.end) for r in p.ranges]) for p in plans]
+    assert got == [(1, [(50, 250)]), (2, [(20, 30)])]
     assert all(p.batch == 7 for p in plans)
 
 
@@ -43,14 +44,14 @@ def test_co_partitioned_inputs_form_one_task_per_partition_index():
 def test_a_topic_can_feed_only_one_subtopology():
     import pytest
 
-    from eos.checks import check_topics
     from eos.config import ConfigError
+    from eos.driver.checks import check_topics
 
     class Admin:
         bootstrap_servers = "b"
 
         def partition_counts(self, topics):
-            return {t: 1 for t in topics}
+            return dict.fromkeys(topics, 1)
 
     b = BytesSerde()
     subs = {"a": SubTopology("a", ("in",), "x", b, b, b, b, processor_factory=object),

@@ -7,18 +7,21 @@ import json
 import pytest
 
 from eos import Output
-from eos.deadletter import BadRecordError
-from eos.lineage import decode_origin
-from eos.processing import DeadLetterPolicy, FunctionProcessor, Processor, ProcessorContext, run_processor
+from eos.errors import BadRecordError
+from eos.origin import decode_origin
+from eos.processor import FunctionProcessor, Processor
 from eos.serde import JsonSerde, StringSerde
-from eos.vectorized import run_batch_function
+from eos.worker.context import TaskContext
+from eos.worker.dead_letters import DeadLetterPolicy
+from eos.worker.processing import run_processor
+from eos.worker.vectorized import run_batch_function
 from tests.fakes import FakeMessage
 
 DLQ = DeadLetterPolicy("app-dlq", 0, "t-0", fail=False)
 
 
-def ctx(output: str | None = "out") -> ProcessorContext:
-    return ProcessorContext(application_id="app", subtopology="t", partition=0, output_topic=output,
+def ctx(output: str | None = "out") -> TaskContext:
+    return TaskContext(application_id="app", subtopology="t", partition=0, output_topic=output,
                             key_serde=StringSerde(), value_serde=JsonSerde(), lineage=True)
 
 
@@ -134,8 +137,8 @@ def test_vectorized_bisection_isolates_failing_rows():
 
 def test_vectorized_filters_need_the_offset_column():
     values = [json.dumps({"n": i}).encode() for i in range(4)]
-    common = dict(key_serde=StringSerde(), value_serde=JsonSerde(), out_key_serde=StringSerde(),
-                  out_value_serde=JsonSerde(), output_topic="out", lineage=True, dlq=DLQ)
+    common = {"key_serde": StringSerde(), "value_serde": JsonSerde(), "out_key_serde": StringSerde(),
+              "out_value_serde": JsonSerde(), "output_topic": "out", "lineage": True, "dlq": DLQ}
     kept = run_batch_function(lambda t: t.filter([True, False, True, False]), "arrow", msgs(values), **common)
     assert [o.offset for o in origins(kept)] == [10, 12]  # pyarrow filter keeps the offset column
     with pytest.raises(ValueError, match="offset"):

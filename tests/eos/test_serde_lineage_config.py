@@ -3,9 +3,9 @@ from __future__ import annotations
 import pytest
 
 from eos import ConfigError, EosConfig, IntegerSerde, JsonSerde, LongSerde, SerdeError, StringSerde
-from eos.lineage import decode_origin, encode_origin, origin_of
+from eos.origin import decode_origin, encode_origin, origin_of
 from eos.serde import serde_for
-from eos.task import decode_commit_metadata, encode_commit_metadata
+from eos.worker.attempt import decode_commit_metadata, encode_commit_metadata
 
 
 def test_serdes_round_trip_and_none():
@@ -48,7 +48,7 @@ def test_config_fails_fast_with_what_to_change():
         EosConfig("bad id!", "b:9092")
     with pytest.raises(ConfigError, match="Raise transaction_timeout_ms to at least 30000"):
         EosConfig("app", "b:9092", batch_timeout=30, transaction_timeout_ms=10_000)
-    with pytest.raises(ConfigError, match="enable.idempotence"):
+    with pytest.raises(ConfigError, match=r"enable\.idempotence"):
         EosConfig("app", "b:9092", producer_config={"enable.idempotence": False})
     with pytest.raises(ConfigError, match="on_bad_record"):
         EosConfig("app", "b:9092", on_bad_record="drop")  # type: ignore[arg-type]

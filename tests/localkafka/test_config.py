@@ -84,7 +84,7 @@ def test_docker_compose_matches_the_local_cluster_settings():
     envs = [s["environment"] for s in services.values()]
     assert {e["KAFKA_NODE_ID"] for e in envs} == {"1", "2", "3"}
     assert len({e["CLUSTER_ID"] for e in envs}) == 1
-    for service, env in zip(services.values(), envs):
+    for service, env in zip(services.values(), envs, strict=True):
         assert service["image"] == f"apache/kafka:{kafka_version()}"
         assert env["KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"] == "3"
         assert env["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"] == "2"

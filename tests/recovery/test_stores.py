@@ -52,7 +52,7 @@ def test_typed_view_range_prefix_and_outside_batch(backend):
     view = KeyValueStore(spec)
     with pytest.raises(StoreError, match="only available while a batch"):
         view.get("x")
-    view._attach(WriteBuffer(backend))
+    view.attach(WriteBuffer(backend))
     for k in ("user:1", "user:2", "user:10", "order:1"):
         view.put(k, {"k": k})
     assert [k for k, _ in view.prefix_scan("user:")] == ["user:1", "user:10", "user:2"]  # bytewise order

@@ -56,10 +56,12 @@ def test_retries_are_bounded():
 
 
 def test_fenced_and_abortable_are_never_retried():
-    for err in (KafkaError(KafkaError.PRODUCER_FENCED, fatal=True), KafkaError(KafkaError._STATE, txn_requires_abort=True)):
-        calls = []
+    errors = (KafkaError(KafkaError.PRODUCER_FENCED, fatal=True),
+              KafkaError(KafkaError._STATE, txn_requires_abort=True))
+    for err in errors:
+        calls: list[int] = []
 
-        def fail(err=err):
+        def fail(err=err, calls=calls):
             calls.append(1)
             raise KafkaException(err)
 

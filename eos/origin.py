@@ -18,7 +18,7 @@ class Origin(NamedTuple):
     topic: str
     partition: int
     offset: int
-    index: int = 0
+    index: int = 0  # type: ignore[assignment]  # (shadows tuple.index: the field name is the public API)
 
 
 def encode_origin(topic: str, partition: int, offset: int, index: int = 0) -> bytes:

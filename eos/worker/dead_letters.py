@@ -9,34 +9,35 @@ lineage header `eos.origin` (index 0) so the auditor can account for it.
 
 from __future__ import annotations
 
-from typing import Literal
+import enum
+from dataclasses import dataclass
 
-from confluent_kafka import Message
+from eos.errors import BadRecordError
+from eos.origin import ORIGIN_HEADER, encode_origin
+from transactions import Message, ProducerRecord
 
-from eos.lineage import ORIGIN_HEADER, encode_origin
+__all__ = ["Stage", "DeadLetterPolicy", "dead_letter", "DLQ_PREFIX"]
 
-__all__ = ["Stage", "dead_letter", "BadRecordError", "DLQ_PREFIX"]
-
-Stage = Literal["deserialize", "process", "serialize"]
 DLQ_PREFIX = "eos.dlq."
 _MAX_ERROR = 2000
 
-# (topic, partition, key, value, headers, timestamp)
-ProducedRecord = tuple[str, int | None, bytes | None, bytes | None, list[tuple[str, bytes]], int | None]
 
+class Stage(enum.StrEnum):
+    """Where a bad record failed."""
 
-class BadRecordError(RuntimeError):
-    """Raised instead of dead-lettering when the job's policy is on_bad_record="fail"."""
+    DESERIALIZE = "deserialize"
+    PROCESS = "process"
+    SERIALIZE = "serialize"
 
 
 def dead_letter(msg: Message, error: BaseException, stage: Stage, *, dlq_topic: str, dlq_partition: int | None,
-                task: str) -> ProducedRecord:
+                task: str) -> ProducerRecord:
     text = f"{type(error).__name__}: {error}"
     headers = [(k, v) for k, v in (msg.headers() or []) if not k.startswith(DLQ_PREFIX) and k != ORIGIN_HEADER]
     headers += [
         ("eos.dlq.error", text[:_MAX_ERROR].encode("utf-8", "replace")),
         ("eos.dlq.error.type", type(error).__name__.encode()),
-        ("eos.dlq.stage", stage.encode()),
+        ("eos.dlq.stage", stage.value.encode()),
         ("eos.dlq.topic", msg.topic().encode()),
         ("eos.dlq.partition", str(msg.partition()).encode()),
         ("eos.dlq.offset", str(msg.offset()).encode()),
@@ -44,11 +45,27 @@ def dead_letter(msg: Message, error: BaseException, stage: Stage, *, dlq_topic: 
         (ORIGIN_HEADER, encode_origin(msg.topic(), msg.partition(), msg.offset(), 0)),
     ]
     ts_type, ts = msg.timestamp()
-    return (dlq_topic, dlq_partition, msg.key(), msg.value(), headers, ts if ts_type else None)
+    return ProducerRecord(dlq_topic, dlq_partition, msg.key(), msg.value(), headers, ts if ts_type else None)
 
 
 def bad_record_error(msg: Message, error: BaseException, stage: Stage) -> BadRecordError:
     return BadRecordError(
-        f"record {msg.topic()}[{msg.partition()}]@{msg.offset()} failed to {stage}: {type(error).__name__}: "
+        f"record {msg.topic()}[{msg.partition()}]@{msg.offset()} failed to {stage.value}: {type(error).__name__}: "
         f"{error}. The job stops because on_bad_record='fail'; set on_bad_record='dead_letter' to route such "
         "records to the dead-letter topic instead.")
+
+
+@dataclass(frozen=True)
+class DeadLetterPolicy:
+    """Where a task's bad records go (`partition=None`: the partitioner), or `fail`: stop the job."""
+
+    topic: str
+    partition: int | None
+    task: str
+    fail: bool
+
+    def route(self, msg: Message, error: BaseException, stage: Stage) -> ProducerRecord:
+        """The dead letter for `msg`; raises `BadRecordError` instead when the policy is to fail."""
+        if self.fail:
+            raise bad_record_error(msg, error, stage) from error
+        return dead_letter(msg, error, stage, dlq_topic=self.topic, dlq_partition=self.partition, task=self.task)

@@ -6,44 +6,44 @@ runtime never carries effects of a transaction that did not commit.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import traceback
+from typing import TYPE_CHECKING
 
-from confluent_kafka import Message
-
-from eos.deadletter import ProducedRecord
-from eos.processing import BatchOutcome, DeadLetterPolicy, ProcessorContext, run_processor
-from eos.stateful import TaskStores
-from eos.topology import SubTopology
-from eos.vectorized import run_batch_function
+from eos.errors import TaskFailedError
+from eos.processor import Processor
+from eos.topology import SubTopology, TaskId
+from eos.worker.context import TaskContext
+from eos.worker.dead_letters import DeadLetterPolicy
+from eos.worker.processing import NOT_A_BAD_RECORD, BatchOutcome, run_processor
+from eos.worker.stores import TaskStores
+from eos.worker.vectorized import run_batch_function
+from transactions import Message, ProducerRecord
 
 if TYPE_CHECKING:
-    from eos.task import Job
-    from eos.worker import WorkerClients
+    from eos.worker.clients import WorkerClients
+    from eos.worker.plans import Job
 
 __all__ = ["TaskRuntime"]
 
 
 class TaskRuntime:
-    def __init__(self, job: "Job", sub: SubTopology, partition: int) -> None:
+    def __init__(self, job: Job, sub: SubTopology, partition: int) -> None:
         cfg = job.config
         self.sub = sub
-        self.partition = partition
-        self.task = f"{sub.name}-{partition}"
-        self.dlq = DeadLetterPolicy(cfg.dlq_topic, partition if partition < job.extras.get("dlq_partitions", 0)
-                                    else None, self.task, cfg.on_bad_record == "fail")
+        self.task = TaskId(sub.name, partition)
+        self.dlq = DeadLetterPolicy(cfg.dlq_topic, partition if partition < job.dlq_partitions else None,
+                                    str(self.task), cfg.on_bad_record == "fail")
         self.lineage = cfg.lineage
         self.stores = TaskStores(cfg, sub, partition) if sub.stores else None
-        self.context = ProcessorContext(application_id=cfg.application_id, subtopology=sub.name, partition=partition,
-                                        output_topic=sub.output, key_serde=sub.output_key_serde,
-                                        value_serde=sub.output_value_serde, lineage=cfg.lineage,
-                                        stores=dict(self.stores.views) if self.stores else None)
-        self.processor = sub.processor_factory() if sub.processor_factory is not None else None
-        if self.processor is not None:
-            self.processor.init(self.context)
+        self.context = TaskContext(application_id=cfg.application_id, subtopology=sub.name, partition=partition,
+                                   output_topic=sub.output, key_serde=sub.output_key_serde,
+                                   value_serde=sub.output_value_serde, lineage=cfg.lineage,
+                                   stores=dict(self.stores.views) if self.stores else None)
+        self.processor = _create_processor(sub, self.context) if sub.processor_factory is not None else None
 
-    def ensure_restored(self, clients: "WorkerClients", log: Any) -> tuple[float, int]:
+    def ensure_restored(self, clients: WorkerClients) -> tuple[float, int]:
         """Open the task's stores and bring them up to their changelog's end. Returns (ms, records replayed)."""
-        return self.stores.open(clients, log) if self.stores else (0.0, 0)
+        return self.stores.open(clients) if self.stores else (0.0, 0)
 
     def process(self, messages: list[Message], stream_time: int) -> BatchOutcome:
         sub = self.sub
@@ -60,7 +60,7 @@ class TaskRuntime:
         outcome.stream_time = max(outcome.stream_time, stream_time)
         return outcome
 
-    def changelog_records(self) -> list[ProducedRecord]:
+    def changelog_records(self) -> list[ProducerRecord]:
         return self.stores.changelog_records() if self.stores else []
 
     def after_commit(self, last_offsets: dict[tuple[str, int], int]) -> None:
@@ -80,3 +80,20 @@ class TaskRuntime:
         self.release()
         if self.processor is not None:
             self.processor.close()
+
+
+def _create_processor(sub: SubTopology, context: TaskContext) -> Processor:
+    """Build and initialise the sub-topology's processor. A failure here is the job's code failing outside
+    record processing: no record is to blame and running the task again cannot help."""
+    assert sub.processor_factory is not None
+    try:
+        processor = sub.processor_factory()
+        processor.init(context)
+    except NOT_A_BAD_RECORD:
+        raise
+    except Exception as exc:
+        raise TaskFailedError(
+            f"the processor of sub-topology {sub.name!r} failed while being created or in init(): "
+            f"{type(exc).__name__}: {exc}", task=context.task_id, cause_type=type(exc).__name__,
+            detail=traceback.format_exc()) from exc
+    return processor

@@ -7,32 +7,16 @@ import json
 import time
 import uuid
 
-from confluent_kafka import Producer
 from rich.console import Console
 from rich.table import Table
 
 from eos.audit import AggregateSpec, audit
+from eos.driver.spark import DEFAULT_MASTER, build_spark_context
 from eos.examples import orders
-from eos.spark import DEFAULT_MASTER, build_spark_context
 from localkafka.provision import provide_kafka
-from transactions import KafkaAdmin, TopicSpec
+from transactions import KafkaAdmin, TopicSpec, produce_pairs
 
 console = Console()
-
-
-def produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
-    for i, (key, value) in enumerate(records):
-        while True:
-            try:
-                producer.produce(topic, value=value, key=key)
-                break
-            except BufferError:
-                producer.poll(0.1)
-        if i % 10_000 == 0:
-            producer.poll(0)
-    if producer.flush(60):
-        raise RuntimeError("input records were not all delivered")
 
 
 def main(records: int = 100_000, partitions: int = 4, master: str | None = None) -> int:
@@ -41,7 +25,7 @@ def main(records: int = 100_000, partitions: int = 4, master: str | None = None)
         run = uuid.uuid4().hex[:6]
         src, enriched, totals = f"demo-orders-{run}", f"demo-orders-enriched-{run}", f"demo-customer-totals-{run}"
         KafkaAdmin(kafka.bootstrap_servers).create_topics([TopicSpec(t, partitions) for t in (src, enriched, totals)])
-        produce(kafka.bootstrap_servers, src, orders.generate(records, bad_every=1000))
+        produce_pairs(kafka.bootstrap_servers, src, orders.generate(records, bad_every=1000))
         console.print(f"generated {records:,} orders in {src} ({partitions} partitions, 1 in 1000 malformed)")
 
         app = orders.build(f"demo-orders-{run}", input_topic=src, output_topic=enriched, totals_topic=totals,
@@ -60,11 +44,13 @@ def main(records: int = 100_000, partitions: int = 4, master: str | None = None)
         stateless = audit(kafka.bootstrap_servers, inputs=[src], outputs=[enriched], dead_letter_topic=dlq, group=group)
         chained = audit(kafka.bootstrap_servers, inputs=[enriched], outputs=[totals], group=group,
                         extra_topics=[changelog])
-        revenue = AggregateSpec("sum", lambda raw: json.loads(raw)["total"], lambda raw: json.loads(raw)["revenue"])
+        revenue = AggregateSpec("sum", lambda raw: json.loads(raw or b"{}")["total"],
+                                lambda raw: json.loads(raw or b"{}")["revenue"])
         exact = audit(kafka.bootstrap_servers, inputs=[enriched], outputs=[totals], group=group, aggregate=revenue)
 
         table = Table(title="exactly-once demo: orders -> enrich -> totals per customer", show_header=False)
         ln, tl, ag = stateless.lineage, chained.lineage, exact.aggregate
+        assert ln is not None and tl is not None and ag is not None
         for name, value in [
             ("input orders", f"{records:,}"),
             ("enriched orders (committed)", f"{ln.output_records:,}"),

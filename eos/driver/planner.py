@@ -9,11 +9,11 @@ re-reads its offsets with a stable read after fencing older attempts.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
-from eos.batch import TaskPlan
 from eos.config import EosConfig
 from eos.topology import SubTopology
+from eos.worker.plans import TaskPlan
 from transactions import KafkaAdmin, OffsetRange
 
 __all__ = ["Planner"]
@@ -23,13 +23,11 @@ TP = tuple[str, int]
 
 class Planner:
     def __init__(self, admin: KafkaAdmin, config: EosConfig, subtopologies: Mapping[str, SubTopology],
-                 partition_counts: Mapping[str, int],
-                 locate: Callable[[str, int], str | None] | None = None) -> None:
+                 partition_counts: Mapping[str, int]) -> None:
         self.admin = admin
         self.config = config
         self.subtopologies = dict(subtopologies)
         self.partition_counts = dict(partition_counts)
-        self.locate = locate or (lambda subtopology, partition: None)
 
     def task_count(self, sub: SubTopology) -> int:
         return self.partition_counts[sub.inputs[0]]
@@ -73,12 +71,5 @@ class Planner:
                         start = earliest[tp]
                     ranges.append(OffsetRange(topic, partition, start, max(start, min(ends[tp], start + cap))))
                 if any(not r.empty for r in ranges):
-                    plans.append(TaskPlan(sub.name, partition, batch, tuple(ranges), self.locate(sub.name, partition)))
+                    plans.append(TaskPlan(sub.task(partition), batch, tuple(ranges)))
         return plans
-
-    def lag(self) -> dict[TP, int]:
-        """Records (offsets) between the committed position and the last stable offset, per input partition."""
-        tps = self.input_partitions()
-        committed = self.admin.group_offsets(self.config.group_id, tps, stable=False)
-        ends = self.admin.end_offsets(tps, committed=True)
-        return {tp: max(0, ends[tp] - (committed.get(tp) or 0)) for tp in tps}

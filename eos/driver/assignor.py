@@ -17,35 +17,56 @@ it, only restore time does.
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-__all__ = ["Placement", "Move"]
+from eos.topology import TaskId
+
+__all__ = ["TaskAssignor", "Move", "MoveReason", "TaskPlacement"]
+
+#: store name -> changelog end offset (or the offset a copy reflects)
+StoreOffsets = Mapping[str, int]
+
+
+class MoveReason(enum.StrEnum):
+    FIRST_PLACEMENT = "first placement"
+    EXECUTOR_LOST = "executor lost"
+    BALANCE = "balance"
+    SPARK_PLACED_ELSEWHERE = "spark placed it elsewhere"
 
 
 @dataclass(frozen=True)
 class Move:
-    task: str
+    task: TaskId
     source: str | None
     target: str
-    reason: str  # "executor lost", "balance", "first placement"
+    reason: MoveReason
     lag: int | None
 
 
+@dataclass(frozen=True)
+class TaskPlacement:
+    """Where a task runs and where its copies are, each copy with its lag in records."""
+
+    active: str | None
+    standbys: dict[str, int]
+    warming: dict[str, int]
+
+
 @dataclass
-class Placement:
+class TaskAssignor:
     standbys: int = 0
     acceptable_lag: int = 10_000
-    active: dict[str, str] = field(default_factory=dict)  # task -> executor id
-    copies: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # task -> executor -> store -> offset
+    active: dict[TaskId, str] = field(default_factory=dict)  # task -> executor id
+    copies: dict[TaskId, dict[str, dict[str, int]]] = field(default_factory=dict)  # task -> executor -> offsets
     locations: dict[str, str] = field(default_factory=dict)  # executor id -> Spark location string
-    warming: dict[str, str] = field(default_factory=dict)  # task -> executor where a warm-up copy is built
-    standby_of: dict[str, list[str]] = field(default_factory=dict)  # task -> executors holding standbys
+    warming: dict[TaskId, str] = field(default_factory=dict)  # task -> executor where a warm-up copy is built
+    standby_of: dict[TaskId, list[str]] = field(default_factory=dict)  # task -> executors holding standbys
 
     # ------------------------------------------------------------------ learning from results
-    def observe_active(self, task: str, executor: str | None, location: str | None,
+    def observe_active(self, task: TaskId, executor: str | None, location: str | None,
                        store_offsets: Mapping[str, int]) -> None:
         if executor is None or location is None:
             return
@@ -54,7 +75,7 @@ class Placement:
         if store_offsets:
             self.copies.setdefault(task, {})[executor] = dict(store_offsets)
 
-    def observe_copy(self, task: str, executor: str | None, location: str | None,
+    def observe_copy(self, task: TaskId, executor: str | None, location: str | None,
                      store_offsets: Mapping[str, int]) -> None:
         if executor is None or location is None:
             return
@@ -75,19 +96,19 @@ class Placement:
         return lost
 
     # ------------------------------------------------------------------ decisions
-    def lag(self, task: str, executor: str, ends: Mapping[str, int]) -> int:
+    def lag(self, task: TaskId, executor: str, ends: StoreOffsets) -> int:
         """Records a copy must replay to reach the changelogs' ends (no copy: all of them)."""
         offsets = self.copies.get(task, {}).get(executor, {})
         return sum(max(0, end - offsets.get(store, 0)) for store, end in ends.items())
 
-    def assign(self, tasks: list[str], alive: list[str], ends: Mapping[str, Mapping[str, int]]) -> list[Move]:
+    def assign(self, tasks: list[TaskId], alive: list[str], ends: Mapping[TaskId, StoreOffsets]) -> list[Move]:
         """Choose an executor for every task. `ends[task]` = {store: changelog end offset}."""
         alive = [e for e in alive if e in self.locations]
         if not alive:
             return []
         moves: list[Move] = []
-        moved: set[str] = set()
-        load = {e: 0 for e in alive}
+        moved: set[TaskId] = set()
+        load = dict.fromkeys(alive, 0)
         for task in tasks:
             current = self.active.get(task)
             if current in load:
@@ -97,7 +118,7 @@ class Placement:
             if current in load:
                 continue
             target = min(alive, key=lambda e: (self.lag(task, e, ends.get(task, {})), load[e], e))
-            reason = "executor lost" if current is not None else "first placement"
+            reason = MoveReason.EXECUTOR_LOST if current is not None else MoveReason.FIRST_PLACEMENT
             moves.append(Move(task, current, target, reason, self.lag(task, target, ends.get(task, {}))))
             self.active[task] = target
             load[target] += 1
@@ -105,8 +126,8 @@ class Placement:
         moves += self._balance([t for t in tasks if t not in moved], alive, load, ends)
         return moves
 
-    def _balance(self, tasks: list[str], alive: list[str], load: dict[str, int],
-                 ends: Mapping[str, Mapping[str, int]]) -> list[Move]:
+    def _balance(self, tasks: list[TaskId], alive: list[str], load: dict[str, int],
+                 ends: Mapping[TaskId, StoreOffsets]) -> list[Move]:
         """Move tasks off executors above their fair share, only to copies that are caught up (within
         `acceptable_lag`); else warm one up first."""
         cap = math.ceil(sum(load.values()) / len(alive))
@@ -120,7 +141,7 @@ class Placement:
                 continue
             lag = self.lag(task, target, ends.get(task, {}))
             if not ends.get(task) or lag <= self.acceptable_lag:  # stateless, or the copy there is caught up
-                moves.append(Move(task, source, target, "balance", lag))
+                moves.append(Move(task, source, target, MoveReason.BALANCE, lag))
                 self.active[task] = target
                 load[source] -= 1
                 load[target] += 1
@@ -129,12 +150,12 @@ class Placement:
                 self.warming[task] = target  # build a copy there first
         return moves
 
-    def standby_targets(self, task: str, alive: list[str], ends: Mapping[str, int]) -> list[str]:
+    def standby_targets(self, task: TaskId, alive: list[str], ends: StoreOffsets) -> list[str]:
         """Executors that should hold a copy of `task` besides its active one: its standbys (preferring
         executors that already have a copy) and its warm-up target."""
         active = self.active.get(task)
         candidates = [e for e in alive if e != active and e in self.locations]
-        counts: dict[str, int] = {e: 0 for e in candidates}
+        counts: dict[str, int] = dict.fromkeys(candidates, 0)
         for targets in self.standby_of.values():
             for e in targets:
                 if e in counts:
@@ -150,12 +171,11 @@ class Placement:
     def location(self, executor: str | None) -> str | None:
         return self.locations.get(executor) if executor is not None else None
 
-    def snapshot(self, ends: Mapping[str, Mapping[str, int]]) -> dict[str, Any]:
+    def snapshot(self, ends: Mapping[TaskId, StoreOffsets]) -> dict[TaskId, TaskPlacement]:
         """Where each task and its standby copies are, with each copy's lag in records (for logs and metrics)."""
-        def lags(task: str, executors: Iterable[str]) -> dict[str, int]:
+        def lags(task: TaskId, executors: Iterable[str]) -> dict[str, int]:
             return {e: self.lag(task, e, ends.get(task, {})) for e in executors}
 
-        return {task: {"active": self.active.get(task),
-                       "standbys": lags(task, self.standby_of.get(task, [])),
-                       "warming": lags(task, [self.warming[task]] if task in self.warming else [])}
+        return {task: TaskPlacement(self.active.get(task), lags(task, self.standby_of.get(task, [])),
+                                    lags(task, [self.warming[task]] if task in self.warming else []))
                 for task in sorted(set(self.active) | set(self.standby_of))}

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from eos.processing import Processor, ProcessorContext
+from eos.processor import Processor, ProcessorContext
 from eos.records import Record
 
 __all__ = ["AggregateProcessor", "counter", "summer", "reducer"]

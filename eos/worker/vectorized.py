@@ -13,18 +13,18 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
-from confluent_kafka import Message
+from eos.errors import SerdeError
+from eos.origin import ORIGIN_HEADER, encode_origin
+from eos.serde import Serde
+from eos.topology import BatchFormat
+from eos.worker.dead_letters import DeadLetterPolicy, Stage
+from eos.worker.processing import NOT_A_BAD_RECORD, BatchOutcome
+from transactions import Message, ProducerRecord
 
-from eos.deadletter import ProducedRecord
-from eos.lineage import ORIGIN_HEADER, encode_origin
-from eos.processing import _NOT_A_BAD_RECORD, BatchOutcome, DeadLetterPolicy
-from eos.serde import Serde, SerdeError
+__all__ = ["run_batch_function"]
 
-__all__ = ["run_batch_function", "BatchFormat"]
-
-BatchFormat = Literal["pandas", "arrow"]
 _INPUT_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
 
 
@@ -41,12 +41,12 @@ def run_batch_function(fn: Callable[[Any], Any], fmt: BatchFormat, messages: lis
         try:
             key, value = key_serde.deserialize(msg.key()), value_serde.deserialize(raw)
         except SerdeError as exc:
-            dlq.handle(msg, exc, "deserialize", outcome)
+            outcome.dead_letters.append(dlq.route(msg, exc, Stage.DESERIALIZE))
             continue
         ts = msg.timestamp()[1]
         outcome.stream_time = max(outcome.stream_time, ts)
         good.append(msg)
-        for name, v in zip(_INPUT_COLUMNS, (key, value, msg.topic(), msg.partition(), msg.offset(), ts)):
+        for name, v in zip(_INPUT_COLUMNS, (key, value, msg.topic(), msg.partition(), msg.offset(), ts), strict=True):
             columns[name].append(v)
     if not good:
         return outcome
@@ -84,11 +84,11 @@ def _call_isolating(fn: Callable[[Any], Any], frame: Any, start: int, stop: int,
     try:
         results.append((start, stop, fn(part)))
         return
-    except _NOT_A_BAD_RECORD:
+    except NOT_A_BAD_RECORD:
         raise
     except Exception as exc:
         if stop - start == 1:
-            dlq.handle(good[start], exc, "process", outcome)
+            outcome.dead_letters.append(dlq.route(good[start], exc, Stage.PROCESS))
             return
     mid = (start + stop) // 2
     _call_isolating(fn, frame, start, mid, fmt, good, results, dlq, outcome)
@@ -105,18 +105,19 @@ def _to_columns(out: Any, fmt: BatchFormat) -> dict[str, list[Any]]:
     raise TypeError(f"a batch function must return a pyarrow Table or a pandas DataFrame, got {type(out).__name__}")
 
 
-def _collect(out: Any, start: int, stop: int, good: list[Message], fmt: BatchFormat, key_serde: Serde, value_serde: Serde,
-             output_topic: str | None, lineage: bool, dlq: DeadLetterPolicy, outcome: BatchOutcome) -> None:
+def _collect(out: Any, start: int, stop: int, good: list[Message], fmt: BatchFormat, key_serde: Serde,
+             value_serde: Serde, output_topic: str | None, lineage: bool, dlq: DeadLetterPolicy,
+             outcome: BatchOutcome) -> None:
     cols = _to_columns(out, fmt)
     if "value" not in cols:
         raise TypeError(f"the batch function's output has no 'value' column (columns: {sorted(cols)})")
     n = len(cols["value"])
     by_offset = {(m.topic(), m.partition(), m.offset()): m for m in good}
     origins = _origins(cols, n, start, stop, good)
-    produced: list[tuple[Message, ProducedRecord]] = []
+    produced: list[tuple[Message, ProducerRecord]] = []
     failed: dict[int, tuple[Message, Exception]] = {}
     counters: Counter[tuple[str, int, int]] = Counter()
-    get = lambda name, i: cols[name][i] if name in cols else None  # noqa: E731
+    get = lambda name, i: cols[name][i] if name in cols else None
     for i in range(n):
         origin = origins[i]
         msg = by_offset.get(origin)
@@ -138,11 +139,11 @@ def _collect(out: Any, start: int, stop: int, good: list[Message], fmt: BatchFor
         counters[origin] += 1
         ts = get("timestamp", i)
         part = get("output_partition", i)
-        produced.append((msg, (topic, None if part is None else int(part), k, v, headers,
-                               None if ts is None else int(ts))))
+        produced.append((msg, ProducerRecord(topic, None if part is None else int(part), k, v, headers,
+                                             None if ts is None else int(ts))))
     outcome.outputs.extend(rec for msg, rec in produced if id(msg) not in failed)
-    for msg, exc in failed.values():
-        dlq.handle(msg, exc, "serialize", outcome)
+    for msg, error in failed.values():
+        outcome.dead_letters.append(dlq.route(msg, error, Stage.SERIALIZE))
 
 
 def _origins(cols: dict[str, list[Any]], n: int, start: int, stop: int,
@@ -151,9 +152,9 @@ def _origins(cols: dict[str, list[Any]], n: int, start: int, stop: int,
         topics = cols.get("topic") or [None] * n
         parts = cols.get("partition") or [None] * n
         single = {(m.topic(), m.partition()) for m in good}
-        default = next(iter(single)) if len(single) == 1 else (None, None)
+        default: tuple[Any, Any] = next(iter(single)) if len(single) == 1 else (None, None)
         return [(t if t is not None else default[0], int(p) if p is not None else default[1], int(o))
-                for t, p, o in zip(topics, parts, cols["offset"])]
+                for t, p, o in zip(topics, parts, cols["offset"], strict=True)]
     if n != stop - start:
         raise ValueError(f"the batch function returned {n} rows for {stop - start} input rows and no 'offset' column: "
                          "keep the input's offset column so each output row names its origin")

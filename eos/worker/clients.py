@@ -9,22 +9,30 @@ Correctness rests on the producer epoch, never on this cache.
 
 from __future__ import annotations
 
-from typing import Any
-
-from confluent_kafka import Consumer
+from typing import TYPE_CHECKING
 
 from eos.config import EosConfig
-from transactions import AtLeastOnceProducer, KafkaAdmin, TransactionalProducer, consumer_settings
-from transactions.deadline import close_or_park
+from transactions import (
+    AtLeastOnceProducer,
+    Consumer,
+    KafkaAdmin,
+    OutputProducer,
+    TransactionalProducer,
+    close_or_park,
+    input_consumer,
+)
+
+if TYPE_CHECKING:
+    from eos.worker.runtime import TaskRuntime
 
 __all__ = ["WorkerClients", "CLIENTS"]
 
 
 class WorkerClients:
     def __init__(self) -> None:
-        self._producers: dict[str, TransactionalProducer | AtLeastOnceProducer] = {}
+        self._producers: dict[str, OutputProducer] = {}
         self._consumers: dict[tuple[str, str, str], Consumer] = {}
-        self._runtimes: dict[str, Any] = {}
+        self._runtimes: dict[str, tuple[str, TaskRuntime]] = {}
         self._admins: dict[str, KafkaAdmin] = {}
 
     def admin(self, config: EosConfig) -> KafkaAdmin:
@@ -33,14 +41,14 @@ class WorkerClients:
             admin = self._admins[config.bootstrap_servers] = KafkaAdmin(config.bootstrap_servers)
         return admin
 
-    def producer(self, transactional_id: str, config: EosConfig) -> tuple[TransactionalProducer, bool]:
+    def producer(self, transactional_id: str, config: EosConfig) -> tuple[OutputProducer, bool]:
         """The cached producer, or a new one after `init_transactions()`. Returns (producer, fresh).
         With processing_guarantee="at_least_once", a non-transactional producer with the same calls."""
         cached = self._producers.get(transactional_id)
         if cached is not None and cached.usable:
-            return cached, False  # type: ignore[return-value]
+            return cached, False
         self.drop_producer(transactional_id)
-        producer: TransactionalProducer | AtLeastOnceProducer
+        producer: OutputProducer
         if config.processing_guarantee == "at_least_once":
             producer = AtLeastOnceProducer(config.bootstrap_servers, self.consumer(config),
                                            overrides=config.producer_config)
@@ -50,7 +58,7 @@ class WorkerClients:
                                              overrides=config.producer_config)
         producer.init(timeout=max(30.0, config.batch_timeout))
         self._producers[transactional_id] = producer
-        return producer, True  # type: ignore[return-value]
+        return producer, True
 
     def drop_producer(self, transactional_id: str) -> None:
         producer = self._producers.pop(transactional_id, None)
@@ -62,8 +70,8 @@ class WorkerClients:
         key = (config.bootstrap_servers, config.group_id, purpose)
         consumer = self._consumers.get(key)
         if consumer is None:
-            consumer = Consumer(consumer_settings(config.bootstrap_servers, config.group_id, config.consumer_config))
-            self._consumers[key] = consumer
+            consumer = self._consumers[key] = input_consumer(config.bootstrap_servers, config.group_id,
+                                                              config.consumer_config)
         return consumer
 
     def drop_consumers(self, config: EosConfig) -> None:
@@ -71,11 +79,11 @@ class WorkerClients:
         for key in [k for k in self._consumers if k[:2] == (config.bootstrap_servers, config.group_id)]:
             close_or_park(self._consumers.pop(key))
 
-    def runtime(self, key: str, run_id: str) -> Any:
+    def runtime(self, key: str, run_id: str) -> TaskRuntime | None:
         entry = self._runtimes.get(key)
         return entry[1] if entry is not None and entry[0] == run_id else None
 
-    def set_runtime(self, key: str, run_id: str, runtime: Any) -> None:
+    def set_runtime(self, key: str, run_id: str, runtime: TaskRuntime) -> None:
         """Cache a task runtime; runtimes of earlier runs (another job definition) are closed."""
         for other in [k for k, (rid, _) in self._runtimes.items() if rid != run_id or k == key]:
             self.drop_runtime(other)
@@ -85,9 +93,6 @@ class WorkerClients:
         entry = self._runtimes.pop(key, None)
         if entry is not None:
             entry[1].close()
-
-    def runtimes(self) -> dict[str, Any]:
-        return {key: runtime for key, (_, runtime) in self._runtimes.items()}
 
 
 CLIENTS = WorkerClients()

@@ -1,14 +1,17 @@
-"""Start-up checks that need the broker or Spark. Each failure is a `ConfigError` that says what to change."""
+"""Start-up checks that need the broker or Spark, and the internal topics (dead letters, changelogs) the
+framework creates. Each failure is a `ConfigError` that says what to change."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from eos.config import ConfigError, EosConfig
+from eos.config import EosConfig
+from eos.errors import ConfigError
 from eos.topology import SubTopology
+from recovery import ChangelogConfigError, ensure_changelogs
 from transactions import KafkaAdmin, TopicSpec
 
-__all__ = ["check_spark_conf", "check_topics", "check_broker", "create_internal_topics"]
+__all__ = ["check_spark_conf", "check_topics", "check_broker", "create_internal_topics", "TRANSACTION_LOG"]
 
 
 def check_spark_conf(conf: Mapping[str, str]) -> None:
@@ -81,7 +84,24 @@ def check_broker(admin: KafkaAdmin, config: EosConfig) -> None:
             f"{max_timeout}: init_transactions() would be refused. Lower transaction_timeout_ms (and batch_timeout).")
 
 
-def create_internal_topics(admin: KafkaAdmin, config: EosConfig, task_count: int) -> dict[str, int]:
-    """Create the dead-letter topic (partitions = task count). Returns internal topic -> partition count."""
+def create_internal_topics(admin: KafkaAdmin, config: EosConfig, subtopologies: Mapping[str, SubTopology],
+                           partition_counts: Mapping[str, int]) -> int:
+    """Create the dead-letter topic (partitions = the largest task count) and the changelog of every store
+    (partitions = its sub-topology's task count), or validate existing ones. Store names must be unique in
+    the application. Returns the dead-letter topic's partition count."""
+    task_count = max(partition_counts[sub.inputs[0]] for sub in subtopologies.values())
     admin.create_topics([TopicSpec(config.dlq_topic, max(1, task_count), config.internal_replication_factor)])
-    return {config.dlq_topic: admin.partition_counts([config.dlq_topic])[config.dlq_topic] or 1}
+    seen: dict[str, str] = {}
+    for sub in subtopologies.values():
+        for spec in sub.stores:
+            if spec.name in seen:
+                raise ConfigError(f"store {spec.name!r} is declared by sub-topologies {seen[spec.name]!r} and "
+                                  f"{sub.name!r}: store names must be unique within an application")
+            seen[spec.name] = sub.name
+        if sub.stores:
+            try:
+                ensure_changelogs(admin, config.application_id, sub.stores, partition_counts[sub.inputs[0]],
+                                  config.internal_replication_factor)
+            except ChangelogConfigError as exc:
+                raise ConfigError(str(exc)) from None
+    return admin.partition_counts([config.dlq_topic])[config.dlq_topic] or 1

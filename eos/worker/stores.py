@@ -1,6 +1,4 @@
-"""State stores of stateful sub-topologies: changelog topics (driver) and the stores of one task (worker).
-
-In a task, per batch (DESIGN section 4, steps 3, 5 and 7):
+"""The state stores of one task in a worker (protocol steps 3, 5 and 7 of `eos.worker.attempt`).
 
 * `open()`: lock the task's state directory, open its stores and replay each changelog partition from
   the offset the store recorded up to the partition's last stable offset;
@@ -17,48 +15,31 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from eos.config import ConfigError, EosConfig
-from eos.placement import current_executor
-from eos.topology import SubTopology
+import structlog
+
+from eos.config import EosConfig
+from eos.topology import SubTopology, TaskId
+from eos.worker.executor import current_executor
 from recovery import (
     Backend,
-    ChangelogConfigError,
     KeyValueStore,
     MemoryBackend,
     RocksDBBackend,
     TaskDirectory,
     WriteBuffer,
     changelog_record,
-    ensure_changelogs,
     restore_store,
 )
-from transactions import KafkaAdmin
+from transactions import ProducerRecord
 
 if TYPE_CHECKING:
-    from eos.worker import WorkerClients
+    from eos.worker.clients import WorkerClients
 
-__all__ = ["prepare_changelogs", "TaskStores", "state_root"]
+__all__ = ["TaskStores", "state_root"]
 
-
-def prepare_changelogs(admin: KafkaAdmin, config: EosConfig, subtopologies: Mapping[str, SubTopology],
-                       partition_counts: Mapping[str, int]) -> dict[str, Any]:
-    """Create (or validate) the changelog of every store; store names must be unique in the application."""
-    seen: dict[str, str] = {}
-    for sub in subtopologies.values():
-        for spec in sub.stores:
-            if spec.name in seen:
-                raise ConfigError(f"store {spec.name!r} is declared by sub-topologies {seen[spec.name]!r} and "
-                                  f"{sub.name!r}: store names must be unique within an application")
-            seen[spec.name] = sub.name
-        if sub.stores:
-            try:
-                ensure_changelogs(admin, config.application_id, sub.stores, partition_counts[sub.inputs[0]],
-                                  config.internal_replication_factor)
-            except ChangelogConfigError as exc:
-                raise ConfigError(str(exc)) from None
-    return {}
+log = structlog.get_logger(__name__)
 
 
 def state_root(config: EosConfig) -> Path:
@@ -71,11 +52,11 @@ class TaskStores:
     def __init__(self, config: EosConfig, sub: SubTopology, partition: int) -> None:
         self.config = config
         self.partition = partition
-        self.task = f"{sub.name}-{partition}"
+        self.task = TaskId(sub.name, partition)
         self.specs = {spec.name: spec for spec in sub.stores}
         self.views = {name: KeyValueStore(spec) for name, spec in self.specs.items()}
         self.changelogs = {name: spec.changelog_topic(config.application_id) for name, spec in self.specs.items()}
-        self.directory = TaskDirectory(state_root(config), self.task)
+        self.directory = TaskDirectory(state_root(config), str(self.task))
         self._memory: dict[str, MemoryBackend] = {}  # in-memory stores live as long as this worker
         self._backends: dict[str, Backend] = {}
         self._buffers: dict[str, WriteBuffer] = {}
@@ -84,8 +65,8 @@ class TaskStores:
     def persistent(self) -> bool:
         return any(spec.persistent for spec in self.specs.values())
 
-    def open(self, clients: "WorkerClients", log: Any, *, lock_timeout: float | None = None,
-             persistent_only: bool = False, budget: float | None = None) -> tuple[float, int]:
+    def open(self, clients: WorkerClients, *, lock_timeout: float | None = None, persistent_only: bool = False,
+             budget: float | None = None) -> tuple[float, int]:
         """Open and restore every store (or only the persistent ones: standby copies live on disk).
         `budget` (seconds) bounds the replay (standby refreshes); without it every store reaches its
         changelog's end. Returns (milliseconds, changelog records replayed)."""
@@ -114,7 +95,7 @@ class TaskStores:
                          records_per_s=round(result.rate), wiped=result.wiped)
             buffer = WriteBuffer(backend)
             self._buffers[name] = buffer
-            self.views[name]._attach(buffer)
+            self.views[name].attach(buffer)
         return (time.monotonic() - started) * 1000, replayed
 
     def offsets(self) -> dict[str, int]:
@@ -125,8 +106,8 @@ class TaskStores:
     def scoped(self) -> list[WriteBuffer]:
         return list(self._buffers.values())
 
-    def changelog_records(self) -> list[tuple]:
-        records = []
+    def changelog_records(self) -> list[ProducerRecord]:
+        records: list[ProducerRecord] = []
         for name, buffer in self._buffers.items():
             topic = self.changelogs[name]
             records.extend(changelog_record(topic, self.partition, k, v) for k, v in buffer.changes().items())
@@ -143,7 +124,7 @@ class TaskStores:
 
     def release(self) -> None:
         for view in self.views.values():
-            view._attach(None)
+            view.attach(None)
         for name, backend in self._backends.items():
             if self.specs[name].persistent:
                 backend.close()

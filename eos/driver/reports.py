@@ -1,0 +1,108 @@
+"""What a run reports: one `BatchReport` per batch and a `RunSummary` at the end (JSON-ready)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any
+
+from eos.driver.assignor import TaskPlacement
+from eos.driver.placement import TaskMove
+from eos.topology import TaskId
+from eos.worker.plans import TaskResult, TaskStatus
+
+__all__ = ["BatchReport", "RunSummary", "to_json"]
+
+
+@dataclass
+class BatchReport:
+    batch: int
+    started: float  # unix time
+    duration_s: float
+    tasks: int
+    committed: int
+    noop: int
+    fenced: int
+    records_in: int
+    records_out: int
+    dead_letters: int
+    max_commit_ms: float
+    restored_records: int = 0
+    standbys_refreshed: int = 0
+    max_standby_lag: int = 0  # records the most lagging copy was behind before its refresh
+    #: where each task and its copies are after this batch (placement on, executors only)
+    placement: dict[TaskId, TaskPlacement] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, batch: int, wall: float, duration: float, results: list[TaskResult]) -> BatchReport:
+        def count(status: TaskStatus) -> int:
+            return sum(r.status is status for r in results)
+
+        return cls(batch=batch, started=wall, duration_s=round(duration, 4), tasks=len(results),
+                   committed=count(TaskStatus.COMMITTED), noop=count(TaskStatus.NOOP), fenced=count(TaskStatus.FENCED),
+                   records_in=sum(r.records_in for r in results), records_out=sum(r.records_out for r in results),
+                   dead_letters=sum(r.dead_letters for r in results),
+                   max_commit_ms=round(max((r.commit_ms for r in results), default=0.0), 2),
+                   restored_records=sum(r.restored_records for r in results))
+
+
+@dataclass
+class RunSummary:
+    application_id: str
+    batches: int = 0
+    transactions: int = 0
+    noop_tasks: int = 0
+    fenced_tasks: int = 0
+    records_in: int = 0
+    records_out: int = 0
+    dead_letters: int = 0
+    changelog_records: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    restored_records: int = 0
+    elapsed_s: float = 0.0
+    batch_reports: list[BatchReport] = field(default_factory=list)
+    task_results: list[TaskResult] = field(default_factory=list)
+    #: Every time a task ran on another executor than before: why, and what its restore cost.
+    moves: list[TaskMove] = field(default_factory=list)
+
+    def add(self, report: BatchReport, results: list[TaskResult], keep_results: bool) -> None:
+        self.batches += 1
+        self.batch_reports.append(report)
+        for r in results:
+            self.transactions += r.status is TaskStatus.COMMITTED
+            self.noop_tasks += r.status is TaskStatus.NOOP
+            self.fenced_tasks += r.status is TaskStatus.FENCED
+            self.records_in += r.records_in
+            self.records_out += r.records_out
+            self.dead_letters += r.dead_letters
+            self.changelog_records += r.changelog_records
+            self.bytes_in += r.bytes_in
+            self.bytes_out += r.bytes_out
+            self.restored_records += r.restored_records
+        if keep_results:
+            self.task_results.extend(results)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: to_json(getattr(self, f.name)) for f in fields(self) if f.name != "task_results"}
+
+
+def to_json(value: Any) -> Any:
+    """JSON-ready form of reports: dataclasses as objects, task ids and partition tuples as strings."""
+    if isinstance(value, TaskId):
+        return str(value)
+    if isinstance(value, enum.Enum):
+        return value.value
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_json(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, dict):
+        return {_key(k): to_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_json(v) for v in value]
+    return value
+
+
+def _key(key: Any) -> str:
+    if isinstance(key, tuple) and len(key) == 2:
+        return f"{key[0]}:{key[1]}"
+    return str(key)

@@ -1,0 +1,203 @@
+"""The driver loop: plan a batch, run one Spark job with one Spark partition per planned task, collect the
+task results, repeat at the trigger interval. Graceful stop finishes the current batch first.
+
+The job definition (config, sub-topologies, hooks) goes to the workers once per run as a broadcast.
+Whether a failed batch stops the job is decided by the error's type (`eos.errors.stops_the_job`): bad
+configuration, `on_bad_record="fail"` and deterministic task failures stop it; anything else (a lost
+executor, a broker outage) is planned again, up to `max_failed_batches` times in a row.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from pyspark import cloudpickle  # the pickler Spark itself uses for Python functions
+
+from eos.driver.checks import check_broker, check_spark_conf, check_topics, create_internal_topics
+from eos.driver.placement import Placer
+from eos.driver.planner import Planner
+from eos.driver.reports import BatchReport, RunSummary, to_json
+from eos.driver.spark import spark_conf, task_rdd
+from eos.errors import JobFailedError, stops_the_job
+from eos.logs import configure_logging
+from eos.worker.entry import SparkTaskFunction
+from eos.worker.plans import Job, StandbyPlan, StandbyResult, StandbyStatus, TaskPlan, TaskResult
+from transactions import KafkaAdmin
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+
+    from eos.app import Application
+
+__all__ = ["Runner", "root_cause"]
+
+log = structlog.get_logger(__name__)
+
+OnBatch = Callable[[BatchReport, list[TaskResult]], None]
+
+
+class Runner:
+    def __init__(self, app: Application, sc: SparkContext) -> None:
+        self.app = app
+        self.sc = sc
+        self.config = app.config
+        self._stop = threading.Event()
+        self.placer: Placer | None = None
+        configure_logging(self.config.log_format, self.config.log_level)
+
+    def request_stop(self) -> None:
+        """Graceful stop: the batch in flight finishes (commits), then the loop ends."""
+        self._stop.set()
+
+    def prepare(self) -> tuple[Planner, Job]:
+        """Start-up checks, internal topics, offsets of new partitions; the job definition for the tasks."""
+        cfg = self.config
+        cfg.require_bootstrap()
+        check_spark_conf(spark_conf(self.sc))
+        admin = KafkaAdmin(cfg.bootstrap_servers)
+        counts = check_topics(admin, self.app.subtopologies)
+        check_broker(admin, cfg)
+        dlq_partitions = create_internal_topics(admin, cfg, self.app.subtopologies, counts)
+        job = Job(cfg, dict(self.app.subtopologies), self.app.fault_hooks, dlq_partitions)
+        planner = Planner(admin, cfg, self.app.subtopologies, counts)
+        planner.initialize_offsets()
+        self.placer = Placer(self.sc, admin, cfg, self.app.subtopologies, counts) if cfg.placement else None
+        return planner, job
+
+    def run(self, *, until_caught_up: bool = False, max_batches: int | None = None, max_seconds: float | None = None,
+            handle_signals: bool = False, keep_task_results: bool = False,
+            on_batch: OnBatch | None = None) -> RunSummary:
+        with structlog.contextvars.bound_contextvars(app=self.config.application_id):
+            return self._run(until_caught_up, max_batches, max_seconds, handle_signals, keep_task_results, on_batch)
+
+    def _run(self, until_caught_up: bool, max_batches: int | None, max_seconds: float | None, handle_signals: bool,
+             keep_task_results: bool, on_batch: OnBatch | None) -> RunSummary:
+        cfg = self.config
+        planner, job = self.prepare()
+        broadcast = self.sc.broadcast(cloudpickle.dumps(job))
+        tasks_fn = SparkTaskFunction(broadcast)
+        summary = RunSummary(cfg.application_id)
+        started = time.monotonic()
+        batch = failures = 0
+        log.info("run started", subtopologies=sorted(self.app.subtopologies), until_caught_up=until_caught_up,
+                 master=self.sc.master)
+        with self._signals(handle_signals):
+            try:
+                while not self._stop.is_set():
+                    if max_seconds is not None and time.monotonic() - started > max_seconds:
+                        break
+                    t0, wall = time.monotonic(), time.time()
+                    try:
+                        plans = planner.plan(batch)
+                        standbys: list[StandbyPlan] = []
+                        if self.placer is not None:
+                            plans, standbys = self.placer.place(plans, batch)
+                        if not plans and (until_caught_up or not standbys):
+                            if until_caught_up:
+                                break
+                            self._stop.wait(cfg.trigger_interval)
+                            continue
+                        everything = self._execute(tasks_fn, [*plans, *standbys], batch)
+                    except Exception as exc:
+                        failures += 1
+                        if stops_the_job(exc):
+                            raise
+                        if failures > cfg.max_failed_batches:
+                            raise JobFailedError(f"{failures} batches in a row failed; the last error: "
+                                                 f"{root_cause(exc)}") from exc
+                        backoff = min(30.0, 2.0 ** failures)
+                        log.error("batch failed; planning it again", batch=batch, failures=failures,
+                                  retry_in_s=backoff, error=root_cause(exc))
+                        self._stop.wait(backoff)
+                        continue
+                    failures = 0
+                    results = [r for r in everything if isinstance(r, TaskResult)]
+                    report = self._report(batch, wall, time.monotonic() - t0, results, standbys, everything)
+                    summary.add(report, results, keep_task_results)
+                    log.info("batch done", **to_json(report))
+                    if on_batch is not None:
+                        on_batch(report, results)
+                    batch += 1
+                    if max_batches is not None and batch >= max_batches:
+                        break
+                    self._stop.wait(max(0.0, cfg.trigger_interval - (time.monotonic() - t0)))
+            finally:
+                broadcast.unpersist()
+        summary.elapsed_s = time.monotonic() - started
+        if self.placer is not None:
+            summary.moves = list(self.placer.moves)
+        log.info("run finished", batches=summary.batches, transactions=summary.transactions,
+                 records_in=summary.records_in, records_out=summary.records_out,
+                 dead_letters=summary.dead_letters, elapsed_s=round(summary.elapsed_s, 2))
+        return summary
+
+    def _execute(self, tasks_fn: SparkTaskFunction, plans: list[TaskPlan | StandbyPlan],
+                 batch: int) -> list[TaskResult | StandbyResult]:
+        """One Spark job: one partition per plan, at its preferred executor. A task that reports a
+        deterministic failure raises it here (its kind of error), after the placer has seen the results."""
+        self.sc.setJobGroup(f"{self.config.application_id}-batch-{batch}",
+                            f"eos {self.config.application_id} batch {batch} ({len(plans)} tasks)", True)
+        rdd = task_rdd(self.sc, plans, [p.preferred_location for p in plans])
+        results: list[TaskResult | StandbyResult] = rdd.mapPartitions(tasks_fn).collect()
+        if self.placer is not None:
+            self.placer.observe(results)
+        for r in results:
+            if isinstance(r, TaskResult) and r.failure is not None:
+                raise r.failure.to_exception()
+        return results
+
+    def _report(self, batch: int, wall: float, duration: float, results: list[TaskResult],
+                standbys: list[StandbyPlan], everything: list[TaskResult | StandbyResult]) -> BatchReport:
+        report = BatchReport.of(batch, wall, duration, results)
+        report.standbys_refreshed = sum(isinstance(r, StandbyResult) and r.status is StandbyStatus.REFRESHED
+                                        for r in everything)
+        report.max_standby_lag = max((p.lag for p in standbys), default=0)
+        if self.placer is not None:
+            report.placement = self.placer.snapshot()
+        return report
+
+    @contextmanager
+    def _signals(self, enabled: bool) -> Iterator[None]:
+        if not enabled or threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        hits = 0
+
+        def handler(signum: int, frame: Any) -> None:
+            nonlocal hits
+            hits += 1
+            if hits > 1:
+                raise KeyboardInterrupt
+            log.warning("stop requested: finishing the current batch", signal=signal.Signals(signum).name)
+            self.request_stop()
+
+        previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
+
+
+def root_cause(exc: BaseException) -> str:
+    """One line naming the root cause of a failed batch. An exception raised in a Spark task reaches the
+    driver as a Py4J error whose text ends with the Python traceback: its last exception line is the
+    root cause ("An error occurred while calling collectAndServe" says nothing). Display only: decisions are
+    made on exception types."""
+    text = str(exc)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    python = [line for line in lines if _looks_like_exception_line(line)]
+    if python:
+        return python[-1][:500]
+    return (lines[0] if lines else type(exc).__name__)[:500]
+
+
+def _looks_like_exception_line(line: str) -> bool:
+    head, sep, _ = line.partition(":")
+    return bool(sep) and head.replace(".", "").isidentifier() and (head.endswith("Error") or head.endswith("Exception"))

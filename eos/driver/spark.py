@@ -1,0 +1,128 @@
+"""Every call into Spark the driver makes: building the SparkContext with exactly-once settings, the
+executors Spark has, and RDDs with preferred locations (built on the JVM, since PySpark has no API for it).
+
+The engine needs only a SparkContext (it runs RDD jobs); creating a SparkSession on top costs seconds more,
+so the CLI and tests create a context. Users may pass either to `Application.run`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+__all__ = ["build_spark_context", "build_spark_session", "spark_context_of", "DEFAULT_MASTER", "live_executors",
+           "executor_locations", "located_rdd", "task_rdd", "spark_conf", "is_local"]
+
+# local[N,F]: N worker threads and F attempts per task (plain local[N] never retries a failed task).
+DEFAULT_MASTER = "local[2,4]"
+
+_BASE_CONF = {
+    "spark.speculation": "false",  # EOS needs one live attempt per task at a time
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.python.worker.reuse": "true",  # lets a worker keep its tasks' producers (docs/design.md, section 4)
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.log.level": "WARN",
+    # Wait longer for a task's preferred executor (where its state is) before running it elsewhere: a move
+    # costs a restore. Spark ignores preferences for executors it has lost, so failover is not delayed.
+    "spark.locality.wait": "10s",
+    # A crash in native code (RocksDB, a client call) on a Python worker thread reports its Python stack.
+    "spark.python.worker.faulthandler.enabled": "true",
+}
+
+
+def _prepare_environment() -> None:
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+def build_spark_context(master: str = DEFAULT_MASTER, app_name: str = "eos",
+                        conf: dict[str, str] | None = None) -> SparkContext:
+    """Create (or return the running) SparkContext with EOS-safe settings. `local-cluster[N,cores,MB]`
+    masters start N executor JVMs on this machine."""
+    _prepare_environment()
+    from pyspark import SparkConf, SparkContext
+
+    spark_conf = SparkConf().setMaster(master).setAppName(app_name)
+    for key, value in {**_BASE_CONF, **(conf or {})}.items():
+        spark_conf.set(key, value)
+    sc = SparkContext.getOrCreate(spark_conf)
+    sc.setLogLevel("WARN")
+    return sc
+
+
+def build_spark_session(master: str = DEFAULT_MASTER, app_name: str = "eos",
+                        conf: dict[str, str] | None = None) -> SparkSession:
+    """A SparkSession over `build_spark_context` (for users who also run SQL next to their jobs)."""
+    from pyspark.sql import SparkSession
+
+    return SparkSession(build_spark_context(master, app_name, conf))
+
+
+def spark_context_of(spark: Any) -> SparkContext:
+    """Accept a SparkContext or a SparkSession."""
+    return spark.sparkContext if hasattr(spark, "sparkContext") else spark
+
+
+def is_local(sc: Any) -> bool:
+    """Local mode: the driver's JVM runs every task (no executors to place tasks on)."""
+    return bool(sc.master == "local" or sc.master.startswith("local["))
+
+
+def live_executors(sc: Any) -> list[str]:
+    """Executor ids Spark currently has (none in local mode, where the driver runs every task)."""
+    if is_local(sc):
+        return []  # (asking would log "Requesting executors is not supported" on every batch)
+    ids = sc._jsc.sc().getExecutorIds().mkString(",")
+    return [e for e in ids.split(",") if e and e != "driver"]
+
+
+def executor_locations(sc: Any) -> dict[str, str]:
+    """Spark's location string (`executor_<host>_<id>`) of each executor Spark's status store knows, so that
+    executors no task has run on yet can hold tasks and standbys too."""
+    out = {}
+    executors = sc._jsc.sc().statusStore().executorList(True).iterator()
+    while executors.hasNext():
+        info = executors.next()
+        if info.id() != "driver":
+            out[info.id()] = f"executor_{info.hostPort().rsplit(':', 1)[0]}_{info.id()}"
+    return out
+
+
+def located_rdd(sc: Any, items: list[Any], locations: list[str | None]) -> Any:
+    """One partition per item, each with its preferred location, built on the JVM with
+    `SparkContext.makeRDD` (PySpark has no API for it) and wrapped as a Python RDD."""
+    from pyspark.rdd import RDD
+    from pyspark.serializers import BatchedSerializer, CPickleSerializer
+
+    jvm, pickler = sc._jvm, CPickleSerializer()
+    convert = jvm.scala.jdk.javaapi.CollectionConverters
+    pairs = jvm.java.util.ArrayList()
+    for item, location in zip(items, locations, strict=True):
+        prefs = jvm.java.util.ArrayList()
+        if location:
+            prefs.add(location)
+        # Each element is one pickled batch of one item: the framing PySpark's workers read.
+        pairs.add(jvm.scala.Tuple2(pickler.dumps([item]), convert.asScala(prefs).toSeq()))
+    tag = jvm.scala.reflect.ClassTag.apply(jvm.java.lang.Class.forName("[B"))
+    jrdd = sc._jsc.sc().makeRDD(convert.asScala(pairs).toSeq(), tag).toJavaRDD()
+    return RDD(jrdd, sc, BatchedSerializer(CPickleSerializer(), 1))
+
+
+def task_rdd(sc: Any, items: list[Any], locations: list[str | None]) -> Any:
+    """One Spark partition per item, at its preferred executor where one is given."""
+    if any(locations):
+        return located_rdd(sc, items, locations)
+    return sc.parallelize(items, len(items))
+
+
+def spark_conf(sc: Any) -> dict[str, str]:
+    """The running context's Spark settings."""
+    return dict(sc.getConf().getAll())

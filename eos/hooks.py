@@ -1,0 +1,57 @@
+"""Fault-injection hooks at points of the batch protocol, for tests and chaos scenarios.
+
+A hook is a picklable callable `hook(point: FaultPoint) -> None` registered on the application
+(`app.fault_hooks.on("before_commit", fn)`). It runs inside the Spark task at that point and may raise,
+sleep, SIGSTOP or SIGKILL its own process. Points, in protocol order (`eos.worker.attempt`):
+
+* `after_read`     records read, nothing produced yet
+* `after_produce`  outputs produced inside the open transaction, offsets not yet added
+* `before_commit`  offsets added, `commit_transaction()` not yet called
+* `after_commit`   the transaction committed, local state not yet updated
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+__all__ = ["FaultHooks", "FaultPoint", "HookPoint"]
+
+
+class HookPoint(enum.StrEnum):
+    AFTER_READ = "after_read"
+    AFTER_PRODUCE = "after_produce"
+    BEFORE_COMMIT = "before_commit"
+    AFTER_COMMIT = "after_commit"
+
+
+@dataclass(frozen=True)
+class FaultPoint:
+    """Where a hook fires: the point, the task and its partition, the batch, and the attempt numbers."""
+
+    name: HookPoint
+    task: str
+    partition: int
+    batch: int
+    spark_attempt: int
+    batch_attempt: int
+
+
+@dataclass
+class FaultHooks:
+    hooks: dict[HookPoint, list[Callable[[FaultPoint], None]]] = field(default_factory=dict)
+
+    def on(self, point: HookPoint | str, hook: Callable[[FaultPoint], None]) -> None:
+        try:
+            name = HookPoint(point)
+        except ValueError:
+            raise ValueError(f"unknown fault point {point!r}; points are {[p.value for p in HookPoint]}") from None
+        self.hooks.setdefault(name, []).append(hook)
+
+    def clear(self) -> None:
+        self.hooks.clear()
+
+    def fire(self, point: FaultPoint) -> None:
+        for hook in self.hooks.get(point.name, ()):
+            hook(point)

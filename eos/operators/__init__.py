@@ -1,0 +1,1 @@
+"""Built-in processors behind the Application's DSL (aggregations), written on the public Processor API."""

@@ -1,0 +1,117 @@
+"""The Processor API (process / punctuate / forward / commit, as in Kafka Streams).
+
+A `Processor` gets a `ProcessorContext` in `init()`. Every input record is processed in a **record
+scope**: what it forwards and what it writes to state stores become part of the batch only if
+`process()` returns normally. A record that raises leaves no partial effect and goes to the dead-letter
+topic (or stops the job, per `on_bad_record`). The task runtime that implements the context lives in
+`eos.worker.context`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from eos.records import Output, Record
+
+__all__ = ["Processor", "ProcessorContext", "FunctionProcessor", "iter_outputs"]
+
+
+class ProcessorContext:
+    """What a processor sees of its task (implemented by the task runtime).
+
+    Attributes: `application_id`, `subtopology`, `partition`, `task_id` ("<subtopology>-<partition>") and
+    `stream_time` (the largest record timestamp the task has seen, -1 before the first record)."""
+
+    application_id: str
+    subtopology: str
+    partition: int
+    task_id: str
+    stream_time: int
+
+    def forward(self, key: Any = None, value: Any = None, *, topic: str | None = None, partition: int | None = None,
+                headers: list[tuple[str, bytes]] | None = None, timestamp: int | None = None) -> None:
+        """Emit a record (or pass one `Output`). It is produced in the batch's transaction if the current
+        record's processing completes. `topic=None`: the sub-topology's output topic; `timestamp=None`: the
+        current record's timestamp; `headers=None`: the current record's headers."""
+        raise NotImplementedError
+
+    def store(self, name: str) -> Any:
+        """The task's instance of a declared state store."""
+        raise NotImplementedError
+
+    def commit(self) -> None:
+        """Ask for the batch to end (and commit) right after the current record."""
+        raise NotImplementedError
+
+
+class Processor:
+    """Base class of record processors (Kafka Streams' Processor API).
+
+    `init(context)` once per task runtime, `process(record)` per input record, `punctuate(stream_time)`
+    at the end of every batch, `close()` when the task's runtime is discarded."""
+
+    context: ProcessorContext
+
+    def init(self, context: ProcessorContext) -> None:
+        self.context = context
+
+    def process(self, record: Record) -> None:
+        raise NotImplementedError
+
+    def punctuate(self, stream_time: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+_SHAPE = ("a processing function must return None, an Output, a (key, value) tuple, or a list/iterable of "
+          "Outputs and (key, value) tuples")
+
+
+def _is_pair(item: Any) -> bool:
+    return type(item) is tuple and len(item) == 2
+
+
+def iter_outputs(result: Any) -> Iterator[Output]:
+    """Normalize what a function returns: None, an Output, a (key, value) tuple, or an iterable of those.
+
+    A tuple of pairs, e.g. `return (k1, v1), (k2, v2)`, is several records, never one record whose key and
+    value are tuples (return `Output(key, value)` for that)."""
+    if result is None:
+        return
+    if isinstance(result, Output):
+        yield result
+        return
+    if type(result) is tuple and len(result) == 2 and not (_is_pair(result[0]) and _is_pair(result[1])):
+        yield Output(result[0], result[1])
+        return
+    if type(result) is tuple and not all(_is_pair(i) or isinstance(i, Output) for i in result):
+        raise TypeError(f"{_SHAPE}; got a {len(result)}-tuple")
+    if isinstance(result, (str, bytes, dict)) or not isinstance(result, Iterable):
+        raise TypeError(f"{_SHAPE}; got {type(result).__name__}")
+    for item in result:
+        if isinstance(item, Output):
+            yield item
+        elif _is_pair(item):
+            yield Output(item[0], item[1])
+        elif type(item) is tuple:
+            raise TypeError(f"{_SHAPE}; the returned iterable holds a {len(item)}-tuple")
+        else:
+            raise TypeError(f"{_SHAPE}; the returned iterable holds a {type(item).__name__}")
+
+
+class FunctionProcessor(Processor):
+    """Adapts `fn(record) -> None | Output | (key, value) | Iterable[...]` to the Processor API."""
+
+    def __init__(self, fn: Callable[[Record], Any]) -> None:
+        self.fn = fn
+
+    def process(self, record: Record) -> None:
+        result = self.fn(record)
+        if type(result) is tuple and len(result) == 2 and not (_is_pair(result[0]) and _is_pair(result[1])):
+            self.context.forward(result[0], result[1])  # the common case, without a generator
+            return
+        for out in iter_outputs(result):
+            self.context.forward(out)

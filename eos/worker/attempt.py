@@ -1,0 +1,256 @@
+"""One attempt at one batch of one task: the micro-batch protocol (docs/design.md, section 4), in order.
+
+`BatchAttempt.run()` calls the steps one after another; each step is one method:
+
+1. `acquire_producer()`  the worker's cached producer for the task, or a new one after
+                         `init_transactions()`, which fences every older attempt and completes its transaction;
+2. `read_progress()`     a stable read of the committed input offsets: where they already reach the planned
+                         end, an earlier attempt did the work (no-op);
+3. `restore_state()`     open the task's stores and bring them up to their changelogs' end;
+4. `read_input()`        read `[committed, end)` with read_committed, finishing on consumer position;
+5. `process()`           run the processor; state writes go to in-memory write buffers;
+6. `commit()`            one transaction: outputs, changelog records, dead letters, and the input offsets
+                         (always the planned end, never "last record + 1"), then `commit_transaction()`;
+7. `apply_state()`       only after the commit: the write buffers reach the local stores, atomically with
+                         the changelog offsets they reflect;
+8. `report()`            the task's result and metrics for the driver.
+
+What happens when a step fails (fenced, abortable, retriable, fatal) is decided by `eos.worker.entry`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import structlog
+
+from eos.hooks import FaultPoint, HookPoint
+from eos.topology import SubTopology
+from eos.worker.clients import WorkerClients
+from eos.worker.executor import current_executor, executor_location
+from eos.worker.plans import Job, TaskPlan, TaskResult, TaskStatus
+from eos.worker.processing import BatchOutcome
+from eos.worker.runtime import TaskRuntime
+from transactions import (
+    Message,
+    OffsetRange,
+    OutputProducer,
+    ProducerFencedError,
+    ProducerRecord,
+    RetriableKafkaError,
+    RetryPolicy,
+    TopicPartition,
+    produce_all,
+    read_ranges,
+    stable_committed,
+)
+
+__all__ = ["BatchAttempt", "encode_commit_metadata", "decode_commit_metadata", "CACHED_PRODUCER_STABLE_WAIT"]
+
+log = structlog.get_logger(__name__)
+
+_METADATA_VERSION = "eos1"
+
+#: How long a task with a cached producer waits for pending offsets before suspecting that another attempt
+#: opened a transaction since (then it initialises a fresh producer, which aborts that transaction). The
+#: task's own last commit can leave its offsets pending only until the commit markers are written.
+CACHED_PRODUCER_STABLE_WAIT = 3.0
+_ONE_TRY = RetryPolicy(attempts=1)
+
+
+def encode_commit_metadata(stream_time: int, producer_token: str) -> str:
+    """Offset-commit metadata: the task's stream time (as Kafka Streams keeps partition time there) and the
+    token of the producer that committed."""
+    return f"{_METADATA_VERSION};st={stream_time};p={producer_token}"
+
+
+def decode_commit_metadata(metadata: str | None) -> tuple[int, str | None]:
+    """(stream time or -1, producer token or None); tolerant of metadata written by others."""
+    fields = dict(part.split("=", 1) for part in (metadata or "").split(";")[1:] if "=" in part)
+    if not (metadata or "").startswith(_METADATA_VERSION):
+        return -1, None
+    try:
+        stream_time = int(fields.get("st", "-1"))
+    except ValueError:
+        stream_time = -1
+    return stream_time, fields.get("p")
+
+
+class BatchAttempt:
+    def __init__(self, plan: TaskPlan, job: Job, clients: WorkerClients, spark_attempt: int,
+                 batch_attempt: int) -> None:
+        self.plan, self.job, self.clients = plan, job, clients
+        self.config = job.config
+        self.task = plan.task
+        self.sub: SubTopology = job.subtopologies[plan.task.subtopology]
+        self.txn_id = self.task.transactional_id(self.config.application_id)
+        self.spark_attempt, self.batch_attempt = spark_attempt, batch_attempt
+        self.result = result_of(plan, TaskStatus.COMMITTED, spark_attempt, batch_attempt)
+        self.producer: OutputProducer | None = None
+        self.fresh = False  # the producer was initialised by this attempt (not taken from the cache)
+        self.ranges: tuple[OffsetRange, ...] = plan.ranges
+        self.stream_time = -1
+        self.runtime: TaskRuntime | None = None
+        self.messages: list[Message] = []
+        self.outcome = BatchOutcome()
+        self.changelog: list[ProducerRecord] = []
+
+    def run(self) -> TaskResult:
+        self.acquire_producer()
+        if not self.read_progress():
+            self.result.status = TaskStatus.NOOP
+            return self.report()
+        runtime = self.restore_state()
+        try:
+            self.read_input()
+            self.process()
+            self.commit()
+            self.apply_state()
+        finally:
+            runtime.release()
+        return self.report()
+
+    # ------------------------------------------------------------------ 1
+    def acquire_producer(self) -> OutputProducer:
+        """The cached producer of this task's transactional id, or a fresh one: `init_transactions()` fences
+        every older attempt and completes (aborts) a transaction it left open."""
+        self.producer, self.fresh = self.clients.producer(self.txn_id, self.config)
+        return self.producer
+
+    # ------------------------------------------------------------------ 2
+    def read_progress(self) -> bool:
+        """Stable read of the committed offsets: the only source of truth for progress. Sets the ranges to
+        read (from the committed offsets to the planned ends) and the task's stream time. False when an
+        earlier attempt already committed everything planned."""
+        assert self.producer is not None
+        t0 = time.monotonic()
+        consumer = self.clients.consumer(self.config)
+        partitions = [(r.topic, r.partition) for r in self.plan.ranges]
+        wait = min(self.config.batch_timeout, 20.0 if self.fresh else CACHED_PRODUCER_STABLE_WAIT)
+        try:
+            committed = stable_committed(consumer, partitions, timeout=wait,
+                                         **({} if self.fresh else {"policy": _ONE_TRY}))
+        except RetriableKafkaError as exc:
+            if self.fresh:
+                raise
+            # Only attempts of this task write offsets of these partitions. A cached producer's own
+            # transactions are finished, so the pending offsets are another attempt's, one that initialised
+            # after this producer (and died, or hangs): this producer is fenced, and a fresh
+            # init_transactions() aborts that transaction now rather than after the transaction timeout.
+            raise ProducerFencedError(f"{self.txn_id}: offsets still pending in another attempt's transaction "
+                                      f"after {wait:.0f}s; the cached producer is stale") from exc
+        self.ranges = tuple(
+            OffsetRange(r.topic, r.partition, c.offset if (c := committed[(r.topic, r.partition)]).offset is not None
+                        else r.start, r.end) for r in self.plan.ranges)
+        self.result.offsets_ms = (time.monotonic() - t0) * 1000
+        decoded = [decode_commit_metadata(c.metadata) for c in committed.values()]
+        self.stream_time = max((st for st, _ in decoded), default=-1)
+        if self.producer.commits and any(token not in (None, self.producer.token) for _, token in decoded):
+            # Another worker committed this task since this cached producer's last commit, so it was fenced.
+            raise ProducerFencedError(f"{self.txn_id}: another worker committed this task since; the cached "
+                                      "producer is stale")
+        return not all(r.empty for r in self.ranges)
+
+    # ------------------------------------------------------------------ 3
+    def restore_state(self) -> TaskRuntime:
+        """The task's runtime (kept by the worker while the task stays here) with its stores open and
+        restored to their changelogs' end. The caller releases it when the batch ends."""
+        runtime = self.clients.runtime(self.txn_id, self.job.run_id)
+        if runtime is None:
+            runtime = TaskRuntime(self.job, self.sub, self.task.partition)
+            self.clients.set_runtime(self.txn_id, self.job.run_id, runtime)
+        self.runtime = runtime
+        try:
+            self.result.restore_ms, self.result.restored_records = runtime.ensure_restored(self.clients)
+        except BaseException:
+            runtime.release()
+            raise
+        return runtime
+
+    # ------------------------------------------------------------------ 4
+    def read_input(self) -> list[Message]:
+        """The visible records of `[committed, end)`, read_committed; co-partitioned inputs are merged in
+        timestamp order, like Kafka Streams."""
+        t0 = time.monotonic()
+        consumer = self.clients.consumer(self.config)
+        self.messages = [m for chunk in read_ranges(consumer, list(self.ranges), timeout=self.config.batch_timeout)
+                         for m in chunk]
+        if len(self.ranges) > 1:
+            self.messages.sort(key=lambda m: (m.timestamp()[1], m.offset()))
+        self.result.read_ms = (time.monotonic() - t0) * 1000
+        self._fire(HookPoint.AFTER_READ)
+        return self.messages
+
+    # ------------------------------------------------------------------ 5
+    def process(self) -> BatchOutcome:
+        """Run the processor: outputs and state changes stay in memory until the commit."""
+        assert self.runtime is not None
+        t0 = time.monotonic()
+        self.outcome = self.runtime.process(self.messages, self.stream_time)
+        self.changelog = self.runtime.changelog_records()
+        self.result.process_ms = (time.monotonic() - t0) * 1000
+        return self.outcome
+
+    # ------------------------------------------------------------------ 6
+    def commit(self) -> None:
+        """One transaction: outputs, changelog records, dead letters and the input offsets, then commit."""
+        assert self.producer is not None
+        producer, outcome, cfg = self.producer, self.outcome, self.config
+        t0 = time.monotonic()
+        producer.begin()
+        self.result.bytes_out = produce_all(producer, outcome.outputs)
+        produce_all(producer, self.changelog)
+        produce_all(producer, outcome.dead_letters)
+        self._fire(HookPoint.AFTER_PRODUCE)
+        metadata = encode_commit_metadata(max(self.stream_time, outcome.stream_time), producer.token)
+        offsets = [TopicPartition(r.topic, r.partition, self._commit_offset(r), metadata) for r in self.ranges]
+        consumer = self.clients.consumer(cfg)
+        producer.send_offsets(offsets, consumer.consumer_group_metadata(), timeout=cfg.batch_timeout)
+        self.result.produce_ms = (time.monotonic() - t0) * 1000
+        self._fire(HookPoint.BEFORE_COMMIT)
+        self.result.commit_ms = producer.commit(timeout=cfg.batch_timeout) * 1000
+        self.result.committed_at = time.time()
+        self.result.committed_offsets = {(tp.topic, tp.partition): tp.offset for tp in offsets}
+        self._fire(HookPoint.AFTER_COMMIT)
+
+    def _commit_offset(self, r: OffsetRange) -> int:
+        """The planned end (never "last record + 1": a trailing commit marker would be re-read forever), or,
+        when the processor asked to commit early, the next unprocessed offset."""
+        stopped_at = self.outcome.stopped_at
+        if stopped_at is None:
+            return r.end
+        return stopped_at.get((r.topic, r.partition), r.start)
+
+    # ------------------------------------------------------------------ 7
+    def apply_state(self) -> None:
+        """Called only after the commit: local state changes, atomically with the changelog offsets it reflects
+        (invariant I3: a store never holds a write whose transaction did not commit)."""
+        assert self.runtime is not None and self.producer is not None
+        self.runtime.after_commit(self.producer.last_offsets)
+        self.result.store_offsets = self.runtime.store_offsets()
+
+    # ------------------------------------------------------------------ 8
+    def report(self) -> TaskResult:
+        r, outcome = self.result, self.outcome
+        r.records_in, r.bytes_in = outcome.records_in, outcome.bytes_in
+        r.records_out, r.dead_letters = len(outcome.outputs), len(outcome.dead_letters)
+        r.changelog_records = len(self.changelog)
+        if r.status is TaskStatus.COMMITTED:
+            log.debug("batch committed", records_in=r.records_in, records_out=r.records_out,
+                      dead_letters=r.dead_letters, commit_ms=round(r.commit_ms, 1))
+        return r
+
+    def _fire(self, point: HookPoint) -> None:
+        hooks = self.job.fault_hooks
+        if hooks.hooks:
+            hooks.fire(FaultPoint(point, str(self.task), self.task.partition, self.plan.batch, self.spark_attempt,
+                                  self.batch_attempt))
+
+
+def result_of(plan: TaskPlan, status: TaskStatus, spark_attempt: int, batch_attempt: int) -> TaskResult:
+    """A result for `plan` stamped with where it ran."""
+    return TaskResult(task=plan.task, batch=plan.batch, status=status, spark_attempt=spark_attempt,
+                      batch_attempts=batch_attempt, executor=current_executor(), location=executor_location(),
+                      pid=os.getpid(), host=socket.gethostname())

@@ -1,0 +1,96 @@
+"""The task runtime's `ProcessorContext`: record scopes, lineage headers and output serialization.
+
+Between `enter_record()` and `leave_record()` everything a processor forwards is held in the record's
+scope; `leave_record()` hands it to the batch (the record completed), `discard_record()` drops it (the
+record failed and goes to the dead-letter topic).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eos.errors import OutputSerializationError, SerdeError
+from eos.origin import ORIGIN_HEADER
+from eos.processor import ProcessorContext
+from eos.records import Output
+from eos.serde import Serde
+from transactions import Message, ProducerRecord
+
+__all__ = ["TaskContext"]
+
+
+class TaskContext(ProcessorContext):
+    def __init__(self, *, application_id: str, subtopology: str, partition: int, output_topic: str | None,
+                 key_serde: Serde, value_serde: Serde, lineage: bool, stores: dict[str, Any] | None = None,
+                 stream_time: int = -1) -> None:
+        self.application_id = application_id
+        self.subtopology = subtopology
+        self.partition = partition
+        self.task_id = f"{subtopology}-{partition}"
+        self.stream_time = stream_time
+        self._output_topic = output_topic
+        self._serialize_key, self._serialize_value = key_serde.serialize, value_serde.serialize
+        self._origin_prefix = ""
+        self._lineage = lineage
+        self._stores = stores or {}
+        self._current: Message | None = None
+        self._current_ts: int | None = None
+        self._index = 0
+        self._scope: list[ProducerRecord] = []
+        self.commit_requested = False
+
+    # ------------------------------------------------------------------ the processor's side
+    def forward(self, key: Any = None, value: Any = None, *, topic: str | None = None, partition: int | None = None,
+                headers: list[tuple[str, bytes]] | None = None, timestamp: int | None = None) -> None:
+        if value is None and type(key) is Output:
+            out = key
+            key, value, topic, partition, headers, timestamp = (out.key, out.value, out.topic, out.partition,
+                                                                out.headers, out.timestamp)
+        target = topic or self._output_topic
+        if target is None:
+            raise ValueError(f"{self.task_id}: forward() needs a topic: the sub-topology has no output topic")
+        try:
+            k = self._serialize_key(key)
+            v = self._serialize_value(value)
+        except SerdeError as exc:
+            raise OutputSerializationError(str(exc)) from exc
+        msg = self._current
+        if headers is None:
+            inherited = msg.headers() if msg is not None else None
+            headers = [h for h in inherited if not h[0].startswith("eos.")] if inherited else []
+        else:
+            headers = list(headers)
+        if self._lineage and msg is not None:
+            if self._index == 0:
+                self._origin_prefix = f"{msg.topic()}:{msg.partition()}:{msg.offset()}:"
+            headers.append((ORIGIN_HEADER, (self._origin_prefix + str(self._index)).encode()))
+        self._index += 1
+        self._scope.append(ProducerRecord(target, partition, k, v, headers,
+                                          self._current_ts if timestamp is None else timestamp))
+
+    def store(self, name: str) -> Any:
+        try:
+            return self._stores[name]
+        except KeyError:
+            raise KeyError(f"{self.task_id}: no store {name!r}; declared stores: {sorted(self._stores)}") from None
+
+    def commit(self) -> None:
+        self.commit_requested = True
+
+    # ------------------------------------------------------------------ the runtime's side
+    def enter_record(self, msg: Message | None, timestamp: int | None) -> None:
+        """Start the scope of `msg` (None: a scope without an input record, e.g. punctuation)."""
+        self._current, self._current_ts, self._index = msg, timestamp, 0
+        if self._scope:
+            self._scope = []
+
+    def leave_record(self) -> list[ProducerRecord]:
+        """End the current scope; returns what it forwarded."""
+        out, self._scope = self._scope, []
+        self._current = None
+        return out
+
+    def discard_record(self) -> None:
+        """End the current scope, dropping what it forwarded."""
+        self._scope = []
+        self._current = None

@@ -1,0 +1,178 @@
+"""The Spark task entry point: the function every Spark partition runs, and the error taxonomy around
+batch attempts.
+
+Failures of an attempt (`eos.worker.attempt`), by type:
+
+* fenced -> stop this attempt (unless only the worker's cached producer was fenced: then initialise a new
+  one and run the batch again);
+* abortable -> abort the transaction and run the batch again;
+* retriable or fatal client errors -> drop the clients and run the batch again; after
+  `max_batch_attempts` the Spark task fails (`BatchFailedError`) and Spark retries it;
+* errors that running again cannot fix (bad configuration seen only here, `on_bad_record="fail"`, the job's
+  code failing outside record processing, a job that cannot be loaded) -> the task reports a `TaskFailure`
+  instead of raising, so Spark does not retry it and the driver stops the job with the root cause.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import structlog
+
+from eos.errors import (
+    BadRecordError,
+    BatchFailedError,
+    ConfigError,
+    FailureKind,
+    TaskFailedError,
+    TaskFailure,
+)
+from eos.logs import configure_logging
+from eos.worker.attempt import BatchAttempt, result_of
+from eos.worker.clients import CLIENTS, WorkerClients
+from eos.worker.executor import executor_location
+from eos.worker.plans import Job, StandbyPlan, StandbyResult, TaskPlan, TaskResult, TaskStatus
+from eos.worker.standby import run_standby
+from eos.worker.stores import state_root
+from transactions import (
+    FatalKafkaError,
+    IllegalStateError,
+    KafkaEosError,
+    OutputProducer,
+    ProducerFencedError,
+    RetriableKafkaError,
+    TransactionAbortableError,
+)
+
+__all__ = ["SparkTaskFunction", "run_task"]
+
+log = structlog.get_logger(__name__)
+
+_JOBS: dict[str, Job] = {}  # job definitions unpickled in this worker process, by run token
+
+
+class SparkTaskFunction:
+    """What each Spark partition runs (`mapPartitions`). A module-level class, so workers import it instead
+    of unpickling code; the job definition comes from a broadcast and is unpickled once per worker."""
+
+    def __init__(self, job_broadcast: Any) -> None:
+        self.job_broadcast = job_broadcast
+        self.token = uuid.uuid4().hex  # identifies this run's job in the worker's cache
+
+    def __call__(self, plans: Iterator[TaskPlan | StandbyPlan]) -> Iterator[TaskResult | StandbyResult]:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        attempt = ctx.attemptNumber() if ctx is not None else 0
+        try:
+            job = self._job()
+        except Exception as exc:  # e.g. the job's module cannot be imported on this executor
+            for plan in plans:
+                if isinstance(plan, TaskPlan):
+                    yield _failed(plan, attempt, FailureKind.JOB_LOAD, exc,
+                                  "the job definition cannot be loaded on this executor "
+                                  f"({executor_location() or 'local'}): {type(exc).__name__}: {exc}")
+            return
+        for plan in plans:
+            yield run_standby(plan, job) if isinstance(plan, StandbyPlan) else run_task(plan, job, attempt)
+
+    def _job(self) -> Job:
+        job = _JOBS.get(self.token)
+        if job is None:
+            from pyspark import cloudpickle
+
+            job = _JOBS[self.token] = cloudpickle.loads(self.job_broadcast.value)
+        return job
+
+
+def run_task(plan: TaskPlan, job: Job, spark_attempt: int = 0, clients: WorkerClients = CLIENTS) -> TaskResult:
+    """Run one planned batch of one task; every log line inside names the application, task, batch and attempt."""
+    cfg = job.config
+    configure_logging(cfg.log_format, cfg.log_level)
+    with structlog.contextvars.bound_contextvars(app=cfg.application_id, task=str(plan.task), batch=plan.batch,
+                                                 attempt=spark_attempt):
+        if _cold_retry(plan, job, spark_attempt):
+            # Spark retried the task (its executor was lost) on an executor without a copy of its state: let
+            # the driver plan it on the copy with the least lag instead of replaying the whole changelog here.
+            log.info("retry landed on an executor without the task's state; deferring to the planner",
+                     planned=plan.preferred_location, here=executor_location())
+            return result_of(plan, TaskStatus.DEFERRED, spark_attempt, 0)
+        started = time.monotonic()
+        try:
+            result = _attempts(plan, job, spark_attempt, clients)
+            result.total_ms = (time.monotonic() - started) * 1000
+            return result
+        except ConfigError as exc:
+            return _failed(plan, spark_attempt, FailureKind.CONFIG, exc, str(exc))
+        except BadRecordError as exc:
+            return _failed(plan, spark_attempt, FailureKind.BAD_RECORD, exc, str(exc))
+        except TaskFailedError as exc:
+            return _failed(plan, spark_attempt, FailureKind.USER_CODE, exc, str(exc), exc.detail)
+
+
+def _attempts(plan: TaskPlan, job: Job, spark_attempt: int, clients: WorkerClients) -> TaskResult:
+    cfg = job.config
+    txn_id = plan.task.transactional_id(cfg.application_id)
+    last: Exception | None = None
+    for batch_attempt in range(1, cfg.max_batch_attempts + 1):
+        attempt = BatchAttempt(plan, job, clients, spark_attempt, batch_attempt)
+        try:
+            return attempt.run()
+        except ProducerFencedError as exc:
+            clients.drop_producer(txn_id)
+            clients.drop_runtime(txn_id)
+            if attempt.fresh:
+                log.warning("fenced: a newer attempt owns this task; this attempt stops", error=str(exc))
+                return result_of(plan, TaskStatus.FENCED, spark_attempt, batch_attempt)
+            log.info("cached producer was fenced (another worker ran this task); initialising a new one")
+            last = exc
+        except TransactionAbortableError as exc:
+            log.warning("transaction aborted; running the batch again", error=str(exc))
+            _abort_quietly(attempt.producer, clients, txn_id)
+            clients.drop_runtime(txn_id)
+            last = exc
+        except (RetriableKafkaError, FatalKafkaError, IllegalStateError) as exc:
+            log.warning("batch attempt failed; recreating the clients", error=str(exc), kind=type(exc).__name__)
+            _abort_quietly(attempt.producer, clients, txn_id)
+            clients.drop_producer(txn_id)
+            clients.drop_runtime(txn_id)
+            clients.drop_consumers(cfg)
+            last = exc
+        except BaseException:
+            _abort_quietly(attempt.producer, clients, txn_id)
+            clients.drop_runtime(txn_id)
+            raise
+    raise BatchFailedError(f"task {plan.task} batch {plan.batch} failed after {cfg.max_batch_attempts} attempts: "
+                           f"{last}")
+
+
+def _cold_retry(plan: TaskPlan, job: Job, spark_attempt: int) -> bool:
+    sub = job.subtopologies[plan.task.subtopology]
+    if spark_attempt == 0 or not plan.preferred_location or not any(s.persistent for s in sub.stores):
+        return False
+    here = executor_location()
+    if here is None or here == plan.preferred_location:
+        return False
+    return not (state_root(job.config) / str(plan.task)).is_dir()
+
+
+def _abort_quietly(producer: OutputProducer | None, clients: WorkerClients, txn_id: str) -> None:
+    if producer is None:
+        return
+    try:
+        producer.abort(timeout=10)
+    except (KafkaEosError, IllegalStateError):
+        clients.drop_producer(txn_id)
+
+
+def _failed(plan: TaskPlan, spark_attempt: int, kind: FailureKind, exc: BaseException, message: str,
+            detail: str = "") -> TaskResult:
+    log.error("task failed; the job stops", kind=kind.value, error=message)
+    result = result_of(plan, TaskStatus.FAILED, spark_attempt, 0)
+    result.failure = TaskFailure(kind, str(plan.task), type(exc.__cause__ or exc).__name__, message,
+                                 detail or "".join(traceback.format_exception(exc)))
+    return result

@@ -1,0 +1,118 @@
+"""The contract between the driver and the Spark tasks: what the planner hands to a task, what a task hands
+back, and the job definition every task gets (as a broadcast). Everything here crosses the process
+boundary by pickling."""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from eos.errors import TaskFailure
+from eos.topology import TaskId
+from transactions import OffsetRange
+
+if TYPE_CHECKING:
+    from eos.config import EosConfig
+    from eos.hooks import FaultHooks
+    from eos.topology import SubTopology
+
+__all__ = ["Job", "TaskPlan", "TaskResult", "TaskStatus", "StandbyPlan", "StandbyResult", "StandbyStatus"]
+
+TopicPartition = tuple[str, int]
+
+
+class Job:
+    """Everything a task needs, shipped to workers once per run (as a broadcast)."""
+
+    def __init__(self, config: EosConfig, subtopologies: dict[str, SubTopology], fault_hooks: FaultHooks,
+                 dlq_partitions: int = 0) -> None:
+        self.run_id = uuid.uuid4().hex  # task runtimes cached by workers belong to one run
+        self.config = config
+        self.subtopologies = subtopologies
+        self.fault_hooks = fault_hooks
+        #: partitions of the dead-letter topic: a task writes its dead letters to its own partition if it exists
+        self.dlq_partitions = dlq_partitions
+
+
+class TaskStatus(enum.StrEnum):
+    COMMITTED = "committed"  # this attempt committed the batch
+    NOOP = "noop"  # an earlier attempt had already committed it
+    FENCED = "fenced"  # a newer attempt owns the task; this one stopped
+    DEFERRED = "deferred"  # a Spark retry landed where the task has no state: the planner places it again
+    FAILED = "failed"  # a deterministic failure (see `failure`): the job stops
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    task: TaskId
+    batch: int
+    #: One range per input partition: `start` is the driver's hint (the task re-reads the committed
+    #: offset), `end` the last stable offset at planning time, capped by max_records_per_batch.
+    ranges: tuple[OffsetRange, ...]
+    #: Spark executor the planner prefers for this task (best effort), e.g. "executor_127.0.0.1_1".
+    preferred_location: str | None = None
+
+
+@dataclass
+class TaskResult:
+    task: TaskId
+    batch: int
+    status: TaskStatus
+    spark_attempt: int = 0
+    batch_attempts: int = 1
+    records_in: int = 0
+    records_out: int = 0
+    dead_letters: int = 0
+    changelog_records: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    offsets_ms: float = 0.0  # stable read of the committed offsets
+    read_ms: float = 0.0
+    process_ms: float = 0.0
+    produce_ms: float = 0.0  # begin, produce, send offsets
+    commit_ms: float = 0.0
+    restore_ms: float = 0.0
+    restored_records: int = 0
+    total_ms: float = 0.0
+    committed_at: float = 0.0  # wall clock (time.time()) when the transaction committed
+    #: Input offsets this task committed, per input partition.
+    committed_offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    executor: str | None = None
+    location: str | None = None  # Spark preferred-location string of the executor it ran on
+    pid: int = 0
+    host: str = ""
+    #: Changelog offset each store of the task reflects after this batch (its copy on this executor).
+    store_offsets: dict[str, int] = field(default_factory=dict)
+    failure: TaskFailure | None = None
+
+
+class StandbyStatus(enum.StrEnum):
+    REFRESHED = "refreshed"
+    BUSY = "busy"  # another process holds the copy right now
+    ELSEWHERE = "elsewhere"  # Spark ran the refresh on another executor than planned
+
+
+@dataclass(frozen=True)
+class StandbyPlan:
+    """Refresh the copy of a task's stores on one executor (a standby or a warm-up copy)."""
+
+    task: TaskId
+    batch: int
+    preferred_location: str | None
+    lag: int  # records the copy was behind when planned
+    budget: float  # seconds of replay at most (EosConfig.standby_refresh_budget, shorter without active work)
+
+
+@dataclass
+class StandbyResult:
+    task: TaskId
+    batch: int
+    status: StandbyStatus
+    executor: str | None = None
+    location: str | None = None
+    replayed: int = 0
+    ms: float = 0.0
+    store_offsets: dict[str, int] = field(default_factory=dict)
+

@@ -1,0 +1,85 @@
+"""The Kafka clients the framework builds, all in one place (no other layer constructs a client).
+
+* `input_consumer`: a task's read_committed consumer of its application's group (assigned, never
+  subscribed: tasks are placed by the planner, not by a group rebalance);
+* `scan_consumer`: a throwaway reader with its own random group, for audits and tools;
+* `plain_producer` / `produce_pairs`: an idempotent, non-transactional producer for loading input
+  (demos, load generators, command-line tools).
+
+`Message` is the type of a record read from a topic (what `read_ranges` yields); `TopicPartition` is
+re-exported for the layers above.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, Protocol
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from transactions.settings import consumer_settings
+
+__all__ = ["input_consumer", "scan_consumer", "plain_producer", "produce_pairs", "Message", "TopicPartition",
+           "Consumer", "Isolation"]
+
+Isolation = Literal["read_committed", "read_uncommitted"]
+
+
+class Message(Protocol):
+    """A record read from a partition (no error): confluent-kafka's `Message` as the framework reads it.
+    The client's own type allows None for topic, partition and offset, which a consumed record always has."""
+
+    def topic(self) -> str: ...
+    def partition(self) -> int: ...
+    def offset(self) -> int: ...
+    def key(self) -> bytes | None: ...
+    def value(self) -> bytes | None: ...
+    def headers(self) -> list[tuple[str, bytes]] | None: ...
+    def timestamp(self) -> tuple[int, int]: ...
+
+
+def input_consumer(bootstrap_servers: str, group_id: str, overrides: Mapping[str, Any] | None = None) -> Consumer:
+    """A read_committed consumer of `group_id` with the framework's settings (see `consumer_settings`)."""
+    return Consumer(consumer_settings(bootstrap_servers, group_id, overrides))
+
+
+def scan_consumer(bootstrap_servers: str, isolation: Isolation = "read_committed") -> Consumer:
+    """A consumer with a fresh random group that never commits: reads what is in a topic right now."""
+    return Consumer({"bootstrap.servers": bootstrap_servers, "group.id": f"eos-scan-{uuid.uuid4().hex}",
+                     "isolation.level": isolation, "enable.auto.commit": False, "enable.partition.eof": True,
+                     "auto.offset.reset": "earliest", "fetch.wait.max.ms": 50, "queued.min.messages": 200_000})
+
+
+def plain_producer(bootstrap_servers: str, **overrides: Any) -> Producer:
+    """An idempotent producer without transactions (acks=all), for loading input."""
+    return Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True, "acks": "all",
+                     "linger.ms": 20, **overrides})
+
+
+def produce_pairs(bootstrap_servers: str, topic: str, records: Iterable[tuple[bytes | None, bytes | None]], *,
+                  timeout: float = 120.0) -> int:
+    """Produce (key, value) pairs to `topic` and wait until every one is acknowledged; returns the count.
+    Raises RuntimeError if any record was not delivered."""
+    producer = plain_producer(bootstrap_servers)
+    failed: list[Any] = []
+
+    def delivered(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failed.append(err)
+
+    n = 0
+    for key, value in records:
+        while True:
+            try:
+                producer.produce(topic, value=value, key=key, on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        n += 1
+        if n % 10_000 == 0:
+            producer.poll(0)
+    if producer.flush(timeout) or failed:
+        raise RuntimeError(f"{len(failed)} of {n} records to {topic} failed delivery"
+                           f"{f' ({failed[0]})' if failed else ' (flush timed out)'}")
+    return n
