@@ -1,6 +1,6 @@
 # The two commands of the README:
 #   make demo   set everything up and run the demo EOS job on a local Kafka cluster
-#   make test   set everything up and run the default test suite
+#   make test   set everything up, check lint/types/layers, and run the default test suite
 # Set-up is idempotent: a virtualenv in .venv (re-installed when pyproject.toml changes) and the
 # Apache Kafka jars resolved by Maven into ~/.cache/eos/kafka (nothing is downloaded twice).
 
@@ -10,12 +10,13 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test chaos-full bench clean help
+.PHONY: setup demo test check chaos-full bench clean help
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make demo   - set up and run the demo exactly-once job on a local Kafka cluster"
 	@echo "make test   - set up and run the default test suite (unit, integration, chaos smoke)"
+	@echo "make check  - lint (ruff), types (mypy) and the layering contract (import-linter)"
 	@echo "make setup  - only the set-up (virtualenv, Python packages, Kafka jars)"
 
 $(STAMP): pyproject.toml
@@ -31,7 +32,12 @@ setup: $(STAMP)
 demo: setup
 	$(BIN)/eos demo
 
-test: setup
+check: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+test: setup check
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 chaos-full: setup
