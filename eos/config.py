@@ -6,13 +6,16 @@ Spark (topics, partition counts, speculation, broker limits) are checked at star
 
 from __future__ import annotations
 
+import difflib
 import re
+import types
+import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
 from eos.errors import ConfigError
-from transactions import UnsafeClientSetting, consumer_settings, producer_settings
+from transactions import UnsafeClientSetting, check_client_properties, consumer_settings, producer_settings
 
 __all__ = ["EosConfig", "BadRecordPolicy", "ProcessingGuarantee"]
 
@@ -65,14 +68,31 @@ class EosConfig:
     #: librdkafka passthrough (cannot weaken exactly-once: see transactions.settings.PROTECTED).
     producer_config: Mapping[str, Any] = field(default_factory=dict)
     consumer_config: Mapping[str, Any] = field(default_factory=dict)
+    #: A batch that sends more than this share of a task's input records to the dead-letter topic is
+    #: logged as a warning (the run summary counts such batches; `eos run --fail-on-dead-letters` fails).
+    dead_letter_warn_ratio: float = 0.5
+    #: Refuse to start while another driver of the same application runs (a lease through a consumer
+    #: group); a new driver waits up to `driver_lease_timeout` seconds for a dead one's lease to expire.
+    driver_lease: bool = True
+    driver_lease_timeout: float = 15.0
     #: Logging: "auto" (console on a TTY, JSON otherwise), "json" or "console"; and the level.
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: str = "INFO"
 
     def __post_init__(self) -> None:
+        for f in fields(self):
+            object.__setattr__(self, f.name, _coerce(f.name, getattr(self, f.name), _HINTS[f.name]))
         self._validate()
 
+    @classmethod
+    def create(cls, **settings: Any) -> EosConfig:
+        """Build from keyword settings; an unknown name is refused with the closest valid names."""
+        check_setting_names(settings)
+        return cls(**settings)
+
     def with_overrides(self, **changes: Any) -> EosConfig:
+        """A copy with `changes` applied (None values are ignored), validated like the original."""
+        check_setting_names(changes)
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     @property
@@ -107,25 +127,92 @@ class EosConfig:
                 f"{self.batch_timeout}s: the broker would abort transactions that are still committing. "
                 f"Raise transaction_timeout_ms to at least {int(self.batch_timeout * 1000)} (2x is a good margin), "
                 "or lower batch_timeout and max_records_per_batch.")
-        if self.processing_guarantee not in ("exactly_once", "at_least_once"):
-            raise ConfigError(f"processing_guarantee must be 'exactly_once' or 'at_least_once', "
-                              f"got {self.processing_guarantee!r}")
-        if self.on_bad_record not in ("dead_letter", "fail"):
-            raise ConfigError(f"on_bad_record must be 'dead_letter' or 'fail', got {self.on_bad_record!r}")
-        if self.auto_offset_reset not in ("earliest", "latest"):
-            raise ConfigError(f"auto_offset_reset must be 'earliest' or 'latest', got {self.auto_offset_reset!r}")
         if self.num_standby_replicas < 0:
             raise ConfigError(f"num_standby_replicas must be >= 0, got {self.num_standby_replicas}")
         if self.dead_letter_topic is not None and not _NAME.match(self.dead_letter_topic):
             raise ConfigError(f"dead_letter_topic {self.dead_letter_topic!r} is not a valid topic name")
+        _positive("driver_lease_timeout", self.driver_lease_timeout)
+        if not 0 < self.dead_letter_warn_ratio <= 1:
+            raise ConfigError(f"dead_letter_warn_ratio must be in (0, 1], got {self.dead_letter_warn_ratio}")
         try:
             producer_settings(self.bootstrap_servers or "unset", "check", self.transaction_timeout_ms,
                               self.producer_config)
             consumer_settings(self.bootstrap_servers or "unset", "check", self.consumer_config)
-        except UnsafeClientSetting as exc:
+            check_client_properties(producer_settings("", "check", self.transaction_timeout_ms, self.producer_config),
+                                    consumer_settings("", "check", self.consumer_config))
+        except (UnsafeClientSetting, ValueError) as exc:
             raise ConfigError(str(exc)) from None
 
 
 def _positive(name: str, value: float) -> None:
     if not value > 0:
         raise ConfigError(f"{name} must be > 0, got {value}")
+
+
+_HINTS = typing.get_type_hints(EosConfig)
+SETTINGS = tuple(f.name for f in fields(EosConfig))
+
+
+def check_setting_names(settings: Mapping[str, Any]) -> None:
+    """Refuse names that are not settings, with the closest valid names and the list of all of them."""
+    for name in settings:
+        if name not in _HINTS:
+            close = difflib.get_close_matches(name, SETTINGS, n=3, cutoff=0.6)
+            hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            raise ConfigError(f"unknown setting {name!r}.{hint} Valid settings: {', '.join(SETTINGS)}. "
+                              "(librdkafka properties go in producer_config / consumer_config.)")
+
+
+_TRUE, _FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}
+
+
+def _coerce(name: str, value: Any, hint: Any) -> Any:
+    """The value as the setting's type: numbers and booleans given as strings (environment, command line)
+    are converted; anything else of the wrong type is refused, naming the setting."""
+    origin = typing.get_origin(hint)
+    if origin in (types.UnionType, typing.Union):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        hint = next(o for o in options if o is not type(None))
+        origin = typing.get_origin(hint)
+    if origin is Literal:
+        allowed = typing.get_args(hint)
+        if value not in allowed:
+            raise ConfigError(f"{name} must be one of {', '.join(repr(a) for a in allowed)}, got {value!r}")
+        return value
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+            return value.strip().lower() in _TRUE
+        raise ConfigError(f"{name} must be true or false, got {value!r}")
+    if hint in (int, float):
+        if isinstance(value, bool):
+            raise ConfigError(f"{name} must be a number, got {value!r}")
+        if isinstance(value, (int, float)) or isinstance(value, str):
+            try:
+                number = float(value) if hint is float else _as_int(value)
+            except ValueError:
+                raise ConfigError(f"{name} must be {'a number' if hint is float else 'an integer'}, "
+                                  f"got {value!r}") from None
+            return number
+        raise ConfigError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{name} must be a string, got {type(value).__name__} {value!r}")
+        return value
+    if (origin is not None and issubclass(origin, Mapping)) or hint is Mapping:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{name} must be a mapping of librdkafka properties, got {type(value).__name__}")
+        return dict(value)
+    return value
+
+
+def _as_int(value: int | float | str) -> int:
+    if isinstance(value, int):
+        return value
+    number = float(value)
+    if not number.is_integer():
+        raise ValueError(value)
+    return int(number)

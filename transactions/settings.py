@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["producer_settings", "consumer_settings", "UnsafeClientSetting", "PROTECTED"]
+from confluent_kafka import Consumer, KafkaException, Producer
+
+__all__ = ["producer_settings", "consumer_settings", "check_client_properties", "UnsafeClientSetting",
+           "ClientPropertyError", "PROTECTED"]
 
 
 class UnsafeClientSetting(ValueError):
     """A passthrough setting would break exactly-once; the message names the setting and why."""
+
+
+class ClientPropertyError(ValueError):
+    """librdkafka refused a property (unknown name or invalid value); the message says which."""
 
 
 # Settings users may not override, with the reason shown when they try.
@@ -21,6 +29,8 @@ PROTECTED: dict[str, tuple[object, str]] = {
     "enable.auto.offset.store": (False, "offsets are committed inside the batch's transaction only"),
     "transactional.id": (None, "the framework derives one stable id per task"),
     "group.id": (None, "the consumer group is the application id"),
+    "auto.offset.reset": (None, "the framework decides where a partition starts: set the application's "
+                                "auto_offset_reset instead"),
 }
 
 _PRODUCER_DEFAULTS: dict[str, Any] = {
@@ -53,11 +63,16 @@ _CONSUMER_DEFAULTS: dict[str, Any] = {
 }
 
 
+# Values librdkafka treats as the protected one: acks=-1 means all.
+_SAME = {("acks", "-1"): "all", ("acks", "all"): "all"}
+
+
 def _check_passthrough(overrides: Mapping[str, Any]) -> None:
     for key, value in overrides.items():
         if key in PROTECTED:
             safe, why = PROTECTED[key]
-            if safe is None or str(value).lower() != str(safe).lower():
+            given = _SAME.get((key, str(value).lower()), str(value).lower())
+            if safe is None or given != str(safe).lower():
                 raise UnsafeClientSetting(
                     f"client setting {key}={value!r} is not allowed: {why}. Remove it from the passthrough "
                     f"config{'' if safe is None else f' (the framework uses {key}={safe})'}.")
@@ -67,6 +82,12 @@ def producer_settings(bootstrap_servers: str, transactional_id: str, transaction
                       overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
     overrides = dict(overrides or {})
     _check_passthrough(overrides)
+    if "transaction.timeout.ms" in overrides and int(overrides["transaction.timeout.ms"]) != transaction_timeout_ms:
+        raise UnsafeClientSetting(
+            f"producer_config sets transaction.timeout.ms={overrides['transaction.timeout.ms']} but "
+            f"transaction_timeout_ms={transaction_timeout_ms}: the framework checks the batch timeout against "
+            "transaction_timeout_ms. Remove transaction.timeout.ms from producer_config and set "
+            "transaction_timeout_ms instead.")
     settings = {**_PRODUCER_DEFAULTS, **overrides}
     settings.update({
         "bootstrap.servers": bootstrap_servers,
@@ -84,3 +105,50 @@ def consumer_settings(bootstrap_servers: str, group_id: str,
     overrides = dict(overrides or {})
     _check_passthrough(overrides)
     return {**_CONSUMER_DEFAULTS, **overrides, "bootstrap.servers": bootstrap_servers, "group.id": group_id}
+
+
+# Names offered as "did you mean" (librdkafka's properties and their common aliases).
+_KNOWN_PROPERTIES = (
+    "acks allow.auto.create.topics api.version.request auto.commit.interval.ms auto.offset.reset batch.num.messages "
+    "batch.size bootstrap.servers broker.address.family check.crcs client.dns.lookup client.id client.rack "
+    "compression.codec compression.level compression.type connections.max.idle.ms debug delivery.report.only.error "
+    "enable.auto.commit enable.auto.offset.store enable.idempotence enable.partition.eof "
+    "enable.ssl.certificate.verification fetch.error.backoff.ms fetch.max.bytes fetch.message.max.bytes "
+    "fetch.min.bytes fetch.queue.backoff.ms fetch.wait.max.ms group.id group.instance.id heartbeat.interval.ms "
+    "isolation.level linger.ms log.connection.close log_level max.in.flight.requests.per.connection "
+    "max.partition.fetch.bytes max.poll.interval.ms message.max.bytes message.send.max.retries "
+    "message.timeout.ms metadata.max.age.ms partition.assignment.strategy partitioner queue.buffering.max.kbytes "
+    "queue.buffering.max.messages queue.buffering.max.ms queued.max.messages.kbytes queued.min.messages "
+    "receive.message.max.bytes reconnect.backoff.max.ms reconnect.backoff.ms request.required.acks "
+    "request.timeout.ms retries retry.backoff.max.ms retry.backoff.ms sasl.mechanism sasl.mechanisms "
+    "sasl.password sasl.username security.protocol session.timeout.ms socket.keepalive.enable "
+    "socket.nagle.disable socket.receive.buffer.bytes socket.send.buffer.bytes socket.timeout.ms "
+    "ssl.ca.location ssl.certificate.location ssl.endpoint.identification.algorithm ssl.key.location "
+    "ssl.key.password statistics.interval.ms sticky.partitioning.linger.ms topic.metadata.refresh.interval.ms "
+    "transaction.timeout.ms transactional.id"
+).split()
+
+
+def check_client_properties(producer: Mapping[str, Any], consumer: Mapping[str, Any]) -> None:
+    """Let librdkafka validate the producer and consumer properties (names and values) by building the
+    clients without connecting anywhere, so a misspelt property fails on the driver, not in every Spark
+    task. Raises `ClientPropertyError` naming the property, with the closest known names."""
+    for kind, settings, make in (("producer_config", producer, Producer), ("consumer_config", consumer, Consumer)):
+        conf = {k: v for k, v in settings.items() if k != "bootstrap.servers"}
+        conf.update({"log_level": 0})  # no "no bootstrap.servers" warning on stderr
+        try:
+            client = make(conf)
+        except KafkaException as exc:
+            raise ClientPropertyError(f"{kind}: {_explain(exc, settings)}") from None
+        del client
+
+
+def _explain(exc: KafkaException, settings: Mapping[str, Any]) -> str:
+    err = exc.args[0] if exc.args else exc
+    text = err.str() if hasattr(err, "str") else str(err)
+    unknown = [k for k in settings if k not in _KNOWN_PROPERTIES and k in text]
+    for key in unknown:
+        close = difflib.get_close_matches(key, _KNOWN_PROPERTIES, n=3, cutoff=0.6)
+        if close:
+            return f"{text}. Did you mean {' or '.join(repr(c) for c in close)}?"
+    return text
