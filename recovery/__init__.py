@@ -4,7 +4,7 @@ directories. Imports only from `transactions`."""
 from recovery.backends import Backend, MemoryBackend, RocksDBBackend, StoreError
 from recovery.changelog import ChangelogConfigError, changelog_record, ensure_changelogs
 from recovery.restore import RestoreResult, restore_store
-from recovery.state_dir import TaskDirectory
+from recovery.state_dir import StateDirectoryError, TaskDirectory
 from recovery.store import KeyValueStore, StoreSpec
 from recovery.write_buffer import WriteBuffer
 
@@ -16,6 +16,7 @@ __all__ = [
     "RestoreResult",
     "RocksDBBackend",
     "StoreError",
+    "StateDirectoryError",
     "StoreSpec",
     "TaskDirectory",
     "WriteBuffer",

@@ -15,7 +15,11 @@ from pathlib import Path
 
 from recovery.backends import StoreError
 
-__all__ = ["TaskDirectory"]
+__all__ = ["TaskDirectory", "StateDirectoryError"]
+
+
+class StateDirectoryError(StoreError):
+    """The state directory cannot be created or written (a configuration problem, not a transient one)."""
 
 
 class TaskDirectory:
@@ -30,8 +34,11 @@ class TaskDirectory:
         """Take the task's lock, waiting up to `timeout` for another process (e.g. a zombie attempt) to let go."""
         if self._fd is not None:
             return
-        self.path.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StateDirectoryError(f"cannot use the state directory {self.path}: {exc.strerror or exc}") from exc
         deadline = time.monotonic() + timeout
         while True:
             try:

@@ -5,7 +5,13 @@ and every Kafka client the framework builds.
 The lowest layer: imports nothing from `recovery` or `eos`.
 """
 
-from transactions.admin import KafkaAdmin, PartitionOffsets, TopicSpec
+from transactions.admin import (
+    BrokerUnreachableError,
+    KafkaAdmin,
+    PartitionOffsets,
+    TopicSpec,
+    check_reachable,
+)
 from transactions.at_least_once import AtLeastOnceProducer
 from transactions.clients import (
     Consumer,
@@ -22,36 +28,50 @@ from transactions.errors import (
     DeliveryFailedError,
     FatalKafkaError,
     KafkaEosError,
+    OffsetOutOfRangeError,
     ProducerFencedError,
+    RecordTooLargeError,
     RetriableKafkaError,
     TransactionAbortableError,
     classify,
 )
+from transactions.lease import GroupLease, LeaseState
 from transactions.offsets import Committed, stable_committed
 from transactions.producer import IllegalStateError, TransactionalProducer, TxnState
 from transactions.reader import OffsetRange, read_ranges
 from transactions.records import Headers, OutputProducer, ProducerRecord, produce_all
 from transactions.retry import DEFAULT_POLICY, RetryPolicy, call
-from transactions.settings import UnsafeClientSetting, consumer_settings, producer_settings
+from transactions.settings import (
+    ClientPropertyError,
+    UnsafeClientSetting,
+    check_client_properties,
+    consumer_settings,
+    producer_settings,
+)
 
 __all__ = [
     "AtLeastOnceProducer",
+    "BrokerUnreachableError",
     "Committed",
     "Consumer",
     "DEFAULT_POLICY",
     "DeliveryFailedError",
     "FatalKafkaError",
+    "GroupLease",
     "Headers",
     "IllegalStateError",
     "Isolation",
     "KafkaAdmin",
     "KafkaEosError",
+    "LeaseState",
     "Message",
+    "OffsetOutOfRangeError",
     "OffsetRange",
     "OutputProducer",
     "PartitionOffsets",
     "ProducerFencedError",
     "ProducerRecord",
+    "RecordTooLargeError",
     "RetriableKafkaError",
     "RetryPolicy",
     "StuckClientError",
@@ -61,7 +81,10 @@ __all__ = [
     "TransactionalProducer",
     "TxnState",
     "UnsafeClientSetting",
+    "ClientPropertyError",
+    "check_client_properties",
     "call",
+    "check_reachable",
     "classify",
     "close_or_park",
     "consumer_settings",

@@ -17,15 +17,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
 
 from transactions.deadline import StuckClientError, call_with_deadline, close_or_park, park
 from transactions.errors import STALE_METADATA_CODES, RetriableKafkaError, classify
-from transactions.offsets import stable_committed
+from transactions.offsets import Committed, stable_committed
 from transactions.retry import DEFAULT_POLICY, call
 
-__all__ = ["KafkaAdmin", "TopicSpec", "PartitionOffsets"]
+__all__ = ["KafkaAdmin", "TopicSpec", "PartitionOffsets", "BrokerUnreachableError", "check_reachable"]
 
 TP = tuple[str, int]
 K = TypeVar("K")
@@ -90,16 +90,26 @@ class KafkaAdmin:
         return self._admin
 
     def _request(self, operation: str, send: Callable[[], Mapping[K, concurrent.futures.Future]],
-                 timeout: float, check: Callable[[dict[K, Any]], None] | None = None) -> dict[K, Any]:
+                 timeout: float, check: Callable[[dict[K, Any]], None] | None = None,
+                 missing_ok: bool = False) -> dict[K, Any]:
         """Send an admin request and wait for all its results; on a retriable failure the request is sent
         again (a future completes once, so waiting on it again would not retry anything). `check` may
-        refuse an answer (RetriableKafkaError): the request is then sent again through a new client."""
+        refuse an answer (RetriableKafkaError): the request is then sent again through a new client.
+        `missing_ok`: a result for a topic that does not exist is None instead of an error."""
+
+        def result(fut: concurrent.futures.Future) -> Any:
+            try:
+                return fut.result(timeout)
+            except KafkaException as exc:
+                if missing_ok and exc.args and exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    return None
+                raise
 
         def attempt() -> dict[K, Any]:
             self._fresh()
             futures = send()
             try:
-                results = {key: fut.result(timeout) for key, fut in futures.items()}
+                results = {key: result(fut) for key, fut in futures.items()}
                 if check is not None:
                     try:
                         check(results)
@@ -145,6 +155,58 @@ class KafkaAdmin:
                 if exc.args[0].code() != exc.args[0].TOPIC_ALREADY_EXISTS:
                     raise classify(exc, f"create topic {name}") from exc
         return created
+
+    def delete_topics(self, names: Iterable[str], timeout: float = 60.0) -> list[str]:
+        """Delete the topics that exist; returns the names deleted (deletion completes asynchronously on
+        the brokers: a topic may be listed for a moment after this returns)."""
+        names = list(names)
+        existing = [n for n, count in self.partition_counts(names).items() if count is not None]
+        if not existing:
+            return []
+        for name, fut in self._admin.delete_topics(existing, request_timeout=timeout).items():
+            try:
+                fut.result(timeout)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise classify(exc, f"delete topic {name}") from exc
+        return existing
+
+    def topic_ids(self, topics: Iterable[str], timeout: float = 30.0) -> dict[str, str | None]:
+        """Each topic's id (a topic deleted and created again under the same name gets a new one); None for a
+        topic that does not exist."""
+        topics = list(topics)
+        if not topics:
+            return {}
+        result = self._request("describe topics", lambda: self._admin.describe_topics(
+            TopicCollection(topics), request_timeout=timeout), timeout, missing_ok=True)
+        return {t: (str(d.topic_id) if d is not None else None) for t, d in result.items()}
+
+    def delete_records(self, before: Mapping[TP, int], timeout: float = 30.0) -> dict[TP, int]:
+        """Delete every record below the given offset of each partition (the log start offset moves there,
+        as retention would move it). Returns each partition's new log start offset."""
+        request = [TopicPartition(t, p, o) for (t, p), o in before.items()]
+        if not request:
+            return {}
+        result = self._request("delete records", lambda: self._admin.delete_records(
+            request, request_timeout=timeout, operation_timeout=timeout), timeout)
+        return {(tp.topic, tp.partition): info.low_watermark for tp, info in result.items()}
+
+    def topic_names(self, timeout: float = 30.0) -> list[str]:
+        """Every topic except Kafka's internal ones (`__consumer_offsets`, `__transaction_state`)."""
+        md = call("list_topics", self._admin.list_topics, timeout=timeout)
+        return sorted(t for t in md.topics if not t.startswith("__"))
+
+    def delete_groups(self, groups: Iterable[str], timeout: float = 30.0) -> None:
+        """Delete consumer groups (with their committed offsets); groups that do not exist are skipped."""
+        groups = list(groups)
+        if not groups:
+            return
+        for group, fut in self._admin.delete_consumer_groups(groups, request_timeout=timeout).items():
+            try:
+                fut.result(timeout)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.GROUP_ID_NOT_FOUND:
+                    raise classify(exc, f"delete group {group}") from exc
 
     def topic_config(self, topic: str, timeout: float = 30.0) -> dict[str, str]:
         resource = ConfigResource(ResourceType.TOPIC, topic)
@@ -212,11 +274,16 @@ class KafkaAdmin:
                       timeout: float = 30.0) -> dict[TP, int | None]:
         """Committed offsets of `group` (None where nothing is committed). `stable` waits out pending
         transactional offsets (RequireStable). Partitions are always listed explicitly."""
+        return {tp: c.offset for tp, c in self.group_commits(group, partitions, stable=stable, timeout=timeout).items()}
+
+    def group_commits(self, group: str, partitions: Iterable[TP], *, stable: bool = True,
+                      timeout: float = 30.0) -> dict[TP, Committed]:
+        """Committed offsets of `group` with their commit metadata (see `group_offsets`)."""
         partitions = list(partitions)
         if not partitions:
             return {}
 
-        def read() -> dict[TP, int | None]:
+        def read() -> dict[TP, Committed]:
             try:
                 committed = stable_committed(self._group_reader(group, stable), partitions, timeout=timeout)
             except StuckClientError:
@@ -230,7 +297,7 @@ class KafkaAdmin:
             if vanished:
                 raise RetriableKafkaError(f"offsets of group {group}: {vanished} answered as never committed")
             self._seen.update({(group, tp) for tp, o in offsets.items() if o is not None})
-            return offsets
+            return committed
 
         return DEFAULT_POLICY.retrying()(read)
 
@@ -261,6 +328,25 @@ class KafkaAdmin:
         for tp in result or []:
             if tp.error is not None:
                 raise classify(tp.error, f"set offset of group {group} for {tp.topic}[{tp.partition}]")
+
+
+class BrokerUnreachableError(ConnectionError):
+    """No broker answered at the bootstrap servers."""
+
+
+def check_reachable(bootstrap_servers: str, timeout: float = 10.0) -> int:
+    """Ask the bootstrap servers for cluster metadata once, quietly (no librdkafka log lines); returns the
+    number of brokers. Raises `BrokerUnreachableError` naming the address when none answers in `timeout`."""
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 0,
+                         "socket.connection.setup.timeout.ms": int(timeout * 1000)})
+    try:
+        metadata = admin.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else exc
+        detail = err.str() if isinstance(err, KafkaError) else str(err)
+        raise BrokerUnreachableError(f"no Kafka broker answers at {bootstrap_servers} within {timeout:.0f}s "
+                                     f"({detail})") from None
+    return len(metadata.brokers)
 
 
 def _real_offsets(result: Mapping[TopicPartition, Any]) -> None:

@@ -39,9 +39,13 @@ class Message(Protocol):
     def timestamp(self) -> tuple[int, int]: ...
 
 
-def input_consumer(bootstrap_servers: str, group_id: str, overrides: Mapping[str, Any] | None = None) -> Consumer:
-    """A read_committed consumer of `group_id` with the framework's settings (see `consumer_settings`)."""
-    return Consumer(consumer_settings(bootstrap_servers, group_id, overrides))
+def input_consumer(bootstrap_servers: str, group_id: str, overrides: Mapping[str, Any] | None = None, *,
+                   out_of_range: Literal["error", "earliest"] = "error") -> Consumer:
+    """A read_committed consumer of `group_id` with the framework's settings (see `consumer_settings`).
+    `out_of_range="error"`: reading at an offset the partition no longer has raises
+    `OffsetOutOfRangeError` instead of silently jumping (input ranges are planned); "earliest" suits
+    changelog replays, which check their range themselves."""
+    return Consumer({**consumer_settings(bootstrap_servers, group_id, overrides), "auto.offset.reset": out_of_range})
 
 
 def scan_consumer(bootstrap_servers: str, isolation: Isolation = "read_committed") -> Consumer:

@@ -20,6 +20,9 @@ __all__ = [
     "ProducerFencedError",
     "TransactionAbortableError",
     "DeliveryFailedError",
+    "RecordTooLargeError",
+    "OffsetOutOfRangeError",
+    "TOO_LARGE_CODES",
     "RetriableKafkaError",
     "FatalKafkaError",
     "classify",
@@ -78,6 +81,22 @@ class DeliveryFailedError(TransactionAbortableError):
     """At least one record of the transaction was not delivered: it must not commit."""
 
 
+class RecordTooLargeError(DeliveryFailedError):
+    """A record is larger than the producer or the topic accepts. The transaction must not commit; the caller
+    reads the size limits again and routes the record elsewhere (the dead-letter topic)."""
+
+
+TOO_LARGE_CODES = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
+
+
+class OffsetOutOfRangeError(KafkaEosError):
+    """A read started at an offset the partition no longer has (deleted by retention, or the topic was
+    created again): where to start instead is a planning decision, not a retry."""
+
+
+OUT_OF_RANGE_CODES = frozenset({KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE})
+
+
 class RetriableKafkaError(KafkaEosError):
     """Transient: the same call with the same arguments may succeed."""
 
@@ -94,6 +113,10 @@ def classify(exc: KafkaException | KafkaError, operation: str) -> KafkaEosError:
     message = f"{operation}: {err.str()} ({err.name()})"
     if err.code() in FENCING_CODES:
         return ProducerFencedError(message, err)
+    if err.code() in TOO_LARGE_CODES:
+        return RecordTooLargeError(message, err)
+    if err.code() in OUT_OF_RANGE_CODES:
+        return OffsetOutOfRangeError(message, err)
     if err.txn_requires_abort():
         return TransactionAbortableError(message, err)
     if err.retriable():

@@ -22,10 +22,12 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from transactions.deadline import StuckClientError, call_with_deadline, park
 from transactions.errors import (
+    TOO_LARGE_CODES,
     DeliveryFailedError,
     FatalKafkaError,
     KafkaEosError,
     ProducerFencedError,
+    RecordTooLargeError,
     classify,
 )
 from transactions.retry import DEFAULT_POLICY, RetryPolicy, call
@@ -197,6 +199,10 @@ class TransactionalProducer:
         self._check_fatal("commit_transaction")
         if remaining or self._delivery_errors:
             first = self._delivery_errors[0] if self._delivery_errors else None
+            too_large = next((e for e in self._delivery_errors if e.code() in TOO_LARGE_CODES), None)
+            if too_large is not None:
+                raise RecordTooLargeError(f"{self.transactional_id}: the broker refused a record as too large "
+                                          f"({too_large.str()}); the transaction must not commit", too_large)
             raise DeliveryFailedError(
                 f"{self.transactional_id}: {len(self._delivery_errors)} record(s) failed delivery and "
                 f"{remaining} still queued; the transaction must not commit ({first.str() if first else 'timeout'})",
