@@ -1,9 +1,11 @@
 """Keyed aggregations on state stores: count, sum, reduce and aggregate with an initializer.
 
 Records are grouped by their key as it is on the input topic: a task holds the aggregates of the keys of
-its partition. To aggregate by another key, first write the records re-keyed to a topic (a stateless
-sub-topology) and aggregate that topic. Every update is emitted (the output is the aggregate's changelog
-stream, like a KTable's), so the committed output holds each key's running value in order.
+its partition. Tombstones (null values) are ignored, as Kafka Streams' aggregations ignore them; records
+without a key are bad records (dead-letter topic). To aggregate by another key, first write the records
+re-keyed to a topic (a stateless sub-topology) and aggregate that topic. Every update is emitted (the
+output is the aggregate's changelog stream, like a KTable's), so the committed output holds each key's
+running value in order.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ class AggregateProcessor(Processor):
         self.store = context.store(self.store_name)
 
     def process(self, record: Record) -> None:
+        if record.value is None:
+            return  # a tombstone: ignored by aggregations, as in Kafka Streams
         if record.key is None:
             raise ValueError("records without a key cannot be aggregated by key")
         current = self.store.get(record.key)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from eos.config import EosConfig
+from eos.worker.limits import RecordLimits
 from transactions import (
     AtLeastOnceProducer,
     Consumer,
@@ -34,12 +35,22 @@ class WorkerClients:
         self._consumers: dict[tuple[str, str, str], Consumer] = {}
         self._runtimes: dict[str, tuple[str, TaskRuntime]] = {}
         self._admins: dict[str, KafkaAdmin] = {}
+        self._limits: dict[tuple[str, int | None], RecordLimits] = {}
 
     def admin(self, config: EosConfig) -> KafkaAdmin:
         admin = self._admins.get(config.bootstrap_servers)
         if admin is None:
             admin = self._admins[config.bootstrap_servers] = KafkaAdmin(config.bootstrap_servers)
         return admin
+
+    def limits(self, config: EosConfig) -> RecordLimits:
+        """Record size limits per topic for this application's cluster and producer settings."""
+        producer_max = config.producer_config.get("message.max.bytes")
+        key = (config.bootstrap_servers, None if producer_max is None else int(producer_max))
+        limits = self._limits.get(key)
+        if limits is None:
+            limits = self._limits[key] = RecordLimits(lambda: self.admin(config), key[1])
+        return limits
 
     def producer(self, transactional_id: str, config: EosConfig) -> tuple[OutputProducer, bool]:
         """The cached producer, or a new one after `init_transactions()`. Returns (producer, fresh).
@@ -70,8 +81,9 @@ class WorkerClients:
         key = (config.bootstrap_servers, config.group_id, purpose)
         consumer = self._consumers.get(key)
         if consumer is None:
-            consumer = self._consumers[key] = input_consumer(config.bootstrap_servers, config.group_id,
-                                                              config.consumer_config)
+            consumer = self._consumers[key] = input_consumer(
+                config.bootstrap_servers, config.group_id, config.consumer_config,
+                out_of_range="error" if purpose == "input" else "earliest")
         return consumer
 
     def drop_consumers(self, config: EosConfig) -> None:

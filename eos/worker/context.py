@@ -7,6 +7,7 @@ record failed and goes to the dead-letter topic).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from eos.errors import OutputSerializationError, SerdeError
@@ -14,6 +15,7 @@ from eos.origin import ORIGIN_HEADER
 from eos.processor import ProcessorContext
 from eos.records import Output
 from eos.serde import Serde
+from eos.worker.limits import RECORD_OVERHEAD, OutputTooLargeError, record_size
 from transactions import Message, ProducerRecord
 
 __all__ = ["TaskContext"]
@@ -22,7 +24,7 @@ __all__ = ["TaskContext"]
 class TaskContext(ProcessorContext):
     def __init__(self, *, application_id: str, subtopology: str, partition: int, output_topic: str | None,
                  key_serde: Serde, value_serde: Serde, lineage: bool, stores: dict[str, Any] | None = None,
-                 stream_time: int = -1) -> None:
+                 stream_time: int = -1, record_limit: Callable[[str], int] | None = None) -> None:
         self.application_id = application_id
         self.subtopology = subtopology
         self.partition = partition
@@ -37,6 +39,7 @@ class TaskContext(ProcessorContext):
         self._current_ts: int | None = None
         self._index = 0
         self._scope: list[ProducerRecord] = []
+        self._record_limit = record_limit
         self.commit_requested = False
 
     # ------------------------------------------------------------------ the processor's side
@@ -64,6 +67,13 @@ class TaskContext(ProcessorContext):
             if self._index == 0:
                 self._origin_prefix = f"{msg.topic()}:{msg.partition()}:{msg.offset()}:"
             headers.append((ORIGIN_HEADER, (self._origin_prefix + str(self._index)).encode()))
+        if self._record_limit is not None:
+            limit = self._record_limit(target)
+            if (len(v) if v else 0) + (len(k) if k else 0) + RECORD_OVERHEAD > limit and (
+                    (size := record_size(k, v, headers)) > limit):
+                raise OutputTooLargeError(
+                    f"the output of {_where(msg)} to topic {target} is {size:,} bytes, above the topic's limit of "
+                    f"{limit:,} bytes (its max.message.bytes, or the producer's message.max.bytes if smaller)")
         self._index += 1
         self._scope.append(ProducerRecord(target, partition, k, v, headers,
                                           self._current_ts if timestamp is None else timestamp))
@@ -94,3 +104,7 @@ class TaskContext(ProcessorContext):
         """End the current scope, dropping what it forwarded."""
         self._scope = []
         self._current = None
+
+
+def _where(msg: Message | None) -> str:
+    return f"{msg.topic()}[{msg.partition()}]@{msg.offset()}" if msg is not None else "a punctuation"

@@ -10,13 +10,15 @@ lineage header `eos.origin` (index 0) so the auditor can account for it.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from eos.errors import BadRecordError
 from eos.origin import ORIGIN_HEADER, encode_origin
+from eos.worker.limits import record_size
 from transactions import Message, ProducerRecord
 
-__all__ = ["Stage", "DeadLetterPolicy", "dead_letter", "DLQ_PREFIX"]
+__all__ = ["Stage", "DeadLetterPolicy", "dead_letter", "dead_letter_error", "DLQ_PREFIX"]
 
 DLQ_PREFIX = "eos.dlq."
 _MAX_ERROR = 2000
@@ -48,6 +50,14 @@ def dead_letter(msg: Message, error: BaseException, stage: Stage, *, dlq_topic: 
     return ProducerRecord(dlq_topic, dlq_partition, msg.key(), msg.value(), headers, ts if ts_type else None)
 
 
+def dead_letter_error(record: ProducerRecord) -> str | None:
+    """The error a dead letter carries (its `eos.dlq.error` header)."""
+    for key, value in record.headers:
+        if key == "eos.dlq.error":
+            return value.decode("utf-8", "replace")
+    return None
+
+
 def bad_record_error(msg: Message, error: BaseException, stage: Stage) -> BadRecordError:
     return BadRecordError(
         f"record {msg.topic()}[{msg.partition()}]@{msg.offset()} failed to {stage.value}: {type(error).__name__}: "
@@ -57,15 +67,28 @@ def bad_record_error(msg: Message, error: BaseException, stage: Stage) -> BadRec
 
 @dataclass(frozen=True)
 class DeadLetterPolicy:
-    """Where a task's bad records go (`partition=None`: the partitioner), or `fail`: stop the job."""
+    """Where a task's bad records go (`partition=None`: the partitioner), or `fail`: stop the job.
+    `record_limit(topic)` gives the largest record the dead-letter topic accepts."""
 
     topic: str
     partition: int | None
     task: str
     fail: bool
+    record_limit: Callable[[str], int] | None = None
 
     def route(self, msg: Message, error: BaseException, stage: Stage) -> ProducerRecord:
-        """The dead letter for `msg`; raises `BadRecordError` instead when the policy is to fail."""
+        """The dead letter for `msg`; raises `BadRecordError` instead when the policy is to fail. A record
+        too large for the dead-letter topic goes there without its key and value (its headers name its
+        origin, the error and its size), so it is still accounted for."""
         if self.fail:
             raise bad_record_error(msg, error, stage) from error
-        return dead_letter(msg, error, stage, dlq_topic=self.topic, dlq_partition=self.partition, task=self.task)
+        letter = dead_letter(msg, error, stage, dlq_topic=self.topic, dlq_partition=self.partition, task=self.task)
+        if self.record_limit is not None:
+            limit = self.record_limit(self.topic)
+            size = record_size(letter.key, letter.value, letter.headers)
+            if size > limit:
+                note = (f"key and value omitted: the record is {size:,} bytes, above the dead-letter topic's "
+                        f"limit of {limit:,} bytes; it is still in {msg.topic()}[{msg.partition()}]@{msg.offset()}")
+                letter = letter._replace(key=None, value=None,
+                                         headers=[*letter.headers, ("eos.dlq.payload", note.encode())])
+        return letter

@@ -45,6 +45,8 @@ class BatchOutcome:
     stream_time: int = -1
     #: next offset to commit per input partition when processing stopped early (context.commit()).
     stopped_at: dict[tuple[str, int], int] | None = None
+    #: input records that produced no output and no dead letter (recorded in the lineage ledger)
+    filtered: list[Message] = field(default_factory=list)
 
 
 def run_processor(processor: Processor, ctx: TaskContext, messages: list[Message], *, key_serde: Serde,
@@ -86,7 +88,11 @@ def run_processor(processor: Processor, ctx: TaskContext, messages: list[Message
             continue
         for s in scoped:
             s.commit_record()
-        outputs.extend(leave())
+        produced = leave()
+        if produced:
+            outputs.extend(produced)
+        else:
+            outcome.filtered.append(msg)
         if ctx.commit_requested:
             ctx.commit_requested = False
             outcome.stopped_at = _next_offsets(messages[: i + 1])

@@ -7,6 +7,7 @@ runtime never carries effects of a transaction that did not commit.
 from __future__ import annotations
 
 import traceback
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from eos.errors import TaskFailedError
@@ -27,18 +28,21 @@ __all__ = ["TaskRuntime"]
 
 
 class TaskRuntime:
-    def __init__(self, job: Job, sub: SubTopology, partition: int) -> None:
+    def __init__(self, job: Job, sub: SubTopology, partition: int,
+                 record_limit: Callable[[str], int] | None = None) -> None:
         cfg = job.config
         self.sub = sub
         self.task = TaskId(sub.name, partition)
+        self.record_limit = record_limit
         self.dlq = DeadLetterPolicy(cfg.dlq_topic, partition if partition < job.dlq_partitions else None,
-                                    str(self.task), cfg.on_bad_record == "fail")
+                                    str(self.task), cfg.on_bad_record == "fail", record_limit)
         self.lineage = cfg.lineage
         self.stores = TaskStores(cfg, sub, partition) if sub.stores else None
         self.context = TaskContext(application_id=cfg.application_id, subtopology=sub.name, partition=partition,
                                    output_topic=sub.output, key_serde=sub.output_key_serde,
                                    value_serde=sub.output_value_serde, lineage=cfg.lineage,
-                                   stores=dict(self.stores.views) if self.stores else None)
+                                   stores=dict(self.stores.views) if self.stores else None,
+                                   record_limit=record_limit)
         self.processor = _create_processor(sub, self.context) if sub.processor_factory is not None else None
 
     def ensure_restored(self, clients: WorkerClients) -> tuple[float, int]:
@@ -56,7 +60,7 @@ class TaskRuntime:
         outcome = run_batch_function(sub.batch_fn, sub.batch_format, messages, key_serde=sub.key_serde,
                                      value_serde=sub.value_serde, out_key_serde=sub.output_key_serde,
                                      out_value_serde=sub.output_value_serde, output_topic=sub.output,
-                                     lineage=self.lineage, dlq=self.dlq)
+                                     lineage=self.lineage, dlq=self.dlq, record_limit=self.record_limit)
         outcome.stream_time = max(outcome.stream_time, stream_time)
         return outcome
 

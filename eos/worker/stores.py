@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from eos.config import EosConfig
+from eos.errors import ConfigError
 from eos.topology import SubTopology, TaskId
 from eos.worker.executor import current_executor
 from recovery import (
@@ -27,6 +28,7 @@ from recovery import (
     KeyValueStore,
     MemoryBackend,
     RocksDBBackend,
+    StateDirectoryError,
     TaskDirectory,
     WriteBuffer,
     changelog_record,
@@ -72,7 +74,12 @@ class TaskStores:
         changelog's end. Returns (milliseconds, changelog records replayed)."""
         started = time.monotonic()
         if self.persistent:
-            self.directory.lock(timeout=max(60.0, self.config.batch_timeout) if lock_timeout is None else lock_timeout)
+            try:
+                self.directory.lock(timeout=max(60.0, self.config.batch_timeout) if lock_timeout is None
+                                    else lock_timeout)
+            except StateDirectoryError as exc:
+                raise ConfigError(f"{exc} on executor {current_executor() or 'local'}. Set state_dir to a local "
+                                  "directory every executor can write (state_dir='/data/eos/{executor}').") from exc
         tps = [(topic, self.partition) for topic in self.changelogs.values()]
         admin = clients.admin(self.config)
         ends = admin.end_offsets(tps, committed=True)

@@ -20,6 +20,7 @@ from eos.origin import ORIGIN_HEADER, encode_origin
 from eos.serde import Serde
 from eos.topology import BatchFormat
 from eos.worker.dead_letters import DeadLetterPolicy, Stage
+from eos.worker.limits import OutputTooLargeError, record_size
 from eos.worker.processing import NOT_A_BAD_RECORD, BatchOutcome
 from transactions import Message, ProducerRecord
 
@@ -30,7 +31,8 @@ _INPUT_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
 
 def run_batch_function(fn: Callable[[Any], Any], fmt: BatchFormat, messages: list[Message], *, key_serde: Serde,
                        value_serde: Serde, out_key_serde: Serde, out_value_serde: Serde, output_topic: str | None,
-                       lineage: bool, dlq: DeadLetterPolicy) -> BatchOutcome:
+                       lineage: bool, dlq: DeadLetterPolicy,
+                       record_limit: Callable[[str], int] | None = None) -> BatchOutcome:
     outcome = BatchOutcome()
     good: list[Message] = []
     columns: dict[str, list[Any]] = {c: [] for c in _INPUT_COLUMNS}
@@ -52,9 +54,13 @@ def run_batch_function(fn: Callable[[Any], Any], fmt: BatchFormat, messages: lis
         return outcome
     frame = _make_frame(columns, fmt)
     results: list[tuple[int, int, Any]] = []  # (first input row, end row of the slice, function output)
-    _call_isolating(fn, frame, 0, len(good), fmt, good, results, dlq, outcome)
+    isolated: list[int] = []  # rows on which the function alone fails
+    _call_isolating(fn, frame, 0, len(good), fmt, good, results, dlq, outcome, isolated)
+    accounted: set[int] = {id(good[i]) for i in isolated}  # rows dead-lettered by the bisection
     for start, stop, out in results:
-        _collect(out, start, stop, good, fmt, out_key_serde, out_value_serde, output_topic, lineage, dlq, outcome)
+        accounted |= _collect(out, start, stop, good, fmt, out_key_serde, out_value_serde, output_topic, lineage,
+                              dlq, outcome, record_limit)
+    outcome.filtered.extend(m for m in good if id(m) not in accounted)
     return outcome
 
 
@@ -78,7 +84,7 @@ def _slice(frame: Any, start: int, stop: int, fmt: BatchFormat) -> Any:
 
 def _call_isolating(fn: Callable[[Any], Any], frame: Any, start: int, stop: int, fmt: BatchFormat,
                     good: list[Message], results: list[tuple[int, int, Any]], dlq: DeadLetterPolicy,
-                    outcome: BatchOutcome) -> None:
+                    outcome: BatchOutcome, isolated: list[int]) -> None:
     """Call `fn` on rows [start, stop); on failure bisect until the failing rows are single records."""
     part = frame if (start, stop) == (0, len(good)) else _slice(frame, start, stop, fmt)
     try:
@@ -89,10 +95,11 @@ def _call_isolating(fn: Callable[[Any], Any], frame: Any, start: int, stop: int,
     except Exception as exc:
         if stop - start == 1:
             outcome.dead_letters.append(dlq.route(good[start], exc, Stage.PROCESS))
+            isolated.append(start)
             return
     mid = (start + stop) // 2
-    _call_isolating(fn, frame, start, mid, fmt, good, results, dlq, outcome)
-    _call_isolating(fn, frame, mid, stop, fmt, good, results, dlq, outcome)
+    _call_isolating(fn, frame, start, mid, fmt, good, results, dlq, outcome, isolated)
+    _call_isolating(fn, frame, mid, stop, fmt, good, results, dlq, outcome, isolated)
 
 
 def _to_columns(out: Any, fmt: BatchFormat) -> dict[str, list[Any]]:
@@ -107,7 +114,9 @@ def _to_columns(out: Any, fmt: BatchFormat) -> dict[str, list[Any]]:
 
 def _collect(out: Any, start: int, stop: int, good: list[Message], fmt: BatchFormat, key_serde: Serde,
              value_serde: Serde, output_topic: str | None, lineage: bool, dlq: DeadLetterPolicy,
-             outcome: BatchOutcome) -> None:
+             outcome: BatchOutcome, record_limit: Callable[[str], int] | None) -> set[int]:
+    """Serialize one slice's output rows; returns the ids of the input messages accounted for (an output
+    or a dead letter)."""
     cols = _to_columns(out, fmt)
     if "value" not in cols:
         raise TypeError(f"the batch function's output has no 'value' column (columns: {sorted(cols)})")
@@ -137,6 +146,11 @@ def _collect(out: Any, start: int, stop: int, good: list[Message], fmt: BatchFor
         if lineage:
             headers.append((ORIGIN_HEADER, encode_origin(*origin, counters[origin])))
         counters[origin] += 1
+        if record_limit is not None and (size := record_size(k, v, headers)) > (limit := record_limit(topic)):
+            failed[id(msg)] = (msg, OutputTooLargeError(
+                f"the output of {msg.topic()}[{msg.partition()}]@{msg.offset()} to topic {topic} is {size:,} bytes, "
+                f"above the topic's limit of {limit:,} bytes"))
+            continue
         ts = get("timestamp", i)
         part = get("output_partition", i)
         produced.append((msg, ProducerRecord(topic, None if part is None else int(part), k, v, headers,
@@ -144,6 +158,7 @@ def _collect(out: Any, start: int, stop: int, good: list[Message], fmt: BatchFor
     outcome.outputs.extend(rec for msg, rec in produced if id(msg) not in failed)
     for msg, error in failed.values():
         outcome.dead_letters.append(dlq.route(msg, error, Stage.SERIALIZE))
+    return {id(msg) for msg, _ in produced} | set(failed)
 
 
 def _origins(cols: dict[str, list[Any]], n: int, start: int, stop: int,

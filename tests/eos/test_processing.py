@@ -143,3 +143,74 @@ def test_vectorized_filters_need_the_offset_column():
     assert [o.offset for o in origins(kept)] == [10, 12]  # pyarrow filter keeps the offset column
     with pytest.raises(ValueError, match="offset"):
         run_batch_function(lambda df: df[["value"]].iloc[:2], "pandas", msgs(values), **common)
+
+
+def test_return_shapes_a_user_writes():
+    out = run(lambda r: ((r.key, 1), (r.key, 2)), [b"{}"])  # two records, not one with tuple key and value
+    assert [(o.key, o.value) for o in out.outputs] == [(b"k", b"1"), (b"k", b"2")]
+    out = run(lambda r: [("a", 1), Output("b", 2)], [b"{}"])
+    assert [o.key for o in out.outputs] == [b"a", b"b"]
+    out = run(lambda r: (r.key, 1, 2), [b"{}"])
+    assert b"got a 3-tuple" in dict(out.dead_letters[0].headers)["eos.dlq.error"]
+    out = run(lambda r: [(r.key, 1, 2)], [b"{}"])
+    assert b"holds a 3-tuple" in dict(out.dead_letters[0].headers)["eos.dlq.error"]
+
+
+def test_records_that_produce_nothing_are_recorded_as_filtered():
+    out = run(lambda r: (r.key, 1) if r.value["keep"] else None, [b'{"keep": true}', b'{"keep": false}', b"{bad"])
+    assert [m.offset() for m in out.filtered] == [11]  # not the output (10), not the dead letter (12)
+    values = [json.dumps({"n": i}).encode() for i in range(4)]
+    kept = run_batch_function(lambda t: t.filter([True, False, True, False]), "arrow", msgs(values),
+                              key_serde=StringSerde(), value_serde=JsonSerde(), out_key_serde=StringSerde(),
+                              out_value_serde=JsonSerde(), output_topic="out", lineage=True, dlq=DLQ)
+    assert [m.offset() for m in kept.filtered] == [11, 13]
+
+
+def test_an_output_larger_than_its_topic_accepts_is_a_bad_record_naming_size_and_limit():
+    c = TaskContext(application_id="app", subtopology="t", partition=0, output_topic="out", key_serde=StringSerde(),
+                    value_serde=JsonSerde(), lineage=True, record_limit=lambda topic: 1000)
+    proc = FunctionProcessor(lambda r: (r.key, "x" * r.value["n"]))
+    proc.init(c)
+    out = run_processor(proc, c, msgs([b'{"n": 10}', b'{"n": 5000}', b'{"n": 20}']), key_serde=StringSerde(),
+                        value_serde=JsonSerde(), dlq=DLQ)
+    assert [o.offset for o in origins(out)] == [10, 12]  # the batch goes on
+    error = dict(out.dead_letters[0].headers)["eos.dlq.error"].decode()
+    assert "in[0]@11 to topic out is 5,1" in error and "limit of 1,000 bytes" in error  # 5,002 + overhead
+
+
+def test_a_dead_letter_too_large_for_its_topic_keeps_its_headers_and_drops_its_payload():
+    dlq = DeadLetterPolicy("app-dlq", 0, "t-0", fail=False, record_limit=lambda topic: 500)
+    c = ctx()
+    proc = FunctionProcessor(lambda r: 1 / 0)
+    proc.init(c)
+    big = json.dumps({"pad": "y" * 2000}).encode()
+    out = run_processor(proc, c, msgs([b"{}", big]), key_serde=StringSerde(), value_serde=JsonSerde(), dlq=dlq)
+    small, large = out.dead_letters
+    assert small.value == b"{}"
+    headers = dict(large.headers)
+    assert large.value is None and large.key is None and b"key and value omitted" in headers["eos.dlq.payload"]
+    assert headers["eos.dlq.offset"] == b"11" and decode_origin(headers["eos.origin"]).offset == 11
+
+
+def test_aggregations_skip_tombstones_and_count_does_not_read_values():
+    from eos import Application
+
+    app = Application("agg", "b:1")
+    sub = app.count("words", "counts", name="counts")
+    assert sub.value_serde.name == "bytes"  # any value counts, JSON or not
+    from eos.operators.aggregate import AggregateProcessor, counter
+    from recovery import KeyValueStore, MemoryBackend, WriteBuffer
+
+    store = KeyValueStore(sub.stores[0])
+    store.attach(WriteBuffer(MemoryBackend()))
+    c = TaskContext(application_id="agg", subtopology="counts", partition=0, output_topic="counts",
+                    key_serde=StringSerde(), value_serde=sub.output_value_serde, lineage=True,
+                    stores={store.name: store})
+    init, agg = counter()
+    proc = AggregateProcessor(store.name, init, agg)
+    proc.init(c)
+    records = [FakeMessage("words", 0, 10, b"not json", b"w"), FakeMessage("words", 0, 11, None, b"w"),
+               FakeMessage("words", 0, 12, b"\xff\x00", b"w")]
+    out = run_processor(proc, c, records, key_serde=StringSerde(), value_serde=sub.value_serde, dlq=DLQ)
+    assert [o.value for o in out.outputs] == [b"\x00" * 7 + b"\x01", b"\x00" * 7 + b"\x02"]
+    assert not out.dead_letters and [m.offset() for m in out.filtered] == [11]  # the tombstone
