@@ -15,12 +15,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from eos.config import EosConfig
+from eos.errors import ConfigError
 from eos.hooks import FaultHooks
 from eos.operators.aggregate import AggregateProcessor, counter, reducer, summer
 from eos.processor import FunctionProcessor, Processor
@@ -45,11 +48,28 @@ def store(name: str, *, key_serde: SerdeSpec = "bytes", value_serde: SerdeSpec =
     return StoreSpec(name, serde_for(key_serde), serde_for(value_serde), persistent)
 
 
+_LOADING: contextvars.ContextVar[str | None] = contextvars.ContextVar("eos_loading_job", default=None)
+
+
+@contextlib.contextmanager
+def loading_job(source: str) -> Iterator[None]:
+    """While a tool (`eos run`, `eos audit app`) imports a job file to get its Application, `app.run()`
+    called at the file's top level would start the job in the middle of the import: it fails at once."""
+    token = _LOADING.set(source)
+    try:
+        yield
+    finally:
+        _LOADING.reset(token)
+
+
 class Application:
     def __init__(self, application_id: str, bootstrap_servers: str | None = None, **settings: Any) -> None:
-        """`settings` are `EosConfig` fields. `bootstrap_servers` defaults to $EOS_BOOTSTRAP_SERVERS."""
+        """`settings` are `EosConfig` fields (an unknown name is refused with the closest valid ones).
+
+        Bootstrap servers, in order of precedence: `eos run --bootstrap-servers`, then `bootstrap_servers`
+        given here, then $EOS_BOOTSTRAP_SERVERS (read when the Application is created)."""
         bootstrap = bootstrap_servers or os.environ.get("EOS_BOOTSTRAP_SERVERS", "")
-        self.config = EosConfig(application_id=application_id, bootstrap_servers=bootstrap, **settings)
+        self.config = EosConfig.create(application_id=application_id, bootstrap_servers=bootstrap, **settings)
         self.subtopologies: dict[str, SubTopology] = {}
         self.fault_hooks = FaultHooks()
 
@@ -108,10 +128,11 @@ class Application:
                          processor_factory=factory, stores=(spec,))
 
     def count(self, input: str | Sequence[str], output: str | None, *, name: str, **kwargs: Any) -> SubTopology:
-        """Records per key."""
+        """Records per key (as a long). Values are not deserialized (`value_serde` defaults to bytes), so any
+        value counts; tombstones do not, as in Kafka Streams."""
         init, agg = counter()
         return self.aggregate(input, output, name=name, initializer=init, aggregator=agg,
-                              **{"aggregate_serde": "long", **kwargs})
+                              **{"aggregate_serde": "long", "value_serde": "bytes", **kwargs})
 
     def sum(self, input: str | Sequence[str], output: str | None, *, name: str,
             value: Callable[[Any], Any] = lambda v: v, **kwargs: Any) -> SubTopology:
@@ -139,6 +160,16 @@ class Application:
         return sub
 
     # ------------------------------------------------------------------ running
+    def preflight(self, master: str) -> None:
+        """What can be checked before Spark starts: a sub-topology exists, the bootstrap servers answer, and
+        (local masters) the state directory is writable. Raises `ConfigError` saying what to change."""
+        from eos.driver.checks import preflight
+
+        if not self.subtopologies:
+            raise ConfigError(f"application {self.config.application_id!r} has no sub-topology: add one with "
+                              "@app.process, @app.process_batch, app.aggregate or app.add_processor")
+        preflight(self.config, local_master=master.startswith("local"))
+
     def run(self, spark: SparkContext | SparkSession | None = None, *, master: str | None = None,
             until_caught_up: bool = False, max_batches: int | None = None, max_seconds: float | None = None,
             handle_signals: bool = False, keep_task_results: bool = False,
@@ -148,12 +179,17 @@ class Application:
         from eos.driver.runner import Runner
         from eos.driver.spark import DEFAULT_MASTER, build_spark_context, spark_context_of
 
+        loading = _LOADING.get()
+        if loading is not None:
+            raise ConfigError(
+                f"app.run() was called while {loading} was being loaded by an eos command, which runs (or audits) "
+                "the application itself. Guard the call so it runs only when the file is executed directly:\n"
+                "    if __name__ == \"__main__\":\n        app.run(until_caught_up=True)")
         _enable_faulthandler()
-        if not self.subtopologies:
-            raise ValueError(f"application {self.config.application_id!r} has no sub-topology: add one with "
-                             "@app.process, @app.process_batch or app.add_processor")
-        sc = spark_context_of(spark) if spark is not None else build_spark_context(
-            master or DEFAULT_MASTER, app_name=self.config.application_id)
+        sc = spark_context_of(spark) if spark is not None else None
+        self.preflight(master=str(sc.master) if sc is not None else master or DEFAULT_MASTER)
+        if sc is None:
+            sc = build_spark_context(master or DEFAULT_MASTER, app_name=self.config.application_id)
         runner = Runner(self, sc)
         return runner.run(until_caught_up=until_caught_up, max_batches=max_batches, max_seconds=max_seconds,
                           handle_signals=handle_signals, keep_task_results=keep_task_results, on_batch=on_batch)

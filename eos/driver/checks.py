@@ -3,15 +3,45 @@ framework creates. Each failure is a `ConfigError` that says what to change."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
+from pathlib import Path
 
 from eos.config import EosConfig
 from eos.errors import ConfigError
+from eos.ledger import ledger_topic
 from eos.topology import SubTopology
 from recovery import ChangelogConfigError, ensure_changelogs
-from transactions import KafkaAdmin, TopicSpec
+from transactions import BrokerUnreachableError, KafkaAdmin, TopicSpec, check_reachable
 
-__all__ = ["check_spark_conf", "check_topics", "check_broker", "create_internal_topics", "TRANSACTION_LOG"]
+__all__ = ["preflight", "check_state_dir", "check_spark_conf", "check_topics", "check_broker",
+           "create_internal_topics", "TRANSACTION_LOG"]
+
+
+def preflight(config: EosConfig, *, local_master: bool) -> None:
+    """Checks that need neither Spark nor the job's topics, run before Spark starts: bootstrap servers given
+    and answering, and (for local masters, whose executors share this machine) a writable state directory."""
+    config.require_bootstrap()
+    try:
+        check_reachable(config.bootstrap_servers, timeout=10)
+    except BrokerUnreachableError as exc:
+        raise ConfigError(f"{exc}. Is the address right? For a local cluster run `eos cluster up` and "
+                          "`eval \"$(eos cluster env)\"`; or set EOS_BOOTSTRAP_SERVERS (or --bootstrap-servers) to "
+                          "a reachable Kafka cluster.") from None
+    if local_master:
+        check_state_dir(config.state_dir)
+
+
+def check_state_dir(state_dir: str) -> None:
+    """The state directory (the part before any `{executor}`) can be created and written."""
+    base = Path(state_dir.split("{executor}")[0] or ".").expanduser()
+    probe = base
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        what = "is not a directory" if probe.exists() and not probe.is_dir() else "is not writable"
+        raise ConfigError(f"state_dir {state_dir!r} cannot be used: {probe} {what}. Set state_dir to a directory "
+                          "this user can write (it holds the local stores of stateful tasks).")
 
 
 def check_spark_conf(conf: Mapping[str, str]) -> None:
@@ -84,13 +114,25 @@ def check_broker(admin: KafkaAdmin, config: EosConfig) -> None:
             f"{max_timeout}: init_transactions() would be refused. Lower transaction_timeout_ms (and batch_timeout).")
 
 
+def _longest_retention(admin: KafkaAdmin, topics: list[str]) -> str:
+    """The ledger must outlive the input it describes: the longest retention.ms of the inputs (-1: forever)."""
+    values = [int(admin.topic_config(t).get("retention.ms", "604800000")) for t in topics]
+    return "-1" if any(v < 0 for v in values) else str(max(values, default=604800000))
+
+
 def create_internal_topics(admin: KafkaAdmin, config: EosConfig, subtopologies: Mapping[str, SubTopology],
                            partition_counts: Mapping[str, int]) -> int:
-    """Create the dead-letter topic (partitions = the largest task count) and the changelog of every store
-    (partitions = its sub-topology's task count), or validate existing ones. Store names must be unique in
+    """Create the dead-letter topic (partitions = the largest task count), the lineage ledger (one partition,
+    kept as long as the longest-kept input) and the changelog of every store (partitions = its sub-topology's
+    task count), or validate existing ones. Store names must be unique in
     the application. Returns the dead-letter topic's partition count."""
     task_count = max(partition_counts[sub.inputs[0]] for sub in subtopologies.values())
     admin.create_topics([TopicSpec(config.dlq_topic, max(1, task_count), config.internal_replication_factor)])
+    if config.lineage:
+        inputs = sorted({t for sub in subtopologies.values() for t in sub.inputs})
+        retention = _longest_retention(admin, inputs)
+        admin.create_topics([TopicSpec(ledger_topic(config.application_id), 1, config.internal_replication_factor,
+                                       {"cleanup.policy": "delete", "retention.ms": retention})])
     seen: dict[str, str] = {}
     for sub in subtopologies.values():
         for spec in sub.stores:

@@ -5,18 +5,31 @@ The committed offsets read here are a hint, read without RequireStable: after a 
 would wait for the broker to time out the crashed attempt's transaction. A hint can only be behind the
 truth (pending offsets only move forward), so "hint >= end" safely means "nothing to do", and each task
 re-reads its offsets with a stable read after fencing older attempts.
+
+A committed offset that no longer points into the partition (the topic was created again, or records were
+deleted by retention before they were processed) is moved, logged and carried in the plan as an
+`OffsetReset`, so that the task applies the same move and records it in the lineage ledger.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
+
+import structlog
 
 from eos.config import EosConfig
 from eos.topology import SubTopology
-from eos.worker.plans import TaskPlan
-from transactions import KafkaAdmin, OffsetRange
+from eos.worker.attempt import decode_commit_metadata
+from eos.worker.plans import OffsetReset, SkipReason, TaskPlan
+from transactions import Committed, KafkaAdmin, OffsetRange
 
 __all__ = ["Planner"]
+
+log = structlog.get_logger(__name__)
+
+#: How often the planner reads the input topics' ids again (to notice a topic deleted and created again).
+TOPIC_ID_REFRESH_S = 10.0
 
 TP = tuple[str, int]
 
@@ -28,6 +41,9 @@ class Planner:
         self.config = config
         self.subtopologies = dict(subtopologies)
         self.partition_counts = dict(partition_counts)
+        self.topic_ids: dict[str, str | None] = {}
+        self._ids_read = -TOPIC_ID_REFRESH_S
+        self._warned: dict[TP, OffsetReset] = {}
 
     def task_count(self, sub: SubTopology) -> int:
         return self.partition_counts[sub.inputs[0]]
@@ -54,22 +70,62 @@ class Planner:
         return ends
 
     def plan(self, batch: int) -> list[TaskPlan]:
+        if time.monotonic() - self._ids_read >= TOPIC_ID_REFRESH_S:
+            self.refresh_topic_ids()
         tps = self.input_partitions()
-        committed = self.admin.group_offsets(self.config.group_id, tps, stable=False, timeout=10)
+        commits = self.admin.group_commits(self.config.group_id, tps, stable=False, timeout=10)
         ends = self.admin.end_offsets(tps, committed=True, timeout=10)
-        missing = [tp for tp in tps if committed.get(tp) is None]
-        earliest = self.admin.earliest_offsets(missing) if missing else {}
+        earliest = self.admin.earliest_offsets(tps, timeout=10)
         cap = self.config.max_records_per_batch
         plans = []
         for sub in self.subtopologies.values():
             for partition in range(self.task_count(sub)):
-                ranges = []
+                ranges, resets = [], {}
                 for topic in sub.inputs:
                     tp = (topic, partition)
-                    start = committed.get(tp)
-                    if start is None:
-                        start = earliest[tp]
+                    start, reset = self._start(tp, commits.get(tp), earliest[tp], ends[tp])
+                    if reset is not None:
+                        resets[tp] = reset
                     ranges.append(OffsetRange(topic, partition, start, max(start, min(ends[tp], start + cap))))
                 if any(not r.empty for r in ranges):
-                    plans.append(TaskPlan(sub.task(partition), batch, tuple(ranges)))
+                    plans.append(TaskPlan(sub.task(partition), batch, tuple(ranges),
+                                          topic_ids={t: self.topic_ids.get(t) for t in sub.inputs},
+                                          resets=resets))
         return plans
+
+    def _start(self, tp: TP, committed: Committed | None, earliest: int,
+               end: int) -> tuple[int, OffsetReset | None]:
+        """Where a partition's next batch starts: its committed offset, unless that offset belongs to an
+        earlier incarnation of the topic (deleted and created again), lies beyond the partition's end (the
+        same, or a truncation), or below its first offset (records deleted by retention before they were
+        processed). Then reading starts per auto_offset_reset, and the reset is logged and recorded."""
+        offset = committed.offset if committed is not None else None
+        if offset is None:
+            return earliest, None
+        _, _, recorded_id = decode_commit_metadata(committed.metadata if committed is not None else None)
+        current_id = self.topic_ids.get(tp[0])
+        if (recorded_id is not None and current_id is not None and recorded_id != current_id) or offset > end:
+            start = earliest if self.config.auto_offset_reset == "earliest" else end
+            reset = OffsetReset(offset, start, SkipReason.RECREATED)
+            self._warn(tp, reset, "the topic was deleted and created again (or truncated): its committed offset "
+                                  f"{offset} belongs to the earlier topic; reading starts at {start} "
+                                  f"(auto_offset_reset={self.config.auto_offset_reset})")
+            return start, reset
+        if offset < earliest:
+            reset = OffsetReset(offset, earliest, SkipReason.RETENTION)
+            self._warn(tp, reset, f"{earliest - offset:,} record(s) (offsets {offset}..{earliest - 1}) were deleted by "
+                                  "retention before they were processed")
+            return earliest, reset
+        return offset, None
+
+    def _warn(self, tp: TP, reset: OffsetReset, what: str) -> None:
+        if self._warned.get(tp) != reset:
+            self._warned[tp] = reset
+            log.warning(f"input {tp[0]}[{tp[1]}]: {what}", topic=tp[0], partition=tp[1], reason=reset.reason.value,
+                        committed=reset.committed, start=reset.start)
+
+    def refresh_topic_ids(self) -> None:
+        """Read the input topics' ids (at start-up, and whenever a topic may have been created again)."""
+        topics = sorted({t for sub in self.subtopologies.values() for t in sub.inputs})
+        self.topic_ids = self.admin.topic_ids(topics, timeout=10)
+        self._ids_read = time.monotonic()

@@ -9,7 +9,7 @@ from typing import Any
 from eos.driver.assignor import TaskPlacement
 from eos.driver.placement import TaskMove
 from eos.topology import TaskId
-from eos.worker.plans import TaskResult, TaskStatus
+from eos.worker.plans import SkipReason, TaskResult, TaskStatus
 
 __all__ = ["BatchReport", "RunSummary", "to_json"]
 
@@ -60,6 +60,14 @@ class RunSummary:
     bytes_in: int = 0
     bytes_out: int = 0
     restored_records: int = 0
+    #: input offsets skipped because retention deleted them before they were processed
+    skipped_by_retention: int = 0
+    #: input partitions that started over because their topic was deleted and created again
+    topic_resets: int = 0
+    #: task batches that sent more than dead_letter_warn_ratio of their input to the dead-letter topic
+    dead_letter_warnings: int = 0
+    dead_letter_topic: str = ""
+    first_dead_letter_error: str | None = None
     elapsed_s: float = 0.0
     batch_reports: list[BatchReport] = field(default_factory=list)
     task_results: list[TaskResult] = field(default_factory=list)
@@ -80,6 +88,13 @@ class RunSummary:
             self.bytes_in += r.bytes_in
             self.bytes_out += r.bytes_out
             self.restored_records += r.restored_records
+            for reset in r.resets.values():
+                if reset.reason is SkipReason.RETENTION:
+                    self.skipped_by_retention += reset.start - reset.committed
+                else:
+                    self.topic_resets += 1
+            if self.first_dead_letter_error is None and r.first_dead_letter_error:
+                self.first_dead_letter_error = r.first_dead_letter_error
         if keep_results:
             self.task_results.extend(results)
 

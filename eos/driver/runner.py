@@ -20,15 +20,17 @@ import structlog
 from pyspark import cloudpickle  # the pickler Spark itself uses for Python functions
 
 from eos.driver.checks import check_broker, check_spark_conf, check_topics, create_internal_topics
+from eos.driver.lease import acquire_driver_lease, check_driver_lease
 from eos.driver.placement import Placer
 from eos.driver.planner import Planner
 from eos.driver.reports import BatchReport, RunSummary, to_json
 from eos.driver.spark import spark_conf, task_rdd
 from eos.errors import JobFailedError, stops_the_job
+from eos.ledger import ledger_topic
 from eos.logs import configure_logging
 from eos.worker.entry import SparkTaskFunction
 from eos.worker.plans import Job, StandbyPlan, StandbyResult, StandbyStatus, TaskPlan, TaskResult
-from transactions import KafkaAdmin
+from transactions import GroupLease, KafkaAdmin
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -49,6 +51,7 @@ class Runner:
         self.config = app.config
         self._stop = threading.Event()
         self.placer: Placer | None = None
+        self.lease: GroupLease | None = None
         configure_logging(self.config.log_format, self.config.log_level)
 
     def request_stop(self) -> None:
@@ -64,8 +67,12 @@ class Runner:
         counts = check_topics(admin, self.app.subtopologies)
         check_broker(admin, cfg)
         dlq_partitions = create_internal_topics(admin, cfg, self.app.subtopologies, counts)
-        job = Job(cfg, dict(self.app.subtopologies), self.app.fault_hooks, dlq_partitions)
+        if cfg.driver_lease:
+            self.lease = acquire_driver_lease(admin, cfg)
+        job = Job(cfg, dict(self.app.subtopologies), self.app.fault_hooks, dlq_partitions,
+                  ledger_topic(cfg.application_id))
         planner = Planner(admin, cfg, self.app.subtopologies, counts)
+        planner.refresh_topic_ids()
         planner.initialize_offsets()
         self.placer = Placer(self.sc, admin, cfg, self.app.subtopologies, counts) if cfg.placement else None
         return planner, job
@@ -79,10 +86,14 @@ class Runner:
     def _run(self, until_caught_up: bool, max_batches: int | None, max_seconds: float | None, handle_signals: bool,
              keep_task_results: bool, on_batch: OnBatch | None) -> RunSummary:
         cfg = self.config
-        planner, job = self.prepare()
+        try:
+            planner, job = self.prepare()
+        except BaseException:
+            self._release()
+            raise
         broadcast = self.sc.broadcast(cloudpickle.dumps(job))
         tasks_fn = SparkTaskFunction(broadcast)
-        summary = RunSummary(cfg.application_id)
+        summary = RunSummary(cfg.application_id, dead_letter_topic=cfg.dlq_topic)
         started = time.monotonic()
         batch = failures = 0
         log.info("run started", subtopologies=sorted(self.app.subtopologies), until_caught_up=until_caught_up,
@@ -93,6 +104,8 @@ class Runner:
                     if max_seconds is not None and time.monotonic() - started > max_seconds:
                         break
                     t0, wall = time.monotonic(), time.time()
+                    if self.lease is not None:
+                        check_driver_lease(self.lease, cfg)
                     try:
                         plans = planner.plan(batch)
                         standbys: list[StandbyPlan] = []
@@ -120,6 +133,7 @@ class Runner:
                     results = [r for r in everything if isinstance(r, TaskResult)]
                     report = self._report(batch, wall, time.monotonic() - t0, results, standbys, everything)
                     summary.add(report, results, keep_task_results)
+                    summary.dead_letter_warnings += self._warn_dead_letters(results)
                     log.info("batch done", **to_json(report))
                     if on_batch is not None:
                         on_batch(report, results)
@@ -129,6 +143,7 @@ class Runner:
                     self._stop.wait(max(0.0, cfg.trigger_interval - (time.monotonic() - t0)))
             finally:
                 broadcast.unpersist()
+                self._release()
         summary.elapsed_s = time.monotonic() - started
         if self.placer is not None:
             summary.moves = list(self.placer.moves)
@@ -136,6 +151,11 @@ class Runner:
                  records_in=summary.records_in, records_out=summary.records_out,
                  dead_letters=summary.dead_letters, elapsed_s=round(summary.elapsed_s, 2))
         return summary
+
+    def _release(self) -> None:
+        if self.lease is not None:
+            self.lease.release()
+            self.lease = None
 
     def _execute(self, tasks_fn: SparkTaskFunction, plans: list[TaskPlan | StandbyPlan],
                  batch: int) -> list[TaskResult | StandbyResult]:
@@ -151,6 +171,18 @@ class Runner:
             if isinstance(r, TaskResult) and r.failure is not None:
                 raise r.failure.to_exception()
         return results
+
+    def _warn_dead_letters(self, results: list[TaskResult]) -> int:
+        """Log a warning for every task whose batch dead-lettered more than dead_letter_warn_ratio of its
+        input (a job that rejects most of its input is rarely what its author wants). Returns how many."""
+        ratio, warned = self.config.dead_letter_warn_ratio, 0
+        for r in results:
+            if r.records_in and r.dead_letters > ratio * r.records_in:
+                warned += 1
+                log.warning("most of the batch went to the dead-letter topic", task=str(r.task), batch=r.batch,
+                            dead_letters=r.dead_letters, records_in=r.records_in, topic=self.config.dlq_topic,
+                            first_error=r.first_dead_letter_error)
+        return warned
 
     def _report(self, batch: int, wall: float, duration: float, results: list[TaskResult],
                 standbys: list[StandbyPlan], everything: list[TaskResult | StandbyResult]) -> BatchReport:

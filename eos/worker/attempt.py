@@ -25,16 +25,21 @@ import socket
 import time
 
 import structlog
+from pyroaring import BitMap64
 
 from eos.hooks import FaultPoint, HookPoint
+from eos.ledger import LedgerEntry, LedgerInput
 from eos.topology import SubTopology
 from eos.worker.clients import WorkerClients
+from eos.worker.dead_letters import dead_letter_error
 from eos.worker.executor import current_executor, executor_location
 from eos.worker.plans import Job, TaskPlan, TaskResult, TaskStatus
 from eos.worker.processing import BatchOutcome
 from eos.worker.runtime import TaskRuntime
 from transactions import (
+    Committed,
     Message,
+    OffsetOutOfRangeError,
     OffsetRange,
     OutputProducer,
     ProducerFencedError,
@@ -47,7 +52,8 @@ from transactions import (
     stable_committed,
 )
 
-__all__ = ["BatchAttempt", "encode_commit_metadata", "decode_commit_metadata", "CACHED_PRODUCER_STABLE_WAIT"]
+__all__ = ["BatchAttempt", "StalePlanError", "encode_commit_metadata", "decode_commit_metadata",
+           "CACHED_PRODUCER_STABLE_WAIT"]
 
 log = structlog.get_logger(__name__)
 
@@ -60,22 +66,28 @@ CACHED_PRODUCER_STABLE_WAIT = 3.0
 _ONE_TRY = RetryPolicy(attempts=1)
 
 
-def encode_commit_metadata(stream_time: int, producer_token: str) -> str:
-    """Offset-commit metadata: the task's stream time (as Kafka Streams keeps partition time there) and the
-    token of the producer that committed."""
-    return f"{_METADATA_VERSION};st={stream_time};p={producer_token}"
+class StalePlanError(Exception):
+    """The plan no longer matches the committed offsets (e.g. a topic was created again since): the batch goes
+    back to the planner."""
 
 
-def decode_commit_metadata(metadata: str | None) -> tuple[int, str | None]:
-    """(stream time or -1, producer token or None); tolerant of metadata written by others."""
+def encode_commit_metadata(stream_time: int, producer_token: str, topic_id: str | None = None) -> str:
+    """Offset-commit metadata: the task's stream time (as Kafka Streams keeps partition time there), the
+    token of the producer that committed, and the id of the topic the offset belongs to (so that a topic
+    deleted and created again under the same name is noticed)."""
+    return f"{_METADATA_VERSION};st={stream_time};p={producer_token}" + (f";t={topic_id}" if topic_id else "")
+
+
+def decode_commit_metadata(metadata: str | None) -> tuple[int, str | None, str | None]:
+    """(stream time or -1, producer token or None, topic id or None); tolerant of metadata written by others."""
     fields = dict(part.split("=", 1) for part in (metadata or "").split(";")[1:] if "=" in part)
     if not (metadata or "").startswith(_METADATA_VERSION):
-        return -1, None
+        return -1, None, None
     try:
         stream_time = int(fields.get("st", "-1"))
     except ValueError:
         stream_time = -1
-    return stream_time, fields.get("p")
+    return stream_time, fields.get("p"), fields.get("t")
 
 
 class BatchAttempt:
@@ -141,17 +153,35 @@ class BatchAttempt:
             # init_transactions() aborts that transaction now rather than after the transaction timeout.
             raise ProducerFencedError(f"{self.txn_id}: offsets still pending in another attempt's transaction "
                                       f"after {wait:.0f}s; the cached producer is stale") from exc
-        self.ranges = tuple(
-            OffsetRange(r.topic, r.partition, c.offset if (c := committed[(r.topic, r.partition)]).offset is not None
-                        else r.start, r.end) for r in self.plan.ranges)
+        self.ranges = tuple(self._range(r, committed[(r.topic, r.partition)]) for r in self.plan.ranges)
         self.result.offsets_ms = (time.monotonic() - t0) * 1000
         decoded = [decode_commit_metadata(c.metadata) for c in committed.values()]
-        self.stream_time = max((st for st, _ in decoded), default=-1)
-        if self.producer.commits and any(token not in (None, self.producer.token) for _, token in decoded):
+        self.stream_time = max((st for st, _, _ in decoded), default=-1)
+        if self.producer.commits and any(token not in (None, self.producer.token) for _, token, _ in decoded):
             # Another worker committed this task since this cached producer's last commit, so it was fenced.
             raise ProducerFencedError(f"{self.txn_id}: another worker committed this task since; the cached "
                                       "producer is stale")
         return not all(r.empty for r in self.ranges)
+
+    def _range(self, planned: OffsetRange, committed: Committed) -> OffsetRange:
+        """The range to read: from the committed offset (the planner's start when nothing is committed) to
+        the planned end, or from where the planner moved the start when the committed offset no longer
+        points into the partition (retention, a recreated topic). A committed offset of another topic
+        incarnation that the plan does not account for means the plan is stale."""
+        tp = (planned.topic, planned.partition)
+        offset = committed.offset
+        if offset is None:
+            return planned
+        reset = self.plan.resets.get(tp)
+        if reset is not None and reset.committed == offset:
+            self.result.resets[tp] = reset
+            return OffsetRange(planned.topic, planned.partition, reset.start, max(reset.start, planned.end))
+        _, _, recorded_id = decode_commit_metadata(committed.metadata)
+        planned_id = self.plan.topic_ids.get(planned.topic)
+        if recorded_id and planned_id and recorded_id != planned_id:
+            raise StalePlanError(f"{planned.topic}[{planned.partition}]: the committed offset {offset} belongs to "
+                                 f"another incarnation of the topic than the plan's; planning again")
+        return OffsetRange(planned.topic, planned.partition, offset, planned.end)
 
     # ------------------------------------------------------------------ 3
     def restore_state(self) -> TaskRuntime:
@@ -159,7 +189,7 @@ class BatchAttempt:
         restored to their changelogs' end. The caller releases it when the batch ends."""
         runtime = self.clients.runtime(self.txn_id, self.job.run_id)
         if runtime is None:
-            runtime = TaskRuntime(self.job, self.sub, self.task.partition)
+            runtime = TaskRuntime(self.job, self.sub, self.task.partition, self.clients.limits(self.config))
             self.clients.set_runtime(self.txn_id, self.job.run_id, runtime)
         self.runtime = runtime
         try:
@@ -175,8 +205,11 @@ class BatchAttempt:
         timestamp order, like Kafka Streams."""
         t0 = time.monotonic()
         consumer = self.clients.consumer(self.config)
-        self.messages = [m for chunk in read_ranges(consumer, list(self.ranges), timeout=self.config.batch_timeout)
-                         for m in chunk]
+        try:
+            self.messages = [m for chunk in read_ranges(consumer, list(self.ranges),
+                                                        timeout=self.config.batch_timeout) for m in chunk]
+        except OffsetOutOfRangeError as exc:
+            raise StalePlanError(f"the planned input is gone ({exc}); planning again") from exc
         if len(self.ranges) > 1:
             self.messages.sort(key=lambda m: (m.timestamp()[1], m.offset()))
         self.result.read_ms = (time.monotonic() - t0) * 1000
@@ -203,9 +236,14 @@ class BatchAttempt:
         self.result.bytes_out = produce_all(producer, outcome.outputs)
         produce_all(producer, self.changelog)
         produce_all(producer, outcome.dead_letters)
+        if cfg.lineage:
+            producer.produce(self.job.ledger_topic, self._ledger_entry().encode(), str(self.task).encode(),
+                             partition=0)
         self._fire(HookPoint.AFTER_PRODUCE)
-        metadata = encode_commit_metadata(max(self.stream_time, outcome.stream_time), producer.token)
-        offsets = [TopicPartition(r.topic, r.partition, self._commit_offset(r), metadata) for r in self.ranges]
+        stream_time = max(self.stream_time, outcome.stream_time)
+        offsets = [TopicPartition(r.topic, r.partition, self._commit_offset(r),
+                                  encode_commit_metadata(stream_time, producer.token, self.plan.topic_ids.get(r.topic)))
+                   for r in self.ranges]
         consumer = self.clients.consumer(cfg)
         producer.send_offsets(offsets, consumer.consumer_group_metadata(), timeout=cfg.batch_timeout)
         self.result.produce_ms = (time.monotonic() - t0) * 1000
@@ -214,6 +252,20 @@ class BatchAttempt:
         self.result.committed_at = time.time()
         self.result.committed_offsets = {(tp.topic, tp.partition): tp.offset for tp in offsets}
         self._fire(HookPoint.AFTER_COMMIT)
+
+    def _ledger_entry(self) -> LedgerEntry:
+        """What this batch consumed, per input partition, and which of its records produced nothing."""
+        filtered: dict[tuple[str, int], BitMap64] = {}
+        for msg in self.outcome.filtered:
+            filtered.setdefault((msg.topic(), msg.partition()), BitMap64()).add(msg.offset())
+        inputs = []
+        for r in self.ranges:
+            tp = (r.topic, r.partition)
+            reset = self.result.resets.get(tp)
+            inputs.append(LedgerInput(r.topic, r.partition, self.plan.topic_ids.get(r.topic), r.start,
+                                      self._commit_offset(r), filtered.get(tp, BitMap64()),
+                                      reset.committed if reset else None, reset.reason.value if reset else None))
+        return LedgerEntry(str(self.task), self.plan.batch, tuple(inputs))
 
     def _commit_offset(self, r: OffsetRange) -> int:
         """The planned end (never "last record + 1": a trailing commit marker would be re-read forever), or,
@@ -237,6 +289,8 @@ class BatchAttempt:
         r.records_in, r.bytes_in = outcome.records_in, outcome.bytes_in
         r.records_out, r.dead_letters = len(outcome.outputs), len(outcome.dead_letters)
         r.changelog_records = len(self.changelog)
+        if outcome.dead_letters:
+            r.first_dead_letter_error = dead_letter_error(outcome.dead_letters[0])
         if r.status is TaskStatus.COMMITTED:
             log.debug("batch committed", records_in=r.records_in, records_out=r.records_out,
                       dead_letters=r.dead_letters, commit_ms=round(r.commit_ms, 1))

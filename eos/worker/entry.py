@@ -32,7 +32,7 @@ from eos.errors import (
     TaskFailure,
 )
 from eos.logs import configure_logging
-from eos.worker.attempt import BatchAttempt, result_of
+from eos.worker.attempt import BatchAttempt, StalePlanError, result_of
 from eos.worker.clients import CLIENTS, WorkerClients
 from eos.worker.executor import executor_location
 from eos.worker.plans import Job, StandbyPlan, StandbyResult, TaskPlan, TaskResult, TaskStatus
@@ -44,6 +44,7 @@ from transactions import (
     KafkaEosError,
     OutputProducer,
     ProducerFencedError,
+    RecordTooLargeError,
     RetriableKafkaError,
     TransactionAbortableError,
 )
@@ -122,6 +123,10 @@ def _attempts(plan: TaskPlan, job: Job, spark_attempt: int, clients: WorkerClien
         attempt = BatchAttempt(plan, job, clients, spark_attempt, batch_attempt)
         try:
             return attempt.run()
+        except StalePlanError as exc:
+            log.info("the plan is stale; the batch goes back to the planner", reason=str(exc))
+            clients.drop_runtime(txn_id)
+            return result_of(plan, TaskStatus.DEFERRED, spark_attempt, batch_attempt)
         except ProducerFencedError as exc:
             clients.drop_producer(txn_id)
             clients.drop_runtime(txn_id)
@@ -132,6 +137,8 @@ def _attempts(plan: TaskPlan, job: Job, spark_attempt: int, clients: WorkerClien
             last = exc
         except TransactionAbortableError as exc:
             log.warning("transaction aborted; running the batch again", error=str(exc))
+            if isinstance(exc, RecordTooLargeError):  # a topic's limit changed: read the limits again
+                clients.limits(cfg).forget()
             _abort_quietly(attempt.producer, clients, txn_id)
             clients.drop_runtime(txn_id)
             last = exc

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from eos.hooks import FaultHooks
     from eos.topology import SubTopology
 
-__all__ = ["Job", "TaskPlan", "TaskResult", "TaskStatus", "StandbyPlan", "StandbyResult", "StandbyStatus"]
+__all__ = ["Job", "TaskPlan", "TaskResult", "TaskStatus", "StandbyPlan", "StandbyResult", "StandbyStatus",
+           "OffsetReset", "SkipReason"]
 
 TopicPartition = tuple[str, int]
 
@@ -27,13 +28,15 @@ class Job:
     """Everything a task needs, shipped to workers once per run (as a broadcast)."""
 
     def __init__(self, config: EosConfig, subtopologies: dict[str, SubTopology], fault_hooks: FaultHooks,
-                 dlq_partitions: int = 0) -> None:
+                 dlq_partitions: int = 0, ledger_topic: str | None = None) -> None:
         self.run_id = uuid.uuid4().hex  # task runtimes cached by workers belong to one run
         self.config = config
         self.subtopologies = subtopologies
         self.fault_hooks = fault_hooks
         #: partitions of the dead-letter topic: a task writes its dead letters to its own partition if it exists
         self.dlq_partitions = dlq_partitions
+        #: where each committed batch records what it consumed (written when config.lineage is on)
+        self.ledger_topic = ledger_topic or f"{config.application_id}-ledger"
 
 
 class TaskStatus(enum.StrEnum):
@@ -42,6 +45,20 @@ class TaskStatus(enum.StrEnum):
     FENCED = "fenced"  # a newer attempt owns the task; this one stopped
     DEFERRED = "deferred"  # a Spark retry landed where the task has no state: the planner places it again
     FAILED = "failed"  # a deterministic failure (see `failure`): the job stops
+
+
+class SkipReason(enum.StrEnum):
+    RETENTION = "retention"  # records deleted by retention before they were processed
+    RECREATED = "recreated"  # the committed offset belongs to an earlier topic of the same name
+
+
+@dataclass(frozen=True)
+class OffsetReset:
+    """The planner moved a partition's start away from its committed offset `committed` to `start`."""
+
+    committed: int
+    start: int
+    reason: SkipReason
 
 
 @dataclass(frozen=True)
@@ -53,6 +70,10 @@ class TaskPlan:
     ranges: tuple[OffsetRange, ...]
     #: Spark executor the planner prefers for this task (best effort), e.g. "executor_127.0.0.1_1".
     preferred_location: str | None = None
+    #: Input topic -> its topic id (recorded with the committed offsets and in the lineage ledger).
+    topic_ids: dict[str, str | None] = field(default_factory=dict)
+    #: Input partitions whose start the planner moved away from the committed offset.
+    resets: dict[TopicPartition, OffsetReset] = field(default_factory=dict)
 
 
 @dataclass
@@ -85,6 +106,10 @@ class TaskResult:
     host: str = ""
     #: Changelog offset each store of the task reflects after this batch (its copy on this executor).
     store_offsets: dict[str, int] = field(default_factory=dict)
+    #: Partitions whose reading started away from the committed offset (retention, a recreated topic).
+    resets: dict[TopicPartition, OffsetReset] = field(default_factory=dict)
+    #: The error of the batch's first dead letter (what a user needs to see when many records fail).
+    first_dead_letter_error: str | None = None
     failure: TaskFailure | None = None
 
 

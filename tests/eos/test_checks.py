@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from eos.config import ConfigError, EosConfig
@@ -49,3 +51,25 @@ def test_a_transaction_timeout_above_the_brokers_maximum_fails_fast():
     cfg = EosConfig(application_id="checks", bootstrap_servers="127.0.0.1:1", transaction_timeout_ms=1_000_000)
     with pytest.raises(ConfigError, match=r"transaction\.max\.timeout\.ms=900000"):
         check_broker(FakeAdmin(live=3), cfg)
+
+
+def test_a_state_directory_that_cannot_be_written_fails_before_spark_starts(tmp_path):
+    from eos.driver.checks import check_state_dir
+
+    check_state_dir(str(tmp_path / "new" / "{executor}"))  # created on first use: fine
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(ConfigError, match="is not a directory"):
+        check_state_dir(str(blocker / "state"))
+
+
+
+def test_a_state_directory_without_write_permission_fails_before_spark_starts(tmp_path):
+    from eos.driver.checks import check_state_dir
+
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    if os.access(locked, os.W_OK):
+        pytest.skip("running as root, which may write anywhere: the check cannot fail here")
+    with pytest.raises(ConfigError, match="is not writable"):
+        check_state_dir(str(locked / "state"))

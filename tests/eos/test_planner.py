@@ -4,20 +4,27 @@ from eos.config import EosConfig
 from eos.driver.planner import Planner
 from eos.serde import BytesSerde
 from eos.topology import SubTopology
+from eos.worker.attempt import encode_commit_metadata
+from eos.worker.plans import OffsetReset, SkipReason
+from transactions import Committed
 
 
 class FakeAdmin:
-    def __init__(self, committed, ends, earliest):
+    def __init__(self, committed, ends, earliest, metadata=None, topic_ids=None):
         self.committed, self.ends, self.earliest = committed, ends, earliest
+        self.metadata, self.ids = metadata or {}, topic_ids or {}
 
-    def group_offsets(self, group, tps, stable=True, timeout=30):
-        return {tp: self.committed.get(tp) for tp in tps}
+    def group_commits(self, group, tps, stable=True, timeout=30):
+        return {tp: Committed(self.committed.get(tp), self.metadata.get(tp)) for tp in tps}
 
     def end_offsets(self, tps, committed=True, timeout=30):
         return {tp: self.ends[tp] for tp in tps}
 
-    def earliest_offsets(self, tps):
-        return {tp: self.earliest[tp] for tp in tps}
+    def earliest_offsets(self, tps, timeout=30):
+        return {tp: self.earliest.get(tp, 0) for tp in tps}
+
+    def topic_ids(self, topics, timeout=30):
+        return {t: self.ids.get(t) for t in topics}
 
 
 def sub(inputs):
@@ -58,3 +65,29 @@ def test_a_topic_can_feed_only_one_subtopology():
             "b": SubTopology("b", ("in",), "y", b, b, b, b, processor_factory=object)}
     with pytest.raises(ConfigError, match="overwrite each other's offsets"):
         check_topics(Admin(), subs)
+
+
+def test_records_deleted_by_retention_before_processing_are_skipped_and_recorded():
+    admin = FakeAdmin(committed={("a", 0): 100}, ends={("a", 0): 500}, earliest={("a", 0): 300})
+    [plan] = Planner(admin, EosConfig("app", "b"), {"s": sub(["a"])}, {"a": 1}).plan(0)
+    assert (plan.ranges[0].start, plan.ranges[0].end) == (300, 500)
+    assert plan.resets == {("a", 0): OffsetReset(100, 300, SkipReason.RETENTION)}
+
+
+def test_a_recreated_topic_is_read_from_its_start_not_from_the_old_committed_offset():
+    old = encode_commit_metadata(5, "tok", "old-id")
+    for ends in ({("a", 0): 50}, {("a", 0): 5000}):  # smaller than, or grown past, the old committed offset
+        admin = FakeAdmin(committed={("a", 0): 1000}, ends=ends, earliest={("a", 0): 0},
+                          metadata={("a", 0): old}, topic_ids={"a": "new-id"})
+        [plan] = Planner(admin, EosConfig("app", "b", max_records_per_batch=100), {"s": sub(["a"])}, {"a": 1}).plan(0)
+        assert (plan.ranges[0].start, plan.ranges[0].end) == (0, 50 if ends[("a", 0)] == 50 else 100)
+        assert plan.resets == {("a", 0): OffsetReset(1000, 0, SkipReason.RECREATED)}
+        assert plan.topic_ids == {"a": "new-id"}
+
+
+def test_a_committed_offset_past_the_end_starts_over_per_auto_offset_reset():
+    admin = FakeAdmin(committed={("a", 0): 1000}, ends={("a", 0): 40}, earliest={("a", 0): 10})
+    [plan] = Planner(admin, EosConfig("app", "b"), {"s": sub(["a"])}, {"a": 1}).plan(0)
+    assert plan.ranges[0].start == 10 and plan.resets[("a", 0)].reason == SkipReason.RECREATED
+    latest = Planner(admin, EosConfig("app", "b", auto_offset_reset="latest"), {"s": sub(["a"])}, {"a": 1}).plan(0)
+    assert latest == []  # starts at the end: nothing to read yet

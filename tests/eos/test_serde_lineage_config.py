@@ -38,9 +38,10 @@ def test_origin_header_round_trip_and_malformed():
 
 
 def test_commit_metadata_round_trip():
-    assert decode_commit_metadata(encode_commit_metadata(1700, "abc")) == (1700, "abc")
-    assert decode_commit_metadata(None) == (-1, None)
-    assert decode_commit_metadata("someone else's metadata") == (-1, None)
+    assert decode_commit_metadata(encode_commit_metadata(1700, "abc")) == (1700, "abc", None)
+    assert decode_commit_metadata(encode_commit_metadata(1700, "abc", "Xk3")) == (1700, "abc", "Xk3")
+    assert decode_commit_metadata(None) == (-1, None, None)
+    assert decode_commit_metadata("someone else's metadata") == (-1, None, None)
 
 
 def test_config_fails_fast_with_what_to_change():
