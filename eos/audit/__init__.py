@@ -6,7 +6,7 @@
 """
 
 from eos.audit.aggregate import AggregateResult, audit_aggregate
-from eos.audit.auditor import AggregateSpec, AuditReport, OffsetCheck, TransactionCheck, audit
+from eos.audit.auditor import AggregateSpec, AuditReport, OffsetCheck, TransactionCheck, audit, audit_application
 from eos.audit.executors import LocalExecutor, SparkExecutor
 from eos.audit.lineage import LineageResult, audit_lineage
 
@@ -20,6 +20,7 @@ __all__ = [
     "SparkExecutor",
     "TransactionCheck",
     "audit",
+    "audit_application",
     "audit_aggregate",
     "audit_lineage",
 ]

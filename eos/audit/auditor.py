@@ -16,14 +16,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from eos.audit.aggregate import AggregateKind, AggregateResult, audit_aggregate
 from eos.audit.executors import Executor
 from eos.audit.lineage import LineageResult, audit_lineage
+from eos.ledger import ledger_topic
 from transactions import Isolation, KafkaAdmin
 
-__all__ = ["AuditReport", "TransactionCheck", "OffsetCheck", "audit", "AggregateSpec"]
+if TYPE_CHECKING:
+    from eos.app import Application
+
+__all__ = ["AuditReport", "TransactionCheck", "OffsetCheck", "audit", "audit_application", "AggregateSpec"]
 
 
 @dataclass
@@ -127,9 +131,10 @@ def check_offsets(admin: KafkaAdmin, inputs: Iterable[str], group: str | None) -
 def audit(bootstrap_servers: str, *, inputs: list[str], outputs: list[str], dead_letter_topic: str | None = None,
           group: str | None = None, aggregate: AggregateSpec | None = None, extra_topics: Iterable[str] = (),
           isolation: Isolation = "read_committed", executor: Executor | None = None, max_samples: int = 10,
-          progress: Callable[[int], None] | None = None) -> AuditReport:
+          progress: Callable[[int], None] | None = None, ledger_topic: str | None = None) -> AuditReport:
     """Audit `outputs` (+ dead letters) against `inputs`. `extra_topics` (e.g. changelogs) are checked for
-    open transactions too. `aggregate` switches from lineage mode to aggregate mode."""
+    open transactions too. `aggregate` switches from lineage mode to aggregate mode. The lineage ledger
+    (`<group>-ledger` unless `ledger_topic` names another) accounts for filtered records."""
     started = time.monotonic()
     admin = KafkaAdmin(bootstrap_servers)
     report = AuditReport("aggregate" if aggregate else "lineage", bootstrap_servers, list(inputs), list(outputs),
@@ -137,7 +142,7 @@ def audit(bootstrap_servers: str, *, inputs: list[str], outputs: list[str], dead
     if aggregate is None:
         report.lineage = audit_lineage(bootstrap_servers, inputs, outputs, dead_letter_topic=dead_letter_topic,
                                        group=group, admin=admin, isolation=isolation, max_samples=max_samples,
-                                       executor=executor, progress=progress)
+                                       executor=executor, progress=progress, ledger_topic=ledger_topic)
     else:
         report.aggregate = audit_aggregate(bootstrap_servers, inputs, outputs, kind=aggregate.kind,
                                            input_value=aggregate.input_value, output_value=aggregate.output_value,
@@ -149,3 +154,19 @@ def audit(bootstrap_servers: str, *, inputs: list[str], outputs: list[str], dead
     report.verdict = "PASS" if report.violations == 0 else "FAIL"
     report.duration_s = round(time.monotonic() - started, 3)
     return report
+
+
+def audit_application(app: Application, *, bootstrap_servers: str | None = None, max_samples: int = 10,
+                      progress: Callable[[int], None] | None = None) -> list[AuditReport]:
+    """A lineage audit of every sub-topology of a framework job, each held to its own inputs, with the
+    job's dead-letter topic, changelogs and ledger."""
+    cfg = app.config
+    bootstrap = bootstrap_servers or cfg.bootstrap_servers
+    reports = []
+    for sub in app.subtopologies.values():
+        changelogs = [spec.changelog_topic(cfg.application_id) for spec in sub.stores]
+        reports.append(audit(bootstrap, inputs=list(sub.inputs), outputs=list(sub.output_topics),
+                             dead_letter_topic=cfg.dlq_topic, group=cfg.group_id, extra_topics=changelogs,
+                             max_samples=max_samples, progress=progress,
+                             ledger_topic=ledger_topic(cfg.application_id)))
+    return reports

@@ -17,6 +17,7 @@ from typing import Any
 from pyroaring import BitMap64
 
 from eos.audit.executors import Executor, LocalExecutor
+from eos.audit.ledger import PartitionLedger, read_ledger
 from eos.audit.partials import (
     InputPartial,
     OutputPartial,
@@ -24,6 +25,7 @@ from eos.audit.partials import (
     scan_input_partition,
     scan_output_partition,
 )
+from eos.ledger import ledger_topic as default_ledger_topic
 from transactions import Isolation, KafkaAdmin
 
 __all__ = ["LineageResult", "audit_lineage", "input_scans", "output_scans"]
@@ -44,12 +46,23 @@ class LineageResult:
     output_and_dead_lettered: int = 0
     order_violations: int = 0
     aborted_visible: int = 0
+    #: offsets covered by two committed batches (from the ledger: invariant I1 broken)
+    overlapping_batches: int = 0
+    #: records the ledger says produced nothing, that have an output or a dead letter all the same
+    filtered_but_output: int = 0
+    # Accounted for, not violations:
+    ledger: bool = False  # the job's lineage ledger was found and used
+    filtered: int = 0  # committed input records that produced nothing, by the job's design (a filter)
+    input_deleted: int = 0  # outputs of records processed, then deleted from the input by retention
+    earlier_topic: int = 0  # outputs (and their copies) of an earlier topic of the same name
+    skipped_by_retention: int = 0  # input offsets deleted by retention before the job processed them
+    other_dead_letters: int = 0  # dead letters of other sub-topologies (the dead-letter topic is shared)
     samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     @property
     def violations(self) -> int:
         return (self.duplicates + self.lost + self.unexpected + self.index_gaps + self.output_and_dead_lettered
-                + self.order_violations + self.aborted_visible)
+                + self.order_violations + self.aborted_visible + self.overlapping_batches + self.filtered_but_output)
 
     def sample(self, kind: str, limit: int, **detail: Any) -> None:
         bucket = self.samples.setdefault(kind, [])
@@ -85,65 +98,93 @@ def output_scans(admin: KafkaAdmin, topics: Iterable[str], isolation: Isolation)
 def audit_lineage(bootstrap_servers: str, inputs: Iterable[str], outputs: Iterable[str], *,
                   dead_letter_topic: str | None = None, group: str | None = None, admin: KafkaAdmin | None = None,
                   isolation: Isolation = "read_committed", max_samples: int = 10,
-                  executor: Executor | None = None, progress: Callable[[int], None] | None = None) -> LineageResult:
+                  executor: Executor | None = None, progress: Callable[[int], None] | None = None,
+                  ledger_topic: str | None = None) -> LineageResult:
+    """Audit `outputs` (and the dead letters of `inputs`) against `inputs`. The ledger (default: the one of
+    the application `group` names) accounts for filtered records, topics created again and input deleted
+    by retention; without one those show up as lost or unexpected."""
+    inputs = list(inputs)
     admin = admin or KafkaAdmin(bootstrap_servers)
     executor = executor or LocalExecutor()
     dlq_topics = [dead_letter_topic] if dead_letter_topic and admin.partition_counts(
         [dead_letter_topic])[dead_letter_topic] is not None else []
+    if ledger_topic is None and group is not None:
+        ledger_topic = default_ledger_topic(group)
+    ledger = read_ledger(bootstrap_servers, ledger_topic, inputs, admin=admin) if ledger_topic else None
     ins = executor.map(scan_input_partition, input_scans(admin, inputs, group), progress)
-    scan_out = _OutputScan(isolation, max_samples)
-    outs = executor.map(scan_out, output_scans(admin, outputs, isolation), progress)
-    dead = executor.map(scan_out, output_scans(admin, dlq_topics, isolation), progress)
-    return merge(ins, outs, dead, max_samples)
+    outs = executor.map(_OutputScan(isolation, max_samples), output_scans(admin, outputs, isolation), progress)
+    dead = executor.map(_OutputScan(isolation, max_samples, frozenset(inputs)),
+                        output_scans(admin, dlq_topics, isolation), progress)
+    return merge(ins, outs, dead, max_samples, ledger)
 
 
 class _OutputScan:
     """Picklable scan function with its options (runs in Spark tasks too)."""
 
-    def __init__(self, isolation: Isolation, max_samples: int) -> None:
-        self.isolation, self.max_samples = isolation, max_samples
+    def __init__(self, isolation: Isolation, max_samples: int, origin_topics: frozenset[str] | None = None) -> None:
+        self.isolation, self.max_samples, self.origin_topics = isolation, max_samples, origin_topics
 
     def __call__(self, scan: PartitionScan, progress: Callable[[int], None] | None = None) -> OutputPartial:
-        return scan_output_partition(scan, isolation=self.isolation, max_samples=self.max_samples, progress=progress)
+        return scan_output_partition(scan, isolation=self.isolation, max_samples=self.max_samples, progress=progress,
+                                     origin_topics=self.origin_topics)
 
 
-def _union(partials: list[OutputPartial], result: LineageResult,
-           max_samples: int) -> dict[tuple[str, int, int], BitMap64]:
-    """Merge origin bitmaps of several partitions; origins seen in two partitions are duplicates."""
-    merged: dict[tuple[str, int, int], BitMap64] = {}
+Origins = dict[tuple[str, int, int], BitMap64]
+
+
+def _union(partials: list[OutputPartial], result: LineageResult, max_samples: int) -> tuple[Origins, Origins]:
+    """Merge origin bitmaps of several partitions; origins seen twice (in one partition or in two) are
+    duplicates. Returns (origins, duplicated origins)."""
+    merged: Origins = {}
+    twice: Origins = {}
     for part in partials:
         result.duplicates += part.duplicates
-        result.order_violations += part.order_violations
+        result.order_violations += part.order_breaks_beyond
         result.aborted_visible += part.aborted_visible
         result.unexpected += part.without_origin
+        result.other_dead_letters += part.foreign
         for kind, items in part.samples.items():
             for item in items:
                 result.sample(kind, max_samples, **item)
+        for key, raw in part.duplicate_origins.items():
+            twice.setdefault(key, BitMap64()).update(BitMap64.deserialize(raw))
         for key, raw in part.origins.items():
             bm = BitMap64.deserialize(raw)
             if key in merged:
                 both = merged[key] & bm
                 result.duplicates += len(both)
+                twice.setdefault(key, BitMap64()).update(both)
                 for offset in list(both)[:max_samples]:
                     result.sample("duplicates", max_samples, origin=f"{key[0]}:{key[1]}:{offset}:{key[2]}",
                                   where=f"{part.topic}[{part.partition}] and another partition")
                 merged[key] |= bm
             else:
                 merged[key] = bm
-    return merged
+    return merged, twice
 
 
 def merge(inputs: list[InputPartial], outputs: list[OutputPartial], dead: list[OutputPartial],
-          max_samples: int = 10) -> LineageResult:
-    result = LineageResult()
+          max_samples: int = 10, ledger: dict[TP, PartitionLedger] | None = None) -> LineageResult:
+    result = LineageResult(ledger=ledger is not None)
+    ledger = ledger or {}
     expected: dict[TP, BitMap64] = {(p.topic, p.partition): p.bitmap() for p in inputs}
+    low = {(p.topic, p.partition): p.low for p in inputs}
     result.expected = sum(len(bm) for bm in expected.values())
     result.output_records = sum(p.records for p in outputs)
-    seen = _union(outputs, result, max_samples)
-    dlq = _union(dead, result, max_samples)
-    for origins in (seen, dlq):
+    seen, seen_twice = _union(outputs, result, max_samples)
+    dlq, dlq_twice = _union(dead, result, max_samples)
+    for origins, twice in ((seen, seen_twice), (dlq, dlq_twice)):
         for (topic, partition, index), bm in origins.items():
-            bogus = bm - expected.get((topic, partition), BitMap64())
+            tp = (topic, partition)
+            _explain_copies(twice.get((topic, partition, index)), ledger.get(tp), result)
+            bogus = bm - expected.get(tp, BitMap64())
+            account = ledger.get(tp)
+            if bogus and account is not None:
+                gone = bogus & account.now & _below(low.get(tp, 0))  # processed, then deleted by retention
+                earlier = (bogus - gone) & account.earlier  # an earlier topic of the same name
+                result.input_deleted += len(gone) if index == 0 else 0
+                result.earlier_topic += len(earlier) if index == 0 else 0
+                bogus -= gone | earlier
             if bogus:
                 result.unexpected += len(bogus)
                 for offset in list(bogus)[:max_samples]:
@@ -151,6 +192,7 @@ def merge(inputs: list[InputPartial], outputs: list[OutputPartial], dead: list[O
                                   reason="names an origin that is not a committed input record below the "
                                          "committed offsets")
                 bm -= bogus
+    _check_order(outputs, ledger, result, max_samples)
     result.unique_origins = sum(len(bm) for bm in seen.values())
     result.dead_lettered = sum(len(bm) for bm in dlq.values())
     for (topic, partition, index), bm in seen.items():
@@ -160,12 +202,58 @@ def merge(inputs: list[InputPartial], outputs: list[OutputPartial], dead: list[O
             for offset in list(gaps)[:max_samples]:
                 result.sample("index_gaps", max_samples, origin=f"{topic}:{partition}:{offset}:{index}")
     for (topic, partition), want in expected.items():
+        account = ledger.get((topic, partition))
+        filtered = (account.filtered & want) if account is not None else BitMap64()
         got, dead_bm = seen.get((topic, partition, 0), BitMap64()), dlq.get((topic, partition, 0), BitMap64())
-        missing, both = want - got - dead_bm, got & dead_bm
+        missing, both = want - got - dead_bm - filtered, got & dead_bm
+        result.filtered += len(filtered - got - dead_bm)
+        contradicted = filtered & (got | dead_bm)
+        result.filtered_but_output += len(contradicted)
         result.lost += len(missing)
         result.output_and_dead_lettered += len(both)
         for offset in list(missing)[:max_samples]:
             result.sample("lost", max_samples, origin=f"{topic}:{partition}:{offset}")
         for offset in list(both)[:max_samples]:
             result.sample("output_and_dead_lettered", max_samples, origin=f"{topic}:{partition}:{offset}")
+        for offset in list(contradicted)[:max_samples]:
+            result.sample("filtered_but_output", max_samples, origin=f"{topic}:{partition}:{offset}",
+                          reason="the ledger says this record produced nothing")
+    for (topic, partition), account in ledger.items():
+        result.overlapping_batches += len(account.overlaps)
+        result.skipped_by_retention += account.retention_skipped
+        for offset in list(account.overlaps)[:max_samples]:
+            result.sample("overlapping_batches", max_samples, origin=f"{topic}:{partition}:{offset}",
+                          reason="covered by two committed batches")
     return result
+
+
+def _check_order(outputs: list[OutputPartial], ledger: dict[TP, PartitionLedger], result: LineageResult,
+                 max_samples: int) -> None:
+    """Outputs of one input partition must appear in input order. One exception: where the input topic was
+    deleted and created again, outputs of the new topic follow those of the old one and its offsets start
+    over; the ledger says so (the earlier offset was covered by the old topic, the later by the new)."""
+    for part in outputs:
+        for topic, partition, offset, previous, at in part.order_breaks:
+            account = ledger.get((topic, partition))
+            if account is not None and previous in account.earlier and offset in account.now:
+                continue
+            result.order_violations += 1
+            result.sample("order_violations", max_samples, origin=f"{topic}:{partition}:{offset}",
+                          previous_origin_offset=previous, topic=part.topic, partition=part.partition, offset=at)
+
+
+def _below(offset: int) -> BitMap64:
+    bm = BitMap64()
+    if offset > 0:
+        bm.add_range(0, offset)
+    return bm
+
+
+def _explain_copies(twice: BitMap64 | None, account: PartitionLedger | None, result: LineageResult) -> None:
+    """A second copy of an origin is no duplicate when two incarnations of the topic (deleted and created
+    again) both had a record at that offset and both were processed: one copy each."""
+    if not twice or account is None or not account.earlier:
+        return
+    explained = twice & account.earlier & account.now
+    result.duplicates -= len(explained)
+    result.earlier_topic += len(explained)

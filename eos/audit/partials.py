@@ -14,10 +14,14 @@ from typing import Any
 
 from pyroaring import BitMap64
 
-from eos.origin import ORIGIN_HEADER, decode_origin
+from eos.origin import ORIGIN_HEADER, origin_of
 from transactions import Isolation, Message, OffsetRange, read_ranges, scan_consumer
 
-__all__ = ["InputPartial", "OutputPartial", "scan_input_partition", "scan_output_partition", "PartitionScan"]
+__all__ = ["InputPartial", "OutputPartial", "scan_input_partition", "scan_output_partition", "PartitionScan",
+           "MAX_BREAKS"]
+
+#: order breaks a partition scan keeps for the merge to explain (a topic created again restarts its offsets)
+MAX_BREAKS = 10_000
 
 @dataclass(frozen=True)
 class PartitionScan:
@@ -53,13 +57,14 @@ class InputPartial:
     topic: str
     partition: int
     offsets: bytes  # serialized BitMap64 of visible input offsets below the bound
+    low: int = 0  # the partition's first offset when scanned (records below it were deleted)
 
     def bitmap(self) -> BitMap64:
         return BitMap64.deserialize(self.offsets)
 
 
 def scan_input_partition(scan: PartitionScan, progress: Callable[[int], None] | None = None) -> InputPartial:
-    return InputPartial(scan.topic, scan.partition, _offsets(scan, "read_committed", progress).serialize())
+    return InputPartial(scan.topic, scan.partition, _offsets(scan, "read_committed", progress).serialize(), scan.start)
 
 
 @dataclass
@@ -69,9 +74,17 @@ class OutputPartial:
     records: int = 0
     #: (origin topic, origin partition, index) -> serialized BitMap64 of origin offsets seen once
     origins: dict[tuple[str, int, int], bytes] = field(default_factory=dict)
+    #: the same for the origins seen more than once (`duplicates` counts the extra copies)
+    duplicate_origins: dict[tuple[str, int, int], bytes] = field(default_factory=dict)
     duplicates: int = 0
+    #: records whose origin is an input of another sub-topology (a shared dead-letter topic), not counted
+    foreign: int = 0
     without_origin: int = 0
-    order_violations: int = 0
+    #: places where an output's origin offset is below the one before it from the same input partition:
+    #: (origin topic, origin partition, origin offset, previous origin offset, output offset), the first
+    #: MAX_BREAKS of them; `order_breaks_beyond` counts the rest
+    order_breaks: list[tuple[str, int, int, int, int]] = field(default_factory=list)
+    order_breaks_beyond: int = 0
     aborted_visible: int = 0
     samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
@@ -82,15 +95,19 @@ class OutputPartial:
 
 
 def scan_output_partition(scan: PartitionScan, *, isolation: Isolation = "read_committed", max_samples: int = 10,
-                          progress: Callable[[int], None] | None = None) -> OutputPartial:
+                          progress: Callable[[int], None] | None = None,
+                          origin_topics: frozenset[str] | None = None) -> OutputPartial:
     """Origins of one output (or dead-letter) partition, read with `isolation`.
 
     Whatever the isolation asked for, records that a read_committed reader cannot see (aborted or still
     open transactions) are identified by an extra read_committed pass, counted as `aborted_visible` and
-    kept out of the accounting: the auditor is not fooled by a wrong isolation level."""
+    kept out of the accounting: the auditor is not fooled by a wrong isolation level. With `origin_topics`
+    (a dead-letter topic shared by several sub-topologies), records whose origin is another topic belong to
+    another sub-topology's audit: they are counted as `foreign` and left out."""
     committed = _offsets(scan, "read_committed", None) if isolation == "read_uncommitted" else None
     part = OutputPartial(scan.topic, scan.partition)
     seen: defaultdict[tuple[str, int, int], BitMap64] = defaultdict(BitMap64)
+    twice: defaultdict[tuple[str, int, int], BitMap64] = defaultdict(BitMap64)
     last: dict[tuple[str, int], int] = {}
     for batch in _read(scan, isolation, progress):
         for msg in batch:
@@ -101,26 +118,30 @@ def scan_output_partition(scan: PartitionScan, *, isolation: Isolation = "read_c
                 part.sample("aborted_visible", max_samples, **at)
                 continue
             part.records += 1
-            raw = None
-            for key, value in msg.headers() or ():
-                if key == ORIGIN_HEADER:
-                    raw = value
-            origin = decode_origin(raw)
+            origin = origin_of(msg.headers())
             if origin is None:
                 part.without_origin += 1
                 part.sample("unexpected", max_samples, reason=f"no valid {ORIGIN_HEADER} header", **at)
                 continue
+            if origin_topics is not None and origin.topic not in origin_topics:
+                part.records -= 1
+                part.foreign += 1
+                continue
             source = (origin.topic, origin.partition)
             if origin.offset < last.get(source, -1):
-                part.order_violations += 1
-                part.sample("order_violations", max_samples, origin=":".join(map(str, origin)),
-                            previous_origin_offset=last[source], **at)
-            last[source] = max(origin.offset, last.get(source, -1))
-            bm = seen[(origin.topic, origin.partition, origin.index)]
+                if len(part.order_breaks) < MAX_BREAKS:
+                    part.order_breaks.append((origin.topic, origin.partition, origin.offset, last[source], offset))
+                else:
+                    part.order_breaks_beyond += 1
+            last[source] = origin.offset
+            where = (origin.topic, origin.partition, origin.index)
+            bm = seen[where]
             if origin.offset in bm:
                 part.duplicates += 1
+                twice[where].add(origin.offset)
                 part.sample("duplicates", max_samples, origin=":".join(map(str, origin)), **at)
             else:
                 bm.add(origin.offset)
     part.origins = {k: v.serialize() for k, v in seen.items()}
+    part.duplicate_origins = {k: v.serialize() for k, v in twice.items()}
     return part

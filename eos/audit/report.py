@@ -20,12 +20,24 @@ _ROWS = {
                 ("index_gaps", "1-to-n index gaps", True),
                 ("output_and_dead_lettered", "both output and dead-lettered", True),
                 ("order_violations", "out of input order", True),
-                ("aborted_visible", "aborted/open records read as output", True)],
+                ("aborted_visible", "aborted/open records read as output", True),
+                ("overlapping_batches", "offsets in two committed batches (ledger)", True),
+                ("filtered_but_output", "filtered, yet with output (ledger)", True),
+                ("filtered", "filtered by the job (ledger)", False),
+                ("input_deleted", "output of input since deleted by retention", False),
+                ("earlier_topic", "output of an earlier topic of the same name", False),
+                ("skipped_by_retention", "input deleted by retention before processing", False),
+                ("other_dead_letters", "dead letters of other sub-topologies", False)],
     "aggregate": [("input_records", "input records", False), ("output_records", "output records", False),
                   ("keys_expected", "keys expected", False), ("keys_observed", "keys observed", False),
                   ("wrong_final", "wrong final value", True), ("sequence_mismatches", "repeated/skipped steps", True),
                   ("missing_keys", "missing keys", True), ("unexpected_keys", "unexpected keys", True)],
 }
+
+
+#: Counts shown even when zero; other accounted-for counts appear only when something was accounted for.
+_ALWAYS = {"expected", "output_records", "unique_origins", "dead_lettered", "input_records", "keys_expected",
+           "keys_observed"}
 
 
 def render(report: AuditReport, console: Console | None = None) -> None:
@@ -38,7 +50,10 @@ def render(report: AuditReport, console: Console | None = None) -> None:
     check = report.lineage if report.lineage is not None else report.aggregate
     for attr, label, is_violation in _ROWS[report.mode]:
         value = getattr(check, attr)
-        table.add_row(label, f"{value:,}", _mark(value, is_violation))
+        if value or is_violation or attr in _ALWAYS:
+            table.add_row(label, f"{value:,}", _mark(value, is_violation))
+    if report.lineage is not None:
+        table.add_row("lineage ledger", "read" if report.lineage.ledger else "not found (filtering counts as lost)", "")
     table.add_row("open transactions (LSO < HW)", f"{report.transactions.open_transactions}",
                   _mark(report.transactions.open_transactions, True))
     if report.group:

@@ -1,0 +1,73 @@
+"""Read a job's lineage ledger (`eos.ledger`) for the auditor: per input partition, which offsets committed
+batches covered (of the topic as it is now, and of earlier topics of the same name), which of them
+produced nothing on purpose, and which were covered twice."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from pyroaring import BitMap64
+
+from eos.audit.scan import scan_topic
+from eos.ledger import LedgerEntry
+from transactions import KafkaAdmin
+
+__all__ = ["PartitionLedger", "read_ledger"]
+
+TP = tuple[str, int]
+
+
+@dataclass
+class PartitionLedger:
+    #: offsets covered by committed batches of the topic as it is now
+    now: BitMap64 = field(default_factory=BitMap64)
+    #: offsets covered by committed batches of earlier topics of the same name (deleted, created again)
+    earlier: BitMap64 = field(default_factory=BitMap64)
+    #: offsets of the topic as it is now that produced no output and no dead letter
+    filtered: BitMap64 = field(default_factory=BitMap64)
+    #: offsets covered by two committed batches of one topic incarnation (invariant I1 broken)
+    overlaps: BitMap64 = field(default_factory=BitMap64)
+    #: offsets skipped because retention deleted them before they were processed
+    retention_skipped: int = 0
+    #: earlier topic ids seen
+    incarnations: set[str] = field(default_factory=set)
+    entries: int = 0
+
+
+def read_ledger(bootstrap_servers: str, topic: str, inputs: Iterable[str], *, admin: KafkaAdmin,
+                progress: Callable[[int], None] | None = None) -> dict[TP, PartitionLedger] | None:
+    """The ledger's account of `inputs`, per input partition; None when the ledger topic does not exist."""
+    if admin.partition_counts([topic])[topic] is None:
+        return None
+    inputs = set(inputs)
+    current = admin.topic_ids(sorted(inputs))
+    coverage: dict[tuple[TP, str | None], BitMap64] = {}
+    out: dict[TP, PartitionLedger] = {}
+    for batch in scan_topic(bootstrap_servers, topic, admin=admin, progress=progress):
+        for msg in batch:
+            entry = LedgerEntry.decode(msg.value())
+            if entry is None:
+                continue
+            for item in entry.inputs:
+                if item.topic not in inputs:
+                    continue
+                tp = (item.topic, item.partition)
+                ledger = out.setdefault(tp, PartitionLedger())
+                ledger.entries += 1
+                span = BitMap64()
+                if item.end > item.start:
+                    span.add_range(item.start, item.end)
+                is_now = item.topic_id is None or current.get(item.topic) in (None, item.topic_id)
+                seen = coverage.setdefault((tp, item.topic_id), BitMap64())
+                ledger.overlaps |= seen & span
+                seen |= span
+                if is_now:
+                    ledger.now |= span
+                    ledger.filtered |= item.filtered
+                    if item.reset_reason == "retention" and item.reset_from is not None:
+                        ledger.retention_skipped += max(0, item.start - item.reset_from)
+                else:
+                    ledger.earlier |= span
+                    ledger.incarnations.add(item.topic_id or "")
+    return out
