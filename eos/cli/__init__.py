@@ -12,6 +12,7 @@ import typer
 
 from eos.cli.audit import audit_app
 from eos.cli.cluster import cluster_app
+from eos.cli.topics import topics_app
 
 __all__ = ["app", "main"]
 
@@ -19,6 +20,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Exactly-once Kafka pipelines on Spark: run jobs, audit output, manage a local Kafka.")
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(audit_app, name="audit")
+app.add_typer(topics_app, name="topics")
 
 
 def _register_commands() -> None:

@@ -12,6 +12,9 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from eos.cli.errors import fail
+from eos.cli.options import bootstrap_option, resolve_bootstrap
+
 audit_app = typer.Typer(no_args_is_help=True, help="Audit a job's committed output (lineage or aggregate mode).")
 err = Console(stderr=True)
 out = Console()
@@ -65,6 +68,7 @@ def lineage(bootstrap_servers: str = Bootstrap, inputs: list[str] = Inputs, outp
             isolation: str = typer.Option("read_committed", help="read_committed | read_uncommitted"),
             spark: bool = typer.Option(False, "--spark", help="Scan partitions in parallel on Spark"),
             master: str = typer.Option(None, help="Spark master for --spark"),
+            ledger_topic: str = typer.Option(None, help="The job's lineage ledger [default: <group>-ledger]"),
             json_path: Path = JsonPath, samples: int = Samples) -> None:
     """Every committed input record exactly once in the output (by lineage header) or the dead-letter topic."""
     from eos.audit import audit
@@ -75,7 +79,7 @@ def lineage(bootstrap_servers: str = Bootstrap, inputs: list[str] = Inputs, outp
     with _progress() as progress:
         report = audit(bootstrap_servers, inputs=inputs, outputs=outputs, dead_letter_topic=dead_letter_topic,
                        group=group, isolation=isolation, executor=_executor(spark, master),  # type: ignore[arg-type]
-                       max_samples=samples, progress=progress)
+                       max_samples=samples, progress=progress, ledger_topic=ledger_topic)
     _finish([report], json_path)
 
 
@@ -111,20 +115,23 @@ def aggregate(bootstrap_servers: str = Bootstrap, inputs: list[str] = Inputs, ou
 
 @audit_app.command("app")
 def app_(target: str = typer.Argument(..., help="module:app or path/to/job.py[:app]"),
-         bootstrap_servers: str = typer.Option(None, envvar="EOS_BOOTSTRAP_SERVERS"),
+         bootstrap_servers: str = bootstrap_option(),
          json_path: Path = JsonPath, samples: int = Samples) -> None:
-    """Lineage audit of every sub-topology of a framework job, with its dead-letter and changelog topics."""
-    from eos.audit import audit
+    """Lineage audit of every sub-topology of a framework job, with its dead-letter and changelog topics and
+    its lineage ledger. Each sub-topology is held to its own inputs: the dead letters of the others (the
+    dead-letter topic is shared) are counted apart, and the records it filtered are accounted for."""
+    from eos.audit import audit_application
     from eos.cli.loader import load_application
+    from eos.errors import ConfigError
 
-    application = load_application(target)
-    cfg = application.config.with_overrides(bootstrap_servers=bootstrap_servers)
-    cfg.require_bootstrap()
-    reports = []
+    try:
+        application = load_application(target)
+        cfg = application.config.with_overrides(
+            bootstrap_servers=resolve_bootstrap(bootstrap_servers, application.config.bootstrap_servers))
+        cfg.require_bootstrap()
+    except (ValueError, ConfigError) as exc:
+        fail(2, str(exc))
     with _progress() as progress:
-        for sub in application.subtopologies.values():
-            changelogs = [spec.changelog_topic(cfg.application_id) for spec in sub.stores]
-            reports.append(audit(cfg.bootstrap_servers, inputs=list(sub.inputs), outputs=list(sub.output_topics),
-                                 dead_letter_topic=cfg.dlq_topic, group=cfg.group_id, extra_topics=changelogs,
-                                 max_samples=samples, progress=progress))
+        reports = audit_application(application, bootstrap_servers=cfg.bootstrap_servers, max_samples=samples,
+                                    progress=progress)
     _finish(reports, json_path)

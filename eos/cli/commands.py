@@ -1,14 +1,24 @@
-"""`eos run`, `eos demo` and `eos kafka fetch`."""
+"""`eos run`, `eos demo` and `eos kafka fetch`.
+
+Exit codes of `eos run`: 0 done; 1 the job failed (the error says why); 2 bad usage or configuration;
+3 records went to the dead-letter topic and `--fail-on-dead-letters` was given.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 
 from eos.cli import app
+from eos.cli.errors import fail
+from eos.cli.options import bootstrap_option
+
+if TYPE_CHECKING:
+    from eos.driver.reports import RunSummary
 
 console = Console(stderr=True)
 kafka_app = typer.Typer(no_args_is_help=True, help="The Apache Kafka release used for local clusters.")
@@ -28,40 +38,57 @@ def fetch() -> None:
 def run(target: str = typer.Argument(..., help="module:app or path/to/job.py[:app]"),
         until_caught_up: bool = typer.Option(False, "--until-caught-up", help="Stop once every input is processed"),
         master: str = typer.Option(None, help="Spark master, e.g. local[2,4] or local-cluster[2,1,1024]"),
-        bootstrap_servers: str = typer.Option(None, envvar="EOS_BOOTSTRAP_SERVERS", help="Kafka bootstrap servers"),
+        bootstrap_servers: str = bootstrap_option(),
         trigger_interval: float = typer.Option(None, help="Seconds between batch starts"),
         max_records_per_batch: int = typer.Option(None, help="Records per input partition and batch"),
         max_batches: int = typer.Option(None, help="Stop after this many batches"),
         max_seconds: float = typer.Option(None, help="Stop after this many seconds"),
         log_format: str = typer.Option(None, help="auto | json | console"),
         spark_conf: list[str] = typer.Option([], "--spark-conf", help="Extra Spark setting key=value (repeatable)"),
+        fail_on_dead_letters: bool = typer.Option(
+            False, "--fail-on-dead-letters", help="Exit with status 3 if any record went to the dead-letter topic"),
         summary_json: Path = typer.Option(None, help="Write the run summary as JSON to this file")) -> None:
     """Run an exactly-once job on Spark. SIGINT/SIGTERM stop it after the current batch commits."""
     from eos.cli.loader import load_application
-    from eos.config import ConfigError
+    from eos.driver.spark import DEFAULT_MASTER, build_spark_context
+    from eos.errors import ConfigError, EosError
     from eos.logs import configure_logging
 
     try:
         application = load_application(target)
         application.configure(bootstrap_servers=bootstrap_servers, trigger_interval=trigger_interval,
                               max_records_per_batch=max_records_per_batch, log_format=log_format)
+        configure_logging(application.config.log_format, application.config.log_level)
+        master = master or DEFAULT_MASTER
+        application.preflight(master)
     except (ValueError, ConfigError) as exc:
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(2) from None
-    configure_logging(application.config.log_format, application.config.log_level)
+        fail(2, f"{exc}")
     conf = dict(item.split("=", 1) for item in spark_conf if "=" in item)
+    sc = build_spark_context(master, application.config.application_id, conf)
     try:
-        from eos.driver.spark import DEFAULT_MASTER, build_spark_context
-
-        sc = build_spark_context(master or DEFAULT_MASTER, application.config.application_id, conf)
         summary = application.run(sc, until_caught_up=until_caught_up, max_batches=max_batches,
                                   max_seconds=max_seconds, handle_signals=True)
     except ConfigError as exc:
-        console.print(f"[red]configuration error:[/red] {exc}")
-        raise typer.Exit(2) from None
+        fail(2, f"configuration error: {exc}")
+    except EosError as exc:
+        fail(1, f"{type(exc).__name__}: {exc}")
+    finally:
+        sc.stop()
+    _report(summary, summary_json)
+    if summary.dead_letters and fail_on_dead_letters:
+        fail(3, f"{summary.dead_letters:,} record(s) went to the dead-letter topic "
+                 f"{application.config.dlq_topic} (--fail-on-dead-letters)")
+
+
+def _report(summary: RunSummary, summary_json: Path | None) -> None:
     data = summary.to_dict()
     data.pop("batch_reports")
     console.print_json(json.dumps(data))
+    if summary.dead_letters:
+        console.print(f"[bold yellow]warning[/bold yellow]: {summary.dead_letters:,} of {summary.records_in:,} "
+                      f"input records went to the dead-letter topic {summary.dead_letter_topic}"
+                      + (f" (first error: {summary.first_dead_letter_error})" if summary.first_dead_letter_error
+                         else ""), soft_wrap=True, highlight=False)
     if summary_json is not None:
         summary_json.write_text(json.dumps(summary.to_dict(), indent=2))
 

@@ -9,8 +9,9 @@ import importlib
 import importlib.util
 import sys
 from pathlib import Path
+from types import ModuleType
 
-from eos.app import Application
+from eos.app import Application, loading_job
 
 __all__ = ["load_application"]
 
@@ -22,7 +23,8 @@ def load_application(target: str) -> Application:
         module = _load_file(Path(spec))
     else:
         try:
-            module = importlib.import_module(spec)
+            with loading_job(spec):
+                module = importlib.import_module(spec)
         except ImportError as exc:
             raise ValueError(f"cannot import {spec!r} ({exc}); give module:attr or path/to/job.py[:attr]") from None
     obj = getattr(module, attr, None)
@@ -33,7 +35,9 @@ def load_application(target: str) -> Application:
     return obj
 
 
-def _load_file(path: Path):  # type: ignore[no-untyped-def]
+def _load_file(path: Path) -> ModuleType:
+    """Import a job file. Its module is registered with cloudpickle before it runs, so that what it defines
+    is shipped to Spark's workers by value (they cannot import the file)."""
     if not path.is_file():
         raise ValueError(f"job file {path} does not exist")
     name = f"eos_job_{path.stem}"
@@ -41,8 +45,9 @@ def _load_file(path: Path):  # type: ignore[no-untyped-def]
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
     from pyspark import cloudpickle
 
     cloudpickle.register_pickle_by_value(module)
+    with loading_job(str(path)):
+        spec.loader.exec_module(module)
     return module

@@ -1,0 +1,120 @@
+"""`eos topics ...`: create, list, delete and write to topics, so trying a job needs no script of one's own.
+
+    eos topics create orders --partitions 4
+    eos topics create --from-app job.py --partitions 4     # every input and output topic the job names
+    printf 'k1\\t{"qty": 2}\\n' | eos topics produce orders   # key<TAB>value lines from stdin
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from eos.cli.errors import fail
+from eos.cli.options import bootstrap_option, resolve_bootstrap
+from transactions import KafkaAdmin
+
+topics_app = typer.Typer(no_args_is_help=True, help="Create, list, delete and write to topics.")
+console = Console(soft_wrap=True, highlight=False)
+
+
+def _admin(bootstrap_servers: str) -> KafkaAdmin:
+    from transactions import BrokerUnreachableError, check_reachable
+
+    if not bootstrap_servers:
+        fail(2, "no bootstrap servers: pass --bootstrap-servers or set EOS_BOOTSTRAP_SERVERS "
+                "(`eval \"$(eos cluster env)\"` for a local cluster)")
+    try:
+        check_reachable(bootstrap_servers)
+    except BrokerUnreachableError as exc:
+        fail(2, f"{exc}. For a local cluster run `eos cluster up` and `eval \"$(eos cluster env)\"`.")
+    return KafkaAdmin(bootstrap_servers)
+
+
+@topics_app.command()
+def create(names: list[str] = typer.Argument(None, help="Topic names"),
+           partitions: int = typer.Option(1, "--partitions", "-p", help="Partitions of each topic"),
+           replication_factor: int = typer.Option(None, "--replication-factor", "-r",
+                                                  help="Replicas (default: the broker's default)"),
+           compact: bool = typer.Option(False, "--compact", help="cleanup.policy=compact"),
+           config: list[str] = typer.Option([], "--config", help="Topic setting key=value (repeatable)"),
+           from_app: str = typer.Option(None, "--from-app",
+                                        help="module:app or job.py: create every input and output topic it names"),
+           bootstrap_servers: str = bootstrap_option()) -> None:
+    """Create topics (existing ones are left as they are and reported)."""
+    from eos.errors import ConfigError
+    from transactions import KafkaEosError, TopicSpec
+
+    wanted = list(names or [])
+    if from_app:
+        from eos.cli.loader import load_application
+
+        try:
+            application = load_application(from_app)
+        except (ValueError, ConfigError) as exc:
+            fail(2, str(exc))
+        bootstrap_servers = resolve_bootstrap(bootstrap_servers, application.config.bootstrap_servers)
+        wanted += sorted({t for sub in application.subtopologies.values() for t in (*sub.inputs, *sub.output_topics)})
+    if not wanted:
+        fail(2, "name the topics to create, or give --from-app")
+    settings = dict(item.split("=", 1) for item in config if "=" in item)
+    if compact:
+        settings["cleanup.policy"] = "compact"
+    admin = _admin(resolve_bootstrap(bootstrap_servers))
+    try:
+        existing = admin.partition_counts(wanted)
+        created = admin.create_topics(TopicSpec(t, partitions, replication_factor, settings) for t in wanted)
+    except KafkaEosError as exc:
+        fail(1, str(exc))
+    for topic in wanted:
+        if topic in created:
+            console.print(f"created {topic} ({partitions} partition(s))")
+        else:
+            console.print(f"exists  {topic} ({existing[topic]} partition(s)), left as it is")
+
+
+@topics_app.command("list")
+def list_(bootstrap_servers: str = bootstrap_option()) -> None:
+    """Topics and their partition counts."""
+    admin = _admin(resolve_bootstrap(bootstrap_servers))
+    names = admin.topic_names()
+    counts = admin.partition_counts(names)
+    table = Table("topic", "partitions")
+    for name in names:
+        table.add_row(name, str(counts[name]))
+    console.print(table)
+
+
+@topics_app.command()
+def delete(names: list[str] = typer.Argument(..., help="Topic names"),
+           bootstrap_servers: str = bootstrap_option()) -> None:
+    """Delete topics (and their data)."""
+    deleted = _admin(resolve_bootstrap(bootstrap_servers)).delete_topics(names)
+    for name in names:
+        console.print(f"{'deleted' if name in deleted else 'absent '} {name}")
+
+
+@topics_app.command()
+def produce(topic: str = typer.Argument(..., help="Topic to write to"),
+            separator: str = typer.Option("\t", help="Separates the key from the value on each line"),
+            bootstrap_servers: str = bootstrap_option()) -> None:
+    """Write `key<TAB>value` lines from stdin (a line without the separator is a value without a key)."""
+    from transactions import produce_pairs
+
+    bootstrap_servers = resolve_bootstrap(bootstrap_servers)
+    _admin(bootstrap_servers)
+
+    def pairs() -> Iterator[tuple[bytes | None, bytes]]:
+        for line in sys.stdin:
+            line = line.rstrip("\n")
+            if not line:
+                continue
+            key, sep, value = line.partition(separator)
+            yield (key.encode(), value.encode()) if sep else (None, line.encode())
+
+    n = produce_pairs(bootstrap_servers, topic, pairs())
+    console.print(f"{n:,} record(s) written to {topic}")
