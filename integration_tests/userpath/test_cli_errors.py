@@ -1,0 +1,110 @@
+"""What a user sees from the command line when something is wrong: one line that says what to change, an
+exit status, and no flood of client logs; and `eos topics`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from integration_tests.helpers import produce, read_values
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def eos(args: list[str], env: dict[str, str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "eos.cli", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def job_file(tmp_path: Path, body: str, name: str = "job.py") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def environment(bootstrap: str, tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "EOS_BOOTSTRAP_SERVERS": bootstrap, "HOME": str(tmp_path)}
+
+
+COPY_JOB = """
+    from eos import Application
+
+    app = Application("{app}"{settings})
+
+    @app.process(input="{src}", output="{dst}", value_serde="json")
+    def copy(record):
+        return record.key, record.value["n"]
+    {tail}
+"""
+
+
+def test_a_wrong_bootstrap_address_fails_fast_with_one_line_and_no_client_log_flood(kafka, tmp_path, unique_name):
+    job = job_file(tmp_path, COPY_JOB.format(app=unique_name("app"), settings="", src="a", dst="b", tail=""))
+    started = time.monotonic()
+    done = eos(["run", str(job), "--until-caught-up", "--bootstrap-servers", "127.0.0.1:1"],
+               environment(kafka.bootstrap_servers, tmp_path), tmp_path)
+    took = time.monotonic() - started
+    assert done.returncode == 2, done.stderr
+    assert took < 30, f"took {took:.0f}s"
+    assert "no Kafka broker answers at 127.0.0.1:1 within 10s" in done.stderr
+    assert "eos cluster up" in done.stderr and "EOS_BOOTSTRAP_SERVERS" in done.stderr
+    assert "rdkafka" not in done.stderr and len(done.stderr.strip().splitlines()) <= 3, done.stderr
+
+
+def test_app_run_at_the_top_level_of_a_loaded_file_fails_at_once_with_what_to_do(kafka, tmp_path, unique_name):
+    job = job_file(tmp_path, COPY_JOB.format(app=unique_name("app"), settings="", src="a", dst="b",
+                                             tail="app.run(until_caught_up=True)"))
+    env = environment(kafka.bootstrap_servers, tmp_path)
+    for command in (["run", str(job), "--until-caught-up"], ["audit", "app", str(job)]):
+        started = time.monotonic()
+        done = eos(command, env, tmp_path)
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert time.monotonic() - started < 20
+        assert "app.run() was called while" in done.stderr and 'if __name__ == "__main__":' in done.stderr
+
+
+def test_misspelt_settings_and_client_properties_name_what_was_meant(kafka, tmp_path, unique_name):
+    env = environment(kafka.bootstrap_servers, tmp_path)
+    for settings, says in ((", bath_timeout=10", "Did you mean 'batch_timeout'?"),
+                           (", producer_config={'linger.msec': 5}", "Did you mean 'linger.ms'?"),
+                           (", batch_timeout='half a minute'", "batch_timeout must be a number")):
+        job = job_file(tmp_path, COPY_JOB.format(app=unique_name("app"), settings=settings, src="a", dst="b", tail=""))
+        done = eos(["run", str(job), "--until-caught-up"], env, tmp_path)
+        assert done.returncode == 2 and says in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
+
+
+def test_a_job_that_dead_letters_most_records_is_loud_and_can_fail_the_run(kafka, topic_factory, unique_name,
+                                                                            tmp_path):
+    src, dst = topic_factory("in", partitions=1), topic_factory("out", partitions=1)
+    produce(kafka.bootstrap_servers, src, [(b"k", b"not json")] * 9 + [(b"k", b'{"n": 1}')])
+    job = job_file(tmp_path, COPY_JOB.format(app=unique_name("app"), settings="", src=src, dst=dst, tail=""))
+    done = eos(["run", str(job), "--until-caught-up", "--fail-on-dead-letters"],
+               environment(kafka.bootstrap_servers, tmp_path), tmp_path)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "most of the batch went to the dead-letter topic" in done.stderr  # the per-batch warning
+    assert "9 of 10 input records went to the dead-letter topic" in done.stderr
+    assert "(--fail-on-dead-letters)" in done.stderr and "cannot deserialize" in done.stderr
+    assert read_values(kafka.bootstrap_servers, dst) == [b"1"]
+
+
+def test_topics_are_created_listed_written_and_deleted_from_the_command_line(kafka, tmp_path, unique_name):
+    env = environment(kafka.bootstrap_servers, tmp_path)
+    a, b = unique_name("t"), unique_name("t")
+    job = job_file(tmp_path, COPY_JOB.format(app=unique_name("app"), settings="", src=a, dst=b, tail=""))
+    created = eos(["topics", "create", "--from-app", str(job), "--partitions", "3"], env, tmp_path)
+    assert created.returncode == 0 and f"created {a} (3 partition(s))" in created.stdout, created.stderr
+    again = eos(["topics", "create", a, "--compact"], env, tmp_path)
+    assert f"exists  {a} (3 partition(s)), left as it is" in again.stdout
+    written = subprocess.run([sys.executable, "-m", "eos.cli", "topics", "produce", a], input="k1\tv1\nv2\n",
+                             env=env, capture_output=True, text=True, timeout=120)
+    assert "2 record(s) written" in written.stdout, written.stderr
+    assert sorted(read_values(kafka.bootstrap_servers, a)) == [b"v1", b"v2"]
+    listed = eos(["topics", "list"], env, tmp_path)
+    assert a in listed.stdout and b in listed.stdout
+    assert eos(["topics", "create"], env, tmp_path).returncode == 2
+    assert f"deleted {b}" in eos(["topics", "delete", b], env, tmp_path).stdout

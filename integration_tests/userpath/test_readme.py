@@ -1,0 +1,76 @@
+"""The README's "Writing a job" example, run verbatim: the job file is the README's Python block, and the
+commands are the README's shell block (all but `eos cluster up`: the suite's cluster is used instead)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from integration_tests.helpers import read_values
+from transactions import KafkaAdmin
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+
+
+def readme_blocks(section: str) -> tuple[str, str]:
+    """The first ```python and the first ```bash block under the README heading `section`."""
+    text = README.read_text()
+    start = text.index(f"\n## {section}\n")
+    end = text.find("\n## ", start + 1)
+    body = text[start:end if end > 0 else None]
+    python = re.search(r"```python\n(.*?)```", body, re.S)
+    bash = re.search(r"```bash\n(.*?)```", body, re.S)
+    assert python and bash, f"README section {section!r} lost its examples"
+    return python.group(1), bash.group(1)
+
+
+def clean_slate(bootstrap: str, app_id: str, topics: list[str]) -> None:
+    """The example's names are fixed: remove what an earlier run left on a reused cluster."""
+    admin = KafkaAdmin(bootstrap)
+    internal = [t for t in admin.topic_names() if t.startswith(f"{app_id}-")]
+    admin.delete_topics([*topics, *internal])
+    admin.delete_groups([app_id, f"{app_id}.driver"])
+
+
+def test_the_writing_a_job_example_runs_verbatim(kafka, tmp_path):
+    job, commands = readme_blocks("Writing a job")
+    (tmp_path / "job.py").write_text(job)
+    bins = os.path.dirname(sys.executable)
+    env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": kafka.bootstrap_servers, "HOME": str(tmp_path),
+           "PATH": f"{bins}{os.pathsep}{os.environ.get('PATH', '')}"}
+    clean_slate(kafka.bootstrap_servers, "orders-enricher",
+                ["orders", "orders-enriched", "clicks", "clicks-clean", "customer-totals", "events", "events-unique"])
+
+    lines = [line.split("  #")[0].strip() for line in commands.splitlines() if line.strip()]
+    assert lines[0].startswith("eos cluster up"), lines[0]  # the suite provides the cluster instead
+    for line in lines[1:]:
+        done = subprocess.run(["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, f"`{line}` exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+        if line.startswith("eos run"):
+            assert "1 of 7 input records went to the dead-letter topic orders-enricher-dlq" in done.stderr
+            assert "KeyError: 'price'" in done.stderr
+        if line.startswith("eos audit app"):
+            assert done.stdout.count("PASS") == 4 and "FAIL" not in done.stdout, done.stdout
+
+    bootstrap = kafka.bootstrap_servers
+    enriched = [json.loads(v) for v in read_values(bootstrap, "orders-enriched")]
+    assert enriched == [{"qty": 2, "price": 3.5, "total": 7.0}]
+    assert [json.loads(v) for v in read_values(bootstrap, "customer-totals")] == [{"orders": 1, "revenue": 7.0}]
+    assert read_values(bootstrap, "orders-enricher-dlq") == [b'{"qty": 1}']
+    assert read_values(bootstrap, "clicks-clean") == [b"home"]
+    assert read_values(bootstrap, "events-unique") == [b"signup"]
+
+    # `python job.py` runs the same job (the `__main__` guard): one more order, processed exactly once.
+    subprocess.run(["bash", "-c", "printf 'alice\\t{\"qty\": 1, \"price\": 1}\\n' | eos topics produce orders"],
+                   cwd=tmp_path, env=env, check=True, capture_output=True, timeout=120)
+    ran = subprocess.run([sys.executable, "job.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert ran.returncode == 0, ran.stderr
+    assert [json.loads(v) for v in read_values(bootstrap, "customer-totals")] == [
+        {"orders": 1, "revenue": 7.0}, {"orders": 2, "revenue": 8.0}]
