@@ -3,7 +3,7 @@ dead-letter topic in the same transaction as the batch's outputs and offsets, wi
 origin in headers. Nothing is dropped silently.
 
 Headers: eos.dlq.error, eos.dlq.error.type, eos.dlq.stage (deserialize | process | serialize),
-eos.dlq.topic, eos.dlq.partition, eos.dlq.offset, eos.dlq.task, plus the record's own headers and the
+eos.dlq.topic, eos.dlq.partition, eos.dlq.offset, eos.dlq.task, eos.dlq.subtopology, plus the record's own headers and the
 lineage header `eos.origin` (index 0) so the auditor can account for it.
 """
 
@@ -44,6 +44,7 @@ def dead_letter(msg: Message, error: BaseException, stage: Stage, *, dlq_topic: 
         ("eos.dlq.partition", str(msg.partition()).encode()),
         ("eos.dlq.offset", str(msg.offset()).encode()),
         ("eos.dlq.task", task.encode()),
+        ("eos.dlq.subtopology", task.rpartition("-")[0].encode()),
         (ORIGIN_HEADER, encode_origin(msg.topic(), msg.partition(), msg.offset(), 0)),
     ]
     ts_type, ts = msg.timestamp()

@@ -214,3 +214,9 @@ def test_aggregations_skip_tombstones_and_count_does_not_read_values():
     out = run_processor(proc, c, records, key_serde=StringSerde(), value_serde=sub.value_serde, dlq=DLQ)
     assert [o.value for o in out.outputs] == [b"\x00" * 7 + b"\x01", b"\x00" * 7 + b"\x02"]
     assert not out.dead_letters and [m.offset() for m in out.filtered] == [11]  # the tombstone
+
+
+def test_dead_letters_name_their_task_and_sub_topology():
+    out = run(lambda r: 1 / 0, [b"{}"])
+    headers = dict(out.dead_letters[0].headers)
+    assert headers["eos.dlq.task"] == b"t-0" and headers["eos.dlq.subtopology"] == b"t"
