@@ -9,9 +9,15 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["ORIGIN_HEADER", "Origin", "encode_origin", "decode_origin", "origin_of"]
+from transactions import Message
+
+__all__ = ["ORIGIN_HEADER", "DERIVED_HEADER", "Origin", "encode_origin", "decode_origin", "origin_of",
+           "lineage_origin"]
 
 ORIGIN_HEADER = "eos.origin"
+#: Carried instead of an origin by records no single input record produced (punctuation, window results
+#: emitted when a window closes): the task that derived them. The lineage audit counts them apart.
+DERIVED_HEADER = "eos.derived"
 
 
 class Origin(NamedTuple):
@@ -46,3 +52,14 @@ def origin_of(headers: list[tuple[str, bytes]] | None) -> Origin | None:
         if key == ORIGIN_HEADER:
             found = value
     return decode_origin(found)
+
+
+def lineage_origin(msg: Message, transitive: frozenset[str] = frozenset()) -> tuple[str, int, int]:
+    """The origin a record's outputs name: the record itself, or, for a record of one of the application's
+    repartition topics (`transitive`), the origin it carries. Lineage then reaches through the
+    repartition hop, whose records are deleted once consumed, from the original input to the final output."""
+    if transitive and msg.topic() in transitive:
+        origin = origin_of(msg.headers())
+        if origin is not None:
+            return origin.topic, origin.partition, origin.offset
+    return msg.topic(), msg.partition(), msg.offset()

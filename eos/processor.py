@@ -10,24 +10,43 @@ topic (or stops the job, per `on_bad_record`). The task runtime that implements 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from datetime import timedelta
+from typing import Any, Literal, NamedTuple, Protocol
 
 from eos.records import Output, Record
 
-__all__ = ["Processor", "ProcessorContext", "FunctionProcessor", "iter_outputs"]
+__all__ = ["Processor", "ProcessorContext", "FunctionProcessor", "iter_outputs", "PunctuationType", "Cancellable",
+           "RecordMetadata"]
+
+#: "stream": fires as stream time (record timestamps) passes each interval; "wall_clock": as the system
+#: clock does, also while the task has no input.
+PunctuationType = Literal["stream", "wall_clock"]
+
+
+class Cancellable(Protocol):
+    def cancel(self) -> None: ...
+
+
+class RecordMetadata(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
 
 
 class ProcessorContext:
     """What a processor sees of its task (implemented by the task runtime).
 
-    Attributes: `application_id`, `subtopology`, `partition`, `task_id` ("<subtopology>-<partition>") and
-    `stream_time` (the largest record timestamp the task has seen, -1 before the first record)."""
+    Attributes: `application_id`, `subtopology`, `partition`, `task_id` ("<subtopology>-<partition>"),
+    `stream_time` (the largest record timestamp the task has seen, -1 before the first record) and
+    `timestamp` (the current record's timestamp as its sub-topology extracts it, or the time of the
+    punctuation being run)."""
 
     application_id: str
     subtopology: str
     partition: int
     task_id: str
     stream_time: int
+    timestamp: int
 
     def forward(self, key: Any = None, value: Any = None, *, topic: str | None = None, partition: int | None = None,
                 headers: list[tuple[str, bytes]] | None = None, timestamp: int | None = None) -> None:
@@ -42,6 +61,22 @@ class ProcessorContext:
 
     def commit(self) -> None:
         """Ask for the batch to end (and commit) right after the current record."""
+        raise NotImplementedError
+
+    def schedule(self, interval: int | timedelta, callback: Callable[[int], None],
+                 type: PunctuationType = "stream") -> Cancellable:
+        """Call `callback(timestamp)` every `interval` (milliseconds, or a timedelta), as Kafka Streams'
+        `ProcessorContext.schedule` does. Usually called in `init()`.
+
+        "stream": the first call comes with the first record; then whenever stream time has passed the
+        next interval, between two records, with the stream time (missed intervals are skipped, not
+        replayed). "wall_clock": whenever the system clock has passed the next interval, also for a task
+        without input (the driver runs its punctuation in a batch, and transaction, of its own).
+        What a punctuation forwards has the punctuation's timestamp and is committed with its batch."""
+        raise NotImplementedError
+
+    def record_metadata(self) -> RecordMetadata | None:
+        """Topic, partition and offset of the record being processed; None during a punctuation."""
         raise NotImplementedError
 
 

@@ -62,6 +62,11 @@ class SubTopology:
     stores: tuple[StoreSpec, ...] = ()
     #: Topics the processor may forward to besides `output`.
     extra_outputs: tuple[str, ...] = ()
+    #: Where each record's event time comes from (eos.time); None: the record's own timestamp.
+    timestamp: Callable[[Any], int] | None = None
+    #: The processor may schedule wall-clock punctuation (Processor API): its tasks run once at start-up
+    #: even without input, so the driver learns their schedules.
+    may_punctuate: bool = False
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):

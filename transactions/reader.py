@@ -32,6 +32,10 @@ class OffsetRange:
     def empty(self) -> bool:
         return self.start >= self.end
 
+    def at_start(self) -> OffsetRange:
+        """The empty range at this range's start."""
+        return OffsetRange(self.topic, self.partition, self.start, self.start)
+
 
 def read_ranges(consumer: Consumer, ranges: list[OffsetRange], *, timeout: float = 60.0,
                 batch_size: int = 10_000) -> Generator[list[Message], None, None]:

@@ -19,9 +19,9 @@ from collections.abc import Mapping
 import structlog
 
 from eos.config import EosConfig
-from eos.topology import SubTopology
-from eos.worker.attempt import decode_commit_metadata
-from eos.worker.plans import OffsetReset, SkipReason, TaskPlan
+from eos.topology import SubTopology, TaskId
+from eos.worker.plans import OffsetReset, SkipReason, TaskPlan, TaskResult, TaskStatus
+from eos.worker.progress import CommitMetadata
 from transactions import Committed, KafkaAdmin, OffsetRange
 
 __all__ = ["Planner"]
@@ -42,6 +42,8 @@ class Planner:
         self.subtopologies = dict(subtopologies)
         self.partition_counts = dict(partition_counts)
         self.topic_ids: dict[str, str | None] = {}
+        self.wall_clock_due: dict[TaskId, int] = {}
+        self._first_plan = True
         self._ids_read = -TOPIC_ID_REFRESH_S
         self._warned: dict[TP, OffsetReset] = {}
 
@@ -87,11 +89,32 @@ class Planner:
                     if reset is not None:
                         resets[tp] = reset
                     ranges.append(OffsetRange(topic, partition, start, max(start, min(ends[tp], start + cap))))
-                if any(not r.empty for r in ranges):
-                    plans.append(TaskPlan(sub.task(partition), batch, tuple(ranges),
+                task = sub.task(partition)
+                busy = any(not r.empty for r in ranges)
+                if busy or self._punctuation_due(sub, task):
+                    plans.append(TaskPlan(task, batch, tuple(ranges) if busy else tuple(r.at_start() for r in ranges),
                                           topic_ids={t: self.topic_ids.get(t) for t in sub.inputs},
-                                          resets=resets))
+                                          resets=resets, idle=not busy))
+        self._first_plan = False
         return plans
+
+    def _punctuation_due(self, sub: SubTopology, task: TaskId) -> bool:
+        """A task without input runs a batch of its own when its wall-clock punctuation is due (Kafka
+        Streams runs those whatever the input does). Processors can schedule punctuation in `init()`, so
+        at start-up each processor task without input runs once, to create its processor and report."""
+        due = self.wall_clock_due.get(task)
+        if due is None:
+            return self._first_plan and sub.may_punctuate
+        return due <= time.time() * 1000
+
+    def observe(self, results: list[TaskResult]) -> None:
+        """Learn from the tasks' results when each one's next wall-clock punctuation is due."""
+        for r in results:
+            if r.status in (TaskStatus.COMMITTED, TaskStatus.NOOP):
+                if r.next_wall_clock is None:
+                    self.wall_clock_due.pop(r.task, None)
+                else:
+                    self.wall_clock_due[r.task] = r.next_wall_clock
 
     def _start(self, tp: TP, committed: Committed | None, earliest: int,
                end: int) -> tuple[int, OffsetReset | None]:
@@ -102,7 +125,7 @@ class Planner:
         offset = committed.offset if committed is not None else None
         if offset is None:
             return earliest, None
-        _, _, recorded_id = decode_commit_metadata(committed.metadata if committed is not None else None)
+        recorded_id = CommitMetadata.decode(committed.metadata if committed is not None else None).topic_id
         current_id = self.topic_ids.get(tp[0])
         if (recorded_id is not None and current_id is not None and recorded_id != current_id) or offset > end:
             start = earliest if self.config.auto_offset_reset == "earliest" else end

@@ -29,12 +29,14 @@ from pyroaring import BitMap64
 
 from eos.hooks import FaultPoint, HookPoint
 from eos.ledger import LedgerEntry, LedgerInput
+from eos.origin import lineage_origin
 from eos.topology import SubTopology
 from eos.worker.clients import WorkerClients
 from eos.worker.dead_letters import dead_letter_error
 from eos.worker.executor import current_executor, executor_location
 from eos.worker.plans import Job, TaskPlan, TaskResult, TaskStatus
 from eos.worker.processing import BatchOutcome
+from eos.worker.progress import CommitMetadata
 from eos.worker.runtime import TaskRuntime
 from transactions import (
     Committed,
@@ -52,12 +54,9 @@ from transactions import (
     stable_committed,
 )
 
-__all__ = ["BatchAttempt", "StalePlanError", "encode_commit_metadata", "decode_commit_metadata",
-           "CACHED_PRODUCER_STABLE_WAIT"]
+__all__ = ["BatchAttempt", "StalePlanError", "CACHED_PRODUCER_STABLE_WAIT"]
 
 log = structlog.get_logger(__name__)
-
-_METADATA_VERSION = "eos1"
 
 #: How long a task with a cached producer waits for pending offsets before suspecting that another attempt
 #: opened a transaction since (then it initialises a fresh producer, which aborts that transaction). The
@@ -69,25 +68,6 @@ _ONE_TRY = RetryPolicy(attempts=1)
 class StalePlanError(Exception):
     """The plan no longer matches the committed offsets (e.g. a topic was created again since): the batch goes
     back to the planner."""
-
-
-def encode_commit_metadata(stream_time: int, producer_token: str, topic_id: str | None = None) -> str:
-    """Offset-commit metadata: the task's stream time (as Kafka Streams keeps partition time there), the
-    token of the producer that committed, and the id of the topic the offset belongs to (so that a topic
-    deleted and created again under the same name is noticed)."""
-    return f"{_METADATA_VERSION};st={stream_time};p={producer_token}" + (f";t={topic_id}" if topic_id else "")
-
-
-def decode_commit_metadata(metadata: str | None) -> tuple[int, str | None, str | None]:
-    """(stream time or -1, producer token or None, topic id or None); tolerant of metadata written by others."""
-    fields = dict(part.split("=", 1) for part in (metadata or "").split(";")[1:] if "=" in part)
-    if not (metadata or "").startswith(_METADATA_VERSION):
-        return -1, None, None
-    try:
-        stream_time = int(fields.get("st", "-1"))
-    except ValueError:
-        stream_time = -1
-    return stream_time, fields.get("p"), fields.get("t")
 
 
 class BatchAttempt:
@@ -104,6 +84,7 @@ class BatchAttempt:
         self.fresh = False  # the producer was initialised by this attempt (not taken from the cache)
         self.ranges: tuple[OffsetRange, ...] = plan.ranges
         self.stream_time = -1
+        self.punctuation: dict[int, int] = {}  # the schedule as last committed
         self.runtime: TaskRuntime | None = None
         self.messages: list[Message] = []
         self.outcome = BatchOutcome()
@@ -111,15 +92,18 @@ class BatchAttempt:
 
     def run(self) -> TaskResult:
         self.acquire_producer()
-        if not self.read_progress():
+        if not self.read_progress() and not self.plan.idle:
             self.result.status = TaskStatus.NOOP
             return self.report()
         runtime = self.restore_state()
         try:
             self.read_input()
             self.process()
-            self.commit()
-            self.apply_state()
+            if self.plan.idle and not (self.outcome.outputs or self.changelog):
+                self.result.status = TaskStatus.NOOP  # punctuations ran (or were not due) and produced nothing
+            else:
+                self.commit()
+                self.apply_state()
         finally:
             runtime.release()
         return self.report()
@@ -155,9 +139,10 @@ class BatchAttempt:
                                       f"after {wait:.0f}s; the cached producer is stale") from exc
         self.ranges = tuple(self._range(r, committed[(r.topic, r.partition)]) for r in self.plan.ranges)
         self.result.offsets_ms = (time.monotonic() - t0) * 1000
-        decoded = [decode_commit_metadata(c.metadata) for c in committed.values()]
-        self.stream_time = max((st for st, _, _ in decoded), default=-1)
-        if self.producer.commits and any(token not in (None, self.producer.token) for _, token, _ in decoded):
+        decoded = [CommitMetadata.decode(c.metadata) for c in committed.values()]
+        self.stream_time = max((m.stream_time for m in decoded), default=-1)
+        self.punctuation = next((m.punctuation for m in decoded if m.punctuation), {})
+        if self.producer.commits and any(m.producer not in (None, self.producer.token) for m in decoded):
             # Another worker committed this task since this cached producer's last commit, so it was fenced.
             raise ProducerFencedError(f"{self.txn_id}: another worker committed this task since; the cached "
                                       "producer is stale")
@@ -176,7 +161,7 @@ class BatchAttempt:
         if reset is not None and reset.committed == offset:
             self.result.resets[tp] = reset
             return OffsetRange(planned.topic, planned.partition, reset.start, max(reset.start, planned.end))
-        _, _, recorded_id = decode_commit_metadata(committed.metadata)
+        recorded_id = CommitMetadata.decode(committed.metadata).topic_id
         planned_id = self.plan.topic_ids.get(planned.topic)
         if recorded_id and planned_id and recorded_id != planned_id:
             raise StalePlanError(f"{planned.topic}[{planned.partition}]: the committed offset {offset} belongs to "
@@ -221,7 +206,7 @@ class BatchAttempt:
         """Run the processor: outputs and state changes stay in memory until the commit."""
         assert self.runtime is not None
         t0 = time.monotonic()
-        self.outcome = self.runtime.process(self.messages, self.stream_time)
+        self.outcome = self.runtime.process(self.messages, self.stream_time, self.punctuation)
         self.changelog = self.runtime.changelog_records()
         self.result.process_ms = (time.monotonic() - t0) * 1000
         return self.outcome
@@ -236,13 +221,15 @@ class BatchAttempt:
         self.result.bytes_out = produce_all(producer, outcome.outputs)
         produce_all(producer, self.changelog)
         produce_all(producer, outcome.dead_letters)
-        if cfg.lineage:
+        if cfg.lineage and not self.plan.idle:  # an idle batch consumed nothing: nothing for the ledger
             producer.produce(self.job.ledger_topic, self._ledger_entry().encode(), str(self.task).encode(),
                              partition=0)
         self._fire(HookPoint.AFTER_PRODUCE)
         stream_time = max(self.stream_time, outcome.stream_time)
+        punctuation = self.runtime.punctuation_state() if self.runtime is not None else {}
         offsets = [TopicPartition(r.topic, r.partition, self._commit_offset(r),
-                                  encode_commit_metadata(stream_time, producer.token, self.plan.topic_ids.get(r.topic)))
+                                  CommitMetadata(stream_time, producer.token, self.plan.topic_ids.get(r.topic),
+                                                 punctuation).encode())
                    for r in self.ranges]
         consumer = self.clients.consumer(cfg)
         producer.send_offsets(offsets, consumer.consumer_group_metadata(), timeout=cfg.batch_timeout)
@@ -256,16 +243,17 @@ class BatchAttempt:
     def _ledger_entry(self) -> LedgerEntry:
         """What this batch consumed, per input partition, and which of its records produced nothing."""
         filtered: dict[tuple[str, int], BitMap64] = {}
+        transitive = self.job.transitive_topics
         for msg in self.outcome.filtered:
-            filtered.setdefault((msg.topic(), msg.partition()), BitMap64()).add(msg.offset())
+            topic, partition, offset = lineage_origin(msg, transitive)
+            filtered.setdefault((topic, partition), BitMap64()).add(offset)
         inputs = []
         for r in self.ranges:
-            tp = (r.topic, r.partition)
-            reset = self.result.resets.get(tp)
+            reset = self.result.resets.get((r.topic, r.partition))
             inputs.append(LedgerInput(r.topic, r.partition, self.plan.topic_ids.get(r.topic), r.start,
-                                      self._commit_offset(r), filtered.get(tp, BitMap64()),
-                                      reset.committed if reset else None, reset.reason.value if reset else None))
-        return LedgerEntry(str(self.task), self.plan.batch, tuple(inputs))
+                                      self._commit_offset(r), reset.committed if reset else None,
+                                      reset.reason.value if reset else None))
+        return LedgerEntry(str(self.task), self.plan.batch, tuple(inputs), filtered)
 
     def _commit_offset(self, r: OffsetRange) -> int:
         """The planned end (never "last record + 1": a trailing commit marker would be re-read forever), or,
@@ -289,6 +277,10 @@ class BatchAttempt:
         r.records_in, r.bytes_in = outcome.records_in, outcome.bytes_in
         r.records_out, r.dead_letters = len(outcome.outputs), len(outcome.dead_letters)
         r.changelog_records = len(self.changelog)
+        r.punctuations = outcome.punctuations
+        if self.runtime is not None:
+            r.punctuation = self.runtime.punctuation_state()
+            r.next_wall_clock = self.runtime.next_wall_clock()
         if outcome.dead_letters:
             r.first_dead_letter_error = dead_letter_error(outcome.dead_letters[0])
         if r.status is TaskStatus.COMMITTED:

@@ -1,30 +1,56 @@
-"""The task runtime's `ProcessorContext`: record scopes, lineage headers and output serialization.
+"""The task runtime's `ProcessorContext`: record scopes, lineage headers, output serialization and
+punctuation schedules.
 
 Between `enter_record()` and `leave_record()` everything a processor forwards is held in the record's
 scope; `leave_record()` hands it to the batch (the record completed), `discard_record()` drops it (the
-record failed and goes to the dead-letter topic).
+record failed and goes to the dead-letter topic). A punctuation runs in a scope without a record: what it
+forwards carries `eos.derived` (the task that derived it) instead of a lineage origin.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from eos.errors import OutputSerializationError, SerdeError
-from eos.origin import ORIGIN_HEADER
-from eos.processor import ProcessorContext
+from eos.origin import DERIVED_HEADER, ORIGIN_HEADER, lineage_origin
+from eos.processor import Cancellable, ProcessorContext, PunctuationType, RecordMetadata
 from eos.records import Output
 from eos.serde import Serde
 from eos.worker.limits import RECORD_OVERHEAD, OutputTooLargeError, record_size
 from transactions import Message, ProducerRecord
 
-__all__ = ["TaskContext"]
+__all__ = ["TaskContext", "Schedule"]
+
+
+@dataclass
+class Schedule:
+    """One `context.schedule()` call: `index` is its position among the processor's schedules (stable
+    across runtimes, so the driver can carry `next_at` from one worker process to the next)."""
+
+    index: int
+    interval: int
+    callback: Callable[[int], None]
+    type: PunctuationType
+    next_at: int
+    cancelled: bool = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def advance(self, now: int) -> None:
+        """Kafka Streams' rule: the next interval, or, if that has passed too, one interval from now."""
+        self.next_at = self.next_at + self.interval if self.next_at + self.interval > now else now + self.interval
 
 
 class TaskContext(ProcessorContext):
     def __init__(self, *, application_id: str, subtopology: str, partition: int, output_topic: str | None,
                  key_serde: Serde, value_serde: Serde, lineage: bool, stores: dict[str, Any] | None = None,
-                 stream_time: int = -1, record_limit: Callable[[str], int] | None = None) -> None:
+                 stream_time: int = -1, record_limit: Callable[[str], int] | None = None,
+                 transitive_topics: frozenset[str] = frozenset()) -> None:
         self.application_id = application_id
         self.subtopology = subtopology
         self.partition = partition
@@ -40,7 +66,11 @@ class TaskContext(ProcessorContext):
         self._index = 0
         self._scope: list[ProducerRecord] = []
         self._record_limit = record_limit
+        self._transitive = transitive_topics
+        self._derived = [(DERIVED_HEADER, self.task_id.encode())]
+        self.timestamp = -1
         self.commit_requested = False
+        self.schedules: list[Schedule] = []
 
     # ------------------------------------------------------------------ the processor's side
     def forward(self, key: Any = None, value: Any = None, *, topic: str | None = None, partition: int | None = None,
@@ -63,10 +93,14 @@ class TaskContext(ProcessorContext):
             headers = [h for h in inherited if not h[0].startswith("eos.")] if inherited else []
         else:
             headers = list(headers)
-        if self._lineage and msg is not None:
-            if self._index == 0:
-                self._origin_prefix = f"{msg.topic()}:{msg.partition()}:{msg.offset()}:"
-            headers.append((ORIGIN_HEADER, (self._origin_prefix + str(self._index)).encode()))
+        if self._lineage:
+            if msg is None:
+                headers.extend(self._derived)
+            else:
+                if self._index == 0:
+                    o_topic, o_partition, o_offset = lineage_origin(msg, self._transitive)
+                    self._origin_prefix = f"{o_topic}:{o_partition}:{o_offset}:"
+                headers.append((ORIGIN_HEADER, (self._origin_prefix + str(self._index)).encode()))
         if self._record_limit is not None:
             limit = self._record_limit(target)
             if (len(v) if v else 0) + (len(k) if k else 0) + RECORD_OVERHEAD > limit and (
@@ -87,10 +121,48 @@ class TaskContext(ProcessorContext):
     def commit(self) -> None:
         self.commit_requested = True
 
+    def schedule(self, interval: int | timedelta, callback: Callable[[int], None],
+                 type: PunctuationType = "stream") -> Cancellable:
+        ms = int(interval.total_seconds() * 1000) if isinstance(interval, timedelta) else int(interval)
+        if ms <= 0:
+            raise ValueError(f"{self.task_id}: a punctuation interval must be > 0 ms, got {interval!r}")
+        if type not in ("stream", "wall_clock"):
+            raise ValueError(f"{self.task_id}: punctuation type must be 'stream' or 'wall_clock', got {type!r}")
+        first = 0 if type == "stream" else int(time.time() * 1000) + ms  # stream: with the first record
+        schedule = Schedule(len(self.schedules), ms, callback, type, first)
+        self.schedules.append(schedule)
+        return schedule
+
+    def record_metadata(self) -> RecordMetadata | None:
+        msg = self._current
+        return None if msg is None else RecordMetadata(msg.topic(), msg.partition(), msg.offset())
+
+    # ------------------------------------------------------------------ punctuation (the runtime's side)
+    def due(self, type: PunctuationType, now: int) -> list[Schedule]:
+        """The schedules of `type` whose time has come, earliest first."""
+        return sorted((s for s in self.schedules if s.type == type and not s.cancelled and s.next_at <= now),
+                      key=lambda s: (s.next_at, s.index))
+
+    def punctuation_state(self) -> dict[int, int]:
+        """Next due time of every live schedule, by index (reported to the driver with each batch)."""
+        return {s.index: s.next_at for s in self.schedules if not s.cancelled}
+
+    def adopt_punctuation_state(self, state: dict[int, int]) -> None:
+        """Take the schedule times the driver last heard of (this runtime may be newer or older than the
+        worker that ran the task's last batch)."""
+        for s in self.schedules:
+            if s.index in state:
+                s.next_at = state[s.index]
+
+    def next_wall_clock(self) -> int | None:
+        times = [s.next_at for s in self.schedules if s.type == "wall_clock" and not s.cancelled]
+        return min(times) if times else None
     # ------------------------------------------------------------------ the runtime's side
     def enter_record(self, msg: Message | None, timestamp: int | None) -> None:
         """Start the scope of `msg` (None: a scope without an input record, e.g. punctuation)."""
         self._current, self._current_ts, self._index = msg, timestamp, 0
+        if timestamp is not None:
+            self.timestamp = timestamp
         if self._scope:
             self._scope = []
 

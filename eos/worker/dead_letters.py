@@ -2,9 +2,9 @@
 dead-letter topic in the same transaction as the batch's outputs and offsets, with the error and its
 origin in headers. Nothing is dropped silently.
 
-Headers: eos.dlq.error, eos.dlq.error.type, eos.dlq.stage (deserialize | process | serialize),
-eos.dlq.topic, eos.dlq.partition, eos.dlq.offset, eos.dlq.task, eos.dlq.subtopology, plus the record's own headers and the
-lineage header `eos.origin` (index 0) so the auditor can account for it.
+Headers: eos.dlq.error, eos.dlq.error.type, eos.dlq.stage (deserialize | timestamp | process | serialize),
+eos.dlq.topic, eos.dlq.partition, eos.dlq.offset, eos.dlq.task, eos.dlq.subtopology, plus the record's own
+headers and the lineage header `eos.origin` (index 0) so the auditor can account for it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from eos.errors import BadRecordError
-from eos.origin import ORIGIN_HEADER, encode_origin
+from eos.origin import ORIGIN_HEADER, encode_origin, lineage_origin
 from eos.worker.limits import record_size
 from transactions import Message, ProducerRecord
 
@@ -28,12 +28,13 @@ class Stage(enum.StrEnum):
     """Where a bad record failed."""
 
     DESERIALIZE = "deserialize"
+    TIMESTAMP = "timestamp"
     PROCESS = "process"
     SERIALIZE = "serialize"
 
 
 def dead_letter(msg: Message, error: BaseException, stage: Stage, *, dlq_topic: str, dlq_partition: int | None,
-                task: str) -> ProducerRecord:
+                task: str, transitive: frozenset[str] = frozenset()) -> ProducerRecord:
     text = f"{type(error).__name__}: {error}"
     headers = [(k, v) for k, v in (msg.headers() or []) if not k.startswith(DLQ_PREFIX) and k != ORIGIN_HEADER]
     headers += [
@@ -45,7 +46,7 @@ def dead_letter(msg: Message, error: BaseException, stage: Stage, *, dlq_topic: 
         ("eos.dlq.offset", str(msg.offset()).encode()),
         ("eos.dlq.task", task.encode()),
         ("eos.dlq.subtopology", task.rpartition("-")[0].encode()),
-        (ORIGIN_HEADER, encode_origin(msg.topic(), msg.partition(), msg.offset(), 0)),
+        (ORIGIN_HEADER, encode_origin(*lineage_origin(msg, transitive), 0)),
     ]
     ts_type, ts = msg.timestamp()
     return ProducerRecord(dlq_topic, dlq_partition, msg.key(), msg.value(), headers, ts if ts_type else None)
@@ -76,6 +77,7 @@ class DeadLetterPolicy:
     task: str
     fail: bool
     record_limit: Callable[[str], int] | None = None
+    transitive: frozenset[str] = frozenset()
 
     def route(self, msg: Message, error: BaseException, stage: Stage) -> ProducerRecord:
         """The dead letter for `msg`; raises `BadRecordError` instead when the policy is to fail. A record
@@ -83,7 +85,8 @@ class DeadLetterPolicy:
         origin, the error and its size), so it is still accounted for."""
         if self.fail:
             raise bad_record_error(msg, error, stage) from error
-        letter = dead_letter(msg, error, stage, dlq_topic=self.topic, dlq_partition=self.partition, task=self.task)
+        letter = dead_letter(msg, error, stage, dlq_topic=self.topic, dlq_partition=self.partition, task=self.task,
+                             transitive=self.transitive)
         if self.record_limit is not None:
             limit = self.record_limit(self.topic)
             size = record_size(letter.key, letter.value, letter.headers)

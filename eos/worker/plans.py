@@ -28,7 +28,8 @@ class Job:
     """Everything a task needs, shipped to workers once per run (as a broadcast)."""
 
     def __init__(self, config: EosConfig, subtopologies: dict[str, SubTopology], fault_hooks: FaultHooks,
-                 dlq_partitions: int = 0, ledger_topic: str | None = None) -> None:
+                 dlq_partitions: int = 0, ledger_topic: str | None = None,
+                 transitive_topics: frozenset[str] = frozenset()) -> None:
         self.run_id = uuid.uuid4().hex  # task runtimes cached by workers belong to one run
         self.config = config
         self.subtopologies = subtopologies
@@ -37,6 +38,8 @@ class Job:
         self.dlq_partitions = dlq_partitions
         #: where each committed batch records what it consumed (written when config.lineage is on)
         self.ledger_topic = ledger_topic or f"{config.application_id}-ledger"
+        #: the application's repartition topics: lineage reaches through them (eos.origin.lineage_origin)
+        self.transitive_topics = transitive_topics
 
 
 class TaskStatus(enum.StrEnum):
@@ -74,6 +77,8 @@ class TaskPlan:
     topic_ids: dict[str, str | None] = field(default_factory=dict)
     #: Input partitions whose start the planner moved away from the committed offset.
     resets: dict[TopicPartition, OffsetReset] = field(default_factory=dict)
+    #: No input: the batch runs the task's due wall-clock punctuations (and creates its runtime).
+    idle: bool = False
 
 
 @dataclass
@@ -108,6 +113,10 @@ class TaskResult:
     store_offsets: dict[str, int] = field(default_factory=dict)
     #: Partitions whose reading started away from the committed offset (retention, a recreated topic).
     resets: dict[TopicPartition, OffsetReset] = field(default_factory=dict)
+    #: The punctuation schedule after this batch, and when its next wall-clock punctuation is due (epoch ms).
+    punctuation: dict[int, int] = field(default_factory=dict)
+    next_wall_clock: int | None = None
+    punctuations: int = 0
     #: The error of the batch's first dead letter (what a user needs to see when many records fail).
     first_dead_letter_error: str | None = None
     failure: TaskFailure | None = None

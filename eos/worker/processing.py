@@ -1,26 +1,37 @@
 """The loop that runs a processor over one batch of one task, one record scope per input record.
 
-A record that cannot be deserialized, or whose processing raises, leaves no partial effect (its forwarded
-records and state writes are rolled back) and goes to the dead-letter topic. Errors of the framework or
-its state (`FrameworkError`, `StoreError`) are never blamed on a record: they fail the task.
+Each record is deserialized and given its event time by the sub-topology's timestamp extractor; a record
+that cannot be deserialized, has no valid timestamp, or whose processing raises, leaves no partial effect
+(its forwarded records and state writes are rolled back) and goes to the dead-letter topic. Errors of
+the framework or its state (`FrameworkError`, `StoreError`) are never blamed on a record: they fail the
+task.
+
+Co-partitioned inputs are processed in timestamp order across partitions, never reordered within one
+(Kafka Streams' rule: next comes the partition whose head record has the smallest timestamp). Stream
+time is the largest timestamp seen. Punctuations run between records as soon as they are due: stream-time
+ones when stream time passes their time, wall-clock ones when the clock does; then at the end of the
+batch, and last the processor's batch-end `punctuate(stream_time)`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import heapq
+import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from eos.errors import BadRecordError, FrameworkError, OutputSerializationError, SerdeError
-from eos.processor import Processor
+from eos.processor import Processor, PunctuationType
 from eos.records import Record
 from eos.serde import Serde
+from eos.time import RECORD_TIME, InvalidTimestampError
 from eos.worker.context import TaskContext
 from eos.worker.dead_letters import DeadLetterPolicy, Stage
 from recovery import StoreError
 from transactions import Message, ProducerRecord
 
-__all__ = ["BatchOutcome", "RecordScoped", "run_processor", "NOT_A_BAD_RECORD"]
+__all__ = ["BatchOutcome", "RecordScoped", "run_processor", "NOT_A_BAD_RECORD", "Entry", "entries"]
 
 #: Exceptions that fail the task instead of dead-lettering the record being processed.
 NOT_A_BAD_RECORD = (MemoryError, BadRecordError, FrameworkError, StoreError)
@@ -47,28 +58,76 @@ class BatchOutcome:
     stopped_at: dict[tuple[str, int], int] | None = None
     #: input records that produced no output and no dead letter (recorded in the lineage ledger)
     filtered: list[Message] = field(default_factory=list)
+    punctuations: int = 0
+
+
+#: (message, record or the reason it is a bad record, its timestamp; -1 for a bad record, which is thus
+#: taken as soon as it heads its partition)
+Entry = tuple[Message, Record | SerdeError | InvalidTimestampError, int]
+
+
+def entries(messages: Iterable[Message], key_serde: Serde, value_serde: Serde,
+            timestamp: Callable[[Record], int]) -> Iterator[Entry]:
+    """Deserialize and timestamp records lazily, in the order given."""
+    key_of, value_of = key_serde.deserialize, value_serde.deserialize
+    record_time = timestamp is RECORD_TIME
+    for msg in messages:
+        ts = msg.timestamp()[1]
+        try:
+            record = Record(key_of(msg.key()), value_of(msg.value()), msg.topic(), msg.partition(), msg.offset(), ts,
+                            msg.headers())
+        except SerdeError as exc:
+            yield msg, exc, -1
+            continue
+        if not record_time:
+            try:
+                ts = record.timestamp = int(timestamp(record))
+            except InvalidTimestampError as exc:
+                yield msg, exc, -1
+                continue
+            except Exception as exc:  # the user's extractor failed on this record
+                yield msg, InvalidTimestampError(f"the timestamp extractor failed: {type(exc).__name__}: {exc}"), -1
+                continue
+        if ts < 0:
+            yield msg, InvalidTimestampError(f"invalid timestamp {ts} (negative: missing or not event time)"), -1
+            continue
+        yield msg, record, ts
+
+
+def in_time_order(messages: list[Message], key_serde: Serde, value_serde: Serde,
+                  timestamp: Callable[[Record], int]) -> Iterator[Entry]:
+    """One partition: offset order. Several (co-partitioned inputs): by head timestamp across partitions,
+    offset order within each."""
+    parts: dict[tuple[str, int], list[Message]] = {}
+    for msg in messages:
+        parts.setdefault((msg.topic(), msg.partition()), []).append(msg)
+    if len(parts) <= 1:
+        return entries(messages, key_serde, value_serde, timestamp)
+    streams = [entries(ms, key_serde, value_serde, timestamp) for ms in parts.values()]
+    return heapq.merge(*streams, key=lambda entry: entry[2])
 
 
 def run_processor(processor: Processor, ctx: TaskContext, messages: list[Message], *, key_serde: Serde,
-                  value_serde: Serde, dlq: DeadLetterPolicy, scoped: Iterable[RecordScoped] = ()) -> BatchOutcome:
-    """Process `messages` in order, one record scope each; punctuate at the end."""
+                  value_serde: Serde, dlq: DeadLetterPolicy, scoped: Iterable[RecordScoped] = (),
+                  timestamp: Callable[[Record], int] = RECORD_TIME,
+                  clock: Callable[[], float] = time.time) -> BatchOutcome:
+    """Process `messages`, one record scope each, with punctuations in between and at the end."""
     outcome = BatchOutcome(stream_time=ctx.stream_time)
     scoped = list(scoped)
-    key_of, value_of, process = key_serde.deserialize, value_serde.deserialize, processor.process
-    outputs = outcome.outputs
+    process, outputs, filtered = processor.process, outcome.outputs, outcome.filtered
     enter, leave = ctx.enter_record, ctx.leave_record
     bytes_in = 0
-    i = -1
-    for i, msg in enumerate(messages):
+    processed: dict[tuple[str, int], int] = {}
+    punctuating = bool(ctx.schedules)
+    for msg, record, ts in in_time_order(messages, key_serde, value_serde, timestamp):
         value = msg.value()
         if value:
             bytes_in += len(value)
-        ts = msg.timestamp()[1]
-        try:
-            record = Record(key_of(msg.key()), value_of(value), msg.topic(), msg.partition(), msg.offset(), ts,
-                            msg.headers())
-        except SerdeError as exc:
-            outcome.dead_letters.append(dlq.route(msg, exc, Stage.DESERIALIZE))
+        outcome.records_in += 1
+        processed[(msg.topic(), msg.partition())] = msg.offset() + 1
+        if not isinstance(record, Record):
+            stage = Stage.DESERIALIZE if isinstance(record, SerdeError) else Stage.TIMESTAMP
+            outcome.dead_letters.append(dlq.route(msg, record, stage))
             continue
         if ts > outcome.stream_time:
             outcome.stream_time = ctx.stream_time = ts
@@ -92,25 +151,58 @@ def run_processor(processor: Processor, ctx: TaskContext, messages: list[Message
         if produced:
             outputs.extend(produced)
         else:
-            outcome.filtered.append(msg)
+            filtered.append(msg)
+        if punctuating:
+            _punctuate_due(ctx, scoped, outcome, clock)
         if ctx.commit_requested:
             ctx.commit_requested = False
-            outcome.stopped_at = _next_offsets(messages[: i + 1])
+            outcome.stopped_at = {**_first_offsets(messages), **processed}
             break
-    outcome.records_in = i + 1
     outcome.bytes_in = bytes_in
-    enter(None, None)
-    for s in scoped:  # punctuation is one more scope; if it raises, the whole batch fails
-        s.begin_record()
-    processor.punctuate(outcome.stream_time)
-    for s in scoped:
-        s.commit_record()
-    outputs.extend(leave())
+    _punctuate_due(ctx, scoped, outcome, clock)
+    _in_scope(ctx, scoped, outcome, outcome.stream_time, processor.punctuate)  # the batch-end hook
     return outcome
 
 
-def _next_offsets(processed: list[Message]) -> dict[tuple[str, int], int]:
-    nxt: dict[tuple[str, int], int] = {}
-    for msg in processed:
-        nxt[(msg.topic(), msg.partition())] = msg.offset() + 1
-    return nxt
+def punctuate_idle(processor: Processor, ctx: TaskContext, scoped: Iterable[RecordScoped],
+                   clock: Callable[[], float] = time.time) -> BatchOutcome:
+    """A batch without input: the wall-clock punctuations that are due (the driver plans such a batch for
+    an idle task whose punctuation is due)."""
+    outcome = BatchOutcome(stream_time=ctx.stream_time)
+    _punctuate_due(ctx, list(scoped), outcome, clock)
+    return outcome
+
+
+def _punctuate_due(ctx: TaskContext, scoped: list[RecordScoped], outcome: BatchOutcome,
+                   clock: Callable[[], float]) -> None:
+    for kind, now in (("stream", ctx.stream_time), ("wall_clock", int(clock() * 1000))):
+        if now < 0:
+            continue
+        for schedule in ctx.due(_kind(kind), now):
+            _in_scope(ctx, scoped, outcome, now, schedule.callback)
+            schedule.advance(now)
+            outcome.punctuations += 1
+
+
+def _kind(kind: str) -> PunctuationType:
+    return "stream" if kind == "stream" else "wall_clock"
+
+
+def _in_scope(ctx: TaskContext, scoped: list[RecordScoped], outcome: BatchOutcome, timestamp: int,
+              callback: Callable[[int], None]) -> None:
+    """Run a punctuation in a scope of its own; if it raises, the whole batch fails."""
+    ctx.enter_record(None, timestamp)
+    for s in scoped:
+        s.begin_record()
+    callback(timestamp)
+    for s in scoped:
+        s.commit_record()
+    outcome.outputs.extend(ctx.leave_record())
+
+
+def _first_offsets(messages: list[Message]) -> dict[tuple[str, int], int]:
+    """Where each partition of the batch starts: its offset to commit if none of its records was reached."""
+    first: dict[tuple[str, int], int] = {}
+    for msg in messages:
+        first.setdefault((msg.topic(), msg.partition()), msg.offset())
+    return first

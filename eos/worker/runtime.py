@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING
 
 from eos.errors import TaskFailedError
 from eos.processor import Processor
+from eos.time import RECORD_TIME
 from eos.topology import SubTopology, TaskId
 from eos.worker.context import TaskContext
 from eos.worker.dead_letters import DeadLetterPolicy
-from eos.worker.processing import NOT_A_BAD_RECORD, BatchOutcome, run_processor
+from eos.worker.processing import NOT_A_BAD_RECORD, BatchOutcome, punctuate_idle, run_processor
 from eos.worker.stores import TaskStores
 from eos.worker.vectorized import run_batch_function
 from transactions import Message, ProducerRecord
@@ -35,34 +36,51 @@ class TaskRuntime:
         self.task = TaskId(sub.name, partition)
         self.record_limit = record_limit
         self.dlq = DeadLetterPolicy(cfg.dlq_topic, partition if partition < job.dlq_partitions else None,
-                                    str(self.task), cfg.on_bad_record == "fail", record_limit)
+                                    str(self.task), cfg.on_bad_record == "fail", record_limit, job.transitive_topics)
         self.lineage = cfg.lineage
         self.stores = TaskStores(cfg, sub, partition) if sub.stores else None
         self.context = TaskContext(application_id=cfg.application_id, subtopology=sub.name, partition=partition,
                                    output_topic=sub.output, key_serde=sub.output_key_serde,
                                    value_serde=sub.output_value_serde, lineage=cfg.lineage,
                                    stores=dict(self.stores.views) if self.stores else None,
-                                   record_limit=record_limit)
+                                   record_limit=record_limit, transitive_topics=job.transitive_topics)
         self.processor = _create_processor(sub, self.context) if sub.processor_factory is not None else None
+        self.reused = False  # whether a batch already ran on this runtime
 
     def ensure_restored(self, clients: WorkerClients) -> tuple[float, int]:
         """Open the task's stores and bring them up to their changelog's end. Returns (ms, records replayed)."""
         return self.stores.open(clients) if self.stores else (0.0, 0)
 
-    def process(self, messages: list[Message], stream_time: int) -> BatchOutcome:
+    def process(self, messages: list[Message], stream_time: int, punctuation: dict[int, int]) -> BatchOutcome:
+        """Process a batch starting at `stream_time` (from the committed offsets' metadata), with the
+        punctuation schedule the driver last heard of. An empty batch runs only the punctuations due."""
         sub = self.sub
         if self.processor is not None:
-            self.context.stream_time = stream_time
-            return run_processor(self.processor, self.context, messages, key_serde=sub.key_serde,
-                                 value_serde=sub.value_serde, dlq=self.dlq,
-                                 scoped=self.stores.scoped() if self.stores else ())
+            ctx = self.context
+            ctx.stream_time = max(ctx.stream_time, stream_time) if self.reused else stream_time
+            ctx.adopt_punctuation_state(punctuation)
+            self.reused = True
+            scoped = self.stores.scoped() if self.stores else ()
+            if not messages:
+                return punctuate_idle(self.processor, ctx, scoped)
+            return run_processor(self.processor, ctx, messages, key_serde=sub.key_serde,
+                                 value_serde=sub.value_serde, dlq=self.dlq, scoped=scoped,
+                                 timestamp=sub.timestamp or RECORD_TIME)
         assert sub.batch_fn is not None
         outcome = run_batch_function(sub.batch_fn, sub.batch_format, messages, key_serde=sub.key_serde,
                                      value_serde=sub.value_serde, out_key_serde=sub.output_key_serde,
                                      out_value_serde=sub.output_value_serde, output_topic=sub.output,
-                                     lineage=self.lineage, dlq=self.dlq, record_limit=self.record_limit)
+                                     lineage=self.lineage, dlq=self.dlq, record_limit=self.record_limit,
+                                     timestamp=sub.timestamp or RECORD_TIME)
         outcome.stream_time = max(outcome.stream_time, stream_time)
         return outcome
+
+    def punctuation_state(self) -> dict[int, int]:
+        return self.context.punctuation_state()
+
+    def next_wall_clock(self) -> int | None:
+        """When this task's next wall-clock punctuation is due (epoch ms), if it has any."""
+        return self.context.next_wall_clock()
 
     def changelog_records(self) -> list[ProducerRecord]:
         return self.stores.changelog_records() if self.stores else []

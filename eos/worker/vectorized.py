@@ -16,12 +16,14 @@ from collections.abc import Callable
 from typing import Any
 
 from eos.errors import SerdeError
-from eos.origin import ORIGIN_HEADER, encode_origin
+from eos.origin import ORIGIN_HEADER, encode_origin, lineage_origin
+from eos.records import Record
 from eos.serde import Serde
+from eos.time import RECORD_TIME
 from eos.topology import BatchFormat
 from eos.worker.dead_letters import DeadLetterPolicy, Stage
 from eos.worker.limits import OutputTooLargeError, record_size
-from eos.worker.processing import NOT_A_BAD_RECORD, BatchOutcome
+from eos.worker.processing import NOT_A_BAD_RECORD, BatchOutcome, entries
 from transactions import Message, ProducerRecord
 
 __all__ = ["run_batch_function"]
@@ -31,24 +33,23 @@ _INPUT_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
 
 def run_batch_function(fn: Callable[[Any], Any], fmt: BatchFormat, messages: list[Message], *, key_serde: Serde,
                        value_serde: Serde, out_key_serde: Serde, out_value_serde: Serde, output_topic: str | None,
-                       lineage: bool, dlq: DeadLetterPolicy,
-                       record_limit: Callable[[str], int] | None = None) -> BatchOutcome:
+                       lineage: bool, dlq: DeadLetterPolicy, record_limit: Callable[[str], int] | None = None,
+                       timestamp: Callable[[Record], int] = RECORD_TIME) -> BatchOutcome:
     outcome = BatchOutcome()
     good: list[Message] = []
     columns: dict[str, list[Any]] = {c: [] for c in _INPUT_COLUMNS}
-    for msg in messages:
+    for msg, record, ts in entries(messages, key_serde, value_serde, timestamp):
         outcome.records_in += 1
         raw = msg.value()
         outcome.bytes_in += len(raw) if raw else 0
-        try:
-            key, value = key_serde.deserialize(msg.key()), value_serde.deserialize(raw)
-        except SerdeError as exc:
-            outcome.dead_letters.append(dlq.route(msg, exc, Stage.DESERIALIZE))
+        if not isinstance(record, Record):
+            stage = Stage.DESERIALIZE if isinstance(record, SerdeError) else Stage.TIMESTAMP
+            outcome.dead_letters.append(dlq.route(msg, record, stage))
             continue
-        ts = msg.timestamp()[1]
         outcome.stream_time = max(outcome.stream_time, ts)
         good.append(msg)
-        for name, v in zip(_INPUT_COLUMNS, (key, value, msg.topic(), msg.partition(), msg.offset(), ts), strict=True):
+        for name, v in zip(_INPUT_COLUMNS, (record.key, record.value, msg.topic(), msg.partition(), msg.offset(), ts),
+                           strict=True):
             columns[name].append(v)
     if not good:
         return outcome
@@ -144,7 +145,7 @@ def _collect(out: Any, start: int, stop: int, good: list[Message], fmt: BatchFor
             continue
         headers: list[tuple[str, bytes]] = []
         if lineage:
-            headers.append((ORIGIN_HEADER, encode_origin(*origin, counters[origin])))
+            headers.append((ORIGIN_HEADER, encode_origin(*lineage_origin(msg, dlq.transitive), counters[origin])))
         counters[origin] += 1
         if record_limit is not None and (size := record_size(k, v, headers)) > (limit := record_limit(topic)):
             failed[id(msg)] = (msg, OutputTooLargeError(

@@ -4,8 +4,8 @@ from eos.config import EosConfig
 from eos.driver.planner import Planner
 from eos.serde import BytesSerde
 from eos.topology import SubTopology
-from eos.worker.attempt import encode_commit_metadata
 from eos.worker.plans import OffsetReset, SkipReason
+from eos.worker.progress import CommitMetadata
 from transactions import Committed
 
 
@@ -75,7 +75,7 @@ def test_records_deleted_by_retention_before_processing_are_skipped_and_recorded
 
 
 def test_a_recreated_topic_is_read_from_its_start_not_from_the_old_committed_offset():
-    old = encode_commit_metadata(5, "tok", "old-id")
+    old = CommitMetadata(5, "tok", "old-id").encode()
     for ends in ({("a", 0): 50}, {("a", 0): 5000}):  # smaller than, or grown past, the old committed offset
         admin = FakeAdmin(committed={("a", 0): 1000}, ends=ends, earliest={("a", 0): 0},
                           metadata={("a", 0): old}, topic_ids={"a": "new-id"})

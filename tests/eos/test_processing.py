@@ -220,3 +220,8 @@ def test_dead_letters_name_their_task_and_sub_topology():
     out = run(lambda r: 1 / 0, [b"{}"])
     headers = dict(out.dead_letters[0].headers)
     assert headers["eos.dlq.task"] == b"t-0" and headers["eos.dlq.subtopology"] == b"t"
+
+
+def test_outputs_are_partitioned_by_the_producer_unless_a_partition_is_given():
+    out = run(lambda r: [Output("a", 1), Output("b", 2, partition=3)], [b"{}"])
+    assert [o.partition for o in out.outputs] == [None, 3]

@@ -5,7 +5,7 @@ import pytest
 from eos import ConfigError, EosConfig, IntegerSerde, JsonSerde, LongSerde, SerdeError, StringSerde
 from eos.origin import decode_origin, encode_origin, origin_of
 from eos.serde import serde_for
-from eos.worker.attempt import decode_commit_metadata, encode_commit_metadata
+from eos.worker.progress import CommitMetadata
 
 
 def test_serdes_round_trip_and_none():
@@ -38,10 +38,11 @@ def test_origin_header_round_trip_and_malformed():
 
 
 def test_commit_metadata_round_trip():
-    assert decode_commit_metadata(encode_commit_metadata(1700, "abc")) == (1700, "abc", None)
-    assert decode_commit_metadata(encode_commit_metadata(1700, "abc", "Xk3")) == (1700, "abc", "Xk3")
-    assert decode_commit_metadata(None) == (-1, None, None)
-    assert decode_commit_metadata("someone else's metadata") == (-1, None, None)
+    full = CommitMetadata(1700, "abc", "Xk3", {0: 1_795_000_000_000, 2: 5000})
+    assert CommitMetadata.decode(full.encode()) == full
+    assert CommitMetadata.decode(CommitMetadata(1700, "abc").encode()) == CommitMetadata(1700, "abc")
+    assert CommitMetadata.decode(None) == CommitMetadata() == CommitMetadata.decode("someone else's metadata")
+    assert CommitMetadata.decode("eos1;st=x;pu=1:2,bad,3:-4").punctuation == {1: 2, 3: -4}
 
 
 def test_config_fails_fast_with_what_to_change():

@@ -1,0 +1,126 @@
+"""Event time: where a record's timestamp comes from (Kafka Streams' `TimestampExtractor`).
+
+A sub-topology processes each record at the timestamp its extractor gives, in milliseconds since the
+epoch: stream time (the largest timestamp a task has seen), windows, punctuation and the timestamps of
+outputs all follow it. Extractors, by name or as objects:
+
+    "record"            the record's own timestamp (the default)
+    "wall_clock"        the time the record is processed (processing time)
+    "field:created_at"  a field of the (deserialized) value; numbers are milliseconds, use
+                        field("created_at", unit="s") for seconds or unit="iso" for ISO-8601 strings
+    "header:ts"         a header holding the milliseconds as decimal text (header("ts", unit="iso"), ...)
+    any callable        fn(record) -> int milliseconds
+
+A timestamp that is missing, negative or not a number makes the record a bad record (dead-letter topic,
+stage "timestamp"), as Kafka Streams' default extractor refuses them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from eos.errors import EosError
+from eos.records import Record
+
+__all__ = ["TimestampExtractor", "InvalidTimestampError", "RecordTime", "WallClockTime", "field", "header",
+           "timestamp_extractor", "RECORD_TIME", "TimestampSpec"]
+
+Unit = Literal["ms", "s", "iso"]
+
+
+class InvalidTimestampError(EosError, ValueError):
+    """A record's timestamp is missing, negative or not a number (the record is a bad record)."""
+
+
+class TimestampExtractor:
+    """Base class: `__call__(record) -> milliseconds`."""
+
+    def __call__(self, record: Record) -> int:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class RecordTime(TimestampExtractor):
+    """The record's own timestamp (producer or log-append time)."""
+
+    def __call__(self, record: Record) -> int:
+        return record.timestamp
+
+
+@dataclass(frozen=True)
+class WallClockTime(TimestampExtractor):
+    """Processing time: the moment the record is processed."""
+
+    def __call__(self, record: Record) -> int:
+        return int(time.time() * 1000)
+
+
+def _convert(raw: Any, unit: Unit, what: str) -> int:
+    if raw is None:
+        raise InvalidTimestampError(f"{what} is missing")
+    if unit == "iso":
+        try:
+            return int(datetime.fromisoformat(str(raw)).timestamp() * 1000)
+        except ValueError:
+            raise InvalidTimestampError(f"{what} is not an ISO-8601 time: {raw!r}") from None
+    try:
+        number = float(raw.decode() if isinstance(raw, bytes) else raw)
+    except (TypeError, ValueError, UnicodeDecodeError):
+        raise InvalidTimestampError(f"{what} is not a number: {raw!r}") from None
+    return int(number * 1000) if unit == "s" else int(number)
+
+
+@dataclass(frozen=True)
+class field(TimestampExtractor):
+    """A field of the deserialized value (a dict); `path` may be dotted ("meta.created_at")."""
+
+    path: str
+    unit: Unit = "ms"
+
+    def __call__(self, record: Record) -> int:
+        value: Any = record.value
+        for part in self.path.split("."):
+            if not isinstance(value, dict):
+                raise InvalidTimestampError(f"field {self.path!r}: the value is not an object with that field")
+            value = value.get(part)
+        return _convert(value, self.unit, f"field {self.path!r}")
+
+
+@dataclass(frozen=True)
+class header(TimestampExtractor):
+    """A header of the record (the last one of that name)."""
+
+    name: str
+    unit: Unit = "ms"
+
+    def __call__(self, record: Record) -> int:
+        found = None
+        for key, value in record.headers or ():
+            if key == self.name:
+                found = value
+        return _convert(found, self.unit, f"header {self.name!r}")
+
+
+RECORD_TIME = RecordTime()
+TimestampSpec = str | Callable[[Record], int] | None
+
+
+def timestamp_extractor(spec: TimestampSpec) -> Callable[[Record], int]:
+    """An extractor from a name ("record", "wall_clock", "field:<path>", "header:<name>") or a callable."""
+    if spec is None or spec == "record":
+        return RECORD_TIME
+    if callable(spec):
+        return spec
+    if spec == "wall_clock":
+        return WallClockTime()
+    kind, _, name = spec.partition(":")
+    if kind == "field" and name:
+        return field(name)
+    if kind == "header" and name:
+        return header(name)
+    raise ValueError(f"unknown timestamp {spec!r}: use 'record', 'wall_clock', 'field:<name>', 'header:<name>', "
+                     "eos.time.field(...)/header(...) or a function of the record")

@@ -1,0 +1,53 @@
+"""What a task keeps with its committed offsets (the offset-commit metadata), and reads back first thing in
+every batch: the committed offsets are the only record of progress, and this is the progress beyond them.
+
+    eos1;st=<stream time>;p=<producer token>;t=<topic id>;pu=<index>:<next due>,...
+
+* stream time: the largest record timestamp the task has seen (Kafka Streams keeps partition time there
+  too), so that windows and stream-time punctuation continue where they were after a restart;
+* the token of the producer instance that committed (to tell that another worker committed since);
+* the id of the topic the offset belongs to (a topic deleted and created again has a new one);
+* the punctuation schedule: when each of the processor's schedules is next due, so that a punctuation
+  committed once is not run again by a retried or moved task.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["CommitMetadata"]
+
+_VERSION = "eos1"
+
+
+@dataclass(frozen=True)
+class CommitMetadata:
+    stream_time: int = -1
+    producer: str | None = None
+    topic_id: str | None = None
+    punctuation: dict[int, int] = field(default_factory=dict)
+
+    def encode(self) -> str:
+        text = f"{_VERSION};st={self.stream_time};p={self.producer or ''}"
+        if self.topic_id:
+            text += f";t={self.topic_id}"
+        if self.punctuation:
+            text += ";pu=" + ",".join(f"{i}:{t}" for i, t in sorted(self.punctuation.items()))
+        return text
+
+    @classmethod
+    def decode(cls, metadata: str | None) -> CommitMetadata:
+        """Tolerant of metadata written by others (and of none): anything unreadable is left out."""
+        if not metadata or not metadata.startswith(_VERSION):
+            return cls()
+        fields = dict(part.split("=", 1) for part in metadata.split(";")[1:] if "=" in part)
+        try:
+            stream_time = int(fields.get("st", "-1"))
+        except ValueError:
+            stream_time = -1
+        punctuation = {}
+        for item in filter(None, fields.get("pu", "").split(",")):
+            index, _, due = item.partition(":")
+            if index.isdigit() and due.lstrip("-").isdigit():
+                punctuation[int(index)] = int(due)
+        return cls(stream_time, fields.get("p") or None, fields.get("t") or None, punctuation)
