@@ -18,17 +18,17 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from functools import partial
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from eos.config import EosConfig
+from eos.dsl.aggregations import AggregationMethods
+from eos.dsl.base import InternalTopic, SerdeSpec
 from eos.errors import ConfigError
 from eos.hooks import FaultHooks
-from eos.operators.aggregate import AggregateProcessor, counter, reducer, summer
-from eos.processor import FunctionProcessor, Processor
-from eos.serde import Serde, serde_for
-from eos.topology import BatchFormat, SubTopology
+from eos.serde import serde_for
+from eos.time import TimestampSpec, timestamp_extractor
+from eos.topology import SubTopology
 from recovery import StoreSpec
 
 if TYPE_CHECKING:
@@ -38,9 +38,6 @@ if TYPE_CHECKING:
     from eos.driver.reports import RunSummary
 
 __all__ = ["Application", "store"]
-
-SerdeSpec = Serde | str | None
-
 
 def store(name: str, *, key_serde: SerdeSpec = "bytes", value_serde: SerdeSpec = "json",
           persistent: bool = True) -> StoreSpec:
@@ -62,15 +59,23 @@ def loading_job(source: str) -> Iterator[None]:
         _LOADING.reset(token)
 
 
-class Application:
-    def __init__(self, application_id: str, bootstrap_servers: str | None = None, **settings: Any) -> None:
+class Application(AggregationMethods):
+    """An exactly-once application: sub-topologies built with `process`, `process_batch`, `add_processor`,
+    `repartition`, `aggregate`/`count`/`sum`/`reduce` (see `eos.dsl`), run on Spark by `run()`."""
+
+    def __init__(self, application_id: str, bootstrap_servers: str | None = None, *,
+                 timestamp: TimestampSpec = None, **settings: Any) -> None:
         """`settings` are `EosConfig` fields (an unknown name is refused with the closest valid ones).
+        `timestamp` is the default event time of the sub-topologies (see `eos.time`; the record's own
+        timestamp if not given).
 
         Bootstrap servers, in order of precedence: `eos run --bootstrap-servers`, then `bootstrap_servers`
         given here, then $EOS_BOOTSTRAP_SERVERS (read when the Application is created)."""
         bootstrap = bootstrap_servers or os.environ.get("EOS_BOOTSTRAP_SERVERS", "")
         self.config = EosConfig.create(application_id=application_id, bootstrap_servers=bootstrap, **settings)
         self.subtopologies: dict[str, SubTopology] = {}
+        self.internal_topics: dict[str, InternalTopic] = {}
+        self.default_timestamp = timestamp_extractor(timestamp) if timestamp is not None else None
         self.fault_hooks = FaultHooks()
 
     # ------------------------------------------------------------------ configuration
@@ -79,87 +84,6 @@ class Application:
         self.config = self.config.with_overrides(**changes)
         return self
 
-    # ------------------------------------------------------------------ topology
-    def process(self, input: str | Sequence[str], output: str | None = None, *, name: str | None = None,
-                key_serde: SerdeSpec = None, value_serde: SerdeSpec = None, output_key_serde: SerdeSpec = None,
-                output_value_serde: SerdeSpec = None, extra_outputs: Iterable[str] = ()) -> Callable[[Any], Any]:
-        """Decorator: `fn(record) -> None | Output | (key, value) | iterable of those`, called once per record."""
-
-        def register(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
-            self._add(name or fn.__name__, input, output, key_serde, value_serde, output_key_serde,
-                      output_value_serde, extra_outputs, processor_factory=partial(FunctionProcessor, fn))
-            return fn
-
-        return register
-
-    def process_batch(self, input: str | Sequence[str], output: str | None = None, *, format: BatchFormat = "pandas",
-                      name: str | None = None, key_serde: SerdeSpec = None, value_serde: SerdeSpec = None,
-                      output_key_serde: SerdeSpec = None, output_value_serde: SerdeSpec = None,
-                      extra_outputs: Iterable[str] = ()) -> Callable[[Any], Any]:
-        """Decorator: `fn(table) -> table`, called once per task and batch with a pandas DataFrame or a pyarrow
-        Table (see `eos.worker.vectorized` for the columns). Must be free of side effects."""
-        if format not in ("pandas", "arrow"):
-            raise ValueError(f"format must be 'pandas' or 'arrow', got {format!r}")
-
-        def register(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
-            self._add(name or fn.__name__, input, output, key_serde, value_serde, output_key_serde,
-                      output_value_serde, extra_outputs, batch_fn=fn, batch_format=format)
-            return fn
-
-        return register
-
-    def add_processor(self, processor: Callable[[], Processor], input: str | Sequence[str], output: str | None = None,
-                      *, name: str, stores: Iterable[StoreSpec] = (), key_serde: SerdeSpec = None,
-                      value_serde: SerdeSpec = None, output_key_serde: SerdeSpec = None,
-                      output_value_serde: SerdeSpec = None, extra_outputs: Iterable[str] = ()) -> SubTopology:
-        """Add a Processor API sub-topology. `processor` is a factory (e.g. the class): one instance per task."""
-        return self._add(name, input, output, key_serde, value_serde, output_key_serde, output_value_serde,
-                         extra_outputs, processor_factory=processor, stores=tuple(stores))
-
-    def aggregate(self, input: str | Sequence[str], output: str | None, *, name: str,
-                  initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any], Any],
-                  key_serde: SerdeSpec = "string", value_serde: SerdeSpec = "json",
-                  aggregate_serde: SerdeSpec = "json", persistent: bool = True) -> SubTopology:
-        """Per-key aggregate: `aggregator(key, value, aggregate) -> new aggregate`, starting from `initializer()`.
-        The store `<name>-store` holds the aggregates; every update is forwarded to `output`."""
-        spec = store(f"{name}-store", key_serde=key_serde, value_serde=aggregate_serde, persistent=persistent)
-        factory = partial(AggregateProcessor, spec.name, initializer, aggregator)
-        return self._add(name, input, output, key_serde, value_serde, None, aggregate_serde, (),
-                         processor_factory=factory, stores=(spec,))
-
-    def count(self, input: str | Sequence[str], output: str | None, *, name: str, **kwargs: Any) -> SubTopology:
-        """Records per key (as a long). Values are not deserialized (`value_serde` defaults to bytes), so any
-        value counts; tombstones do not, as in Kafka Streams."""
-        init, agg = counter()
-        return self.aggregate(input, output, name=name, initializer=init, aggregator=agg,
-                              **{"aggregate_serde": "long", "value_serde": "bytes", **kwargs})
-
-    def sum(self, input: str | Sequence[str], output: str | None, *, name: str,
-            value: Callable[[Any], Any] = lambda v: v, **kwargs: Any) -> SubTopology:
-        """Sum of `value(record value)` per key."""
-        init, agg = summer(value)
-        return self.aggregate(input, output, name=name, initializer=init, aggregator=agg, **kwargs)
-
-    def reduce(self, input: str | Sequence[str], output: str | None, *, name: str,
-               reducer_fn: Callable[[Any, Any], Any], **kwargs: Any) -> SubTopology:
-        """Fold the values of a key with `reducer_fn(aggregate, value)`; the first value starts the aggregate."""
-        init, agg = reducer(reducer_fn)
-        return self.aggregate(input, output, name=name, initializer=init, aggregator=agg, **kwargs)
-
-    def _add(self, name: str, inputs: str | Sequence[str], output: str | None, key_serde: SerdeSpec,
-             value_serde: SerdeSpec, output_key_serde: SerdeSpec, output_value_serde: SerdeSpec,
-             extra_outputs: Iterable[str], **kind: Any) -> SubTopology:
-        if name in self.subtopologies:
-            raise ValueError(f"a sub-topology named {name!r} already exists; pass name=... to tell them apart")
-        ks, vs = serde_for(key_serde), serde_for(value_serde)
-        sub = SubTopology(name=name, inputs=(inputs,) if isinstance(inputs, str) else tuple(inputs), output=output,
-                          key_serde=ks, value_serde=vs, output_key_serde=serde_for(output_key_serde, ks),
-                          output_value_serde=serde_for(output_value_serde, vs), extra_outputs=tuple(extra_outputs),
-                          **kind)
-        self.subtopologies[name] = sub
-        return sub
-
-    # ------------------------------------------------------------------ running
     def preflight(self, master: str) -> None:
         """What can be checked before Spark starts: a sub-topology exists, the bootstrap servers answer, and
         (local masters) the state directory is writable. Raises `ConfigError` saying what to change."""

@@ -7,6 +7,7 @@ the task's write buffer of the current batch; using it outside a batch is an err
 from __future__ import annotations
 
 import re
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -17,6 +18,7 @@ from recovery.write_buffer import WriteBuffer
 __all__ = ["StoreSpec", "KeyValueStore", "Serde"]
 
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
+_TS = struct.Struct(">q")
 
 
 class Serde(Protocol):
@@ -32,6 +34,9 @@ class StoreSpec:
     key_serde: Serde
     value_serde: Serde
     persistent: bool = True
+    #: values are kept with a timestamp (8 bytes before the serialized value), as Kafka Streams'
+    #: timestamped stores keep the largest timestamp of what an aggregate aggregates
+    timestamped: bool = False
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -65,11 +70,27 @@ class KeyValueStore:
 
     def get(self, key: Any, default: Any = None) -> Any:
         raw = self._buf().get(self._key(key))
-        return default if raw is None else self.spec.value_serde.deserialize(raw)
+        return default if raw is None else self._value(raw)
 
-    def put(self, key: Any, value: Any) -> None:
-        """Store `value` (None deletes the key)."""
-        self._buf().put(self._key(key), None if value is None else self.spec.value_serde.serialize(value))
+    def get_with_timestamp(self, key: Any) -> tuple[Any, int] | None:
+        """(value, timestamp) of a key, or None; the timestamp is -1 in a store that keeps none."""
+        raw = self._buf().get(self._key(key))
+        if raw is None:
+            return None
+        if self.spec.timestamped:
+            return self.spec.value_serde.deserialize(raw[8:]), _TS.unpack_from(raw)[0]
+        return self.spec.value_serde.deserialize(raw), -1
+
+    def put(self, key: Any, value: Any, timestamp: int = -1) -> None:
+        """Store `value` (None deletes the key), with `timestamp` in a timestamped store."""
+        if value is None:
+            self._buf().put(self._key(key), None)
+            return
+        raw = self.spec.value_serde.serialize(value) or b""
+        self._buf().put(self._key(key), _TS.pack(timestamp) + raw if self.spec.timestamped else raw)
+
+    def _value(self, raw: bytes) -> Any:
+        return self.spec.value_serde.deserialize(raw[8:] if self.spec.timestamped else raw)
 
     def put_if_absent(self, key: Any, value: Any) -> Any:
         current = self.get(key)
@@ -100,9 +121,9 @@ class KeyValueStore:
         return self._buf().backend.approximate_count()
 
     def _decode(self, items: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[Any, Any]]:
-        ks, vs = self.spec.key_serde, self.spec.value_serde
+        ks, value = self.spec.key_serde, self._value
         for k, v in items:
-            yield ks.deserialize(k), vs.deserialize(v)
+            yield ks.deserialize(k), value(v)
 
 
 def _prefix_end(prefix: bytes) -> bytes | None:

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from eos.config import EosConfig
+from eos.dsl.base import InternalTopic
 from eos.errors import ConfigError
 from eos.ledger import ledger_topic
 from eos.topology import SubTopology
@@ -15,7 +16,7 @@ from recovery import ChangelogConfigError, ensure_changelogs
 from transactions import BrokerUnreachableError, KafkaAdmin, TopicSpec, check_reachable
 
 __all__ = ["preflight", "check_state_dir", "check_spark_conf", "check_topics", "check_broker",
-           "create_internal_topics", "TRANSACTION_LOG"]
+           "create_internal_topics", "create_repartition_topics", "TRANSACTION_LOG"]
 
 
 def preflight(config: EosConfig, *, local_master: bool) -> None:
@@ -112,6 +113,24 @@ def check_broker(admin: KafkaAdmin, config: EosConfig) -> None:
         raise ConfigError(
             f"transaction_timeout_ms={config.transaction_timeout_ms} exceeds the broker's transaction.max.timeout.ms="
             f"{max_timeout}: init_transactions() would be refused. Lower transaction_timeout_ms (and batch_timeout).")
+
+
+def create_repartition_topics(admin: KafkaAdmin, config: EosConfig, topics: Mapping[str, InternalTopic]) -> None:
+    """Create the application's repartition topics (before the topic checks: they are its inputs and
+    outputs too), each with its partition count or as many partitions as the topic it is `like`. Records
+    are kept until the next step has committed them (the driver deletes them then)."""
+    specs = []
+    for topic in topics.values():
+        partitions = topic.partitions
+        if partitions is None:
+            assert topic.like is not None
+            partitions = admin.partition_counts([topic.like])[topic.like]
+            if partitions is None:
+                raise ConfigError(f"topic {topic.like!r} does not exist on {admin.bootstrap_servers}: it is read "
+                                  f"before the repartition topic {topic.name}. Create it first.")
+        specs.append(TopicSpec(topic.name, partitions, config.internal_replication_factor,
+                               {"cleanup.policy": "delete", "retention.ms": "-1", **topic.config}))
+    admin.create_topics(specs)
 
 
 def _longest_retention(admin: KafkaAdmin, topics: list[str]) -> str:

@@ -19,10 +19,17 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from pyspark import cloudpickle  # the pickler Spark itself uses for Python functions
 
-from eos.driver.checks import check_broker, check_spark_conf, check_topics, create_internal_topics
+from eos.driver.checks import (
+    check_broker,
+    check_spark_conf,
+    check_topics,
+    create_internal_topics,
+    create_repartition_topics,
+)
 from eos.driver.lease import acquire_driver_lease, check_driver_lease
 from eos.driver.placement import Placer
 from eos.driver.planner import Planner
+from eos.driver.purge import RepartitionPurger
 from eos.driver.reports import BatchReport, RunSummary, to_json
 from eos.driver.spark import spark_conf, task_rdd
 from eos.errors import JobFailedError, stops_the_job
@@ -52,6 +59,7 @@ class Runner:
         self._stop = threading.Event()
         self.placer: Placer | None = None
         self.lease: GroupLease | None = None
+        self.purger: RepartitionPurger | None = None
         configure_logging(self.config.log_format, self.config.log_level)
 
     def request_stop(self) -> None:
@@ -64,16 +72,19 @@ class Runner:
         cfg.require_bootstrap()
         check_spark_conf(spark_conf(self.sc))
         admin = KafkaAdmin(cfg.bootstrap_servers)
+        create_repartition_topics(admin, cfg, self.app.internal_topics)
         counts = check_topics(admin, self.app.subtopologies)
         check_broker(admin, cfg)
         dlq_partitions = create_internal_topics(admin, cfg, self.app.subtopologies, counts)
         if cfg.driver_lease:
             self.lease = acquire_driver_lease(admin, cfg)
         job = Job(cfg, dict(self.app.subtopologies), self.app.fault_hooks, dlq_partitions,
-                  ledger_topic(cfg.application_id))
+                  ledger_topic(cfg.application_id),
+                  frozenset(t.name for t in self.app.internal_topics.values() if t.purge))
         planner = Planner(admin, cfg, self.app.subtopologies, counts)
         planner.refresh_topic_ids()
         planner.initialize_offsets()
+        self.purger = RepartitionPurger(admin, cfg, [t.name for t in self.app.internal_topics.values() if t.purge])
         self.placer = Placer(self.sc, admin, cfg, self.app.subtopologies, counts) if cfg.placement else None
         return planner, job
 
@@ -111,9 +122,9 @@ class Runner:
                         standbys: list[StandbyPlan] = []
                         if self.placer is not None:
                             plans, standbys = self.placer.place(plans, batch)
-                        if not plans and (until_caught_up or not standbys):
-                            if until_caught_up:
-                                break
+                        if until_caught_up and all(p.idle for p in plans):
+                            break  # every input is processed (punctuation of idle tasks does not count)
+                        if not plans and not standbys:
                             self._stop.wait(cfg.trigger_interval)
                             continue
                         everything = self._execute(tasks_fn, [*plans, *standbys], batch)
@@ -131,6 +142,9 @@ class Runner:
                         continue
                     failures = 0
                     results = [r for r in everything if isinstance(r, TaskResult)]
+                    planner.observe(results)
+                    if self.purger is not None:
+                        self.purger.maybe_purge()
                     report = self._report(batch, wall, time.monotonic() - t0, results, standbys, everything)
                     summary.add(report, results, keep_task_results)
                     summary.dead_letter_warnings += self._warn_dead_letters(results)

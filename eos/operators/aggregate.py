@@ -34,10 +34,14 @@ class AggregateProcessor(Processor):
             return  # a tombstone: ignored by aggregations, as in Kafka Streams
         if record.key is None:
             raise ValueError("records without a key cannot be aggregated by key")
-        current = self.store.get(record.key)
-        updated = self.aggregator(record.key, record.value, self.initializer() if current is None else current)
-        self.store.put(record.key, updated)
-        self.context.forward(record.key, updated)
+        current = self.store.get_with_timestamp(record.key)
+        if current is None:
+            aggregate, timestamp = self.initializer(), record.timestamp
+        else:
+            aggregate, timestamp = current[0], max(current[1], record.timestamp)
+        updated = self.aggregator(record.key, record.value, aggregate)
+        self.store.put(record.key, updated, timestamp)
+        self.context.forward(record.key, updated, timestamp=timestamp)  # the largest timestamp aggregated
 
 
 def counter() -> tuple[Callable[[], Any], Callable[[Any, Any, Any], Any]]:

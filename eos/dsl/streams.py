@@ -1,0 +1,80 @@
+"""Record-at-a-time and vectorized processing, the Processor API, and re-keying through repartition
+topics."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
+from typing import Any
+
+from eos.dsl.base import InternalTopic, SerdeSpec, TopologyBuilder
+from eos.operators.repartition import RepartitionProcessor
+from eos.processor import FunctionProcessor, Processor
+from eos.records import Record
+from eos.time import TimestampSpec
+from eos.topology import BatchFormat, SubTopology
+from recovery import StoreSpec
+
+__all__ = ["StreamMethods"]
+
+
+class StreamMethods(TopologyBuilder):
+    def process(self, input: str | Sequence[str], output: str | None = None, *, name: str | None = None,
+                key_serde: SerdeSpec = None, value_serde: SerdeSpec = None, output_key_serde: SerdeSpec = None,
+                output_value_serde: SerdeSpec = None, extra_outputs: Iterable[str] = (),
+                timestamp: TimestampSpec = None) -> Callable[[Any], Any]:
+        """Decorator: `fn(record) -> None | Output | (key, value) | iterable of those`, called once per record.
+        Outputs keep the record's timestamp (as `timestamp` extracts it) unless an `Output` gives one."""
+
+        def register(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+            self._add(name or fn.__name__, input, output, key_serde, value_serde, output_key_serde,
+                      output_value_serde, extra_outputs, timestamp=timestamp,
+                      processor_factory=partial(FunctionProcessor, fn))
+            return fn
+
+        return register
+
+    def process_batch(self, input: str | Sequence[str], output: str | None = None, *, format: BatchFormat = "pandas",
+                      name: str | None = None, key_serde: SerdeSpec = None, value_serde: SerdeSpec = None,
+                      output_key_serde: SerdeSpec = None, output_value_serde: SerdeSpec = None,
+                      extra_outputs: Iterable[str] = (), timestamp: TimestampSpec = None) -> Callable[[Any], Any]:
+        """Decorator: `fn(table) -> table`, called once per task and batch with a pandas DataFrame or a pyarrow
+        Table (see `eos.worker.vectorized` for the columns). Must be free of side effects."""
+        if format not in ("pandas", "arrow"):
+            raise ValueError(f"format must be 'pandas' or 'arrow', got {format!r}")
+
+        def register(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+            self._add(name or fn.__name__, input, output, key_serde, value_serde, output_key_serde,
+                      output_value_serde, extra_outputs, timestamp=timestamp, batch_fn=fn, batch_format=format)
+            return fn
+
+        return register
+
+    def add_processor(self, processor: Callable[[], Processor], input: str | Sequence[str], output: str | None = None,
+                      *, name: str, stores: Iterable[StoreSpec] = (), key_serde: SerdeSpec = None,
+                      value_serde: SerdeSpec = None, output_key_serde: SerdeSpec = None,
+                      output_value_serde: SerdeSpec = None, extra_outputs: Iterable[str] = (),
+                      timestamp: TimestampSpec = None) -> SubTopology:
+        """Add a Processor API sub-topology. `processor` is a factory (e.g. the class): one instance per task.
+        It may schedule punctuation in `init()` (`context.schedule`)."""
+        return self._add(name, input, output, key_serde, value_serde, output_key_serde, output_value_serde,
+                         extra_outputs, timestamp=timestamp, processor_factory=processor, stores=tuple(stores),
+                         may_punctuate=True)
+
+    def repartition(self, input: str | Sequence[str], *, name: str, key: Callable[[Record], Any] | None = None,
+                    partitions: int | None = None, key_serde: SerdeSpec = "string", value_serde: SerdeSpec = "json",
+                    output_key_serde: SerdeSpec = None, timestamp: TimestampSpec = None,
+                    subtopology: str | None = None) -> str:
+        """Re-key records with `key(record)` (default: keep the key) and write them, in the reading task's
+        transaction, to the internal topic `<application_id>-<name>-repartition` (created at start-up with
+        `partitions`, default as many as the input has), where each key lands in one partition. Returns the
+        topic's name, to read it from the next step: `app.count(app.repartition(...), ...)`. Records are
+        deleted from the topic once the next step has committed them, as Kafka Streams purges them. The
+        sub-topology that writes it is `subtopology` (default: `name`)."""
+        topic = self._internal_name(name, "repartition")
+        first = input if isinstance(input, str) else input[0]
+        self.internal_topics[topic] = InternalTopic(topic, partitions, like=None if partitions else first,
+                                                    purge=True)
+        self._add(subtopology or name, input, topic, key_serde, value_serde, output_key_serde, value_serde, (),
+                  timestamp=timestamp, processor_factory=partial(RepartitionProcessor, key))
+        return topic
