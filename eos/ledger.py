@@ -2,23 +2,25 @@
 `<application_id>-ledger`, saying exactly which input it consumed and what became of it.
 
 Per input partition of the batch: the topic id (a topic deleted and created again under the same name has
-a new one), the offset range `[start, end)` the transaction commits, the offsets among them that produced
-no output and no dead letter (`filtered`: legal, e.g. a filter or an aggregation ignoring a tombstone),
-and, when reading did not start at the committed offset, from where and why (records deleted by
-retention before they were processed; a committed offset of an earlier topic of the same name).
+a new one), the offset range `[start, end)` the transaction commits, and, when reading did not start at the
+committed offset, from where and why (records deleted by retention before they were processed; a
+committed offset of an earlier topic of the same name). And the origins of the records that produced no
+output and no dead letter (`filtered`: legal, e.g. a filter or an aggregation ignoring a tombstone), per
+origin partition: a record's origin is itself, or for a record of a repartition topic the origin it
+carries, so that filtering after a repartition hop is accounted for against the original input.
 
 Because it commits with the outputs and offsets, the auditor can prove more than "every input appears
 once in the output": a filtered record is accounted for instead of lost, an offset covered by two
 committed batches is a violation in itself (invariant I1), and outputs whose input is gone (retention,
-a recreated topic) are attributed instead of being called unexpected. Roaring bitmaps keep an entry small
-(a run of consecutive offsets costs a few bytes).
+a recreated topic, a purged repartition topic) are attributed instead of being called unexpected.
+Roaring bitmaps keep an entry small (a run of consecutive offsets costs a few bytes).
 """
 
 from __future__ import annotations
 
 import base64
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyroaring import BitMap64
@@ -32,6 +34,14 @@ def ledger_topic(application_id: str) -> str:
     return f"{application_id}-ledger"
 
 
+def _bitmap(raw: str | None) -> BitMap64:
+    return BitMap64.deserialize(base64.b64decode(raw)) if raw else BitMap64()
+
+
+def _text(bm: BitMap64) -> str:
+    return base64.b64encode(bm.serialize()).decode("ascii")
+
+
 @dataclass(frozen=True)
 class LedgerInput:
     topic: str
@@ -39,25 +49,20 @@ class LedgerInput:
     topic_id: str | None
     start: int
     end: int  # exclusive: the offset the batch's transaction commits
-    filtered: BitMap64
     reset_from: int | None = None  # the committed offset reading did not start at
     reset_reason: str | None = None  # "retention" | "recreated"
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"topic": self.topic, "partition": self.partition, "topic_id": self.topic_id,
                                 "start": self.start, "end": self.end}
-        if self.filtered:
-            data["filtered"] = base64.b64encode(self.filtered.serialize()).decode("ascii")
         if self.reset_from is not None:
             data["reset_from"], data["reset_reason"] = self.reset_from, self.reset_reason
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LedgerInput:
-        raw = data.get("filtered")
-        filtered = BitMap64.deserialize(base64.b64decode(raw)) if raw else BitMap64()
         return cls(data["topic"], int(data["partition"]), data.get("topic_id"), int(data["start"]), int(data["end"]),
-                   filtered, data.get("reset_from"), data.get("reset_reason"))
+                   data.get("reset_from"), data.get("reset_reason"))
 
 
 @dataclass(frozen=True)
@@ -65,10 +70,15 @@ class LedgerEntry:
     task: str
     batch: int
     inputs: tuple[LedgerInput, ...]
+    #: origin (topic, partition) -> offsets of the origins of the batch's records that produced nothing
+    filtered: dict[tuple[str, int], BitMap64] = field(default_factory=dict)
 
     def encode(self) -> bytes:
         return json.dumps({"v": LEDGER_VERSION, "task": self.task, "batch": self.batch,
-                           "inputs": [i.to_json() for i in self.inputs]}, separators=(",", ":")).encode()
+                           "inputs": [i.to_json() for i in self.inputs],
+                           "filtered": [{"topic": t, "partition": p, "offsets": _text(bm)}
+                                        for (t, p), bm in self.filtered.items() if bm]},
+                          separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, raw: bytes | None) -> LedgerEntry | None:
@@ -77,6 +87,8 @@ class LedgerEntry:
             data = json.loads(raw or b"")
             if data.get("v") != LEDGER_VERSION:
                 return None
-            return cls(str(data["task"]), int(data["batch"]), tuple(LedgerInput.from_json(i) for i in data["inputs"]))
-        except (ValueError, KeyError, TypeError):
+            filtered = {(f["topic"], int(f["partition"])): _bitmap(f["offsets"]) for f in data.get("filtered", [])}
+            return cls(str(data["task"]), int(data["batch"]), tuple(LedgerInput.from_json(i) for i in data["inputs"]),
+                       filtered)
+        except (ValueError, KeyError, TypeError, AttributeError):
             return None

@@ -131,7 +131,8 @@ def check_offsets(admin: KafkaAdmin, inputs: Iterable[str], group: str | None) -
 def audit(bootstrap_servers: str, *, inputs: list[str], outputs: list[str], dead_letter_topic: str | None = None,
           group: str | None = None, aggregate: AggregateSpec | None = None, extra_topics: Iterable[str] = (),
           isolation: Isolation = "read_committed", executor: Executor | None = None, max_samples: int = 10,
-          progress: Callable[[int], None] | None = None, ledger_topic: str | None = None) -> AuditReport:
+          progress: Callable[[int], None] | None = None, ledger_topic: str | None = None,
+          through: Iterable[str] = ()) -> AuditReport:
     """Audit `outputs` (+ dead letters) against `inputs`. `extra_topics` (e.g. changelogs) are checked for
     open transactions too. `aggregate` switches from lineage mode to aggregate mode. The lineage ledger
     (`<group>-ledger` unless `ledger_topic` names another) accounts for filtered records."""
@@ -142,7 +143,8 @@ def audit(bootstrap_servers: str, *, inputs: list[str], outputs: list[str], dead
     if aggregate is None:
         report.lineage = audit_lineage(bootstrap_servers, inputs, outputs, dead_letter_topic=dead_letter_topic,
                                        group=group, admin=admin, isolation=isolation, max_samples=max_samples,
-                                       executor=executor, progress=progress, ledger_topic=ledger_topic)
+                                       executor=executor, progress=progress, ledger_topic=ledger_topic,
+                                       through=through)
     else:
         report.aggregate = audit_aggregate(bootstrap_servers, inputs, outputs, kind=aggregate.kind,
                                            input_value=aggregate.input_value, output_value=aggregate.output_value,
@@ -159,14 +161,25 @@ def audit(bootstrap_servers: str, *, inputs: list[str], outputs: list[str], dead
 def audit_application(app: Application, *, bootstrap_servers: str | None = None, max_samples: int = 10,
                       progress: Callable[[int], None] | None = None) -> list[AuditReport]:
     """A lineage audit of every sub-topology of a framework job, each held to its own inputs, with the
-    job's dead-letter topic, changelogs and ledger."""
+    job's dead-letter topic, changelogs and ledger. A repartition step and the step reading its topic are
+    audited as one, from the first one's inputs to the second one's outputs: the repartition topic's
+    records are deleted once consumed, and lineage reaches through them."""
     cfg = app.config
     bootstrap = bootstrap_servers or cfg.bootstrap_servers
+    hops = {t.name for t in app.internal_topics.values() if t.purge}
+    writers = {sub.output: sub for sub in app.subtopologies.values() if sub.output in hops}
     reports = []
     for sub in app.subtopologies.values():
-        changelogs = [spec.changelog_topic(cfg.application_id) for spec in sub.stores]
-        reports.append(audit(bootstrap, inputs=list(sub.inputs), outputs=list(sub.output_topics),
-                             dead_letter_topic=cfg.dlq_topic, group=cfg.group_id, extra_topics=changelogs,
-                             max_samples=max_samples, progress=progress,
-                             ledger_topic=ledger_topic(cfg.application_id)))
+        if sub.output in hops:
+            continue  # audited with the step that reads its repartition topic
+        inputs, through, stores = list(sub.inputs), [], list(sub.stores)
+        while any(t in writers for t in inputs):
+            upstream = [writers[t] if t in writers else None for t in inputs]
+            through += [t for t in inputs if t in writers]
+            stores += [s for w in upstream if w is not None for s in w.stores]
+            inputs = [i for t, w in zip(inputs, upstream, strict=True) for i in (w.inputs if w else (t,))]
+        changelogs = [spec.changelog_topic(cfg.application_id) for spec in stores]
+        reports.append(audit(bootstrap, inputs=inputs, outputs=list(sub.output_topics), dead_letter_topic=cfg.dlq_topic,
+                             group=cfg.group_id, extra_topics=[*changelogs, *through], max_samples=max_samples,
+                             progress=progress, ledger_topic=ledger_topic(cfg.application_id), through=through))
     return reports

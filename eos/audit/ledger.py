@@ -36,12 +36,14 @@ class PartitionLedger:
 
 
 def read_ledger(bootstrap_servers: str, topic: str, inputs: Iterable[str], *, admin: KafkaAdmin,
-                progress: Callable[[int], None] | None = None) -> dict[TP, PartitionLedger] | None:
-    """The ledger's account of `inputs`, per input partition; None when the ledger topic does not exist."""
+                through: Iterable[str] = (), progress: Callable[[int], None] | None = None,
+                ) -> dict[TP, PartitionLedger] | None:
+    """The ledger's account of `inputs` (and of the repartition topics `through` which lineage reaches),
+    per partition; None when the ledger topic does not exist."""
     if admin.partition_counts([topic])[topic] is None:
         return None
-    inputs = set(inputs)
-    current = admin.topic_ids(sorted(inputs))
+    origins, covered = set(inputs), set(inputs) | set(through)
+    current = admin.topic_ids(sorted(covered))
     coverage: dict[tuple[TP, str | None], BitMap64] = {}
     out: dict[TP, PartitionLedger] = {}
     for batch in scan_topic(bootstrap_servers, topic, admin=admin, progress=progress):
@@ -49,8 +51,9 @@ def read_ledger(bootstrap_servers: str, topic: str, inputs: Iterable[str], *, ad
             entry = LedgerEntry.decode(msg.value())
             if entry is None:
                 continue
+            now_ids: dict[TP, bool] = {}
             for item in entry.inputs:
-                if item.topic not in inputs:
+                if item.topic not in covered:
                     continue
                 tp = (item.topic, item.partition)
                 ledger = out.setdefault(tp, PartitionLedger())
@@ -58,16 +61,18 @@ def read_ledger(bootstrap_servers: str, topic: str, inputs: Iterable[str], *, ad
                 span = BitMap64()
                 if item.end > item.start:
                     span.add_range(item.start, item.end)
-                is_now = item.topic_id is None or current.get(item.topic) in (None, item.topic_id)
+                is_now = now_ids[tp] = item.topic_id is None or current.get(item.topic) in (None, item.topic_id)
                 seen = coverage.setdefault((tp, item.topic_id), BitMap64())
                 ledger.overlaps |= seen & span
                 seen |= span
                 if is_now:
                     ledger.now |= span
-                    ledger.filtered |= item.filtered
                     if item.reset_reason == "retention" and item.reset_from is not None:
                         ledger.retention_skipped += max(0, item.start - item.reset_from)
                 else:
                     ledger.earlier |= span
                     ledger.incarnations.add(item.topic_id or "")
+            for tp, offsets in entry.filtered.items():
+                if tp[0] in origins and now_ids.get(tp, True):  # (an earlier topic's filtered records are gone)
+                    out.setdefault(tp, PartitionLedger()).filtered |= offsets
     return out

@@ -99,10 +99,11 @@ def audit_lineage(bootstrap_servers: str, inputs: Iterable[str], outputs: Iterab
                   dead_letter_topic: str | None = None, group: str | None = None, admin: KafkaAdmin | None = None,
                   isolation: Isolation = "read_committed", max_samples: int = 10,
                   executor: Executor | None = None, progress: Callable[[int], None] | None = None,
-                  ledger_topic: str | None = None) -> LineageResult:
+                  ledger_topic: str | None = None, through: Iterable[str] = ()) -> LineageResult:
     """Audit `outputs` (and the dead letters of `inputs`) against `inputs`. The ledger (default: the one of
     the application `group` names) accounts for filtered records, topics created again and input deleted
-    by retention; without one those show up as lost or unexpected."""
+    by retention; without one those show up as lost or unexpected. `through`: repartition topics between
+    `inputs` and `outputs` (lineage reaches through them; their records are deleted once consumed)."""
     inputs = list(inputs)
     admin = admin or KafkaAdmin(bootstrap_servers)
     executor = executor or LocalExecutor()
@@ -110,7 +111,8 @@ def audit_lineage(bootstrap_servers: str, inputs: Iterable[str], outputs: Iterab
         [dead_letter_topic])[dead_letter_topic] is not None else []
     if ledger_topic is None and group is not None:
         ledger_topic = default_ledger_topic(group)
-    ledger = read_ledger(bootstrap_servers, ledger_topic, inputs, admin=admin) if ledger_topic else None
+    ledger = (read_ledger(bootstrap_servers, ledger_topic, inputs, admin=admin, through=through)
+              if ledger_topic else None)
     ins = executor.map(scan_input_partition, input_scans(admin, inputs, group), progress)
     outs = executor.map(_OutputScan(isolation, max_samples), output_scans(admin, outputs, isolation), progress)
     dead = executor.map(_OutputScan(isolation, max_samples, frozenset(inputs)),

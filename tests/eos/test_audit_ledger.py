@@ -66,7 +66,7 @@ def test_a_recreated_topic_explains_outputs_and_second_copies_of_its_earlier_inc
 
 
 def test_ledger_entries_survive_encoding():
-    entry = LedgerEntry("enrich-3", 7, (LedgerInput("in", 3, "Xk3", 100, 250, bm(101, 140), 40, "retention"),
-                                        LedgerInput("in2", 3, None, 0, 0, BitMap64())))
+    entry = LedgerEntry("enrich-3", 7, (LedgerInput("in", 3, "Xk3", 100, 250, 40, "retention"),
+                                        LedgerInput("in2", 3, None, 0, 0)), {("in", 3): bm(101, 140)})
     assert LedgerEntry.decode(entry.encode()) == entry
     assert LedgerEntry.decode(b"not a ledger entry") is None and LedgerEntry.decode(b'{"v": 99}') is None
