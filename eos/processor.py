@@ -79,6 +79,11 @@ class ProcessorContext:
         """Topic, partition and offset of the record being processed; None during a punctuation."""
         raise NotImplementedError
 
+    def record_dropped(self, reason: str) -> None:
+        """Count the current record as dropped on purpose (e.g. "late": all its windows are closed). The
+        counts, by reason, are reported with the batch, logged, and summed in the run summary."""
+        raise NotImplementedError
+
 
 class Processor:
     """Base class of record processors (Kafka Streams' Processor API).

@@ -67,6 +67,8 @@ class SubTopology:
     #: The processor may schedule wall-clock punctuation (Processor API): its tasks run once at start-up
     #: even without input, so the driver learns their schedules.
     may_punctuate: bool = False
+    #: A windowed aggregation's definition (eos.windows.Windowing), for the auditor and queries.
+    windowing: Any = None
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):

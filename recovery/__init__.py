@@ -5,7 +5,8 @@ from recovery.backends import Backend, MemoryBackend, RocksDBBackend, StoreError
 from recovery.changelog import ChangelogConfigError, changelog_record, ensure_changelogs
 from recovery.restore import RestoreResult, restore_store
 from recovery.state_dir import StateDirectoryError, TaskDirectory
-from recovery.store import KeyValueStore, StoreSpec
+from recovery.store import KeyValueStore, StoreKind, StoreSpec, StoreView
+from recovery.windows import RecordBuffer, Session, SessionStore, WindowStore
 from recovery.write_buffer import WriteBuffer
 
 __all__ = [
@@ -17,7 +18,13 @@ __all__ = [
     "RocksDBBackend",
     "StoreError",
     "StateDirectoryError",
+    "StoreKind",
     "StoreSpec",
+    "StoreView",
+    "RecordBuffer",
+    "Session",
+    "SessionStore",
+    "WindowStore",
     "TaskDirectory",
     "WriteBuffer",
     "changelog_record",

@@ -1,4 +1,5 @@
-"""Changelog topics: `<application_id>-<store>-changelog`, compacted, one partition per task.
+"""Changelog topics: `<application_id>-<store>-changelog`, compacted (window and session stores: compacted
+and deleted after their retention), one partition per task.
 
 Created by the framework with the cluster's replication settings (or an explicit replication factor).
 An existing changelog with the wrong partition count or cleanup policy is an error: restoring from it
@@ -38,8 +39,9 @@ def ensure_changelogs(admin: KafkaAdmin, application_id: str, stores: Iterable[S
             raise ChangelogConfigError(
                 f"changelog {topic} has cleanup.policy={policy!r}: without compaction old values are deleted by "
                 f"retention and restores lose keys. Set cleanup.policy=compact on it.")
-    admin.create_topics(TopicSpec(t, partitions, replication_factor, {"cleanup.policy": "compact"})
-                        for t, count in existing.items() if count is None)
+    admin.create_topics(TopicSpec(s.changelog_topic(application_id), partitions, replication_factor,
+                                  s.changelog_config())
+                        for s in stores if existing[s.changelog_topic(application_id)] is None)
     return topics
 
 

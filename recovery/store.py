@@ -1,4 +1,5 @@
-"""Typed key-value stores as processors see them: `get`, `put`, `delete`, range and prefix scans.
+"""Typed stores as processors see them. `KeyValueStore`: `get`, `put`, `delete`, range and prefix scans;
+window and session stores are in `recovery.windows`.
 
 Keys are ordered by their serialized bytes (as in RocksDB and Kafka Streams). A store is a view over
 the task's write buffer of the current batch; using it outside a batch is an error.
@@ -10,12 +11,15 @@ import re
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from recovery.backends import StoreError
 from recovery.write_buffer import WriteBuffer
 
-__all__ = ["StoreSpec", "KeyValueStore", "Serde"]
+__all__ = ["StoreSpec", "StoreView", "KeyValueStore", "Serde", "StoreKind"]
+
+StoreKind = Literal["key_value", "window", "session", "record_buffer"]
+DAY_MS = 86_400_000
 
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 _TS = struct.Struct(">q")
@@ -37,17 +41,33 @@ class StoreSpec:
     #: values are kept with a timestamp (8 bytes before the serialized value), as Kafka Streams'
     #: timestamped stores keep the largest timestamp of what an aggregate aggregates
     timestamped: bool = False
+    kind: StoreKind = "key_value"
+    #: window and session stores: how long (ms of stream time) an entry is kept after its window starts
+    #: (sessions: ends); older ones are dropped
+    retention_ms: int | None = None
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
             raise ValueError(f"store name {self.name!r} must be 1-100 characters of [A-Za-z0-9._-] "
                              "(it names the changelog topic <application_id>-<store>-changelog)")
+        if self.kind != "key_value" and (self.retention_ms is None or self.retention_ms <= 0):
+            raise ValueError(f"{self.kind} store {self.name!r} needs a retention > 0 ms")
 
     def changelog_topic(self, application_id: str) -> str:
         return f"{application_id}-{self.name}-changelog"
 
+    def changelog_config(self) -> dict[str, str]:
+        """Key-value stores: compacted. Window and session stores: compacted and deleted after their
+        retention plus a day (Kafka Streams' windowstore.changelog.additional.retention.ms), so that
+        expired windows leave the changelog too."""
+        if self.kind == "key_value":
+            return {"cleanup.policy": "compact"}
+        return {"cleanup.policy": "compact,delete", "retention.ms": str((self.retention_ms or 0) + DAY_MS)}
 
-class KeyValueStore:
+
+class StoreView:
+    """A typed view of one store over the batch's write buffer."""
+
     def __init__(self, spec: StoreSpec) -> None:
         self.spec = spec
         self.name = spec.name
@@ -68,6 +88,23 @@ class KeyValueStore:
             raise ValueError(f"store {self.name!r}: keys cannot be None")
         return raw
 
+    def _encode(self, value: Any, timestamp: int) -> bytes:
+        raw = self.spec.value_serde.serialize(value) or b""
+        return _TS.pack(timestamp) + raw if self.spec.timestamped else raw
+
+    def _value(self, raw: bytes) -> Any:
+        return self.spec.value_serde.deserialize(raw[8:] if self.spec.timestamped else raw)
+
+    def _value_and_timestamp(self, raw: bytes) -> tuple[Any, int]:
+        if self.spec.timestamped:
+            return self.spec.value_serde.deserialize(raw[8:]), _TS.unpack_from(raw)[0]
+        return self.spec.value_serde.deserialize(raw), -1
+
+    def approximate_num_entries(self) -> int:
+        return self._buf().backend.approximate_count()
+
+
+class KeyValueStore(StoreView):
     def get(self, key: Any, default: Any = None) -> Any:
         raw = self._buf().get(self._key(key))
         return default if raw is None else self._value(raw)
@@ -75,22 +112,11 @@ class KeyValueStore:
     def get_with_timestamp(self, key: Any) -> tuple[Any, int] | None:
         """(value, timestamp) of a key, or None; the timestamp is -1 in a store that keeps none."""
         raw = self._buf().get(self._key(key))
-        if raw is None:
-            return None
-        if self.spec.timestamped:
-            return self.spec.value_serde.deserialize(raw[8:]), _TS.unpack_from(raw)[0]
-        return self.spec.value_serde.deserialize(raw), -1
+        return None if raw is None else self._value_and_timestamp(raw)
 
     def put(self, key: Any, value: Any, timestamp: int = -1) -> None:
         """Store `value` (None deletes the key), with `timestamp` in a timestamped store."""
-        if value is None:
-            self._buf().put(self._key(key), None)
-            return
-        raw = self.spec.value_serde.serialize(value) or b""
-        self._buf().put(self._key(key), _TS.pack(timestamp) + raw if self.spec.timestamped else raw)
-
-    def _value(self, raw: bytes) -> Any:
-        return self.spec.value_serde.deserialize(raw[8:] if self.spec.timestamped else raw)
+        self._buf().put(self._key(key), None if value is None else self._encode(value, timestamp))
 
     def put_if_absent(self, key: Any, value: Any) -> Any:
         current = self.get(key)
@@ -116,9 +142,6 @@ class KeyValueStore:
 
     def all(self) -> Iterator[tuple[Any, Any]]:
         return self._decode(self._buf().iterate())
-
-    def approximate_num_entries(self) -> int:
-        return self._buf().backend.approximate_count()
 
     def _decode(self, items: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[Any, Any]]:
         ks, value = self.spec.key_serde, self._value

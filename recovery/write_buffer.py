@@ -4,12 +4,19 @@ Two overlays over the backend: the batch overlay (what the batch changed so far)
 being processed, a record overlay on top of it. `commit_record()` folds the record's writes into the
 batch; `rollback_record()` drops them (the record failed and goes to the dead-letter topic).
 `changes()` is what goes to the changelog and, after the Kafka commit, to the backend in one write.
+
+Range scans (window and session lookups, `range`, `prefix_scan`) keep a sorted index of the batch
+overlay's keys, built on the first scan and then kept up to date, so that a scan per record costs
+O(log n + k) rather than a sort of everything the batch wrote; stores that are never scanned never pay for
+it.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator
+
+from sortedcontainers import SortedList
 
 from recovery.backends import Backend, StoreError
 
@@ -21,6 +28,7 @@ class WriteBuffer:
         self.backend = backend
         self._batch: dict[bytes, bytes | None] = {}
         self._record: dict[bytes, bytes | None] | None = None
+        self._sorted: SortedList | None = None  # keys of _batch, once a scan asked for them
 
     # ------------------------------------------------------------------ record scopes
     def begin_record(self) -> None:
@@ -28,6 +36,8 @@ class WriteBuffer:
 
     def commit_record(self) -> None:
         if self._record:
+            if self._sorted is not None:
+                self._sorted.update(k for k in self._record if k not in self._batch)
             self._batch.update(self._record)
         self._record = None
 
@@ -46,16 +56,24 @@ class WriteBuffer:
         """`value=None` deletes (a tombstone in the changelog)."""
         if not isinstance(key, bytes):
             raise StoreError(f"store keys must be bytes after serialization, got {type(key).__name__}")
-        (self._record if self._record is not None else self._batch)[key] = value
+        if self._record is not None:
+            self._record[key] = value
+            return
+        if self._sorted is not None and key not in self._batch:
+            self._sorted.add(key)
+        self._batch[key] = value
 
     def iterate(self, start: bytes | None = None, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """Sorted view of backend + overlays over [start, end). The overlay is snapshotted when iteration
         starts; writes made while iterating are not seen by this iterator."""
-        overlay = dict(self._batch)
+        if self._sorted is None:
+            self._sorted = SortedList(self._batch)
+        batch = self._batch
+        overlay = {k: batch[k] for k in self._sorted.irange(start, end, inclusive=(True, False))}
         if self._record:
-            overlay.update(self._record)
-        pending = sorted((k, v) for k, v in overlay.items()
-                         if (start is None or k >= start) and (end is None or k < end))
+            overlay.update((k, v) for k, v in self._record.items()
+                           if (start is None or k >= start) and (end is None or k < end))
+        pending = sorted(overlay.items())
         merged = heapq.merge(((k, 0, v) for k, v in pending),
                              ((k, 1, v) for k, v in self.backend.iterate(start, end)))
         last = None
@@ -73,3 +91,4 @@ class WriteBuffer:
     def clear(self) -> None:
         self._batch.clear()
         self._record = None
+        self._sorted = None

@@ -64,6 +64,8 @@ class RunSummary:
     skipped_by_retention: int = 0
     #: input partitions that started over because their topic was deleted and created again
     topic_resets: int = 0
+    #: records dropped on purpose, by reason (e.g. "late": all their windows were closed)
+    dropped: dict[str, int] = field(default_factory=dict)
     #: task batches that sent more than dead_letter_warn_ratio of their input to the dead-letter topic
     dead_letter_warnings: int = 0
     dead_letter_topic: str = ""
@@ -88,6 +90,8 @@ class RunSummary:
             self.bytes_in += r.bytes_in
             self.bytes_out += r.bytes_out
             self.restored_records += r.restored_records
+            for reason, n in r.dropped.items():
+                self.dropped[reason] = self.dropped.get(reason, 0) + n
             for reset in r.resets.values():
                 if reset.reason is SkipReason.RETENTION:
                     self.skipped_by_retention += reset.start - reset.committed

@@ -191,6 +191,8 @@ class Runner:
         input (a job that rejects most of its input is rarely what its author wants). Returns how many."""
         ratio, warned = self.config.dead_letter_warn_ratio, 0
         for r in results:
+            if r.dropped:
+                log.warning("records dropped", task=str(r.task), batch=r.batch, **r.dropped)
             if r.records_in and r.dead_letters > ratio * r.records_in:
                 warned += 1
                 log.warning("most of the batch went to the dead-letter topic", task=str(r.task), batch=r.batch,

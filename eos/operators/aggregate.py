@@ -11,12 +11,12 @@ running value in order.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from eos.processor import Processor, ProcessorContext
 from eos.records import Record
 
-__all__ = ["AggregateProcessor", "counter", "summer", "reducer"]
+__all__ = ["AggregateProcessor", "Aggregation", "counter", "summer", "reducer"]
 
 
 class AggregateProcessor(Processor):
@@ -44,17 +44,26 @@ class AggregateProcessor(Processor):
         self.context.forward(record.key, updated, timestamp=timestamp)  # the largest timestamp aggregated
 
 
-def counter() -> tuple[Callable[[], Any], Callable[[Any, Any, Any], Any]]:
-    return (lambda: 0), (lambda key, value, count: count + 1)
+class Aggregation(NamedTuple):
+    """An aggregation's functions: start, fold a value in, and merge two aggregates (session windows)."""
+
+    initializer: Callable[[], Any]
+    aggregator: Callable[[Any, Any, Any], Any]
+    merger: Callable[[Any, Any, Any], Any]
 
 
-def summer(value: Callable[[Any], Any]) -> tuple[Callable[[], Any], Callable[[Any, Any, Any], Any]]:
-    return (lambda: 0), (lambda key, v, total: total + value(v))
+def counter() -> Aggregation:
+    return Aggregation(lambda: 0, lambda key, value, count: count + 1, lambda key, a, b: a + b)
+
+
+def summer(value: Callable[[Any], Any]) -> Aggregation:
+    return Aggregation(lambda: 0, lambda key, v, total: total + value(v), lambda key, a, b: a + b)
 
 
 _FIRST = object()
 
 
-def reducer(reduce: Callable[[Any, Any], Any]) -> tuple[Callable[[], Any], Callable[[Any, Any, Any], Any]]:
+def reducer(reduce: Callable[[Any, Any], Any]) -> Aggregation:
     """The first value of a key is its aggregate; later values are folded in with `reduce(aggregate, value)`."""
-    return (lambda: _FIRST), (lambda key, v, agg: v if agg is _FIRST else reduce(agg, v))
+    return Aggregation(lambda: _FIRST, lambda key, v, agg: v if agg is _FIRST else reduce(agg, v),
+                       lambda key, a, b: b if a is _FIRST else a if b is _FIRST else reduce(a, b))

@@ -278,6 +278,7 @@ class BatchAttempt:
         r.records_out, r.dead_letters = len(outcome.outputs), len(outcome.dead_letters)
         r.changelog_records = len(self.changelog)
         r.punctuations = outcome.punctuations
+        r.dropped = outcome.dropped
         if self.runtime is not None:
             r.punctuation = self.runtime.punctuation_state()
             r.next_wall_clock = self.runtime.next_wall_clock()

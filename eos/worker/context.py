@@ -71,6 +71,7 @@ class TaskContext(ProcessorContext):
         self.timestamp = -1
         self.commit_requested = False
         self.schedules: list[Schedule] = []
+        self.dropped: dict[str, int] = {}  # records dropped on purpose, by reason (reset every batch)
 
     # ------------------------------------------------------------------ the processor's side
     def forward(self, key: Any = None, value: Any = None, *, topic: str | None = None, partition: int | None = None,
@@ -132,6 +133,9 @@ class TaskContext(ProcessorContext):
         schedule = Schedule(len(self.schedules), ms, callback, type, first)
         self.schedules.append(schedule)
         return schedule
+
+    def record_dropped(self, reason: str) -> None:
+        self.dropped[reason] = self.dropped.get(reason, 0) + 1
 
     def record_metadata(self) -> RecordMetadata | None:
         msg = self._current

@@ -117,6 +117,8 @@ class TaskResult:
     punctuation: dict[int, int] = field(default_factory=dict)
     next_wall_clock: int | None = None
     punctuations: int = 0
+    #: records dropped on purpose, by reason (e.g. "late": all their windows were closed)
+    dropped: dict[str, int] = field(default_factory=dict)
     #: The error of the batch's first dead letter (what a user needs to see when many records fail).
     first_dead_letter_error: str | None = None
     failure: TaskFailure | None = None

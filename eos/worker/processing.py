@@ -59,6 +59,7 @@ class BatchOutcome:
     #: input records that produced no output and no dead letter (recorded in the lineage ledger)
     filtered: list[Message] = field(default_factory=list)
     punctuations: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
 
 
 #: (message, record or the reason it is a bad record, its timestamp; -1 for a bad record, which is thus
@@ -161,6 +162,7 @@ def run_processor(processor: Processor, ctx: TaskContext, messages: list[Message
     outcome.bytes_in = bytes_in
     _punctuate_due(ctx, scoped, outcome, clock)
     _in_scope(ctx, scoped, outcome, outcome.stream_time, processor.punctuate)  # the batch-end hook
+    outcome.dropped, ctx.dropped = ctx.dropped, {}
     return outcome
 
 

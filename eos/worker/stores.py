@@ -27,9 +27,14 @@ from recovery import (
     Backend,
     KeyValueStore,
     MemoryBackend,
+    RecordBuffer,
     RocksDBBackend,
+    SessionStore,
     StateDirectoryError,
+    StoreSpec,
+    StoreView,
     TaskDirectory,
+    WindowStore,
     WriteBuffer,
     changelog_record,
     restore_store,
@@ -50,13 +55,24 @@ def state_root(config: EosConfig) -> Path:
     return Path(base).expanduser() / config.application_id
 
 
+def view_of(spec: StoreSpec) -> StoreView:
+    """The typed view a processor gets for a store of `spec.kind`."""
+    if spec.kind == "window":
+        return WindowStore(spec)
+    if spec.kind == "session":
+        return SessionStore(spec)
+    if spec.kind == "record_buffer":
+        return RecordBuffer(spec)
+    return KeyValueStore(spec)
+
+
 class TaskStores:
     def __init__(self, config: EosConfig, sub: SubTopology, partition: int) -> None:
         self.config = config
         self.partition = partition
         self.task = TaskId(sub.name, partition)
         self.specs = {spec.name: spec for spec in sub.stores}
-        self.views = {name: KeyValueStore(spec) for name, spec in self.specs.items()}
+        self.views = {name: view_of(spec) for name, spec in self.specs.items()}
         self.changelogs = {name: spec.changelog_topic(config.application_id) for name, spec in self.specs.items()}
         self.directory = TaskDirectory(state_root(config), str(self.task))
         self._memory: dict[str, MemoryBackend] = {}  # in-memory stores live as long as this worker

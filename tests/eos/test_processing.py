@@ -206,7 +206,7 @@ def test_aggregations_skip_tombstones_and_count_does_not_read_values():
     c = TaskContext(application_id="agg", subtopology="counts", partition=0, output_topic="counts",
                     key_serde=StringSerde(), value_serde=sub.output_value_serde, lineage=True,
                     stores={store.name: store})
-    init, agg = counter()
+    init, agg, _ = counter()
     proc = AggregateProcessor(store.name, init, agg)
     proc.init(c)
     records = [FakeMessage("words", 0, 10, b"not json", b"w"), FakeMessage("words", 0, 11, None, b"w"),

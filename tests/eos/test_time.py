@@ -145,7 +145,7 @@ def test_aggregates_take_the_largest_timestamp_of_what_they_aggregate():
     c = TaskContext(application_id="agg", subtopology="counts", partition=0, output_topic="out",
                     key_serde=StringSerde(), value_serde=sub.output_value_serde, lineage=True,
                     stores={store.name: store})
-    proc = AggregateProcessor(store.name, *counter())
+    proc = AggregateProcessor(store.name, *counter()[:2])
     proc.init(c)
     messages = [FakeMessage("in", 0, i, b"x", b"k", timestamp=t) for i, t in enumerate([100, 300, 200])]
     out = run_processor(proc, c, messages, key_serde=StringSerde(), value_serde=BytesSerde(), dlq=DLQ)

@@ -1,0 +1,265 @@
+"""Window audit: recompute a windowed aggregation from the committed input and check the committed output.
+
+The reference is computed here, independently of the operators that ran the job (`eos.operators.windows`):
+by brute force over the records, from the definitions in `eos.windows`. For each input partition (one task),
+records are taken in offset order, as the task processed them; stream time is the largest timestamp seen
+so far, so which records were late, and which windows have closed by the end, follow from the input alone.
+The aggregation's own functions (initializer, aggregator, merger) are the job's; what is checked is the
+windowing: which windows exist, what falls in each, lateness, closing, and the emission.
+
+* emit="final": every window closed by the task's final stream time has exactly one result, with the
+  right value; no result for a window still open, none twice, none unexpected.
+* emit="update": each window's committed updates are exactly the sequence of its values, in order
+  (a repeated batch repeats a step, a lost one skips one); session tombstones included.
+
+Only windowed sub-topologies that read their input directly can be audited this way: a purged repartition
+topic no longer holds the records in the order the windows saw them.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from eos.audit.scan import scan_topic
+from eos.records import Record
+from eos.time import RECORD_TIME
+from eos.topology import SubTopology
+from eos.windows import HoppingWindows, SessionWindows, SlidingWindows, Windowing, ms
+from transactions import KafkaAdmin, Message
+
+__all__ = ["WindowAuditResult", "audit_windows", "reference_windows"]
+
+WindowKey = tuple[Any, int, int]  # (key, start, end)
+
+
+@dataclass
+class WindowAuditResult:
+    input_records: int = 0
+    late_records: int = 0
+    windows_expected: int = 0
+    output_records: int = 0
+    wrong_values: int = 0
+    missing: int = 0
+    duplicates: int = 0
+    unexpected: int = 0
+    premature: int = 0  # final results of windows that are not closed yet
+    sequence_mismatches: int = 0
+    samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    @property
+    def violations(self) -> int:
+        return (self.wrong_values + self.missing + self.duplicates + self.unexpected + self.premature
+                + self.sequence_mismatches)
+
+    def sample(self, kind: str, limit: int, **detail: Any) -> None:
+        bucket = self.samples.setdefault(kind, [])
+        if len(bucket) < limit:
+            bucket.append(detail)
+
+
+@dataclass
+class Reference:
+    """What the aggregation should have produced."""
+
+    #: per window, the values it took, in order (None: a session merged away)
+    updates: dict[WindowKey, list[Any]] = field(default_factory=lambda: defaultdict(list))
+    #: windows closed by the final stream time, with their final values
+    closed: dict[WindowKey, Any] = field(default_factory=dict)
+    late: int = 0
+    records: int = 0
+
+
+def reference_windows(records: Iterable[Record], w: Windowing) -> Reference:
+    """Replay records (one task's, in processing order) through the windowing's definition."""
+    ref = Reference()
+    spec = w.windows
+    stream_time = -1
+    state: dict[WindowKey, Any] = {}  # open windows' aggregates
+    contents: dict[Any, list[tuple[int, Any]]] = defaultdict(list)  # sliding: records seen per key
+    for rec in records:
+        if rec.value is None or rec.key is None or rec.timestamp < 0:
+            continue
+        ref.records += 1
+        stream_time = max(stream_time, rec.timestamp)
+        if isinstance(spec, HoppingWindows):
+            _time_windows(spec, w, rec, stream_time, state, ref)
+        elif isinstance(spec, SessionWindows):
+            _sessions(spec, w, rec, stream_time, state, ref)
+        else:
+            _sliding(spec, w, rec, stream_time, state, contents, ref)
+    ref.closed = {window: value for window, value in state.items() if _closed(spec, window[2], stream_time)}
+    return ref
+
+
+def _closed(spec: Any, end: int, stream_time: int) -> bool:
+    if isinstance(spec, SessionWindows):
+        return end + spec.gap_ms + spec.grace_ms < stream_time
+    if isinstance(spec, SlidingWindows):
+        return end + spec.grace_ms <= stream_time
+    return end + spec.grace_ms <= stream_time
+
+
+def _time_windows(spec: HoppingWindows, w: Windowing, rec: Record, stream_time: int,
+                  state: dict[WindowKey, Any], ref: Reference) -> None:
+    size, advance, t = spec.size_ms, ms(spec.advance), rec.timestamp
+    starts = [s for s in range(0, t + 1, advance) if s <= t < s + size]  # brute force: every aligned start
+    open_starts = [s for s in starts if not _closed(spec, s + size, stream_time)]
+    if not open_starts:
+        ref.late += 1
+        return
+    for s in open_starts:
+        key = (rec.key, s, s + size)
+        value = w.aggregator(rec.key, rec.value, state[key] if key in state else w.initializer())
+        state[key] = value
+        ref.updates[key].append(value)
+
+
+def _sessions(spec: SessionWindows, w: Windowing, rec: Record, stream_time: int, state: dict[WindowKey, Any],
+              ref: Reference) -> None:
+    gap, t = spec.gap_ms, rec.timestamp
+    joined = [k for k in state if k[0] == rec.key and k[2] >= t - gap and k[1] <= t + gap
+              and not _closed(spec, k[2], stream_time)]
+    start, end = min([t, *(k[1] for k in joined)]), max([t, *(k[2] for k in joined)])
+    if _closed(spec, end, stream_time):
+        ref.late += 1
+        return
+    value = w.initializer()
+    for k in sorted(joined, key=lambda k: (k[2], k[1])):
+        value = w.merger(rec.key, value, state.pop(k))
+        if (k[1], k[2]) != (start, end):
+            ref.updates[k].append(None)
+    value = w.aggregator(rec.key, rec.value, value)
+    state[(rec.key, start, end)] = value
+    ref.updates[(rec.key, start, end)].append(value)
+
+
+def _sliding(spec: SlidingWindows, w: Windowing, rec: Record, stream_time: int, state: dict[WindowKey, Any],
+             contents: dict[Any, list[tuple[int, Any]]], ref: Reference) -> None:
+    diff, t = spec.diff_ms, rec.timestamp
+    if t + 1 + diff + spec.grace_ms <= stream_time:
+        ref.late += 1
+        return
+    seen = contents[rec.key]
+    seen.append((t, rec.value))
+    candidates = set()
+    for s, _ in seen:  # every window the records define that holds t
+        left_start = max(0, s - diff)
+        if left_start <= t <= left_start + diff:
+            candidates.add((left_start, left_start + diff))
+        if s < t <= s + 1 + diff:
+            candidates.add((s + 1, s + 1 + diff))
+    if any(t < s <= t + 1 + diff for s, _ in seen):
+        candidates.add((t + 1, t + 1 + diff))
+    for start, end in sorted(candidates):
+        if _closed(spec, end, stream_time):
+            continue
+        key = (rec.key, start, end)
+        if key in state:
+            value = w.aggregator(rec.key, rec.value, state[key])
+        else:
+            value = w.initializer()
+            for _, v in sorted((r for r in seen if start <= r[0] <= end), key=lambda r: r[0]):
+                value = w.aggregator(rec.key, v, value)
+        state[key] = value
+        ref.updates[key].append(value)
+
+
+def audit_windows(bootstrap_servers: str, sub: SubTopology, *, group: str, admin: KafkaAdmin | None = None,
+                  max_samples: int = 10, progress: Callable[[int], None] | None = None) -> WindowAuditResult:
+    """Audit the windowed sub-topology `sub` (built with `windows=`) of the application whose group is
+    `group`: its committed output against the reference recomputed from its committed input."""
+    w: Windowing | None = sub.windowing
+    if w is None:
+        raise ValueError(f"sub-topology {sub.name!r} is not a windowed aggregation")
+    if len(sub.inputs) != 1 or sub.output is None:
+        raise ValueError(f"sub-topology {sub.name!r}: the window audit needs one input and an output topic")
+    admin = admin or KafkaAdmin(bootstrap_servers)
+    result = WindowAuditResult()
+    topic = sub.inputs[0]
+    tps = admin.topic_partitions(topic)
+    committed = admin.group_offsets(group, tps, stable=True)
+    extract = sub.timestamp or RECORD_TIME
+    per_partition: dict[int, list[Record]] = defaultdict(list)
+    for batch in scan_topic(bootstrap_servers, topic, admin=admin, until={tp: committed.get(tp) or 0 for tp in tps},
+                            progress=progress):
+        for msg in batch:
+            record = _record(msg, sub, extract)
+            if record is not None:
+                per_partition[msg.partition()].append(record)
+    expected_updates: dict[WindowKey, list[Any]] = {}
+    expected_closed: dict[WindowKey, Any] = {}
+    for records in per_partition.values():
+        ref = reference_windows(records, w)
+        result.input_records += ref.records
+        result.late_records += ref.late
+        expected_updates.update(ref.updates)
+        expected_closed.update(ref.closed)
+    observed: dict[WindowKey, list[Any]] = defaultdict(list)
+    for batch in scan_topic(bootstrap_servers, sub.output, admin=admin, progress=progress):
+        for msg in batch:
+            windowed = sub.output_key_serde.deserialize(msg.key())
+            value = None if msg.value() is None else sub.output_value_serde.deserialize(msg.value())
+            observed[(windowed.key, windowed.start, windowed.end)].append(value)
+            result.output_records += 1
+    if w.emit == "final":
+        _check_final(expected_closed, expected_updates, observed, result, max_samples)
+    else:
+        _check_updates(expected_updates, observed, result, max_samples)
+    return result
+
+
+def _record(msg: Message, sub: SubTopology, extract: Callable[[Record], int]) -> Record | None:
+    """The record as the task saw it; None for one it dead-lettered or skipped."""
+    try:
+        rec = Record(sub.key_serde.deserialize(msg.key()), sub.value_serde.deserialize(msg.value()), msg.topic(),
+                     msg.partition(), msg.offset(), msg.timestamp()[1], msg.headers())
+        rec.timestamp = int(extract(rec))
+    except Exception:
+        return None
+    return rec if rec.timestamp >= 0 else None
+
+
+def _check_final(closed: dict[WindowKey, Any], updates: dict[WindowKey, list[Any]],
+                 observed: dict[WindowKey, list[Any]], result: WindowAuditResult, limit: int) -> None:
+    result.windows_expected = len(closed)
+    for window, value in closed.items():
+        got = observed.get(window, [])
+        if not got:
+            result.missing += 1
+            result.sample("missing", limit, window=window, expected=value)
+            continue
+        if len(got) > 1:
+            result.duplicates += len(got) - 1
+            result.sample("duplicates", limit, window=window, results=got)
+        if got[0] != value:
+            result.wrong_values += 1
+            result.sample("wrong_values", limit, window=window, expected=value, observed=got[0])
+    for window, got in observed.items():
+        if window in closed:
+            continue
+        if window in updates:
+            result.premature += len(got)
+            result.sample("premature", limit, window=window, observed=got)
+        else:
+            result.unexpected += len(got)
+            result.sample("unexpected", limit, window=window, observed=got)
+
+
+def _check_updates(updates: dict[WindowKey, list[Any]], observed: dict[WindowKey, list[Any]],
+                   result: WindowAuditResult, limit: int) -> None:
+    result.windows_expected = len(updates)
+    for window, values in updates.items():
+        got = observed.get(window, [])
+        if got != values:
+            if not got:
+                result.missing += 1
+            else:
+                result.sequence_mismatches += 1
+            result.sample("sequence_mismatches", limit, window=window, expected=values[:10], observed=got[:10])
+    for window, got in observed.items():
+        if window not in updates:
+            result.unexpected += len(got)
+            result.sample("unexpected", limit, window=window, observed=got)

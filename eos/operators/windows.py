@@ -1,0 +1,243 @@
+"""Windowed aggregations: tumbling and hopping, sliding, and session windows (see `eos.windows`).
+
+Every processor here keeps its windows in a store of its task (restored by replay, kept by standbys),
+drops or dead-letters late records, and, with emit="final", emits each window's result once, when stream
+time closes it: in a stream-time punctuation, so the result is committed in the same transaction as the
+store's deletion of the window and is never emitted twice, and carries `eos.derived` rather than the
+origin of the record that happened to move stream time. With emit="update" every change is forwarded as
+the result of the record that caused it (hopping and sliding windows: one output per window it changed,
+lineage indexes 0, 1, ...). A result's timestamp is the largest timestamp of the records in its window.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from typing import Any, Literal
+
+from eos.processor import Processor, ProcessorContext
+from eos.records import Record
+from eos.windows import HoppingWindows, SessionWindows, SlidingWindows, TimeWindow, Windowed
+from recovery import RecordBuffer, SessionStore, WindowStore
+
+__all__ = ["LateRecordError", "TimeWindowAggregate", "SlidingWindowAggregate", "SessionWindowAggregate",
+           "Emit", "LatePolicy"]
+
+Emit = Literal["update", "final"]
+LatePolicy = Literal["drop", "dead_letter"]
+Initializer = Callable[[], Any]
+Aggregator = Callable[[Any, Any, Any], Any]
+
+
+class LateRecordError(ValueError):
+    """A record that falls only in closed windows (with late_records="dead_letter")."""
+
+
+class _WindowedAggregate(Processor):
+    def __init__(self, store: str, initializer: Initializer, aggregator: Aggregator, emit: Emit,
+                 late: LatePolicy) -> None:
+        self.store_name, self.initializer, self.aggregator = store, initializer, aggregator
+        self.emit, self.late_policy = emit, late
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        self.store = context.store(self.store_name)
+        context.schedule(1, self.on_stream_time, type="stream")  # whenever stream time moves on
+
+    def late(self, record: Record, detail: str) -> None:
+        if self.late_policy == "dead_letter":
+            raise LateRecordError(f"late record at {record.timestamp}: {detail} (stream time "
+                                  f"{self.context.stream_time})")
+        self.context.record_dropped("late")
+
+    def on_stream_time(self, stream_time: int) -> None:
+        raise NotImplementedError
+
+
+class TimeWindowAggregate(_WindowedAggregate):
+    """Tumbling and hopping windows over a `WindowStore` (key, window start) -> aggregate."""
+
+    def __init__(self, store: str, windows: HoppingWindows, initializer: Initializer, aggregator: Aggregator,
+                 emit: Emit = "update", late: LatePolicy = "drop", retention: int | None = None) -> None:
+        super().__init__(store, initializer, aggregator, emit, late)
+        self.windows = windows
+        self.retention = max(retention or 0, windows.retention_ms)
+        self._open_ends: list[int] | None = None  # (emit="final") heap of the ends of windows not yet emitted
+        self._expired_to = -1
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        self.store: WindowStore = context.store(self.store_name)
+
+    def process(self, record: Record) -> None:
+        if record.value is None:
+            return  # tombstones are not aggregated
+        if record.key is None:
+            raise ValueError("records without a key cannot be aggregated by key")
+        stream_time, windows = self.context.stream_time, self.windows
+        open_windows = [w for w in windows.windows_for(record.timestamp) if not windows.closed(w.end, stream_time)]
+        if not open_windows:
+            self.late(record, "all its windows are closed")
+            return
+        for window in open_windows:
+            self._update(record, window)
+
+    def _update(self, record: Record, window: TimeWindow) -> None:
+        current = self.store.fetch_with_timestamp(record.key, window.start)
+        if current is None:
+            aggregate, timestamp = self.initializer(), record.timestamp
+            if self._open_ends is not None and self.emit == "final":
+                heapq.heappush(self._open_ends, window.end)
+        else:
+            aggregate, timestamp = current[0], max(current[1], record.timestamp)
+        aggregate = self.aggregator(record.key, record.value, aggregate)
+        self.store.put(record.key, window.start, aggregate, timestamp)
+        if self.emit == "update":
+            self.context.forward(Windowed(record.key, window.start, window.end), aggregate, timestamp=timestamp)
+
+    def on_stream_time(self, stream_time: int) -> None:
+        size, grace = self.windows.size_ms, self.windows.grace_ms
+        if self.emit == "final":
+            if self._open_ends is None:  # the first time in this runtime: the windows the store holds
+                self._open_ends = [start + size for _, start, _, _ in self.store.fetch_all()]
+                heapq.heapify(self._open_ends)
+            if self._open_ends and self._open_ends[0] + grace <= stream_time:
+                for key, start, aggregate, timestamp in list(self.store.fetch_all(None, stream_time - grace - size)):
+                    self.context.forward(Windowed(key, start, start + size), aggregate, timestamp=timestamp)
+                    self.store.delete(key, start)
+                while self._open_ends and self._open_ends[0] + grace <= stream_time:
+                    heapq.heappop(self._open_ends)
+        elif stream_time - self.retention > self._expired_to:
+            self._expired_to = stream_time - self.retention
+            self.store.expire_before(self._expired_to)
+
+
+class SlidingWindowAggregate(_WindowedAggregate):
+    """Sliding windows. The windows of a key are defined by its records (`SlidingWindows`); a window that a
+    record creates gets its content folded from the key's records, kept in a `RecordBuffer` for as long as
+    an open window can hold them; existing windows containing the record fold it in. Records are folded in
+    timestamp order into a new window, in arrival order into existing ones (commutative aggregations, such
+    as counts and sums, do not tell the two apart)."""
+
+    def __init__(self, store: str, buffer: str, windows: SlidingWindows, initializer: Initializer,
+                 aggregator: Aggregator, emit: Emit = "update", late: LatePolicy = "drop",
+                 retention: int | None = None) -> None:
+        super().__init__(store, initializer, aggregator, emit, late)
+        self.buffer_name, self.windows = buffer, windows
+        self.retention = max(retention or 0, windows.retention_ms)
+        self._expired_to = -1
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        self.store: WindowStore = context.store(self.store_name)
+        self.buffer: RecordBuffer = context.store(self.buffer_name)
+
+    def process(self, record: Record) -> None:
+        if record.value is None:
+            return
+        if record.key is None:
+            raise ValueError("records without a key cannot be aggregated by key")
+        windows, t, key = self.windows, record.timestamp, record.key
+        stream_time = self.context.stream_time
+        if windows.late(t, stream_time):
+            self.late(record, "its windows are closed")
+            return
+        diff = windows.diff_ms
+        meta = self.context.record_metadata()
+        neighbours = [ts for ts, _, _ in self.buffer.range(key, t - diff - 1, t + diff + 1)]
+        self.buffer.put(key, t, meta.offset if meta is not None else 0, record.value)
+        affected = {windows.left_window(t)}
+        if any(t < s <= t + 1 + diff for s in neighbours):
+            affected.add(windows.right_window(t))
+        for s in neighbours:
+            left, right = windows.left_window(s), windows.right_window(s)
+            if left.start <= t <= left.end:
+                affected.add(left)
+            if s < t <= right.end:
+                affected.add(right)
+        for window in sorted(affected):
+            if windows.closed(window.end, stream_time):
+                continue
+            current = self.store.fetch_with_timestamp(key, window.start)
+            if current is None:  # a new window: fold what it holds (this record included)
+                aggregate, timestamp = self._fold(key, window)
+            else:
+                aggregate, timestamp = self.aggregator(key, record.value, current[0]), max(current[1], t)
+            self.store.put(key, window.start, aggregate, timestamp)
+            if self.emit == "update":
+                self.context.forward(Windowed(key, window.start, window.end), aggregate, timestamp=timestamp)
+
+    def _fold(self, key: Any, window: TimeWindow) -> tuple[Any, int]:
+        aggregate, timestamp = self.initializer(), -1
+        for ts, _, value in self.buffer.range(key, window.start, window.end):
+            aggregate = self.aggregator(key, value, aggregate)
+            timestamp = max(timestamp, ts)
+        return aggregate, timestamp
+
+    def on_stream_time(self, stream_time: int) -> None:
+        diff, grace = self.windows.diff_ms, self.windows.grace_ms
+        if self.emit == "final":
+            for key, start, aggregate, timestamp in list(self.store.fetch_all(None, stream_time - grace - diff)):
+                self.context.forward(Windowed(key, start, start + diff), aggregate, timestamp=timestamp)
+                self.store.delete(key, start)
+        horizon = stream_time - grace - 2 * diff - 1  # no open window can hold a record before this
+        if horizon > self._expired_to:
+            self._expired_to = horizon
+            self.buffer.expire_before(horizon)
+            if self.emit == "update":
+                self.store.expire_before(stream_time - self.retention)
+
+
+class SessionWindowAggregate(_WindowedAggregate):
+    """Session windows over a `SessionStore`: a record merges the key's sessions within the inactivity gap
+    of it (their aggregates with `merger`, then the record with `aggregator`); merged-away sessions are
+    forwarded as tombstones (emit="update"), as Kafka Streams does."""
+
+    def __init__(self, store: str, windows: SessionWindows, initializer: Initializer, aggregator: Aggregator,
+                 merger: Callable[[Any, Any, Any], Any], emit: Emit = "update", late: LatePolicy = "drop",
+                 retention: int | None = None) -> None:
+        super().__init__(store, initializer, aggregator, emit, late)
+        self.windows, self.merger = windows, merger
+        self.retention = max(retention or 0, windows.retention_ms)
+        self._expired_to = -1
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        self.store: SessionStore = context.store(self.store_name)
+
+    def process(self, record: Record) -> None:
+        if record.value is None:
+            return
+        if record.key is None:
+            raise ValueError("records without a key cannot be aggregated by key")
+        key, t, gap = record.key, record.timestamp, self.windows.gap_ms
+        stream_time = self.context.stream_time
+        found = [s for s in self.store.find_sessions(key, t - gap, t + gap)
+                 if not self.windows.closed(s.end, stream_time)]  # a closed session takes no more records
+        start, end = min([t, *(s.start for s in found)]), max([t, *(s.end for s in found)])
+        if self.windows.closed(end, stream_time):
+            self.late(record, f"its session [{start}, {end}] is closed")
+            return
+        aggregate, timestamp = self.initializer(), t
+        for session in found:
+            aggregate = self.merger(key, aggregate, session.value)
+            timestamp = max(timestamp, session.timestamp)
+            if (session.start, session.end) != (start, end):
+                self.store.remove(key, session.start, session.end)
+                if self.emit == "update":
+                    self.context.forward(Windowed(key, session.start, session.end), None, timestamp=timestamp)
+        aggregate = self.aggregator(key, record.value, aggregate)
+        self.store.put(key, start, end, aggregate, timestamp)
+        if self.emit == "update":
+            self.context.forward(Windowed(key, start, end), aggregate, timestamp=timestamp)
+
+    def on_stream_time(self, stream_time: int) -> None:
+        gap, grace = self.windows.gap_ms, self.windows.grace_ms
+        if self.emit == "final":
+            for session in list(self.store.ending_before(stream_time - gap - grace)):
+                self.context.forward(Windowed(session.key, session.start, session.end), session.value,
+                                     timestamp=session.timestamp)
+                self.store.remove(session.key, session.start, session.end)
+        elif stream_time - self.retention > self._expired_to:
+            self._expired_to = stream_time - self.retention
+            self.store.expire_before(self._expired_to)

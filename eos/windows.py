@@ -1,0 +1,204 @@
+"""Windows for aggregations, with Kafka Streams' semantics (all times in milliseconds of event time).
+
+    TumblingWindows(size, grace=0)           [start, start + size), starts at multiples of size
+    HoppingWindows(size, advance, grace=0)   [start, start + size), starts at multiples of advance
+    SlidingWindows(time_difference, grace=0) [start, end] (both inclusive): each record opens the window
+                                             ending at it, and the window starting right after it
+                                             once a later record falls in it
+    SessionWindows(inactivity_gap, grace=0)  [first, last] record of a key, no gap above inactivity_gap
+
+A window is closed once stream time (the largest timestamp a task has seen) reaches its end plus the
+grace period (time and sliding windows: end + grace <= stream time); a session once stream time passes its
+end plus the gap plus the grace period. A closed window or session takes no more records: a record that
+would bridge a closed session and an open one joins the open one only. A record that only falls in closed
+windows is late: it is dropped and counted, or sent to the dead-letter topic (`late_records=`). With
+`emit="final"` a window's result is emitted once, when it closes (Kafka Streams' `suppress(untilWindowCloses)`);
+with `emit="update"`, every change is.
+
+A window's result has the largest timestamp of the records in it, and the key `Windowed(key, start, end)`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, NamedTuple
+
+from eos.serde import Serde, SerdeError
+
+__all__ = ["TumblingWindows", "HoppingWindows", "SlidingWindows", "SessionWindows", "Windowed", "WindowedSerde",
+           "WindowSpec", "TimeWindow", "Windowing", "ms"]
+
+
+def ms(value: int | float | timedelta) -> int:
+    """Milliseconds from an int/float (ms) or a timedelta."""
+    return int(value.total_seconds() * 1000) if isinstance(value, timedelta) else int(value)
+
+
+class TimeWindow(NamedTuple):
+    start: int
+    end: int  # exclusive for tumbling/hopping, inclusive for sliding
+
+
+class Windowed(NamedTuple):
+    """The key of a window's result."""
+
+    key: Any
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class HoppingWindows:
+    size: int | timedelta
+    advance: int | timedelta
+    grace: int | timedelta = 0
+
+    def __post_init__(self) -> None:
+        if not 0 < ms(self.advance) <= ms(self.size):
+            raise ValueError(f"a hopping window's advance must be in (0, size]; got advance={ms(self.advance)}, "
+                             f"size={ms(self.size)}")
+        if ms(self.grace) < 0:
+            raise ValueError("grace must be >= 0")
+
+    @property
+    def size_ms(self) -> int:
+        return ms(self.size)
+
+    @property
+    def grace_ms(self) -> int:
+        return ms(self.grace)
+
+    def windows_for(self, timestamp: int) -> list[TimeWindow]:
+        """The windows a record at `timestamp` falls in (Kafka Streams' TimeWindows.windowsFor)."""
+        size, advance = ms(self.size), ms(self.advance)
+        start = max(0, timestamp - size + advance) // advance * advance
+        out = []
+        while start <= timestamp:
+            out.append(TimeWindow(start, start + size))
+            start += advance
+        return out
+
+    def closed(self, window_end: int, stream_time: int) -> bool:
+        return window_end + ms(self.grace) <= stream_time
+
+    @property
+    def retention_ms(self) -> int:
+        return ms(self.size) + ms(self.grace)
+
+
+@dataclass(frozen=True)
+class TumblingWindows(HoppingWindows):
+    """Hopping windows whose advance is their size."""
+
+    def __init__(self, size: int | timedelta, grace: int | timedelta = 0) -> None:
+        super().__init__(size, size, grace)
+
+
+@dataclass(frozen=True)
+class SlidingWindows:
+    time_difference: int | timedelta
+    grace: int | timedelta = 0
+
+    def __post_init__(self) -> None:
+        if ms(self.time_difference) <= 0 or ms(self.grace) < 0:
+            raise ValueError("a sliding window needs time_difference > 0 and grace >= 0")
+
+    @property
+    def diff_ms(self) -> int:
+        return ms(self.time_difference)
+
+    @property
+    def grace_ms(self) -> int:
+        return ms(self.grace)
+
+    def closed(self, window_end: int, stream_time: int) -> bool:
+        return window_end + ms(self.grace) <= stream_time
+
+    def late(self, timestamp: int, stream_time: int) -> bool:
+        """Every window the record could be in is closed (its right window too: Kafka Streams' rule)."""
+        return timestamp + 1 + ms(self.time_difference) + ms(self.grace) <= stream_time
+
+    def left_window(self, timestamp: int) -> TimeWindow:
+        """The window ending at the record; for a record earlier than the time difference, [0, difference]
+        (windows do not start before 0, as in Kafka Streams)."""
+        start = max(0, timestamp - ms(self.time_difference))
+        return TimeWindow(start, start + ms(self.time_difference))
+
+    def right_window(self, timestamp: int) -> TimeWindow:
+        """The window starting right after the record (it exists once a later record falls in it)."""
+        return TimeWindow(timestamp + 1, timestamp + 1 + ms(self.time_difference))
+
+    @property
+    def retention_ms(self) -> int:
+        return 2 * ms(self.time_difference) + ms(self.grace) + 1
+
+
+@dataclass(frozen=True)
+class SessionWindows:
+    inactivity_gap: int | timedelta
+    grace: int | timedelta = 0
+
+    def __post_init__(self) -> None:
+        if ms(self.inactivity_gap) <= 0 or ms(self.grace) < 0:
+            raise ValueError("a session window needs inactivity_gap > 0 and grace >= 0")
+
+    @property
+    def gap_ms(self) -> int:
+        return ms(self.inactivity_gap)
+
+    @property
+    def grace_ms(self) -> int:
+        return ms(self.grace)
+
+    def closed(self, session_end: int, stream_time: int) -> bool:
+        return session_end + ms(self.inactivity_gap) + ms(self.grace) < stream_time
+
+    @property
+    def retention_ms(self) -> int:
+        return ms(self.inactivity_gap) + ms(self.grace) + 1
+
+
+WindowSpec = HoppingWindows | SlidingWindows | SessionWindows
+
+
+@dataclass(frozen=True)
+class Windowing:
+    """What a windowed aggregation computes: kept with its sub-topology for the auditor (`eos audit window`)
+    and for queries of its store."""
+
+    windows: WindowSpec
+    emit: str
+    late_records: str
+    initializer: Any
+    aggregator: Any
+    merger: Any
+    store: str
+
+
+class WindowedSerde(Serde):
+    """Serializes `Windowed(key, start, end)`: "json" as {"key": ..., "start": ..., "end": ...} (the key
+    deserialized with `inner` when it is bytes-like), "binary" as Kafka Streams' session-windowed layout
+    (inner key bytes, end and start as 8-byte big-endian)."""
+
+    def __init__(self, inner: Serde, format: str = "json") -> None:
+        if format not in ("json", "binary"):
+            raise ValueError(f"windowed key format must be 'json' or 'binary', got {format!r}")
+        self.inner, self.format = inner, format
+        self.name = f"windowed {format} of {inner.name}"
+
+    def _dumps(self, obj: Any) -> bytes:
+        if not isinstance(obj, Windowed):
+            raise SerdeError(f"expected a Windowed key, got {type(obj).__name__}")
+        if self.format == "binary":
+            return (self.inner.serialize(obj.key) or b"") + obj.end.to_bytes(8, "big") + obj.start.to_bytes(8, "big")
+        key = obj.key.decode("utf-8", "backslashreplace") if isinstance(obj.key, (bytes, bytearray)) else obj.key
+        return json.dumps({"key": key, "start": obj.start, "end": obj.end}, separators=(",", ":")).encode()
+
+    def _loads(self, data: bytes) -> Windowed:
+        if self.format == "binary":
+            return Windowed(self.inner.deserialize(data[:-16]), int.from_bytes(data[-8:], "big"),
+                            int.from_bytes(data[-16:-8], "big"))
+        obj = json.loads(data)
+        return Windowed(obj["key"], int(obj["start"]), int(obj["end"]))

@@ -1,0 +1,197 @@
+"""Window and session stores: typed views over the same byte stores, write buffers and changelogs as
+key-value stores (so they restore by replay and have standby copies the same way), with key layouts for
+the lookups windowed operations make.
+
+* `WindowStore`: a value per (key, window start). Time-first layout `start(8) key` (as Kafka Streams'
+  time-first window key schema for emit-final aggregations): windows are found directly by key and
+  start, windows that closed or expired are a scan of the store's beginning.
+* `SessionStore`: a value per (key, session start, session end). Key-first layout
+  `0x00 len(key)(4) key end(8) start(8)` to find a key's sessions that overlap a time range, and an index
+  `0x01 end(8) len(key)(4) key start(8)` to find the sessions that ended before a time.
+
+Timestamps are signed 64-bit big-endian, shifted so that byte order is time order for times >= 0.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+from recovery.store import StoreView
+
+__all__ = ["WindowStore", "SessionStore", "Session", "RecordBuffer"]
+
+_Q = struct.Struct(">q")
+_I = struct.Struct(">I")
+_DATA, _INDEX = b"\x00", b"\x01"
+
+
+def _time(t: int) -> bytes:
+    return _Q.pack(t)
+
+
+class WindowStore(StoreView):
+    """Values per key and window start (`window_start` in ms). `expire_before(t)` drops windows that start
+    before t. Iterations run in (start, key) order."""
+
+    def put(self, key: Any, window_start: int, value: Any, timestamp: int = -1) -> None:
+        """Store the window's value (None deletes it)."""
+        raw = self._key(key)
+        self._buf().put(_time(window_start) + raw, None if value is None else self._encode(value, timestamp))
+
+    def delete(self, key: Any, window_start: int) -> None:
+        self._buf().put(_time(window_start) + self._key(key), None)
+
+    def fetch(self, key: Any, window_start: int) -> Any:
+        raw = self._buf().get(_time(window_start) + self._key(key))
+        return None if raw is None else self._value(raw)
+
+    def fetch_with_timestamp(self, key: Any, window_start: int) -> tuple[Any, int] | None:
+        raw = self._buf().get(_time(window_start) + self._key(key))
+        return None if raw is None else self._value_and_timestamp(raw)
+
+    def fetch_range(self, key: Any, time_from: int, time_to: int) -> Iterator[tuple[int, Any]]:
+        """(start, value) of the key's windows that start in [time_from, time_to]."""
+        wanted = self._key(key)
+        for start, k, raw in self._scan(time_from, time_to):
+            if k == wanted:
+                yield start, self._value(raw)
+
+    def fetch_all(self, time_from: int | None = None, time_to: int | None = None,
+                  ) -> Iterator[tuple[Any, int, Any, int]]:
+        """(key, start, value, timestamp) of every window starting in [time_from, time_to]."""
+        ks = self.spec.key_serde
+        for start, k, raw in self._scan(time_from, time_to):
+            value, ts = self._value_and_timestamp(raw)
+            yield ks.deserialize(k), start, value, ts
+
+    def expire_before(self, start: int) -> int:
+        """Delete the windows that start before `start` (tombstones in the changelog). Returns how many."""
+        doomed = [(s, k) for s, k, _ in self._scan(None, start - 1)]
+        for s, k in doomed:
+            self._buf().put(_time(s) + k, None)
+        return len(doomed)
+
+    def _scan(self, time_from: int | None, time_to: int | None) -> Iterator[tuple[int, bytes, bytes]]:
+        lo = None if time_from is None else _time(max(0, time_from))
+        hi = None if time_to is None else _time(time_to + 1)
+        if time_to is not None and time_to < 0:
+            return
+        for raw_key, raw in self._buf().iterate(lo, hi):
+            yield _Q.unpack_from(raw_key)[0], raw_key[8:], raw
+
+
+class Session(NamedTuple):
+    key: Any
+    start: int
+    end: int
+    value: Any
+    timestamp: int
+
+
+class SessionStore(StoreView):
+    """Sessions per key: [start, end] (both inclusive, in ms) with a value."""
+
+    def put(self, key: Any, start: int, end: int, value: Any, timestamp: int = -1) -> None:
+        """Store a session's value (None removes the session)."""
+        k = self._key(key)
+        buf = self._buf()
+        if value is None:
+            buf.put(self._data_key(k, start, end), None)
+            buf.put(self._index_key(k, start, end), None)
+            return
+        buf.put(self._data_key(k, start, end), self._encode(value, timestamp))
+        buf.put(self._index_key(k, start, end), b"")
+
+    def remove(self, key: Any, start: int, end: int) -> None:
+        self.put(key, start, end, None)
+
+    def find_sessions(self, key: Any, earliest_end: int, latest_start: int) -> list[Session]:
+        """The key's sessions that end at or after `earliest_end` and start at or before `latest_start`
+        (those a record at t with inactivity gap g merges with: earliest_end = t - g, latest_start = t + g)."""
+        k = self._key(key)
+        prefix = _DATA + _I.pack(len(k)) + k
+        out = []
+        for raw_key, raw in self._buf().iterate(prefix + _time(max(0, earliest_end)), _next_prefix(prefix)):
+            end, start = _Q.unpack_from(raw_key, len(prefix))[0], _Q.unpack_from(raw_key, len(prefix) + 8)[0]
+            if start <= latest_start:
+                value, ts = self._value_and_timestamp(raw)
+                out.append(Session(key, start, end, value, ts))
+        return out
+
+    def fetch(self, key: Any) -> list[Session]:
+        """All the key's sessions, by end time."""
+        return self.find_sessions(key, 0, 2**62)
+
+    def ending_before(self, end: int) -> Iterator[Session]:
+        """Every session that ends before `end`, in end-time order (from the index)."""
+        ks = self.spec.key_serde
+        for raw_key, _ in list(self._buf().iterate(_INDEX, _INDEX + _time(max(0, end)))):
+            session_end = _Q.unpack_from(raw_key, 1)[0]
+            length = _I.unpack_from(raw_key, 9)[0]
+            k = raw_key[13:13 + length]
+            start = _Q.unpack_from(raw_key, 13 + length)[0]
+            raw = self._buf().get(self._data_key(k, start, session_end))
+            if raw is not None:
+                value, ts = self._value_and_timestamp(raw)
+                yield Session(ks.deserialize(k), start, session_end, value, ts)
+
+    def fetch_all(self) -> Iterator[Session]:
+        return self.ending_before(2**62)
+
+    def expire_before(self, end: int) -> int:
+        """Delete the sessions that ended before `end`. Returns how many."""
+        doomed = list(self.ending_before(end))
+        for s in doomed:
+            k = self._key(s.key)
+            self._buf().put(self._data_key(k, s.start, s.end), None)
+            self._buf().put(self._index_key(k, s.start, s.end), None)
+        return len(doomed)
+
+    @staticmethod
+    def _data_key(k: bytes, start: int, end: int) -> bytes:
+        return _DATA + _I.pack(len(k)) + k + _time(end) + _time(start)
+
+    @staticmethod
+    def _index_key(k: bytes, start: int, end: int) -> bytes:
+        return _INDEX + _time(end) + _I.pack(len(k)) + k + _time(start)
+
+
+def _next_prefix(prefix: bytes) -> bytes:
+    """The smallest byte string greater than every string that starts with `prefix`."""
+    stripped = prefix.rstrip(b"\xff")
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+class RecordBuffer(StoreView):
+    """Records kept per key and timestamp (sliding windows fold a new window's content from them):
+    `0x00 len(key)(4) key ts(8) seq(8)` -> value, and a time index `0x01 ts(8) len(key)(4) key seq(8)` to drop
+    the records no open window can hold any more."""
+
+    def put(self, key: Any, timestamp: int, seq: int, value: Any) -> None:
+        k = self._key(key)
+        tail = _time(timestamp) + _time(seq)
+        self._buf().put(_DATA + _I.pack(len(k)) + k + tail, self._encode(value, timestamp))
+        self._buf().put(_INDEX + _time(timestamp) + _I.pack(len(k)) + k + _time(seq), b"")
+
+    def range(self, key: Any, time_from: int, time_to: int) -> list[tuple[int, int, Any]]:
+        """(timestamp, seq, value) of the key's records with time_from <= timestamp <= time_to, in
+        (timestamp, seq) order."""
+        k = self._key(key)
+        prefix = _DATA + _I.pack(len(k)) + k
+        out = []
+        for raw_key, raw in self._buf().iterate(prefix + _time(max(0, time_from)), prefix + _time(time_to + 1)):
+            ts, seq = _Q.unpack_from(raw_key, len(prefix))[0], _Q.unpack_from(raw_key, len(prefix) + 8)[0]
+            out.append((ts, seq, self._value(raw)))
+        return out
+
+    def expire_before(self, timestamp: int) -> int:
+        doomed = list(self._buf().iterate(_INDEX, _INDEX + _time(max(0, timestamp))))
+        for raw_key, _ in doomed:
+            ts = raw_key[1:9]
+            length = _I.unpack_from(raw_key, 9)[0]
+            k, seq = raw_key[13:13 + length], raw_key[13 + length:]
+            self._buf().put(_DATA + _I.pack(length) + k + ts + seq, None)
+            self._buf().put(raw_key, None)
+        return len(doomed)

@@ -1,0 +1,224 @@
+"""Windows (pure logic): assignment, closing and lateness, session merging with out-of-order records, sliding
+windows by Kafka Streams' definition, final results once, stores' layouts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from eos import Application
+from eos.serde import JsonSerde, LongSerde, StringSerde
+from eos.windows import HoppingWindows, SessionWindows, SlidingWindows, TumblingWindows, Windowed, WindowedSerde
+from eos.worker.context import TaskContext
+from eos.worker.dead_letters import DeadLetterPolicy
+from eos.worker.processing import run_processor
+from eos.worker.stores import view_of
+from recovery import MemoryBackend, RecordBuffer, SessionStore, StoreSpec, WindowStore, WriteBuffer
+from tests.fakes import FakeMessage
+
+DLQ = DeadLetterPolicy("dlq", 0, "t-0", fail=False)
+
+
+def test_tumbling_and_hopping_window_assignment():
+    assert TumblingWindows(10).windows_for(25) == [(20, 30)]
+    assert HoppingWindows(10, 5).windows_for(12) == [(5, 15), (10, 20)]
+    assert HoppingWindows(10, 5).windows_for(3) == [(0, 10)]  # no window starts before 0
+    assert [w.start for w in HoppingWindows(60, 20).windows_for(100)] == [60, 80, 100]
+    w = TumblingWindows(10, grace=5)
+    assert not w.closed(30, 34) and w.closed(30, 35)  # end + grace <= stream time
+    with pytest.raises(ValueError, match="advance"):
+        HoppingWindows(10, 20)
+
+
+def test_sliding_and_session_closing_rules():
+    s = SlidingWindows(5000)
+    assert s.left_window(8000) == (3000, 8000) and s.right_window(8000) == (8001, 13001)
+    assert s.left_window(2000) == (0, 5000)  # early records share [0, difference]
+    assert not s.late(8000, 13000) and s.late(8000, 13001)  # until its right window closes
+    session = SessionWindows(100, grace=10)
+    assert not session.closed(1000, 1110) and session.closed(1000, 1111)
+
+
+def test_windowed_keys_round_trip_as_json_and_binary():
+    json_serde, binary = WindowedSerde(StringSerde()), WindowedSerde(StringSerde(), "binary")
+    key = Windowed("user-1", 60_000, 120_000)
+    assert json.loads(json_serde.serialize(key)) == {"key": "user-1", "start": 60_000, "end": 120_000}
+    assert json_serde.deserialize(json_serde.serialize(key)) == key
+    assert binary.serialize(key) == b"user-1" + (120_000).to_bytes(8, "big") + (60_000).to_bytes(8, "big")
+    assert binary.deserialize(binary.serialize(key)) == key
+
+
+# ---------------------------------------------------------------- running a windowed sub-topology
+
+
+class Harness:
+    """One task of a windowed sub-topology built by the DSL, over in-memory stores kept across batches."""
+
+    def __init__(self, **aggregate):
+        app = Application("w", "b:1")
+        kind = aggregate.pop("kind", "count")
+        builder = {"count": app.count, "sum": app.sum}[kind]
+        self.sub = builder("in", "out", name="agg", key_serde="string", **aggregate)
+        self.buffers = {s.name: WriteBuffer(MemoryBackend()) for s in self.sub.stores}
+        self.views = {}
+        for spec in self.sub.stores:
+            view = view_of(spec)
+            view.attach(self.buffers[spec.name])
+            self.views[spec.name] = view
+        self.ctx = TaskContext(application_id="w", subtopology="agg", partition=0, output_topic="out",
+                               key_serde=self.sub.output_key_serde, value_serde=self.sub.output_value_serde,
+                               lineage=True, stores=self.views)
+        self.processor = self.sub.processor_factory()
+        self.processor.init(self.ctx)
+        self.offset = 0
+        self.dropped: dict[str, int] = {}
+
+    def feed(self, *records):
+        """records: (key, timestamp[, value]); returns [(key, start, end, value, timestamp, derived)]."""
+        msgs = []
+        for rec in records:
+            key, ts, value = rec if len(rec) == 3 else (*rec, 1)
+            msgs.append(FakeMessage("in", 0, self.offset, json.dumps(value).encode(), key.encode(), timestamp=ts))
+            self.offset += 1
+        out = run_processor(self.processor, self.ctx, msgs, key_serde=self.sub.key_serde,
+                            value_serde=self.sub.value_serde, dlq=DLQ, scoped=list(self.buffers.values()))
+        self.last = out
+        for reason, n in out.dropped.items():
+            self.dropped[reason] = self.dropped.get(reason, 0) + n
+        return [self.decode(o) for o in out.outputs]
+
+    def decode(self, o):
+        key = self.sub.output_key_serde.deserialize(o.key)
+        value = None if o.value is None else self.sub.output_value_serde.deserialize(o.value)
+        return (key.key, key.start, key.end, value, o.timestamp, "eos.derived" in dict(o.headers))
+
+
+def test_tumbling_counts_updates_late_records_and_output_timestamps():
+    h = Harness(windows=TumblingWindows(10, grace=5))
+    out = h.feed(("a", 1), ("a", 7), ("b", 12), ("a", 3), ("a", 26), ("a", 8), ("a", 21))
+    assert out == [("a", 0, 10, 1, 1, False), ("a", 0, 10, 2, 7, False), ("b", 10, 20, 1, 12, False),
+                   ("a", 0, 10, 3, 7, False),  # out of order but in grace: counted; timestamp stays the max
+                   ("a", 20, 30, 1, 26, False),
+                   ("a", 20, 30, 2, 26, False)]  # 8 came after stream time 26 >= 10 + 5: late, dropped
+    assert h.dropped == {"late": 1}
+
+
+def test_hopping_windows_update_every_window_a_record_falls_in():
+    h = Harness(windows=HoppingWindows(10, 5))
+    assert [(s, e, v) for _, s, e, v, _, _ in h.feed(("a", 7), ("a", 12))] == [
+        (0, 10, 1), (5, 15, 1), (5, 15, 2), (10, 20, 1)]
+
+
+def test_final_results_are_emitted_once_when_a_window_closes_and_carry_derived():
+    h = Harness(windows=TumblingWindows(10, grace=5), emit="final")
+    assert h.feed(("a", 1), ("a", 4), ("b", 9), ("a", 12)) == []
+    out = h.feed(("a", 14), ("a", 15))  # stream time 15 >= 10 + 5: [0, 10) closes
+    assert sorted(out) == [("a", 0, 10, 2, 4, True), ("b", 0, 10, 1, 9, True)]
+    assert h.feed(("a", 16)) == []  # never again
+    assert h.feed(("a", 40)) == [("a", 10, 20, 4, 16, True)]
+    late = h.feed(("a", 2))  # a record for a window already emitted: late, not a second result
+    assert late == [] and h.dropped["late"] == 1
+
+
+def test_session_windows_merge_out_of_order_records_and_retract_merged_sessions():
+    h = Harness(kind="sum", value=lambda v: v, windows=SessionWindows(10, grace=100))
+    out = h.feed(("a", 0, 1), ("a", 30, 2), ("a", 15, 4))  # 15 comes late, within grace: a session of its own
+    assert out == [("a", 0, 0, 1, 0, False), ("a", 30, 30, 2, 30, False), ("a", 15, 15, 4, 15, False)]
+    out = h.feed(("a", 22, 8))  # within 10 of 15 and of 30: one session [15, 30]
+    assert out == [("a", 15, 15, None, 22, False), ("a", 30, 30, None, 30, False), ("a", 15, 30, 14, 30, False)]
+    assert [(s.start, s.end, s.value) for s in h.views["agg-store"].fetch("a")] == [(0, 0, 1), (15, 30, 14)]
+
+
+def test_session_final_results_and_lateness():
+    h = Harness(kind="sum", value=lambda v: v, windows=SessionWindows(10, grace=0), emit="final")
+    assert h.feed(("a", 0, 1), ("a", 5, 1), ("b", 6, 7)) == []
+    assert sorted(h.feed(("c", 17, 1))) == [("a", 0, 5, 2, 5, True), ("b", 6, 6, 7, 6, True)]  # 17 > 6 + 10
+    assert h.feed(("a", 2, 5)) == [] and h.dropped == {"late": 1}
+
+
+def test_sliding_windows_are_kafka_streams_windows():
+    """The SlidingWindows javadoc example: difference 5000, records at 8000, 9200, 12400."""
+    h = Harness(kind="sum", value=lambda v: v, windows=SlidingWindows(5000, grace=100_000))
+    out = h.feed(("A", 8000, 1), ("A", 9200, 2), ("A", 12400, 3))
+    final = {(s, e): v for _, s, e, v, _, _ in out}
+    assert final == {(3000, 8000): 1, (4200, 9200): 3, (7400, 12400): 6, (8001, 13001): 5, (9201, 14201): 3}
+
+
+def test_sliding_windows_out_of_order_match_in_order_results():
+    records = [("A", t, v) for t, v in [(8000, 1), (9200, 2), (12400, 3), (10_000, 4), (3000, 5), (15_000, 6)]]
+    in_order = Harness(kind="sum", value=lambda v: v, windows=SlidingWindows(5000, grace=100_000))
+    shuffled = Harness(kind="sum", value=lambda v: v, windows=SlidingWindows(5000, grace=100_000))
+    a = {(s, e): v for _, s, e, v, _, _ in in_order.feed(*sorted(records, key=lambda r: r[1]))}
+    b = {(s, e): v for _, s, e, v, _, _ in shuffled.feed(*records)}
+    assert a == b
+    for (start, end), value in a.items():  # each window's value is the sum of the records in it
+        assert value == sum(v for _, t, v in records if start <= t <= end)
+
+
+def test_window_and_session_stores_scan_by_key_and_time():
+    ws = WindowStore(StoreSpec("w", StringSerde(), LongSerde(), kind="window", retention_ms=100, timestamped=True))
+    ws.attach(WriteBuffer(MemoryBackend()))
+    for key, start in (("b", 10), ("a", 10), ("a", 30), ("a", 0)):
+        ws.put(key, start, start, timestamp=start + 1)
+    assert list(ws.fetch_range("a", 5, 30)) == [(10, 10), (30, 30)]
+    assert [(k, s) for k, s, _, _ in ws.fetch_all()] == [("a", 0), ("a", 10), ("b", 10), ("a", 30)]
+    assert ws.fetch_with_timestamp("a", 30) == (30, 31) and ws.expire_before(30) == 3
+    ss = SessionStore(StoreSpec("s", StringSerde(), JsonSerde(), kind="session", retention_ms=100))
+    ss.attach(WriteBuffer(MemoryBackend()))
+    ss.put("a", 0, 5, 1)
+    ss.put("ab", 3, 4, 2)  # a key that extends another must not show up in its scans
+    ss.put("a", 20, 25, 3)
+    assert [(s.start, s.end) for s in ss.find_sessions("a", 4, 30)] == [(0, 5), (20, 25)]
+    assert [(s.start, s.end) for s in ss.find_sessions("a", 6, 30)] == [(20, 25)]
+    assert [(s.key, s.end) for s in ss.ending_before(6)] == [("ab", 4), ("a", 5)]
+    rb = RecordBuffer(StoreSpec("r", StringSerde(), JsonSerde(), kind="record_buffer", retention_ms=100))
+    rb.attach(WriteBuffer(MemoryBackend()))
+    for ts, seq in ((5, 1), (3, 2), (9, 3)):
+        rb.put("k", ts, seq, {"t": ts})
+    rb.put("kk", 4, 4, {})
+    assert [(ts, seq) for ts, seq, _ in rb.range("k", 3, 6)] == [(3, 2), (5, 1)]
+    assert rb.expire_before(5) == 2 and [ts for ts, _, _ in rb.range("k", 0, 100)] == [5, 9]
+
+
+def test_window_store_changelogs_are_compacted_and_deleted_after_their_retention():
+    spec = StoreSpec("w", StringSerde(), LongSerde(), kind="window", retention_ms=60_000)
+    assert spec.changelog_config() == {"cleanup.policy": "compact,delete", "retention.ms": str(60_000 + 86_400_000)}
+    with pytest.raises(ValueError, match="needs a retention"):
+        StoreSpec("w", StringSerde(), LongSerde(), kind="session")
+    with pytest.raises(ValueError, match="merger"):
+        Application("x", "b:1").aggregate("in", "out", name="s", initializer=list, aggregator=lambda k, v, a: a,
+                                          windows=SessionWindows(10))
+
+
+@pytest.mark.parametrize("windows", [TumblingWindows(50, grace=20), HoppingWindows(60, 20, grace=15),
+                                     SessionWindows(25, grace=30), SlidingWindows(40, grace=25)],
+                         ids=["tumbling", "hopping", "session", "sliding"])
+@pytest.mark.parametrize("emit", ["update", "final"])
+def test_the_operators_agree_with_the_auditors_reference_on_random_out_of_order_input(windows, emit):
+    """Two independent implementations of the same definitions: the incremental operators and the audit's
+    brute-force reference. Random keys, timestamps with disorder and late records, several batches."""
+    import random
+
+    from eos.audit.windows import reference_windows
+    from eos.records import Record
+
+    rng = random.Random(f"{type(windows).__name__}-{emit}")
+    h = Harness(kind="sum", value=lambda v: v, windows=windows, emit=emit)
+    records, t = [], 0
+    for _ in range(600):
+        t += rng.randrange(0, 12)
+        ts = max(0, t - rng.choice([0, 0, 0, 5, 30, 80]))  # mostly in order, some out of order, some late
+        records.append((rng.choice("abc"), ts, rng.randrange(1, 9)))
+    observed: dict = {}
+    for chunk in range(0, len(records), 97):  # batches of odd sizes
+        for key, start, end, value, _, _ in h.feed(*records[chunk:chunk + 97]):
+            observed.setdefault((key, start, end), []).append(value)
+    ref = reference_windows([Record(k, v, "in", 0, i, ts) for i, (k, ts, v) in enumerate(records)],
+                            h.sub.windowing)
+    assert ref.late == h.dropped.get("late", 0) and ref.late > 0
+    if emit == "update":
+        assert observed == dict(ref.updates)
+    else:
+        assert {w: vals[0] for w, vals in observed.items()} == ref.closed
+        assert all(len(vals) == 1 for vals in observed.values())
