@@ -45,11 +45,12 @@ def expected_totals(n=20_000):
 
 
 def local_store(state_dir, app_id, partitions):
-    """What the tasks' RocksDB stores hold after the job stopped (their locks are released)."""
+    """What the tasks' RocksDB stores hold after the job stopped (their locks are released). An
+    aggregate's store is timestamped: each value is 8 bytes of timestamp, then the serialized value."""
     content = {}
     for p in range(partitions):
         backend = RocksDBBackend(state_dir / app_id / f"totals-{p}" / "totals-store")
-        content.update({k.decode(): json.loads(v) for k, v in backend.iterate()})
+        content.update({k.decode(): json.loads(v[8:]) for k, v in backend.iterate()})
         backend.close()
     return content
 
