@@ -20,6 +20,7 @@ __all__ = [
     "ProducerFencedError",
     "TransactionAbortableError",
     "DeliveryFailedError",
+    "RecordRejectedError",
     "RecordTooLargeError",
     "OffsetOutOfRangeError",
     "TOO_LARGE_CODES",
@@ -81,12 +82,18 @@ class DeliveryFailedError(TransactionAbortableError):
     """At least one record of the transaction was not delivered: it must not commit."""
 
 
-class RecordTooLargeError(DeliveryFailedError):
-    """A record is larger than the producer or the topic accepts. The transaction must not commit; the caller
-    reads the size limits again and routes the record elsewhere (the dead-letter topic)."""
+class RecordRejectedError(DeliveryFailedError):
+    """The broker refused a record (too large, no key for a compacted topic, a timestamp out of the topic's
+    range). The transaction must not commit; the caller reads the topic's rules again and routes the record
+    elsewhere (the dead-letter topic)."""
+
+
+class RecordTooLargeError(RecordRejectedError):
+    """A record is larger than the producer or the topic accepts."""
 
 
 TOO_LARGE_CODES = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
+REJECTED_CODES = frozenset({KafkaError.INVALID_RECORD, KafkaError.INVALID_TIMESTAMP})
 
 
 class OffsetOutOfRangeError(KafkaEosError):
@@ -115,6 +122,8 @@ def classify(exc: KafkaException | KafkaError, operation: str) -> KafkaEosError:
         return ProducerFencedError(message, err)
     if err.code() in TOO_LARGE_CODES:
         return RecordTooLargeError(message, err)
+    if err.code() in REJECTED_CODES:
+        return RecordRejectedError(message, err)
     if err.code() in OUT_OF_RANGE_CODES:
         return OffsetOutOfRangeError(message, err)
     if err.txn_requires_abort():

@@ -6,7 +6,15 @@
 """
 
 from eos.audit.aggregate import AggregateResult, audit_aggregate
-from eos.audit.auditor import AggregateSpec, AuditReport, OffsetCheck, TransactionCheck, audit, audit_application
+from eos.audit.auditor import (
+    AggregateSpec,
+    AuditReport,
+    OffsetCheck,
+    TransactionCheck,
+    audit,
+    audit_application,
+    audit_windowed,
+)
 from eos.audit.executors import LocalExecutor, SparkExecutor
 from eos.audit.lineage import LineageResult, audit_lineage
 
@@ -21,6 +29,7 @@ __all__ = [
     "TransactionCheck",
     "audit",
     "audit_application",
+    "audit_windowed",
     "audit_aggregate",
     "audit_lineage",
 ]

@@ -21,13 +21,15 @@ from typing import TYPE_CHECKING, Any, Literal
 from eos.audit.aggregate import AggregateKind, AggregateResult, audit_aggregate
 from eos.audit.executors import Executor
 from eos.audit.lineage import LineageResult, audit_lineage
+from eos.audit.windows import WindowAuditResult, audit_windows
 from eos.ledger import ledger_topic
 from transactions import Isolation, KafkaAdmin
 
 if TYPE_CHECKING:
     from eos.app import Application
 
-__all__ = ["AuditReport", "TransactionCheck", "OffsetCheck", "audit", "audit_application", "AggregateSpec"]
+__all__ = ["AuditReport", "TransactionCheck", "OffsetCheck", "audit", "audit_application", "audit_windowed",
+           "AggregateSpec"]
 
 
 @dataclass
@@ -76,18 +78,19 @@ class AuditReport:
     duration_s: float = 0.0
     lineage: LineageResult | None = None
     aggregate: AggregateResult | None = None
+    window: WindowAuditResult | None = None
     transactions: TransactionCheck = field(default_factory=TransactionCheck)
     offsets: OffsetCheck = field(default_factory=OffsetCheck)
 
     @property
     def violations(self) -> int:
-        return sum(c.violations for c in (self.lineage, self.aggregate, self.transactions, self.offsets)
+        return sum(c.violations for c in (self.lineage, self.aggregate, self.window, self.transactions, self.offsets)
                    if c is not None)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["violations"] = self.violations
-        for name in ("lineage", "aggregate", "transactions", "offsets"):
+        for name in ("lineage", "aggregate", "window", "transactions", "offsets"):
             check = getattr(self, name)
             if check is not None:
                 data[name]["violations"] = check.violations
@@ -182,4 +185,31 @@ def audit_application(app: Application, *, bootstrap_servers: str | None = None,
         reports.append(audit(bootstrap, inputs=inputs, outputs=list(sub.output_topics), dead_letter_topic=cfg.dlq_topic,
                              group=cfg.group_id, extra_topics=[*changelogs, *through], max_samples=max_samples,
                              progress=progress, ledger_topic=ledger_topic(cfg.application_id), through=through))
+    return reports
+
+
+def audit_windowed(app: Application, *, bootstrap_servers: str | None = None, subtopologies: Iterable[str] = (),
+                   max_samples: int = 10, progress: Callable[[int], None] | None = None) -> list[AuditReport]:
+    """`eos audit window`: every windowed aggregation of a job (or those named) against the reference
+    recomputed from its committed input, plus the transaction and offset checks."""
+    cfg = app.config
+    bootstrap = bootstrap_servers or cfg.bootstrap_servers
+    admin = KafkaAdmin(bootstrap)
+    names = list(subtopologies) or [n for n, s in app.subtopologies.items() if s.windowing is not None]
+    if not names:
+        raise ValueError(f"application {cfg.application_id!r} has no windowed aggregation")
+    reports = []
+    for name in names:
+        sub = app.subtopologies[name]
+        started = time.monotonic()
+        report = AuditReport("window", bootstrap, list(sub.inputs), list(sub.output_topics), cfg.dlq_topic,
+                             cfg.group_id, "read_committed")
+        report.window = audit_windows(bootstrap, sub, group=cfg.group_id, admin=admin, dead_letters=cfg.dlq_topic,
+                                      max_samples=max_samples, progress=progress)
+        changelogs = [spec.changelog_topic(cfg.application_id) for spec in sub.stores]
+        report.transactions = check_open_transactions(admin, [*sub.output_topics, *changelogs], max_samples)
+        report.offsets = check_offsets(admin, sub.inputs, cfg.group_id)
+        report.verdict = "PASS" if report.violations == 0 else "FAIL"
+        report.duration_s = round(time.monotonic() - started, 3)
+        reports.append(report)
     return reports

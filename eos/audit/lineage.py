@@ -57,6 +57,7 @@ class LineageResult:
     earlier_topic: int = 0  # outputs (and their copies) of an earlier topic of the same name
     skipped_by_retention: int = 0  # input offsets deleted by retention before the job processed them
     other_dead_letters: int = 0  # dead letters of other sub-topologies (the dead-letter topic is shared)
+    derived: int = 0  # outputs derived by a task (punctuation, final window results): see `eos audit window`
     samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     @property
@@ -145,6 +146,7 @@ def _union(partials: list[OutputPartial], result: LineageResult, max_samples: in
         result.aborted_visible += part.aborted_visible
         result.unexpected += part.without_origin
         result.other_dead_letters += part.foreign
+        result.derived += part.derived
         for kind, items in part.samples.items():
             for item in items:
                 result.sample(kind, max_samples, **item)

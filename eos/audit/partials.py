@@ -14,7 +14,7 @@ from typing import Any
 
 from pyroaring import BitMap64
 
-from eos.origin import ORIGIN_HEADER, origin_of
+from eos.origin import DERIVED_HEADER, ORIGIN_HEADER, origin_of
 from transactions import Isolation, Message, OffsetRange, read_ranges, scan_consumer
 
 __all__ = ["InputPartial", "OutputPartial", "scan_input_partition", "scan_output_partition", "PartitionScan",
@@ -79,6 +79,9 @@ class OutputPartial:
     duplicates: int = 0
     #: records whose origin is an input of another sub-topology (a shared dead-letter topic), not counted
     foreign: int = 0
+    #: records a task derived rather than produced from one input record (punctuation, final window
+    #: results: `eos.derived`), not counted by lineage
+    derived: int = 0
     without_origin: int = 0
     #: places where an output's origin offset is below the one before it from the same input partition:
     #: (origin topic, origin partition, origin offset, previous origin offset, output offset), the first
@@ -118,7 +121,12 @@ def scan_output_partition(scan: PartitionScan, *, isolation: Isolation = "read_c
                 part.sample("aborted_visible", max_samples, **at)
                 continue
             part.records += 1
-            origin = origin_of(msg.headers())
+            headers = msg.headers()
+            origin = origin_of(headers)
+            if origin is None and headers and any(k == DERIVED_HEADER for k, _ in headers):
+                part.records -= 1
+                part.derived += 1
+                continue
             if origin is None:
                 part.without_origin += 1
                 part.sample("unexpected", max_samples, reason=f"no valid {ORIGIN_HEADER} header", **at)

@@ -27,7 +27,15 @@ _ROWS = {
                 ("input_deleted", "output of input since deleted by retention", False),
                 ("earlier_topic", "output of an earlier topic of the same name", False),
                 ("skipped_by_retention", "input deleted by retention before processing", False),
-                ("other_dead_letters", "dead letters of other sub-topologies", False)],
+                ("other_dead_letters", "dead letters of other sub-topologies", False),
+                ("derived", "derived outputs (punctuation, final window results)", False)],
+    "window": [("input_records", "input records", False), ("late_records", "late records (dropped)", False),
+               ("dead_letters", "dead-lettered input records (left out)", False),
+               ("windows_expected", "windows expected", False), ("output_records", "output records", False),
+               ("wrong_values", "wrong results", True), ("missing", "missing windows", True),
+               ("duplicates", "duplicate results", True), ("unexpected", "unexpected windows", True),
+               ("premature", "results of windows not closed yet", True),
+               ("sequence_mismatches", "update sequences that differ", True)],
     "aggregate": [("input_records", "input records", False), ("output_records", "output records", False),
                   ("keys_expected", "keys expected", False), ("keys_observed", "keys observed", False),
                   ("wrong_final", "wrong final value", True), ("sequence_mismatches", "repeated/skipped steps", True),
@@ -37,7 +45,7 @@ _ROWS = {
 
 #: Counts shown even when zero; other accounted-for counts appear only when something was accounted for.
 _ALWAYS = {"expected", "output_records", "unique_origins", "dead_lettered", "input_records", "keys_expected",
-           "keys_observed"}
+           "keys_observed", "windows_expected", "late_records"}
 
 
 def render(report: AuditReport, console: Console | None = None) -> None:
@@ -47,7 +55,7 @@ def render(report: AuditReport, console: Console | None = None) -> None:
     table.add_column("check")
     table.add_column("count", justify="right")
     table.add_column("", justify="center")
-    check = report.lineage if report.lineage is not None else report.aggregate
+    check: Any = report.lineage or report.aggregate or report.window
     for attr, label, is_violation in _ROWS[report.mode]:
         value = getattr(check, attr)
         if value or is_violation or attr in _ALWAYS:

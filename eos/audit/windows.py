@@ -19,7 +19,7 @@ topic no longer holds the records in the order the windows saw them.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +39,7 @@ WindowKey = tuple[Any, int, int]  # (key, start, end)
 class WindowAuditResult:
     input_records: int = 0
     late_records: int = 0
+    dead_letters: int = 0  # input records the sub-topology dead-lettered (left out of the reference)
     windows_expected: int = 0
     output_records: int = 0
     wrong_values: int = 0
@@ -72,8 +73,11 @@ class Reference:
     records: int = 0
 
 
-def reference_windows(records: Iterable[Record], w: Windowing) -> Reference:
-    """Replay records (one task's, in processing order) through the windowing's definition."""
+def reference_windows(records: Iterable[Record], w: Windowing,
+                      dead_lettered: Container[tuple[str, int, int]] = ()) -> Reference:
+    """Replay records (one task's, in processing order) through the windowing's definition. A record in
+    `dead_lettered` (topic, partition, offset) failed while it was processed: as in the task (and in Kafka
+    Streams), it moved stream time on, and its update did not happen."""
     ref = Reference()
     spec = w.windows
     stream_time = -1
@@ -82,8 +86,10 @@ def reference_windows(records: Iterable[Record], w: Windowing) -> Reference:
     for rec in records:
         if rec.value is None or rec.key is None or rec.timestamp < 0:
             continue
-        ref.records += 1
         stream_time = max(stream_time, rec.timestamp)
+        if (rec.topic, rec.partition, rec.offset) in dead_lettered:
+            continue
+        ref.records += 1
         if isinstance(spec, HoppingWindows):
             _time_windows(spec, w, rec, stream_time, state, ref)
         elif isinstance(spec, SessionWindows):
@@ -105,7 +111,8 @@ def _closed(spec: Any, end: int, stream_time: int) -> bool:
 def _time_windows(spec: HoppingWindows, w: Windowing, rec: Record, stream_time: int,
                   state: dict[WindowKey, Any], ref: Reference) -> None:
     size, advance, t = spec.size_ms, ms(spec.advance), rec.timestamp
-    starts = [s for s in range(0, t + 1, advance) if s <= t < s + size]  # brute force: every aligned start
+    first = max(0, (t - size) // advance * advance)  # every aligned start near t, tested one by one
+    starts = [s for s in range(first, t + 1, advance) if s <= t < s + size]
     open_starts = [s for s in starts if not _closed(spec, s + size, stream_time)]
     if not open_starts:
         ref.late += 1
@@ -168,9 +175,12 @@ def _sliding(spec: SlidingWindows, w: Windowing, rec: Record, stream_time: int, 
 
 
 def audit_windows(bootstrap_servers: str, sub: SubTopology, *, group: str, admin: KafkaAdmin | None = None,
-                  max_samples: int = 10, progress: Callable[[int], None] | None = None) -> WindowAuditResult:
+                  dead_letters: str | None = None, max_samples: int = 10,
+                  progress: Callable[[int], None] | None = None) -> WindowAuditResult:
     """Audit the windowed sub-topology `sub` (built with `windows=`) of the application whose group is
-    `group`: its committed output against the reference recomputed from its committed input."""
+    `group`: its committed output against the reference recomputed from its committed input. Input records
+    the sub-topology sent to the dead-letter topic `dead_letters` (e.g. an output its topic refused) took
+    no part in the aggregation, and none in the reference either."""
     w: Windowing | None = sub.windowing
     if w is None:
         raise ValueError(f"sub-topology {sub.name!r} is not a windowed aggregation")
@@ -182,6 +192,8 @@ def audit_windows(bootstrap_servers: str, sub: SubTopology, *, group: str, admin
     tps = admin.topic_partitions(topic)
     committed = admin.group_offsets(group, tps, stable=True)
     extract = sub.timestamp or RECORD_TIME
+    skipped = _dead_lettered(bootstrap_servers, dead_letters, sub.name, admin) if dead_letters else set()
+    result.dead_letters = len(skipped)
     per_partition: dict[int, list[Record]] = defaultdict(list)
     for batch in scan_topic(bootstrap_servers, topic, admin=admin, until={tp: committed.get(tp) or 0 for tp in tps},
                             progress=progress):
@@ -192,7 +204,7 @@ def audit_windows(bootstrap_servers: str, sub: SubTopology, *, group: str, admin
     expected_updates: dict[WindowKey, list[Any]] = {}
     expected_closed: dict[WindowKey, Any] = {}
     for records in per_partition.values():
-        ref = reference_windows(records, w)
+        ref = reference_windows(records, w, skipped)
         result.input_records += ref.records
         result.late_records += ref.late
         expected_updates.update(ref.updates)
@@ -209,6 +221,20 @@ def audit_windows(bootstrap_servers: str, sub: SubTopology, *, group: str, admin
     else:
         _check_updates(expected_updates, observed, result, max_samples)
     return result
+
+
+def _dead_lettered(bootstrap_servers: str, topic: str, subtopology: str,
+                   admin: KafkaAdmin) -> set[tuple[str, int, int]]:
+    """(topic, partition, offset) of the input records `subtopology` committed to dead-letter topic `topic`."""
+    if topic not in admin.topic_names():
+        return set()
+    found = set()
+    for batch in scan_topic(bootstrap_servers, topic, admin=admin):
+        for msg in batch:
+            h = dict(msg.headers() or ())
+            if h.get("eos.dlq.subtopology", b"").decode() == subtopology:
+                found.add((h["eos.dlq.topic"].decode(), int(h["eos.dlq.partition"]), int(h["eos.dlq.offset"])))
+    return found
 
 
 def _record(msg: Message, sub: SubTopology, extract: Callable[[Record], int]) -> Record | None:

@@ -135,3 +135,26 @@ def app_(target: str = typer.Argument(..., help="module:app or path/to/job.py[:a
         reports = audit_application(application, bootstrap_servers=cfg.bootstrap_servers, max_samples=samples,
                                     progress=progress)
     _finish(reports, json_path)
+
+
+@audit_app.command("window")
+def window(target: str = typer.Argument(..., help="module:app or path/to/job.py[:app]"),
+           subtopology: list[str] = typer.Option([], "--subtopology", "-s", help="Only this one (repeatable)"),
+           bootstrap_servers: str = bootstrap_option(), json_path: Path = JsonPath, samples: int = Samples) -> None:
+    """Recompute every windowed aggregation of a job from its committed input (event time, windows, grace,
+    lateness) and check the committed output: each final result once and right, update streams in order."""
+    from eos.audit import audit_windowed
+    from eos.cli.loader import load_application
+    from eos.errors import ConfigError
+
+    try:
+        application = load_application(target)
+        bootstrap = resolve_bootstrap(bootstrap_servers, application.config.bootstrap_servers)
+        if not bootstrap:
+            raise ConfigError("no bootstrap servers: pass --bootstrap-servers or set EOS_BOOTSTRAP_SERVERS")
+        with _progress() as progress:
+            reports = audit_windowed(application, bootstrap_servers=bootstrap, subtopologies=subtopology,
+                                     max_samples=samples, progress=progress)
+    except (ValueError, KeyError, ConfigError) as exc:
+        fail(2, str(exc))
+    _finish(reports, json_path)

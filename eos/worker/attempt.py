@@ -174,7 +174,7 @@ class BatchAttempt:
         restored to their changelogs' end. The caller releases it when the batch ends."""
         runtime = self.clients.runtime(self.txn_id, self.job.run_id)
         if runtime is None:
-            runtime = TaskRuntime(self.job, self.sub, self.task.partition, self.clients.limits(self.config))
+            runtime = TaskRuntime(self.job, self.sub, self.task.partition, self.clients.topic_rules(self.config))
             self.clients.set_runtime(self.txn_id, self.job.run_id, runtime)
         self.runtime = runtime
         try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from eos.config import EosConfig
-from eos.worker.limits import RecordLimits
+from eos.worker.topic_rules import TopicRules
 from transactions import (
     AtLeastOnceProducer,
     Consumer,
@@ -35,7 +35,7 @@ class WorkerClients:
         self._consumers: dict[tuple[str, str, str], Consumer] = {}
         self._runtimes: dict[str, tuple[str, TaskRuntime]] = {}
         self._admins: dict[str, KafkaAdmin] = {}
-        self._limits: dict[tuple[str, int | None], RecordLimits] = {}
+        self._rules: dict[tuple[str, int | None], TopicRules] = {}
 
     def admin(self, config: EosConfig) -> KafkaAdmin:
         admin = self._admins.get(config.bootstrap_servers)
@@ -43,14 +43,14 @@ class WorkerClients:
             admin = self._admins[config.bootstrap_servers] = KafkaAdmin(config.bootstrap_servers)
         return admin
 
-    def limits(self, config: EosConfig) -> RecordLimits:
-        """Record size limits per topic for this application's cluster and producer settings."""
+    def topic_rules(self, config: EosConfig) -> TopicRules:
+        """What each topic accepts, for this application's cluster and producer settings."""
         producer_max = config.producer_config.get("message.max.bytes")
         key = (config.bootstrap_servers, None if producer_max is None else int(producer_max))
-        limits = self._limits.get(key)
-        if limits is None:
-            limits = self._limits[key] = RecordLimits(lambda: self.admin(config), key[1])
-        return limits
+        rules = self._rules.get(key)
+        if rules is None:
+            rules = self._rules[key] = TopicRules(lambda: self.admin(config), key[1])
+        return rules
 
     def producer(self, transactional_id: str, config: EosConfig) -> tuple[OutputProducer, bool]:
         """The cached producer, or a new one after `init_transactions()`. Returns (producer, fresh).

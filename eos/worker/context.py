@@ -15,15 +15,19 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import structlog
+
 from eos.errors import OutputSerializationError, SerdeError
 from eos.origin import DERIVED_HEADER, ORIGIN_HEADER, lineage_origin
 from eos.processor import Cancellable, ProcessorContext, PunctuationType, RecordMetadata
 from eos.records import Output
 from eos.serde import Serde
-from eos.worker.limits import RECORD_OVERHEAD, OutputTooLargeError, record_size
+from eos.worker.topic_rules import OutputRejectedError, TopicRule
 from transactions import Message, ProducerRecord
 
 __all__ = ["TaskContext", "Schedule"]
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass
@@ -49,7 +53,7 @@ class Schedule:
 class TaskContext(ProcessorContext):
     def __init__(self, *, application_id: str, subtopology: str, partition: int, output_topic: str | None,
                  key_serde: Serde, value_serde: Serde, lineage: bool, stores: dict[str, Any] | None = None,
-                 stream_time: int = -1, record_limit: Callable[[str], int] | None = None,
+                 stream_time: int = -1, topic_rules: Callable[[str], TopicRule] | None = None,
                  transitive_topics: frozenset[str] = frozenset()) -> None:
         self.application_id = application_id
         self.subtopology = subtopology
@@ -65,7 +69,7 @@ class TaskContext(ProcessorContext):
         self._current_ts: int | None = None
         self._index = 0
         self._scope: list[ProducerRecord] = []
-        self._record_limit = record_limit
+        self._rules = topic_rules
         self._transitive = transitive_topics
         self._derived = [(DERIVED_HEADER, self.task_id.encode())]
         self.timestamp = -1
@@ -102,16 +106,17 @@ class TaskContext(ProcessorContext):
                     o_topic, o_partition, o_offset = lineage_origin(msg, self._transitive)
                     self._origin_prefix = f"{o_topic}:{o_partition}:{o_offset}:"
                 headers.append((ORIGIN_HEADER, (self._origin_prefix + str(self._index)).encode()))
-        if self._record_limit is not None:
-            limit = self._record_limit(target)
-            if (len(v) if v else 0) + (len(k) if k else 0) + RECORD_OVERHEAD > limit and (
-                    (size := record_size(k, v, headers)) > limit):
-                raise OutputTooLargeError(
-                    f"the output of {_where(msg)} to topic {target} is {size:,} bytes, above the topic's limit of "
-                    f"{limit:,} bytes (its max.message.bytes, or the producer's message.max.bytes if smaller)")
+        ts = self._current_ts if timestamp is None else timestamp
+        if self._rules is not None and (why := self._rules(target).violation(k, v, headers, ts)) is not None:
+            if msg is not None:
+                raise OutputRejectedError(f"the output of {_where(msg)} to topic {target} {why}")
+            if self._rules(target).violation(k, v, headers, None) is not None:
+                raise OutputRejectedError(f"an output of {self.task_id}'s punctuation to topic {target} {why}")
+            log.warning("a punctuation's output has a timestamp its topic refuses; it takes the producer's clock",
+                        task=self.task_id, topic=target, reason=why)
+            ts = None
         self._index += 1
-        self._scope.append(ProducerRecord(target, partition, k, v, headers,
-                                          self._current_ts if timestamp is None else timestamp))
+        self._scope.append(ProducerRecord(target, partition, k, v, headers, ts))
 
     def store(self, name: str) -> Any:
         try:

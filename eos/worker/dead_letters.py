@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from eos.errors import BadRecordError
 from eos.origin import ORIGIN_HEADER, encode_origin, lineage_origin
-from eos.worker.limits import record_size
+from eos.worker.topic_rules import TopicRule, record_size
 from transactions import Message, ProducerRecord
 
 __all__ = ["Stage", "DeadLetterPolicy", "dead_letter", "dead_letter_error", "DLQ_PREFIX"]
@@ -70,13 +70,13 @@ def bad_record_error(msg: Message, error: BaseException, stage: Stage) -> BadRec
 @dataclass(frozen=True)
 class DeadLetterPolicy:
     """Where a task's bad records go (`partition=None`: the partitioner), or `fail`: stop the job.
-    `record_limit(topic)` gives the largest record the dead-letter topic accepts."""
+    `topic_rules(topic)` says what the dead-letter topic accepts."""
 
     topic: str
     partition: int | None
     task: str
     fail: bool
-    record_limit: Callable[[str], int] | None = None
+    topic_rules: Callable[[str], TopicRule] | None = None
     transitive: frozenset[str] = frozenset()
 
     def route(self, msg: Message, error: BaseException, stage: Stage) -> ProducerRecord:
@@ -87,8 +87,8 @@ class DeadLetterPolicy:
             raise bad_record_error(msg, error, stage) from error
         letter = dead_letter(msg, error, stage, dlq_topic=self.topic, dlq_partition=self.partition, task=self.task,
                              transitive=self.transitive)
-        if self.record_limit is not None:
-            limit = self.record_limit(self.topic)
+        if self.topic_rules is not None:
+            limit = self.topic_rules(self.topic).max_bytes
             size = record_size(letter.key, letter.value, letter.headers)
             if size > limit:
                 note = (f"key and value omitted: the record is {size:,} bytes, above the dead-letter topic's "

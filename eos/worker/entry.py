@@ -44,7 +44,7 @@ from transactions import (
     KafkaEosError,
     OutputProducer,
     ProducerFencedError,
-    RecordTooLargeError,
+    RecordRejectedError,
     RetriableKafkaError,
     TransactionAbortableError,
 )
@@ -137,8 +137,8 @@ def _attempts(plan: TaskPlan, job: Job, spark_attempt: int, clients: WorkerClien
             last = exc
         except TransactionAbortableError as exc:
             log.warning("transaction aborted; running the batch again", error=str(exc))
-            if isinstance(exc, RecordTooLargeError):  # a topic's limit changed: read the limits again
-                clients.limits(cfg).forget()
+            if isinstance(exc, RecordRejectedError):  # a topic's rules changed: read again
+                clients.topic_rules(cfg).forget()
             _abort_quietly(attempt.producer, clients, txn_id)
             clients.drop_runtime(txn_id)
             last = exc

@@ -18,6 +18,7 @@ from eos.worker.context import TaskContext
 from eos.worker.dead_letters import DeadLetterPolicy
 from eos.worker.processing import NOT_A_BAD_RECORD, BatchOutcome, punctuate_idle, run_processor
 from eos.worker.stores import TaskStores
+from eos.worker.topic_rules import TopicRule
 from eos.worker.vectorized import run_batch_function
 from transactions import Message, ProducerRecord
 
@@ -30,20 +31,20 @@ __all__ = ["TaskRuntime"]
 
 class TaskRuntime:
     def __init__(self, job: Job, sub: SubTopology, partition: int,
-                 record_limit: Callable[[str], int] | None = None) -> None:
+                 topic_rules: Callable[[str], TopicRule] | None = None) -> None:
         cfg = job.config
         self.sub = sub
         self.task = TaskId(sub.name, partition)
-        self.record_limit = record_limit
+        self.topic_rules = topic_rules
         self.dlq = DeadLetterPolicy(cfg.dlq_topic, partition if partition < job.dlq_partitions else None,
-                                    str(self.task), cfg.on_bad_record == "fail", record_limit, job.transitive_topics)
+                                    str(self.task), cfg.on_bad_record == "fail", topic_rules, job.transitive_topics)
         self.lineage = cfg.lineage
         self.stores = TaskStores(cfg, sub, partition) if sub.stores else None
         self.context = TaskContext(application_id=cfg.application_id, subtopology=sub.name, partition=partition,
                                    output_topic=sub.output, key_serde=sub.output_key_serde,
                                    value_serde=sub.output_value_serde, lineage=cfg.lineage,
                                    stores=dict(self.stores.views) if self.stores else None,
-                                   record_limit=record_limit, transitive_topics=job.transitive_topics)
+                                   topic_rules=topic_rules, transitive_topics=job.transitive_topics)
         self.processor = _create_processor(sub, self.context) if sub.processor_factory is not None else None
         self.reused = False  # whether a batch already ran on this runtime
 
@@ -70,7 +71,7 @@ class TaskRuntime:
         outcome = run_batch_function(sub.batch_fn, sub.batch_format, messages, key_serde=sub.key_serde,
                                      value_serde=sub.value_serde, out_key_serde=sub.output_key_serde,
                                      out_value_serde=sub.output_value_serde, output_topic=sub.output,
-                                     lineage=self.lineage, dlq=self.dlq, record_limit=self.record_limit,
+                                     lineage=self.lineage, dlq=self.dlq, topic_rules=self.topic_rules,
                                      timestamp=sub.timestamp or RECORD_TIME)
         outcome.stream_time = max(outcome.stream_time, stream_time)
         return outcome

@@ -22,8 +22,8 @@ from eos.serde import Serde
 from eos.time import RECORD_TIME
 from eos.topology import BatchFormat
 from eos.worker.dead_letters import DeadLetterPolicy, Stage
-from eos.worker.limits import OutputTooLargeError, record_size
 from eos.worker.processing import NOT_A_BAD_RECORD, BatchOutcome, entries
+from eos.worker.topic_rules import OutputRejectedError, TopicRule
 from transactions import Message, ProducerRecord
 
 __all__ = ["run_batch_function"]
@@ -33,7 +33,7 @@ _INPUT_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
 
 def run_batch_function(fn: Callable[[Any], Any], fmt: BatchFormat, messages: list[Message], *, key_serde: Serde,
                        value_serde: Serde, out_key_serde: Serde, out_value_serde: Serde, output_topic: str | None,
-                       lineage: bool, dlq: DeadLetterPolicy, record_limit: Callable[[str], int] | None = None,
+                       lineage: bool, dlq: DeadLetterPolicy, topic_rules: Callable[[str], TopicRule] | None = None,
                        timestamp: Callable[[Record], int] = RECORD_TIME) -> BatchOutcome:
     outcome = BatchOutcome()
     good: list[Message] = []
@@ -60,7 +60,7 @@ def run_batch_function(fn: Callable[[Any], Any], fmt: BatchFormat, messages: lis
     accounted: set[int] = {id(good[i]) for i in isolated}  # rows dead-lettered by the bisection
     for start, stop, out in results:
         accounted |= _collect(out, start, stop, good, fmt, out_key_serde, out_value_serde, output_topic, lineage,
-                              dlq, outcome, record_limit)
+                              dlq, outcome, topic_rules)
     outcome.filtered.extend(m for m in good if id(m) not in accounted)
     return outcome
 
@@ -115,7 +115,7 @@ def _to_columns(out: Any, fmt: BatchFormat) -> dict[str, list[Any]]:
 
 def _collect(out: Any, start: int, stop: int, good: list[Message], fmt: BatchFormat, key_serde: Serde,
              value_serde: Serde, output_topic: str | None, lineage: bool, dlq: DeadLetterPolicy,
-             outcome: BatchOutcome, record_limit: Callable[[str], int] | None) -> set[int]:
+             outcome: BatchOutcome, topic_rules: Callable[[str], TopicRule] | None) -> set[int]:
     """Serialize one slice's output rows; returns the ids of the input messages accounted for (an output
     or a dead letter)."""
     cols = _to_columns(out, fmt)
@@ -147,12 +147,12 @@ def _collect(out: Any, start: int, stop: int, good: list[Message], fmt: BatchFor
         if lineage:
             headers.append((ORIGIN_HEADER, encode_origin(*lineage_origin(msg, dlq.transitive), counters[origin])))
         counters[origin] += 1
-        if record_limit is not None and (size := record_size(k, v, headers)) > (limit := record_limit(topic)):
-            failed[id(msg)] = (msg, OutputTooLargeError(
-                f"the output of {msg.topic()}[{msg.partition()}]@{msg.offset()} to topic {topic} is {size:,} bytes, "
-                f"above the topic's limit of {limit:,} bytes"))
-            continue
         ts = get("timestamp", i)
+        if topic_rules is not None and (why := topic_rules(topic).violation(
+                k, v, headers, msg.timestamp()[1] if ts is None else int(ts))) is not None:
+            failed[id(msg)] = (msg, OutputRejectedError(
+                f"the output of {msg.topic()}[{msg.partition()}]@{msg.offset()} to topic {topic} {why}"))
+            continue
         part = get("output_partition", i)
         produced.append((msg, ProducerRecord(topic, None if part is None else int(part), k, v, headers,
                                              None if ts is None else int(ts))))

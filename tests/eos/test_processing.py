@@ -14,6 +14,7 @@ from eos.serde import JsonSerde, StringSerde
 from eos.worker.context import TaskContext
 from eos.worker.dead_letters import DeadLetterPolicy
 from eos.worker.processing import run_processor
+from eos.worker.topic_rules import TopicRule
 from eos.worker.vectorized import run_batch_function
 from tests.fakes import FakeMessage
 
@@ -168,7 +169,7 @@ def test_records_that_produce_nothing_are_recorded_as_filtered():
 
 def test_an_output_larger_than_its_topic_accepts_is_a_bad_record_naming_size_and_limit():
     c = TaskContext(application_id="app", subtopology="t", partition=0, output_topic="out", key_serde=StringSerde(),
-                    value_serde=JsonSerde(), lineage=True, record_limit=lambda topic: 1000)
+                    value_serde=JsonSerde(), lineage=True, topic_rules=lambda topic: TopicRule(topic, 1000))
     proc = FunctionProcessor(lambda r: (r.key, "x" * r.value["n"]))
     proc.init(c)
     out = run_processor(proc, c, msgs([b'{"n": 10}', b'{"n": 5000}', b'{"n": 20}']), key_serde=StringSerde(),
@@ -179,7 +180,7 @@ def test_an_output_larger_than_its_topic_accepts_is_a_bad_record_naming_size_and
 
 
 def test_a_dead_letter_too_large_for_its_topic_keeps_its_headers_and_drops_its_payload():
-    dlq = DeadLetterPolicy("app-dlq", 0, "t-0", fail=False, record_limit=lambda topic: 500)
+    dlq = DeadLetterPolicy("app-dlq", 0, "t-0", fail=False, topic_rules=lambda topic: TopicRule(topic, 500))
     c = ctx()
     proc = FunctionProcessor(lambda r: 1 / 0)
     proc.init(c)
