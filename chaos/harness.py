@@ -214,7 +214,7 @@ def _run_scenario(scenario: Scenario, workdir: str | Path | None, keep_logs: boo
         job.stop()
         if not result.drained:
             result.reasons.append(f"the job did not catch up within {scenario.drain_timeout:.0f}s after the faults")
-        result.audits = _audit(direct, scenario, app_id, src, out)
+        result.audits = _audit(direct, scenario, app_id, src, out, config)
         result.load = {"produced": load.produced, "poison": load.poisoned, "failed_deliveries": load.failed}
         result.input_rate = [(second - int(timeline.started), count)
                              for second, count in sorted(load.per_second.items())]
@@ -280,9 +280,14 @@ def _drain(admin: KafkaAdmin, group: str, topic: str, timeout: float) -> bool:
     return False
 
 
-def _audit(bootstrap: str, scenario: Scenario, app_id: str, src: str, out: str) -> list[dict[str, Any]]:
-    from eos.audit import AggregateSpec, audit
+def _audit(bootstrap: str, scenario: Scenario, app_id: str, src: str, out: str,
+           config: dict[str, Any]) -> list[dict[str, Any]]:
+    from eos.audit import AggregateSpec, audit, audit_windowed
 
+    if scenario.job == "windowed":  # every closed window's one result against the reference
+        from chaos.jobs import build
+
+        return [r.to_dict() for r in audit_windowed(build({**config, "marks_dir": None}), bootstrap_servers=bootstrap)]
     dlq = f"{app_id}-dlq"
     reports = [audit(bootstrap, inputs=[src], outputs=[out], dead_letter_topic=dlq, group=app_id,
                      extra_topics=[f"{app_id}-totals-store-changelog"] if scenario.job == "stateful" else ())]

@@ -2,6 +2,8 @@
 
 * stateless: JSON orders -> {"id", "n2"}; records that are not JSON go to the dead-letter topic.
 * stateful: a running count and sum of "n" per key in a RocksDB store.
+* windowed: the sum of "n" per key and one-second tumbling window of record time (half a second of
+  grace), one final result per window (emit="final"), in a window store.
 * broken: the stateless job at-least-once (offsets committed outside the transaction, after the flush).
   It is here to prove the harness catches a real bug: under kills it duplicates output.
 
@@ -19,12 +21,17 @@ from typing import Any
 
 from eos import Application
 from eos.testing import MarkWhile
+from eos.windows import TumblingWindows
 
 __all__ = ["build", "main", "transform", "add"]
 
 
 def transform(record: Any) -> tuple[Any, dict[str, Any]]:
     return record.key, {"id": record.value["id"], "n2": record.value["n"] * 2}
+
+
+def n_of(value: dict[str, Any]) -> int:
+    return int(value["n"])
 
 
 def add(key: Any, value: dict[str, Any], totals: dict[str, int]) -> dict[str, int]:
@@ -42,6 +49,9 @@ def build(cfg: dict[str, Any]) -> Application:
     if cfg["job"] == "stateful":
         app.aggregate(cfg["input"], cfg["output"], name="totals", initializer=lambda: {"count": 0, "sum": 0},
                       aggregator=add)
+    elif cfg["job"] == "windowed":
+        app.sum(cfg["input"], cfg["output"], name="windowed", value=n_of,
+                windows=TumblingWindows(1_000, grace=500), emit="final")
     else:
         app.process(input=cfg["input"], output=cfg["output"], key_serde="string", value_serde="json",
                     name="transform")(transform)

@@ -39,12 +39,12 @@ FAULT_SETTINGS: dict[str, tuple[dict[str, Any], int, float, dict[str, Any]]] = {
 
 def matrix_scenarios(records: int = 200_000, rate: int = 5000) -> dict[str, Scenario]:
     out = {}
-    for job in ("stateless", "stateful"):
+    for job in ("stateless", "stateful", "windowed"):
         for kind, (settings, count, duration, params) in FAULT_SETTINGS.items():
             name = f"matrix-{job}-{kind}"
             base = {"rate": rate, **settings}
-            if job == "stateful" and str(base.get("master", "")).startswith("local-cluster"):
-                base["standbys"] = 1  # executor faults on a stateful job fail over to the standby
+            if job != "stateless" and str(base.get("master", "")).startswith("local-cluster"):
+                base["standbys"] = 1  # executor faults on a job with state fail over to the standby
             out[name] = Scenario(name=name, job=job, records=records, seed=1,
                                  description=f"{job} job, {count} x {kind}",
                                  faults=(FaultSpec(kind, count, duration, dict(params)),),

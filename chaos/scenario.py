@@ -3,7 +3,7 @@
 Scenarios are TOML files (the built-in ones are in `chaos/scenarios/`) or `Scenario` objects:
 
     name = "stateful-driver-kill"
-    job = "stateful"            # or "stateless"; "broken" = at-least-once, which chaos must catch
+    job = "stateful"            # or "stateless", "windowed"; "broken" = at-least-once, which chaos must catch
     records = 200000            # input records produced by the load generator
     keys = 1000
     rate = 8000                 # input records per second
@@ -61,7 +61,7 @@ class Scenario:
     seed: int = 1
     proxied: bool = False
     max_records_per_batch: int = 5000
-    standbys: int = 0  # num_standby_replicas of the job (stateful jobs on local-cluster masters)
+    standbys: int = 0  # num_standby_replicas of the job (stateful/windowed jobs on local-cluster masters)
     transaction_timeout_ms: int = 15_000
     drain_timeout: float = 300.0
     description: str = ""
@@ -70,10 +70,10 @@ class Scenario:
     def __post_init__(self) -> None:
         from chaos.faults import KINDS
 
-        if self.job not in ("stateless", "stateful", "broken"):
-            raise ValueError(f"{self.name}: job must be stateless, stateful or broken, got {self.job!r}")
-        if self.standbys and not (self.job == "stateful" and self.master.startswith("local-cluster")):
-            raise ValueError(f"{self.name}: standbys need a stateful job on a local-cluster[...] master")
+        if self.job not in ("stateless", "stateful", "windowed", "broken"):
+            raise ValueError(f"{self.name}: job must be stateless, stateful, windowed or broken, got {self.job!r}")
+        if self.standbys and not (self.job in ("stateful", "windowed") and self.master.startswith("local-cluster")):
+            raise ValueError(f"{self.name}: standbys need a stateful or windowed job on a local-cluster[...] master")
         for f in self.faults:
             if f.kind not in KINDS:
                 raise ValueError(f"{self.name}: unknown fault kind {f.kind!r}; kinds: {sorted(KINDS)}")

@@ -75,6 +75,9 @@ class EosConfig:
     #: group); a new driver waits up to `driver_lease_timeout` seconds for a dead one's lease to expire.
     driver_lease: bool = True
     driver_lease_timeout: float = 15.0
+    #: seconds between purges of the consumed records of repartition topics (Kafka Streams'
+    #: repartition.purge.interval.ms); 0 keeps them (the window audit of a step that reads one needs them)
+    repartition_purge_interval: float = 30.0
     #: Logging: "auto" (console on a TTY, JSON otherwise), "json" or "console"; and the level.
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: str = "INFO"
@@ -132,6 +135,9 @@ class EosConfig:
         if self.dead_letter_topic is not None and not _NAME.match(self.dead_letter_topic):
             raise ConfigError(f"dead_letter_topic {self.dead_letter_topic!r} is not a valid topic name")
         _positive("driver_lease_timeout", self.driver_lease_timeout)
+        if self.repartition_purge_interval < 0:
+            raise ConfigError(f"repartition_purge_interval must be >= 0 seconds (0: never purge), got "
+                              f"{self.repartition_purge_interval}")
         if not 0 < self.dead_letter_warn_ratio <= 1:
             raise ConfigError(f"dead_letter_warn_ratio must be in (0, 1], got {self.dead_letter_warn_ratio}")
         try:

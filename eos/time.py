@@ -27,7 +27,7 @@ from eos.errors import EosError
 from eos.records import Record
 
 __all__ = ["TimestampExtractor", "InvalidTimestampError", "RecordTime", "WallClockTime", "field", "header",
-           "timestamp_extractor", "RECORD_TIME", "TimestampSpec"]
+           "timestamp_extractor", "RECORD_TIME", "TimestampSpec", "parse_time"]
 
 Unit = Literal["ms", "s", "iso"]
 
@@ -72,6 +72,30 @@ def _convert(raw: Any, unit: Unit, what: str) -> int:
     except (TypeError, ValueError, UnicodeDecodeError):
         raise InvalidTimestampError(f"{what} is not a number: {raw!r}") from None
     return int(number * 1000) if unit == "s" else int(number)
+
+
+_RELATIVE = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_time(text: str, now_ms: int) -> int:
+    """Milliseconds since the epoch from "1767225600000", an ISO-8601 time, or a time relative to `now_ms`
+    ("now", "-90s", "-5m", "+2h", "-1d", "-250ms")."""
+    text = text.strip()
+    if text == "now":
+        return now_ms
+    if text.isdigit():
+        return int(text)
+    if text[:1] in "+-":
+        for suffix in ("ms", "s", "m", "h", "d"):
+            number = text[1:].removesuffix(suffix)
+            if text.endswith(suffix) and number.replace(".", "", 1).isdigit():
+                delta = int(float(number) * _RELATIVE[suffix])
+                return now_ms + (delta if text[0] == "+" else -delta)
+    try:
+        return _convert(text, "iso", "timestamp")
+    except InvalidTimestampError:
+        raise ValueError(f"{text!r} is not a timestamp: give milliseconds since the epoch, an ISO-8601 time "
+                         "(2026-05-01T10:00:00Z) or a time relative to now (now, -90s, -5m, -2h, -1d)") from None
 
 
 @dataclass(frozen=True)

@@ -61,10 +61,11 @@ def plain_producer(bootstrap_servers: str, **overrides: Any) -> Producer:
                      "linger.ms": 20, **overrides})
 
 
-def produce_pairs(bootstrap_servers: str, topic: str, records: Iterable[tuple[bytes | None, bytes | None]], *,
-                  timeout: float = 120.0) -> int:
-    """Produce (key, value) pairs to `topic` and wait until every one is acknowledged; returns the count.
-    Raises RuntimeError if any record was not delivered."""
+def produce_pairs(bootstrap_servers: str, topic: str,
+                  records: Iterable[tuple[bytes | None, bytes | None] | tuple[bytes | None, bytes | None, int | None]],
+                  *, timeout: float = 120.0) -> int:
+    """Produce (key, value) or (key, value, timestamp ms) records to `topic` and wait until every one is
+    acknowledged; returns the count. Raises RuntimeError if any record was not delivered."""
     producer = plain_producer(bootstrap_servers)
     failed: list[Any] = []
 
@@ -73,10 +74,11 @@ def produce_pairs(bootstrap_servers: str, topic: str, records: Iterable[tuple[by
             failed.append(err)
 
     n = 0
-    for key, value in records:
+    for key, value, *stamp in records:
+        timestamp = stamp[0] if stamp and stamp[0] is not None else 0  # 0: the producer's clock
         while True:
             try:
-                producer.produce(topic, value=value, key=key, on_delivery=delivered)
+                producer.produce(topic, value=value, key=key, on_delivery=delivered, timestamp=timestamp)
                 break
             except BufferError:
                 producer.poll(0.1)

@@ -190,6 +190,11 @@ def audit_windows(bootstrap_servers: str, sub: SubTopology, *, group: str, admin
     result = WindowAuditResult()
     topic = sub.inputs[0]
     tps = admin.topic_partitions(topic)
+    purged = {p: offset for (_, p), offset in admin.earliest_offsets(tps).items() if offset > 0}
+    if purged:
+        raise ValueError(f"the window audit of {sub.name!r} needs every record of {topic}, but partitions "
+                         f"{sorted(purged)} start at offsets {sorted(purged.values())} (purged or deleted by "
+                         "retention); for a repartition topic, run the job with repartition_purge_interval=0")
     committed = admin.group_offsets(group, tps, stable=True)
     extract = sub.timestamp or RECORD_TIME
     skipped = _dead_lettered(bootstrap_servers, dead_letters, sub.name, admin) if dead_letters else set()

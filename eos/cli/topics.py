@@ -7,8 +7,11 @@
 
 from __future__ import annotations
 
+import json
 import sys
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -102,20 +105,74 @@ def delete(names: list[str] = typer.Argument(..., help="Topic names"),
 @topics_app.command()
 def produce(topic: str = typer.Argument(..., help="Topic to write to"),
             separator: str = typer.Option("\t", help="Separates the key from the value on each line"),
+            timestamps: bool = typer.Option(False, "--timestamps", help=(
+                "Each line is timestamp<TAB>key<TAB>value: the record's timestamp in milliseconds since the "
+                "epoch, ISO-8601 (2026-05-01T10:00:00Z), or relative to now (now, -90s, -5m, -2h, -1d)")),
             bootstrap_servers: str = bootstrap_option()) -> None:
     """Write `key<TAB>value` lines from stdin (a line without the separator is a value without a key)."""
+    from eos.time import parse_time
     from transactions import produce_pairs
 
     bootstrap_servers = resolve_bootstrap(bootstrap_servers)
     _admin(bootstrap_servers)
+    now = int(time.time() * 1000)
 
-    def pairs() -> Iterator[tuple[bytes | None, bytes]]:
-        for line in sys.stdin:
+    def records() -> Iterator[tuple[bytes | None, bytes, int | None]]:
+        for number, line in enumerate(sys.stdin, 1):
             line = line.rstrip("\n")
             if not line:
                 continue
+            stamp = None
+            if timestamps:
+                text, sep, line = line.partition(separator)
+                if not sep:
+                    fail(2, f"line {number}: expected timestamp{separator}key{separator}value (--timestamps)")
+                try:
+                    stamp = parse_time(text, now)
+                except ValueError as exc:
+                    fail(2, f"line {number}: {exc}")
             key, sep, value = line.partition(separator)
-            yield (key.encode(), value.encode()) if sep else (None, line.encode())
+            yield (key.encode(), value.encode(), stamp) if sep else (None, line.encode(), stamp)
 
-    n = produce_pairs(bootstrap_servers, topic, pairs())
+    n = produce_pairs(bootstrap_servers, topic, records())
     console.print(f"{n:,} record(s) written to {topic}")
+
+
+@topics_app.command()
+def read(topic: str = typer.Argument(..., help="Topic to read"),
+         key_serde: str = typer.Option("string", help="How to show keys: bytes, string, json, int, long, double"),
+         value_serde: str = typer.Option("string", help="How to show values (count results: long)"),
+         timestamps: bool = typer.Option(False, "--timestamps", help="Start each line with the record's timestamp"),
+         separator: str = typer.Option("\t", help="Separates the fields of each line"),
+         bootstrap_servers: str = bootstrap_option()) -> None:
+    """Print the committed records of a topic, partition by partition, as `key<TAB>value` lines (a
+    tombstone's value shows as `null`); stops at the end the topic has when the read starts."""
+    from eos.audit.scan import scan_topic
+    from eos.serde import serde_for
+
+    bootstrap_servers = resolve_bootstrap(bootstrap_servers)
+    admin = _admin(bootstrap_servers)
+    if topic not in admin.topic_names():
+        fail(1, f"topic {topic!r} does not exist (eos topics list shows the topics)")
+    try:
+        keys, values = serde_for(key_serde), serde_for(value_serde)
+    except (ValueError, KeyError) as exc:
+        fail(2, str(exc))
+    for batch in scan_topic(bootstrap_servers, topic, admin=admin):
+        for msg in batch:
+            fields = [_show(keys, msg.key()), _show(values, msg.value())]
+            if timestamps:
+                fields.insert(0, str(msg.timestamp()[1]))
+            sys.stdout.write(separator.join(fields) + "\n")
+
+
+def _show(serde: Any, data: bytes | None) -> str:
+    if data is None:
+        return "null"
+    try:
+        obj = serde.deserialize(data)
+    except Exception:  # shown as it is rather than not at all
+        return data.decode("utf-8", "backslashreplace")
+    if isinstance(obj, (bytes, bytearray)):
+        return bytes(obj).decode("utf-8", "backslashreplace")
+    return obj if isinstance(obj, str) else json.dumps(obj)

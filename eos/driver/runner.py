@@ -29,7 +29,7 @@ from eos.driver.checks import (
 from eos.driver.lease import acquire_driver_lease, check_driver_lease
 from eos.driver.placement import Placer
 from eos.driver.planner import Planner
-from eos.driver.purge import RepartitionPurger
+from eos.driver.purge import PURGE_INTERVAL_S, RepartitionPurger
 from eos.driver.reports import BatchReport, RunSummary, to_json
 from eos.driver.spark import spark_conf, task_rdd
 from eos.errors import JobFailedError, stops_the_job
@@ -84,7 +84,8 @@ class Runner:
         planner = Planner(admin, cfg, self.app.subtopologies, counts)
         planner.refresh_topic_ids()
         planner.initialize_offsets()
-        self.purger = RepartitionPurger(admin, cfg, [t.name for t in self.app.internal_topics.values() if t.purge])
+        purged = [t.name for t in self.app.internal_topics.values() if t.purge and cfg.repartition_purge_interval]
+        self.purger = RepartitionPurger(admin, cfg, purged, cfg.repartition_purge_interval or PURGE_INTERVAL_S)
         self.placer = Placer(self.sc, admin, cfg, self.app.subtopologies, counts) if cfg.placement else None
         return planner, job
 

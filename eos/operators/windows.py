@@ -38,6 +38,16 @@ class _WindowedAggregate(Processor):
                  late: LatePolicy) -> None:
         self.store_name, self.initializer, self.aggregator = store, initializer, aggregator
         self.emit, self.late_policy = emit, late
+        self._expired_to = -1  # entries before this time were dropped
+
+    def _expire_due(self, horizon: int, retention: int) -> bool:
+        """Whether to drop the entries before `horizon` now: in steps of a twentieth of the retention (as
+        Kafka Streams drops whole segments), not on every move of stream time (a scan each time). Entries
+        kept a little longer are closed windows, which take no records."""
+        if horizon < self._expired_to + max(1, retention // 20):
+            return False
+        self._expired_to = horizon
+        return True
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
@@ -63,7 +73,6 @@ class TimeWindowAggregate(_WindowedAggregate):
         self.windows = windows
         self.retention = max(retention or 0, windows.retention_ms)
         self._open_ends: list[int] | None = None  # (emit="final") heap of the ends of windows not yet emitted
-        self._expired_to = -1
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
@@ -107,8 +116,7 @@ class TimeWindowAggregate(_WindowedAggregate):
                     self.store.delete(key, start)
                 while self._open_ends and self._open_ends[0] + grace <= stream_time:
                     heapq.heappop(self._open_ends)
-        elif stream_time - self.retention > self._expired_to:
-            self._expired_to = stream_time - self.retention
+        elif self._expire_due(stream_time - self.retention, self.retention):
             self.store.expire_before(self._expired_to)
 
 
@@ -125,7 +133,6 @@ class SlidingWindowAggregate(_WindowedAggregate):
         super().__init__(store, initializer, aggregator, emit, late)
         self.buffer_name, self.windows = buffer, windows
         self.retention = max(retention or 0, windows.retention_ms)
-        self._expired_to = -1
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
@@ -181,8 +188,7 @@ class SlidingWindowAggregate(_WindowedAggregate):
                 self.context.forward(Windowed(key, start, start + diff), aggregate, timestamp=timestamp)
                 self.store.delete(key, start)
         horizon = stream_time - grace - 2 * diff - 1  # no open window can hold a record before this
-        if horizon > self._expired_to:
-            self._expired_to = horizon
+        if self._expire_due(horizon, 2 * diff + grace):
             self.buffer.expire_before(horizon)
             if self.emit == "update":
                 self.store.expire_before(stream_time - self.retention)
@@ -199,7 +205,6 @@ class SessionWindowAggregate(_WindowedAggregate):
         super().__init__(store, initializer, aggregator, emit, late)
         self.windows, self.merger = windows, merger
         self.retention = max(retention or 0, windows.retention_ms)
-        self._expired_to = -1
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
@@ -238,6 +243,5 @@ class SessionWindowAggregate(_WindowedAggregate):
                 self.context.forward(Windowed(session.key, session.start, session.end), session.value,
                                      timestamp=session.timestamp)
                 self.store.remove(session.key, session.start, session.end)
-        elif stream_time - self.retention > self._expired_to:
-            self._expired_to = stream_time - self.retention
+        elif self._expire_due(stream_time - self.retention, self.retention):
             self.store.expire_before(self._expired_to)

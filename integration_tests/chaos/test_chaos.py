@@ -12,7 +12,7 @@ from chaos.harness import run_scenario
 from chaos.matrix import matrix_scenarios
 from chaos.scenario import load_scenario
 
-SMOKE = ["smoke-stateful-driver-kill", "smoke-stateless-zombie", "smoke-stateless-net-reset"]
+SMOKE = ["smoke-stateful-driver-kill", "smoke-stateless-zombie", "smoke-stateless-net-reset", "smoke-windowed-kills"]
 
 
 def faults_started(result) -> set[str]:
@@ -28,8 +28,13 @@ def test_smoke_scenario_is_exactly_once(name, tmp_path):
     assert result.faults_injected == expected_faults  # every fault really happened
     assert {f.kind for f in scenario.faults} <= faults_started(result)
     assert result.violations == 0 and result.drained
-    lineage = result.audits[0]["lineage"]
-    assert lineage["expected"] == result.load["produced"] - result.load["failed_deliveries"]
+    produced = result.load["produced"] - result.load["failed_deliveries"]
+    if scenario.job == "windowed":  # every input record either aggregated or dead-lettered (the poison)
+        window = result.audits[0]["window"]
+        assert window["input_records"] + window["dead_letters"] == produced and window["windows_expected"] > 100
+        assert window["dead_letters"] == result.load["poison"] > 0
+    else:
+        assert result.audits[0]["lineage"]["expected"] == produced
     assert all(r["recovery_s"] is not None for r in result.recovery)  # the job committed again after each
     assert (tmp_path / name / "report.json").is_file() and (tmp_path / name / "timeline.png").is_file()
 

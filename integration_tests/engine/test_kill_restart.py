@@ -20,8 +20,8 @@ from integration_tests.helpers import assert_exactly_once, assert_totals_exact, 
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = ROOT / "integration_tests" / "jobs" / "pipeline.py"
-N = 200_000
-KILLS = 10
+N, KILLS = 100_000, 5  # --soak: SOAK_N, SOAK_KILLS
+SOAK_N, SOAK_KILLS = 200_000, 10
 
 
 def start_job(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -65,11 +65,12 @@ def wait_for(predicate, timeout: float, proc: subprocess.Popen[bytes]) -> bool:
     return False
 
 
-def test_job_survives_repeated_sigkill_and_restart(kafka, topic_factory, unique_name, tmp_path):
+def test_job_survives_repeated_sigkill_and_restart(kafka, topic_factory, unique_name, tmp_path, request):
+    n, kill_count = (SOAK_N, SOAK_KILLS) if request.config.getoption("--soak") else (N, KILLS)
     src, dst, totals = (topic_factory("in", partitions=4), topic_factory("out", partitions=4),
                         topic_factory("totals", partitions=4))
     produce(kafka.bootstrap_servers, src,
-            ((f"k{i % 1000}".encode(), json.dumps({"id": i, "n": i}).encode()) for i in range(N)))
+            ((f"k{i % 1000}".encode(), json.dumps({"id": i, "n": i}).encode()) for i in range(n)))
     app_id, marks = unique_name("app"), tmp_path / "marks"
     marks.mkdir()
     env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": kafka.bootstrap_servers, "EOS_TEST_APP_ID": app_id,
@@ -78,7 +79,7 @@ def test_job_survives_repeated_sigkill_and_restart(kafka, topic_factory, unique_
     rng = random.Random(20261121)
     log = tmp_path / "job.log"
     kills = in_txn_kills = 0
-    while kills < KILLS:
+    while kills < kill_count:
         proc = start_job(env, log)
         if kills % 2 == 0:  # kill while a task holds an open transaction with produced records and offsets
             hit = wait_for(lambda: any(marks.iterdir()), 120, proc)
@@ -90,12 +91,12 @@ def test_job_survives_repeated_sigkill_and_restart(kafka, topic_factory, unique_
         kills += 1
         for marker in marks.iterdir():
             marker.unlink()
-    assert in_txn_kills >= KILLS // 2
+    assert in_txn_kills >= kill_count // 2
     env.pop("EOS_TEST_MARK_DIR")
     env["EOS_TEST_BATCH"] = "25000"  # the catch-up run: small batches only matter while killing
     final = start_job(env, log)
     assert final.wait(600) == 0, f"the final run failed; see {log}"
-    assert_exactly_once(kafka.bootstrap_servers, inputs=[src], outputs=[dst], group=app_id, expected_inputs=N)
-    assert_exactly_once(kafka.bootstrap_servers, inputs=[dst], outputs=[totals], group=app_id, expected_inputs=N)
+    assert_exactly_once(kafka.bootstrap_servers, inputs=[src], outputs=[dst], group=app_id, expected_inputs=n)
+    assert_exactly_once(kafka.bootstrap_servers, inputs=[dst], outputs=[totals], group=app_id, expected_inputs=n)
     result = assert_totals_exact(kafka.bootstrap_servers, inputs=[dst], totals=[totals], group=app_id)
-    assert result["count"].keys_expected == 1000 and result["count"].output_records == N
+    assert result["count"].keys_expected == 1000 and result["count"].output_records == n

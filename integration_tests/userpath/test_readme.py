@@ -74,3 +74,31 @@ def test_the_writing_a_job_example_runs_verbatim(kafka, tmp_path):
     assert ran.returncode == 0, ran.stderr
     assert [json.loads(v) for v in read_values(bootstrap, "customer-totals")] == [
         {"orders": 1, "revenue": 7.0}, {"orders": 2, "revenue": 8.0}]
+
+
+def test_the_time_and_windows_example_runs_verbatim(kafka, tmp_path):
+    job, commands = readme_blocks("Time and windows")
+    (tmp_path / "pageviews.py").write_text(job)
+    bins = os.path.dirname(sys.executable)
+    env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": kafka.bootstrap_servers, "HOME": str(tmp_path),
+           "PATH": f"{bins}{os.pathsep}{os.environ.get('PATH', '')}"}
+    clean_slate(kafka.bootstrap_servers, "pageviews",
+                ["views", "views-per-page", "logins", "sessions", "pings", "silent-devices"])
+    lines = [line.split("  #")[0].strip() for line in commands.splitlines() if line.strip()]
+    assert lines[0].startswith("eos cluster up"), lines[0]
+    printed = {}
+    for line in lines[1:]:
+        done = subprocess.run(["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, f"`{line}` exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+        if line.startswith("eos topics read"):
+            printed[line.split()[3]] = [row.split("\t") for row in done.stdout.splitlines()]
+        if line.startswith("eos audit window"):
+            assert done.stdout.count("PASS") == 2 and "FAIL" not in done.stdout, done.stdout
+
+    per_page = sorted((json.loads(key)["key"], int(value)) for key, value in printed["views-per-page"])
+    assert per_page == [("cart", 1), ("home", 2)]  # the minute -1 windows are still open
+    sessions = [(json.loads(key)["end"] - json.loads(key)["start"], value) for key, value in printed["sessions"]]
+    assert sorted(sessions, key=str) == sorted([(0, "1"), (120_000, "2"), (0, "null"), (0, "1")], key=str)
+    (device, value), = printed["silent-devices"]
+    assert device == "sensor-1" and "silent_since" in json.loads(value)

@@ -160,3 +160,18 @@ def test_an_output_with_its_own_timestamp_keeps_it():
 
     out, _ = run(Stamp(), [msg(0, 0, {"v": 1}, ts=10)])
     assert out.outputs[0].timestamp == 11
+
+
+def test_parse_time_takes_milliseconds_iso_and_times_relative_to_now():
+    import pytest
+
+    from eos.time import parse_time
+
+    now = 1_800_000_000_000
+    assert parse_time("now", now) == now
+    assert parse_time("-90s", now) == now - 90_000 and parse_time("+2h", now) == now + 7_200_000
+    assert parse_time("-1.5m", now) == now - 90_000 and parse_time("-250ms", now) == now - 250
+    assert parse_time("1767225600000", now) == 1767225600000
+    assert parse_time("2026-01-01T00:00:00Z", now) == 1767225600000
+    with pytest.raises(ValueError, match="relative to now"):
+        parse_time("yesterday", now)
