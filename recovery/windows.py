@@ -66,9 +66,10 @@ class WindowStore(StoreView):
             value, ts = self._value_and_timestamp(raw)
             yield ks.deserialize(k), start, value, ts
 
-    def expire_before(self, start: int) -> int:
-        """Delete the windows that start before `start` (tombstones in the changelog). Returns how many."""
-        doomed = [(s, k) for s, k, _ in self._scan(None, start - 1)]
+    def expire_before(self, start: int, since: int | None = None) -> int:
+        """Delete the windows that start before `start` (and, given `since`, not before it: those are gone
+        already), as tombstones in the changelog. Returns how many."""
+        doomed = [(s, k) for s, k, _ in self._scan(since, start - 1)]
         for s, k in doomed:
             self._buf().put(_time(s) + k, None)
         return len(doomed)
@@ -124,10 +125,11 @@ class SessionStore(StoreView):
         """All the key's sessions, by end time."""
         return self.find_sessions(key, 0, 2**62)
 
-    def ending_before(self, end: int) -> Iterator[Session]:
-        """Every session that ends before `end`, in end-time order (from the index)."""
+    def ending_before(self, end: int, since: int | None = None) -> Iterator[Session]:
+        """Every session that ends before `end` (and not before `since`), in end-time order (from the index)."""
         ks = self.spec.key_serde
-        for raw_key, _ in list(self._buf().iterate(_INDEX, _INDEX + _time(max(0, end)))):
+        low = _INDEX if since is None else _INDEX + _time(max(0, since))
+        for raw_key, _ in list(self._buf().iterate(low, _INDEX + _time(max(0, end)))):
             session_end = _Q.unpack_from(raw_key, 1)[0]
             length = _I.unpack_from(raw_key, 9)[0]
             k = raw_key[13:13 + length]
@@ -140,9 +142,9 @@ class SessionStore(StoreView):
     def fetch_all(self) -> Iterator[Session]:
         return self.ending_before(2**62)
 
-    def expire_before(self, end: int) -> int:
-        """Delete the sessions that ended before `end`. Returns how many."""
-        doomed = list(self.ending_before(end))
+    def expire_before(self, end: int, since: int | None = None) -> int:
+        """Delete the sessions that ended before `end` (and not before `since`). Returns how many."""
+        doomed = list(self.ending_before(end, since))
         for s in doomed:
             k = self._key(s.key)
             self._buf().put(self._data_key(k, s.start, s.end), None)
@@ -186,8 +188,9 @@ class RecordBuffer(StoreView):
             out.append((ts, seq, self._value(raw)))
         return out
 
-    def expire_before(self, timestamp: int) -> int:
-        doomed = list(self._buf().iterate(_INDEX, _INDEX + _time(max(0, timestamp))))
+    def expire_before(self, timestamp: int, since: int | None = None) -> int:
+        low = _INDEX if since is None else _INDEX + _time(max(0, since))
+        doomed = list(self._buf().iterate(low, _INDEX + _time(max(0, timestamp))))
         for raw_key, _ in doomed:
             ts = raw_key[1:9]
             length = _I.unpack_from(raw_key, 9)[0]

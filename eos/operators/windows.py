@@ -34,11 +34,16 @@ class LateRecordError(ValueError):
 
 
 class _WindowedAggregate(Processor):
+    retention: int  # ms of stream time an entry is kept (set by each kind)
     def __init__(self, store: str, initializer: Initializer, aggregator: Aggregator, emit: Emit,
                  late: LatePolicy) -> None:
         self.store_name, self.initializer, self.aggregator = store, initializer, aggregator
         self.emit, self.late_policy = emit, late
         self._expired_to = -1  # entries before this time were dropped
+        self._expire_since: int | None = None  # the horizon before that (entries before it are gone)
+        # emit="final": results of windows before this time were emitted; no window before it can be
+        # created again (it would be closed), so the next scan starts here
+        self._emitted_to: int | None = None
 
     def _expire_due(self, horizon: int, retention: int) -> bool:
         """Whether to drop the entries before `horizon` now: in steps of a twentieth of the retention (as
@@ -46,13 +51,22 @@ class _WindowedAggregate(Processor):
         kept a little longer are closed windows, which take no records."""
         if horizon < self._expired_to + max(1, retention // 20):
             return False
-        self._expired_to = horizon
+        self._expire_since, self._expired_to = (self._expired_to if self._expired_to >= 0 else None), horizon
         return True
+
+    def _emission_range(self, horizon: int) -> tuple[int | None, int]:
+        """(from, to) of the next scan for closed windows: from where the last one ended, up to `horizon`."""
+        since, self._emitted_to = self._emitted_to, horizon + 1
+        return since, horizon
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
         self.store = context.store(self.store_name)
-        context.schedule(1, self.on_stream_time, type="stream")  # whenever stream time moves on
+        # emit="final": whenever stream time moves on (a window closes at its exact end plus grace); "update":
+        # only to drop expired entries, in steps of a twentieth of the retention (a punctuation per record
+        # would cost more than the aggregation)
+        interval = 1 if self.emit == "final" else max(1, self.retention // 20)
+        context.schedule(interval, self.on_stream_time, type="stream")
 
     def late(self, record: Record, detail: str) -> None:
         if self.late_policy == "dead_letter":
@@ -111,13 +125,14 @@ class TimeWindowAggregate(_WindowedAggregate):
                 self._open_ends = [start + size for _, start, _, _ in self.store.fetch_all()]
                 heapq.heapify(self._open_ends)
             if self._open_ends and self._open_ends[0] + grace <= stream_time:
-                for key, start, aggregate, timestamp in list(self.store.fetch_all(None, stream_time - grace - size)):
+                closed = list(self.store.fetch_all(*self._emission_range(stream_time - grace - size)))
+                for key, start, aggregate, timestamp in closed:
                     self.context.forward(Windowed(key, start, start + size), aggregate, timestamp=timestamp)
                     self.store.delete(key, start)
                 while self._open_ends and self._open_ends[0] + grace <= stream_time:
                     heapq.heappop(self._open_ends)
         elif self._expire_due(stream_time - self.retention, self.retention):
-            self.store.expire_before(self._expired_to)
+            self.store.expire_before(self._expired_to, self._expire_since)
 
 
 class SlidingWindowAggregate(_WindowedAggregate):
@@ -184,12 +199,13 @@ class SlidingWindowAggregate(_WindowedAggregate):
     def on_stream_time(self, stream_time: int) -> None:
         diff, grace = self.windows.diff_ms, self.windows.grace_ms
         if self.emit == "final":
-            for key, start, aggregate, timestamp in list(self.store.fetch_all(None, stream_time - grace - diff)):
+            closed = list(self.store.fetch_all(*self._emission_range(stream_time - grace - diff)))
+            for key, start, aggregate, timestamp in closed:
                 self.context.forward(Windowed(key, start, start + diff), aggregate, timestamp=timestamp)
                 self.store.delete(key, start)
         horizon = stream_time - grace - 2 * diff - 1  # no open window can hold a record before this
         if self._expire_due(horizon, 2 * diff + grace):
-            self.buffer.expire_before(horizon)
+            self.buffer.expire_before(horizon, self._expire_since)
             if self.emit == "update":
                 self.store.expire_before(stream_time - self.retention)
 
@@ -239,9 +255,10 @@ class SessionWindowAggregate(_WindowedAggregate):
     def on_stream_time(self, stream_time: int) -> None:
         gap, grace = self.windows.gap_ms, self.windows.grace_ms
         if self.emit == "final":
-            for session in list(self.store.ending_before(stream_time - gap - grace)):
+            since, horizon = self._emission_range(stream_time - gap - grace - 1)
+            for session in list(self.store.ending_before(horizon + 1, since)):
                 self.context.forward(Windowed(session.key, session.start, session.end), session.value,
                                      timestamp=session.timestamp)
                 self.store.remove(session.key, session.start, session.end)
         elif self._expire_due(stream_time - self.retention, self.retention):
-            self.store.expire_before(self._expired_to)
+            self.store.expire_before(self._expired_to, self._expire_since)
