@@ -101,7 +101,7 @@ class Application(AggregationMethods):
         """Run on `spark` (a SparkContext or SparkSession; default: a new context on `master`) until stopped,
         caught up, or a limit is reached."""
         from eos.driver.runner import Runner
-        from eos.driver.spark import DEFAULT_MASTER, build_spark_context, spark_context_of
+        from eos.driver.spark import build_spark_context, resolve_master, spark_context_of
 
         loading = _LOADING.get()
         if loading is not None:
@@ -111,9 +111,14 @@ class Application(AggregationMethods):
                 "    if __name__ == \"__main__\":\n        app.run(until_caught_up=True)")
         _enable_faulthandler()
         sc = spark_context_of(spark) if spark is not None else None
-        self.preflight(master=str(sc.master) if sc is not None else master or DEFAULT_MASTER)
+        if sc is None and master is None:  # a context the program (or spark-submit's shell) already runs
+            from pyspark import SparkContext
+
+            sc = SparkContext._active_spark_context
+        resolved = str(sc.master) if sc is not None else resolve_master(master)
+        self.preflight(master=resolved)
         if sc is None:
-            sc = build_spark_context(master or DEFAULT_MASTER, app_name=self.config.application_id)
+            sc = build_spark_context(resolved, app_name=self.config.application_id)
         runner = Runner(self, sc)
         return runner.run(until_caught_up=until_caught_up, max_batches=max_batches, max_seconds=max_seconds,
                           handle_signals=handle_signals, keep_task_results=keep_task_results, on_batch=on_batch)

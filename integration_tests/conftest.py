@@ -75,11 +75,11 @@ class SparkContexts:
         self.master: str | None = None
         self.session = None
 
-    def get(self, master: str):
+    def get(self, master: str, conf: dict[str, str] | None = None):
         if self.session is not None and self.master != master:
             self.stop()
         if self.session is None:
-            self.session = build_spark_context(master, app_name="eos-tests")
+            self.session = build_spark_context(master, app_name="eos-tests", conf=conf)
             self.master = master
         return self.session
 

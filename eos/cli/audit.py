@@ -57,9 +57,9 @@ def _executor(spark: bool, master: str | None) -> Any:
     if not spark:
         return None
     from eos.audit.executors import SparkExecutor
-    from eos.driver.spark import DEFAULT_MASTER, build_spark_context
+    from eos.driver.spark import build_spark_context
 
-    return SparkExecutor(build_spark_context(master or DEFAULT_MASTER, "eos-audit"))
+    return SparkExecutor(build_spark_context(master, "eos-audit"))
 
 
 @audit_app.command()

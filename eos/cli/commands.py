@@ -50,7 +50,7 @@ def run(target: str = typer.Argument(..., help="module:app or path/to/job.py[:ap
         summary_json: Path = typer.Option(None, help="Write the run summary as JSON to this file")) -> None:
     """Run an exactly-once job on Spark. SIGINT/SIGTERM stop it after the current batch commits."""
     from eos.cli.loader import load_application
-    from eos.driver.spark import DEFAULT_MASTER, build_spark_context
+    from eos.driver.spark import build_spark_context, resolve_master
     from eos.errors import ConfigError, EosError
     from eos.logs import configure_logging
 
@@ -59,7 +59,7 @@ def run(target: str = typer.Argument(..., help="module:app or path/to/job.py[:ap
         application.configure(bootstrap_servers=bootstrap_servers, trigger_interval=trigger_interval,
                               max_records_per_batch=max_records_per_batch, log_format=log_format)
         configure_logging(application.config.log_format, application.config.log_level)
-        master = master or DEFAULT_MASTER
+        master = resolve_master(master)
         application.preflight(master)
     except (ValueError, ConfigError) as exc:
         fail(2, f"{exc}")
@@ -101,3 +101,15 @@ def demo(records: int = typer.Option(100_000, help="Input records to generate"),
     from eos.examples.demo import main as run_demo
 
     raise typer.Exit(run_demo(records=records, partitions=partitions, master=master))
+
+
+@app.command()
+def package(output: Path = typer.Option(Path("dist/eos-framework.zip"), help="Where to write the archive")) -> None:
+    """Zip the framework's packages (eos, transactions, recovery) for `spark-submit --py-files`. Jobs run with
+    `app.run()` or `eos run` on a cluster master ship the same archive themselves; third-party packages
+    come from the executors' Python or a packed virtualenv (--archives), as the README shows."""
+    from eos.driver.shipping import framework_zip
+
+    path = framework_zip(output)
+    console.print(f"{path} ({path.stat().st_size // 1024:,} KiB)\n"
+                  f"  spark-submit --py-files {path} --conf spark.eos.shipFramework=false job.py")

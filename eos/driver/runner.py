@@ -31,7 +31,8 @@ from eos.driver.placement import Placer
 from eos.driver.planner import Planner
 from eos.driver.purge import PURGE_INTERVAL_S, RepartitionPurger
 from eos.driver.reports import BatchReport, RunSummary, to_json
-from eos.driver.spark import spark_conf, task_rdd
+from eos.driver.shipping import ship_framework
+from eos.driver.spark import is_local_master, spark_conf, task_rdd
 from eos.errors import JobFailedError, stops_the_job
 from eos.ledger import ledger_topic
 from eos.logs import configure_logging
@@ -71,6 +72,7 @@ class Runner:
         cfg = self.config
         cfg.require_bootstrap()
         check_spark_conf(spark_conf(self.sc))
+        ship_framework(self.sc, local=is_local_master(str(self.sc.master)))
         admin = KafkaAdmin(cfg.bootstrap_servers)
         create_repartition_topics(admin, cfg, self.app.internal_topics)
         counts = check_topics(admin, self.app.subtopologies)

@@ -16,18 +16,16 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = ["build_spark_context", "build_spark_session", "spark_context_of", "DEFAULT_MASTER", "live_executors",
-           "executor_locations", "located_rdd", "task_rdd", "spark_conf", "is_local"]
+           "executor_locations", "located_rdd", "task_rdd", "spark_conf", "is_local", "resolve_master",
+           "is_local_master"]
 
 # local[N,F]: N worker threads and F attempts per task (plain local[N] never retries a failed task).
 DEFAULT_MASTER = "local[2,4]"
 
 _BASE_CONF = {
     "spark.speculation": "false",  # EOS needs one live attempt per task at a time
-    "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.python.worker.reuse": "true",  # lets a worker keep its tasks' producers (docs/design.md, section 4)
-    "spark.driver.host": "127.0.0.1",
-    "spark.driver.bindAddress": "127.0.0.1",
     "spark.log.level": "WARN",
     # Wait longer for a task's preferred executor (where its state is) before running it elsewhere: a move
     # costs a restore. Spark ignores preferences for executors it has lost, so failover is not delayed.
@@ -37,28 +35,92 @@ _BASE_CONF = {
 }
 
 
-def _prepare_environment() -> None:
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+# Local masters: everything on this machine, so everything listens on loopback only, the UI too (off).
+_LOCAL_CONF = {
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.ui.enabled": "false",
+}
+
+
+def is_local_master(master: str) -> bool:
+    """local, local[...] and local-cluster[...]: the driver and every executor run on this machine."""
+    return master == "local" or master.startswith(("local[", "local-cluster["))
+
+
+def _submitted() -> bool:
+    """Whether this process was launched by spark-submit (or another JVM that already holds the gateway)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def _defaults_file_master() -> str | None:
+    """spark.master from spark-defaults.conf ($SPARK_CONF_DIR, else $SPARK_HOME/conf), read without a JVM."""
+    conf_dir = os.environ.get("SPARK_CONF_DIR") or (
+        os.path.join(os.environ["SPARK_HOME"], "conf") if os.environ.get("SPARK_HOME") else None)
+    if not conf_dir or not os.path.isfile(path := os.path.join(conf_dir, "spark-defaults.conf")):
+        return None
+    with open(path) as f:
+        for line in f:
+            parts = line.strip().split(None, 1)
+            if len(parts) == 2 and parts[0] == "spark.master":
+                return parts[1].strip()
+    return None
+
+
+def resolve_master(master: str | None = None) -> str:
+    """The master to run on: the one given (`--master`, `app.run(master=)`); else the one spark-submit
+    passed (`--master`, `--conf spark.master`) or spark-defaults.conf sets; else a local master."""
+    if master:
+        return master
+    if _submitted():
+        from pyspark import SparkConf, SparkContext
+
+        SparkContext._ensure_initialized()  # connects to spark-submit's JVM, whose system properties hold it
+        submitted = SparkConf().get("spark.master")
+        if submitted:
+            return str(submitted)
+    return _defaults_file_master() or DEFAULT_MASTER
+
+
+def _prepare_environment(master: str) -> None:
+    if _submitted():
+        return  # spark-submit set up the driver's environment (and its JVM is already running)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if is_local_master(master):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # executors run on this machine
 
 
-def build_spark_context(master: str = DEFAULT_MASTER, app_name: str = "eos",
+def build_spark_context(master: str | None = None, app_name: str = "eos",
                         conf: dict[str, str] | None = None) -> SparkContext:
-    """Create (or return the running) SparkContext with EOS-safe settings. `local-cluster[N,cores,MB]`
-    masters start N executor JVMs on this machine."""
-    _prepare_environment()
+    """Create (or return the running) SparkContext with EOS-safe settings, on `resolve_master(master)`.
+    Settings spark-submit or spark-defaults.conf already made are kept (the EOS checks refuse unsafe ones);
+    `conf` overrides both. `local-cluster[N,cores,MB]` masters start N executor JVMs on this machine."""
     from pyspark import SparkConf, SparkContext
 
-    spark_conf = SparkConf().setMaster(master).setAppName(app_name)
-    for key, value in {**_BASE_CONF, **(conf or {})}.items():
+    active = SparkContext._active_spark_context
+    if active is not None and master is None:
+        return active
+    master = resolve_master(master)
+    _prepare_environment(master)
+    spark_conf = SparkConf().setMaster(master)
+    if not spark_conf.contains("spark.app.name"):
+        spark_conf.setAppName(app_name)
+    base = {**_BASE_CONF, **(_LOCAL_CONF if is_local_master(master) else {})}
+    for key, value in base.items():
+        spark_conf.setIfMissing(key, value)
+    for key, value in (conf or {}).items():
         spark_conf.set(key, value)
+    executors_python = spark_conf.get("spark.pyspark.python")
+    if executors_python and not _submitted():
+        # PySpark takes the executors' Python from $PYSPARK_PYTHON; only spark-submit turns the setting into it
+        os.environ["PYSPARK_PYTHON"] = executors_python
     sc = SparkContext.getOrCreate(spark_conf)
     sc.setLogLevel("WARN")
     return sc
 
 
-def build_spark_session(master: str = DEFAULT_MASTER, app_name: str = "eos",
+def build_spark_session(master: str | None = None, app_name: str = "eos",
                         conf: dict[str, str] | None = None) -> SparkSession:
     """A SparkSession over `build_spark_context` (for users who also run SQL next to their jobs)."""
     from pyspark.sql import SparkSession

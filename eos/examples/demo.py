@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from eos.audit import AggregateSpec, audit
-from eos.driver.spark import DEFAULT_MASTER, build_spark_context
+from eos.driver.spark import build_spark_context
 from eos.examples import orders
 from localkafka.provision import provide_kafka
 from transactions import KafkaAdmin, TopicSpec, produce_pairs
@@ -31,7 +31,7 @@ def main(records: int = 100_000, partitions: int = 4, master: str | None = None)
         app = orders.build(f"demo-orders-{run}", input_topic=src, output_topic=enriched, totals_topic=totals,
                            bootstrap_servers=kafka.bootstrap_servers, max_records_per_batch=20_000,
                            state_dir=f"~/.eos/demo-state/{run}", log_format="console", log_level="WARNING")
-        sc = build_spark_context(master or DEFAULT_MASTER, app_name="eos-demo")
+        sc = build_spark_context(master, app_name="eos-demo")
         try:
             t0 = time.monotonic()
             summary = app.run(sc, until_caught_up=True)

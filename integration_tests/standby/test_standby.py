@@ -41,7 +41,8 @@ def wait(predicate, timeout, what):
         time.sleep(0.5)
 
 
-def run_failover(kafka, sc, topic_factory, unique_name, tmp_path, standbys):
+def run_failover(kafka, sc, topic_factory, unique_name, tmp_path, standbys, kill=None):
+    """`kill(executor_id)` loses the executor (default: SIGKILL its JVM)."""
     src, out = topic_factory("in", partitions=4), topic_factory("totals", partitions=4)
     app_id = unique_name("app")
     app = Application(app_id, kafka.bootstrap_servers, state_dir=str(tmp_path / "state" / "{executor}"),
@@ -65,7 +66,10 @@ def run_failover(kafka, sc, topic_factory, unique_name, tmp_path, standbys):
     victim = [r for r in steady if r.task == victim_task and r.status == "committed"][-1].executor
     changelog_before = sum(r.changelog_records for r in steady if r.task == victim_task)
     seen_before_kill = len(results)
-    os.kill(executor_pid(victim), signal.SIGKILL)
+    if kill is None:
+        os.kill(executor_pid(victim), signal.SIGKILL)
+    else:
+        kill(victim)
     wait(lambda: victim not in live_executors(sc), 60, "Spark to notice the lost executor")
     produce(kafka.bootstrap_servers, src, records(40_000, 8_000))
     wait(lambda: admin.group_lag(app_id, [src]) == 0 and any(

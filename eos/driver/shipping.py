@@ -1,0 +1,77 @@
+"""Getting the framework's code onto executors that do not have it installed.
+
+On a cluster, executors run the tasks in their own Python; they need `eos`, `transactions` and `recovery`
+(pure Python) next to the third-party packages (confluent-kafka, rocksdict, ...), which must be installed
+on the executors or shipped as a packed virtualenv (`--archives`, see the README). The driver zips the
+three packages once per process and adds the zip to the SparkContext (`sc.addPyFile`), so every executor
+puts it on its `sys.path` before running a task. Job modules loaded by `eos run` are pickled by value, and
+functions of a spark-submit main file are too, so the job's own code needs no shipping.
+
+Local masters share the driver's Python and skip it; `spark.eos.shipFramework=true|false` overrides.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+__all__ = ["framework_zip", "ship_framework", "PACKAGES"]
+
+log = structlog.get_logger(__name__)
+
+PACKAGES = ("eos", "transactions", "recovery")
+_SHIPPED: set[int] = set()  # ids of the SparkContexts shipped to
+
+
+def _package_dirs() -> list[Path]:
+    import eos
+    import recovery
+    import transactions
+
+    return [Path(module.__file__).parent for module in (eos, transactions, recovery)]  # type: ignore[arg-type]
+
+
+def framework_zip(target: str | Path | None = None) -> Path:
+    """A zip of the framework's packages (sources only) at `target` (default: a file in the temp directory
+    named by the content's hash, reused while the code is unchanged). Returns its path."""
+    files: list[tuple[Path, str]] = []
+    for directory in _package_dirs():
+        for path in sorted(directory.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".typed", ".json"):
+                files.append((path, str(Path(directory.name) / path.relative_to(directory))))
+    digest = hashlib.sha256()
+    for path, name in files:
+        digest.update(name.encode())
+        digest.update(path.read_bytes())
+    out = Path(target) if target else Path(tempfile.gettempdir()) / f"eos-framework-{digest.hexdigest()[:12]}.zip"
+    if target or not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        partial = out.with_suffix(f".{os.getpid()}.partial")
+        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
+            for path, name in files:
+                archive.write(path, name)
+        partial.replace(out)
+    return out
+
+
+def ship_framework(sc: Any, *, local: bool) -> Path | None:
+    """Add the framework's zip to `sc` unless its executors share the driver's Python (local masters) or
+    `spark.eos.shipFramework` says otherwise. Once per SparkContext."""
+    setting = (sc.getConf().get("spark.eos.shipFramework") or "").lower()
+    if setting not in ("", "true", "false"):
+        from eos.errors import ConfigError
+
+        raise ConfigError(f"spark.eos.shipFramework must be true or false, got {setting!r}")
+    if (setting == "false" or (local and setting != "true")) or id(sc) in _SHIPPED:
+        return None
+    path = framework_zip()
+    sc.addPyFile(str(path))
+    _SHIPPED.add(id(sc))
+    log.info("framework shipped to the executors", archive=str(path))
+    return path

@@ -1,0 +1,92 @@
+"""A real Spark standalone cluster (a master and two workers from `spark-class`, on loopback), whose
+executors run a Python that has the framework's dependencies but not the framework: everything the tasks
+run was shipped by the driver. A job launched with spark-submit, then a stateful job with one standby whose
+worker is SIGKILLed mid-run (worker JVM, executor JVM and Python workers, as a lost machine): the task
+fails over to the standby's executor, and both runs audit exactly-once."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from chaos.processes import executor_pid
+from eos.driver.spark import live_executors
+from integration_tests.cluster.standalone import StandaloneCluster, executor_python
+from integration_tests.cluster.test_spark_submit import JOB, spark_submit
+from integration_tests.helpers import assert_exactly_once, produce
+from integration_tests.standby import test_standby
+from integration_tests.standby.test_standby import BATCH, run_failover
+
+pytestmark = pytest.mark.spark_cluster
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory):
+    cluster = StandaloneCluster(tmp_path_factory.mktemp("standalone"), workers=2).start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def python():
+    return executor_python()
+
+
+def cluster_conf(python: str) -> dict[str, str]:
+    """What a user sets for a standalone cluster: the executors' Python, one core per executor, and (the
+    tests' rule, not the framework's) the driver on loopback."""
+    return {"spark.pyspark.python": python, "spark.executor.cores": "1", "spark.executor.memory": "1g",
+            "spark.cores.max": "2", "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
+            "spark.ui.enabled": "false"}
+
+
+def test_spark_submit_on_the_standalone_cluster(kafka, standalone, python, topic_factory, unique_name, tmp_path):
+    src, out = topic_factory("in", partitions=2), topic_factory("out", partitions=2)
+    produce(kafka.bootstrap_servers, src, ((f"k{i}".encode(), json.dumps({"id": i, "n": i}).encode())
+                                          for i in range(2000)))
+    (tmp_path / "job.py").write_text(JOB)
+    app_id = unique_name("app")
+    env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": kafka.bootstrap_servers, "APP": app_id, "IN": src, "OUT": out,
+           "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    env.pop("PYSPARK_PYTHON", None)
+    # spark.pyspark.python names the driver's Python too unless spark.pyspark.driver.python is given
+    args = [spark_submit(), "--master", standalone.master_url,
+            "--conf", f"spark.pyspark.driver.python={sys.executable}"]
+    for key, value in cluster_conf(python).items():
+        args += ["--conf", f"{key}={value}"]
+    done = subprocess.run([*args, "job.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert f"RAN-ON {standalone.master_url} 2000" in done.stdout, done.stdout[-2000:]
+    assert_exactly_once(kafka.bootstrap_servers, inputs=[src], outputs=[out], group=app_id, expected_inputs=2000)
+
+
+def test_a_killed_worker_fails_over_to_the_standby(kafka, standalone, python, spark_contexts, topic_factory,
+                                                   unique_name, tmp_path):
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(test_standby)  # the job's functions live in a test module
+    sc = spark_contexts.get(standalone.master_url, cluster_conf(python))
+    deadline = time.monotonic() + 120
+    while len(live_executors(sc)) < 2:
+        assert time.monotonic() < deadline, "the standalone cluster did not give the job two executors"
+        time.sleep(0.5)
+    killed = []
+
+    def kill(victim):
+        killed.append(victim)
+        standalone.kill_worker_of(executor_pid(victim))
+
+    try:
+        _, reports, move, changelog_before = run_failover(kafka, sc, topic_factory, unique_name, tmp_path,
+                                                          standbys=1, kill=kill)
+    finally:
+        spark_contexts.stop()
+    assert killed and standalone.status()["aliveworkers"] == 1
+    max_lag = max(rep.max_standby_lag for rep in reports)
+    assert move.restored_records <= max(max_lag, BATCH), (move, max_lag)
+    assert move.restored_records < changelog_before / 4, (move, changelog_before)

@@ -1,0 +1,20 @@
+"""Which master a job runs on when none is given: spark-submit's, then spark-defaults.conf, then local."""
+
+from __future__ import annotations
+
+from eos.driver.spark import DEFAULT_MASTER, is_local_master, resolve_master
+
+
+def test_an_explicit_master_wins_then_spark_defaults_then_the_local_default(tmp_path, monkeypatch):
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    assert resolve_master() == DEFAULT_MASTER
+    (tmp_path / "spark-defaults.conf").write_text("# cluster\nspark.executor.memory  2g\nspark.master   spark://m:7077\n")
+    assert resolve_master() == "spark://m:7077"
+    assert resolve_master("local[4]") == "local[4]"
+
+
+def test_local_masters_are_the_ones_on_this_machine():
+    assert all(map(is_local_master, ["local", "local[2]", "local[2,4]", "local-cluster[2,1,1024]"]))
+    assert not any(map(is_local_master, ["spark://h:7077", "yarn", "k8s://https://h:6443", "localhost"]))
