@@ -78,6 +78,9 @@ class EosConfig:
     #: seconds between purges of the consumed records of repartition topics (Kafka Streams'
     #: repartition.purge.interval.ms); 0 keeps them (the window audit of a step that reads one needs them)
     repartition_purge_interval: float = 30.0
+    #: Serve Prometheus metrics on this port of the driver (None: off), bound to `metrics_host`.
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
     #: Logging: "auto" (console on a TTY, JSON otherwise), "json" or "console"; and the level.
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: str = "INFO"
@@ -135,6 +138,8 @@ class EosConfig:
         if self.dead_letter_topic is not None and not _NAME.match(self.dead_letter_topic):
             raise ConfigError(f"dead_letter_topic {self.dead_letter_topic!r} is not a valid topic name")
         _positive("driver_lease_timeout", self.driver_lease_timeout)
+        if self.metrics_port is not None and not 0 < self.metrics_port < 65536:
+            raise ConfigError(f"metrics_port must be a TCP port (1-65535) or None, got {self.metrics_port}")
         if self.repartition_purge_interval < 0:
             raise ConfigError(f"repartition_purge_interval must be >= 0 seconds (0: never purge), got "
                               f"{self.repartition_purge_interval}")

@@ -44,6 +44,7 @@ def run(target: str = typer.Argument(..., help="module:app or path/to/job.py[:ap
         max_batches: int = typer.Option(None, help="Stop after this many batches"),
         max_seconds: float = typer.Option(None, help="Stop after this many seconds"),
         log_format: str = typer.Option(None, help="auto | json | console"),
+        metrics_port: int = typer.Option(None, help="Serve Prometheus metrics at http://127.0.0.1:PORT/metrics"),
         spark_conf: list[str] = typer.Option([], "--spark-conf", help="Extra Spark setting key=value (repeatable)"),
         fail_on_dead_letters: bool = typer.Option(
             False, "--fail-on-dead-letters", help="Exit with status 3 if any record went to the dead-letter topic"),
@@ -57,7 +58,8 @@ def run(target: str = typer.Argument(..., help="module:app or path/to/job.py[:ap
     try:
         application = load_application(target)
         application.configure(bootstrap_servers=bootstrap_servers, trigger_interval=trigger_interval,
-                              max_records_per_batch=max_records_per_batch, log_format=log_format)
+                              max_records_per_batch=max_records_per_batch, log_format=log_format,
+                              metrics_port=metrics_port)
         configure_logging(application.config.log_format, application.config.log_level)
         master = resolve_master(master)
         application.preflight(master)

@@ -46,6 +46,8 @@ class Planner:
         self._first_plan = True
         self._ids_read = -TOPIC_ID_REFRESH_S
         self._warned: dict[TP, OffsetReset] = {}
+        #: records each input partition was behind when the last batch was planned
+        self.lag: dict[TP, int] = {}
 
     def task_count(self, sub: SubTopology) -> int:
         return self.partition_counts[sub.inputs[0]]
@@ -86,6 +88,7 @@ class Planner:
                 for topic in sub.inputs:
                     tp = (topic, partition)
                     start, reset = self._start(tp, commits.get(tp), earliest[tp], ends[tp])
+                    self.lag[tp] = max(0, ends[tp] - start)
                     if reset is not None:
                         resets[tp] = reset
                     ranges.append(OffsetRange(topic, partition, start, max(start, min(ends[tp], start + cap))))

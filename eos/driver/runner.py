@@ -27,13 +27,14 @@ from eos.driver.checks import (
     create_repartition_topics,
 )
 from eos.driver.lease import acquire_driver_lease, check_driver_lease
+from eos.driver.metrics import DriverMetrics
 from eos.driver.placement import Placer
 from eos.driver.planner import Planner
 from eos.driver.purge import PURGE_INTERVAL_S, RepartitionPurger
 from eos.driver.reports import BatchReport, RunSummary, to_json
 from eos.driver.shipping import ship_framework
 from eos.driver.spark import is_local_master, spark_conf, task_rdd
-from eos.errors import JobFailedError, stops_the_job
+from eos.errors import ConfigError, JobFailedError, stops_the_job
 from eos.ledger import ledger_topic
 from eos.logs import configure_logging
 from eos.worker.entry import SparkTaskFunction
@@ -61,6 +62,7 @@ class Runner:
         self.placer: Placer | None = None
         self.lease: GroupLease | None = None
         self.purger: RepartitionPurger | None = None
+        self.metrics: DriverMetrics | None = None
         configure_logging(self.config.log_format, self.config.log_level)
 
     def request_stop(self) -> None:
@@ -89,6 +91,15 @@ class Runner:
         purged = [t.name for t in self.app.internal_topics.values() if t.purge and cfg.repartition_purge_interval]
         self.purger = RepartitionPurger(admin, cfg, purged, cfg.repartition_purge_interval or PURGE_INTERVAL_S)
         self.placer = Placer(self.sc, admin, cfg, self.app.subtopologies, counts) if cfg.placement else None
+        if cfg.metrics_port is not None and self.metrics is None:
+            metrics = DriverMetrics(cfg.application_id)
+            try:
+                metrics.serve(cfg.metrics_port, cfg.metrics_host)
+            except OSError as exc:
+                raise ConfigError(f"cannot serve metrics on {cfg.metrics_host}:{cfg.metrics_port} ({exc}): choose "
+                                  "another metrics_port (--metrics-port), or none") from None
+            self.metrics = metrics
+            log.info("metrics served", url=f"http://{cfg.metrics_host}:{cfg.metrics_port}/metrics")
         return planner, job
 
     def run(self, *, until_caught_up: bool = False, max_batches: int | None = None, max_seconds: float | None = None,
@@ -122,6 +133,8 @@ class Runner:
                         check_driver_lease(self.lease, cfg)
                     try:
                         plans = planner.plan(batch)
+                        if self.metrics is not None:
+                            self.metrics.observe_lag(planner.lag)
                         standbys: list[StandbyPlan] = []
                         if self.placer is not None:
                             plans, standbys = self.placer.place(plans, batch)
@@ -150,6 +163,8 @@ class Runner:
                         self.purger.maybe_purge()
                     report = self._report(batch, wall, time.monotonic() - t0, results, standbys, everything)
                     summary.add(report, results, keep_task_results)
+                    if self.metrics is not None:
+                        self.metrics.observe_batch(report, results)
                     summary.dead_letter_warnings += self._warn_dead_letters(results)
                     log.info("batch done", **to_json(report))
                     if on_batch is not None:
@@ -170,6 +185,9 @@ class Runner:
         return summary
 
     def _release(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
+            self.metrics = None
         if self.lease is not None:
             self.lease.release()
             self.lease = None
