@@ -12,7 +12,10 @@ from chaos.harness import run_scenario
 from chaos.matrix import matrix_scenarios
 from chaos.scenario import load_scenario
 
-SMOKE = ["smoke-stateful-driver-kill", "smoke-stateless-zombie", "smoke-stateless-net-reset", "smoke-windowed-kills"]
+# The stateful driver-kill smoke runs with --soak: the windowed smoke kills a stateful job's driver inside
+# a transaction too, and test_kill_restart kills a stateful job's driver four times.
+SMOKE = ["smoke-stateless-zombie", "smoke-stateless-net-reset", "smoke-windowed-kills",
+         pytest.param("smoke-stateful-driver-kill", marks=pytest.mark.soak)]
 
 
 def faults_started(result) -> set[str]:

@@ -11,18 +11,38 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from chaos.processes import executor_pid
 from eos.driver.spark import live_executors
 from integration_tests.cluster.standalone import StandaloneCluster, executor_python
-from integration_tests.cluster.test_spark_submit import JOB, spark_submit
 from integration_tests.helpers import assert_exactly_once, produce
 from integration_tests.standby import test_standby
 from integration_tests.standby.test_standby import BATCH, run_failover
 
 pytestmark = pytest.mark.spark_cluster
+
+JOB = """
+import os
+from eos import Application
+
+app = Application(os.environ["APP"], trigger_interval=0.0, log_format="json", log_level="WARNING")
+
+@app.process(input=os.environ["IN"], output=os.environ["OUT"], value_serde="json")
+def double(record):
+    return record.key, {"id": record.value["id"], "n2": record.value["n"] * 2}
+
+if __name__ == "__main__":
+    summary = app.run(until_caught_up=True)
+    from pyspark import SparkContext
+    print("RAN-ON", SparkContext._active_spark_context.master, summary.records_in, flush=True)
+"""
+
+
+def spark_submit() -> str:
+    return str(Path(sys.executable).parent / "spark-submit")
 
 
 @pytest.fixture(scope="module")
