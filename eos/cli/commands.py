@@ -6,7 +6,9 @@ Exit codes of `eos run`: 0 done; 1 the job failed (the error says why); 2 bad us
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,6 +17,7 @@ from rich.console import Console
 
 from eos.cli import app
 from eos.cli.errors import fail
+from eos.cli.live import LiveView
 from eos.cli.options import bootstrap_option
 
 if TYPE_CHECKING:
@@ -45,6 +48,8 @@ def run(target: str = typer.Argument(..., help="module:app or path/to/job.py[:ap
         max_seconds: float = typer.Option(None, help="Stop after this many seconds"),
         log_format: str = typer.Option(None, help="auto | json | console"),
         metrics_port: int = typer.Option(None, help="Serve Prometheus metrics at http://127.0.0.1:PORT/metrics"),
+        live: bool = typer.Option(None, "--live/--no-live",
+                                  help="A table of progress and lag, redrawn every batch (default: on a terminal)"),
         spark_conf: list[str] = typer.Option([], "--spark-conf", help="Extra Spark setting key=value (repeatable)"),
         fail_on_dead_letters: bool = typer.Option(
             False, "--fail-on-dead-letters", help="Exit with status 3 if any record went to the dead-letter topic"),
@@ -67,9 +72,12 @@ def run(target: str = typer.Argument(..., help="module:app or path/to/job.py[:ap
         fail(2, f"{exc}")
     conf = dict(item.split("=", 1) for item in spark_conf if "=" in item)
     sc = build_spark_context(master, application.config.application_id, conf)
+    view = LiveView(application.config.application_id) if (live if live is not None else sys.stderr.isatty()) else None
     try:
-        summary = application.run(sc, until_caught_up=until_caught_up, max_batches=max_batches,
-                                  max_seconds=max_seconds, handle_signals=True)
+        with view if view is not None else contextlib.nullcontext():
+            summary = application.run(sc, until_caught_up=until_caught_up, max_batches=max_batches,
+                                      max_seconds=max_seconds, handle_signals=True,
+                                      on_batch=view.on_batch if view is not None else None)
     except ConfigError as exc:
         fail(2, f"configuration error: {exc}")
     except EosError as exc:

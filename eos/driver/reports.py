@@ -30,6 +30,7 @@ class BatchReport:
     restored_records: int = 0
     standbys_refreshed: int = 0
     max_standby_lag: int = 0  # records the most lagging copy was behind before its refresh
+    input_lag: int = 0  # records the inputs were behind (stable end minus committed) when the batch was planned
     #: where each task and its copies are after this batch (placement on, executors only)
     placement: dict[TaskId, TaskPlacement] = field(default_factory=dict)
 

@@ -162,6 +162,7 @@ class Runner:
                     if self.purger is not None:
                         self.purger.maybe_purge()
                     report = self._report(batch, wall, time.monotonic() - t0, results, standbys, everything)
+                    report.input_lag = sum(planner.lag.values())
                     summary.add(report, results, keep_task_results)
                     if self.metrics is not None:
                         self.metrics.observe_batch(report, results)
