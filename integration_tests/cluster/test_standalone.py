@@ -1,8 +1,8 @@
 """A real Spark standalone cluster (a master and two workers from `spark-class`, on loopback), whose
 executors run a Python that has the framework's dependencies but not the framework: everything the tasks
-run was shipped by the driver. A job launched with spark-submit, then a stateful job with one standby whose
-worker is SIGKILLed mid-run (worker JVM, executor JVM and Python workers, as a lost machine): the task
-fails over to the standby's executor, and both runs audit exactly-once."""
+run was shipped by the driver. A stateful job with a standby launched with spark-submit, then the same kind
+of job run from the test process, whose worker is SIGKILLed mid-run (worker JVM, executor JVM and Python
+workers, as a lost machine): the task fails over to the standby's executor; both runs audit exactly-once."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 from chaos.processes import executor_pid
 from eos.driver.spark import live_executors
 from integration_tests.cluster.standalone import StandaloneCluster, executor_python
-from integration_tests.helpers import assert_exactly_once, produce
+from integration_tests.helpers import assert_exactly_once, assert_totals_exact, produce
 from integration_tests.standby import test_standby
 from integration_tests.standby.test_standby import BATCH, run_failover
 
@@ -28,11 +28,15 @@ JOB = """
 import os
 from eos import Application
 
-app = Application(os.environ["APP"], trigger_interval=0.0, log_format="json", log_level="WARNING")
+app = Application(os.environ["APP"], trigger_interval=0.0, max_records_per_batch=500, log_format="json",
+                  log_level="WARNING", state_dir=os.environ["STATE"], num_standby_replicas=1)
 
 @app.process(input=os.environ["IN"], output=os.environ["OUT"], value_serde="json")
 def double(record):
-    return record.key, {"id": record.value["id"], "n2": record.value["n"] * 2}
+    return record.key, {"id": record.value["id"], "n": record.value["n"] * 2}
+
+app.aggregate(os.environ["OUT"], os.environ["TOTALS"], name="totals", initializer=lambda: {"count": 0, "sum": 0},
+              aggregator=lambda key, value, t: {"count": t["count"] + 1, "sum": t["sum"] + value["n"]})
 
 if __name__ == "__main__":
     summary = app.run(until_caught_up=True)
@@ -66,12 +70,13 @@ def cluster_conf(python: str) -> dict[str, str]:
 
 
 def test_spark_submit_on_the_standalone_cluster(kafka, standalone, python, topic_factory, unique_name, tmp_path):
-    src, out = topic_factory("in", partitions=2), topic_factory("out", partitions=2)
-    produce(kafka.bootstrap_servers, src, ((f"k{i}".encode(), json.dumps({"id": i, "n": i}).encode())
-                                          for i in range(2000)))
+    src, out, totals = (topic_factory(name, partitions=2) for name in ("in", "out", "totals"))
+    produce(kafka.bootstrap_servers, src, ((f"k{i % 100}".encode(), json.dumps({"id": i, "n": i}).encode())
+                                          for i in range(4000)))
     (tmp_path / "job.py").write_text(JOB)
     app_id = unique_name("app")
     env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": kafka.bootstrap_servers, "APP": app_id, "IN": src, "OUT": out,
+           "TOTALS": totals, "STATE": str(tmp_path / "state" / "{executor}"),
            "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     env.pop("PYSPARK_PYTHON", None)
     # spark.pyspark.python names the driver's Python too unless spark.pyspark.driver.python is given
@@ -81,8 +86,10 @@ def test_spark_submit_on_the_standalone_cluster(kafka, standalone, python, topic
         args += ["--conf", f"{key}={value}"]
     done = subprocess.run([*args, "job.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
-    assert f"RAN-ON {standalone.master_url} 2000" in done.stdout, done.stdout[-2000:]
-    assert_exactly_once(kafka.bootstrap_servers, inputs=[src], outputs=[out], group=app_id, expected_inputs=2000)
+    assert f"RAN-ON {standalone.master_url} 8000" in done.stdout, done.stdout[-2000:]  # 4,000 through 2 steps
+    assert_exactly_once(kafka.bootstrap_servers, inputs=[src], outputs=[out], group=app_id, expected_inputs=4000)
+    assert_totals_exact(kafka.bootstrap_servers, inputs=[out], totals=[totals], group=app_id)
+    assert len(list((tmp_path / "state").iterdir())) >= 2  # each executor has its own state directory
 
 
 def test_a_killed_worker_fails_over_to_the_standby(kafka, standalone, python, spark_contexts, topic_factory,
