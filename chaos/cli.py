@@ -67,7 +67,7 @@ def matrix(repeats: int = typer.Option(5, help="Runs per scenario (seeds 1..repe
            out: Path = typer.Option(Path("reports/chaos/matrix"), help="Report directory"),
            fresh: bool = typer.Option(False, help="Run again even the runs whose reports are already in --out"),
            ) -> None:
-    """Every fault kind x {stateless, stateful}, repeated; prints the table and writes matrix.json."""
+    """Every fault kind x {stateless, stateful, windowed}, repeated; prints the table and writes matrix.json."""
     from chaos.matrix import matrix_scenarios, run_matrix
 
     scenarios = [s for name, s in matrix_scenarios(records, rate).items() if not only or only in name]

@@ -1,4 +1,4 @@
-"""The failover matrix: every fault kind x {stateless, stateful} job, each a built-in scenario named
+"""The failover matrix: every fault kind x {stateless, stateful, windowed} job, each a built-in scenario named
 `matrix-<job>-<fault>`, and a runner that repeats each with consecutive seeds and tabulates the results."""
 
 from __future__ import annotations
