@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -91,6 +93,23 @@ def _prepare_environment(master: str) -> None:
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # executors run on this machine
 
 
+@contextmanager
+def _environment(name: str, value: str | None) -> Iterator[None]:
+    """`$name` = `value` inside the block (nothing changes when `value` is None), as it was after."""
+    if value is None:
+        yield
+        return
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+
+
 def build_spark_context(master: str | None = None, app_name: str = "eos",
                         conf: dict[str, str] | None = None) -> SparkContext:
     """Create (or return the running) SparkContext with EOS-safe settings, on `resolve_master(master)`.
@@ -112,10 +131,10 @@ def build_spark_context(master: str | None = None, app_name: str = "eos",
     for key, value in (conf or {}).items():
         spark_conf.set(key, value)
     executors_python = spark_conf.get("spark.pyspark.python")
-    if executors_python and not _submitted():
-        # PySpark takes the executors' Python from $PYSPARK_PYTHON; only spark-submit turns the setting into it
-        os.environ["PYSPARK_PYTHON"] = executors_python
-    sc = SparkContext.getOrCreate(spark_conf)
+    with _environment("PYSPARK_PYTHON", executors_python if executors_python and not _submitted() else None):
+        # PySpark takes the executors' Python from $PYSPARK_PYTHON when the context is created; only
+        # spark-submit turns the setting into it. Set for this context only: a later one must not inherit it.
+        sc = SparkContext.getOrCreate(spark_conf)
     sc.setLogLevel("WARN")
     return sc
 
