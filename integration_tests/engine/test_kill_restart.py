@@ -20,7 +20,7 @@ from integration_tests.helpers import assert_exactly_once, assert_totals_exact, 
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = ROOT / "integration_tests" / "jobs" / "pipeline.py"
-N, KILLS = 80_000, 4  # --soak: SOAK_N, SOAK_KILLS
+N, KILLS = 60_000, 3  # --soak: SOAK_N, SOAK_KILLS
 SOAK_N, SOAK_KILLS = 200_000, 10
 
 

@@ -111,6 +111,7 @@ def test_steady_placement_then_failover_to_the_standby(kafka, spark_cluster3, to
 
 
 @pytest.mark.spark_cluster
+@pytest.mark.soak  # the default suite proves failover with a standby; benchmarks.standby measures both
 def test_without_standbys_a_moved_task_replays_its_whole_changelog(kafka, spark_cluster3, topic_factory, unique_name,
                                                                    tmp_path):
     _, _, move, changelog_before = run_failover(kafka, spark_cluster3, topic_factory, unique_name, tmp_path,

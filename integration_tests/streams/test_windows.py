@@ -108,9 +108,9 @@ if os.environ.get("MARKS"):
 
 def test_windowed_jobs_killed_repeatedly_still_match_the_reference(kafka, topic_factory, unique_name, tmp_path,
                                                                    request):
-    """Three kills (six and 40,000 events with --soak), half of them inside a transaction."""
+    """Two kills (six and 40,000 events with --soak), half of them inside a transaction."""
     soak = request.config.getoption("--soak")
-    events_n, kills = (40_000, 6) if soak else (12_000, 3)
+    events_n, kills = (40_000, 6) if soak else (10_000, 2)
     data = events(events_n, seed=3)
     topics = {name: topic_factory(name, partitions=2) for name in ("in1", "out1", "in2", "out2")}
     produce(kafka.bootstrap_servers, topics["in1"], data)
