@@ -37,21 +37,32 @@ def clean_slate(bootstrap: str, app_id: str, topics: list[str]) -> None:
     admin.delete_groups([app_id, f"{app_id}.driver"])
 
 
-def test_the_writing_a_job_example_runs_verbatim(kafka, tmp_path):
-    job, commands = readme_blocks("Writing a job")
-    (tmp_path / "job.py").write_text(job)
+def example_env(kafka, tmp_path) -> dict[str, str]:
+    """The environment the README's commands run in: the suite's cluster, this venv's `eos` on the PATH."""
     bins = os.path.dirname(sys.executable)
-    env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": kafka.bootstrap_servers, "HOME": str(tmp_path),
-           "PATH": f"{bins}{os.pathsep}{os.environ.get('PATH', '')}"}
-    clean_slate(kafka.bootstrap_servers, "orders-enricher",
-                ["orders", "orders-enriched", "clicks", "clicks-clean", "customer-totals", "events", "events-unique"])
+    return {**os.environ, "EOS_BOOTSTRAP_SERVERS": kafka.bootstrap_servers, "HOME": str(tmp_path),
+            "PATH": f"{bins}{os.pathsep}{os.environ.get('PATH', '')}"}
 
+
+def run_readme_example(section: str, job_file: str, kafka, tmp_path, app_id: str, topics: list[str]):
+    """Write the section's job to `job_file`, then run its commands one by one (all but `eos cluster up`:
+    the suite's cluster is used), asserting each succeeds; yields (command, completed process)."""
+    job, commands = readme_blocks(section)
+    (tmp_path / job_file).write_text(job)
+    env = example_env(kafka, tmp_path)
+    clean_slate(kafka.bootstrap_servers, app_id, topics)
     lines = [line.split("  #")[0].strip() for line in commands.splitlines() if line.strip()]
     assert lines[0].startswith("eos cluster up"), lines[0]  # the suite provides the cluster instead
     for line in lines[1:]:
         done = subprocess.run(["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True,
                               timeout=300)
         assert done.returncode == 0, f"`{line}` exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+        yield line, done
+
+
+def test_the_writing_a_job_example_runs_verbatim(kafka, tmp_path):
+    for line, done in run_readme_example("Writing a job", "job.py", kafka, tmp_path, "orders-enricher", [
+            "orders", "orders-enriched", "clicks", "clicks-clean", "customer-totals", "events", "events-unique"]):
         if line.startswith("eos run"):
             assert "1 of 7 input records went to the dead-letter topic orders-enricher-dlq" in done.stderr
             assert "KeyError: 'price'" in done.stderr
@@ -66,6 +77,7 @@ def test_the_writing_a_job_example_runs_verbatim(kafka, tmp_path):
     assert read_values(bootstrap, "clicks-clean") == [b"home"]
     assert read_values(bootstrap, "events-unique") == [b"signup"]
 
+    env = example_env(kafka, tmp_path)
     # `python job.py` runs the same job (the `__main__` guard): one more order, processed exactly once.
     subprocess.run(["bash", "-c", "printf 'alice\\t{\"qty\": 1, \"price\": 1}\\n' | eos topics produce orders"],
                    cwd=tmp_path, env=env, check=True, capture_output=True, timeout=120)
@@ -77,20 +89,9 @@ def test_the_writing_a_job_example_runs_verbatim(kafka, tmp_path):
 
 
 def test_the_time_and_windows_example_runs_verbatim(kafka, tmp_path):
-    job, commands = readme_blocks("Time and windows")
-    (tmp_path / "pageviews.py").write_text(job)
-    bins = os.path.dirname(sys.executable)
-    env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": kafka.bootstrap_servers, "HOME": str(tmp_path),
-           "PATH": f"{bins}{os.pathsep}{os.environ.get('PATH', '')}"}
-    clean_slate(kafka.bootstrap_servers, "pageviews",
-                ["views", "views-per-page", "logins", "sessions", "pings", "silent-devices"])
-    lines = [line.split("  #")[0].strip() for line in commands.splitlines() if line.strip()]
-    assert lines[0].startswith("eos cluster up"), lines[0]
     printed = {}
-    for line in lines[1:]:
-        done = subprocess.run(["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True,
-                              timeout=300)
-        assert done.returncode == 0, f"`{line}` exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    for line, done in run_readme_example("Time and windows", "pageviews.py", kafka, tmp_path, "pageviews",
+                                         ["views", "views-per-page", "logins", "sessions", "pings", "silent-devices"]):
         if line.startswith("eos topics read"):
             printed[line.split()[3]] = [row.split("\t") for row in done.stdout.splitlines()]
         if line.startswith("eos audit window"):
