@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from eos.config import EosConfig
-from eos.dsl.aggregations import AggregationMethods
+from eos.dsl.joins import JoinMethods
 from eos.dsl.base import InternalTopic, SerdeSpec
 from eos.errors import ConfigError
 from eos.hooks import FaultHooks
@@ -59,9 +59,10 @@ def loading_job(source: str) -> Iterator[None]:
         _LOADING.reset(token)
 
 
-class Application(AggregationMethods):
+class Application(JoinMethods):
     """An exactly-once application: sub-topologies built with `process`, `process_batch`, `add_processor`,
-    `repartition`, `aggregate`/`count`/`sum`/`reduce` (see `eos.dsl`), run on Spark by `run()`."""
+    `repartition`, `aggregate`/`count`/`sum`/`reduce`, `table`/`global_table`/`join` (see `eos.dsl`), run on
+    Spark by `run()`."""
 
     def __init__(self, application_id: str, bootstrap_servers: str | None = None, *,
                  timestamp: TimestampSpec = None, **settings: Any) -> None:

@@ -72,12 +72,16 @@ class LedgerEntry:
     inputs: tuple[LedgerInput, ...]
     #: origin (topic, partition) -> offsets of the origins of the batch's records that produced nothing
     filtered: dict[tuple[str, int], BitMap64] = field(default_factory=dict)
+    #: of those, the ones a windowed operator dropped as late (the join and window audits leave them out)
+    late: dict[tuple[str, int], BitMap64] = field(default_factory=dict)
 
     def encode(self) -> bytes:
         return json.dumps({"v": LEDGER_VERSION, "task": self.task, "batch": self.batch,
                            "inputs": [i.to_json() for i in self.inputs],
                            "filtered": [{"topic": t, "partition": p, "offsets": _text(bm)}
-                                        for (t, p), bm in self.filtered.items() if bm]},
+                                        for (t, p), bm in self.filtered.items() if bm],
+                           **({"late": [{"topic": t, "partition": p, "offsets": _text(bm)}
+                                        for (t, p), bm in self.late.items() if bm]} if self.late else {})},
                           separators=(",", ":")).encode()
 
     @classmethod
@@ -88,7 +92,8 @@ class LedgerEntry:
             if data.get("v") != LEDGER_VERSION:
                 return None
             filtered = {(f["topic"], int(f["partition"])): _bitmap(f["offsets"]) for f in data.get("filtered", [])}
+            late = {(f["topic"], int(f["partition"])): _bitmap(f["offsets"]) for f in data.get("late", [])}
             return cls(str(data["task"]), int(data["batch"]), tuple(LedgerInput.from_json(i) for i in data["inputs"]),
-                       filtered)
+                       filtered, late)
         except (ValueError, KeyError, TypeError, AttributeError):
             return None

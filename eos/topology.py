@@ -8,8 +8,8 @@ its inputs. Each task has the stable transactional id `<application_id>-<subtopo
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from eos.processor import Processor
@@ -69,6 +69,14 @@ class SubTopology:
     may_punctuate: bool = False
     #: A windowed aggregation's definition (eos.windows.Windowing), for the auditor and queries.
     windowing: Any = None
+    #: Inputs read with other serdes or timestamps than the sub-topology's (a join's two sides):
+    #: topic -> (key serde, value serde, timestamp extractor or None for the record's own timestamp).
+    per_topic: Mapping[str, tuple[Serde, Serde, Callable[[Any], int] | None]] = field(default_factory=dict)
+    #: Global tables the processor reads (eos.tables.GlobalTable): a full copy on every task, read up to
+    #: offsets the planner pins for the batch.
+    global_tables: tuple[Any, ...] = ()
+    #: A join's definition (eos.tables.JoinSpec), for the auditor.
+    join: Any = None
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):

@@ -198,3 +198,27 @@ class RecordBuffer(StoreView):
             self._buf().put(_DATA + _I.pack(length) + k + ts + seq, None)
             self._buf().put(raw_key, None)
         return len(doomed)
+
+    def remove(self, key: Any, timestamp: int, seq: int) -> None:
+        """Delete one record (nothing happens if it is not there)."""
+        k = self._key(key)
+        self._buf().put(_DATA + _I.pack(len(k)) + k + _time(timestamp) + _time(seq), None)
+        self._buf().put(_INDEX + _time(timestamp) + _I.pack(len(k)) + k + _time(seq), None)
+
+    def take_before(self, timestamp: int, since: int | None = None) -> list[tuple[Any, int, int, Any]]:
+        """Remove and return (key, timestamp, seq, value) of every record before `timestamp` (and not before
+        `since`), in time order."""
+        ks = self.spec.key_serde
+        low = _INDEX if since is None else _INDEX + _time(max(0, since))
+        taken = []
+        for raw_key, _ in list(self._buf().iterate(low, _INDEX + _time(max(0, timestamp)))):
+            ts = _Q.unpack_from(raw_key, 1)[0]
+            length = _I.unpack_from(raw_key, 9)[0]
+            k, seq = raw_key[13:13 + length], _Q.unpack_from(raw_key, 13 + length)[0]
+            data_key = _DATA + _I.pack(length) + k + _time(ts) + _time(seq)
+            raw = self._buf().get(data_key)
+            self._buf().put(data_key, None)
+            self._buf().put(raw_key, None)
+            if raw is not None:
+                taken.append((ks.deserialize(k), ts, seq, self._value(raw)))
+        return taken

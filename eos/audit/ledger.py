@@ -28,6 +28,8 @@ class PartitionLedger:
     filtered: BitMap64 = field(default_factory=BitMap64)
     #: offsets covered by two committed batches of one topic incarnation (invariant I1 broken)
     overlaps: BitMap64 = field(default_factory=BitMap64)
+    #: of the filtered offsets, those a windowed operator dropped as late
+    late: BitMap64 = field(default_factory=BitMap64)
     #: offsets skipped because retention deleted them before they were processed
     retention_skipped: int = 0
     #: earlier topic ids seen
@@ -75,4 +77,7 @@ def read_ledger(bootstrap_servers: str, topic: str, inputs: Iterable[str], *, ad
             for tp, offsets in entry.filtered.items():
                 if tp[0] in origins and now_ids.get(tp, True):  # (an earlier topic's filtered records are gone)
                     out.setdefault(tp, PartitionLedger()).filtered |= offsets
+            for tp, offsets in entry.late.items():
+                if tp[0] in origins and now_ids.get(tp, True):
+                    out.setdefault(tp, PartitionLedger()).late |= offsets
     return out

@@ -65,7 +65,8 @@ def check_topics(admin: KafkaAdmin, subtopologies: Mapping[str, SubTopology]) ->
                     "overwrite each other's offsets. Read the topic in one sub-topology (forward to several outputs "
                     "from it), or chain them: the second reads the first's output.")
             readers[topic] = sub.name
-    topics = sorted({t for sub in subtopologies.values() for t in (*sub.inputs, *sub.output_topics)})
+    topics = sorted({t for sub in subtopologies.values()
+                     for t in (*sub.inputs, *sub.output_topics, *(g.topic for g in sub.global_tables))})
     counts = admin.partition_counts(topics)
     missing = [t for t in topics if counts[t] is None]
     if missing:

@@ -81,6 +81,7 @@ class Planner:
         ends = self.admin.end_offsets(tps, committed=True, timeout=10)
         earliest = self.admin.earliest_offsets(tps, timeout=10)
         cap = self.config.max_records_per_batch
+        pins = self._global_pins()
         plans = []
         for sub in self.subtopologies.values():
             for partition in range(self.task_count(sub)):
@@ -97,9 +98,23 @@ class Planner:
                 if busy or self._punctuation_due(sub, task):
                     plans.append(TaskPlan(task, batch, tuple(ranges) if busy else tuple(r.at_start() for r in ranges),
                                           topic_ids={t: self.topic_ids.get(t) for t in sub.inputs},
-                                          resets=resets, idle=not busy))
+                                          resets=resets, idle=not busy,
+                                          global_pins={g.topic: pins[g.topic] for g in sub.global_tables}))
         self._first_plan = False
         return plans
+
+    def _global_pins(self) -> dict[str, dict[int, tuple[int, int]]]:
+        """Where every global table is read to in this batch: its partitions' last stable offsets now."""
+        topics = sorted({g.topic for sub in self.subtopologies.values() for g in sub.global_tables})
+        if not topics:
+            return {}
+        tps = [(t, p) for t in topics for p in range(self.partition_counts[t])]
+        ends = self.admin.end_offsets(tps, committed=True, timeout=10)
+        earliest = self.admin.earliest_offsets(tps, timeout=10)
+        pins: dict[str, dict[int, tuple[int, int]]] = {t: {} for t in topics}
+        for t, p in tps:
+            pins[t][p] = (earliest[(t, p)], ends[(t, p)])
+        return pins
 
     def _punctuation_due(self, sub: SubTopology, task: TaskId) -> bool:
         """A task without input runs a batch of its own when its wall-clock punctuation is due (Kafka

@@ -179,6 +179,9 @@ class BatchAttempt:
         self.runtime = runtime
         try:
             self.result.restore_ms, self.result.restored_records = runtime.ensure_restored(self.clients)
+            if self.sub.global_tables:
+                self.result.restored_records += runtime.refresh_globals(self.clients, self.plan.global_pins,
+                                                                        self.config.batch_timeout)
         except BaseException:
             runtime.release()
             raise
@@ -243,17 +246,19 @@ class BatchAttempt:
     def _ledger_entry(self) -> LedgerEntry:
         """What this batch consumed, per input partition, and which of its records produced nothing."""
         filtered: dict[tuple[str, int], BitMap64] = {}
+        late: dict[tuple[str, int], BitMap64] = {}
         transitive = self.job.transitive_topics
-        for msg in self.outcome.filtered:
-            topic, partition, offset = lineage_origin(msg, transitive)
-            filtered.setdefault((topic, partition), BitMap64()).add(offset)
+        for msgs, into in ((self.outcome.filtered, filtered), (self.outcome.late, late)):
+            for msg in msgs:
+                topic, partition, offset = lineage_origin(msg, transitive)
+                into.setdefault((topic, partition), BitMap64()).add(offset)
         inputs = []
         for r in self.ranges:
             reset = self.result.resets.get((r.topic, r.partition))
             inputs.append(LedgerInput(r.topic, r.partition, self.plan.topic_ids.get(r.topic), r.start,
                                       self._commit_offset(r), reset.committed if reset else None,
                                       reset.reason.value if reset else None))
-        return LedgerEntry(str(self.task), self.plan.batch, tuple(inputs), filtered)
+        return LedgerEntry(str(self.task), self.plan.batch, tuple(inputs), filtered, late)
 
     def _commit_offset(self, r: OffsetRange) -> int:
         """The planned end (never "last record + 1": a trailing commit marker would be re-read forever), or,

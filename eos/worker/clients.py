@@ -12,6 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from eos.config import EosConfig
+from eos.tables import GlobalTable
+from eos.worker.global_tables import GlobalCopy
 from eos.worker.topic_rules import TopicRules
 from transactions import (
     AtLeastOnceProducer,
@@ -34,6 +36,7 @@ class WorkerClients:
         self._producers: dict[str, OutputProducer] = {}
         self._consumers: dict[tuple[str, str, str], Consumer] = {}
         self._runtimes: dict[str, tuple[str, TaskRuntime]] = {}
+        self._globals: dict[tuple[str, str], GlobalCopy] = {}
         self._admins: dict[str, KafkaAdmin] = {}
         self._rules: dict[tuple[str, int | None], TopicRules] = {}
 
@@ -90,6 +93,14 @@ class WorkerClients:
         """Close this application's consumers (after failures: a client can be left stuck)."""
         for key in [k for k in self._consumers if k[:2] == (config.bootstrap_servers, config.group_id)]:
             close_or_park(self._consumers.pop(key))
+
+    def global_copy(self, config: EosConfig, table: GlobalTable) -> GlobalCopy:
+        """This worker's copy of a global table (shared by its tasks, kept between batches)."""
+        key = (config.bootstrap_servers, table.topic)  # the copy holds raw bytes: any serde reads it
+        copy = self._globals.get(key)
+        if copy is None:
+            copy = self._globals[key] = GlobalCopy(table)
+        return copy
 
     def runtime(self, key: str, run_id: str) -> TaskRuntime | None:
         entry = self._runtimes.get(key)

@@ -76,6 +76,7 @@ class TaskContext(ProcessorContext):
         self.commit_requested = False
         self.schedules: list[Schedule] = []
         self.dropped: dict[str, int] = {}  # records dropped on purpose, by reason (reset every batch)
+        self.dropped_reason: str | None = None  # why the current record was dropped, if it was
 
     # ------------------------------------------------------------------ the processor's side
     def forward(self, key: Any = None, value: Any = None, *, topic: str | None = None, partition: int | None = None,
@@ -141,6 +142,8 @@ class TaskContext(ProcessorContext):
 
     def record_dropped(self, reason: str) -> None:
         self.dropped[reason] = self.dropped.get(reason, 0) + 1
+        if self._current is not None:
+            self.dropped_reason = reason
 
     def record_metadata(self) -> RecordMetadata | None:
         msg = self._current
@@ -170,6 +173,7 @@ class TaskContext(ProcessorContext):
     def enter_record(self, msg: Message | None, timestamp: int | None) -> None:
         """Start the scope of `msg` (None: a scope without an input record, e.g. punctuation)."""
         self._current, self._current_ts, self._index = msg, timestamp, 0
+        self.dropped_reason = None
         if timestamp is not None:
             self.timestamp = timestamp
         if self._scope:

@@ -79,6 +79,8 @@ class TaskPlan:
     resets: dict[TopicPartition, OffsetReset] = field(default_factory=dict)
     #: No input: the batch runs the task's due wall-clock punctuations (and creates its runtime).
     idle: bool = False
+    #: Global table topic -> partition -> (first offset, end): the table as this batch (every attempt) sees it.
+    global_pins: dict[str, dict[int, tuple[int, int]]] = field(default_factory=dict)
 
 
 @dataclass

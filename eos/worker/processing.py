@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -31,7 +31,7 @@ from eos.worker.dead_letters import DeadLetterPolicy, Stage
 from recovery import StoreError
 from transactions import Message, ProducerRecord
 
-__all__ = ["BatchOutcome", "RecordScoped", "run_processor", "NOT_A_BAD_RECORD", "Entry", "entries"]
+__all__ = ["BatchOutcome", "RecordScoped", "run_processor", "NOT_A_BAD_RECORD", "Entry", "entries", "InputReading"]
 
 #: Exceptions that fail the task instead of dead-lettering the record being processed.
 NOT_A_BAD_RECORD = (MemoryError, BadRecordError, FrameworkError, StoreError)
@@ -58,6 +58,8 @@ class BatchOutcome:
     stopped_at: dict[tuple[str, int], int] | None = None
     #: input records that produced no output and no dead letter (recorded in the lineage ledger)
     filtered: list[Message] = field(default_factory=list)
+    #: of those, the ones dropped as late (all their windows closed)
+    late: list[Message] = field(default_factory=list)
     punctuations: int = 0
     dropped: dict[str, int] = field(default_factory=dict)
 
@@ -95,23 +97,31 @@ def entries(messages: Iterable[Message], key_serde: Serde, value_serde: Serde,
         yield msg, record, ts
 
 
+#: How one input topic is read when it differs from its sub-topology's default (joins read topics of
+#: different types): key serde, value serde, timestamp extractor.
+InputReading = tuple[Serde, Serde, Callable[[Record], int]]
+
+
 def in_time_order(messages: list[Message], key_serde: Serde, value_serde: Serde,
-                  timestamp: Callable[[Record], int]) -> Iterator[Entry]:
+                  timestamp: Callable[[Record], int],
+                  per_topic: Mapping[str, InputReading] | None = None) -> Iterator[Entry]:
     """One partition: offset order. Several (co-partitioned inputs): by head timestamp across partitions,
-    offset order within each."""
+    offset order within each. `per_topic` reads some topics with their own serdes and timestamps."""
     parts: dict[tuple[str, int], list[Message]] = {}
     for msg in messages:
         parts.setdefault((msg.topic(), msg.partition()), []).append(msg)
-    if len(parts) <= 1:
-        return entries(messages, key_serde, value_serde, timestamp)
-    streams = [entries(ms, key_serde, value_serde, timestamp) for ms in parts.values()]
+    default = (key_serde, value_serde, timestamp)
+    streams = [entries(ms, *(per_topic or {}).get(tp[0], default)) for tp, ms in parts.items()]
+    if len(streams) == 1:
+        return streams[0]
     return heapq.merge(*streams, key=lambda entry: entry[2])
 
 
 def run_processor(processor: Processor, ctx: TaskContext, messages: list[Message], *, key_serde: Serde,
                   value_serde: Serde, dlq: DeadLetterPolicy, scoped: Iterable[RecordScoped] = (),
                   timestamp: Callable[[Record], int] = RECORD_TIME,
-                  clock: Callable[[], float] = time.time) -> BatchOutcome:
+                  clock: Callable[[], float] = time.time,
+                  per_topic: Mapping[str, InputReading] | None = None) -> BatchOutcome:
     """Process `messages`, one record scope each, with punctuations in between and at the end."""
     outcome = BatchOutcome(stream_time=ctx.stream_time)
     scoped = list(scoped)
@@ -120,7 +130,7 @@ def run_processor(processor: Processor, ctx: TaskContext, messages: list[Message
     bytes_in = 0
     processed: dict[tuple[str, int], int] = {}
     punctuating = bool(ctx.schedules)
-    for msg, record, ts in in_time_order(messages, key_serde, value_serde, timestamp):
+    for msg, record, ts in in_time_order(messages, key_serde, value_serde, timestamp, per_topic):
         value = msg.value()
         if value:
             bytes_in += len(value)
@@ -153,6 +163,10 @@ def run_processor(processor: Processor, ctx: TaskContext, messages: list[Message
             outputs.extend(produced)
         else:
             filtered.append(msg)
+            if ctx.dropped_reason is not None:
+                if ctx.dropped_reason == "late":
+                    outcome.late.append(msg)
+                ctx.dropped_reason = None
         if punctuating:
             _punctuate_due(ctx, scoped, outcome, clock)
         if ctx.commit_requested:

@@ -16,6 +16,7 @@ from eos.time import RECORD_TIME
 from eos.topology import SubTopology, TaskId
 from eos.worker.context import TaskContext
 from eos.worker.dead_letters import DeadLetterPolicy
+from eos.worker.global_tables import GlobalTableView
 from eos.worker.processing import NOT_A_BAD_RECORD, BatchOutcome, punctuate_idle, run_processor
 from eos.worker.stores import TaskStores
 from eos.worker.topic_rules import TopicRule
@@ -34,16 +35,18 @@ class TaskRuntime:
                  topic_rules: Callable[[str], TopicRule] | None = None) -> None:
         cfg = job.config
         self.sub = sub
+        self.job_config = cfg
         self.task = TaskId(sub.name, partition)
         self.topic_rules = topic_rules
         self.dlq = DeadLetterPolicy(cfg.dlq_topic, partition if partition < job.dlq_partitions else None,
                                     str(self.task), cfg.on_bad_record == "fail", topic_rules, job.transitive_topics)
         self.lineage = cfg.lineage
         self.stores = TaskStores(cfg, sub, partition) if sub.stores else None
+        self.globals = {g.name: GlobalTableView(g) for g in sub.global_tables}
         self.context = TaskContext(application_id=cfg.application_id, subtopology=sub.name, partition=partition,
                                    output_topic=sub.output, key_serde=sub.output_key_serde,
                                    value_serde=sub.output_value_serde, lineage=cfg.lineage,
-                                   stores=dict(self.stores.views) if self.stores else None,
+                                   stores={**(self.stores.views if self.stores else {}), **self.globals},
                                    topic_rules=topic_rules, transitive_topics=job.transitive_topics)
         self.processor = _create_processor(sub, self.context) if sub.processor_factory is not None else None
         self.reused = False  # whether a batch already ran on this runtime
@@ -51,6 +54,16 @@ class TaskRuntime:
     def ensure_restored(self, clients: WorkerClients) -> tuple[float, int]:
         """Open the task's stores and bring them up to their changelog's end. Returns (ms, records replayed)."""
         return self.stores.open(clients) if self.stores else (0.0, 0)
+
+    def refresh_globals(self, clients: WorkerClients, pins: dict[str, dict[int, tuple[int, int]]],
+                        timeout: float) -> int:
+        """Bring the global tables this task reads to the batch's pinned offsets. Returns records read."""
+        read = 0
+        for view in self.globals.values():
+            copy = clients.global_copy(self.job_config, view.table)
+            read += copy.advance(clients.consumer(self.job_config, "global"), pins.get(view.table.topic, {}), timeout)
+            view.copy = copy
+        return read
 
     def process(self, messages: list[Message], stream_time: int, punctuation: dict[int, int]) -> BatchOutcome:
         """Process a batch starting at `stream_time` (from the committed offsets' metadata), with the
@@ -66,7 +79,9 @@ class TaskRuntime:
                 return punctuate_idle(self.processor, ctx, scoped)
             return run_processor(self.processor, ctx, messages, key_serde=sub.key_serde,
                                  value_serde=sub.value_serde, dlq=self.dlq, scoped=scoped,
-                                 timestamp=sub.timestamp or RECORD_TIME)
+                                 timestamp=sub.timestamp or RECORD_TIME,
+                                 per_topic={t: (ks, vs, ts or RECORD_TIME)
+                                            for t, (ks, vs, ts) in sub.per_topic.items()})
         assert sub.batch_fn is not None
         outcome = run_batch_function(sub.batch_fn, sub.batch_format, messages, key_serde=sub.key_serde,
                                      value_serde=sub.value_serde, out_key_serde=sub.output_key_serde,

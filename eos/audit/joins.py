@@ -1,0 +1,304 @@
+"""Join audit: a join's committed output checked by replaying its committed inputs (`eos audit join`).
+
+The lineage audit already proves that every input record was consumed exactly once. This one proves
+that what the join emitted is the join of those inputs:
+
+* stream-stream: the exact reference. Every pair of same-key records within the windows, and (left,
+  outer) every record without a partner joined with None, once; records the task dropped as late (the
+  lineage ledger names them) or dead-lettered take no part. Outputs are compared as a multiset of
+  (key, value, timestamp): a missing, extra or repeated result is a violation.
+* stream-table and stream-global-table: each stream record's result must be the joiner applied to a value
+  the table held for its key (or None) at some point, and, per key, the table values used must move
+  forward through the table's history as the stream's offsets do (a task never reads the table back in
+  time). Inner joins: a stream record without output must have met a missing key.
+* table-table: every output is the joiner applied to values both tables held for the key, and each key's
+  last output is the join of the two tables' final values (a tombstone when the key is not in the join).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from eos.audit.ledger import read_ledger
+from eos.audit.scan import scan_topic
+from eos.audit.windows import _dead_lettered
+from eos.ledger import ledger_topic
+from eos.origin import origin_of
+from eos.records import Record
+from eos.serde import Serde
+from eos.tables import JoinSpec, JoinWindows
+from eos.time import RECORD_TIME
+from eos.topology import SubTopology
+from transactions import KafkaAdmin, Message
+
+__all__ = ["JoinAuditResult", "audit_join", "reference_stream_stream", "explain_stream_table",
+           "check_table_table"]
+
+Joiner = Callable[[Any, Any], Any]
+
+
+@dataclass
+class JoinAuditResult:
+    kind: str = ""
+    how: str = ""
+    input_records: int = 0
+    output_records: int = 0
+    expected: int = 0
+    late_records: int = 0
+    dead_letters: int = 0
+    missing: int = 0
+    unexpected: int = 0
+    wrong_values: int = 0
+    samples: dict[str, list[Any]] = field(default_factory=dict)
+
+    @property
+    def violations(self) -> int:
+        return self.missing + self.unexpected + self.wrong_values
+
+    def sample(self, kind: str, limit: int, **detail: Any) -> None:
+        bucket = self.samples.setdefault(kind, [])
+        if len(bucket) < limit:
+            bucket.append(detail)
+
+
+def _canon(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=repr)
+
+
+# ---------------------------------------------------------------- pure references
+
+
+def reference_stream_stream(left: Iterable[Record], right: Iterable[Record], windows: JoinWindows, how: str,
+                            joiner: Joiner) -> Counter[tuple[Any, str, int]]:
+    """The outputs (key, canonical value, timestamp) of a windowed stream-stream join of the records given
+    (those the task did not drop as late): every pair within the windows, and per `how` the records
+    without a partner joined with None."""
+    rights: dict[Any, list[Record]] = defaultdict(list)
+    for r in right:
+        if r.key is not None and r.value is not None:
+            rights[r.key].append(r)
+    out: Counter[tuple[Any, str, int]] = Counter()
+    matched_right: set[tuple[int, int]] = set()
+    for lrec in left:
+        if lrec.key is None or lrec.value is None:
+            continue
+        partners = [r for r in rights.get(lrec.key, ())
+                    if lrec.timestamp - windows.before <= r.timestamp <= lrec.timestamp + windows.after]
+        for r in partners:
+            out[(lrec.key, _canon(joiner(lrec.value, r.value)), max(lrec.timestamp, r.timestamp))] += 1
+            matched_right.add((r.partition, r.offset))
+        if not partners and how in ("left", "outer"):
+            out[(lrec.key, _canon(joiner(lrec.value, None)), lrec.timestamp)] += 1
+    if how == "outer":
+        for key, records in rights.items():
+            for r in records:
+                if (r.partition, r.offset) not in matched_right:
+                    out[(key, _canon(joiner(None, r.value)), r.timestamp)] += 1
+    return out
+
+
+def explain_stream_table(stream: list[Record], results: dict[int, Any], versions: dict[Any, list[Any]],
+                         joiner: Joiner, how: str) -> list[tuple[str, Record, Any]]:
+    """Check a stream-table join of one stream partition: `results` maps a stream offset to its output
+    value (absent: no output), `versions[key]` is the key's table history (None first, then each update's
+    value, None for a tombstone). Returns (problem, record, output) for what no forward-moving replay
+    explains."""
+    problems = []
+    position: dict[Any, int] = defaultdict(int)  # per key: the earliest table version still usable
+    for rec in stream:  # in offset order
+        if rec.value is None:
+            continue
+        history = versions.get(rec.key, [None]) if rec.key is not None else [None]
+        start = position[rec.key]
+        if rec.offset in results:
+            wanted = _canon(results[rec.offset])
+            found = next((i for i in range(start, len(history))
+                          if (history[i] is not None or how == "left") and _canon(joiner(rec.value, history[i])) == wanted),
+                         None)
+            if found is None:
+                problems.append(("wrong_values", rec, results[rec.offset]))
+            else:
+                position[rec.key] = found
+        elif how == "left":
+            problems.append(("missing", rec, None))
+        else:
+            found = next((i for i in range(start, len(history)) if history[i] is None), None)
+            if found is None:
+                problems.append(("missing", rec, None))
+            else:
+                position[rec.key] = found
+    return problems
+
+
+def check_table_table(left: dict[Any, list[Any]], right: dict[Any, list[Any]], outputs: dict[Any, list[Any]],
+                      joiner: Joiner, how: str) -> list[tuple[str, Any, Any]]:
+    """Check a table-table join: `left`/`right` map a key to its history (values, None for a tombstone),
+    `outputs` a key to its outputs in order. Returns (problem, key, detail)."""
+    def joined(lv: Any, rv: Any) -> Any:
+        present = {"inner": lv is not None and rv is not None, "left": lv is not None,
+                   "outer": lv is not None or rv is not None}[how]
+        return _canon(joiner(lv, rv)) if present else None
+
+    problems = []
+    for key in set(left) | set(right) | set(outputs):
+        lh, rh = [None, *left.get(key, [])], [None, *right.get(key, [])]
+        possible = {joined(lv, rv) for lv in lh for rv in rh}
+        got = outputs.get(key, [])
+        for value in got:
+            if (None if value is None else _canon(value)) not in possible:
+                problems.append(("wrong_values", key, value))
+        final = joined(lh[-1], rh[-1])
+        last = None if not got or got[-1] is None else _canon(got[-1])
+        if last != final:
+            problems.append(("missing" if final is not None else "unexpected", key,
+                             {"expected": final, "last_output": last}))
+    return problems
+
+
+# ---------------------------------------------------------------- the audit on the broker
+
+
+def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, application_id: str,
+               dead_letters: str | None = None, admin: KafkaAdmin | None = None,
+               max_samples: int = 10) -> JoinAuditResult:
+    """Audit the join sub-topology `sub` of an application (its committed inputs up to the group's committed
+    offsets, its committed output)."""
+    spec: JoinSpec | None = sub.join
+    if spec is None or sub.output is None:
+        raise ValueError(f"sub-topology {sub.name!r} is not a join")
+    admin = admin or KafkaAdmin(bootstrap_servers)
+    result = JoinAuditResult(spec.kind, spec.how)
+    skipped = _dead_lettered(bootstrap_servers, dead_letters, sub.name, admin) if dead_letters else set()
+    result.dead_letters = len(skipped)
+    ledger = read_ledger(bootstrap_servers, ledger_topic(application_id), sub.inputs, admin=admin)
+    late = {(tp, o) for tp, account in (ledger or {}).items() for o in account.late}
+    inputs = {t: _committed_records(bootstrap_servers, sub, t, group, admin, skipped) for t in sub.inputs}
+    result.input_records = sum(len(rs) for rs in inputs.values())
+    outputs = list(_outputs(bootstrap_servers, sub, admin))
+    result.output_records = len(outputs)
+    if spec.kind == "stream-stream":
+        assert spec.windows is not None
+        kept = {t: [r for r in rs if ((t, r.partition), r.offset) not in late] for t, rs in inputs.items()}
+        result.late_records = result.input_records - sum(len(rs) for rs in kept.values())
+        expected: Counter[tuple[Any, str, int]] = Counter()
+        for p in {r.partition for rs in kept.values() for r in rs}:
+            expected += reference_stream_stream([r for r in kept[spec.left] if r.partition == p],
+                                                [r for r in kept[spec.right] if r.partition == p],
+                                                spec.windows, spec.how, spec.joiner)
+        observed = Counter((k, _canon(v), ts) for k, v, ts, _ in outputs)
+        result.expected = sum(expected.values())
+        for item, n in (expected - observed).items():
+            result.missing += n
+            result.sample("missing", max_samples, output=item, times=n)
+        for item, n in (observed - expected).items():
+            result.unexpected += n
+            result.sample("unexpected", max_samples, output=item, times=n)
+    elif spec.kind in ("stream-table", "stream-global"):
+        _audit_stream_table(spec, sub, inputs, outputs, result, max_samples, bootstrap_servers, admin)
+    else:
+        histories = {t: _histories(inputs[t]) for t in (spec.left, spec.right)}
+        per_key: dict[Any, list[Any]] = defaultdict(list)
+        for k, v, _, _ in outputs:
+            per_key[k].append(v)
+        result.expected = len(per_key)
+        for problem, key, detail in check_table_table(histories[spec.left], histories[spec.right], per_key,
+                                                      spec.joiner, spec.how):
+            setattr(result, problem, getattr(result, problem) + 1)
+            result.sample(problem, max_samples, key=key, detail=detail)
+    return result
+
+
+def _audit_stream_table(spec: JoinSpec, sub: SubTopology, inputs: dict[str, list[Record]],
+                        outputs: list[tuple[Any, Any, int, tuple[str, int, int] | None]], result: JoinAuditResult,
+                        limit: int, bootstrap_servers: str, admin: KafkaAdmin) -> None:
+    if spec.kind == "stream-global":
+        table_key = spec.key or (lambda r: r.key)
+        table = [_table_record(m, g) for g in sub.global_tables for batch in
+                 scan_topic(bootstrap_servers, g.topic, admin=admin) for m in batch]
+        versions = _histories([r for r in table if r is not None])
+    else:
+        table_key = None
+        versions = {}
+    results: dict[tuple[int, int], Any] = {}
+    for _, value, _, origin in outputs:
+        if origin is None or origin[0] != spec.left:
+            result.unexpected += 1
+            result.sample("unexpected", limit, origin=origin, value=value)
+            continue
+        if (origin[1], origin[2]) in results:
+            result.unexpected += 1
+            result.sample("unexpected", limit, duplicate_of=origin, value=value)
+        results[(origin[1], origin[2])] = value
+    for p in sorted({r.partition for r in inputs[spec.left]}):
+        stream = [r for r in inputs[spec.left] if r.partition == p]
+        result.expected += len(stream)
+        if spec.kind == "stream-table":
+            part_versions = _histories([r for r in inputs[spec.right] if r.partition == p])
+            keyed = stream
+        else:
+            part_versions = versions
+            keyed = [Record(table_key(r), r.value, r.topic, r.partition, r.offset, r.timestamp, r.headers)
+                     for r in stream]
+        mine = {o: v for (pp, o), v in results.items() if pp == p}
+        for problem, rec, value in explain_stream_table(keyed, mine, part_versions, spec.joiner, spec.how):
+            setattr(result, problem, getattr(result, problem) + 1)
+            result.sample(problem, limit, record=(rec.topic, rec.partition, rec.offset), key=rec.key,
+                          value=rec.value, output=value)
+
+
+def _histories(records: Iterable[Record]) -> dict[Any, list[Any]]:
+    """key -> [None, value, ...]: a table's history per key (None for a tombstone), in offset order."""
+    out: dict[Any, list[Any]] = defaultdict(lambda: [None])
+    for r in sorted(records, key=lambda r: (r.partition, r.offset)):
+        if r.key is not None:
+            out[r.key].append(r.value)
+    return dict(out)
+
+
+def _reading(sub: SubTopology, topic: str) -> tuple[Serde, Serde, Callable[[Record], int]]:
+    ks, vs, ts = sub.per_topic.get(topic, (sub.key_serde, sub.value_serde, sub.timestamp))
+    return ks, vs, ts or RECORD_TIME
+
+
+def _committed_records(bootstrap_servers: str, sub: SubTopology, topic: str, group: str, admin: KafkaAdmin,
+                       skipped: set[tuple[str, int, int]]) -> list[Record]:
+    tps = admin.topic_partitions(topic)
+    committed = admin.group_offsets(group, tps, stable=True)
+    ks, vs, extract = _reading(sub, topic)
+    records = []
+    for batch in scan_topic(bootstrap_servers, topic, admin=admin, until={tp: committed.get(tp) or 0 for tp in tps}):
+        for msg in batch:
+            if (msg.topic(), msg.partition(), msg.offset()) in skipped:
+                continue
+            try:
+                rec = Record(ks.deserialize(msg.key()), vs.deserialize(msg.value()), msg.topic(), msg.partition(),
+                             msg.offset(), msg.timestamp()[1], msg.headers())
+                rec.timestamp = int(extract(rec))
+            except Exception:
+                continue  # a record the task could not read went to the dead-letter topic
+            records.append(rec)
+    return records
+
+
+def _table_record(msg: Message, table: Any) -> Record | None:
+    try:
+        return Record(table.key_serde.deserialize(msg.key()), table.value_serde.deserialize(msg.value()),
+                      msg.topic(), msg.partition(), msg.offset(), msg.timestamp()[1], msg.headers())
+    except Exception:
+        return None
+
+
+def _outputs(bootstrap_servers: str, sub: SubTopology,
+             admin: KafkaAdmin) -> Iterable[tuple[Any, Any, int, tuple[str, int, int] | None]]:
+    """(key, value, timestamp, origin) of every committed output record."""
+    assert sub.output is not None
+    for batch in scan_topic(bootstrap_servers, sub.output, admin=admin):
+        for msg in batch:
+            found = origin_of(msg.headers())
+            origin = None if found is None else (found.topic, found.partition, found.offset)
+            value = None if msg.value() is None else sub.output_value_serde.deserialize(msg.value())
+            yield sub.output_key_serde.deserialize(msg.key()), value, msg.timestamp()[1], origin

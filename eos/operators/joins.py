@@ -1,0 +1,180 @@
+"""Join processors (see `eos.tables` for the kinds and their semantics).
+
+Each join runs in one sub-topology whose tasks read both sides, co-partitioned, merged in timestamp order.
+Tables are materialized in key-value stores of the task (changelog-backed, restored by replay, kept by
+standbys), stream-stream joins keep each side's recent records in record buffers. A table update
+produces no output of its own in a stream-table join: it is recorded in the lineage ledger as consumed.
+
+Stream-stream left and outer joins emit a record that found no partner in a stream-time punctuation, once
+no on-time record can join it any more: in the transaction that also deletes it from the pending store,
+so it is emitted exactly once, and never after a partner joined it (the partner deletes it first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from eos.operators.windows import LatePolicy, LateRecordError
+from eos.processor import Processor, ProcessorContext
+from eos.records import Record
+from eos.tables import JoinKind, JoinWindows
+from recovery import KeyValueStore, RecordBuffer
+
+__all__ = ["StreamTableJoin", "GlobalTableJoin", "TableTableJoin", "StreamStreamJoin"]
+
+Joiner = Callable[[Any, Any], Any]
+
+
+class StreamTableJoin(Processor):
+    """Stream records joined with the table's value for their key at the time they are processed."""
+
+    def __init__(self, table_topic: str, store: str, joiner: Joiner, how: JoinKind) -> None:
+        self.table_topic, self.store_name, self.joiner, self.how = table_topic, store, joiner, how
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        self.table: KeyValueStore = context.store(self.store_name)
+
+    def process(self, record: Record) -> None:
+        if record.topic == self.table_topic:
+            if record.key is None:
+                self.context.record_dropped("table update without a key")
+                return
+            self.table.put(record.key, record.value, record.timestamp)  # a tombstone deletes the key
+            return
+        if record.value is None or (record.key is None and self.how == "inner"):
+            self.context.record_dropped("stream record without a key or value")
+            return
+        current = None if record.key is None else self.table.get(record.key)
+        if current is None and self.how == "inner":
+            return
+        self.context.forward(record.key, self.joiner(record.value, current))
+
+
+class GlobalTableJoin(Processor):
+    """Stream records joined with a global table's value for `key(record)`."""
+
+    def __init__(self, table: str, key: Callable[[Record], Any], joiner: Joiner, how: JoinKind) -> None:
+        self.table_name, self.key, self.joiner, self.how = table, key, joiner, how
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        self.table = context.store(self.table_name)
+
+    def process(self, record: Record) -> None:
+        if record.value is None:
+            self.context.record_dropped("stream record without a value")
+            return
+        table_key = self.key(record)
+        current = None if table_key is None else self.table.get(table_key)
+        if current is None and self.how == "inner":
+            return
+        self.context.forward(record.key, self.joiner(record.value, current))
+
+
+class TableTableJoin(Processor):
+    """Two tables joined per key: whenever either side changes, the joined table's new value for the key
+    (or a tombstone when the key leaves it), with the larger timestamp of the two sides."""
+
+    def __init__(self, left_topic: str, left_store: str, right_store: str, joiner: Joiner, how: JoinKind) -> None:
+        self.left_topic, self.joiner, self.how = left_topic, joiner, how
+        self.store_names = (left_store, right_store)
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        self.left: KeyValueStore = context.store(self.store_names[0])
+        self.right: KeyValueStore = context.store(self.store_names[1])
+
+    def _present(self, left: Any, right: Any) -> bool:
+        if self.how == "inner":
+            return left is not None and right is not None
+        if self.how == "left":
+            return left is not None
+        return left is not None or right is not None
+
+    def process(self, record: Record) -> None:
+        if record.key is None:
+            self.context.record_dropped("table update without a key")
+            return
+        is_left = record.topic == self.left_topic
+        own, other = (self.left, self.right) if is_left else (self.right, self.left)
+        before = own.get(record.key)
+        partner = other.get_with_timestamp(record.key)
+        other_value, other_ts = partner if partner is not None else (None, -1)
+        own.put(record.key, record.value, record.timestamp)
+        old = (before, other_value) if is_left else (other_value, before)
+        new = (record.value, other_value) if is_left else (other_value, record.value)
+        timestamp = max(record.timestamp, other_ts)
+        if self._present(*new):
+            self.context.forward(record.key, self.joiner(*new), timestamp=timestamp)
+        elif self._present(*old):
+            self.context.forward(record.key, None, timestamp=timestamp)
+
+
+class StreamStreamJoin(Processor):
+    """Two streams joined within `JoinWindows`: every pair of same-key records at most `before`/`after`
+    apart, as soon as the second of them arrives; with left/outer, partnerless records once their window
+    closed."""
+
+    def __init__(self, left_topic: str, windows: JoinWindows, joiner: Joiner, how: JoinKind, late: LatePolicy,
+                 buffers: tuple[str, str], pending: tuple[str, str]) -> None:
+        self.left_topic, self.windows, self.joiner, self.how, self.late_policy = (left_topic, windows, joiner, how,
+                                                                                  late)
+        self.buffer_names, self.pending_names = buffers, pending
+        self._horizon: int | None = None
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        self.buffers: tuple[RecordBuffer, RecordBuffer] = (context.store(self.buffer_names[0]),
+                                                           context.store(self.buffer_names[1]))
+        self.keeps_pending = (self.how in ("left", "outer"), self.how == "outer")
+        # only the sides whose partnerless records are emitted keep them (the other store is not declared)
+        self.pending: tuple[Any, Any] = tuple(context.store(name) if keep else None  # type: ignore[assignment]
+                                              for name, keep in zip(self.pending_names, self.keeps_pending,
+                                                                    strict=True))
+        context.schedule(1, self.on_stream_time, type="stream")
+
+    def process(self, record: Record) -> None:
+        if record.key is None or record.value is None:
+            self.context.record_dropped("stream record without a key or value")
+            return
+        w, t = self.windows, record.timestamp
+        if t < self.context.stream_time - w.span:
+            if self.late_policy == "dead_letter":
+                raise LateRecordError(f"late record at {t}: its join window closed (stream time "
+                                      f"{self.context.stream_time}, before + after + grace {w.span} ms)")
+            self.context.record_dropped("late")
+            return
+        side = 0 if record.topic == self.left_topic else 1
+        seq = record.offset
+        # a left record at t joins right records in [t - before, t + after]; a right one, left records in
+        # [t - after, t + before]
+        lo, hi = (t - w.before, t + w.after) if side == 0 else (t - w.after, t + w.before)
+        partners = self.buffers[1 - side].range(record.key, lo, hi)
+        self.buffers[side].put(record.key, t, seq, record.value)
+        for p_ts, p_seq, p_value in partners:
+            pair = (record.value, p_value) if side == 0 else (p_value, record.value)
+            self.context.forward(record.key, self.joiner(*pair), timestamp=max(t, p_ts))
+            if self.keeps_pending[1 - side]:
+                self.pending[1 - side].remove(record.key, p_ts, p_seq)
+        if not partners and self.keeps_pending[side]:
+            self.pending[side].put(record.key, t, seq, record.value)
+
+    def on_stream_time(self, stream_time: int) -> None:
+        """Emit the partnerless records no on-time record can join any more, then drop what no on-time record
+        can join from the buffers. A left record at t can be joined by right records up to t + after, and
+        on-time records are at least stream_time - span: it is done when t + after < stream_time - span."""
+        w = self.windows
+        horizon = stream_time - w.span
+        if self._horizon is not None and horizon <= self._horizon:
+            return
+        since = None if self._horizon is None else self._horizon - max(w.before, w.after)
+        for side, reach in ((0, w.after), (1, w.before)):
+            done = horizon - reach  # records before this time can no longer be joined
+            if self.keeps_pending[side]:
+                for key, ts, _seq, value in self.pending[side].take_before(done, since):
+                    pair = (value, None) if side == 0 else (None, value)
+                    self.context.forward(key, self.joiner(*pair), timestamp=ts)
+            self.buffers[side].expire_before(done, since)
+        self._horizon = horizon

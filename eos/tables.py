@@ -1,0 +1,110 @@
+"""Tables and joins (the stream-table duality, as in Kafka Streams).
+
+A **table** is the latest value per key of a topic: each record is an update, a record with a null value
+(a tombstone) deletes its key. `app.table(topic)` declares one; it is materialized, in a changelog-backed
+key-value store, by each sub-topology that reads it (a join), so a table joined twice is kept twice.
+A **global table** (`app.global_table(topic)`) is a full copy of all partitions on every task, read up to
+offsets the driver pins for each batch: a retried batch sees the same table.
+
+Join kinds (`app.join(left, right, output, joiner=..., how=...)`), with Kafka Streams' semantics:
+
+========================  ====================  ============================================  ================
+left × right              how                   result per input                              timestamp
+========================  ====================  ============================================  ================
+stream × table            inner, left           each stream record joined with the table's    the stream
+                                                current value for its key                     record's
+stream × global table     inner, left           the same, the table key from `key(record)`    the stream
+                                                                                              record's
+stream × stream           inner, left, outer    every pair of same-key records at most        the larger of
+(`windows=JoinWindows`)                         `before`/`after` apart; with left/outer,      the two
+                                                records without a partner once their window
+                                                closed (after the grace period), joined with
+                                                None, exactly once
+table × table             inner, left, outer    the joined table's new value for the key      the larger of
+                                                whenever either side changes (a tombstone     the two
+                                                when the key leaves the joined table)
+========================  ====================  ============================================  ================
+
+Both sides of a join (but a global table) must be co-partitioned: the same number of partitions, keyed
+alike; the planner checks the partition counts at start-up. Re-key a side first (`app.repartition`) when
+its key is another. The joiner gets `(left value, right value)`; a side without a value is None.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Literal
+
+from eos.serde import Serde
+from eos.windows import ms
+
+__all__ = ["Table", "GlobalTable", "JoinWindows", "JoinKind", "JoinSpec"]
+
+JoinKind = Literal["inner", "left", "outer"]
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table read from `topic` (declared with `app.table`)."""
+
+    topic: str
+    name: str
+    key_serde: Serde
+    value_serde: Serde
+    timestamp: Callable[[Any], int] | None = None
+    persistent: bool = True
+
+
+@dataclass(frozen=True)
+class GlobalTable:
+    """A table every task holds whole (declared with `app.global_table`)."""
+
+    topic: str
+    name: str
+    key_serde: Serde
+    value_serde: Serde
+
+
+@dataclass(frozen=True)
+class JoinWindows:
+    """How far apart in event time two records of a stream-stream join may be: a right record joins a left
+    one when `left.ts - before <= right.ts <= left.ts + after` (`JoinWindows(10_000)`: 10 s either way).
+
+    A record is late, and dropped, when stream time has passed its timestamp by more than
+    `before + after + grace`; a record of a left or outer join that found no partner is emitted with None
+    once no on-time record can join it any more (stream time past its timestamp plus the window on the
+    other side plus `before + after + grace`)."""
+
+    before: int
+    after: int
+    grace: int = 0
+
+    def __init__(self, before: int | timedelta, after: int | timedelta | None = None, *,
+                 grace: int | timedelta = 0) -> None:
+        object.__setattr__(self, "before", ms(before))
+        object.__setattr__(self, "after", ms(before if after is None else after))
+        object.__setattr__(self, "grace", ms(grace))
+        if self.before < 0 or self.after < 0 or self.grace < 0:
+            raise ValueError(f"JoinWindows needs before, after and grace >= 0, got {self}")
+
+    @property
+    def span(self) -> int:
+        """How long a record stays joinable past stream time: before + after + grace."""
+        return self.before + self.after + self.grace
+
+
+@dataclass(frozen=True)
+class JoinSpec:
+    """A join sub-topology's definition (for the auditor and for queries)."""
+
+    kind: Literal["stream-table", "stream-global", "stream-stream", "table-table"]
+    how: JoinKind
+    left: str
+    right: str
+    joiner: Callable[[Any, Any], Any]
+    windows: JoinWindows | None = None
+    key: Callable[[Any], Any] | None = None
+    left_store: str | None = None
+    right_store: str | None = None

@@ -1,0 +1,198 @@
+"""Joins (pure logic): each join kind's processor on in-memory stores, against the references the join
+audit uses, with out-of-order input, tombstones and late records."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+
+import pytest
+
+from eos import Application
+from eos.audit.joins import _canon, check_table_table, explain_stream_table, reference_stream_stream
+from eos.records import Record
+from eos.tables import GlobalTable, JoinWindows
+from eos.worker.context import TaskContext
+from eos.worker.dead_letters import DeadLetterPolicy
+from eos.worker.global_tables import GlobalCopy
+from eos.worker.processing import run_processor
+from eos.worker.stores import view_of
+from recovery import MemoryBackend, WriteBuffer
+from tests.fakes import FakeMessage
+
+DLQ = DeadLetterPolicy("dlq", 0, "j-0", fail=False)
+
+
+def pair(left, right):
+    return {"l": left, "r": right}
+
+
+class JoinHarness:
+    """One task of a join sub-topology built by `app.join`, over in-memory stores kept across batches."""
+
+    def __init__(self, left, right, **join):
+        self.app = Application("j", "b:1")
+        self.sub = self.app.join(left, right, "out", name="j", joiner=pair, **join)
+        self.buffers = {s.name: WriteBuffer(MemoryBackend()) for s in self.sub.stores}
+        views = {}
+        for spec in self.sub.stores:
+            views[spec.name] = view_of(spec)
+            views[spec.name].attach(self.buffers[spec.name])
+        from eos.worker.global_tables import GlobalTableView
+
+        self.globals = {g.name: GlobalTableView(g) for g in self.sub.global_tables}
+        for view in self.globals.values():
+            view.copy = GlobalCopy(view.table)
+        self.ctx = TaskContext(application_id="j", subtopology="j", partition=0, output_topic="out",
+                               key_serde=self.sub.output_key_serde, value_serde=self.sub.output_value_serde,
+                               lineage=True, stores={**views, **self.globals})
+        self.processor = self.sub.processor_factory()
+        self.processor.init(self.ctx)
+        self.offsets: Counter[str] = Counter()
+        self.records: dict[str, list[Record]] = {t: [] for t in self.sub.inputs}
+        self.outcome = None
+
+    def feed(self, *records):
+        """records: (topic, key, value, timestamp); returns [(key, value, timestamp, derived)]."""
+        msgs = []
+        for topic, key, value, ts in records:
+            raw = None if value is None else json.dumps(value).encode()
+            offset = self.offsets[topic]
+            self.offsets[topic] += 1
+            msgs.append(FakeMessage(topic, 0, offset, raw, None if key is None else key.encode(), timestamp=ts))
+            self.records[topic].append(Record(key, value, topic, 0, offset, ts))
+        per_topic = {t: (ks, vs, ts or (lambda r: r.timestamp)) for t, (ks, vs, ts) in self.sub.per_topic.items()}
+        self.outcome = run_processor(self.processor, self.ctx, msgs, key_serde=self.sub.key_serde,
+                                     value_serde=self.sub.value_serde, dlq=DLQ, scoped=list(self.buffers.values()),
+                                     per_topic=per_topic)
+        return [(self.sub.output_key_serde.deserialize(o.key),
+                 None if o.value is None else self.sub.output_value_serde.deserialize(o.value), o.timestamp,
+                 "eos.derived" in dict(o.headers)) for o in self.outcome.outputs]
+
+
+def test_stream_table_join_uses_the_value_the_table_holds_when_the_stream_record_comes():
+    app = Application("j", "b:1")
+    h = JoinHarness("orders", app.table("users"), how="left")
+    out = h.feed(("users", "u1", {"name": "Ann"}, 10), ("orders", "u1", {"id": 1}, 20),
+                 ("orders", "u2", {"id": 2}, 21), ("users", "u1", {"name": "Anna"}, 30),
+                 ("orders", "u1", {"id": 3}, 40), ("users", "u1", None, 50), ("orders", "u1", {"id": 4}, 60))
+    assert out == [("u1", pair({"id": 1}, {"name": "Ann"}), 20, False), ("u2", pair({"id": 2}, None), 21, False),
+                   ("u1", pair({"id": 3}, {"name": "Anna"}), 40, False), ("u1", pair({"id": 4}, None), 60, False)]
+    assert len(h.outcome.filtered) == 3  # table updates produce nothing: recorded in the ledger
+    inner = JoinHarness("orders", app.table("users"))
+    assert inner.feed(("orders", "u1", {"id": 1}, 5), ("users", "u1", {"n": 1}, 6),
+                      ("orders", "u1", {"id": 2}, 7)) == [("u1", pair({"id": 2}, {"n": 1}), 7, False)]
+
+
+def test_table_table_joins_emit_the_joined_tables_changes_and_tombstones():
+    app = Application("j", "b:1")
+    h = JoinHarness(app.table("a"), app.table("b"), how="inner")
+    out = h.feed(("a", "k", 1, 10), ("b", "k", 2, 5), ("a", "k", 3, 20), ("b", "k", None, 30), ("a", "k", None, 40))
+    assert out == [("k", pair(1, 2), 10, False), ("k", pair(3, 2), 20, False), ("k", None, 30, False)]
+    outer = JoinHarness(app.table("a"), app.table("b"), how="outer")
+    assert outer.feed(("b", "k", 2, 5), ("a", "k", 1, 10), ("b", "k", None, 11), ("a", "k", None, 12)) == [
+        ("k", pair(None, 2), 5, False), ("k", pair(1, 2), 10, False), ("k", pair(1, None), 11, False),
+        ("k", None, 12, False)]
+
+
+def test_random_table_table_joins_match_the_reference():
+    rng = random.Random(3)
+    app = Application("j", "b:1")
+    for how in ("inner", "left", "outer"):
+        h = JoinHarness(app.table("a"), app.table("b"), how=how)
+        records = [(rng.choice("ab"), f"k{rng.randrange(5)}", rng.choice([None, *range(6)]), i * 10)
+                   for i in range(300)]
+        outputs: dict = {}
+        for i in range(0, 300, 37):
+            for key, value, _, _ in h.feed(*records[i:i + 37]):
+                outputs.setdefault(key, []).append(value)
+        history = {"a": {}, "b": {}}
+        for topic, key, value, _ in records:
+            history[topic].setdefault(key, []).append(value)
+        assert check_table_table(history["a"], history["b"], outputs, pair, how) == [], how
+        outputs["k0"] = [*outputs.get("k0", []), {"l": 99, "r": 99}]  # the check sees a wrong result
+        assert check_table_table(history["a"], history["b"], outputs, pair, how)
+
+
+def test_global_table_join_reads_the_pinned_copy_with_a_key_selector():
+    app = Application("j", "b:1")
+    h = JoinHarness("orders", app.global_table("products"), key=lambda r: r.value["product"], how="left")
+    copy = h.globals["products"].copy
+    copy.data[b"p1"] = json.dumps({"price": 3}).encode()
+    out = h.feed(("orders", "o1", {"product": "p1"}, 1), ("orders", "o2", {"product": "p9"}, 2))
+    assert out == [("o1", pair({"product": "p1"}, {"price": 3}), 1, False), ("o2", pair({"product": "p9"}, None), 2,
+                                                                              False)]
+
+
+def test_global_copy_is_rebuilt_when_it_is_ahead_of_the_pins():
+    copy = GlobalCopy(GlobalTable("t", "t", None, None))  # serdes unused by the copy
+    copy.positions, copy.data = {0: 10}, {b"k": b"v"}
+
+    class NoConsumer:
+        def assign(self, tps):
+            raise AssertionError("nothing to read")
+
+    copy.advance(NoConsumer(), {0: (0, 0)}, 1.0)  # a retried batch pinned at an earlier offset: rebuilt
+    assert copy.data == {} and copy.positions == {0: 0}
+
+
+@pytest.mark.parametrize("how", ["inner", "left", "outer"])
+def test_stream_stream_joins_match_the_reference_on_out_of_order_input(how):
+    rng = random.Random(hash(how) % 1000)
+    windows = JoinWindows(50, 30, grace=20)
+    h = JoinHarness("l", "r", windows=windows, how=how)
+    t, records = 0, []
+    for i in range(1500):
+        t += rng.randrange(0, 12)
+        lag = rng.choice([0, 0, 0, 10, 60, 200])  # 200 is beyond before + after + grace: often late
+        records.append((rng.choice("lr"), f"k{rng.randrange(8)}", {"i": i}, max(0, t - lag)))
+    observed: Counter = Counter()
+    late_offsets = set()
+    for i in range(0, len(records), 97):
+        for key, value, ts, _ in h.feed(*records[i:i + 97]):
+            observed[(key, _canon(value), ts)] += 1
+        late_offsets |= {(m.topic(), m.offset()) for m in h.outcome.late}
+    for key, value, ts, _ in h.feed(("l", "zz", {"end": 1}, t + 10_000), ("r", "zz", {"end": 2}, t + 10_000)):
+        observed[(key, _canon(value), ts)] += 1  # stream time far ahead: every pending record is emitted
+    assert late_offsets, "some records must have been late"
+    kept = {topic: [r for r in recs if (topic, r.offset) not in late_offsets] for topic, recs in h.records.items()}
+    expected = reference_stream_stream(kept["l"], kept["r"], windows, how, pair)
+    assert observed == expected
+    if how != "inner":
+        assert any(v == _canon(pair({"i": 1}, None)) or "null" in v for _, v, _ in observed)
+
+
+def test_stream_stream_left_join_emits_a_partnerless_record_once_when_its_window_closes():
+    h = JoinHarness("l", "r", windows=JoinWindows(10, grace=5), how="left")
+    assert h.feed(("l", "a", 1, 100)) == []
+    # before + after + grace = 25: at stream time 135 a right record at 110 is still on time and joins it
+    assert h.feed(("r", "b", 2, 124)) == []
+    assert h.feed(("r", "b", 3, 135)) == []
+    assert h.feed(("r", "b", 4, 136)) == [("a", pair(1, None), 100, True)]  # done: 100 + 10 < 136 - 25
+    assert h.feed(("r", "b", 5, 500)) == []  # never again
+    joined = JoinHarness("l", "r", windows=JoinWindows(10, grace=5), how="left")
+    assert joined.feed(("l", "a", 1, 100), ("r", "a", 2, 95)) == [("a", pair(1, 2), 100, False)]
+    assert joined.feed(("r", "b", 2, 1000)) == []  # it was joined: no (1, None) later
+
+
+def test_explain_stream_table_accepts_forward_replays_and_rejects_the_impossible():
+    stream = [Record("k", {"i": i}, "s", 0, i, i) for i in range(3)]
+    versions = {"k": [None, "a", "b"]}
+    ok = {0: pair({"i": 0}, "a"), 1: pair({"i": 1}, "b"), 2: pair({"i": 2}, "b")}
+    assert explain_stream_table(stream, ok, versions, pair, "left") == []
+    back_in_time = {0: pair({"i": 0}, "b"), 1: pair({"i": 1}, "a"), 2: pair({"i": 2}, "b")}
+    assert [p for p, _, _ in explain_stream_table(stream, back_in_time, versions, pair, "left")] == ["wrong_values"]
+    assert [p for p, _, _ in explain_stream_table(stream, {0: ok[0], 2: ok[2]}, versions, pair, "left")] == ["missing"]
+
+
+def test_join_definitions_that_cannot_work_are_refused_with_what_to_do():
+    app = Application("j", "b:1")
+    with pytest.raises(ValueError, match="JoinWindows"):
+        app.join("a", "b", "o", name="x", joiner=pair)
+    with pytest.raises(ValueError, match="inner, left"):
+        app.join("a", app.table("t"), "o", name="y", joiner=pair, how="outer")
+    with pytest.raises(TypeError, match="stream first"):
+        app.join(app.table("t"), "a", "o", name="z", joiner=pair)
+    with pytest.raises(ValueError, match="global table"):
+        app.join("a", app.table("t"), "o", name="w", joiner=pair, key=lambda r: r.key)
