@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from eos.config import EosConfig
-from eos.dsl.joins import JoinMethods
 from eos.dsl.base import InternalTopic, SerdeSpec
+from eos.dsl.joins import JoinMethods
 from eos.errors import ConfigError
 from eos.hooks import FaultHooks
 from eos.serde import serde_for
@@ -33,9 +33,10 @@ from recovery import StoreSpec
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from eos.driver.reports import RunSummary
+    from eos.queries import StoreSnapshot
 
 __all__ = ["Application", "store"]
 
@@ -84,6 +85,20 @@ class Application(JoinMethods):
         """Override settings (None values are ignored); validated like the constructor's."""
         self.config = self.config.with_overrides(**changes)
         return self
+
+    # ------------------------------------------------------------------ interactive queries
+    def store_view(self, name: str, *, bootstrap_servers: str | None = None) -> StoreSnapshot:
+        """A read-only view of the store (or global table) `name` as committed now: `get`, `range`, `all`,
+        window `fetch`/`fetch_range`, and `.position`, the changelog offsets it reflects (see `eos.queries`)."""
+        from eos.queries import store_view
+
+        return store_view(self, name, bootstrap_servers)
+
+    def read_store(self, name: str, spark: SparkSession, *, bootstrap_servers: str | None = None) -> DataFrame:
+        """The committed contents of a store as a Spark DataFrame (see `eos.queries.read_store`)."""
+        from eos.queries import read_store
+
+        return read_store(self, name, spark, bootstrap_servers)
 
     def preflight(self, master: str) -> None:
         """What can be checked before Spark starts: a sub-topology exists, the bootstrap servers answer, and

@@ -9,18 +9,18 @@ offsets the driver pins for each batch: a retried batch sees the same table.
 Join kinds (`app.join(left, right, output, joiner=..., how=...)`), with Kafka Streams' semantics:
 
 ========================  ====================  ============================================  ================
-left × right              how                   result per input                              timestamp
+left x right              how                   result per input                              timestamp
 ========================  ====================  ============================================  ================
-stream × table            inner, left           each stream record joined with the table's    the stream
+stream x table            inner, left           each stream record joined with the table's    the stream
                                                 current value for its key                     record's
-stream × global table     inner, left           the same, the table key from `key(record)`    the stream
+stream x global table     inner, left           the same, the table key from `key(record)`    the stream
                                                                                               record's
-stream × stream           inner, left, outer    every pair of same-key records at most        the larger of
+stream x stream           inner, left, outer    every pair of same-key records at most        the larger of
 (`windows=JoinWindows`)                         `before`/`after` apart; with left/outer,      the two
                                                 records without a partner once their window
                                                 closed (after the grace period), joined with
                                                 None, exactly once
-table × table             inner, left, outer    the joined table's new value for the key      the larger of
+table x table             inner, left, outer    the joined table's new value for the key      the larger of
                                                 whenever either side changes (a tombstone     the two
                                                 when the key leaves the joined table)
 ========================  ====================  ============================================  ================
@@ -40,9 +40,10 @@ from typing import Any, Literal
 from eos.serde import Serde
 from eos.windows import ms
 
-__all__ = ["Table", "GlobalTable", "JoinWindows", "JoinKind", "JoinSpec"]
+__all__ = ["Table", "GlobalTable", "JoinWindows", "JoinKind", "JoinSpec", "JoinType"]
 
 JoinKind = Literal["inner", "left", "outer"]
+JoinType = Literal["stream-table", "stream-global", "stream-stream", "table-table"]
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ class JoinWindows:
 class JoinSpec:
     """A join sub-topology's definition (for the auditor and for queries)."""
 
-    kind: Literal["stream-table", "stream-global", "stream-stream", "table-table"]
+    kind: JoinType
     how: JoinKind
     left: str
     right: str

@@ -93,3 +93,28 @@ class SubTopology:
 
     def task(self, partition: int) -> TaskId:
         return TaskId(self.name, partition)
+
+
+def offset_groups(subtopologies: Mapping[str, SubTopology], group_id: str) -> dict[tuple[str, str], str]:
+    """The consumer group under which each sub-topology commits its progress in each input topic:
+    (sub-topology, topic) -> group.
+
+    The first sub-topology (in the order they were defined) reading a topic commits under the application's
+    group; each further one that reads it too (e.g. a table joined twice) under its own group
+    `<group_id>.<sub-topology>`, so that the readers never overwrite each other's offsets, and adding a
+    reader never moves an existing one's progress."""
+    groups: dict[tuple[str, str], str] = {}
+    first: dict[str, str] = {}
+    for sub in subtopologies.values():
+        for topic in sub.inputs:
+            owner = first.setdefault(topic, sub.name)
+            groups[(sub.name, topic)] = group_id if owner == sub.name else f"{group_id}.{sub.name}"
+    return groups
+
+
+def topic_groups(subtopologies: Mapping[str, SubTopology], group_id: str) -> dict[str, list[str]]:
+    """topic -> every group that commits progress in it (its readers')."""
+    out: dict[str, list[str]] = {}
+    for (_, topic), group in offset_groups(subtopologies, group_id).items():
+        out.setdefault(topic, []).append(group)
+    return out

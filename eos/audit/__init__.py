@@ -13,6 +13,7 @@ from eos.audit.auditor import (
     TransactionCheck,
     audit,
     audit_application,
+    audit_joins,
     audit_windowed,
 )
 from eos.audit.executors import LocalExecutor, SparkExecutor
@@ -29,6 +30,7 @@ __all__ = [
     "TransactionCheck",
     "audit",
     "audit_application",
+    "audit_joins",
     "audit_windowed",
     "audit_aggregate",
     "audit_lineage",

@@ -14,22 +14,24 @@ The verdict is FAIL if any check finds a violation.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from eos.audit.aggregate import AggregateKind, AggregateResult, audit_aggregate
 from eos.audit.executors import Executor
+from eos.audit.joins import JoinAuditResult, audit_join
 from eos.audit.lineage import LineageResult, audit_lineage
 from eos.audit.windows import WindowAuditResult, audit_windows
 from eos.ledger import ledger_topic
+from eos.topology import offset_groups, topic_groups
 from transactions import Isolation, KafkaAdmin
 
 if TYPE_CHECKING:
     from eos.app import Application
 
 __all__ = ["AuditReport", "TransactionCheck", "OffsetCheck", "audit", "audit_application", "audit_windowed",
-           "AggregateSpec"]
+           "audit_joins", "AggregateSpec"]
 
 
 @dataclass
@@ -79,18 +81,20 @@ class AuditReport:
     lineage: LineageResult | None = None
     aggregate: AggregateResult | None = None
     window: WindowAuditResult | None = None
+    join: JoinAuditResult | None = None
     transactions: TransactionCheck = field(default_factory=TransactionCheck)
     offsets: OffsetCheck = field(default_factory=OffsetCheck)
 
     @property
     def violations(self) -> int:
-        return sum(c.violations for c in (self.lineage, self.aggregate, self.window, self.transactions, self.offsets)
+        return sum(c.violations for c in (self.lineage, self.aggregate, self.window, self.join, self.transactions,
+                                                self.offsets)
                    if c is not None)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["violations"] = self.violations
-        for name in ("lineage", "aggregate", "window", "transactions", "offsets"):
+        for name in ("lineage", "aggregate", "window", "join", "transactions", "offsets"):
             check = getattr(self, name)
             if check is not None:
                 data[name]["violations"] = check.violations
@@ -112,14 +116,15 @@ def check_open_transactions(admin: KafkaAdmin, topics: Iterable[str], max_sample
     return check
 
 
-def check_offsets(admin: KafkaAdmin, inputs: Iterable[str], group: str | None) -> OffsetCheck:
+def check_offsets(admin: KafkaAdmin, inputs: Iterable[str], group: str | None,
+                  groups: Mapping[str, str] | None = None) -> OffsetCheck:
     check = OffsetCheck()
     if group is None:
         return check
     for topic in inputs:
         tps = admin.topic_partitions(topic)
         offsets = admin.partition_offsets(tps)
-        committed = admin.group_offsets(group, tps, stable=True)
+        committed = admin.group_offsets((groups or {}).get(topic, group), tps, stable=True)
         for tp in tps:
             c, o = committed.get(tp), offsets[tp]
             check.partitions += 1
@@ -135,10 +140,12 @@ def audit(bootstrap_servers: str, *, inputs: list[str], outputs: list[str], dead
           group: str | None = None, aggregate: AggregateSpec | None = None, extra_topics: Iterable[str] = (),
           isolation: Isolation = "read_committed", executor: Executor | None = None, max_samples: int = 10,
           progress: Callable[[int], None] | None = None, ledger_topic: str | None = None,
-          through: Iterable[str] = ()) -> AuditReport:
+          through: Iterable[str] = (), subtopologies: frozenset[str] | None = None,
+          groups: Mapping[str, str] | None = None) -> AuditReport:
     """Audit `outputs` (+ dead letters) against `inputs`. `extra_topics` (e.g. changelogs) are checked for
     open transactions too. `aggregate` switches from lineage mode to aggregate mode. The lineage ledger
-    (`<group>-ledger` unless `ledger_topic` names another) accounts for filtered records."""
+    (`<group>-ledger` unless `ledger_topic` names another) accounts for filtered records. `subtopologies` and
+    `groups` (input topic -> the group holding its progress) audit sub-topologies that share an input."""
     started = time.monotonic()
     admin = KafkaAdmin(bootstrap_servers)
     report = AuditReport("aggregate" if aggregate else "lineage", bootstrap_servers, list(inputs), list(outputs),
@@ -147,7 +154,7 @@ def audit(bootstrap_servers: str, *, inputs: list[str], outputs: list[str], dead
         report.lineage = audit_lineage(bootstrap_servers, inputs, outputs, dead_letter_topic=dead_letter_topic,
                                        group=group, admin=admin, isolation=isolation, max_samples=max_samples,
                                        executor=executor, progress=progress, ledger_topic=ledger_topic,
-                                       through=through)
+                                       through=through, subtopologies=subtopologies, groups=groups)
     else:
         report.aggregate = audit_aggregate(bootstrap_servers, inputs, outputs, kind=aggregate.kind,
                                            input_value=aggregate.input_value, output_value=aggregate.output_value,
@@ -155,7 +162,7 @@ def audit(bootstrap_servers: str, *, inputs: list[str], outputs: list[str], dead
                                            progress=progress)
     topics = [*outputs, *([dead_letter_topic] if dead_letter_topic else []), *extra_topics]
     report.transactions = check_open_transactions(admin, topics, max_samples)
-    report.offsets = check_offsets(admin, inputs, group)
+    report.offsets = check_offsets(admin, inputs, group, groups)
     report.verdict = "PASS" if report.violations == 0 else "FAIL"
     report.duration_s = round(time.monotonic() - started, 3)
     return report
@@ -171,20 +178,28 @@ def audit_application(app: Application, *, bootstrap_servers: str | None = None,
     bootstrap = bootstrap_servers or cfg.bootstrap_servers
     hops = {t.name for t in app.internal_topics.values() if t.purge}
     writers = {sub.output: sub for sub in app.subtopologies.values() if sub.output in hops}
+    groups = offset_groups(app.subtopologies, cfg.group_id)
+    shared = {t for t, gs in topic_groups(app.subtopologies, cfg.group_id).items() if len(gs) > 1}
     reports = []
     for sub in app.subtopologies.values():
         if sub.output in hops:
             continue  # audited with the step that reads its repartition topic
-        inputs, through, stores = list(sub.inputs), [], list(sub.stores)
+        inputs, through, stores, names = list(sub.inputs), [], list(sub.stores), {sub.name}
+        input_groups = {t: groups[(sub.name, t)] for t in sub.inputs}
         while any(t in writers for t in inputs):
             upstream = [writers[t] if t in writers else None for t in inputs]
             through += [t for t in inputs if t in writers]
             stores += [s for w in upstream if w is not None for s in w.stores]
+            names |= {w.name for w in upstream if w is not None}
+            input_groups |= {t: groups[(w.name, t)] for w in upstream if w is not None for t in w.inputs}
             inputs = [i for t, w in zip(inputs, upstream, strict=True) for i in (w.inputs if w else (t,))]
+        # a topic several sub-topologies read: each audit counts only its own ledger entries and dead letters
+        only = frozenset(names) if shared & set(inputs) else None
         changelogs = [spec.changelog_topic(cfg.application_id) for spec in stores]
         reports.append(audit(bootstrap, inputs=inputs, outputs=list(sub.output_topics), dead_letter_topic=cfg.dlq_topic,
                              group=cfg.group_id, extra_topics=[*changelogs, *through], max_samples=max_samples,
-                             progress=progress, ledger_topic=ledger_topic(cfg.application_id), through=through))
+                             progress=progress, ledger_topic=ledger_topic(cfg.application_id), through=through,
+                             subtopologies=only, groups=input_groups))
     return reports
 
 
@@ -209,6 +224,36 @@ def audit_windowed(app: Application, *, bootstrap_servers: str | None = None, su
         changelogs = [spec.changelog_topic(cfg.application_id) for spec in sub.stores]
         report.transactions = check_open_transactions(admin, [*sub.output_topics, *changelogs], max_samples)
         report.offsets = check_offsets(admin, sub.inputs, cfg.group_id)
+        report.verdict = "PASS" if report.violations == 0 else "FAIL"
+        report.duration_s = round(time.monotonic() - started, 3)
+        reports.append(report)
+    return reports
+
+
+def audit_joins(app: Application, *, bootstrap_servers: str | None = None, subtopologies: Iterable[str] = (),
+                max_samples: int = 10) -> list[AuditReport]:
+    """`eos audit join`: every join of a job (or those named) checked by replaying its committed inputs
+    (`eos.audit.joins`), plus the transaction and offset checks."""
+    cfg = app.config
+    bootstrap = bootstrap_servers or cfg.bootstrap_servers
+    admin = KafkaAdmin(bootstrap)
+    names = list(subtopologies) or [n for n, s in app.subtopologies.items() if s.join is not None]
+    if not names:
+        raise ValueError(f"application {cfg.application_id!r} has no join")
+    groups = offset_groups(app.subtopologies, cfg.group_id)
+    reports = []
+    for name in names:
+        sub = app.subtopologies[name]
+        started = time.monotonic()
+        input_groups = {t: groups[(name, t)] for t in sub.inputs}
+        report = AuditReport("join", bootstrap, list(sub.inputs), list(sub.output_topics), cfg.dlq_topic,
+                             cfg.group_id, "read_committed")
+        report.join = audit_join(bootstrap, sub, group=cfg.group_id, application_id=cfg.application_id,
+                                 dead_letters=cfg.dlq_topic, admin=admin, max_samples=max_samples,
+                                 groups=input_groups)
+        changelogs = [spec.changelog_topic(cfg.application_id) for spec in sub.stores]
+        report.transactions = check_open_transactions(admin, [*sub.output_topics, *changelogs], max_samples)
+        report.offsets = check_offsets(admin, sub.inputs, cfg.group_id, input_groups)
         report.verdict = "PASS" if report.violations == 0 else "FAIL"
         report.duration_s = round(time.monotonic() - started, 3)
         reports.append(report)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +33,7 @@ from eos.serde import Serde
 from eos.tables import JoinSpec, JoinWindows
 from eos.time import RECORD_TIME
 from eos.topology import SubTopology
+from eos.worker.progress import CommitMetadata
 from transactions import KafkaAdmin, Message
 
 __all__ = ["JoinAuditResult", "audit_join", "reference_stream_stream", "explain_stream_table",
@@ -73,10 +74,14 @@ def _canon(value: Any) -> str:
 
 
 def reference_stream_stream(left: Iterable[Record], right: Iterable[Record], windows: JoinWindows, how: str,
-                            joiner: Joiner) -> Counter[tuple[Any, str, int]]:
+                            joiner: Joiner, stream_time: int | None = None) -> Counter[tuple[Any, str, int]]:
     """The outputs (key, canonical value, timestamp) of a windowed stream-stream join of the records given
     (those the task did not drop as late): every pair within the windows, and per `how` the records
-    without a partner joined with None."""
+    without a partner joined with None, those whose window has closed by `stream_time` (the task's
+    stream time when it committed last; None: all)."""
+    def closed(ts: int, reach: int) -> bool:
+        return stream_time is None or ts + reach < stream_time - windows.span
+
     rights: dict[Any, list[Record]] = defaultdict(list)
     for r in right:
         if r.key is not None and r.value is not None:
@@ -91,12 +96,12 @@ def reference_stream_stream(left: Iterable[Record], right: Iterable[Record], win
         for r in partners:
             out[(lrec.key, _canon(joiner(lrec.value, r.value)), max(lrec.timestamp, r.timestamp))] += 1
             matched_right.add((r.partition, r.offset))
-        if not partners and how in ("left", "outer"):
+        if not partners and how in ("left", "outer") and closed(lrec.timestamp, windows.after):
             out[(lrec.key, _canon(joiner(lrec.value, None)), lrec.timestamp)] += 1
     if how == "outer":
         for key, records in rights.items():
             for r in records:
-                if (r.partition, r.offset) not in matched_right:
+                if (r.partition, r.offset) not in matched_right and closed(r.timestamp, windows.before):
                     out[(key, _canon(joiner(None, r.value)), r.timestamp)] += 1
     return out
 
@@ -116,9 +121,8 @@ def explain_stream_table(stream: list[Record], results: dict[int, Any], versions
         start = position[rec.key]
         if rec.offset in results:
             wanted = _canon(results[rec.offset])
-            found = next((i for i in range(start, len(history))
-                          if (history[i] is not None or how == "left") and _canon(joiner(rec.value, history[i])) == wanted),
-                         None)
+            found = next((i for i in range(start, len(history)) if (history[i] is not None or how == "left")
+                          and _canon(joiner(rec.value, history[i])) == wanted), None)
             if found is None:
                 problems.append(("wrong_values", rec, results[rec.offset]))
             else:
@@ -164,9 +168,9 @@ def check_table_table(left: dict[Any, list[Any]], right: dict[Any, list[Any]], o
 
 def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, application_id: str,
                dead_letters: str | None = None, admin: KafkaAdmin | None = None,
-               max_samples: int = 10) -> JoinAuditResult:
+               max_samples: int = 10, groups: Mapping[str, str] | None = None) -> JoinAuditResult:
     """Audit the join sub-topology `sub` of an application (its committed inputs up to the group's committed
-    offsets, its committed output)."""
+    offsets, its committed output). `groups`: inputs whose progress another group holds."""
     spec: JoinSpec | None = sub.join
     if spec is None or sub.output is None:
         raise ValueError(f"sub-topology {sub.name!r} is not a join")
@@ -174,9 +178,11 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
     result = JoinAuditResult(spec.kind, spec.how)
     skipped = _dead_lettered(bootstrap_servers, dead_letters, sub.name, admin) if dead_letters else set()
     result.dead_letters = len(skipped)
-    ledger = read_ledger(bootstrap_servers, ledger_topic(application_id), sub.inputs, admin=admin)
+    ledger = read_ledger(bootstrap_servers, ledger_topic(application_id), sub.inputs, admin=admin,
+                         subtopologies={sub.name})
     late = {(tp, o) for tp, account in (ledger or {}).items() for o in account.late}
-    inputs = {t: _committed_records(bootstrap_servers, sub, t, group, admin, skipped) for t in sub.inputs}
+    inputs = {t: _committed_records(bootstrap_servers, sub, t, (groups or {}).get(t, group), admin, skipped)
+              for t in sub.inputs}
     result.input_records = sum(len(rs) for rs in inputs.values())
     outputs = list(_outputs(bootstrap_servers, sub, admin))
     result.output_records = len(outputs)
@@ -185,10 +191,11 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
         kept = {t: [r for r in rs if ((t, r.partition), r.offset) not in late] for t, rs in inputs.items()}
         result.late_records = result.input_records - sum(len(rs) for rs in kept.values())
         expected: Counter[tuple[Any, str, int]] = Counter()
+        stream_times = _stream_times(admin, sub, group, groups)
         for p in {r.partition for rs in kept.values() for r in rs}:
             expected += reference_stream_stream([r for r in kept[spec.left] if r.partition == p],
                                                 [r for r in kept[spec.right] if r.partition == p],
-                                                spec.windows, spec.how, spec.joiner)
+                                                spec.windows, spec.how, spec.joiner, stream_times.get(p, -1))
         observed = Counter((k, _canon(v), ts) for k, v, ts, _ in outputs)
         result.expected = sum(expected.values())
         for item, n in (expected - observed).items():
@@ -215,13 +222,12 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
 def _audit_stream_table(spec: JoinSpec, sub: SubTopology, inputs: dict[str, list[Record]],
                         outputs: list[tuple[Any, Any, int, tuple[str, int, int] | None]], result: JoinAuditResult,
                         limit: int, bootstrap_servers: str, admin: KafkaAdmin) -> None:
+    table_key: Callable[[Record], Any] = spec.key or _record_key
     if spec.kind == "stream-global":
-        table_key = spec.key or (lambda r: r.key)
         table = [_table_record(m, g) for g in sub.global_tables for batch in
                  scan_topic(bootstrap_servers, g.topic, admin=admin) for m in batch]
         versions = _histories([r for r in table if r is not None])
     else:
-        table_key = None
         versions = {}
     results: dict[tuple[int, int], Any] = {}
     for _, value, _, origin in outputs:
@@ -248,6 +254,22 @@ def _audit_stream_table(spec: JoinSpec, sub: SubTopology, inputs: dict[str, list
             setattr(result, problem, getattr(result, problem) + 1)
             result.sample(problem, limit, record=(rec.topic, rec.partition, rec.offset), key=rec.key,
                           value=rec.value, output=value)
+
+
+def _stream_times(admin: KafkaAdmin, sub: SubTopology, group: str,
+                  groups: Mapping[str, str] | None) -> dict[int, int]:
+    """Each task's stream time as its last commit recorded it (in the committed offsets' metadata)."""
+    out: dict[int, int] = {}
+    for topic in sub.inputs:
+        tps = admin.topic_partitions(topic)
+        for (_, p), committed in admin.group_commits((groups or {}).get(topic, group), tps, stable=True).items():
+            if committed is not None:
+                out[p] = max(out.get(p, -1), CommitMetadata.decode(committed.metadata).stream_time)
+    return out
+
+
+def _record_key(record: Record) -> Any:
+    return record.key
 
 
 def _histories(records: Iterable[Record]) -> dict[Any, list[Any]]:

@@ -39,9 +39,10 @@ class PartitionLedger:
 
 def read_ledger(bootstrap_servers: str, topic: str, inputs: Iterable[str], *, admin: KafkaAdmin,
                 through: Iterable[str] = (), progress: Callable[[int], None] | None = None,
-                ) -> dict[TP, PartitionLedger] | None:
+                subtopologies: set[str] | None = None) -> dict[TP, PartitionLedger] | None:
     """The ledger's account of `inputs` (and of the repartition topics `through` which lineage reaches),
-    per partition; None when the ledger topic does not exist."""
+    per partition; None when the ledger topic does not exist. `subtopologies`: only their tasks' entries
+    (a topic read by several sub-topologies is consumed once by each)."""
     if admin.partition_counts([topic])[topic] is None:
         return None
     origins, covered = set(inputs), set(inputs) | set(through)
@@ -51,7 +52,8 @@ def read_ledger(bootstrap_servers: str, topic: str, inputs: Iterable[str], *, ad
     for batch in scan_topic(bootstrap_servers, topic, admin=admin, progress=progress):
         for msg in batch:
             entry = LedgerEntry.decode(msg.value())
-            if entry is None:
+            if entry is None or (subtopologies is not None
+                                 and entry.task.rpartition("-")[0] not in subtopologies):
                 continue
             now_ids: dict[TP, bool] = {}
             for item in entry.inputs:

@@ -10,7 +10,7 @@ as Spark tasks) and their bitmaps merged.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,13 +71,15 @@ class LineageResult:
             bucket.append(detail)
 
 
-def input_scans(admin: KafkaAdmin, inputs: Iterable[str], group: str | None) -> list[PartitionScan]:
+def input_scans(admin: KafkaAdmin, inputs: Iterable[str], group: str | None,
+                groups: Mapping[str, str] | None = None) -> list[PartitionScan]:
+    """`groups`: inputs whose progress is committed under another group than `group` (eos.topology)."""
     scans = []
     for topic in inputs:
         tps = admin.topic_partitions(topic)
         low = admin.earliest_offsets(tps)
         if group is not None:
-            committed = admin.group_offsets(group, tps, stable=True)
+            committed = admin.group_offsets((groups or {}).get(topic, group), tps, stable=True)
             bound = {tp: committed.get(tp) or 0 for tp in tps}
         else:
             bound = admin.end_offsets(tps, committed=True)
@@ -100,11 +102,15 @@ def audit_lineage(bootstrap_servers: str, inputs: Iterable[str], outputs: Iterab
                   dead_letter_topic: str | None = None, group: str | None = None, admin: KafkaAdmin | None = None,
                   isolation: Isolation = "read_committed", max_samples: int = 10,
                   executor: Executor | None = None, progress: Callable[[int], None] | None = None,
-                  ledger_topic: str | None = None, through: Iterable[str] = ()) -> LineageResult:
+                  ledger_topic: str | None = None, through: Iterable[str] = (),
+                  subtopologies: frozenset[str] | None = None,
+                  groups: Mapping[str, str] | None = None) -> LineageResult:
     """Audit `outputs` (and the dead letters of `inputs`) against `inputs`. The ledger (default: the one of
     the application `group` names) accounts for filtered records, topics created again and input deleted
     by retention; without one those show up as lost or unexpected. `through`: repartition topics between
-    `inputs` and `outputs` (lineage reaches through them; their records are deleted once consumed)."""
+    `inputs` and `outputs` (lineage reaches through them; their records are deleted once consumed).
+    `subtopologies`: only their ledger entries and dead letters count (a topic several sub-topologies read);
+    `groups`: inputs whose progress another group than `group` holds."""
     inputs = list(inputs)
     admin = admin or KafkaAdmin(bootstrap_servers)
     executor = executor or LocalExecutor()
@@ -112,11 +118,12 @@ def audit_lineage(bootstrap_servers: str, inputs: Iterable[str], outputs: Iterab
         [dead_letter_topic])[dead_letter_topic] is not None else []
     if ledger_topic is None and group is not None:
         ledger_topic = default_ledger_topic(group)
-    ledger = (read_ledger(bootstrap_servers, ledger_topic, inputs, admin=admin, through=through)
+    ledger = (read_ledger(bootstrap_servers, ledger_topic, inputs, admin=admin, through=through,
+                          subtopologies=None if subtopologies is None else set(subtopologies))
               if ledger_topic else None)
-    ins = executor.map(scan_input_partition, input_scans(admin, inputs, group), progress)
+    ins = executor.map(scan_input_partition, input_scans(admin, inputs, group, groups), progress)
     outs = executor.map(_OutputScan(isolation, max_samples), output_scans(admin, outputs, isolation), progress)
-    dead = executor.map(_OutputScan(isolation, max_samples, frozenset(inputs)),
+    dead = executor.map(_OutputScan(isolation, max_samples, frozenset(inputs), subtopologies),
                         output_scans(admin, dlq_topics, isolation), progress)
     return merge(ins, outs, dead, max_samples, ledger)
 
@@ -124,12 +131,14 @@ def audit_lineage(bootstrap_servers: str, inputs: Iterable[str], outputs: Iterab
 class _OutputScan:
     """Picklable scan function with its options (runs in Spark tasks too)."""
 
-    def __init__(self, isolation: Isolation, max_samples: int, origin_topics: frozenset[str] | None = None) -> None:
+    def __init__(self, isolation: Isolation, max_samples: int, origin_topics: frozenset[str] | None = None,
+                 subtopologies: frozenset[str] | None = None) -> None:
         self.isolation, self.max_samples, self.origin_topics = isolation, max_samples, origin_topics
+        self.subtopologies = subtopologies
 
     def __call__(self, scan: PartitionScan, progress: Callable[[int], None] | None = None) -> OutputPartial:
         return scan_output_partition(scan, isolation=self.isolation, max_samples=self.max_samples, progress=progress,
-                                     origin_topics=self.origin_topics)
+                                     origin_topics=self.origin_topics, subtopologies=self.subtopologies)
 
 
 Origins = dict[tuple[str, int, int], BitMap64]

@@ -99,7 +99,8 @@ class OutputPartial:
 
 def scan_output_partition(scan: PartitionScan, *, isolation: Isolation = "read_committed", max_samples: int = 10,
                           progress: Callable[[int], None] | None = None,
-                          origin_topics: frozenset[str] | None = None) -> OutputPartial:
+                          origin_topics: frozenset[str] | None = None,
+                          subtopologies: frozenset[str] | None = None) -> OutputPartial:
     """Origins of one output (or dead-letter) partition, read with `isolation`.
 
     Whatever the isolation asked for, records that a read_committed reader cannot see (aborted or still
@@ -131,7 +132,8 @@ def scan_output_partition(scan: PartitionScan, *, isolation: Isolation = "read_c
                 part.without_origin += 1
                 part.sample("unexpected", max_samples, reason=f"no valid {ORIGIN_HEADER} header", **at)
                 continue
-            if origin_topics is not None and origin.topic not in origin_topics:
+            if (origin_topics is not None and origin.topic not in origin_topics) or (
+                    subtopologies is not None and _dead_letter_of(headers) not in (None, *subtopologies)):
                 part.records -= 1
                 part.foreign += 1
                 continue
@@ -153,3 +155,12 @@ def scan_output_partition(scan: PartitionScan, *, isolation: Isolation = "read_c
     part.origins = {k: v.serialize() for k, v in seen.items()}
     part.duplicate_origins = {k: v.serialize() for k, v in twice.items()}
     return part
+
+
+def _dead_letter_of(headers: list[tuple[str, bytes]] | None) -> str | None:
+    """The sub-topology that dead-lettered a record (a topic read by two sub-topologies has dead letters
+    of each)."""
+    for k, v in headers or ():
+        if k == "eos.dlq.subtopology":
+            return v.decode()
+    return None

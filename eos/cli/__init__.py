@@ -12,6 +12,7 @@ import typer
 
 from eos.cli.audit import audit_app
 from eos.cli.cluster import cluster_app
+from eos.cli.store import store_app
 from eos.cli.topics import topics_app
 
 __all__ = ["app", "main"]
@@ -21,6 +22,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(audit_app, name="audit")
 app.add_typer(topics_app, name="topics")
+app.add_typer(store_app, name="store")
 
 
 def _register_commands() -> None:

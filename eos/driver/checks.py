@@ -53,18 +53,9 @@ def check_spark_conf(conf: Mapping[str, str]) -> None:
 
 
 def check_topics(admin: KafkaAdmin, subtopologies: Mapping[str, SubTopology]) -> dict[str, int]:
-    """Input and output topics must exist; co-partitioned inputs must have equal partition counts.
+    """Input and output topics must exist; co-partitioned inputs must have equal partition counts. A topic
+    may be read by several sub-topologies: each commits its own progress (`eos.topology.offset_groups`).
     Returns the partition count of every input and output topic."""
-    readers: dict[str, str] = {}
-    for sub in subtopologies.values():
-        for topic in sub.inputs:
-            if topic in readers and readers[topic] != sub.name:
-                raise ConfigError(
-                    f"topic {topic!r} is an input of sub-topologies {readers[topic]!r} and {sub.name!r}. Progress is "
-                    "committed per topic partition under the application's consumer group, so the two would "
-                    "overwrite each other's offsets. Read the topic in one sub-topology (forward to several outputs "
-                    "from it), or chain them: the second reads the first's output.")
-            readers[topic] = sub.name
     topics = sorted({t for sub in subtopologies.values()
                      for t in (*sub.inputs, *sub.output_topics, *(g.topic for g in sub.global_tables))})
     counts = admin.partition_counts(topics)

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 import structlog
 
 from eos.config import EosConfig
-from eos.topology import SubTopology, TaskId
+from eos.topology import SubTopology, TaskId, offset_groups
 from eos.worker.plans import OffsetReset, SkipReason, TaskPlan, TaskResult, TaskStatus
 from eos.worker.progress import CommitMetadata
 from transactions import Committed, KafkaAdmin, OffsetRange
@@ -48,6 +48,7 @@ class Planner:
         self._warned: dict[TP, OffsetReset] = {}
         #: records each input partition was behind when the last batch was planned
         self.lag: dict[TP, int] = {}
+        self.groups = offset_groups(self.subtopologies, config.group_id)
 
     def task_count(self, sub: SubTopology) -> int:
         return self.partition_counts[sub.inputs[0]]
@@ -64,20 +65,29 @@ class Planner:
         so that the first batch does not chase a moving start. Returns what was pinned."""
         if self.config.auto_offset_reset != "latest":
             return {}
-        tps = self.input_partitions()
-        committed = self.admin.group_offsets(self.config.group_id, tps, stable=False)
-        missing = [tp for tp in tps if committed.get(tp) is None]
-        if not missing:
-            return {}
-        ends = self.admin.end_offsets(missing, committed=True)
-        self.admin.set_group_offsets(self.config.group_id, ends)
-        return ends
+        pinned: dict[TP, int] = {}
+        for group, tps in self._by_group().items():
+            committed = self.admin.group_offsets(group, tps, stable=False)
+            missing = [tp for tp in tps if committed.get(tp) is None]
+            if missing:
+                ends = self.admin.end_offsets(missing, committed=True)
+                self.admin.set_group_offsets(group, ends)
+                pinned.update(ends)
+        return pinned
+
+    def _by_group(self) -> dict[str, list[TP]]:
+        """Input partitions by the group their progress is committed under."""
+        out: dict[str, set[TP]] = {}
+        for (_, topic), group in self.groups.items():
+            out.setdefault(group, set()).update((topic, p) for p in range(self.partition_counts[topic]))
+        return {g: sorted(tps) for g, tps in out.items()}
 
     def plan(self, batch: int) -> list[TaskPlan]:
         if time.monotonic() - self._ids_read >= TOPIC_ID_REFRESH_S:
             self.refresh_topic_ids()
         tps = self.input_partitions()
-        commits = self.admin.group_commits(self.config.group_id, tps, stable=False, timeout=10)
+        commits = {group: self.admin.group_commits(group, group_tps, stable=False, timeout=10)
+                   for group, group_tps in self._by_group().items()}
         ends = self.admin.end_offsets(tps, committed=True, timeout=10)
         earliest = self.admin.earliest_offsets(tps, timeout=10)
         cap = self.config.max_records_per_batch
@@ -85,20 +95,23 @@ class Planner:
         plans = []
         for sub in self.subtopologies.values():
             for partition in range(self.task_count(sub)):
-                ranges, resets = [], {}
+                ranges, resets, behind = [], {}, set()
                 for topic in sub.inputs:
                     tp = (topic, partition)
-                    start, reset = self._start(tp, commits.get(tp), earliest[tp], ends[tp])
+                    start, reset = self._start(tp, commits[self.groups[(sub.name, topic)]].get(tp), earliest[tp],
+                                               ends[tp])
                     self.lag[tp] = max(0, ends[tp] - start)
                     if reset is not None:
                         resets[tp] = reset
                     ranges.append(OffsetRange(topic, partition, start, max(start, min(ends[tp], start + cap))))
+                    if ends[tp] > start + cap:
+                        behind.add(tp)
                 task = sub.task(partition)
                 busy = any(not r.empty for r in ranges)
                 if busy or self._punctuation_due(sub, task):
                     plans.append(TaskPlan(task, batch, tuple(ranges) if busy else tuple(r.at_start() for r in ranges),
                                           topic_ids={t: self.topic_ids.get(t) for t in sub.inputs},
-                                          resets=resets, idle=not busy,
+                                          resets=resets, idle=not busy, behind=frozenset(behind),
                                           global_pins={g.topic: pins[g.topic] for g in sub.global_tables}))
         self._first_plan = False
         return plans

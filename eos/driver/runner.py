@@ -37,6 +37,7 @@ from eos.driver.spark import is_local_master, spark_conf, task_rdd
 from eos.errors import ConfigError, JobFailedError, stops_the_job
 from eos.ledger import ledger_topic
 from eos.logs import configure_logging
+from eos.topology import topic_groups
 from eos.worker.entry import SparkTaskFunction
 from eos.worker.plans import Job, StandbyPlan, StandbyResult, StandbyStatus, TaskPlan, TaskResult
 from transactions import GroupLease, KafkaAdmin
@@ -89,7 +90,8 @@ class Runner:
         planner.refresh_topic_ids()
         planner.initialize_offsets()
         purged = [t.name for t in self.app.internal_topics.values() if t.purge and cfg.repartition_purge_interval]
-        self.purger = RepartitionPurger(admin, cfg, purged, cfg.repartition_purge_interval or PURGE_INTERVAL_S)
+        self.purger = RepartitionPurger(admin, cfg, purged, cfg.repartition_purge_interval or PURGE_INTERVAL_S,
+                                        topic_groups(self.app.subtopologies, cfg.group_id))
         self.placer = Placer(self.sc, admin, cfg, self.app.subtopologies, counts) if cfg.placement else None
         if cfg.metrics_port is not None and self.metrics is None:
             metrics = DriverMetrics(cfg.application_id)

@@ -14,7 +14,7 @@ from eos.operators.windows import LatePolicy
 from eos.processor import Processor
 from eos.records import Record
 from eos.serde import serde_for
-from eos.tables import GlobalTable, JoinKind, JoinSpec, JoinWindows, Table
+from eos.tables import GlobalTable, JoinKind, JoinSpec, JoinType, JoinWindows, Table
 from eos.time import TimestampSpec, timestamp_extractor
 from eos.topology import SubTopology
 from recovery import StoreSpec
@@ -22,7 +22,7 @@ from recovery import StoreSpec
 __all__ = ["JoinMethods"]
 
 Side = str | Table | GlobalTable
-_HOW: dict[str, tuple[str, ...]] = {"stream-table": ("inner", "left"), "stream-global": ("inner", "left"),
+_HOW: dict[JoinType, tuple[str, ...]] = {"stream-table": ("inner", "left"), "stream-global": ("inner", "left"),
                                     "stream-stream": ("inner", "left", "outer"),
                                     "table-table": ("inner", "left", "outer")}
 
@@ -125,9 +125,9 @@ class JoinMethods(AggregationMethods):
         return sub
 
 
-def _kind(left: Any, right: Any, windows: JoinWindows | None) -> str:
+def _kind(left: Any, right: Any, windows: JoinWindows | None) -> JoinType:
     if isinstance(left, GlobalTable):
-        raise TypeError("a global table can only be the right side of a join (stream × global table)")
+        raise TypeError("a global table can only be the right side of a join (stream x global table)")
     if isinstance(left, str) and isinstance(right, Table):
         return "stream-table"
     if isinstance(left, str) and isinstance(right, GlobalTable):
@@ -140,7 +140,7 @@ def _kind(left: Any, right: Any, windows: JoinWindows | None) -> str:
                              "may be to join (a stream has no 'current value' to join with)")
         return "stream-stream"
     if isinstance(left, Table) and isinstance(right, str):
-        raise TypeError("a table × stream join is written stream first: app.join(stream_topic, table, ...)")
+        raise TypeError("a table x stream join is written stream first: app.join(stream_topic, table, ...)")
     raise TypeError(f"cannot join {type(left).__name__} with {type(right).__name__}: give topic names (streams), "
                     "app.table(...) or app.global_table(...)")
 

@@ -40,6 +40,7 @@ from eos.worker.progress import CommitMetadata
 from eos.worker.runtime import TaskRuntime
 from transactions import (
     Committed,
+    Consumer,
     Message,
     OffsetOutOfRangeError,
     OffsetRange,
@@ -122,12 +123,12 @@ class BatchAttempt:
         earlier attempt already committed everything planned."""
         assert self.producer is not None
         t0 = time.monotonic()
-        consumer = self.clients.consumer(self.config)
-        partitions = [(r.topic, r.partition) for r in self.plan.ranges]
         wait = min(self.config.batch_timeout, 20.0 if self.fresh else CACHED_PRODUCER_STABLE_WAIT)
+        committed: dict[tuple[str, int], Committed] = {}
         try:
-            committed = stable_committed(consumer, partitions, timeout=wait,
-                                         **({} if self.fresh else {"policy": _ONE_TRY}))
+            for consumer, partitions in self._by_group([(r.topic, r.partition) for r in self.plan.ranges]):
+                committed.update(stable_committed(consumer, partitions, timeout=wait,
+                                                  **({} if self.fresh else {"policy": _ONE_TRY})))
         except RetriableKafkaError as exc:
             if self.fresh:
                 raise
@@ -147,6 +148,15 @@ class BatchAttempt:
             raise ProducerFencedError(f"{self.txn_id}: another worker committed this task since; the cached "
                                       "producer is stale")
         return not all(r.empty for r in self.ranges)
+
+    def _by_group(self, partitions: list[tuple[str, int]]) -> list[tuple[Consumer, list[tuple[str, int]]]]:
+        """The partitions grouped by the consumer group their progress is committed under (a topic another
+        sub-topology reads first has this one's own group), each with a consumer of that group."""
+        by: dict[str, list[tuple[str, int]]] = {}
+        for tp in partitions:
+            by.setdefault(self.job.groups.get((self.sub.name, tp[0]), self.config.group_id), []).append(tp)
+        return [(self.clients.consumer(self.config) if g == self.config.group_id
+                 else self.clients.consumer(self.config, group=g), tps) for g, tps in by.items()]
 
     def _range(self, planned: OffsetRange, committed: Committed) -> OffsetRange:
         """The range to read: from the committed offset (the planner's start when nothing is committed) to
@@ -189,8 +199,8 @@ class BatchAttempt:
 
     # ------------------------------------------------------------------ 4
     def read_input(self) -> list[Message]:
-        """The visible records of `[committed, end)`, read_committed; co-partitioned inputs are merged in
-        timestamp order, like Kafka Streams."""
+        """The visible records of `[committed, end)`, read_committed, each partition in offset order
+        (processing merges co-partitioned inputs in timestamp order, never reordering one partition)."""
         t0 = time.monotonic()
         consumer = self.clients.consumer(self.config)
         try:
@@ -198,8 +208,6 @@ class BatchAttempt:
                                                         timeout=self.config.batch_timeout) for m in chunk]
         except OffsetOutOfRangeError as exc:
             raise StalePlanError(f"the planned input is gone ({exc}); planning again") from exc
-        if len(self.ranges) > 1:
-            self.messages.sort(key=lambda m: (m.timestamp()[1], m.offset()))
         self.result.read_ms = (time.monotonic() - t0) * 1000
         self._fire(HookPoint.AFTER_READ)
         return self.messages
@@ -209,7 +217,7 @@ class BatchAttempt:
         """Run the processor: outputs and state changes stay in memory until the commit."""
         assert self.runtime is not None
         t0 = time.monotonic()
-        self.outcome = self.runtime.process(self.messages, self.stream_time, self.punctuation)
+        self.outcome = self.runtime.process(self.messages, self.stream_time, self.punctuation, self.plan.behind)
         self.changelog = self.runtime.changelog_records()
         self.result.process_ms = (time.monotonic() - t0) * 1000
         return self.outcome
@@ -234,8 +242,10 @@ class BatchAttempt:
                                   CommitMetadata(stream_time, producer.token, self.plan.topic_ids.get(r.topic),
                                                  punctuation).encode())
                    for r in self.ranges]
-        consumer = self.clients.consumer(cfg)
-        producer.send_offsets(offsets, consumer.consumer_group_metadata(), timeout=cfg.batch_timeout)
+        by_tp = {(tp.topic, tp.partition): tp for tp in offsets}
+        for consumer, tps in self._by_group(list(by_tp)):
+            producer.send_offsets([by_tp[tp] for tp in tps], consumer.consumer_group_metadata(),
+                                  timeout=cfg.batch_timeout)
         self.result.produce_ms = (time.monotonic() - t0) * 1000
         self._fire(HookPoint.BEFORE_COMMIT)
         self.result.commit_ms = producer.commit(timeout=cfg.batch_timeout) * 1000
@@ -264,7 +274,7 @@ class BatchAttempt:
         """The planned end (never "last record + 1": a trailing commit marker would be re-read forever), or,
         when the processor asked to commit early, the next unprocessed offset."""
         stopped_at = self.outcome.stopped_at
-        if stopped_at is None:
+        if stopped_at is None or (r.topic, r.partition) in self.outcome.finished:
             return r.end
         return stopped_at.get((r.topic, r.partition), r.start)
 

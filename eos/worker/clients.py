@@ -79,13 +79,15 @@ class WorkerClients:
         if producer is not None:
             producer.close()
 
-    def consumer(self, config: EosConfig, purpose: str = "input") -> Consumer:
-        """One consumer per application and purpose in this worker (tasks of a worker run one at a time)."""
-        key = (config.bootstrap_servers, config.group_id, purpose)
+    def consumer(self, config: EosConfig, purpose: str = "input", group: str | None = None) -> Consumer:
+        """One consumer per application, purpose and group in this worker (tasks of a worker run one at a
+        time). `group`: another than the application's (a sub-topology's own, `eos.topology.offset_groups`),
+        for its committed offsets and group metadata."""
+        key = (config.bootstrap_servers, config.group_id, purpose + (f"@{group}" if group else ""))
         consumer = self._consumers.get(key)
         if consumer is None:
             consumer = self._consumers[key] = input_consumer(
-                config.bootstrap_servers, config.group_id, config.consumer_config,
+                config.bootstrap_servers, group or config.group_id, config.consumer_config,
                 out_of_range="error" if purpose == "input" else "earliest")
         return consumer
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from eos.errors import TaskFailure
-from eos.topology import TaskId
+from eos.topology import TaskId, offset_groups
 from transactions import OffsetRange
 
 if TYPE_CHECKING:
@@ -40,6 +40,8 @@ class Job:
         self.ledger_topic = ledger_topic or f"{config.application_id}-ledger"
         #: the application's repartition topics: lineage reaches through them (eos.origin.lineage_origin)
         self.transitive_topics = transitive_topics
+        #: (sub-topology, input topic) -> the consumer group its progress is committed under
+        self.groups = offset_groups(subtopologies, config.group_id)
 
 
 class TaskStatus(enum.StrEnum):
@@ -81,6 +83,10 @@ class TaskPlan:
     idle: bool = False
     #: Global table topic -> partition -> (first offset, end): the table as this batch (every attempt) sees it.
     global_pins: dict[str, dict[int, tuple[int, int]]] = field(default_factory=dict)
+    #: Input partitions with more input than this batch takes (capped by max_records_per_batch). When one of
+    #: several co-partitioned inputs runs out, the batch stops there: the others' later records wait for it,
+    #: so that records are processed in timestamp order across batches too (Kafka Streams' synchronization).
+    behind: frozenset[TopicPartition] = frozenset()
 
 
 @dataclass

@@ -54,8 +54,11 @@ class BatchOutcome:
     records_in: int = 0
     bytes_in: int = 0
     stream_time: int = -1
-    #: next offset to commit per input partition when processing stopped early (context.commit()).
+    #: next offset to commit per input partition when processing stopped early (context.commit(), or an
+    #: input with more records beyond the batch ran out first)
     stopped_at: dict[tuple[str, int], int] | None = None
+    #: partitions whose every record of the batch was processed (they commit the planned end)
+    finished: set[tuple[str, int]] = field(default_factory=set)
     #: input records that produced no output and no dead letter (recorded in the lineage ledger)
     filtered: list[Message] = field(default_factory=list)
     #: of those, the ones dropped as late (all their windows closed)
@@ -121,8 +124,11 @@ def run_processor(processor: Processor, ctx: TaskContext, messages: list[Message
                   value_serde: Serde, dlq: DeadLetterPolicy, scoped: Iterable[RecordScoped] = (),
                   timestamp: Callable[[Record], int] = RECORD_TIME,
                   clock: Callable[[], float] = time.time,
-                  per_topic: Mapping[str, InputReading] | None = None) -> BatchOutcome:
-    """Process `messages`, one record scope each, with punctuations in between and at the end."""
+                  per_topic: Mapping[str, InputReading] | None = None,
+                  behind: frozenset[tuple[str, int]] = frozenset()) -> BatchOutcome:
+    """Process `messages`, one record scope each, with punctuations in between and at the end. When a
+    partition of `behind` (one with more input than the batch holds) runs out while other partitions have
+    records left, processing stops there: those records are later in time than what it has not read yet."""
     outcome = BatchOutcome(stream_time=ctx.stream_time)
     scoped = list(scoped)
     process, outputs, filtered = processor.process, outcome.outputs, outcome.filtered
@@ -130,12 +136,22 @@ def run_processor(processor: Processor, ctx: TaskContext, messages: list[Message
     bytes_in = 0
     processed: dict[tuple[str, int], int] = {}
     punctuating = bool(ctx.schedules)
+    remaining: dict[tuple[str, int], int] = {}
+    if behind:
+        for m in messages:
+            tp = (m.topic(), m.partition())
+            remaining[tp] = remaining.get(tp, 0) + 1
+    unprocessed = len(messages)
     for msg, record, ts in in_time_order(messages, key_serde, value_serde, timestamp, per_topic):
         value = msg.value()
         if value:
             bytes_in += len(value)
         outcome.records_in += 1
-        processed[(msg.topic(), msg.partition())] = msg.offset() + 1
+        tp = (msg.topic(), msg.partition())
+        processed[tp] = msg.offset() + 1
+        unprocessed -= 1
+        if remaining:
+            remaining[tp] -= 1
         if not isinstance(record, Record):
             stage = Stage.DESERIALIZE if isinstance(record, SerdeError) else Stage.TIMESTAMP
             outcome.dead_letters.append(dlq.route(msg, record, stage))
@@ -169,9 +185,10 @@ def run_processor(processor: Processor, ctx: TaskContext, messages: list[Message
                 ctx.dropped_reason = None
         if punctuating:
             _punctuate_due(ctx, scoped, outcome, clock)
-        if ctx.commit_requested:
+        if ctx.commit_requested or (remaining and not remaining[tp] and tp in behind and unprocessed):
             ctx.commit_requested = False
             outcome.stopped_at = {**_first_offsets(messages), **processed}
+            outcome.finished = {p for p, n in remaining.items() if not n}
             break
     outcome.bytes_in = bytes_in
     _punctuate_due(ctx, scoped, outcome, clock)

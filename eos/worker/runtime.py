@@ -65,7 +65,8 @@ class TaskRuntime:
             view.copy = copy
         return read
 
-    def process(self, messages: list[Message], stream_time: int, punctuation: dict[int, int]) -> BatchOutcome:
+    def process(self, messages: list[Message], stream_time: int, punctuation: dict[int, int],
+                behind: frozenset[tuple[str, int]] = frozenset()) -> BatchOutcome:
         """Process a batch starting at `stream_time` (from the committed offsets' metadata), with the
         punctuation schedule the driver last heard of. An empty batch runs only the punctuations due."""
         sub = self.sub
@@ -81,7 +82,8 @@ class TaskRuntime:
                                  value_serde=sub.value_serde, dlq=self.dlq, scoped=scoped,
                                  timestamp=sub.timestamp or RECORD_TIME,
                                  per_topic={t: (ks, vs, ts or RECORD_TIME)
-                                            for t, (ks, vs, ts) in sub.per_topic.items()})
+                                            for t, (ks, vs, ts) in sub.per_topic.items()},
+                                 behind=behind if len(sub.inputs) > 1 else frozenset())
         assert sub.batch_fn is not None
         outcome = run_batch_function(sub.batch_fn, sub.batch_format, messages, key_serde=sub.key_serde,
                                      value_serde=sub.value_serde, out_key_serde=sub.output_key_serde,

@@ -1,0 +1,144 @@
+"""Interactive queries: read-only views of an application's state stores, as committed.
+
+`app.store_view(name)` reads the store's changelog topic (every partition, read_committed, up to its last
+stable offset) into an in-memory copy and returns the store's own typed view over it: `get`, `range`,
+`all` and `approximate_num_entries` for key-value stores and tables, `fetch`/`fetch_range`/`fetch_all` for
+window stores, `fetch`/`find_sessions`/`fetch_all` for session stores. `view.position` is the changelog
+offset per partition the copy reflects: a write whose transaction has not committed (or was aborted) is
+never visible, and a view taken after a crash shows exactly what the last committed batches wrote. A
+global table is read from its topic the same way.
+
+`app.read_store(name, spark)` is the same read as a Spark DataFrame; `eos store get|dump JOB STORE [KEY]`
+the same from the command line.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from eos.audit.scan import scan_topic
+from eos.tables import GlobalTable
+from eos.worker.global_tables import GlobalCopy, GlobalTableView
+from eos.worker.stores import view_of
+from recovery import MemoryBackend, StoreSpec, StoreView, WriteBuffer
+from transactions import KafkaAdmin
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from eos.app import Application
+
+__all__ = ["StoreSnapshot", "store_view", "read_store", "store_rows", "find_store"]
+
+
+@dataclass
+class StoreSnapshot:
+    """A committed copy of a store: `view` is the typed view (what a processor gets, read-only here),
+    `position` the changelog (or topic) offset each partition was read to."""
+
+    name: str
+    kind: str
+    view: Any
+    position: dict[int, int]
+
+    def __getattr__(self, item: str) -> Any:  # get, range, all, fetch, ... of the typed view
+        return getattr(self.view, item)
+
+
+def find_store(app: Application, name: str) -> StoreSpec | GlobalTable:
+    """The store (or global table) called `name` in the application, or a KeyError naming the ones there are."""
+    found: dict[str, StoreSpec | GlobalTable] = {}
+    for sub in app.subtopologies.values():
+        for spec in sub.stores:
+            found[spec.name] = spec
+        for table in sub.global_tables:
+            found[table.name] = table
+    if name not in found:
+        raise KeyError(f"application {app.config.application_id!r} has no store {name!r}; its stores: "
+                       f"{', '.join(sorted(found)) or 'none'}")
+    return found[name]
+
+
+def store_view(app: Application, name: str, bootstrap_servers: str | None = None) -> StoreSnapshot:
+    spec = find_store(app, name)
+    bootstrap = bootstrap_servers or app.config.bootstrap_servers
+    admin = KafkaAdmin(bootstrap)
+    if isinstance(spec, GlobalTable):
+        copy = GlobalCopy(spec)
+        position = _read(bootstrap, admin, spec.topic, copy.data.__setitem__, copy.data.pop)
+        view = GlobalTableView(spec)
+        view.copy = copy
+        return StoreSnapshot(name, "global_table", view, position)
+    topic = spec.changelog_topic(app.config.application_id)
+    if admin.partition_counts([topic])[topic] is None:
+        raise KeyError(f"store {name!r} has no changelog topic {topic} yet: the application has not run")
+    backend = MemoryBackend()
+    changes: dict[bytes, bytes | None] = {}
+    position = _read(bootstrap, admin, topic, changes.__setitem__, lambda k, _=None: changes.__setitem__(k, None))
+    backend.write(changes, None)
+    typed: StoreView = view_of(spec)
+    typed.attach(WriteBuffer(backend))
+    return StoreSnapshot(name, spec.kind, typed, position)
+
+
+def _read(bootstrap: str, admin: KafkaAdmin, topic: str, put: Any, delete: Any) -> dict[int, int]:
+    ends = admin.end_offsets(admin.topic_partitions(topic), committed=True)
+    for batch in scan_topic(bootstrap, topic, admin=admin, until=ends):
+        for msg in batch:
+            if msg.key() is None:
+                continue
+            if msg.value() is None:
+                delete(msg.key(), None)
+            else:
+                put(msg.key(), msg.value())
+    return {p: end for (_, p), end in ends.items()}
+
+
+def store_rows(snapshot: StoreSnapshot) -> list[dict[str, Any]]:
+    """The snapshot's entries as rows: key, value (JSON text), and per kind timestamp, window start/end."""
+    view, rows = snapshot.view, []
+    if snapshot.kind == "window":
+        for key, start, value, ts in view.fetch_all():
+            rows.append({"key": _text(key), "window_start": start, "value": _text(value), "timestamp": ts})
+    elif snapshot.kind == "session":
+        for s in view.fetch_all():
+            rows.append({"key": _text(s.key), "window_start": s.start, "window_end": s.end, "value": _text(s.value),
+                         "timestamp": s.timestamp})
+    elif snapshot.kind == "record_buffer":
+        raise ValueError(f"store {snapshot.name!r} is a join's record buffer: it holds recent records, not a "
+                         "queryable table")
+    elif snapshot.kind == "global_table":
+        rows = [{"key": _text(k), "value": _text(v)} for k, v in view.all()]
+    else:
+        for key, _ in view.all():
+            value, ts = view.get_with_timestamp(key)
+            rows.append({"key": _text(key), "value": _text(value), "timestamp": ts})
+    return rows
+
+
+def _text(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return json.dumps(value, sort_keys=True, default=repr)
+
+
+def read_store(app: Application, name: str, spark: SparkSession, bootstrap_servers: str | None = None) -> DataFrame:
+    """The committed contents of a store as a DataFrame (key, value as JSON text, timestamp; window stores
+    add window_start, session stores window_start and window_end). Read on the driver from the changelog."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    snapshot = store_view(app, name, bootstrap_servers)
+    rows = store_rows(snapshot)
+    fields = [StructField("key", StringType()), StructField("value", StringType())]
+    if snapshot.kind != "global_table":
+        fields.append(StructField("timestamp", LongType()))
+    if snapshot.kind in ("window", "session"):
+        fields.append(StructField("window_start", LongType()))
+    if snapshot.kind == "session":
+        fields.append(StructField("window_end", LongType()))
+    schema = StructType(fields)
+    return spark.createDataFrame([tuple(r.get(f.name) for f in fields) for r in rows], schema)
