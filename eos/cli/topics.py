@@ -61,8 +61,9 @@ def create(names: list[str] = typer.Argument(None, help="Topic names"),
         except (ValueError, ConfigError) as exc:
             fail(2, str(exc))
         bootstrap_servers = resolve_bootstrap(bootstrap_servers, application.config.bootstrap_servers)
-        wanted += sorted({t for sub in application.subtopologies.values() for t in (*sub.inputs, *sub.output_topics)}
-                         - set(application.internal_topics))  # the framework creates its internal topics
+        named = {t for sub in application.subtopologies.values()
+                 for t in (*sub.inputs, *sub.output_topics, *(g.topic for g in sub.global_tables))}
+        wanted += sorted(named - set(application.internal_topics))  # the framework creates its internal topics
     if not wanted:
         fail(2, "name the topics to create, or give --from-app")
     settings = dict(item.split("=", 1) for item in config if "=" in item)

@@ -103,3 +103,25 @@ def test_the_time_and_windows_example_runs_verbatim(kafka, tmp_path):
     assert sorted(sessions, key=str) == sorted([(0, "1"), (120_000, "2"), (0, "null"), (0, "1")], key=str)
     (device, value), = printed["silent-devices"]
     assert device == "sensor-1" and "silent_since" in json.loads(value)
+
+
+def test_the_tables_and_joins_example_runs_verbatim(kafka, tmp_path):
+    printed = {}
+    for line, done in run_readme_example("Tables and joins", "shop.py", kafka, tmp_path, "shop", [
+            "customers", "addresses", "products", "orders", "payments", "orders-with-customer", "orders-priced",
+            "orders-paid", "payments-by-tier", "customer-profiles"]):
+        if line.startswith("eos topics read"):
+            printed[line.split()[3]] = [(k, json.loads(v)) for k, v in
+                                        (row.split("\t") for row in done.stdout.splitlines())]
+        if line.startswith("eos store get"):
+            assert json.loads(done.stdout)["value"] == {"tier": "gold"}, done.stdout
+        if line.startswith("eos audit join"):
+            assert done.stdout.count("PASS") == 5 and "FAIL" not in done.stdout, done.stdout
+
+    by_order = {v["order"]: v for _, v in printed["orders-with-customer"]}
+    assert by_order[1]["customer"] == {"tier": "gold"} and by_order[2]["customer"] == {"tier": "basic"}
+    assert sorted((v["order"], v["price"]) for _, v in printed["orders-priced"]) == [(1, 5), (2, None)]
+    assert [(k, v["order"], v["paid"]) for k, v in printed["orders-paid"]] == [("ann", 1, True)]
+    profiles = {k: v for k, v in printed["customer-profiles"]}  # each key's last line
+    assert profiles == {"ann": {"customer": {"tier": "gold"}, "address": {"city": "Oslo"}},
+                        "bob": {"customer": {"tier": "basic"}, "address": None}}
