@@ -40,6 +40,11 @@ _ROWS = {
                   ("keys_expected", "keys expected", False), ("keys_observed", "keys observed", False),
                   ("wrong_final", "wrong final value", True), ("sequence_mismatches", "repeated/skipped steps", True),
                   ("missing_keys", "missing keys", True), ("unexpected_keys", "unexpected keys", True)],
+    "join": [("input_records", "input records", False), ("late_records", "late records (dropped)", False),
+             ("dead_letters", "dead-lettered inputs (left out)", False),
+             ("expected", "results expected (stream records, pairs, keys)", False),
+             ("output_records", "output records", False), ("wrong_values", "results no replay explains", True),
+             ("missing", "missing results", True), ("unexpected", "unexpected or repeated results", True)],
 }
 
 
@@ -55,7 +60,7 @@ def render(report: AuditReport, console: Console | None = None) -> None:
     table.add_column("check")
     table.add_column("count", justify="right")
     table.add_column("", justify="center")
-    check: Any = report.lineage or report.aggregate or report.window
+    check: Any = report.lineage or report.aggregate or report.window or report.join
     for attr, label, is_violation in _ROWS[report.mode]:
         value = getattr(check, attr)
         if value or is_violation or attr in _ALWAYS:

@@ -122,6 +122,6 @@ def test_the_tables_and_joins_example_runs_verbatim(kafka, tmp_path):
     assert by_order[1]["customer"] == {"tier": "gold"} and by_order[2]["customer"] == {"tier": "basic"}
     assert sorted((v["order"], v["price"]) for _, v in printed["orders-priced"]) == [(1, 5), (2, None)]
     assert [(k, v["order"], v["paid"]) for k, v in printed["orders-paid"]] == [("ann", 1, True)]
-    profiles = {k: v for k, v in printed["customer-profiles"]}  # each key's last line
+    profiles = dict(printed["customer-profiles"])  # each key's last line
     assert profiles == {"ann": {"customer": {"tier": "gold"}, "address": {"city": "Oslo"}},
                         "bob": {"customer": {"tier": "basic"}, "address": None}}

@@ -48,11 +48,9 @@ def test_co_partitioned_inputs_form_one_task_per_partition_index():
     assert len(plans) == 1 and [(r.topic, r.start, r.end) for r in plans[0].ranges] == [("a", 0, 10), ("b", 5, 5)]
 
 
-def test_a_topic_can_feed_only_one_subtopology():
-    import pytest
-
-    from eos.config import ConfigError
+def test_a_topic_read_by_several_subtopologies_commits_under_one_group_per_reader():
     from eos.driver.checks import check_topics
+    from eos.topology import offset_groups, topic_groups
 
     class Admin:
         bootstrap_servers = "b"
@@ -62,9 +60,11 @@ def test_a_topic_can_feed_only_one_subtopology():
 
     b = BytesSerde()
     subs = {"a": SubTopology("a", ("in",), "x", b, b, b, b, processor_factory=object),
-            "b": SubTopology("b", ("in",), "y", b, b, b, b, processor_factory=object)}
-    with pytest.raises(ConfigError, match="overwrite each other's offsets"):
-        check_topics(Admin(), subs)
+            "b": SubTopology("b", ("in", "other"), "y", b, b, b, b, processor_factory=object)}
+    assert check_topics(Admin(), subs)["in"] == 1  # allowed: each reader commits its own progress
+    # the first reader keeps the application's group (adding a reader never moves it), the next gets its own
+    assert offset_groups(subs, "app") == {("a", "in"): "app", ("b", "in"): "app.b", ("b", "other"): "app"}
+    assert topic_groups(subs, "app") == {"in": ["app", "app.b"], "other": ["app"]}
 
 
 def test_records_deleted_by_retention_before_processing_are_skipped_and_recorded():
