@@ -24,7 +24,7 @@ from eos.audit.joins import JoinAuditResult, audit_join
 from eos.audit.lineage import LineageResult, audit_lineage
 from eos.audit.windows import WindowAuditResult, audit_windows
 from eos.ledger import ledger_topic
-from eos.topology import offset_groups, topic_groups
+from eos.topology import SubTopology, offset_groups, topic_groups
 from transactions import Isolation, KafkaAdmin
 
 if TYPE_CHECKING:
@@ -207,50 +207,48 @@ def audit_windowed(app: Application, *, bootstrap_servers: str | None = None, su
                    max_samples: int = 10, progress: Callable[[int], None] | None = None) -> list[AuditReport]:
     """`eos audit window`: every windowed aggregation of a job (or those named) against the reference
     recomputed from its committed input, plus the transaction and offset checks."""
-    cfg = app.config
-    bootstrap = bootstrap_servers or cfg.bootstrap_servers
-    admin = KafkaAdmin(bootstrap)
-    names = list(subtopologies) or [n for n, s in app.subtopologies.items() if s.windowing is not None]
-    if not names:
-        raise ValueError(f"application {cfg.application_id!r} has no windowed aggregation")
-    reports = []
-    for name in names:
-        sub = app.subtopologies[name]
-        started = time.monotonic()
-        report = AuditReport("window", bootstrap, list(sub.inputs), list(sub.output_topics), cfg.dlq_topic,
-                             cfg.group_id, "read_committed")
-        report.window = audit_windows(bootstrap, sub, group=cfg.group_id, admin=admin, dead_letters=cfg.dlq_topic,
-                                      max_samples=max_samples, progress=progress)
-        changelogs = [spec.changelog_topic(cfg.application_id) for spec in sub.stores]
-        report.transactions = check_open_transactions(admin, [*sub.output_topics, *changelogs], max_samples)
-        report.offsets = check_offsets(admin, sub.inputs, cfg.group_id)
-        report.verdict = "PASS" if report.violations == 0 else "FAIL"
-        report.duration_s = round(time.monotonic() - started, 3)
-        reports.append(report)
-    return reports
+    def check(report: AuditReport, sub: SubTopology, admin: KafkaAdmin, groups: dict[str, str]) -> None:
+        report.window = audit_windows(report.bootstrap_servers, sub, group=groups[sub.inputs[0]], admin=admin,
+                                      dead_letters=app.config.dlq_topic, max_samples=max_samples,
+                                      progress=progress)
+
+    return _audit_each(app, "window", "windowed aggregation", lambda s: s.windowing is not None, check,
+                       bootstrap_servers, subtopologies, max_samples)
 
 
 def audit_joins(app: Application, *, bootstrap_servers: str | None = None, subtopologies: Iterable[str] = (),
                 max_samples: int = 10) -> list[AuditReport]:
     """`eos audit join`: every join of a job (or those named) checked by replaying its committed inputs
     (`eos.audit.joins`), plus the transaction and offset checks."""
+    def check(report: AuditReport, sub: SubTopology, admin: KafkaAdmin, groups: dict[str, str]) -> None:
+        report.join = audit_join(report.bootstrap_servers, sub, group=app.config.group_id,
+                                 application_id=app.config.application_id, dead_letters=app.config.dlq_topic,
+                                 admin=admin, max_samples=max_samples, groups=groups)
+
+    return _audit_each(app, "join", "join", lambda s: s.join is not None, check, bootstrap_servers, subtopologies,
+                       max_samples)
+
+
+def _audit_each(app: Application, mode: str, what: str, selects: Callable[[SubTopology], bool],
+                check: Callable[[AuditReport, SubTopology, KafkaAdmin, dict[str, str]], None],
+                bootstrap_servers: str | None, subtopologies: Iterable[str], max_samples: int) -> list[AuditReport]:
+    """One report per sub-topology `selects` picks (or per one named): `check` fills in its mode's result,
+    then the transaction and offset checks, each input held to the group its progress is committed under."""
     cfg = app.config
     bootstrap = bootstrap_servers or cfg.bootstrap_servers
     admin = KafkaAdmin(bootstrap)
-    names = list(subtopologies) or [n for n, s in app.subtopologies.items() if s.join is not None]
+    names = list(subtopologies) or [n for n, s in app.subtopologies.items() if selects(s)]
     if not names:
-        raise ValueError(f"application {cfg.application_id!r} has no join")
+        raise ValueError(f"application {cfg.application_id!r} has no {what}")
     groups = offset_groups(app.subtopologies, cfg.group_id)
     reports = []
     for name in names:
         sub = app.subtopologies[name]
         started = time.monotonic()
         input_groups = {t: groups[(name, t)] for t in sub.inputs}
-        report = AuditReport("join", bootstrap, list(sub.inputs), list(sub.output_topics), cfg.dlq_topic,
+        report = AuditReport(mode, bootstrap, list(sub.inputs), list(sub.output_topics), cfg.dlq_topic,
                              cfg.group_id, "read_committed")
-        report.join = audit_join(bootstrap, sub, group=cfg.group_id, application_id=cfg.application_id,
-                                 dead_letters=cfg.dlq_topic, admin=admin, max_samples=max_samples,
-                                 groups=input_groups)
+        check(report, sub, admin, input_groups)
         changelogs = [spec.changelog_topic(cfg.application_id) for spec in sub.stores]
         report.transactions = check_open_transactions(admin, [*sub.output_topics, *changelogs], max_samples)
         report.offsets = check_offsets(admin, sub.inputs, cfg.group_id, input_groups)

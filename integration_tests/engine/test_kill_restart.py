@@ -65,6 +65,30 @@ def wait_for(predicate, timeout: float, proc: subprocess.Popen[bytes]) -> bool:
     return False
 
 
+def kill_job_repeatedly(cwd, env: dict[str, str], kills: int, marks, seed: int,
+                        pause: tuple[float, float] = (4.0, 10.0)) -> int:
+    """Start `eos run job.py --until-caught-up` in `cwd` and SIGKILL it `kills` times: even kills as soon as a
+    task is inside its transaction (a `MarkWhile` hook of the job writes into `marks`), odd ones after a
+    random pause. Returns how many kills landed inside a transaction; the job's output goes to job.log."""
+    import random
+    import sys
+
+    rng, in_txn = random.Random(seed), 0
+    for kill in range(kills):
+        with open(cwd / "job.log", "ab") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "eos.cli", "run", "job.py", "--until-caught-up"],
+                                    cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        if kill % 2 == 0:
+            in_txn += wait_for(lambda: any(marks.iterdir()), 120, proc)
+        else:
+            wait_for(lambda: False, rng.uniform(*pause), proc)
+        assert proc.poll() is None, f"the job finished before kill {kill + 1}; see {cwd / 'job.log'}"
+        kill_group(proc)
+        for marker in marks.iterdir():
+            marker.unlink()
+    return in_txn
+
+
 def test_job_survives_repeated_sigkill_and_restart(kafka, topic_factory, unique_name, tmp_path, request):
     n, kill_count = (SOAK_N, SOAK_KILLS) if request.config.getoption("--soak") else (N, KILLS)
     src, dst, totals = (topic_factory("in", partitions=4), topic_factory("out", partitions=4),

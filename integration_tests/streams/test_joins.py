@@ -16,7 +16,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 
 from eos.audit import audit_application, audit_joins
-from integration_tests.engine.test_kill_restart import kill_group, wait_for
+from integration_tests.engine.test_kill_restart import kill_job_repeatedly
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = (int(time.time()) // 3600 - 3) * 3_600_000  # event times in the last hours (the topics keep 7 days)
@@ -195,21 +195,7 @@ def test_joins_killed_mid_batch_and_restarted_stay_exact(kafka, topic_factory, u
     marks = tmp_path / "marks"
     marks.mkdir()
     env = {**os.environ, **job_env(kafka, t, unique_name("app"), tmp_path, 250), "MARKS": str(marks)}
-    log = tmp_path / "job.log"
-    rng, in_txn = random.Random(4), 0
-    for kill in range(kills):
-        with open(log, "ab") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "eos.cli", "run", "job.py", "--until-caught-up"],
-                                    cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
-        if kill % 2 == 0:
-            in_txn += wait_for(lambda: any(marks.iterdir()), 120, proc)
-        else:
-            wait_for(lambda: False, rng.uniform(4.0, 8.0), proc)
-        assert proc.poll() is None, f"the job finished before kill {kill + 1}; see {log}"
-        kill_group(proc)
-        for marker in marks.iterdir():
-            marker.unlink()
+    in_txn = kill_job_repeatedly(tmp_path, env, kills, marks, seed=4, pause=(4.0, 8.0))
     assert in_txn >= kills // 2
     env.pop("MARKS")
     # after the crash: queries show what the committed batches wrote, nothing of the killed transactions

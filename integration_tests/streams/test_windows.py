@@ -17,7 +17,7 @@ from eos import Application
 from eos.audit import audit_application
 from eos.audit.windows import audit_windows
 from eos.windows import HoppingWindows, SessionWindows, SlidingWindows, TumblingWindows
-from integration_tests.engine.test_kill_restart import kill_group, wait_for
+from integration_tests.engine.test_kill_restart import kill_job_repeatedly
 from integration_tests.helpers import produce
 from integration_tests.streams.test_time_and_rekey import committed_records
 
@@ -122,21 +122,7 @@ def test_windowed_jobs_killed_repeatedly_still_match_the_reference(kafka, topic_
     env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": kafka.bootstrap_servers, "APP": app_id,
            "STATE": str(tmp_path / "state"), "MARKS": str(marks),
            "BATCH": "1500" if soak else "400", **{k.upper(): v for k, v in topics.items()}}
-    log = tmp_path / "job.log"
-    rng, in_txn = random.Random(5), 0
-    for kill in range(kills):
-        with open(log, "ab") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "eos.cli", "run", "job.py", "--until-caught-up"],
-                                    cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
-        if kill % 2 == 0:
-            in_txn += wait_for(lambda: any(marks.iterdir()), 120, proc)
-        else:
-            wait_for(lambda: False, rng.uniform(4.0, 10.0), proc)
-        assert proc.poll() is None, f"the job finished before kill {kill + 1}; see {log}"
-        kill_group(proc)
-        for marker in marks.iterdir():
-            marker.unlink()
+    in_txn = kill_job_repeatedly(tmp_path, env, kills, marks, seed=5)
     assert in_txn >= kills // 2
     env.pop("MARKS")
     final = subprocess.run([sys.executable, "-m", "eos.cli", "run", "job.py", "--until-caught-up"], cwd=tmp_path,

@@ -226,3 +226,24 @@ def test_dead_letters_name_their_task_and_sub_topology():
 def test_outputs_are_partitioned_by_the_producer_unless_a_partition_is_given():
     out = run(lambda r: [Output("a", 1), Output("b", 2, partition=3)], [b"{}"])
     assert [o.partition for o in out.outputs] == [None, 3]
+
+
+def test_co_partitioned_inputs_stay_in_time_order_within_and_across_batches():
+    """Each partition in offset order even when its timestamps are not; when an input with more records beyond
+    the batch runs out, the batch stops: the other input's later records wait for it."""
+    def message(topic, offset, ts):
+        return FakeMessage(topic, 0, offset, json.dumps(offset).encode(), b"k", timestamp=ts)
+
+    seen = []
+    proc = FunctionProcessor(lambda r: seen.append((r.topic, r.offset)))
+    c = ctx()
+    proc.init(c)
+    batch = [message("a", 0, 10), message("a", 1, 5), message("a", 2, 30),  # a: out of order within
+             message("b", 0, 1), message("b", 1, 20), message("b", 2, 40), message("b", 3, 50)]
+    out = run_processor(proc, c, batch, key_serde=StringSerde(), value_serde=JsonSerde(), dlq=DLQ,
+                        behind=frozenset({("a", 0)}))
+    assert seen == [("b", 0), ("a", 0), ("a", 1), ("b", 1), ("a", 2)]  # a ran out: b@40 and b@50 wait
+    assert out.stopped_at == {("a", 0): 3, ("b", 0): 2} and out.finished == {("a", 0)}
+    seen.clear()
+    whole = run_processor(proc, ctx(), batch, key_serde=StringSerde(), value_serde=JsonSerde(), dlq=DLQ)
+    assert len(seen) == 7 and whole.stopped_at is None  # nothing behind: the whole batch
