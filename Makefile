@@ -9,6 +9,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
+# Test processes (pytest-xdist; each file's tests stay in one process, with its own broker and Spark).
+TEST_WORKERS ?= 2
 
 .PHONY: setup demo test check chaos-full bench clean help
 .DEFAULT_GOAL := help
@@ -38,7 +40,7 @@ check: $(STAMP)
 	$(BIN)/lint-imports
 
 test: setup check
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 chaos-full: setup
 	$(BIN)/python -m pytest integration_tests/chaos --chaos-full $(PYTEST_ARGS)
