@@ -49,6 +49,9 @@ def _signal(pid: int, sig: signal.Signals) -> None:
         pass
 
 
+PROCESS_WAIT_S = 90.0  # how long a fault waits for its target process to exist
+
+
 def _wait_for(find: Callable[[], list[Any]], timeout: float = 30.0) -> list[Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -118,7 +121,10 @@ def driver_pause(ctx: Context, f: ScheduledFault) -> str:
 
 
 def _procs(ctx: Context, find: Callable[[int], list[Proc]]) -> list[Proc]:
-    return _wait_for(lambda: find(ctx.job.pid), 20)
+    """The job's processes `find` returns, waited for: after a fault that restarted the job, its executors
+    and Python workers appear only once the new driver runs its first batch (tens of seconds on a busy
+    machine), and a fault skipped for that reason would leave the scenario untested."""
+    return _wait_for(lambda: find(ctx.job.pid), PROCESS_WAIT_S)
 
 
 def _target(ctx: Context, f: ScheduledFault, find: Callable[[int], list[Proc]]) -> int | None:

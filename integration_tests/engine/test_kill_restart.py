@@ -20,7 +20,7 @@ from integration_tests.helpers import assert_exactly_once, assert_totals_exact, 
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = ROOT / "integration_tests" / "jobs" / "pipeline.py"
-N, KILLS = 60_000, 3  # --soak: SOAK_N, SOAK_KILLS
+N, KILLS = 60_000, 2  # --soak: SOAK_N, SOAK_KILLS
 SOAK_N, SOAK_KILLS = 200_000, 10
 
 
@@ -115,7 +115,7 @@ def test_job_survives_repeated_sigkill_and_restart(kafka, topic_factory, unique_
         kills += 1
         for marker in marks.iterdir():
             marker.unlink()
-    assert in_txn_kills >= kill_count // 2
+    assert in_txn_kills >= (kill_count + 1) // 2
     env.pop("EOS_TEST_MARK_DIR")
     env["EOS_TEST_BATCH"] = "25000"  # the catch-up run: small batches only matter while killing
     final = start_job(env, log)

@@ -102,9 +102,8 @@ def group_offsets_survive_a_coordinator_move(root: Path, bootstrap: str, admin: 
     reader = subprocess.Popen([sys.executable, "-c", READER, bootstrap, group, str(stop)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        for _ in range(2):
-            eos("cluster", "stop", str(coordinator), "--dir", str(root))
-            eos("cluster", "start", str(coordinator), "--dir", str(root))
+        eos("cluster", "stop", str(coordinator), "--dir", str(root))
+        eos("cluster", "start", str(coordinator), "--dir", str(root))
     finally:
         stop.touch()
         out, err = reader.communicate(timeout=120)
