@@ -12,7 +12,7 @@ from typing import NamedTuple
 from transactions import Message
 
 __all__ = ["ORIGIN_HEADER", "DERIVED_HEADER", "Origin", "encode_origin", "decode_origin", "origin_of",
-           "lineage_origin"]
+           "lineage_origin", "lineage_source"]
 
 ORIGIN_HEADER = "eos.origin"
 #: Carried instead of an origin by records no single input record produced (punctuation, window results
@@ -58,8 +58,18 @@ def lineage_origin(msg: Message, transitive: frozenset[str] = frozenset()) -> tu
     """The origin a record's outputs name: the record itself, or, for a record of one of the application's
     repartition topics (`transitive`), the origin it carries. Lineage then reaches through the
     repartition hop, whose records are deleted once consumed, from the original input to the final output."""
+    origin = lineage_source(msg, transitive)
+    return origin.topic, origin.partition, origin.offset
+
+
+def lineage_source(msg: Message, transitive: frozenset[str] = frozenset()) -> Origin:
+    """`lineage_origin` with the index a record's outputs start numbering at: 0, or, for a record of a
+    repartition topic, the index it carries. A step that writes n records of one input to a repartition
+    topic (a table row moving between groups: a subtraction and an addition) gives them indices 0..n-1,
+    and the one output the next step makes of each keeps that index, so no two outputs of the original
+    input share one."""
     if transitive and msg.topic() in transitive:
         origin = origin_of(msg.headers())
         if origin is not None:
-            return origin.topic, origin.partition, origin.offset
-    return msg.topic(), msg.partition(), msg.offset()
+            return origin
+    return Origin(msg.topic(), msg.partition(), msg.offset(), 0)

@@ -43,7 +43,7 @@ from eos.windows import ms
 __all__ = ["Table", "GlobalTable", "JoinWindows", "JoinKind", "JoinSpec", "JoinType"]
 
 JoinKind = Literal["inner", "left", "outer"]
-JoinType = Literal["stream-table", "stream-global", "stream-stream", "table-table"]
+JoinType = Literal["stream-table", "stream-global", "stream-stream", "table-table", "foreign-key"]
 
 
 @dataclass(frozen=True)
@@ -109,3 +109,5 @@ class JoinSpec:
     key: Callable[[Any], Any] | None = None
     left_store: str | None = None
     right_store: str | None = None
+    #: foreign-key joins: the sub-topology that reads the right table (its progress in it is the audit's end)
+    right_reader: str | None = None

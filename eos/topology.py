@@ -77,6 +77,9 @@ class SubTopology:
     global_tables: tuple[Any, ...] = ()
     #: A join's definition (eos.tables.JoinSpec), for the auditor.
     join: Any = None
+    #: Output topics whose records the processor forwards already serialized (bytes or None), e.g. the
+    #: subscriptions of a foreign-key join next to its results.
+    raw_outputs: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):

@@ -56,9 +56,11 @@ def scan_consumer(bootstrap_servers: str, isolation: Isolation = "read_committed
 
 
 def plain_producer(bootstrap_servers: str, **overrides: Any) -> Producer:
-    """An idempotent producer without transactions (acks=all), for loading input."""
+    """An idempotent producer without transactions (acks=all), for loading input. Keys are partitioned as
+    the Java client and the framework's own producers partition them (murmur2), so a topic loaded here is
+    co-partitioned with repartition topics and with the topics a foreign-key join writes."""
     return Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True, "acks": "all",
-                     "linger.ms": 20, **overrides})
+                     "linger.ms": 20, "partitioner": "murmur2_random", **overrides})
 
 
 def produce_pairs(bootstrap_servers: str, topic: str,

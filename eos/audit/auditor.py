@@ -221,9 +221,14 @@ def audit_joins(app: Application, *, bootstrap_servers: str | None = None, subto
     """`eos audit join`: every join of a job (or those named) checked by replaying its committed inputs
     (`eos.audit.joins`), plus the transaction and offset checks."""
     def check(report: AuditReport, sub: SubTopology, admin: KafkaAdmin, groups: dict[str, str]) -> None:
+        right_table = None
+        if sub.join.right_reader is not None:  # a foreign-key join: the right table's reader and its progress
+            right_table = app.subtopologies[sub.join.right_reader]
+            groups = {**groups, sub.join.right: offset_groups(app.subtopologies, app.config.group_id)[
+                (right_table.name, sub.join.right)]}
         report.join = audit_join(report.bootstrap_servers, sub, group=app.config.group_id,
                                  application_id=app.config.application_id, dead_letters=app.config.dlq_topic,
-                                 admin=admin, max_samples=max_samples, groups=groups)
+                                 admin=admin, max_samples=max_samples, groups=groups, right_table=right_table)
 
     return _audit_each(app, "join", "join", lambda s: s.join is not None, check, bootstrap_servers, subtopologies,
                        max_samples)

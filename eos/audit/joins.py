@@ -13,6 +13,8 @@ that what the join emitted is the join of those inputs:
   time). Inner joins: a stream record without output must have met a missing key.
 * table-table: every output is the joiner applied to values both tables held for the key, and each key's
   last output is the join of the two tables' final values (a tombstone when the key is not in the join).
+* foreign-key: every output is the joiner applied to a value the left row held and a value (or None) the
+  right row its foreign key named held, and each left key's last output is the join of the final tables.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from eos.worker.progress import CommitMetadata
 from transactions import KafkaAdmin, Message
 
 __all__ = ["JoinAuditResult", "audit_join", "reference_stream_stream", "explain_stream_table",
-           "check_table_table"]
+           "check_table_table", "check_foreign_key"]
 
 Joiner = Callable[[Any, Any], Any]
 
@@ -163,14 +165,50 @@ def check_table_table(left: dict[Any, list[Any]], right: dict[Any, list[Any]], o
     return problems
 
 
+def check_foreign_key(left: dict[Any, list[Any]], right: dict[Any, list[Any]], outputs: dict[Any, list[Any]],
+                      joiner: Joiner, how: str, foreign_key: Callable[[Any], Any]) -> list[tuple[str, Any, Any]]:
+    """Check a foreign-key join: `left`/`right` map a key to its history (values, None for a tombstone),
+    `outputs` a left key to its outputs in order (None: a tombstone, allowed whenever the row may have left
+    the join). Returns (problem, key, detail)."""
+    def joined(lv: Any, rv: Any) -> Any:
+        if lv is None or (rv is None and how == "inner"):
+            return None
+        return _canon(joiner(lv, rv))
+
+    problems = []
+    for key in set(left) | set(outputs):
+        history = left.get(key, [None])
+        possible = {None}
+        for lv in history:
+            if lv is not None:
+                fk = foreign_key(lv)
+                possible |= {joined(lv, rv) for rv in [None, *right.get(fk, [])]} if fk is not None else {
+                    joined(lv, None)}
+        got = outputs.get(key, [])
+        for value in got:
+            if (None if value is None else _canon(value)) not in possible:
+                problems.append(("wrong_values", key, value))
+        final_left = history[-1]
+        final_fk = None if final_left is None else foreign_key(final_left)
+        final_right = None if final_fk is None else right.get(final_fk, [None])[-1]
+        final = joined(final_left, final_right)
+        last = None if not got or got[-1] is None else _canon(got[-1])
+        if last != final:
+            problems.append(("missing" if final is not None else "unexpected", key,
+                             {"expected": final, "last_output": last}))
+    return problems
+
+
 # ---------------------------------------------------------------- the audit on the broker
 
 
 def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, application_id: str,
                dead_letters: str | None = None, admin: KafkaAdmin | None = None,
-               max_samples: int = 10, groups: Mapping[str, str] | None = None) -> JoinAuditResult:
+               max_samples: int = 10, groups: Mapping[str, str] | None = None,
+               right_table: SubTopology | None = None) -> JoinAuditResult:
     """Audit the join sub-topology `sub` of an application (its committed inputs up to the group's committed
-    offsets, its committed output). `groups`: inputs whose progress another group holds."""
+    offsets, its committed output). `groups`: inputs whose progress another group holds. A foreign-key join
+    also needs `right_table`, the sub-topology that reads its right table."""
     spec: JoinSpec | None = sub.join
     if spec is None or sub.output is None:
         raise ValueError(f"sub-topology {sub.name!r} is not a join")
@@ -206,6 +244,19 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
             result.sample("unexpected", max_samples, output=item, times=n)
     elif spec.kind in ("stream-table", "stream-global"):
         _audit_stream_table(spec, sub, inputs, outputs, result, max_samples, bootstrap_servers, admin)
+    elif spec.kind == "foreign-key":
+        assert right_table is not None and spec.key is not None
+        right = _committed_records(bootstrap_servers, right_table, spec.right, (groups or {}).get(spec.right, group),
+                                   admin, skipped)
+        by_left_key: dict[Any, list[Any]] = defaultdict(list)
+        for k, v, _, _ in outputs:
+            by_left_key[k].append(v)
+        result.input_records += len(right)
+        result.expected = len(by_left_key)
+        for problem, key, detail in check_foreign_key(_histories(inputs[spec.left]), _histories(right), by_left_key,
+                                                      spec.joiner, spec.how, spec.key):
+            setattr(result, problem, getattr(result, problem) + 1)
+            result.sample(problem, max_samples, key=key, detail=detail)
     else:
         histories = {t: _histories(inputs[t]) for t in (spec.left, spec.right)}
         per_key: dict[Any, list[Any]] = defaultdict(list)

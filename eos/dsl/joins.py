@@ -8,12 +8,13 @@ from functools import partial
 from typing import Any
 
 from eos.dsl.aggregations import AggregationMethods
-from eos.dsl.base import SerdeSpec
+from eos.dsl.base import InternalTopic, SerdeSpec
 from eos.operators.joins import GlobalTableJoin, StreamStreamJoin, StreamTableJoin, TableTableJoin
+from eos.operators.tables import ForeignKeyLeft, ForeignKeyRight, TableAggregate, TableRegroup
 from eos.operators.windows import LatePolicy
 from eos.processor import Processor
 from eos.records import Record
-from eos.serde import serde_for
+from eos.serde import BytesSerde, serde_for
 from eos.tables import GlobalTable, JoinKind, JoinSpec, JoinType, JoinWindows, Table
 from eos.time import TimestampSpec, timestamp_extractor
 from eos.topology import SubTopology
@@ -46,19 +47,29 @@ class JoinMethods(AggregationMethods):
              how: JoinKind = "inner", windows: JoinWindows | None = None, key: Callable[[Record], Any] | None = None,
              key_serde: SerdeSpec = "string", value_serde: SerdeSpec = "json", right_value_serde: SerdeSpec = None,
              output_value_serde: SerdeSpec = "json", timestamp: TimestampSpec = None,
-             late_records: LatePolicy = "drop", persistent: bool = True) -> SubTopology:
+             late_records: LatePolicy = "drop", persistent: bool = True,
+             foreign_key: Callable[[Any], Any] | None = None) -> SubTopology:
         """Join `left` with `right` into `output` (a sub-topology named `name`); `joiner(left value, right
         value)` makes the output value, None standing for a missing side. Which join is decided by the sides:
 
         * a stream topic and a `Table`: stream-table join (`how` inner or left);
         * a stream topic and a `GlobalTable`: stream-global-table join, the table key is `key(record)`;
         * two stream topics and `windows=JoinWindows(...)`: windowed stream-stream join (inner, left, outer);
-        * two `Table`s: table-table join (inner, left, outer); the output is a table too.
+        * two `Table`s: table-table join (inner, left, outer); the output is a table too;
+        * two `Table`s and `foreign_key=fn(left value) -> right key`: foreign-key join (inner, left), keyed
+          by the left key; the tables need not be co-partitioned (see `eos.operators.tables`).
 
         Stream sides are read with `key_serde`/`value_serde` (the right stream with `right_value_serde`,
         default the same) and `timestamp`; tables with their own. Late stream-stream records are dropped and
         counted, or dead-lettered with `late_records="dead_letter"`."""
         kind = _kind(left, right, windows)
+        if foreign_key is not None:
+            if kind != "table-table":
+                raise ValueError(f"join {name!r}: foreign_key= joins two tables: app.join(app.table(...), "
+                                 "app.table(...), output, foreign_key=fn(left value) -> right key, ...)")
+            assert isinstance(left, Table) and isinstance(right, Table)
+            return self._foreign_key_join(name, left, right, output, joiner, how, foreign_key,
+                                          output_value_serde, persistent)
         if how not in _HOW[kind]:
             raise ValueError(f"join {name!r}: a {kind} join is one of {', '.join(_HOW[kind])}, got how={how!r}")
         if kind != "stream-global" and key is not None:
@@ -123,6 +134,81 @@ class JoinMethods(AggregationMethods):
                         processor_factory=factory, stores=stores, per_topic=per_topic, global_tables=global_tables,
                         join=spec)
         return sub
+
+
+    def _foreign_key_join(self, name: str, left: Table, right: Table, output: str, joiner: Callable[[Any, Any], Any],
+                          how: JoinKind, foreign_key: Callable[[Any], Any], output_value_serde: SerdeSpec,
+                          persistent: bool) -> SubTopology:
+        """Two sub-topologies, `name` (the left table and the responses) and `<name>.right` (the
+        subscriptions and the right table), linked by two internal topics (`eos.operators.tables`)."""
+        if how not in ("inner", "left"):
+            raise ValueError(f"join {name!r}: a foreign-key join is inner or left, got how={how!r}")
+        if left.topic == right.topic:
+            raise ValueError(f"join {name!r}: a table cannot be joined with itself")
+        subscriptions, responses = self._internal_name(name, "subscription"), self._internal_name(name, "response")
+        # Kept for the topics' retention rather than purged: each hop is audited on its own (lineage).
+        self.internal_topics[subscriptions] = InternalTopic(subscriptions, like=right.topic)
+        self.internal_topics[responses] = InternalTopic(responses, like=left.topic)
+        right_name = f"{name}.right"  # its stores are named after it: no clash with the left side's
+        left_store, right_store = _table_store(name, left, persistent), _table_store(right_name, right, persistent)
+        subscribers = StoreSpec(f"{right_name}-subscribers", BytesSerde(), BytesSerde(), persistent)
+        self._add(right_name, (subscriptions, right.topic), responses, "bytes", "bytes", "bytes", "bytes", (),
+                  processor_factory=partial(ForeignKeyRight, right.topic, right_store.name, subscribers.name,
+                                            responses, right.key_serde, right.value_serde),
+                  stores=(right_store, subscribers), raw_outputs=frozenset({responses}),
+                  per_topic={right.topic: (right.key_serde, right.value_serde, right.timestamp)})
+        spec = JoinSpec("foreign-key", how, left.topic, right.topic, joiner, key=foreign_key,
+                        left_store=left_store.name, right_store=right_store.name, right_reader=right_name)
+        return self._add(name, (left.topic, responses), output, "bytes", "bytes", left.key_serde, output_value_serde,
+                         (subscriptions,), join=spec, stores=(left_store,), raw_outputs=frozenset({subscriptions}),
+                         per_topic={left.topic: (left.key_serde, left.value_serde, left.timestamp)},
+                         processor_factory=partial(ForeignKeyLeft, left.topic, left_store.name, foreign_key, joiner,
+                                                   how, subscriptions, left.key_serde, left.value_serde,
+                                                   right.key_serde, right.value_serde))
+
+    def aggregate_table(self, table: Table, output: str | None, *, name: str,
+                        group_by: Callable[[Any, Any], tuple[Any, Any]], initializer: Callable[[], Any],
+                        adder: Callable[[Any, Any, Any], Any], subtractor: Callable[[Any, Any, Any], Any],
+                        key_serde: SerdeSpec = "string", value_serde: SerdeSpec = "json",
+                        aggregate_serde: SerdeSpec = "json", persistent: bool = True) -> SubTopology:
+        """Aggregate a table re-grouped by `group_by(key, value) -> (new key, new value)`, as Kafka Streams'
+        `KTable.groupBy(...).aggregate(initializer, adder, subtractor)`: when a row changes, its old value is
+        taken out of its old group with `subtractor(group key, old value, aggregate)` and the new value put
+        into its group with `adder(group key, new value, aggregate)`; a deleted row is only subtracted.
+        Every aggregate update goes to `output` (a table keyed by the group key; an aggregate that becomes
+        None is a tombstone). The rows travel through the repartition topic
+        `<application_id>-<name>-repartition`, written by the sub-topology `<name>.repartition`, which keeps
+        the table's previous values in the store `<name>-source`; the aggregates are in `<name>-store`.
+        `key_serde`/`value_serde` serialize the new keys and values."""
+        if not isinstance(table, Table):
+            raise TypeError(f"aggregate_table({name!r}) aggregates an app.table(...); for a stream topic use "
+                            "app.aggregate(topic, ..., group_by=...)")
+        ks, vs = serde_for(key_serde), serde_for(value_serde)
+        topic = self._internal_name(name, "repartition")
+        self.internal_topics[topic] = InternalTopic(topic, like=table.topic, purge=True)
+        source = StoreSpec(f"{name}-source", table.key_serde, table.value_serde, persistent and table.persistent,
+                           timestamped=True)
+        self._add(f"{name}.repartition", table.topic, topic, table.key_serde, table.value_serde, ks, "bytes", (),
+                  timestamp=table.timestamp, stores=(source,),
+                  processor_factory=partial(TableRegroup, source.name, group_by, vs))
+        store = StoreSpec(f"{name}-store", ks, serde_for(aggregate_serde), persistent, timestamped=True)
+        return self._add(name, topic, output, ks, "bytes", ks, aggregate_serde, (), stores=(store,),
+                         processor_factory=partial(TableAggregate, store.name, initializer, adder, subtractor, vs))
+
+    def count_table(self, table: Table, output: str | None, *, name: str, group_by: Callable[[Any, Any], Any],
+                    **kwargs: Any) -> SubTopology:
+        """Rows per group of a table: `group_by(key, value) -> group key` (a long per group; a row that
+        changes group moves from one count to the other)."""
+        return self.aggregate_table(table, output, name=name, group_by=lambda k, v: (group_by(k, v), 1),
+                                    initializer=lambda: 0, adder=lambda g, v, n: n + v,
+                                    subtractor=lambda g, v, n: n - v, **{"aggregate_serde": "long", **kwargs})
+
+    def sum_table(self, table: Table, output: str | None, *, name: str, group_by: Callable[[Any, Any], Any],
+                  value: Callable[[Any], Any] = lambda v: v, **kwargs: Any) -> SubTopology:
+        """Sum of `value(row value)` per group of a table, `group_by(key, value) -> group key`."""
+        return self.aggregate_table(table, output, name=name, group_by=lambda k, v: (group_by(k, v), value(v)),
+                                    initializer=lambda: 0, adder=lambda g, v, total: total + v,
+                                    subtractor=lambda g, v, total: total - v, **kwargs)
 
 
 def _kind(left: Any, right: Any, windows: JoinWindows | None) -> JoinType:

@@ -18,7 +18,7 @@ from typing import Any
 import structlog
 
 from eos.errors import OutputSerializationError, SerdeError
-from eos.origin import DERIVED_HEADER, ORIGIN_HEADER, lineage_origin
+from eos.origin import DERIVED_HEADER, ORIGIN_HEADER, lineage_source
 from eos.processor import Cancellable, ProcessorContext, PunctuationType, RecordMetadata
 from eos.records import Output
 from eos.serde import Serde
@@ -54,8 +54,9 @@ class TaskContext(ProcessorContext):
     def __init__(self, *, application_id: str, subtopology: str, partition: int, output_topic: str | None,
                  key_serde: Serde, value_serde: Serde, lineage: bool, stores: dict[str, Any] | None = None,
                  stream_time: int = -1, topic_rules: Callable[[str], TopicRule] | None = None,
-                 transitive_topics: frozenset[str] = frozenset()) -> None:
+                 transitive_topics: frozenset[str] = frozenset(), raw_topics: frozenset[str] = frozenset()) -> None:
         self.application_id = application_id
+        self._raw = raw_topics  # topics whose keys and values the processor serializes itself
         self.subtopology = subtopology
         self.partition = partition
         self.task_id = f"{subtopology}-{partition}"
@@ -63,6 +64,7 @@ class TaskContext(ProcessorContext):
         self._output_topic = output_topic
         self._serialize_key, self._serialize_value = key_serde.serialize, value_serde.serialize
         self._origin_prefix = ""
+        self._index_base = 0
         self._lineage = lineage
         self._stores = stores or {}
         self._current: Message | None = None
@@ -89,8 +91,11 @@ class TaskContext(ProcessorContext):
         if target is None:
             raise ValueError(f"{self.task_id}: forward() needs a topic: the sub-topology has no output topic")
         try:
-            k = self._serialize_key(key)
-            v = self._serialize_value(value)
+            if target in self._raw:
+                k, v = key, value
+            else:
+                k = self._serialize_key(key)
+                v = self._serialize_value(value)
         except SerdeError as exc:
             raise OutputSerializationError(str(exc)) from exc
         msg = self._current
@@ -104,9 +109,10 @@ class TaskContext(ProcessorContext):
                 headers.extend(self._derived)
             else:
                 if self._index == 0:
-                    o_topic, o_partition, o_offset = lineage_origin(msg, self._transitive)
-                    self._origin_prefix = f"{o_topic}:{o_partition}:{o_offset}:"
-                headers.append((ORIGIN_HEADER, (self._origin_prefix + str(self._index)).encode()))
+                    source = lineage_source(msg, self._transitive)
+                    self._origin_prefix = f"{source.topic}:{source.partition}:{source.offset}:"
+                    self._index_base = source.index
+                headers.append((ORIGIN_HEADER, (self._origin_prefix + str(self._index_base + self._index)).encode()))
         ts = self._current_ts if timestamp is None else timestamp
         if self._rules is not None and (why := self._rules(target).violation(k, v, headers, ts)) is not None:
             if msg is not None:

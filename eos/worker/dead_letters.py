@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from eos.errors import BadRecordError
-from eos.origin import ORIGIN_HEADER, encode_origin, lineage_origin
+from eos.origin import ORIGIN_HEADER, encode_origin, lineage_source
 from eos.worker.topic_rules import TopicRule, record_size
 from transactions import Message, ProducerRecord
 
@@ -46,7 +46,7 @@ def dead_letter(msg: Message, error: BaseException, stage: Stage, *, dlq_topic: 
         ("eos.dlq.offset", str(msg.offset()).encode()),
         ("eos.dlq.task", task.encode()),
         ("eos.dlq.subtopology", task.rpartition("-")[0].encode()),
-        (ORIGIN_HEADER, encode_origin(*lineage_origin(msg, transitive), 0)),
+        (ORIGIN_HEADER, encode_origin(*lineage_source(msg, transitive))),
     ]
     ts_type, ts = msg.timestamp()
     return ProducerRecord(dlq_topic, dlq_partition, msg.key(), msg.value(), headers, ts if ts_type else None)

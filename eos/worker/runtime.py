@@ -47,7 +47,8 @@ class TaskRuntime:
                                    output_topic=sub.output, key_serde=sub.output_key_serde,
                                    value_serde=sub.output_value_serde, lineage=cfg.lineage,
                                    stores={**(self.stores.views if self.stores else {}), **self.globals},
-                                   topic_rules=topic_rules, transitive_topics=job.transitive_topics)
+                                   topic_rules=topic_rules, transitive_topics=job.transitive_topics,
+                                   raw_topics=sub.raw_outputs)
         self.processor = _create_processor(sub, self.context) if sub.processor_factory is not None else None
         self.reused = False  # whether a batch already ran on this runtime
 

@@ -109,14 +109,15 @@ def test_the_tables_and_joins_example_runs_verbatim(kafka, tmp_path):
     printed = {}
     for line, done in run_readme_example("Tables and joins", "shop.py", kafka, tmp_path, "shop", [
             "customers", "addresses", "products", "orders", "payments", "orders-with-customer", "orders-priced",
-            "orders-paid", "payments-by-tier", "customer-profiles"]):
+            "orders-paid", "payments-by-tier", "customer-profiles", "subscriptions", "subscriptions-with-tier",
+            "customers-per-tier"]):
         if line.startswith("eos topics read"):
             printed[line.split()[3]] = [(k, json.loads(v)) for k, v in
                                         (row.split("\t") for row in done.stdout.splitlines())]
         if line.startswith("eos store get"):
             assert json.loads(done.stdout)["value"] == {"tier": "gold"}, done.stdout
         if line.startswith("eos audit join"):
-            assert done.stdout.count("PASS") == 5 and "FAIL" not in done.stdout, done.stdout
+            assert done.stdout.count("PASS") == 6 and "FAIL" not in done.stdout, done.stdout
 
     by_order = {v["order"]: v for _, v in printed["orders-with-customer"]}
     assert by_order[1]["customer"] == {"tier": "gold"} and by_order[2]["customer"] == {"tier": "basic"}
@@ -125,3 +126,6 @@ def test_the_tables_and_joins_example_runs_verbatim(kafka, tmp_path):
     profiles = dict(printed["customer-profiles"])  # each key's last line
     assert profiles == {"ann": {"customer": {"tier": "gold"}, "address": {"city": "Oslo"}},
                         "bob": {"customer": {"tier": "basic"}, "address": None}}
+    assert dict(printed["subscriptions-with-tier"]) == {"s1": {"customer": "bob", "plan": "pro", "tier": "basic"},
+                                                         "s2": {"customer": "cy", "plan": "pro", "tier": None}}
+    assert dict(printed["customers-per-tier"]) == {"gold": 1, "basic": 1}
