@@ -169,8 +169,16 @@ def test_every_join_kind_killed_mid_batch_then_restarted_matches_the_replay(kafk
                                                                                "EOS_"))})
     # after the crash: queries show what the committed batches wrote, nothing of the killed transactions
     assert_store_is_committed_table(app, kafka.bootstrap_servers, "enrich-users", t["users"], app.config.group_id)
-    summary = app.run(spark, until_caught_up=True)  # the restart, in this process's Spark
-    assert summary.dead_letters == 0
+    during = []
+
+    def query_while_running(report, _results):  # after a batch committed, while the run goes on
+        if report.batch == 1:
+            assert_store_is_committed_table(app, kafka.bootstrap_servers, "enrich-users", t["users"],
+                                            app.config.group_id)
+            during.append(report.batch)
+
+    summary = app.run(spark, until_caught_up=True, on_batch=query_while_running)  # the restart, in this process
+    assert summary.dead_letters == 0 and during == [1]
     reports = check_joins(app, kafka.bootstrap_servers)
     assert sum(r.join.late_records for r in reports) > 0  # views beyond the grace were dropped, and named so
 
