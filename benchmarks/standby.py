@@ -98,7 +98,7 @@ def measure(sc: Any, bootstrap: str, admin: KafkaAdmin, keys: int, tail: int, st
         lag_at_kill = _standby_lag(reports) if standbys else None
         before = len(seen)
         killed = time.time()
-        os.kill(executor_pid(active), signal.SIGKILL)
+        os.kill(executor_pid(active, sc.applicationId), signal.SIGKILL)
         write_changelog(bootstrap, src, tail, value_size=20)  # new input: keys seen before, counted again
 
         def moved() -> Any:

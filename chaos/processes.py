@@ -53,16 +53,22 @@ def executors(pgid: int) -> list[Proc]:
     return [p for p in job_processes(pgid) if "CoarseGrainedExecutorBackend" in p.cmdline]
 
 
-def executor_pid(executor_id: str) -> int:
-    """The pid of the executor JVM Spark calls `executor_id` (any process group)."""
+def executor_pid(executor_id: str, app_id: str) -> int:
+    """The pid of the executor JVM Spark calls `executor_id` in application `app_id` (`sc.applicationId`), in
+    any process group. Executor ids restart at 0 in every application, so the id alone could name another
+    application's executor on the same machine (a test running beside this one, say)."""
     for entry in Path("/proc").iterdir():
         proc = _read(entry) if entry.name.isdigit() else None
         if proc is None or "CoarseGrainedExecutorBackend" not in proc.cmdline or proc.state in ("Z", "X"):
             continue
         args = proc.cmdline.split()
-        if "--executor-id" in args and args[args.index("--executor-id") + 1] == executor_id:
+        if _arg(args, "--executor-id") == executor_id and _arg(args, "--app-id") == app_id:
             return proc.pid
-    raise LookupError(f"no executor JVM with id {executor_id}")
+    raise LookupError(f"no executor JVM with id {executor_id} in application {app_id}")
+
+
+def _arg(args: list[str], flag: str) -> str | None:
+    return args[args.index(flag) + 1] if flag in args[:-1] else None
 
 
 def python_workers(pgid: int) -> list[Proc]:

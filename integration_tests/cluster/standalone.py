@@ -95,7 +95,10 @@ class StandaloneCluster:
 
     def kill_worker_of(self, pid: int) -> None:
         """SIGKILL the worker whose process group holds `pid` (an executor), with everything it started."""
-        os.killpg(os.getpgid(pid), signal.SIGKILL)
+        pgid = os.getpgid(pid)
+        if pgid not in {proc.pid for proc in self.workers}:
+            raise LookupError(f"process {pid} is not in a worker's process group of this cluster (group {pgid})")
+        os.killpg(pgid, signal.SIGKILL)
 
     def stop(self) -> None:
         for proc in [*self.workers, self.master]:

@@ -106,7 +106,7 @@ def test_a_killed_worker_fails_over_to_the_standby(kafka, standalone, python, sp
 
     def kill(victim):
         killed.append(victim)
-        standalone.kill_worker_of(executor_pid(victim))
+        standalone.kill_worker_of(executor_pid(victim, sc.applicationId))
 
     try:
         _, reports, move, changelog_before = run_failover(kafka, sc, topic_factory, unique_name, tmp_path,

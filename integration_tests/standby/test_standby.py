@@ -67,7 +67,7 @@ def run_failover(kafka, sc, topic_factory, unique_name, tmp_path, standbys, kill
     changelog_before = sum(r.changelog_records for r in steady if r.task == victim_task)
     seen_before_kill = len(results)
     if kill is None:
-        os.kill(executor_pid(victim), signal.SIGKILL)
+        os.kill(executor_pid(victim, sc.applicationId), signal.SIGKILL)
     else:
         kill(victim)
     wait(lambda: victim not in live_executors(sc), 60, "Spark to notice the lost executor")

@@ -8,7 +8,9 @@ import subprocess
 import sys
 import time
 
-from chaos.processes import job_processes
+import pytest
+
+from chaos.processes import executor_pid, job_processes
 
 # A session leader whose child makes a process group of its own, as the pyspark daemon does.
 FORKS = """
@@ -34,3 +36,29 @@ def test_job_processes_include_descendants_in_other_process_groups():
         for p in job_processes(leader.pid):
             os.kill(p.pid, signal.SIGKILL)
         leader.wait()
+
+
+def test_executor_pid_names_the_executor_of_one_application_only():
+    """Executor ids restart at 0 in every application: two applications' "executor 0" on one machine (two
+    tests side by side) must not be mistaken for one another, or a test kills the other's JVM."""
+    def fake_executor(app_id: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                                 "org.apache.spark.executor.CoarseGrainedExecutorBackend", "--executor-id", "0",
+                                 "--app-id", app_id], start_new_session=True)
+
+    ours, theirs = fake_executor("app-ours"), fake_executor("app-theirs")
+    try:
+        deadline, found = time.monotonic() + 10, None
+        while time.monotonic() < deadline:
+            try:
+                found = executor_pid("0", "app-ours"), executor_pid("0", "app-theirs")
+                break
+            except LookupError:
+                time.sleep(0.1)
+        assert found == (ours.pid, theirs.pid)
+        with pytest.raises(LookupError, match="no executor JVM with id 1 in application app-ours"):
+            executor_pid("1", "app-ours")
+    finally:
+        for proc in (ours, theirs):
+            proc.kill()
+            proc.wait()
