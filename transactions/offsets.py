@@ -40,5 +40,9 @@ def stable_committed(consumer: Consumer, partitions: list[tuple[str, int]], *, t
         if tp.error is not None:
             raise classify(tp.error, f"committed offset of {tp.topic}[{tp.partition}]")
         offset = None if tp.offset == OFFSET_INVALID or tp.offset < 0 else tp.offset
-        out[(tp.topic, tp.partition)] = Committed(offset, tp.metadata or None)
+        try:
+            metadata = tp.metadata or None
+        except UnicodeDecodeError:  # another client's binary commit metadata (Kafka Streams writes some)
+            metadata = None
+        out[(tp.topic, tp.partition)] = Committed(offset, metadata)
     return out

@@ -1,0 +1,435 @@
+"""Peers benchmark: the same two exactly-once jobs on this framework, Kafka Streams (exactly_once_v2),
+Quix Streams and a bare confluent-kafka transactional copy loop, side by side on one broker.
+
+    python -m benchmarks.peers [--records 1000000] [--rounds 3] [--keys 10000] [--jobs stateless,count]
+                               [--peers eos,kstreams,kstreams-cache,quix,copy] [--latency-rate 2000]
+
+* stateless: parse each JSON order (~100 B), add `total`, write it; count: records per key, one output
+  per input (Kafka Streams with its record cache off; `kstreams-cache` runs it with the default cache,
+  which emits fewer outputs, and is reported separately). The copy loop runs the stateless job only.
+* Interleaved: round 1 runs every peer once (A B C D), round 2 again, ...; medians over the rounds.
+* Each run reads the pre-loaded input from the start under a fresh group and writes a fresh topic.
+  Progress is the group's committed input offsets, polled every 0.2 s: start-up = launch to the first
+  commit, steady rate = records committed after the first commit / time from it to the last.
+  Peak memory = the largest summed RSS of the run's processes (JVMs, Python workers).
+* Every run's output is verified before it counts: stateless, every input id exactly once in the
+  committed output; count, every key's last count exact (and, one output per input, as many outputs as
+  inputs). A failed verification stops the benchmark.
+* Latency (each round, stateless job, every peer but kstreams-cache): a fresh topic is fed at
+  --latency-rate records/s; the time from handing a record to the harness's producer to receiving its
+  output on a read_committed consumer, over the records fed after a warm-up that absorbs start-up.
+  Every input must reach the output exactly once here too.
+
+Kafka Streams is built from benchmarks/peers/kstreams by Maven (once); Quix Streams is installed in its
+own virtualenv under .cache/peers (once), so its client pins never touch ours. Writes reports/peers.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from rich.console import Console
+from rich.table import Table
+
+from eos.audit.scan import scan_topic
+from localkafka.provision import provide_kafka
+from transactions import KafkaAdmin, TopicSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+PARTITIONS = 4
+console = Console()
+PEERS = ("eos", "kstreams", "kstreams-cache", "quix", "copy")
+QUIX_REQUIREMENT = "quixstreams>=3.10,<4"
+
+
+@dataclass
+class Run:
+    peer: str
+    job: str
+    round: int
+    startup_s: float = 0.0
+    steady_rps: float = 0.0
+    total_s: float = 0.0
+    peak_rss_mib: float = 0.0
+    outputs: int = 0
+    verified: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Latency:
+    """Input-to-visible latency of the stateless job at a fixed input rate: from the moment the harness
+    hands a record to its producer to the moment a read_committed consumer of the output receives it."""
+    peer: str
+    round: int
+    rate: int
+    measured: int = 0
+    p50_ms: float = 0.0
+    p99_ms: float = 0.0
+    max_ms: float = 0.0
+    verified: str = ""
+
+
+# ---------------------------------------------------------------- set-up
+
+
+def build_kstreams() -> list[str]:
+    """The Kafka Streams peer's classpath (built with Maven once)."""
+    project = HERE / "kstreams"
+    if not (project / "target" / "lib").is_dir() or not (project / "target" / "classes").is_dir():
+        console.print("building the Kafka Streams peer (mvn package) ...")
+        subprocess.run([shutil.which("mvn") or "mvn", "-q", "-B", "package", "-DskipTests"], cwd=project, check=True)
+    return ["java", "-Xmx1g", "-cp", f"{project / 'target' / 'classes'}:{project / 'target' / 'lib'}/*",
+            "eosbench.PeerJob"]
+
+
+def quix_python() -> str:
+    env = ROOT / ".cache" / "peers" / "quix-venv"
+    python = env / "bin" / "python"
+    if not (env / ".complete").exists():
+        console.print("installing Quix Streams in its own virtualenv ...")
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(env)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                        QUIX_REQUIREMENT], check=True)
+        (env / ".complete").write_text("")
+    return str(python)
+
+
+def preload(bootstrap: str, topic: str, n: int, keys: int, seed: int = 1) -> Counter[str]:
+    """n JSON orders of ~100 bytes on `keys` keys (murmur2-partitioned); returns the count per key."""
+    rng = random.Random(seed)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
+                         "enable.idempotence": True, "partitioner": "murmur2_random"})
+    per_key: Counter[str] = Counter()
+    for i in range(n):
+        key, value = order(rng, i, keys)
+        per_key[key] += 1
+        produce(producer, topic, key, value)
+    assert producer.flush(300) == 0
+    return per_key
+
+
+def order(rng: random.Random, i: int, keys: int) -> tuple[str, bytes]:
+    key = f"k{rng.randrange(keys)}"
+    return key, json.dumps({"id": i, "customer": key, "qty": rng.randrange(1, 9),
+                            "price": round(rng.uniform(1, 99), 2), "note": "x" * 20}).encode()
+
+
+def produce(producer: Producer, topic: str, key: str, value: bytes) -> None:
+    while True:
+        try:
+            producer.produce(topic, key=key.encode(), value=value)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
+# ---------------------------------------------------------------- one run
+
+
+def _rss_mib(session: int) -> float:
+    total = 0
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text()
+            if int(stat.rsplit(")", 1)[1].split()[3]) != session:  # field 6: the session id
+                continue
+            for line in (proc / "status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / 1024
+
+
+def command(peer: str, job: str, bootstrap: str, source: str, sink: str, group: str, scratch: Path,
+            kstreams: list[str], quix: str | None) -> tuple[list[str], dict[str, str]]:
+    env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": bootstrap}
+    if peer == "eos":
+        env |= {"PEER_APP": group, "PEER_JOB": job, "PEER_INPUT": source, "PEER_OUTPUT": sink,
+                "PEER_STATE": str(scratch / "state")}
+        return [sys.executable, "-m", "eos.cli", "run", str(HERE / "eos_job.py"), "--no-live"], env
+    if peer.startswith("kstreams"):
+        cache = "on" if peer == "kstreams-cache" else "off"
+        return [*kstreams, bootstrap, job, source, sink, group, "2", "1000", cache], env
+    if peer == "quix":
+        assert quix is not None
+        return [quix, str(HERE / "quix_job.py"), bootstrap, job, source, sink, group, str(scratch / "quix")], env
+    return [sys.executable, str(HERE / "copy_loop.py"), bootstrap, source, sink, group], env
+
+
+@contextmanager
+def launched(cmd: list[str], env: dict[str, str], scratch: Path) -> Iterator[subprocess.Popen]:
+    """The peer's process, in a session of its own (its RSS is summed per session), stopped afterwards."""
+    with open(scratch / "run.log", "wb") as log:
+        proc = subprocess.Popen(cmd, env=env, cwd=scratch, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            yield proc
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def run_once(peer: str, job: str, rnd: int, bootstrap: str, admin: KafkaAdmin, source: str, n: int,
+             per_key: Counter[str], kstreams: list[str], quix: str | None, timeout: float) -> Run:
+    run = Run(peer, job, rnd)
+    tag = uuid.uuid4().hex[:8]
+    sink, group = f"peers-{peer}-{job}-{tag}", f"peers-{peer}-{job}-{tag}"
+    admin.create_topics([TopicSpec(sink, PARTITIONS)])
+    tps = admin.topic_partitions(source)
+    scratch = Path(tempfile.mkdtemp(prefix="peers-"))
+    cmd, env = command(peer, job, bootstrap, source, sink, group, scratch, kstreams, quix)
+    first: tuple[float, int] | None = None
+    done_at = None
+    with launched(cmd, env, scratch) as proc:
+        launched_at = time.monotonic()
+        while time.monotonic() - launched_at < timeout:
+            time.sleep(0.2)
+            run.peak_rss_mib = max(run.peak_rss_mib, _rss_mib(proc.pid))
+            if proc.poll() is not None:
+                raise RuntimeError(f"{peer} exited with {proc.returncode}; see {scratch / 'run.log'}")
+            committed = sum(o or 0 for o in admin.group_offsets(group, tps, stable=False).values())
+            now = time.monotonic()
+            if committed and first is None:
+                first = (now, committed)
+            if committed >= n:
+                done_at = now
+                break
+        if done_at is None or first is None:
+            raise RuntimeError(f"{peer} did not finish {job} in {timeout:.0f} s; see {scratch / 'run.log'}")
+    run.startup_s = first[0] - launched_at
+    run.total_s = done_at - launched_at
+    run.steady_rps = (n - first[1]) / (done_at - first[0]) if done_at > first[0] else float("nan")
+    if first[1] > n / 2:
+        run.notes.append(f"the first commit held {first[1]:,} of {n:,} records: the steady rate is rough")
+    verify(run, bootstrap, admin, sink, n, per_key)
+    shutil.rmtree(scratch, ignore_errors=True)
+    return run
+
+
+def latency_once(peer: str, rnd: int, bootstrap: str, admin: KafkaAdmin, rate: int, warmup_s: int,
+                 seconds: int, keys: int, kstreams: list[str], quix: str | None) -> Latency:
+    """Feed a fresh topic at `rate` records/s for `warmup_s + seconds` while the peer runs the stateless job;
+    latencies of the records fed after the warm-up (which absorbs start-up) count. Every input must reach
+    the committed output exactly once."""
+    result = Latency(peer, rnd, rate)
+    tag = uuid.uuid4().hex[:8]
+    source, sink, group = (f"peers-latency-{peer}-{tag}-in", f"peers-latency-{peer}-{tag}-out",
+                           f"peers-latency-{peer}-{tag}")
+    admin.create_topics([TopicSpec(source, PARTITIONS), TopicSpec(sink, PARTITIONS)])
+    scratch = Path(tempfile.mkdtemp(prefix="peers-"))
+    cmd, env = command(peer, "stateless", bootstrap, source, sink, group, scratch, kstreams, quix)
+    total = rate * (warmup_s + seconds)
+    sent = [0.0] * total
+    seen: dict[int, float] = {}
+    repeated = 0
+    observer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{group}-observer", "enable.auto.commit": False,
+                         "isolation.level": "read_committed", "fetch.wait.max.ms": 5})
+    observer.assign([TopicPartition(sink, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+
+    def feed() -> None:
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "enable.idempotence": True,
+                             "partitioner": "murmur2_random"})
+        rng, started, fed = random.Random(rnd), time.monotonic(), 0
+        while fed < total:
+            due = min(total, int((time.monotonic() - started) * rate) + 1)
+            for i in range(fed, due):
+                key, value = order(rng, i, keys)
+                sent[i] = time.time()
+                produce(producer, source, key, value)
+            fed = due
+            producer.poll(0)
+            time.sleep(0.005)
+        producer.flush(60)
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    with launched(cmd, env, scratch) as proc:
+        feeder.start()
+        deadline = time.monotonic() + warmup_s + seconds + 120
+        while len(seen) < total and time.monotonic() < deadline:
+            for msg in observer.consume(1000, 0.1):
+                if msg.error() is not None:
+                    continue
+                now, i = time.time(), json.loads(msg.value())["id"]
+                if i in seen:
+                    repeated += 1
+                else:
+                    seen[i] = now
+            if proc.poll() is not None:
+                raise RuntimeError(f"{peer} exited with {proc.returncode}; see {scratch / 'run.log'}")
+        feeder.join()
+        time.sleep(2)  # anything committed twice would show up now
+        repeated += sum(1 for msg in observer.consume(10_000, 1.0) if msg.error() is None)
+    observer.close()
+    if len(seen) != total or repeated:
+        raise RuntimeError(f"{peer} latency run: {len(seen):,} of {total:,} ids, {repeated:,} repeated")
+    latencies = sorted((seen[i] - sent[i]) * 1000 for i in range(rate * warmup_s, total))
+    result.measured = len(latencies)
+    result.p50_ms = latencies[len(latencies) // 2]
+    result.p99_ms = latencies[int(len(latencies) * 0.99)]
+    result.max_ms = latencies[-1]
+    result.verified = f"{total:,} ids once each"
+    shutil.rmtree(scratch, ignore_errors=True)
+    return result
+
+
+def _number(raw: bytes) -> int:
+    return int.from_bytes(raw, "big", signed=True) if len(raw) == 8 else int(json.loads(raw))
+
+
+def verify(run: Run, bootstrap: str, admin: KafkaAdmin, sink: str, n: int, per_key: Counter[str]) -> None:
+    """Exactly-once of the committed output, or RuntimeError."""
+    if run.job == "stateless":
+        ids: Counter[int] = Counter()
+        for batch in scan_topic(bootstrap, sink, admin=admin):
+            for msg in batch:
+                order = json.loads(msg.value())
+                assert "total" in order
+                ids[order["id"]] += 1
+        run.outputs = sum(ids.values())
+        repeated = sum(1 for c in ids.values() if c > 1)
+        if len(ids) != n or repeated:
+            raise RuntimeError(f"{run.peer} stateless: {len(ids):,} of {n:,} ids, {repeated:,} repeated")
+        run.verified = f"{n:,} ids once each"
+        return
+    last: dict[str, int] = {}
+    outputs = 0
+    for batch in scan_topic(bootstrap, sink, admin=admin):
+        for msg in batch:
+            last[msg.key().decode()] = _number(msg.value())
+            outputs += 1
+    run.outputs = outputs
+    wrong = sum(1 for k, c in per_key.items() if last.get(k) != c)
+    if wrong or len(last) != len(per_key):
+        raise RuntimeError(f"{run.peer} count: {wrong:,} of {len(per_key):,} keys with a wrong final count")
+    if run.peer != "kstreams-cache" and outputs != n:
+        raise RuntimeError(f"{run.peer} count: {outputs:,} outputs for {n:,} inputs (one per input expected)")
+    run.verified = f"{len(per_key):,} final counts exact, {outputs:,} outputs"
+
+
+# ---------------------------------------------------------------- the table
+
+
+def report(runs: list[Run], latencies: list[Latency], n: int) -> dict:
+    def median(peer: str, job: str, attr: str) -> float | None:
+        values = [getattr(r, attr) for r in runs if r.peer == peer and r.job == job]
+        return statistics.median(values) if values else None
+
+    summary: dict = {}
+    for job in ("stateless", "count"):
+        rows = {p: {a: median(p, job, a) for a in ("steady_rps", "startup_s", "peak_rss_mib")} for p in PEERS
+                if median(p, job, "steady_rps") is not None}
+        if not rows:
+            continue
+        table = Table(title=f"{job}: {n:,} records, medians of {max(r.round for r in runs)} interleaved rounds")
+        for column in ("peer", "steady rec/s", "vs Kafka Streams", "vs copy loop", "start-up to 1st commit",
+                       "peak memory"):
+            table.add_column(column, justify="left" if column == "peer" else "right")
+        ks, copy = rows.get("kstreams", {}).get("steady_rps"), rows.get("copy", {}).get("steady_rps")
+        for peer, row in rows.items():
+            rate = row["steady_rps"]
+            table.add_row(peer, f"{rate:,.0f}", f"{rate / ks:.2f}x" if ks else "-",
+                          f"{rate / copy:.2f}x" if copy else "-", f"{row['startup_s']:.1f} s",
+                          f"{row['peak_rss_mib']:,.0f} MiB")
+        console.print(table)
+        summary[job] = rows
+    if latencies:
+        table = Table(title=f"stateless latency at {latencies[0].rate:,} records/s, input to visible "
+                            f"(read_committed), medians of {max(r.round for r in latencies)} rounds")
+        for column in ("peer", "p50", "p99", "max", "records measured"):
+            table.add_column(column, justify="left" if column == "peer" else "right")
+        summary["latency"] = {}
+        for peer in dict.fromkeys(r.peer for r in latencies):
+            mine = [r for r in latencies if r.peer == peer]
+            row = {a: statistics.median(getattr(r, a) for r in mine) for a in ("p50_ms", "p99_ms", "max_ms")}
+            table.add_row(peer, f"{row['p50_ms']:,.0f} ms", f"{row['p99_ms']:,.0f} ms", f"{row['max_ms']:,.0f} ms",
+                          f"{mine[0].measured:,}")
+            summary["latency"][peer] = row
+        console.print(table)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--keys", type=int, default=10_000)
+    parser.add_argument("--jobs", default="stateless,count")
+    parser.add_argument("--peers", default=",".join(PEERS))
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds one run may take")
+    parser.add_argument("--latency-rate", type=int, default=2000,
+                        help="records/s of the latency runs (stateless job, every peer, each round); 0: none")
+    parser.add_argument("--latency-warmup", type=int, default=30, help="seconds fed before latencies count")
+    parser.add_argument("--latency-seconds", type=int, default=20, help="seconds of measured latencies")
+    args = parser.parse_args(argv)
+    jobs, peers = args.jobs.split(","), [p for p in args.peers.split(",") if p]
+    unknown = set(peers) - set(PEERS)
+    if unknown or not set(jobs) <= {"stateless", "count"}:
+        parser.error(f"peers are {', '.join(PEERS)}; jobs are stateless, count")
+    kstreams = build_kstreams() if any(p.startswith("kstreams") for p in peers) else []
+    quix = quix_python() if "quix" in peers else None
+    runs: list[Run] = []
+    latencies: list[Latency] = []
+    with provide_kafka(brokers=1) as kafka:
+        admin = KafkaAdmin(kafka.bootstrap_servers)
+        source = f"peers-orders-{uuid.uuid4().hex[:8]}"
+        admin.create_topics([TopicSpec(source, PARTITIONS)])
+        t0 = time.monotonic()
+        per_key = preload(kafka.bootstrap_servers, source, args.records, args.keys)
+        console.print(f"loaded {args.records:,} orders on {len(per_key):,} keys in {time.monotonic() - t0:.1f} s")
+        for rnd in range(1, args.rounds + 1):
+            for job in jobs:
+                for peer in peers:
+                    if (peer == "copy" and job != "stateless") or (peer == "kstreams-cache" and job != "count"):
+                        continue
+                    run = run_once(peer, job, rnd, kafka.bootstrap_servers, admin, source, args.records, per_key,
+                                   kstreams, quix, args.timeout)
+                    runs.append(run)
+                    console.print(f"round {rnd} {job:9} {peer:14} {run.steady_rps:>10,.0f} rec/s  start-up "
+                                  f"{run.startup_s:5.1f} s  peak {run.peak_rss_mib:7,.0f} MiB  {run.verified}"
+                                  + (f"  ({'; '.join(run.notes)})" if run.notes else ""))
+            for peer in peers if args.latency_rate > 0 else []:
+                if peer == "kstreams-cache":
+                    continue
+                lat = latency_once(peer, rnd, kafka.bootstrap_servers, admin, args.latency_rate, args.latency_warmup,
+                                   args.latency_seconds, args.keys, kstreams, quix)
+                latencies.append(lat)
+                console.print(f"round {rnd} latency   {peer:14} p50 {lat.p50_ms:7,.0f} ms  p99 {lat.p99_ms:7,.0f} ms  "
+                              f"max {lat.max_ms:7,.0f} ms  {lat.verified}")
+    summary = report(runs, latencies, args.records)
+    out = ROOT / "reports" / "peers.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps({"records": args.records, "keys": args.keys, "rounds": args.rounds,
+                               "medians": summary, "runs": [asdict(r) for r in runs],
+                               "latency_runs": [asdict(r) for r in latencies]}, indent=2))
+    console.print(f"report: {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,17 @@
+"""The peers benchmark's jobs on this framework (run by `eos run`; settings from the environment)."""
+
+import os
+
+from eos import Application
+
+app = Application(os.environ["PEER_APP"], log_format="json", log_level="WARNING",
+                  state_dir=os.environ["PEER_STATE"], trigger_interval=1.0)
+
+if os.environ["PEER_JOB"] == "stateless":
+    @app.process(input=os.environ["PEER_INPUT"], output=os.environ["PEER_OUTPUT"], key_serde="string",
+                 value_serde="json")
+    def enrich(record):
+        order = record.value
+        return record.key, {**order, "total": order["qty"] * order["price"]}
+else:
+    app.count(os.environ["PEER_INPUT"], os.environ["PEER_OUTPUT"], name="counts")

@@ -1,0 +1,73 @@
+package eosbench;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.util.Properties;
+import java.util.concurrent.CountDownLatch;
+import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.common.utils.Bytes;
+import org.apache.kafka.streams.KafkaStreams;
+import org.apache.kafka.streams.StreamsBuilder;
+import org.apache.kafka.streams.StreamsConfig;
+import org.apache.kafka.streams.kstream.Consumed;
+import org.apache.kafka.streams.kstream.Materialized;
+import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.state.KeyValueStore;
+
+/**
+ * The peers benchmark's jobs on Kafka Streams, exactly_once_v2:
+ * "stateless": parse each JSON value, add a field, write it; "count": records per key, one output per
+ * input when the record cache is off (cache.max.bytes.buffering=0), fewer with the default cache.
+ * Arguments: bootstrap job input output application-id threads commit-ms cache(on|off). Runs until killed.
+ */
+public final class PeerJob {
+    public static void main(String[] args) throws Exception {
+        String bootstrap = args[0], job = args[1], input = args[2], output = args[3], appId = args[4];
+        int threads = Integer.parseInt(args[5]);
+        long commitMs = Long.parseLong(args[6]);
+        boolean cache = args[7].equals("on");
+
+        Properties props = new Properties();
+        props.put(StreamsConfig.APPLICATION_ID_CONFIG, appId);
+        props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
+        props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, threads);
+        props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, commitMs);
+        props.put(StreamsConfig.STATE_DIR_CONFIG, System.getProperty("java.io.tmpdir") + "/kstreams-peer-" + appId);
+        props.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 1);
+        props.put("auto.offset.reset", "earliest");
+        if (!cache) {
+            props.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
+        }
+
+        StreamsBuilder builder = new StreamsBuilder();
+        if (job.equals("stateless")) {
+            ObjectMapper json = new ObjectMapper();
+            builder.stream(input, Consumed.with(Serdes.String(), Serdes.ByteArray()))
+                .mapValues(raw -> {
+                    try {
+                        ObjectNode order = (ObjectNode) json.readTree(raw);
+                        order.put("total", order.get("qty").asDouble() * order.get("price").asDouble());
+                        return json.writeValueAsBytes(order);
+                    } catch (Exception e) {
+                        throw new RuntimeException(e);
+                    }
+                })
+                .to(output, Produced.with(Serdes.String(), Serdes.ByteArray()));
+        } else {
+            builder.stream(input, Consumed.with(Serdes.String(), Serdes.ByteArray()))
+                .groupByKey()
+                .count(Materialized.<String, Long, KeyValueStore<Bytes, byte[]>>as("counts"))
+                .toStream()
+                .to(output, Produced.with(Serdes.String(), Serdes.Long()));
+        }
+        KafkaStreams streams = new KafkaStreams(builder.build(), props);
+        CountDownLatch done = new CountDownLatch(1);
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            streams.close();
+            done.countDown();
+        }));
+        streams.start();
+        done.await();
+    }
+}

@@ -1,0 +1,24 @@
+"""The peers benchmark's jobs on Quix Streams, exactly-once (run in its own virtualenv).
+Arguments: bootstrap job input output consumer-group state-dir."""
+
+import sys
+
+from quixstreams import Application
+
+bootstrap, job, source, sink, group, state_dir = sys.argv[1:7]
+app = Application(broker_address=bootstrap, consumer_group=group, auto_offset_reset="earliest",
+                  processing_guarantee="exactly-once", commit_interval=1.0, state_dir=state_dir)
+inputs = app.topic(source, key_deserializer="str", value_deserializer="json")
+outputs = app.topic(sink, key_serializer="str", value_serializer="json")
+sdf = app.dataframe(topic=inputs)
+if job == "stateless":
+    sdf = sdf.apply(lambda order: {**order, "total": order["qty"] * order["price"]})
+else:
+    def count(_value, state):
+        n = state.get("n", 0) + 1
+        state.set("n", n)
+        return n
+
+    sdf = sdf.apply(count, stateful=True)
+sdf.to_topic(outputs)
+app.run()
