@@ -10,6 +10,8 @@ import json
 import struct
 from typing import Any
 
+import orjson
+
 from eos.errors import SerdeError
 
 __all__ = ["Serde", "SerdeError", "BytesSerde", "StringSerde", "JsonSerde", "IntegerSerde", "LongSerde",
@@ -99,13 +101,33 @@ class StringSerde(Serde):
 
 
 class JsonSerde(Serde):
+    """Compact UTF-8 JSON with the standard library's meaning, at orjson's speed (about 5x faster each way,
+    and JSON is most of a stateless job's per-record work).
+
+    orjson writes NaN and infinities as `null`, where the standard library writes `NaN`/`Infinity` and reads
+    them back: so any orjson output containing `null` is written again by the standard library, and a
+    value round-trips (through a changelog, say) exactly as before. Values orjson refuses (integers beyond
+    64 bits, non-string dict keys) or would turn into strings (dataclasses, datetimes) go to the standard
+    library too, which converts or rejects them as it always has. Reading: orjson, then the standard library
+    for what orjson refuses (`NaN` tokens; for invalid JSON it raises the error the user sees)."""
+
     name = "JSON"
+    _OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
 
     def _dumps(self, obj: Any) -> bytes:
+        try:
+            out = orjson.dumps(obj, option=self._OPTIONS)
+            if b"null" not in out:
+                return out
+        except orjson.JSONEncodeError:
+            pass
         return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
     def _loads(self, data: bytes) -> Any:
-        return json.loads(data)
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return json.loads(data)
 
 
 class _StructSerde(Serde):

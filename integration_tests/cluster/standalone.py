@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # What the executors' Python needs besides the framework: the worker path's imports (no pandas/pyarrow:
 # the jobs here are not vectorized).
 EXECUTOR_REQUIREMENTS = ["confluent-kafka>=2.12,<3", "rocksdict>=0.3.23", "sortedcontainers>=2.4", "structlog>=24.1",
-                         "tenacity>=8.2", "rich>=13", "pyroaring>=1.0"]
+                         "tenacity>=8.2", "rich>=13", "pyroaring>=1.0", "orjson>=3.10"]
 
 
 def free_port() -> int:

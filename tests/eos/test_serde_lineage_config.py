@@ -16,6 +16,35 @@ def test_serdes_round_trip_and_none():
     assert IntegerSerde().serialize(1) == b"\x00\x00\x00\x01"  # Kafka's IntegerSerializer layout
 
 
+def test_json_serde_means_what_the_standard_library_means():
+    """The fast encoder must not change a value's meaning: NaN and infinities round-trip (orjson alone
+    would write null), non-string keys and huge integers convert as the standard library converts them,
+    and what the standard library refuses stays refused."""
+    import dataclasses
+    import datetime
+    import json
+    import math
+
+    serde = JsonSerde()
+    for value in [{"id": 7, "price": 45.67, "note": "x" * 20, "é": "\u2028"}, [1e16, 1e-7, -0.0, True, None],
+                  "null", {"nested": {"a": [None, {"b": 2**63 - 1}]}}]:
+        assert json.loads(serde.serialize(value)) == value
+        assert serde.deserialize(serde.serialize(value)) == value
+    nan = serde.deserialize(serde.serialize({"x": math.nan, "y": math.inf, "z": -math.inf}))
+    assert math.isnan(nan["x"]) and nan["y"] == math.inf and nan["z"] == -math.inf
+    assert math.isnan(serde.deserialize(b'{"x": NaN}')["x"])  # outputs written before read as before
+    assert serde.serialize({1: "a", 2**70: [2**80]}) == json.dumps({"1": "a", str(2**70): [2**80]},
+                                                                   separators=(",", ":")).encode()
+
+    @dataclasses.dataclass
+    class Point:
+        x: int
+
+    for refused in (Point(1), datetime.datetime(2026, 1, 1), {1, 2}):
+        with pytest.raises(SerdeError, match="as JSON"):
+            serde.serialize(refused)
+
+
 def test_serde_errors_say_what_failed():
     with pytest.raises(SerdeError, match="as JSON"):
         JsonSerde().deserialize(b"{nope")
