@@ -12,6 +12,7 @@ same answer by looking the coordinator up again."""
 from __future__ import annotations
 
 import concurrent.futures
+import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
 
 from transactions.deadline import StuckClientError, call_with_deadline, close_or_park, park
-from transactions.errors import STALE_METADATA_CODES, RetriableKafkaError, classify
+from transactions.errors import STALE_METADATA_CODES, KafkaEosError, RetriableKafkaError, classify
 from transactions.offsets import Committed, stable_committed
 from transactions.retry import DEFAULT_POLICY, call
 
@@ -139,7 +140,9 @@ class KafkaAdmin:
         return out
 
     def create_topics(self, specs: Iterable[TopicSpec], timeout: float = 60.0) -> list[str]:
-        """Create the topics that do not exist yet; returns the names created."""
+        """Create the topics that do not exist yet; returns the names created, once the cluster's metadata
+        lists them (a broker learns of a new topic from the controller a moment after the creation returns,
+        and a check right after would find it missing)."""
         specs = list(specs)
         existing = self.partition_counts([s.name for s in specs])
         new = [NewTopic(s.name, s.partitions, s.replication_factor or -1, config=dict(s.config))
@@ -154,6 +157,12 @@ class KafkaAdmin:
             except KafkaException as exc:
                 if exc.args[0].code() != exc.args[0].TOPIC_ALREADY_EXISTS:
                     raise classify(exc, f"create topic {name}") from exc
+        deadline = time.monotonic() + timeout
+        while (missing := [n for n, count in self.partition_counts([t.topic for t in new]).items() if count is None]):
+            if time.monotonic() > deadline:
+                raise KafkaEosError(f"topic(s) {', '.join(missing)} created but not in the cluster's metadata after "
+                                    f"{timeout:.0f} s")
+            time.sleep(0.1)
         return created
 
     def delete_topics(self, names: Iterable[str], timeout: float = 60.0) -> list[str]:
