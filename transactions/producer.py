@@ -39,6 +39,19 @@ _GRACE = 5.0  # seconds a call may overrun its own timeout before the client is 
 _CONNECTION_LOST = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN})
 
 
+def _client_error(exc: SystemError) -> BaseException:
+    """The client's own error inside a SystemError. When the client raises a fatal error (fencing, say)
+    while it serves delivery callbacks in poll() or flush(), the next callback returns with that
+    exception still set and Python reports "returned a result with an exception set" as a SystemError,
+    whose context is the client's KafkaException: that is the error to classify."""
+    seen = exc.__cause__ or exc.__context__
+    while seen is not None and not isinstance(seen, KafkaException):
+        seen = seen.__cause__ or seen.__context__
+    if seen is None:
+        raise exc
+    return seen
+
+
 class TxnState(enum.Enum):
     CREATED = "created"
     READY = "ready"
@@ -109,7 +122,10 @@ class TransactionalProducer:
         """Serve the client's callbacks. The client can also raise a fatal error (e.g. fencing) out of
         poll() itself instead of passing it to error_cb: it is recorded and raised classified like any other."""
         try:
-            self._producer.poll(timeout)
+            try:
+                self._producer.poll(timeout)
+            except SystemError as wrapped:
+                raise _client_error(wrapped) from wrapped
         except KafkaException as exc:
             err = exc.args[0] if exc.args else None
             if isinstance(err, KafkaError) and err.fatal() and self._fatal is None:
@@ -193,7 +209,10 @@ class TransactionalProducer:
         started = time.monotonic()
         deadline = started + timeout
         try:
-            remaining = self._producer.flush(timeout)
+            try:
+                remaining = self._producer.flush(timeout)
+            except SystemError as wrapped:
+                raise _client_error(wrapped) from wrapped
         except KafkaException as exc:
             raise self._fail(exc, "flush") from exc
         self._check_fatal("commit_transaction")

@@ -40,3 +40,31 @@ def test_fencing_raised_out_of_poll_is_classified_as_fencing(monkeypatch):
         producer.produce("out", b"v", b"k")
     assert producer.state is TxnState.FENCED
     assert not producer.usable
+
+
+class FencedInsideDeliveryCallbacks(FencedClient):
+    """The client raises fencing while serving delivery callbacks: Python sees the next callback return
+    with an exception set and raises SystemError, the client's KafkaException as its cause."""
+
+    def produce(self, *args, **kwargs):
+        pass
+
+    def flush(self, timeout):
+        fenced = KafkaException(KafkaError(KafkaError._FENCED, "fenced by a newer instance", fatal=True))
+        raise SystemError("<function _on_delivery> returned a result with an exception set") from fenced
+
+
+def test_fencing_surfacing_as_a_system_error_in_flush_is_classified_as_fencing(monkeypatch):
+    monkeypatch.setattr(transactions.producer, "Producer", FencedInsideDeliveryCallbacks)
+    producer = TransactionalProducer("127.0.0.1:1", "task-0", transaction_timeout_ms=10_000)
+    producer.init()
+    producer.begin()
+    producer.produce("out", b"v", b"k")
+    with pytest.raises(ProducerFencedError, match="fenced"):
+        producer.commit(timeout=5)
+    assert producer.state is TxnState.FENCED
+
+
+def test_a_system_error_without_a_client_error_inside_is_not_hidden():
+    with pytest.raises(SystemError, match="something else"):
+        transactions.producer._client_error(SystemError("something else"))
