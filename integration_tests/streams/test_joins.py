@@ -45,7 +45,12 @@ def build(app, t):
              windows=JoinWindows(5_000, grace=2_000))
     return app
 
+"""
 
+#: The end of a test job file: the application from the environment `load_job` and the kill helper set
+#: (APP, BATCH, STATE, TOPIC_NAMES, T_<NAME>), built by the file's `build(app, topics)`; with MARKS, a hook
+#: marks each task's time inside its transaction from the third batch on (after two committed batches).
+JOB_MAIN = """
 if __name__ == "__main__" or os.environ.get("APP"):
     from eos.testing import MarkWhile, Match
 
@@ -54,9 +59,9 @@ if __name__ == "__main__" or os.environ.get("APP"):
                             state_dir=os.environ["STATE"]),
                 {t: os.environ["T_" + t.upper()] for t in os.environ["TOPIC_NAMES"].split(",")})
     if os.environ.get("MARKS"):
-        app.fault_hooks.on("before_commit", MarkWhile(os.environ["MARKS"], seconds=0.3,
-                                                         match=Match(batch=2)))  # after two committed batches
+        app.fault_hooks.on("before_commit", MarkWhile(os.environ["MARKS"], seconds=0.3, match=Match(batch=2)))
 """
+JOB += JOB_MAIN
 
 
 def produce_timed(bootstrap: str, topic: str, records: list[tuple[str | None, object, int]]) -> None:

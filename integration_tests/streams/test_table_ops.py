@@ -15,7 +15,7 @@ from confluent_kafka import Producer
 from eos.audit import audit_application, audit_joins
 from eos.audit.scan import scan_topic
 from integration_tests.engine.test_kill_restart import kill_job_repeatedly
-from integration_tests.streams.test_joins import load_job
+from integration_tests.streams.test_joins import JOB_MAIN, load_job
 
 JOB = """
 import os
@@ -32,17 +32,7 @@ def build(app, t):
     app.count_table(orders, t["order_counts"], name="counts", group_by=lambda k, order: order["customer"])
     return app
 
-
-if __name__ == "__main__" or os.environ.get("APP"):
-    from eos.testing import MarkWhile, Match
-
-    app = build(Application(os.environ["APP"], max_records_per_batch=int(os.environ["BATCH"]),
-                            trigger_interval=0.0, log_format="json", log_level="WARNING",
-                            state_dir=os.environ["STATE"]),
-                {t: os.environ["T_" + t.upper()] for t in os.environ["TOPIC_NAMES"].split(",")})
-    if os.environ.get("MARKS"):
-        app.fault_hooks.on("before_commit", MarkWhile(os.environ["MARKS"], seconds=0.3, match=Match(batch=2)))
-"""
+""" + JOB_MAIN
 
 PARTITIONS = {"orders": 2, "customers": 3, "orders_with_customer": 2, "revenue": 2, "order_counts": 2}
 
