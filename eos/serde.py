@@ -114,6 +114,25 @@ class JsonSerde(Serde):
     name = "JSON"
     _OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
 
+    def serialize(self, obj: Any) -> bytes | None:  # fast path: orjson without the generic wrapper
+        if obj is None:
+            return None
+        try:
+            out = orjson.dumps(obj, option=self._OPTIONS)
+            if b"null" not in out:
+                return out
+        except orjson.JSONEncodeError:
+            pass
+        return super().serialize(obj)
+
+    def deserialize(self, data: bytes | None) -> Any:
+        if data is None:
+            return None
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return super().deserialize(data)
+
     def _dumps(self, obj: Any) -> bytes:
         try:
             out = orjson.dumps(obj, option=self._OPTIONS)

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from transactions.errors import DeliveryFailedError, classify
 from transactions.producer import TxnState
+from transactions.records import ProducerRecord
 from transactions.retry import DEFAULT_POLICY, RetryPolicy, call
 from transactions.settings import producer_settings
 
@@ -59,8 +60,18 @@ class AtLeastOnceProducer:
         self._offsets = []
         self.state = TxnState.IN_TRANSACTION
 
+    def produce_all(self, records: Sequence[ProducerRecord], *, track: bool = False) -> int:
+        """Every record's delivery is reported (`track` is implied): without a transaction, a failed delivery
+        would otherwise go unnoticed."""
+        size = 0
+        for r in records:
+            self.produce(r.topic, r.value, r.key, partition=r.partition, headers=r.headers, timestamp=r.timestamp)
+            size += r.size
+        return size
+
     def produce(self, topic: str, value: bytes | None, key: bytes | None = None, *, partition: int | None = None,
-                headers: list[tuple[str, bytes]] | None = None, timestamp: int | None = None) -> None:
+                headers: list[tuple[str, bytes]] | None = None, timestamp: int | None = None,
+                track: bool = True) -> None:
         kwargs: dict[str, Any] = {"value": value, "key": key}
         if partition is not None:
             kwargs["partition"] = partition

@@ -6,6 +6,13 @@
 
 Illegal transitions raise `IllegalStateError`. Delivery is checked before commit: a transaction in which
 any record failed delivery is never committed (`DeliveryFailedError`, which is abortable).
+
+Delivery reports cost a Python call per record, so only records produced with `track=True` get one (their
+offsets land in `last_offsets`: stores record the changelog offset they reflect). An untracked record that
+fails delivery still fails the commit: librdkafka puts the transaction in its abortable state ("message(s)
+failed delivery"), without saying which record or why. The producer then reports every record of its next
+transaction, so that the retried batch learns the broker's reason (a record too large, say: the caller
+reads the topic's rules again and routes the record to the dead-letter topic).
 A commit that fails with a retriable error (e.g. a timeout) is retried with the same call, not aborted:
 librdkafka keeps the commit in progress and a repeated `commit_transaction()` resumes it.
 """
@@ -15,7 +22,7 @@ from __future__ import annotations
 import enum
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
@@ -27,9 +34,12 @@ from transactions.errors import (
     FatalKafkaError,
     KafkaEosError,
     ProducerFencedError,
+    RecordRejectedError,
     RecordTooLargeError,
+    TransactionAbortableError,
     classify,
 )
+from transactions.records import ProducerRecord
 from transactions.retry import DEFAULT_POLICY, RetryPolicy, call
 from transactions.settings import producer_settings
 
@@ -77,7 +87,6 @@ class TransactionalProducer:
         #: Offset of the last record delivered to each (topic, partition) in the current transaction.
         self.last_offsets: dict[tuple[str, int], int] = {}
         settings = producer_settings(bootstrap_servers, transactional_id, transaction_timeout_ms, overrides)
-        settings["on_delivery"] = self._on_delivery
         settings["error_cb"] = self._on_error
         self._fatal: KafkaError | None = None
         self._stuck = False
@@ -85,6 +94,9 @@ class TransactionalProducer:
         self._producer = Producer(settings)
         self.state = TxnState.CREATED
         self.records_in_transaction = 0
+        self.untracked_in_transaction = 0  # records produced without a delivery report
+        #: report every record's delivery (set after untracked records failed delivery, for one transaction)
+        self.report_all = False
         self.commits = 0
 
     # ------------------------------------------------------------------ callbacks (producer thread-safe)
@@ -168,27 +180,46 @@ class TransactionalProducer:
             raise self._fail(exc, "begin_transaction") from exc
         self._delivery_errors.clear()
         self.last_offsets = {}
-        self.records_in_transaction = 0
+        self.records_in_transaction = self.untracked_in_transaction = 0
         self.state = TxnState.IN_TRANSACTION
 
     def produce(self, topic: str, value: bytes | None, key: bytes | None = None, *, partition: int | None = None,
-                headers: list[tuple[str, bytes]] | None = None, timestamp: int | None = None) -> None:
+                headers: list[tuple[str, bytes]] | None = None, timestamp: int | None = None,
+                track: bool = True) -> None:
+        """Produce one record into the open transaction; `track`: its delivery is reported (`last_offsets`)."""
+        self.produce_all((ProducerRecord(topic, partition, key, value, headers or [], timestamp),), track=track)
+
+    def produce_all(self, records: Sequence[ProducerRecord], *, track: bool = False) -> int:
+        """Produce `records` in order into the open transaction; returns their key and value bytes. With
+        `track` (or while `report_all` is set) every record's delivery is reported."""
         if self.state is not TxnState.IN_TRANSACTION:
             self._expect(TxnState.IN_TRANSACTION)
         produce = self._producer.produce
-        part = -1 if partition is None else partition  # -1: the partitioner decides
-        while True:
-            try:
-                produce(topic, value, key, partition=part, timestamp=timestamp or 0,
-                        headers=headers or None)  # type: ignore[arg-type]  # (the stub's header type is invariant)
-                break
-            except BufferError:  # local queue full: let librdkafka drain it
-                self._poll(0.05, f"produce to {topic}")
-            except KafkaException as exc:
-                raise self._fail(exc, f"produce to {topic}") from exc
-        self.records_in_transaction += 1
-        if not self.records_in_transaction % 10_000:
-            self._poll(0, f"produce to {topic}")
+        report = self._on_delivery if track or self.report_all else None
+        size = 0
+        for topic, partition, key, value, headers, timestamp in records:
+            while True:
+                try:
+                    # positional: topic, value, key, partition (-1: the partitioner), callback, on_delivery,
+                    # timestamp (0: now), headers (the stub's header type is invariant)
+                    produce(topic, value, key, -1 if partition is None else partition, report, None,
+                            timestamp or 0, headers or None)  # type: ignore[arg-type]
+                    break
+                except BufferError:  # local queue full: let librdkafka drain it
+                    self._poll(0.05, f"produce to {topic}")
+                except KafkaException as exc:
+                    raise self._fail(exc, f"produce to {topic}") from exc
+            if key:
+                size += len(key)
+            if value:
+                size += len(value)
+        n = len(records)
+        if report is None:
+            self.untracked_in_transaction += n
+        before, self.records_in_transaction = self.records_in_transaction, self.records_in_transaction + n
+        if before // 10_000 != self.records_in_transaction // 10_000:
+            self._poll(0, "produce")
+        return size
 
     def send_offsets(self, offsets: list[TopicPartition], group_metadata: object, timeout: float = 30.0) -> None:
         """Add the consumed offsets to the transaction (they commit or abort with it)."""
@@ -232,10 +263,18 @@ class TransactionalProducer:
 
         try:
             call("commit_transaction", commit_once, policy=self._policy)
+        except TransactionAbortableError as exc:
+            if self.untracked_in_transaction and not isinstance(exc, RecordRejectedError):
+                # perhaps an untracked record failed, and the error does not say why: the next transaction will
+                self.report_all = True
+                raise DeliveryFailedError(f"{self.transactional_id}: the transaction cannot commit ({exc}); the next "
+                                          "one reports every record's delivery", exc.kafka_error) from exc
+            raise
         except KafkaEosError as exc:
             raise self._guard(exc) from exc
         self.state = TxnState.READY
         self.commits += 1
+        self.report_all = False
         return time.monotonic() - started
 
     def abort(self, timeout: float = 60.0) -> None:

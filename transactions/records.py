@@ -39,7 +39,7 @@ class OutputProducer(Protocol):
     """The producer calls of one batch, in protocol order: begin, produce..., send_offsets, commit.
 
     `token` identifies the instance (recorded in offset-commit metadata); `commits` counts its commits;
-    `last_offsets` holds the offset of the last record delivered to each partition in the current
+    `last_offsets` holds the offset of the last tracked record delivered to each partition in the current
     transaction (stores record the changelog offset they reflect); `usable` says whether the instance can
     run another batch."""
 
@@ -55,7 +55,9 @@ class OutputProducer(Protocol):
     def begin(self) -> None: ...
 
     def produce(self, topic: str, value: bytes | None, key: bytes | None = None, *, partition: int | None = None,
-                headers: Headers | None = None, timestamp: int | None = None) -> None: ...
+                headers: Headers | None = None, timestamp: int | None = None, track: bool = True) -> None: ...
+
+    def produce_all(self, records: Sequence[ProducerRecord], *, track: bool = False) -> int: ...
 
     def send_offsets(self, offsets: list[TopicPartition], group_metadata: object, timeout: float = 30.0) -> None: ...
 
@@ -66,10 +68,7 @@ class OutputProducer(Protocol):
     def close(self) -> None: ...
 
 
-def produce_all(producer: OutputProducer, records: Sequence[ProducerRecord]) -> int:
-    """Produce `records` in order (into the open transaction); returns their key and value bytes."""
-    produce, size = producer.produce, 0
-    for r in records:
-        produce(r.topic, r.value, r.key, partition=r.partition, headers=r.headers, timestamp=r.timestamp)
-        size += r.size
-    return size
+def produce_all(producer: OutputProducer, records: Sequence[ProducerRecord], *, track: bool = False) -> int:
+    """Produce `records` in order (into the open transaction); returns their key and value bytes. `track`:
+    their offsets land in `producer.last_offsets`."""
+    return producer.produce_all(records, track=track)

@@ -230,11 +230,11 @@ class BatchAttempt:
         t0 = time.monotonic()
         producer.begin()
         self.result.bytes_out = produce_all(producer, outcome.outputs)
-        produce_all(producer, self.changelog)
+        produce_all(producer, self.changelog, track=True)  # the stores record the changelog offsets
         produce_all(producer, outcome.dead_letters)
         if cfg.lineage and not self.plan.idle:  # an idle batch consumed nothing: nothing for the ledger
             producer.produce(self.job.ledger_topic, self._ledger_entry().encode(), str(self.task).encode(),
-                             partition=0)
+                             partition=0, track=False)
         self._fire(HookPoint.AFTER_PRODUCE)
         stream_time = max(self.stream_time, outcome.stream_time)
         punctuation = self.runtime.punctuation_state() if self.runtime is not None else {}

@@ -39,12 +39,12 @@ from eos.worker.plans import Job, StandbyPlan, StandbyResult, TaskPlan, TaskResu
 from eos.worker.standby import run_standby
 from eos.worker.stores import state_root
 from transactions import (
+    DeliveryFailedError,
     FatalKafkaError,
     IllegalStateError,
     KafkaEosError,
     OutputProducer,
     ProducerFencedError,
-    RecordRejectedError,
     RetriableKafkaError,
     TransactionAbortableError,
 )
@@ -137,7 +137,7 @@ def _attempts(plan: TaskPlan, job: Job, spark_attempt: int, clients: WorkerClien
             last = exc
         except TransactionAbortableError as exc:
             log.warning("transaction aborted; running the batch again", error=str(exc))
-            if isinstance(exc, RecordRejectedError):  # a topic's rules changed: read again
+            if isinstance(exc, DeliveryFailedError):  # a topic's rules may have changed: read again
                 clients.topic_rules(cfg).forget()
             _abort_quietly(attempt.producer, clients, txn_id)
             clients.drop_runtime(txn_id)

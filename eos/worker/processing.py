@@ -73,14 +73,19 @@ Entry = tuple[Message, Record | SerdeError | InvalidTimestampError, int]
 
 
 def entries(messages: Iterable[Message], key_serde: Serde, value_serde: Serde,
-            timestamp: Callable[[Record], int]) -> Iterator[Entry]:
-    """Deserialize and timestamp records lazily, in the order given."""
+            timestamp: Callable[[Record], int], sizes: list[int] | None = None) -> Iterator[Entry]:
+    """Deserialize and timestamp records lazily, in the order given; `sizes[0]` adds up the value bytes
+    read."""
     key_of, value_of = key_serde.deserialize, value_serde.deserialize
     record_time = timestamp is RECORD_TIME
+    sizes = [0] if sizes is None else sizes
     for msg in messages:
         ts = msg.timestamp()[1]
+        value = msg.value()
+        if value:
+            sizes[0] += len(value)
         try:
-            record = Record(key_of(msg.key()), value_of(msg.value()), msg.topic(), msg.partition(), msg.offset(), ts,
+            record = Record(key_of(msg.key()), value_of(value), msg.topic(), msg.partition(), msg.offset(), ts,
                             msg.headers())
         except SerdeError as exc:
             yield msg, exc, -1
@@ -105,19 +110,34 @@ def entries(messages: Iterable[Message], key_serde: Serde, value_serde: Serde,
 InputReading = tuple[Serde, Serde, Callable[[Record], int]]
 
 
-def in_time_order(messages: list[Message], key_serde: Serde, value_serde: Serde,
+def in_time_order(parts: Mapping[tuple[str, int], list[Message]], key_serde: Serde, value_serde: Serde,
                   timestamp: Callable[[Record], int],
-                  per_topic: Mapping[str, InputReading] | None = None) -> Iterator[Entry]:
-    """One partition: offset order. Several (co-partitioned inputs): by head timestamp across partitions,
-    offset order within each. `per_topic` reads some topics with their own serdes and timestamps."""
-    parts: dict[tuple[str, int], list[Message]] = {}
-    for msg in messages:
-        parts.setdefault((msg.topic(), msg.partition()), []).append(msg)
+                  per_topic: Mapping[str, InputReading] | None = None,
+                  sizes: list[int] | None = None) -> Iterator[Entry]:
+    """The records of `parts` (each partition's in offset order). One partition: offset order. Several
+    (co-partitioned inputs): by head timestamp across partitions, offset order within each. `per_topic`
+    reads some topics with their own serdes and timestamps."""
     default = (key_serde, value_serde, timestamp)
-    streams = [entries(ms, *(per_topic or {}).get(tp[0], default)) for tp, ms in parts.items()]
+    streams = [entries(ms, *(per_topic or {}).get(tp[0], default), sizes) for tp, ms in parts.items()]
     if len(streams) == 1:
         return streams[0]
-    return heapq.merge(*streams, key=lambda entry: entry[2])
+    return heapq.merge(*streams, key=_entry_time)
+
+
+def by_partition(messages: list[Message]) -> dict[tuple[str, int], list[Message]]:
+    """`messages` split by partition, each in its original order."""
+    parts: dict[tuple[str, int], list[Message]] = {}
+    for msg in messages:
+        tp = (msg.topic(), msg.partition())
+        part = parts.get(tp)
+        if part is None:
+            part = parts[tp] = []
+        part.append(msg)
+    return parts
+
+
+def _entry_time(entry: Entry) -> int:
+    return entry[2]
 
 
 def run_processor(processor: Processor, ctx: TaskContext, messages: list[Message], *, key_serde: Serde,
@@ -133,28 +153,28 @@ def run_processor(processor: Processor, ctx: TaskContext, messages: list[Message
     scoped = list(scoped)
     process, outputs, filtered = processor.process, outcome.outputs, outcome.filtered
     enter, leave = ctx.enter_record, ctx.leave_record
-    bytes_in = 0
+    parts = by_partition(messages)
+    sizes = [0]
     processed: dict[tuple[str, int], int] = {}
     punctuating = bool(ctx.schedules)
-    remaining: dict[tuple[str, int], int] = {}
-    if behind:
-        for m in messages:
-            tp = (m.topic(), m.partition())
-            remaining[tp] = remaining.get(tp, 0) + 1
+    remaining = {tp: len(ms) for tp, ms in parts.items()} if behind else {}
+    # Where processing stands in each partition is tracked per record only when several partitions (or
+    # stopping when one runs out) make it necessary; with one, the current record says it.
+    track = len(parts) > 1 or bool(remaining)
     unprocessed = len(messages)
-    for msg, record, ts in in_time_order(messages, key_serde, value_serde, timestamp, per_topic):
-        value = msg.value()
-        if value:
-            bytes_in += len(value)
-        outcome.records_in += 1
-        tp = (msg.topic(), msg.partition())
-        processed[tp] = msg.offset() + 1
-        unprocessed -= 1
-        if remaining:
-            remaining[tp] -= 1
-        if not isinstance(record, Record):
+    records_in = 0
+    tp = ("", -1)
+    for msg, record, ts in in_time_order(parts, key_serde, value_serde, timestamp, per_topic, sizes):
+        records_in += 1
+        if track:
+            tp = (msg.topic(), msg.partition())
+            processed[tp] = msg.offset() + 1
+            unprocessed -= 1
+            if remaining:
+                remaining[tp] -= 1
+        if type(record) is not Record:
             stage = Stage.DESERIALIZE if isinstance(record, SerdeError) else Stage.TIMESTAMP
-            outcome.dead_letters.append(dlq.route(msg, record, stage))
+            outcome.dead_letters.append(dlq.route(msg, record, stage))  # type: ignore[arg-type]
             continue
         if ts > outcome.stream_time:
             outcome.stream_time = ctx.stream_time = ts
@@ -187,10 +207,12 @@ def run_processor(processor: Processor, ctx: TaskContext, messages: list[Message
             _punctuate_due(ctx, scoped, outcome, clock)
         if ctx.commit_requested or (remaining and not remaining[tp] and tp in behind and unprocessed):
             ctx.commit_requested = False
+            if not track:
+                processed = {(msg.topic(), msg.partition()): msg.offset() + 1}
             outcome.stopped_at = {**_first_offsets(messages), **processed}
             outcome.finished = {p for p, n in remaining.items() if not n}
             break
-    outcome.bytes_in = bytes_in
+    outcome.records_in, outcome.bytes_in = records_in, sizes[0]
     _punctuate_due(ctx, scoped, outcome, clock)
     _in_scope(ctx, scoped, outcome, outcome.stream_time, processor.punctuate)  # the batch-end hook
     outcome.dropped, ctx.dropped = ctx.dropped, {}

@@ -75,6 +75,7 @@ class TaskRuntime:
             ctx = self.context
             ctx.stream_time = max(ctx.stream_time, stream_time) if self.reused else stream_time
             ctx.adopt_punctuation_state(punctuation)
+            ctx.begin_batch()
             self.reused = True
             scoped = self.stores.scoped() if self.stores else ()
             if not messages:

@@ -63,6 +63,8 @@ class TopicRule:
                     "max.message.bytes, or the producer's message.max.bytes if smaller)")
         if key is None and self.needs_key:
             return f"has no key, and topic {self.topic} is compacted (cleanup.policy=compact needs a key)"
+        if self.before_ms is None and self.after_ms is None:
+            return None
         return self.timestamp_violation(timestamp, now_ms)
 
     def timestamp_violation(self, timestamp: int | None, now_ms: Callable[[], int] | None = None) -> str | None:

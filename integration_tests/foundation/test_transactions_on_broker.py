@@ -9,6 +9,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from integration_tests.helpers import read_values
+from transactions import DeliveryFailedError, ProducerRecord, RecordTooLargeError, TransactionalProducer
 
 
 def _producer(bootstrap: str, txn_id: str) -> Producer:
@@ -79,3 +80,40 @@ def test_offsets_sent_to_transaction_are_read_back_stable(kafka, topic_factory, 
         stable = pending.result(timeout=60)
     assert [(tp.partition, tp.offset) for tp in stable] == [(0, 42), (1, 7)]
     reader.close()
+
+
+def test_an_untracked_record_the_broker_refuses_fails_the_commit_and_the_cause_is_found(kafka, topic_factory,
+                                                                                      unique_name):
+    """Records produced without a delivery report (outputs) still keep a transaction with a refused record
+    from committing. When the commit's error does not say why, the producer reports every record of its
+    next transaction, which does; a committed transaction reports its tracked records' offsets only."""
+    small = topic_factory("small", config={"max.message.bytes": "2000"})
+    txn_id = unique_name("txn")
+    producer = TransactionalProducer(kafka.bootstrap_servers, txn_id)
+    producer.init()
+    records = [ProducerRecord(small, None, b"k", b"fits", [], None),
+               ProducerRecord(small, None, b"k", b"x" * 5000, [], None)]
+
+    producer.begin()
+    producer.produce_all(records)
+    with pytest.raises(DeliveryFailedError) as first:
+        producer.commit(timeout=30)
+    producer.abort(timeout=30)
+    if not isinstance(first.value, RecordTooLargeError):  # the commit's error did not name the cause
+        assert producer.report_all
+        producer.begin()
+        producer.produce_all(records)
+        with pytest.raises(RecordTooLargeError):
+            producer.commit(timeout=30)
+        producer.abort(timeout=30)
+    producer.close()
+
+    fresh = TransactionalProducer(kafka.bootstrap_servers, txn_id)
+    fresh.init()
+    fresh.begin()
+    fresh.produce_all(records[:1])
+    fresh.produce_all([ProducerRecord(small, 0, b"k", b"tracked", [], None)], track=True)
+    fresh.commit(timeout=30)
+    assert not fresh.report_all and list(fresh.last_offsets) == [(small, 0)]  # the tracked record only
+    fresh.close()
+    assert read_values(kafka.bootstrap_servers, small, isolation="read_committed") == [b"fits", b"tracked"]

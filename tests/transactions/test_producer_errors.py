@@ -6,7 +6,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 import transactions.producer
-from transactions import ProducerFencedError, TransactionalProducer
+from transactions import DeliveryFailedError, ProducerFencedError, ProducerRecord, TransactionalProducer
 from transactions.producer import TxnState
 
 
@@ -68,3 +68,66 @@ def test_fencing_surfacing_as_a_system_error_in_flush_is_classified_as_fencing(m
 def test_a_system_error_without_a_client_error_inside_is_not_hidden():
     with pytest.raises(SystemError, match="something else"):
         transactions.producer._client_error(SystemError("something else"))
+
+
+class RecordingClient:
+    """Records each produce call's delivery callback; the first commit fails the way librdkafka fails a
+    transaction in which records without a delivery report failed: abortable, without the cause."""
+
+    def __init__(self, settings):
+        self.callbacks: list[object] = []
+        self.commits = 0
+
+    def init_transactions(self, timeout):
+        pass
+
+    def begin_transaction(self):
+        pass
+
+    def abort_transaction(self, timeout):
+        pass
+
+    def produce(self, topic, value, key, partition, callback, on_delivery, timestamp, headers):
+        self.callbacks.append(callback)
+
+    def poll(self, timeout):
+        return 0
+
+    def flush(self, timeout):
+        return 0
+
+    def commit_transaction(self, timeout):
+        self.commits += 1
+        if self.commits == 1:
+            raise KafkaException(KafkaError(KafkaError._INCONSISTENT, "1 message(s) failed delivery",
+                                            txn_requires_abort=True))
+
+
+def test_outputs_go_without_delivery_reports_until_a_transaction_fails_without_saying_why(monkeypatch):
+    monkeypatch.setattr(transactions.producer, "Producer", RecordingClient)
+    producer = TransactionalProducer("127.0.0.1:1", "task-0", transaction_timeout_ms=10_000)
+    client = producer._producer
+    producer.init()
+    records = [ProducerRecord("out", None, b"k", b"v", [], None)] * 2
+    changelog = [ProducerRecord("store-changelog", 0, b"k", b"v", [], None)]
+
+    producer.begin()
+    assert producer.produce_all(records) == 4
+    producer.produce_all(changelog, track=True)
+    assert client.callbacks == [None, None, producer._on_delivery]
+    with pytest.raises(DeliveryFailedError, match="reports every record"):
+        producer.commit(timeout=5)
+    assert producer.report_all
+    producer.abort(timeout=5)
+
+    client.callbacks.clear()
+    producer.begin()
+    producer.produce_all(records)
+    assert client.callbacks == [producer._on_delivery] * 2  # the retry learns which record fails, and why
+    producer.commit(timeout=5)
+    assert not producer.report_all
+
+    client.callbacks.clear()
+    producer.begin()
+    producer.produce_all(records)
+    assert client.callbacks == [None, None]
