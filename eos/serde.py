@@ -152,6 +152,24 @@ class JsonSerde(Serde):
 class _StructSerde(Serde):
     fmt = ""
     kind: type = int
+    _struct = struct.Struct("")
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._struct = struct.Struct(cls.fmt)
+
+    def serialize(self, obj: Any) -> bytes | None:  # fast path: exactly the kind (never bool), in range
+        if type(obj) is self.kind:
+            try:
+                return self._struct.pack(obj)
+            except struct.error:
+                pass
+        return super().serialize(obj)
+
+    def deserialize(self, data: bytes | None) -> Any:
+        if data is not None and len(data) == self._struct.size:
+            return self._struct.unpack(data)[0]
+        return super().deserialize(data)
 
     def _dumps(self, obj: Any) -> bytes:
         if isinstance(obj, bool) or not isinstance(obj, self.kind):

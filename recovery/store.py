@@ -72,6 +72,9 @@ class StoreView:
         self.spec = spec
         self.name = spec.name
         self._buffer: WriteBuffer | None = None
+        self._serialize_key = spec.key_serde.serialize
+        self._serialize_value, self._deserialize_value = spec.value_serde.serialize, spec.value_serde.deserialize
+        self._timestamped = spec.timestamped
 
     def attach(self, buffer: WriteBuffer | None) -> None:
         """Called by the task runtime: the batch's write buffer this view reads and writes (None: detached)."""
@@ -83,22 +86,22 @@ class StoreView:
         return self._buffer
 
     def _key(self, key: Any) -> bytes:
-        raw = self.spec.key_serde.serialize(key)
+        raw = self._serialize_key(key)
         if raw is None:
             raise ValueError(f"store {self.name!r}: keys cannot be None")
         return raw
 
     def _encode(self, value: Any, timestamp: int) -> bytes:
-        raw = self.spec.value_serde.serialize(value) or b""
-        return _TS.pack(timestamp) + raw if self.spec.timestamped else raw
+        raw = self._serialize_value(value) or b""
+        return _TS.pack(timestamp) + raw if self._timestamped else raw
 
     def _value(self, raw: bytes) -> Any:
-        return self.spec.value_serde.deserialize(raw[8:] if self.spec.timestamped else raw)
+        return self._deserialize_value(raw[8:] if self._timestamped else raw)
 
     def _value_and_timestamp(self, raw: bytes) -> tuple[Any, int]:
-        if self.spec.timestamped:
-            return self.spec.value_serde.deserialize(raw[8:]), _TS.unpack_from(raw)[0]
-        return self.spec.value_serde.deserialize(raw), -1
+        if self._timestamped:
+            return self._deserialize_value(raw[8:]), _TS.unpack_from(raw)[0]
+        return self._deserialize_value(raw), -1
 
     def approximate_num_entries(self) -> int:
         return self._buf().backend.approximate_count()
