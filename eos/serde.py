@@ -114,7 +114,7 @@ class JsonSerde(Serde):
     name = "JSON"
     _OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
 
-    def serialize(self, obj: Any) -> bytes | None:  # fast path: orjson without the generic wrapper
+    def serialize(self, obj: Any) -> bytes | None:
         if obj is None:
             return None
         try:
@@ -123,7 +123,7 @@ class JsonSerde(Serde):
                 return out
         except orjson.JSONEncodeError:
             pass
-        return super().serialize(obj)
+        return super().serialize(obj)  # the standard library, its errors wrapped as SerdeErrors
 
     def deserialize(self, data: bytes | None) -> Any:
         if data is None:
@@ -133,20 +133,11 @@ class JsonSerde(Serde):
         except orjson.JSONDecodeError:
             return super().deserialize(data)
 
-    def _dumps(self, obj: Any) -> bytes:
-        try:
-            out = orjson.dumps(obj, option=self._OPTIONS)
-            if b"null" not in out:
-                return out
-        except orjson.JSONEncodeError:
-            pass
+    def _dumps(self, obj: Any) -> bytes:  # what orjson refused or would have written differently
         return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
-    def _loads(self, data: bytes) -> Any:
-        try:
-            return orjson.loads(data)
-        except orjson.JSONDecodeError:
-            return json.loads(data)
+    def _loads(self, data: bytes) -> Any:  # what orjson refused (NaN tokens, or invalid JSON)
+        return json.loads(data)
 
 
 class _StructSerde(Serde):

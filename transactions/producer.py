@@ -13,6 +13,7 @@ fails delivery still fails the commit: librdkafka puts the transaction in its ab
 failed delivery"), without saying which record or why. The producer then reports every record of its next
 transaction, so that the retried batch learns the broker's reason (a record too large, say: the caller
 reads the topic's rules again and routes the record to the dead-letter topic).
+
 A commit that fails with a retriable error (e.g. a timeout) is retried with the same call, not aborted:
 librdkafka keeps the commit in progress and a repeated `commit_transaction()` resumes it.
 """
@@ -84,7 +85,7 @@ class TransactionalProducer:
         self.transaction_timeout_ms = transaction_timeout_ms
         self._policy = policy
         self._delivery_errors: list[KafkaError] = []
-        #: Offset of the last record delivered to each (topic, partition) in the current transaction.
+        #: Offset of the last tracked record delivered to each (topic, partition) in the current transaction.
         self.last_offsets: dict[tuple[str, int], int] = {}
         settings = producer_settings(bootstrap_servers, transactional_id, transaction_timeout_ms, overrides)
         settings["error_cb"] = self._on_error

@@ -30,7 +30,6 @@ __all__ = ["TaskContext", "Schedule"]
 #: `tuple.__new__` makes a `ProducerRecord` without the named tuple's Python-level constructor (a third of
 #: the cost of an output record)
 _new_record = tuple.__new__
-_NO_RULE = TopicRule("", 0)  # topic rules are off (unit tests)
 
 log = structlog.get_logger(__name__)
 
@@ -77,7 +76,7 @@ class TaskContext(ProcessorContext):
         self._index = 0
         self._scope: list[ProducerRecord] = []
         self._rules = topic_rules
-        #: each output topic's rules, read once per batch (`enter_batch`) or after an output broke them
+        #: each output topic's rules as the worker knew them when the batch began (`begin_batch`)
         self._rule_of: dict[str, TopicRule] = {}
         self._transitive = transitive_topics
         self._derived = [(DERIVED_HEADER, self.task_id.encode())]
@@ -119,10 +118,10 @@ class TaskContext(ProcessorContext):
                     self._start_origin(msg)
                 headers.append((ORIGIN_HEADER, (self._origin_prefix + str(self._index_base + self._index)).encode()))
         ts = self._current_ts if timestamp is None else timestamp
-        rule = self._rule_of.get(target) if self._rules is not None else _NO_RULE
-        if rule is None:
-            rule = self._rule_of[target] = self._rules(target)  # type: ignore[misc]
-        if rule is not _NO_RULE and (why := rule.violation(k, v, headers, ts)) is not None:
+        rule = self._rule_of.get(target)
+        if rule is None and self._rules is not None:
+            rule = self._rule_of[target] = self._rules(target)
+        if rule is not None and (why := rule.violation(k, v, headers, ts)) is not None:
             if msg is not None:
                 raise OutputRejectedError(f"the output of {_where(msg)} to topic {target} {why}")
             if rule.violation(k, v, headers, None) is not None:
