@@ -89,15 +89,22 @@ class AtLeastOnceProducer:
                 raise classify(exc, f"produce to {topic}") from exc
 
     def send_offsets(self, offsets: list[TopicPartition], group_metadata: object, timeout: float = 30.0) -> None:
+        """Keep the offsets for `commit`, once every record produced so far is delivered: from here to the
+        commit, the batch's outputs are on the broker and its offsets are not (the window in which a crash
+        duplicates output, which the chaos harness's at-least-once job relies on to be observable)."""
+        self._deliver(timeout)
         self._offsets = list(offsets)
 
-    def commit(self, timeout: float = 60.0) -> float:
-        """Flush and check every delivery, then commit the offsets with the consumer (outside a transaction)."""
-        started = time.monotonic()
+    def _deliver(self, timeout: float) -> None:
         remaining = self._producer.flush(timeout)
         if remaining or self._errors:
             raise DeliveryFailedError(f"{len(self._errors)} record(s) failed delivery, {remaining} still queued",
                                       self._errors[0] if self._errors else None)
+
+    def commit(self, timeout: float = 60.0) -> float:
+        """Flush and check every delivery, then commit the offsets with the consumer (outside a transaction)."""
+        started = time.monotonic()
+        self._deliver(timeout)
         if self._offsets:
             call("commit offsets", self._consumer.commit, offsets=self._offsets, asynchronous=False,
                  policy=self._policy)

@@ -49,7 +49,7 @@ def test_the_harness_catches_a_job_that_commits_offsets_outside_the_transaction(
     the same harness that passes the exactly-once job must fail this one."""
     result = run_scenario(load_scenario("smoke-broken-driver-kill"), tmp_path / "broken")
     assert result.faults_injected == 1
-    assert result.verdict == "FAIL"
+    assert result.verdict == "FAIL", (result.reasons, result.workdir)
     assert result.audits[0]["lineage"]["duplicates"] > 0
 
 
