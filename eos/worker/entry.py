@@ -34,6 +34,7 @@ from eos.errors import (
 from eos.logs import configure_logging
 from eos.worker.attempt import BatchAttempt, StalePlanError, result_of
 from eos.worker.clients import CLIENTS, WorkerClients
+from eos.worker.collection import fewer_collections
 from eos.worker.executor import executor_location
 from eos.worker.plans import Job, StandbyPlan, StandbyResult, TaskPlan, TaskResult, TaskStatus
 from eos.worker.standby import run_standby
@@ -104,7 +105,8 @@ def run_task(plan: TaskPlan, job: Job, spark_attempt: int = 0, clients: WorkerCl
             return result_of(plan, TaskStatus.DEFERRED, spark_attempt, 0)
         started = time.monotonic()
         try:
-            result = _attempts(plan, job, spark_attempt, clients)
+            with fewer_collections():
+                result = _attempts(plan, job, spark_attempt, clients)
             result.total_ms = (time.monotonic() - started) * 1000
             return result
         except ConfigError as exc:

@@ -16,9 +16,9 @@ or has no key for a compacted topic, with the reason in the error.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from time import time as _clock
 
 from eos.errors import OutputSerializationError
 from transactions import Headers, KafkaAdmin
@@ -63,14 +63,19 @@ class TopicRule:
                     "max.message.bytes, or the producer's message.max.bytes if smaller)")
         if key is None and self.needs_key:
             return f"has no key, and topic {self.topic} is compacted (cleanup.policy=compact needs a key)"
-        if self.before_ms is None and self.after_ms is None:
+        if timestamp is None or timestamp < 0 or (self.before_ms is None and self.after_ms is None):
             return None
-        return self.timestamp_violation(timestamp, now_ms)
+        # the common case inline (this runs for every output record): within both bounds
+        now = now_ms() if now_ms is not None else int(_clock() * 1000)
+        if (self.after_ms is None or timestamp <= now + self.after_ms) and (
+                self.before_ms is None or timestamp >= now - self.before_ms):
+            return None
+        return self.timestamp_violation(timestamp, lambda: now)
 
     def timestamp_violation(self, timestamp: int | None, now_ms: Callable[[], int] | None = None) -> str | None:
         if timestamp is None or timestamp < 0 or (self.before_ms is None and self.after_ms is None):
             return None
-        now = now_ms() if now_ms is not None else int(time.time() * 1000)
+        now = now_ms() if now_ms is not None else int(_clock() * 1000)
         if self.after_ms is not None and timestamp > now + self.after_ms:
             return (f"has timestamp {timestamp}, {timestamp - now:,} ms ahead of now; topic {self.topic} takes "
                     f"at most {self.after_ms:,} ms ahead (message.timestamp.after.max.ms)")
