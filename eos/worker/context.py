@@ -67,8 +67,11 @@ class TaskContext(ProcessorContext):
         self.stream_time = stream_time
         self._output_topic = output_topic
         self._serialize_key, self._serialize_value = key_serde.serialize, value_serde.serialize
-        self._origin_prefix = ""
+        #: the current record's lineage origin: b"topic:partition:", offset, and the index its outputs start at
+        self._origin_prefix = b""
+        self._origin_offset = 0
         self._index_base = 0
+        self._prefixes: dict[tuple[str, int], bytes] = {}
         self._lineage = lineage
         self._stores = stores or {}
         self._current: Message | None = None
@@ -116,7 +119,8 @@ class TaskContext(ProcessorContext):
             else:
                 if self._index == 0:
                     self._start_origin(msg)
-                headers.append((ORIGIN_HEADER, (self._origin_prefix + str(self._index_base + self._index)).encode()))
+                headers.append((ORIGIN_HEADER, b"%b%d:%d" % (self._origin_prefix, self._origin_offset,
+                                                              self._index_base + self._index)))
         ts = self._current_ts if timestamp is None else timestamp
         rule = self._rule_of.get(target)
         if rule is None and self._rules is not None:
@@ -134,14 +138,16 @@ class TaskContext(ProcessorContext):
 
     def _start_origin(self, msg: Message) -> None:
         """The lineage prefix of the current record's outputs (computed at its first output)."""
-        topic = msg.topic()
-        if topic in self._transitive:
+        tp = (msg.topic(), msg.partition())
+        if tp[0] in self._transitive:
             source = lineage_source(msg, self._transitive)
-            self._origin_prefix = f"{source.topic}:{source.partition}:{source.offset}:"
-            self._index_base = source.index
+            tp, self._origin_offset, self._index_base = (source.topic, source.partition), source.offset, source.index
         else:
-            self._origin_prefix = f"{topic}:{msg.partition()}:{msg.offset()}:"
-            self._index_base = 0
+            self._origin_offset, self._index_base = msg.offset(), 0
+        prefix = self._prefixes.get(tp)
+        if prefix is None:
+            prefix = self._prefixes[tp] = f"{tp[0]}:{tp[1]}:".encode()
+        self._origin_prefix = prefix
 
     def store(self, name: str) -> Any:
         try:
