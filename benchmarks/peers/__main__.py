@@ -27,6 +27,7 @@ own virtualenv under .cache/peers (once), so its client pins never touch ours. W
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -172,7 +173,9 @@ def command(peer: str, job: str, bootstrap: str, source: str, sink: str, group: 
         return [sys.executable, "-m", "eos.cli", "run", str(HERE / "eos_job.py"), "--no-live"], env
     if peer.startswith("kstreams"):
         cache = "on" if peer == "kstreams-cache" else "off"
-        return [*kstreams, bootstrap, job, source, sink, group, "2", "1000", cache], env
+        # its state directory goes under java.io.tmpdir: the scratch directory, removed after the run
+        return [kstreams[0], f"-Djava.io.tmpdir={scratch}", *kstreams[1:], bootstrap, job, source, sink, group,
+                "2", "1000", cache], env
     if peer == "quix":
         assert quix is not None
         return [quix, str(HERE / "quix_job.py"), bootstrap, job, source, sink, group, str(scratch / "quix")], env
@@ -397,8 +400,9 @@ def main(argv: list[str] | None = None) -> None:
     quix = quix_python() if "quix" in peers else None
     runs: list[Run] = []
     latencies: list[Latency] = []
-    with provide_kafka(brokers=1) as kafka:
+    with provide_kafka(brokers=1) as kafka, contextlib.ExitStack() as stack:
         admin = KafkaAdmin(kafka.bootstrap_servers)
+        stack.callback(admin.close)  # its group readers, before the broker stops (or they log reconnects)
         source = f"peers-orders-{uuid.uuid4().hex[:8]}"
         admin.create_topics([TopicSpec(source, PARTITIONS)])
         t0 = time.monotonic()
