@@ -40,7 +40,7 @@ from transactions.lease import GroupLease, LeaseState
 from transactions.offsets import Committed, stable_committed
 from transactions.producer import IllegalStateError, TransactionalProducer, TxnState
 from transactions.reader import OffsetRange, read_ranges
-from transactions.records import Headers, OutputProducer, ProducerRecord, produce_all
+from transactions.records import Headers, OutputProducer, ProducerRecord
 from transactions.retry import DEFAULT_POLICY, RetryPolicy, call
 from transactions.settings import (
     ClientPropertyError,
@@ -92,7 +92,6 @@ __all__ = [
     "consumer_settings",
     "input_consumer",
     "plain_producer",
-    "produce_all",
     "produce_pairs",
     "producer_settings",
     "read_ranges",

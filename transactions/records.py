@@ -13,7 +13,7 @@ from typing import NamedTuple, Protocol
 
 from confluent_kafka import TopicPartition
 
-__all__ = ["ProducerRecord", "OutputProducer", "Headers", "produce_all"]
+__all__ = ["ProducerRecord", "OutputProducer", "Headers"]
 
 Headers = list[tuple[str, bytes]]
 
@@ -66,9 +66,3 @@ class OutputProducer(Protocol):
     def abort(self, timeout: float = 60.0) -> None: ...
 
     def close(self) -> None: ...
-
-
-def produce_all(producer: OutputProducer, records: Sequence[ProducerRecord], *, track: bool = False) -> int:
-    """Produce `records` in order (into the open transaction); returns their key and value bytes. `track`:
-    their offsets land in `producer.last_offsets`."""
-    return producer.produce_all(records, track=track)

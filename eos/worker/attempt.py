@@ -50,7 +50,6 @@ from transactions import (
     RetriableKafkaError,
     RetryPolicy,
     TopicPartition,
-    produce_all,
     read_ranges,
     stable_committed,
 )
@@ -229,9 +228,9 @@ class BatchAttempt:
         producer, outcome, cfg = self.producer, self.outcome, self.config
         t0 = time.monotonic()
         producer.begin()
-        self.result.bytes_out = produce_all(producer, outcome.outputs)
-        produce_all(producer, self.changelog, track=True)  # the stores record the changelog offsets
-        produce_all(producer, outcome.dead_letters)
+        self.result.bytes_out = producer.produce_all(outcome.outputs)
+        producer.produce_all(self.changelog, track=True)  # the stores record the changelog offsets
+        producer.produce_all(outcome.dead_letters)
         if cfg.lineage and not self.plan.idle:  # an idle batch consumed nothing: nothing for the ledger
             producer.produce(self.job.ledger_topic, self._ledger_entry().encode(), str(self.task).encode(),
                              partition=0, track=False)

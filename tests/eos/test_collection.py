@@ -27,12 +27,44 @@ def test_higher_thresholds_of_the_process_are_kept_and_restored_after_an_error(t
     assert gc.get_threshold() == (200_000, 5, 5_000)
 
 
-def test_cyclic_garbage_of_a_batch_is_still_collected(thresholds):
+def test_young_collections_still_run_during_a_batch_and_full_ones_wait(thresholds):
+    """Cyclic garbage made during a batch is collected by young collections as the batch runs; the full
+    collections that the default thresholds would set off by the batch's growth do not happen."""
+    gc.set_threshold(700, 10, 10)
+    collected: list[tuple[int, int]] = []
+
+    def record(phase, info):
+        if phase == "stop":
+            collected.append((info["generation"], info["collected"]))
+
     class Node:
         pass
 
-    with fewer_collections():
+    def cycle():
         a, b = Node(), Node()
         a.other, b.other = b, a
-        del a, b
-    assert gc.collect() >= 2
+
+    gc.collect()
+    gc.callbacks.append(record)
+    try:
+        with fewer_collections():
+            kept = [[i] for i in range(120_000)]  # a batch's outputs, held until the commit
+            for _ in range(30_000):
+                cycle()
+        during = list(collected)
+    finally:
+        gc.callbacks.remove(record)
+    assert kept
+    assert during, "no collection ran during the batch"
+    assert all(generation < 2 for generation, _ in during), during
+    assert sum(n for _, n in during) > 0  # the cycles went with young collections
+
+    collected.clear()
+    gc.callbacks.append(record)
+    try:
+        kept = [[i] for i in range(120_000)]
+        for _ in range(30_000):
+            cycle()
+    finally:
+        gc.callbacks.remove(record)
+    assert any(generation == 2 for generation, _ in collected), "the default thresholds run full collections"
