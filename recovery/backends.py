@@ -40,6 +40,9 @@ def _options() -> Options:
     opt = Options(raw_mode=True)
     opt.create_if_missing(True)
     opt.create_missing_column_families(True)
+    # RocksDB starts a new info log (LOG) at every open and keeps up to 1,000 old ones; a task's stores are
+    # opened every batch, so a store directory would fill with LOG.old.* files. Keep the current and one old.
+    opt.set_keep_log_file_num(2)
     return opt
 
 

@@ -73,6 +73,17 @@ def test_store_survives_reopen_with_its_offset(tmp_path):
     b.close()
 
 
+def test_a_store_opened_every_batch_keeps_few_info_logs(tmp_path):
+    """A task's stores are opened and closed every batch; RocksDB starts an info log at each open."""
+    path = tmp_path / "db"
+    for batch in range(12):
+        b = RocksDBBackend(path)
+        b.write({b"k": LongSerde().serialize(batch)}, changelog_offset=batch)
+        b.close()
+    logs = sorted(p.name for p in path.iterdir() if p.name.startswith("LOG"))
+    assert len(logs) <= 2, logs
+
+
 def test_store_names_name_changelogs():
     assert StoreSpec("totals-store", StringSerde(), JsonSerde()).changelog_topic("app") == "app-totals-store-changelog"
     with pytest.raises(ValueError, match="store name"):
