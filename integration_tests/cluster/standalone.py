@@ -89,7 +89,7 @@ class StandaloneCluster:
             try:
                 if predicate(self.status()):
                     return
-            except OSError:
+            except (OSError, ValueError):  # not listening yet, or serving HTML before its JSON page is up
                 pass
             time.sleep(0.5)
         raise TimeoutError(f"standalone cluster: timed out waiting for {what}; logs in {self.root}")
