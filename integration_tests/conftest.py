@@ -7,6 +7,7 @@ Every test gets unique topic and group names.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 import uuid
@@ -17,6 +18,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from eos.driver.spark import DEFAULT_MASTER, build_spark_context
 from localkafka.provision import KafkaEndpoint, provide_kafka
+
+# Spark's JVMs in this suite, subprocesses included, compile with C1 only (see spark-conf/spark-defaults.conf).
+os.environ.setdefault("SPARK_CONF_DIR", os.path.join(os.path.dirname(__file__), "spark-conf"))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
