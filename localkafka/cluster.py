@@ -271,14 +271,22 @@ class LocalCluster:
     def _spawn(self, node: NodeSpec) -> None:
         log = self.log_path(node.node_id)
         log.parent.mkdir(parents=True, exist_ok=True)
-        jvm = [f"-Xms{self.heap}", f"-Xmx{self.heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
-               "-Djava.awt.headless=true", "-Dkafka.logs.dir=" + str(log.parent)]
-        cmd = self._java(*jvm, "kafka.Kafka", str(self._config_path(node)))
+        cmd = self._java(*broker_jvm_options(self.heap, log.parent), "kafka.Kafka", str(self._config_path(node)))
         with open(log, "ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, cwd=self._node_dir(node), env=_broker_env())
         self._children[node.node_id] = proc
         node.pid = proc.pid
+
+
+#: Extra JVM options for the brokers this process starts (the test suite's: C1-only compilation).
+JVM_OPTIONS_ENV = "EOS_KAFKA_JVM_OPTIONS"
+
+
+def broker_jvm_options(heap: str, log_dir: Path) -> list[str]:
+    """A broker's JVM options: fixed heap, G1, its log directory, then any from $EOS_KAFKA_JVM_OPTIONS."""
+    return [f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true",
+            f"-Dkafka.logs.dir={log_dir}", *os.environ.get(JVM_OPTIONS_ENV, "").split()]
 
 
 def _broker_env() -> dict[str, str]:

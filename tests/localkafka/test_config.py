@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from localkafka import ToolMissingError, kafka_version
-from localkafka.cluster import _new_cluster_id
+from localkafka.cluster import JVM_OPTIONS_ENV, _new_cluster_id, broker_jvm_options
 from localkafka.config import ClusterSettings, NodeSpec, render_node_properties
 from localkafka.jars import check_java, ensure_kafka_jars
 
@@ -51,6 +51,14 @@ def test_advertised_ports_can_point_at_a_proxy():
     assert "CLIENT://127.0.0.1:7777" in p["advertised.listeners"]
     assert "CLIENT://127.0.0.1:9001" in p["listeners"]
     assert ns[0].bootstrap == "127.0.0.1:7777"
+
+
+def test_broker_jvm_options_take_extra_ones_from_the_environment(monkeypatch, tmp_path):
+    monkeypatch.delenv(JVM_OPTIONS_ENV, raising=False)
+    plain = broker_jvm_options("256m", tmp_path)
+    assert plain[:2] == ["-Xms256m", "-Xmx256m"] and f"-Dkafka.logs.dir={tmp_path}" in plain
+    monkeypatch.setenv(JVM_OPTIONS_ENV, " -XX:TieredStopAtLevel=1  -Dx=y ")
+    assert broker_jvm_options("256m", tmp_path) == [*plain, "-XX:TieredStopAtLevel=1", "-Dx=y"]
 
 
 def test_cluster_ids_look_like_kafka_uuids():
