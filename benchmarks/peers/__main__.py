@@ -231,9 +231,23 @@ def run_once(peer: str, job: str, rnd: int, bootstrap: str, admin: KafkaAdmin, s
     run.steady_rps = (n - first[1]) / (done_at - first[0]) if done_at > first[0] else float("nan")
     if first[1] > n / 2:
         run.notes.append(f"the first commit held {first[1]:,} of {n:,} records: the steady rate is rough")
+    if run.startup_s > SLOW_STARTUP_S:
+        run.notes.append(f"start-up {run.startup_s:.1f} s: {keep_log(scratch, f'{peer}-{job}-round{rnd}-{tag}')}")
     verify(run, bootstrap, admin, sink, n, per_key)
     shutil.rmtree(scratch, ignore_errors=True)
     return run
+
+
+#: A start-up slower than this keeps the peer's log (this machine's usual start-ups are 3-18 s)
+SLOW_STARTUP_S = 25.0
+
+
+def keep_log(scratch: Path, name: str) -> str:
+    """Copy the run's log out of its scratch directory (removed after the run); says where it went."""
+    kept = ROOT / "reports" / "peers-logs" / f"{name}.log"
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(scratch / "run.log", kept)
+    return f"its log is kept in {kept.relative_to(ROOT)}"
 
 
 def latency_once(peer: str, rnd: int, bootstrap: str, admin: KafkaAdmin, rate: int, warmup_s: int,

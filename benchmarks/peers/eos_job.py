@@ -4,7 +4,8 @@ import os
 
 from eos import Application
 
-app = Application(os.environ["PEER_APP"], log_format="json", log_level="WARNING",
+# INFO: the run's start and each batch, with its phases' times (the benchmark keeps the log of a slow start-up)
+app = Application(os.environ["PEER_APP"], log_format="json", log_level="INFO",
                   state_dir=os.environ["PEER_STATE"], trigger_interval=1.0)
 
 if os.environ["PEER_JOB"] == "stateless":
