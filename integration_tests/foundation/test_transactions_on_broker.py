@@ -117,3 +117,22 @@ def test_an_untracked_record_the_broker_refuses_fails_the_commit_and_the_cause_i
     assert not fresh.report_all and list(fresh.last_offsets) == [(small, 0)]  # the tracked record only
     fresh.close()
     assert read_values(kafka.bootstrap_servers, small, isolation="read_committed") == [b"fits", b"tracked"]
+
+
+def test_a_commit_does_not_wait_out_the_producers_linger(kafka, topic_factory, unique_name):
+    """The producers' linger.ms (50 ms by default) only fills produce requests within a batch: the commit's
+    flush sends what is queued at once. A 5 s linger makes a commit that waited for it unmistakable."""
+    topic = topic_factory("linger")
+    producer = TransactionalProducer(kafka.bootstrap_servers, unique_name("txn"), overrides={"linger.ms": 5000})
+    producer.init()
+    try:
+        for _ in range(2):  # the first transaction also finds the partition's leader
+            producer.begin()
+            producer.produce_all([ProducerRecord(topic, None, b"k", b"v", [], None)])
+            started = time.monotonic()
+            producer.commit(timeout=30)
+            elapsed = time.monotonic() - started
+        assert elapsed < 2.5, f"the commit took {elapsed:.2f} s: it waited out linger.ms"
+    finally:
+        producer.close()
+    assert read_values(kafka.bootstrap_servers, topic, isolation="read_committed") == [b"v", b"v"]
