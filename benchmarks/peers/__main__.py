@@ -103,6 +103,16 @@ def build_kstreams() -> list[str]:
             "eosbench.PeerJob"]
 
 
+def class_data_archive() -> None:
+    """The framework's driver starts with the class-data archive `make setup` makes (made here if missing)."""
+    from eos.driver.classdata import ArchiveBuildError, build_archive
+
+    try:
+        console.print(f"class-data archive of the Spark driver: {build_archive()}")
+    except ArchiveBuildError as exc:
+        console.print(f"[yellow]the framework's driver starts without a class-data archive[/yellow]: {exc}")
+
+
 def quix_python() -> str:
     env = ROOT / ".cache" / "peers" / "quix-venv"
     python = env / "bin" / "python"
@@ -412,6 +422,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"peers are {', '.join(PEERS)}; jobs are stateless, count")
     kstreams = build_kstreams() if any(p.startswith("kstreams") for p in peers) else []
     quix = quix_python() if "quix" in peers else None
+    if "eos" in peers:
+        class_data_archive()
     runs: list[Run] = []
     latencies: list[Latency] = []
     with provide_kafka(brokers=1) as kafka, contextlib.ExitStack() as stack:

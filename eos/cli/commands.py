@@ -1,4 +1,4 @@
-"""`eos run`, `eos demo` and `eos kafka fetch`.
+"""`eos run`, `eos demo`, `eos kafka fetch` and `eos spark archive`.
 
 Exit codes of `eos run`: 0 done; 1 the job failed (the error says why); 2 bad usage or configuration;
 3 records went to the dead-letter topic and `--fail-on-dead-letters` was given.
@@ -35,6 +35,25 @@ def fetch() -> None:
 
     jars = ensure_kafka_jars(quiet=False)
     typer.echo(f"Apache Kafka {jars.version}: {jars.libs}")
+
+
+spark_app = typer.Typer(no_args_is_help=True, help="The Spark driver's start-up.")
+app.add_typer(spark_app, name="spark")
+
+
+@spark_app.command()
+def archive(rebuild: bool = typer.Option(False, "--rebuild", help="Make it again even if it exists"),
+            strict: bool = typer.Option(False, "--strict", help="Exit with status 1 when none can be made")) -> None:
+    """Make the class-data archive of the Spark driver's JVM for this Java and Spark (idempotent; ~20 s once).
+    Drivers the framework starts map it and start about 2 s faster; without one they start as before."""
+    from eos.driver.classdata import ArchiveBuildError, build_archive
+
+    try:
+        path = build_archive(force=rebuild)
+    except ArchiveBuildError as exc:
+        console.print(f"[bold yellow]no class-data archive[/bold yellow]: {exc}", soft_wrap=True, highlight=False)
+        raise typer.Exit(1 if strict else 0) from None
+    typer.echo(f"class-data archive of the Spark driver: {path} ({path.stat().st_size >> 20} MiB)")
 
 
 @app.command()

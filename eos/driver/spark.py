@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from eos.driver.classdata import driver_java_options
+
 if TYPE_CHECKING:
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
@@ -130,6 +132,10 @@ def build_spark_context(master: str | None = None, app_name: str = "eos",
         spark_conf.setIfMissing(key, value)
     for key, value in (conf or {}).items():
         spark_conf.set(key, value)
+    if SparkContext._gateway is None and not _submitted() and (options := driver_java_options(spark_conf)):
+        # this process starts the driver's JVM: let it map the class-data archive (eos.driver.classdata)
+        user = spark_conf.get("spark.driver.extraJavaOptions")
+        spark_conf.set("spark.driver.extraJavaOptions", f"{user} {options}" if user else options)
     executors_python = spark_conf.get("spark.pyspark.python")
     with _environment("PYSPARK_PYTHON", executors_python if executors_python and not _submitted() else None):
         # PySpark takes the executors' Python from $PYSPARK_PYTHON when the context is created; only

@@ -1,0 +1,233 @@
+"""A class-data sharing (CDS) archive of the Spark driver's JVM, so that a driver starts faster.
+
+A driver's JVM loads about 10,000 classes from Spark's jars to start a SparkContext and run its first job:
+read from the jars, parsed and verified at every start. Java (13 and later) can write the classes a run
+loaded to an archive at its exit (`-XX:ArchiveClassesAtExit`) and map them from there in later runs
+(`-XX:SharedArchiveFile`). `eos spark archive` makes one such run (a local context and one Python job)
+and keeps the archive in the cache; contexts the framework starts use it when it fits. Measured here:
+SparkContext start-up 6.0-6.7 s -> 4.1-4.2 s, the first Python job 3.9 -> 3.6 s (docs/measurements.md).
+
+An archive fits one Java build and one classpath: its name is a digest of the `java` Spark runs, Spark's
+jars (names, sizes, times) and the rest of the driver's classpath, so that another Java or Spark release
+finds no archive (and starts as before) rather than one the JVM would reject. The JVM cannot archive a
+classpath holding a non-empty directory, which a Spark configuration directory with files in it is
+(`$SPARK_CONF_DIR`, `$SPARK_HOME/conf`): such set-ups, drivers launched by spark-submit (their JVM runs
+before any of this) and drivers given their own class-data options run without an archive. Off with
+`spark.eos.classDataArchive=false`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+__all__ = ["Classpath", "classpath", "archive_path", "driver_java_options", "build_archive", "DISABLE_KEY",
+           "ArchiveBuildError"]
+
+log = structlog.get_logger(__name__)
+
+#: Spark setting that turns the archive off (`--spark-conf spark.eos.classDataArchive=false`)
+DISABLE_KEY = "spark.eos.classDataArchive"
+#: Settings that change the driver's classpath or JVM in ways an archive cannot follow: left to the user
+_OWN_SETTINGS = ("SharedArchiveFile", "ArchiveClassesAtExit", "-Xshare")
+#: Changes when the way archives are made changes, so that older ones are not used
+_FORMAT = "1"
+#: Map with checksums (a damaged archive is not used; measured: no slower) and without the JVM's notes about
+#: archives (one that does not fit is simply not used)
+_USE = "-XX:+VerifySharedSpaces -Xlog:cds=off -Xlog:cds+dynamic=off"
+
+
+class ArchiveBuildError(RuntimeError):
+    """The archive could not be made; the message says why and what runs without it."""
+
+
+@dataclass(frozen=True)
+class Classpath:
+    """What a driver JVM's archive depends on; `digest` is None when no archive can fit (`reason` says why)."""
+    java: str | None
+    digest: str | None
+    reason: str = ""
+
+
+def _spark_home() -> Path:
+    if home := os.environ.get("SPARK_HOME"):
+        return Path(home)
+    from pyspark.find_spark_home import _find_spark_home
+
+    return Path(_find_spark_home())
+
+
+def _java() -> str | None:
+    """The `java` spark-class runs: $JAVA_HOME/bin/java, else the one on PATH."""
+    if home := os.environ.get("JAVA_HOME"):
+        java = os.path.join(home, "bin", "java")
+        return java if os.access(java, os.X_OK) else None
+    return shutil.which("java")
+
+
+def _nonempty_dir(path: str | Path) -> bool:
+    return os.path.isdir(path) and any(os.scandir(path))
+
+
+def classpath() -> Classpath:
+    """The identity of the JVM and classpath a local driver would start with (a few milliseconds: a listing
+    of Spark's jars)."""
+    java = _java()
+    if java is None:
+        return Classpath(None, None, "no java found (JAVA_HOME, PATH)")
+    spark_home = _spark_home()
+    conf_dir = os.environ.get("SPARK_CONF_DIR") or str(spark_home / "conf")
+    if _nonempty_dir(conf_dir):
+        return Classpath(java, None, f"the Spark configuration directory {conf_dir} is on the driver's classpath "
+                                     "and is not empty (the JVM cannot archive classes next to a directory)")
+    for name in ("HADOOP_CONF_DIR", "YARN_CONF_DIR"):
+        if (value := os.environ.get(name)) and _nonempty_dir(value):
+            return Classpath(java, None, f"${name} ({value}) is on the driver's classpath and is not empty")
+    digest = hashlib.sha256(_FORMAT.encode())
+    real = os.path.realpath(java)
+    stat = os.stat(real)
+    digest.update(f"{real}\0{stat.st_size}\0{stat.st_mtime_ns}\0{conf_dir}\0".encode())
+    digest.update(os.environ.get("SPARK_DIST_CLASSPATH", "").encode() + b"\0")
+    jars = spark_home / "jars"
+    try:
+        entries = sorted(os.scandir(jars), key=lambda e: e.name)
+    except OSError:
+        return Classpath(java, None, f"no Spark jars at {jars}")
+    for entry in entries:
+        s = entry.stat()
+        digest.update(f"{entry.name}\0{s.st_size}\0{s.st_mtime_ns}\n".encode())
+    return Classpath(java, digest.hexdigest()[:20])
+
+
+def cache_root() -> Path:
+    """`EOS_CLASS_DATA_CACHE`, else `$XDG_CACHE_HOME/eos/class-data`, else `~/.cache/eos/class-data`."""
+    if env := os.environ.get("EOS_CLASS_DATA_CACHE"):
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "eos" / "class-data"
+
+
+def archive_path(cp: Classpath | None = None) -> Path | None:
+    """Where the archive for this JVM and classpath is (or would be); None when none can fit."""
+    cp = cp or classpath()
+    return cache_root() / f"spark-driver-{cp.digest}.jsa" if cp.digest else None
+
+
+def _user_options(conf: Any) -> str:
+    return " ".join(str(conf.get(k, "") or "") for k in ("spark.driver.extraJavaOptions",)) + " " + \
+        os.environ.get("PYSPARK_SUBMIT_ARGS", "")
+
+
+def driver_java_options(conf: Any) -> str | None:
+    """The JVM options that map the archive, for a driver JVM about to be started with SparkConf `conf`;
+    None when there is no archive for it, or it would not fit, or the user chose otherwise."""
+    if str(conf.get(DISABLE_KEY, "true")).lower() == "false":
+        return None
+    if any(s in _user_options(conf) for s in _OWN_SETTINGS) or conf.get("spark.driver.extraClassPath"):
+        return None
+    try:
+        cp = classpath()
+    except OSError as exc:  # a faster start is not worth a failed one
+        log.warning("cannot tell which class-data archive fits this driver; starting without one", error=str(exc))
+        return None
+    path = archive_path(cp)
+    if path is None:
+        log.debug("no class-data archive can fit this driver", reason=cp.reason)
+        return None
+    if not path.is_file() or not _size_file(path).is_file():
+        log.info("no class-data archive for this Java and Spark yet: `eos spark archive` makes one "
+                 "(the driver's JVM starts about 2 s faster)")
+        return None
+    if not _complete(path):
+        log.warning("the class-data archive is incomplete or damaged; starting without it", path=str(path),
+                    fix="`eos spark archive --rebuild`")
+        return None
+    return f"-XX:SharedArchiveFile={path} {_USE}"
+
+
+def _size_file(path: Path) -> Path:
+    return path.with_suffix(".size")
+
+
+def _complete(path: Path) -> bool:
+    """Whether the archive has the size it was written with: the JVM checks its contents (checksums) but
+    dies on an archive cut short (SIGBUS when it maps past the end), so that case is checked here."""
+    try:
+        return path.stat().st_size == int(_size_file(path).read_text())
+    except (OSError, ValueError):
+        return False
+
+
+def build_archive(*, force: bool = False, timeout: float = 300.0) -> Path:
+    """Make the archive for this JVM and classpath unless it exists (idempotent): one local SparkContext that
+    runs one Python job, in a process of its own, whose JVM writes the archive as it exits. Returns its path;
+    raises ArchiveBuildError (saying why) when none can be made."""
+    cp = classpath()
+    path = archive_path(cp)
+    if path is None:
+        raise ArchiveBuildError(f"no class-data archive can fit this driver: {cp.reason}. Drivers start without "
+                                "one (as fast as before)")
+    if path.is_file() and _complete(path) and not force:
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.stem + ".", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    os.unlink(tmp)  # the JVM creates it
+    try:
+        done = subprocess.run([sys.executable, "-m", "eos.driver.classdata", tmp], capture_output=True, text=True,
+                              timeout=timeout, check=False)
+        if done.returncode != 0 or not os.path.isfile(tmp) or os.path.getsize(tmp) == 0:
+            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+            raise ArchiveBuildError(f"the JVM did not write a class-data archive (exit {done.returncode}); drivers "
+                                    f"start without one. Its output ends:\n{tail}")
+        _size_file(path).write_text(str(os.path.getsize(tmp)))
+        os.replace(tmp, path)
+    except subprocess.TimeoutExpired:
+        raise ArchiveBuildError(f"making the class-data archive took over {timeout:.0f} s; drivers start "
+                                "without one") from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    for old in path.parent.glob("spark-driver-*"):
+        if old.suffix in (".jsa", ".size") and old.stem != path.stem:
+            old.unlink(missing_ok=True)  # archives of other Java or Spark builds: they can no longer fit
+    return path
+
+
+def _dump(target: str) -> None:
+    """Run in a process of its own: start a local context whose JVM archives its classes at exit, run one
+    Python job through the engine's RDD path (with a broadcast, as batches do), stop, and wait for the JVM."""
+    from pyspark import SparkConf, SparkContext
+
+    from eos.driver.spark import _BASE_CONF, _LOCAL_CONF, task_rdd
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    conf = SparkConf().setMaster("local[2]").setAppName("eos-class-data")
+    for key, value in {**_BASE_CONF, **_LOCAL_CONF}.items():
+        conf.set(key, value)
+    dump = f"-XX:ArchiveClassesAtExit={target} -XX:+VerifySharedSpaces -Xlog:cds=error"  # checksums, for _USE
+    conf.set("spark.driver.extraJavaOptions", dump)
+    sc = SparkContext(conf=conf)
+    broadcast = sc.broadcast(b"class data")
+    rdd = task_rdd(sc, [1, 2, 3, 4], [None] * 4)
+    assert rdd.mapPartitions(lambda items: [len(broadcast.value) + sum(items)]).collect()
+    broadcast.unpersist()
+    gateway_jvm = SparkContext._gateway.proc  # type: ignore[union-attr]
+    sc.stop()
+    SparkContext._gateway.shutdown()  # type: ignore[union-attr]
+    gateway_jvm.stdin.close()  # the gateway JVM exits when its stdin closes, and writes the archive then
+    gateway_jvm.wait(120)
+
+
+if __name__ == "__main__":
+    _dump(sys.argv[1])

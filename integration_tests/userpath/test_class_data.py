@@ -1,0 +1,50 @@
+"""`eos spark archive` makes a class-data archive that the driver JVMs the framework starts really map: the
+JVM's class-loading log names the archive ("shared objects file (top)") as the source of Spark's classes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from eos.driver.classdata import archive_path, classpath
+
+DRIVER = """
+import sys
+from eos.driver.spark import build_spark_context
+sc = build_spark_context("local[1]", conf={"spark.driver.extraJavaOptions": f"-Xlog:class+load=info:file={sys.argv[1]}",
+                                           "spark.eos.classDataArchive": sys.argv[2]})
+assert sc.parallelize([1, 2, 3], 1).map(lambda x: x * 2).collect() == [2, 4, 6]
+sc.stop()
+"""
+
+
+def _driver(tmp_path, env, archive: str) -> list[str]:
+    log = tmp_path / f"classes-{archive}.log"
+    subprocess.run([sys.executable, "-c", DRIVER, str(log), archive], env=env, check=True, timeout=240,
+                   capture_output=True)
+    return log.read_text().splitlines()
+
+
+def test_the_cli_makes_an_archive_the_next_driver_maps(tmp_path, monkeypatch):
+    # the suite's Spark conf directory holds files, and the JVM cannot archive next to one: the default set-up
+    monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
+    monkeypatch.setenv("EOS_CLASS_DATA_CACHE", str(tmp_path / "cache"))
+    env = dict(os.environ)
+    made = subprocess.run([sys.executable, "-m", "eos.cli", "spark", "archive", "--strict"], env=env, text=True,
+                          capture_output=True, timeout=300)
+    assert made.returncode == 0, made.stdout + made.stderr
+    path = archive_path(classpath())
+    assert path is not None and path.is_file() and str(path) in made.stdout.replace("\n", "")
+    written = path.stat().st_mtime_ns
+    again = subprocess.run([sys.executable, "-m", "eos.cli", "spark", "archive"], env=env, text=True,
+                           capture_output=True, timeout=60)
+    assert again.returncode == 0 and path.stat().st_mtime_ns == written  # made once
+
+    mapped = _driver(tmp_path, env, "true")
+    from_archive = [line for line in mapped if "shared objects file (top)" in line]
+    assert len(from_archive) > 1000, f"{len(from_archive)} of {len(mapped)} classes came from the archive"
+    assert any("org.apache.spark.SparkContext " in line for line in from_archive)
+
+    unmapped = _driver(tmp_path, env, "false")  # spark.eos.classDataArchive=false: Spark's jars as before
+    assert len(unmapped) > 1000 and not any("(top)" in line for line in unmapped)
