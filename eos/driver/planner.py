@@ -1,5 +1,6 @@
 """The micro-batch planner (driver): for each task, `start` = committed offset, `end` = last stable offset,
-capped by `max_records_per_batch`; tasks with nothing to do are skipped.
+capped by `max_records_per_batch` (in a run's first batch by `first_batch_max_records`, which is smaller);
+tasks with nothing to do are skipped.
 
 The committed offsets read here are a hint, read without RequireStable: after a crash, a stable read
 would wait for the broker to time out the crashed attempt's transaction. A hint can only be behind the
@@ -91,6 +92,8 @@ class Planner:
         ends = self.admin.end_offsets(tps, committed=True, timeout=10)
         earliest = self.admin.earliest_offsets(tps, timeout=10)
         cap = self.config.max_records_per_batch
+        if self._first_plan:  # the first batch starts the workers and clients: its outputs come sooner if small
+            cap = min(cap, self.config.first_batch_max_records)
         pins = self._global_pins()
         plans = []
         for sub in self.subtopologies.values():

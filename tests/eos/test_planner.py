@@ -42,6 +42,20 @@ def test_plans_from_committed_to_last_stable_offset_capped_and_skips_idle_tasks(
     assert all(p.batch == 7 for p in plans)
 
 
+def test_a_runs_first_batch_is_capped_smaller_then_batches_take_the_full_cap():
+    admin = FakeAdmin(committed={("a", 0): 0}, ends={("a", 0): 100_000}, earliest={})
+    planner = Planner(admin, EosConfig("app", "b", max_records_per_batch=20_000, first_batch_max_records=3_000),
+                      {"s": sub(["a"])}, {"a": 1})
+    [first] = planner.plan(0)
+    assert (first.ranges[0].start, first.ranges[0].end) == (0, 3_000) and first.behind == {("a", 0)}
+    admin.committed[("a", 0)] = 3_000
+    [second] = planner.plan(1)
+    assert (second.ranges[0].start, second.ranges[0].end) == (3_000, 23_000)
+    # a first-batch cap above the batch cap changes nothing
+    planner = Planner(admin, EosConfig("app", "b", max_records_per_batch=2_000), {"s": sub(["a"])}, {"a": 1})
+    assert planner.plan(0)[0].ranges[0].end == 5_000
+
+
 def test_co_partitioned_inputs_form_one_task_per_partition_index():
     admin = FakeAdmin(committed={("a", 0): 0, ("b", 0): 5}, ends={("a", 0): 10, ("b", 0): 5}, earliest={})
     plans = Planner(admin, EosConfig("app", "b"), {"s": sub(["a", "b"])}, {"a": 1, "b": 1}).plan(0)
