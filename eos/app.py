@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from eos.driver.reports import RunSummary
+    from eos.driver.spark import ContextStart
     from eos.queries import StoreSnapshot
 
 __all__ = ["Application", "store"]
@@ -110,14 +111,15 @@ class Application(JoinMethods):
                               "@app.process, @app.process_batch, app.aggregate or app.add_processor")
         preflight(self.config, local_master=master.startswith("local"))
 
-    def run(self, spark: SparkContext | SparkSession | None = None, *, master: str | None = None,
+    def run(self, spark: SparkContext | SparkSession | ContextStart | None = None, *, master: str | None = None,
             until_caught_up: bool = False, max_batches: int | None = None, max_seconds: float | None = None,
             handle_signals: bool = False, keep_task_results: bool = False,
             on_batch: Callable[..., None] | None = None) -> RunSummary:
-        """Run on `spark` (a SparkContext or SparkSession; default: a new context on `master`) until stopped,
+        """Run on `spark` (a SparkContext, a SparkSession, or a `ContextStart` still starting one, after
+        `preflight`; default: a new context on `master`, started while the driver prepares) until stopped,
         caught up, or a limit is reached."""
         from eos.driver.runner import Runner
-        from eos.driver.spark import build_spark_context, resolve_master, spark_context_of
+        from eos.driver.spark import ContextStart, resolve_master, spark_context_of
 
         loading = _LOADING.get()
         if loading is not None:
@@ -126,15 +128,18 @@ class Application(JoinMethods):
                 "the application itself. Guard the call so it runs only when the file is executed directly:\n"
                 "    if __name__ == \"__main__\":\n        app.run(until_caught_up=True)")
         _enable_faulthandler()
-        sc = spark_context_of(spark) if spark is not None else None
+        sc: SparkContext | ContextStart | None = spark if isinstance(spark, ContextStart) else (
+            spark_context_of(spark) if spark is not None else None)
         if sc is None and master is None:  # a context the program (or spark-submit's shell) already runs
             from pyspark import SparkContext
 
             sc = SparkContext._active_spark_context
-        resolved = str(sc.master) if sc is not None else resolve_master(master)
-        self.preflight(master=resolved)
         if sc is None:
-            sc = build_spark_context(resolved, app_name=self.config.application_id)
+            resolved = resolve_master(master)
+            self.preflight(master=resolved)  # before the JVM starts, whose start-up lines would bury its error
+            sc = ContextStart(resolved, app_name=self.config.application_id)  # Kafka's preparations overlap it
+        elif not isinstance(sc, ContextStart):  # (whoever started a ContextStart ran the preflight before)
+            self.preflight(master=str(sc.master))
         runner = Runner(self, sc)
         return runner.run(until_caught_up=until_caught_up, max_batches=max_batches, max_seconds=max_seconds,
                           handle_signals=handle_signals, keep_task_results=keep_task_results, on_batch=on_batch)

@@ -75,7 +75,7 @@ def run(target: str = typer.Argument(..., help="module:app or path/to/job.py[:ap
         summary_json: Path = typer.Option(None, help="Write the run summary as JSON to this file")) -> None:
     """Run an exactly-once job on Spark. SIGINT/SIGTERM stop it after the current batch commits."""
     from eos.cli.loader import load_application
-    from eos.driver.spark import build_spark_context, resolve_master
+    from eos.driver.spark import ContextStart, resolve_master
     from eos.errors import ConfigError, EosError
     from eos.logs import configure_logging
 
@@ -86,15 +86,16 @@ def run(target: str = typer.Argument(..., help="module:app or path/to/job.py[:ap
                               metrics_port=metrics_port)
         configure_logging(application.config.log_format, application.config.log_level)
         master = resolve_master(master)
-        application.preflight(master)
+        application.preflight(master)  # before the JVM starts: its start-up lines would bury the error
     except (ValueError, ConfigError) as exc:
         fail(2, f"{exc}")
     conf = dict(item.split("=", 1) for item in spark_conf if "=" in item)
-    sc = build_spark_context(master, application.config.application_id, conf)
+    # Spark's JVM starts while the driver prepares what needs Kafka (Application.run waits for it then)
+    start = ContextStart(master, application.config.application_id, conf)
     view = LiveView(application.config.application_id) if (live if live is not None else sys.stderr.isatty()) else None
     try:
         with view if view is not None else contextlib.nullcontext():
-            summary = application.run(sc, until_caught_up=until_caught_up, max_batches=max_batches,
+            summary = application.run(start, until_caught_up=until_caught_up, max_batches=max_batches,
                                       max_seconds=max_seconds, handle_signals=True,
                                       on_batch=view.on_batch if view is not None else None)
     except ConfigError as exc:
@@ -102,7 +103,7 @@ def run(target: str = typer.Argument(..., help="module:app or path/to/job.py[:ap
     except EosError as exc:
         fail(1, f"{type(exc).__name__}: {exc}")
     finally:
-        sc.stop()
+        start.discard()
     _report(summary, summary_json)
     if summary.dead_letters and fail_on_dead_letters:
         fail(3, f"{summary.dead_letters:,} record(s) went to the dead-letter topic "

@@ -33,7 +33,7 @@ from eos.driver.planner import Planner
 from eos.driver.purge import PURGE_INTERVAL_S, RepartitionPurger
 from eos.driver.reports import BatchReport, RunSummary, to_json
 from eos.driver.shipping import ship_framework
-from eos.driver.spark import is_local_master, spark_conf, task_rdd
+from eos.driver.spark import ContextStart, is_local_master, spark_conf, task_rdd
 from eos.errors import ConfigError, JobFailedError, stops_the_job
 from eos.ledger import ledger_topic
 from eos.logs import configure_logging
@@ -55,9 +55,10 @@ OnBatch = Callable[[BatchReport, list[TaskResult]], None]
 
 
 class Runner:
-    def __init__(self, app: Application, sc: SparkContext) -> None:
+    def __init__(self, app: Application, sc: SparkContext | ContextStart) -> None:
         self.app = app
-        self.sc = sc
+        self._start = sc if isinstance(sc, ContextStart) else None
+        self._sc = None if isinstance(sc, ContextStart) else sc
         self.config = app.config
         self._stop = threading.Event()
         self.placer: Placer | None = None
@@ -66,16 +67,24 @@ class Runner:
         self.metrics: DriverMetrics | None = None
         configure_logging(self.config.log_format, self.config.log_level)
 
+    @property
+    def sc(self) -> SparkContext:
+        """The context (waiting for it, when it is still being built: `prepare` asks for it last)."""
+        if self._sc is None:
+            assert self._start is not None
+            self._sc = self._start.context()
+        return self._sc
+
     def request_stop(self) -> None:
         """Graceful stop: the batch in flight finishes (commits), then the loop ends."""
         self._stop.set()
 
     def prepare(self) -> tuple[Planner, Job]:
-        """Start-up checks, internal topics, offsets of new partitions; the job definition for the tasks."""
+        """Start-up checks, internal topics, offsets of new partitions; the job definition for the tasks. What
+        needs Kafka comes first, what needs Spark last: a context still starting (`ContextStart`) is waited
+        for only then."""
         cfg = self.config
         cfg.require_bootstrap()
-        check_spark_conf(spark_conf(self.sc))
-        ship_framework(self.sc, local=is_local_master(str(self.sc.master)))
         admin = KafkaAdmin(cfg.bootstrap_servers)
         create_repartition_topics(admin, cfg, self.app.internal_topics)
         counts = check_topics(admin, self.app.subtopologies)
@@ -92,6 +101,8 @@ class Runner:
         purged = [t.name for t in self.app.internal_topics.values() if t.purge and cfg.repartition_purge_interval]
         self.purger = RepartitionPurger(admin, cfg, purged, cfg.repartition_purge_interval or PURGE_INTERVAL_S,
                                         topic_groups(self.app.subtopologies, cfg.group_id))
+        check_spark_conf(spark_conf(self.sc))
+        ship_framework(self.sc, local=is_local_master(str(self.sc.master)))
         self.placer = Placer(self.sc, admin, cfg, self.app.subtopologies, counts) if cfg.placement else None
         if cfg.metrics_port is not None and self.metrics is None:
             metrics = DriverMetrics(cfg.application_id)

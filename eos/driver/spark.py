@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -19,9 +20,9 @@ if TYPE_CHECKING:
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-__all__ = ["build_spark_context", "build_spark_session", "spark_context_of", "DEFAULT_MASTER", "live_executors",
-           "executor_locations", "located_rdd", "task_rdd", "spark_conf", "is_local", "resolve_master",
-           "is_local_master"]
+__all__ = ["build_spark_context", "ContextStart", "build_spark_session", "spark_context_of", "DEFAULT_MASTER",
+           "live_executors", "executor_locations", "located_rdd", "task_rdd", "spark_conf", "is_local",
+           "resolve_master", "is_local_master"]
 
 # local[N,F]: N worker threads and F attempts per task (plain local[N] never retries a failed task).
 DEFAULT_MASTER = "local[2,4]"
@@ -137,12 +138,61 @@ def build_spark_context(master: str | None = None, app_name: str = "eos",
         user = spark_conf.get("spark.driver.extraJavaOptions")
         spark_conf.set("spark.driver.extraJavaOptions", f"{user} {options}" if user else options)
     executors_python = spark_conf.get("spark.pyspark.python")
+    if (is_local_master(master) and not _submitted()
+            and os.path.abspath(executors_python or os.environ.get("PYSPARK_PYTHON") or sys.executable)
+            == os.path.abspath(sys.executable)):
+        # the executors run this Python, which has pyspark and the framework installed: their Python daemon
+        # imports both compiled instead of from Spark's zip, once before forking (eos.worker.daemon)
+        spark_conf.setIfMissing("spark.python.daemon.module", "eos.worker.daemon")
     with _environment("PYSPARK_PYTHON", executors_python if executors_python and not _submitted() else None):
         # PySpark takes the executors' Python from $PYSPARK_PYTHON when the context is created; only
         # spark-submit turns the setting into it. Set for this context only: a later one must not inherit it.
         sc = SparkContext.getOrCreate(spark_conf)
     sc.setLogLevel("WARN")
     return sc
+
+
+class ContextStart:
+    """A SparkContext being built (`build_spark_context`) on a thread of its own, so that the driver's other
+    preparations (Kafka checks, internal topics, the lease, the first offsets) overlap the JVM's start instead
+    of following it. `context()` waits for it and raises what building it raised; `discard()` stops it
+    when the run ends before needing it (a configuration error found meanwhile)."""
+
+    def __init__(self, master: str | None = None, app_name: str = "eos", conf: dict[str, str] | None = None) -> None:
+        self.master = resolve_master(master)
+        self._sc: SparkContext | None = None
+        self._error: BaseException | None = None
+        self._discarded = False
+        self._lock = threading.Lock()
+        # a daemon thread: a driver that exits on an error meanwhile does not wait for the JVM's start
+        self._thread = threading.Thread(target=self._build, args=(self.master, app_name, conf),
+                                        name="eos-spark-context", daemon=True)
+        self._thread.start()
+
+    def _build(self, master: str | None, app_name: str, conf: dict[str, str] | None) -> None:
+        try:
+            sc = build_spark_context(master, app_name, conf)
+        except BaseException as exc:  # handed to the thread that asks for the context
+            self._error = exc
+            return
+        with self._lock:
+            self._sc = sc
+            if self._discarded:
+                sc.stop()
+
+    def context(self) -> SparkContext:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._sc is not None
+        return self._sc
+
+    def discard(self) -> None:
+        """Stop the context now if it is up, else as soon as it is."""
+        with self._lock:
+            self._discarded = True
+            if self._sc is not None:
+                self._sc.stop()
 
 
 def build_spark_session(master: str | None = None, app_name: str = "eos",
@@ -154,7 +204,9 @@ def build_spark_session(master: str | None = None, app_name: str = "eos",
 
 
 def spark_context_of(spark: Any) -> SparkContext:
-    """Accept a SparkContext or a SparkSession."""
+    """Accept a SparkContext, a SparkSession or a ContextStart (waiting for it)."""
+    if isinstance(spark, ContextStart):
+        return spark.context()
     return spark.sparkContext if hasattr(spark, "sparkContext") else spark
 
 

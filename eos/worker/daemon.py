@@ -1,0 +1,83 @@
+"""PySpark's Python daemon, started faster: `spark.python.daemon.module` of local masters.
+
+Spark starts one daemon per executor at the first Python task, and the daemon forks a worker per task slot.
+Spark puts `$SPARK_HOME/python/lib/pyspark.zip` (and py4j's zip) first on the daemon's path, and a module
+imported from a zip is compiled from source at every start: importing PySpark's daemon took 1.9 s here,
+against 0.45 s from the same release installed in site-packages (compiled once, at install). When the
+executors' Python has that very release installed (local masters run the driver's Python), this daemon
+puts the installed copy first, then imports PySpark's worker loop and the framework's task code once,
+before forking, so that every worker starts with them loaded instead of importing them for its first task.
+Anything unexpected leaves PySpark's own behaviour: the zips first, imports on demand.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import os
+import sys
+import zipfile
+
+__all__ = ["prefer_installed_pyspark", "preload", "main", "PRELOADED"]
+
+#: (module, file compared between the zip and the installed copy, zip name test)
+_PACKAGES = (("pyspark", "version.py", lambda name: name == "pyspark.zip"),
+             ("py4j", "version.py", lambda name: name.startswith("py4j-") and name.endswith("-src.zip")))
+
+
+def _installed_file(package: str, path: list[str], name: str) -> bytes | None:
+    spec = importlib.machinery.PathFinder.find_spec(package, path)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    try:
+        with open(os.path.join(next(iter(spec.submodule_search_locations)), name), "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def prefer_installed_pyspark(path: list[str]) -> list[str]:
+    """`path` with Spark's pyspark and py4j zips moved behind the other entries, when those entries hold the
+    same releases (the zips' and the installed `version.py` are equal); else `path` unchanged."""
+    zips = {p for p in path for _, _, is_zip in _PACKAGES if is_zip(os.path.basename(p))}
+    if not zips:
+        return path
+    rest = [p for p in path if p not in zips]
+    for package, name, is_zip in _PACKAGES:
+        archive = next((p for p in zips if is_zip(os.path.basename(p))), None)
+        if archive is None:
+            continue
+        try:
+            with zipfile.ZipFile(archive) as z:
+                zipped = z.read(f"{package}/{name}")
+        except (OSError, KeyError, zipfile.BadZipFile):
+            return path
+        if _installed_file(package, rest, name) != zipped:
+            return path
+    return rest + [p for p in path if p in zips]
+
+
+#: What a worker imports for its first task: PySpark's worker loop, then the framework's task entry point.
+#: Neither starts a thread when imported (a fork copies only the forking thread; tested), which is why
+#: PySpark leaves its worker module to after the fork in general (pandas and pyarrow start threads).
+PRELOADED = ("pyspark.worker", "eos.worker.entry")
+
+
+def preload() -> None:
+    for module in PRELOADED:
+        try:
+            importlib.import_module(module)
+        except Exception:  # the worker then meets it for its task, as it would without this daemon
+            pass
+
+
+def main() -> None:
+    sys.path[:] = prefer_installed_pyspark(sys.path)
+    from pyspark import daemon
+
+    preload()
+    daemon.manager()
+
+
+if __name__ == "__main__":
+    main()

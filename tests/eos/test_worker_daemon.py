@@ -1,0 +1,62 @@
+"""The Python daemon of local masters: the installed pyspark before Spark's zip only when they are the same
+release, and preloaded modules that start no thread before the daemon forks its workers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+
+from eos.worker.daemon import prefer_installed_pyspark
+
+
+def _release(root, package, version):
+    (root / package).mkdir(parents=True)
+    (root / package / "__init__.py").write_text("")
+    (root / package / "version.py").write_text(f'__version__ = "{version}"\n')
+
+
+def _zip(path, package, version):
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(f"{package}/__init__.py", "")
+        z.writestr(f"{package}/version.py", f'__version__ = "{version}"\n')
+    return str(path)
+
+
+def test_the_zips_go_behind_an_installed_copy_of_the_same_release(tmp_path):
+    site = tmp_path / "site-packages"
+    _release(site, "pyspark", "4.3.0")
+    _release(site, "py4j", "0.10.9.9")
+    spark_zip = _zip(tmp_path / "pyspark.zip", "pyspark", "4.3.0")
+    py4j_zip = _zip(tmp_path / "py4j-0.10.9.9-src.zip", "py4j", "0.10.9.9")
+    path = ["/work", spark_zip, py4j_zip, "/usr/lib/python311.zip", str(site)]
+    assert prefer_installed_pyspark(path) == ["/work", "/usr/lib/python311.zip", str(site), spark_zip, py4j_zip]
+
+
+def test_another_release_or_none_installed_keeps_sparks_order(tmp_path):
+    site = tmp_path / "site-packages"
+    _release(site, "py4j", "0.10.9.9")
+    spark_zip = _zip(tmp_path / "pyspark.zip", "pyspark", "4.3.0")
+    py4j_zip = _zip(tmp_path / "py4j-0.10.9.9-src.zip", "py4j", "0.10.9.9")
+    path = [spark_zip, py4j_zip, str(site)]
+    assert prefer_installed_pyspark(path) == path  # no pyspark installed (a cluster's executors, typically)
+    _release(site, "pyspark", "4.2.1")
+    assert prefer_installed_pyspark(path) == path  # another release
+    assert prefer_installed_pyspark([str(site)]) == [str(site)]  # no zips: nothing to do
+    broken = tmp_path / "bad" / "pyspark.zip"
+    broken.parent.mkdir()
+    broken.write_bytes(b"not a zip")
+    assert prefer_installed_pyspark([str(broken), str(site)]) == [str(broken), str(site)]
+
+
+def test_the_daemon_module_imports_no_pyspark_and_its_preloads_start_no_thread():
+    # `python -m eos.worker.daemon` imports the eos package before it can reorder the path: that must not
+    # import pyspark (it would come from the zip); and a fork copies only the forking thread, so the modules
+    # loaded before the daemon forks its workers must not have started any (the process has one OS thread).
+    probe = ("import os, sys; import eos.worker.daemon as d; assert 'pyspark' not in sys.modules, 'pyspark imported';"
+             "d.preload(); assert all(m in sys.modules for m in d.PRELOADED), 'not loaded';"
+             "print(len(os.listdir('/proc/self/task')))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=os.environ, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "1"
