@@ -71,10 +71,15 @@ def _arg(args: list[str], flag: str) -> str | None:
     return args[args.index(flag) + 1] if flag in args[:-1] else None
 
 
+#: How a Python daemon's command line names it: PySpark's own, or the framework's for local masters
+#: (`python -m eos.worker.daemon`, see eos/worker/daemon.py)
+DAEMONS = ("pyspark.daemon", "pyspark/daemon.py", "eos.worker.daemon")
+
+
 def python_workers(pgid: int) -> list[Proc]:
     """Forked Python workers (children of a pyspark daemon), not the daemons themselves."""
     procs = job_processes(pgid)
-    daemons = {p.pid for p in procs if "pyspark.daemon" in p.cmdline or "pyspark/daemon.py" in p.cmdline}
+    daemons = {p.pid for p in procs if any(name in p.cmdline for name in DAEMONS)}
     return [p for p in procs if p.ppid in daemons]
 
 

@@ -40,6 +40,11 @@ _BASE_CONF = {
 }
 
 
+#: Spark's setting of the module its Python daemon runs, and the framework's for local masters
+DAEMON_MODULE_KEY = "spark.python.daemon.module"
+LOCAL_DAEMON_MODULE = "eos.worker.daemon"
+
+
 # Local masters: everything on this machine, so everything listens on loopback only, the UI too (off).
 _LOCAL_CONF = {
     "spark.driver.host": "127.0.0.1",
@@ -143,7 +148,11 @@ def build_spark_context(master: str | None = None, app_name: str = "eos",
             == os.path.abspath(sys.executable)):
         # the executors run this Python, which has pyspark and the framework installed: their Python daemon
         # imports both compiled instead of from Spark's zip, once before forking (eos.worker.daemon)
-        spark_conf.setIfMissing("spark.python.daemon.module", "eos.worker.daemon")
+        spark_conf.setIfMissing(DAEMON_MODULE_KEY, LOCAL_DAEMON_MODULE)
+    elif spark_conf.get(DAEMON_MODULE_KEY) == LOCAL_DAEMON_MODULE:
+        # inherited from an earlier local context of this JVM (its settings are the JVM's system properties):
+        # these executors may not have the framework installed, so they get PySpark's own daemon
+        spark_conf.set(DAEMON_MODULE_KEY, "pyspark.daemon")
     with _environment("PYSPARK_PYTHON", executors_python if executors_python and not _submitted() else None):
         # PySpark takes the executors' Python from $PYSPARK_PYTHON when the context is created; only
         # spark-submit turns the setting into it. Set for this context only: a later one must not inherit it.

@@ -17,3 +17,17 @@ def test_local_workers_import_the_installed_pyspark_and_start_with_the_task_code
     for path, entry_loaded, worker_loaded in spark.parallelize(range(4), 4).map(_worker_state).collect():
         assert ".zip" not in path and "site-packages" in path, path
         assert entry_loaded and worker_loaded
+
+
+def test_a_later_context_on_another_master_does_not_inherit_the_local_daemon(spark_contexts):
+    # a context's settings outlive it as the JVM's system properties, which the next context's SparkConf reads:
+    # a cluster's executors (which may lack the framework) must get PySpark's own daemon back
+    from eos.driver.spark import build_spark_context
+
+    assert spark_contexts.get("local[1]").getConf().get("spark.python.daemon.module") == "eos.worker.daemon"
+    spark_contexts.stop()
+    sc = build_spark_context("local[1]", conf={"spark.pyspark.python": "/opt/other/python3"})
+    try:
+        assert sc.getConf().get("spark.python.daemon.module") == "pyspark.daemon"
+    finally:
+        sc.stop()

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from chaos.processes import executor_pid, job_processes
+from chaos.processes import executor_pid, job_processes, python_workers
 
 # A session leader whose child makes a process group of its own, as the pyspark daemon does.
 FORKS = """
@@ -62,3 +62,27 @@ def test_executor_pid_names_the_executor_of_one_application_only():
         for proc in (ours, theirs):
             proc.kill()
             proc.wait()
+
+
+# A daemon that forks two workers, named on its command line as Spark starts one.
+DAEMON = """
+import os, sys, time
+for _ in range(2):
+    if os.fork() == 0:
+        time.sleep(60)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("module", ["pyspark.daemon", "eos.worker.daemon"])
+def test_python_workers_are_the_children_of_either_daemon(module):
+    leader = subprocess.Popen([sys.executable, "-c", DAEMON, "-m", module, "pyspark.worker"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while len(workers := python_workers(leader.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(workers) == 2 and all(w.ppid == leader.pid for w in workers)
+    finally:
+        for p in job_processes(leader.pid):
+            os.kill(p.pid, signal.SIGKILL)
+        leader.wait()

@@ -1,0 +1,127 @@
+"""Start-up benchmark: from `eos run` to the first commit, as shipped and with each of the framework's
+start-up measures turned off in turn, interleaved on one local broker.
+
+    python -m benchmarks.startup [--rounds 5] [--records 200000]
+
+Every run is the peers benchmark's stateless job (`benchmarks/peers/eos_job.py`) under `eos run` on a
+local master, reading a pre-loaded 4-partition topic from the start under a fresh group; the time is from
+launching `eos run` to the first committed input offset (the group's offsets, polled every 0.1 s), then the
+run is stopped. Variants:
+
+* shipped: as the framework runs by default;
+* no-archive: without the driver JVM's class-data archive (`spark.eos.classDataArchive=false`);
+* zip-daemon: Spark's own Python daemon, importing pyspark from its zip (`spark.python.daemon.module=
+  pyspark.daemon`);
+* full-first-batch: the first batch as large as the others (`first_batch_max_records=50000`).
+
+(The JVM starting while the driver prepares Kafka has no switch.) Rounds run the variants in turn
+(A B C D, A B C D, ...); the table has each variant's median and its difference to "shipped". Writes
+reports/startup.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from benchmarks.peers.__main__ import PARTITIONS, class_data_archive, preload
+from localkafka.provision import provide_kafka
+from transactions import KafkaAdmin, TopicSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+JOB = ROOT / "benchmarks" / "peers" / "eos_job.py"
+console = Console()
+
+#: variant -> (extra `eos run` arguments, extra environment)
+VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
+    "shipped": ([], {}),
+    "no-archive": (["--spark-conf", "spark.eos.classDataArchive=false"], {}),
+    "zip-daemon": (["--spark-conf", "spark.python.daemon.module=pyspark.daemon"], {}),
+    "full-first-batch": ([], {"PEER_FIRST_BATCH": "50000"}),
+}
+
+
+def first_commit(bootstrap: str, admin: KafkaAdmin, source: str, variant: str, timeout: float = 120.0) -> float:
+    args, extra_env = VARIANTS[variant]
+    tag = uuid.uuid4().hex[:8]
+    sink, group = f"startup-out-{tag}", f"startup-{variant}-{tag}"
+    admin.create_topics([TopicSpec(sink, PARTITIONS)])
+    scratch = Path(tempfile.mkdtemp(prefix="startup-"))
+    env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": bootstrap, "PEER_APP": group, "PEER_JOB": "stateless",
+           "PEER_INPUT": source, "PEER_OUTPUT": sink, "PEER_STATE": str(scratch / "state"), **extra_env}
+    tps = admin.topic_partitions(source)
+    with open(scratch / "run.log", "wb") as log:
+        launched = time.monotonic()
+        proc = subprocess.Popen([sys.executable, "-m", "eos.cli", "run", str(JOB), "--no-live", *args], env=env,
+                                cwd=scratch, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            while time.monotonic() - launched < timeout:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{variant}: eos run exited with {proc.returncode}; see {scratch / 'run.log'}")
+                if sum(o or 0 for o in admin.group_offsets(group, tps, stable=False).values()):
+                    return time.monotonic() - launched
+                time.sleep(0.1)
+            raise RuntimeError(f"{variant}: no commit in {timeout:.0f} s; see {scratch / 'run.log'}")
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    args = parser.parse_args(argv)
+    variants = [v for v in args.variants.split(",") if v]
+    if not variants or set(variants) - set(VARIANTS):
+        parser.error(f"variants are {', '.join(VARIANTS)}")
+    class_data_archive()
+    times: dict[str, list[float]] = {v: [] for v in variants}
+    with provide_kafka(brokers=1) as kafka:
+        admin = KafkaAdmin(kafka.bootstrap_servers)
+        try:
+            source = f"startup-in-{uuid.uuid4().hex[:8]}"
+            admin.create_topics([TopicSpec(source, PARTITIONS)])
+            preload(kafka.bootstrap_servers, source, args.records, 10_000)
+            for rnd in range(1, args.rounds + 1):
+                for variant in variants:
+                    took = first_commit(kafka.bootstrap_servers, admin, source, variant)
+                    times[variant].append(took)
+                    console.print(f"round {rnd} {variant:17} first commit after {took:5.2f} s")
+        finally:
+            admin.close()
+    medians = {v: statistics.median(t) for v, t in times.items()}
+    table = Table(title=f"eos run -> first commit, {args.rounds} rounds, {args.records:,} records backlog")
+    for column in ("variant", "median s", "runs s", "vs shipped"):
+        table.add_column(column, justify="left" if column == "variant" else "right")
+    base = medians.get("shipped")
+    for v in variants:
+        table.add_row(v, f"{medians[v]:.2f}", " ".join(f"{t:.2f}" for t in times[v]),
+                      f"{medians[v] - base:+.2f} s" if base is not None else "-")
+    console.print(table)
+    out = ROOT / "reports" / "startup.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps({"records": args.records, "rounds": args.rounds, "seconds": times,
+                               "medians": medians}, indent=2))
+    console.print(f"written: {out}")
+
+
+if __name__ == "__main__":
+    main()
