@@ -1,12 +1,12 @@
 """Start-up benchmark: from `eos run` to the first commit, as shipped and with each of the framework's
 start-up measures turned off in turn, interleaved on one local broker.
 
-    python -m benchmarks.startup [--rounds 5] [--records 200000]
+    python -m benchmarks.startup [--rounds 5] [--records 200000] [--job stateless|count]
 
-Every run is the peers benchmark's stateless job (`benchmarks/peers/eos_job.py`) under `eos run` on a
-local master, reading a pre-loaded 4-partition topic from the start under a fresh group; the time is from
-launching `eos run` to the first committed input offset (the group's offsets, polled every 0.1 s), then the
-run is stopped. Variants:
+Every run is the peers benchmark's stateless (or, `--job count`, count) job (`benchmarks/peers/eos_job.py`)
+under `eos run` on a local master, reading a pre-loaded 4-partition topic from the start under a fresh
+group; the time is from launching `eos run` to the first committed input offset (the group's offsets,
+polled every 0.1 s), then the run is stopped. Variants:
 
 * shipped: as the framework runs by default;
 * no-archive: without the driver JVM's class-data archive (`spark.eos.classDataArchive=false`);
@@ -53,13 +53,14 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
 }
 
 
-def first_commit(bootstrap: str, admin: KafkaAdmin, source: str, variant: str, timeout: float = 120.0) -> float:
+def first_commit(bootstrap: str, admin: KafkaAdmin, source: str, variant: str, job: str,
+                 timeout: float = 120.0) -> float:
     args, extra_env = VARIANTS[variant]
     tag = uuid.uuid4().hex[:8]
     sink, group = f"startup-out-{tag}", f"startup-{variant}-{tag}"
     admin.create_topics([TopicSpec(sink, PARTITIONS)])
     scratch = Path(tempfile.mkdtemp(prefix="startup-"))
-    env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": bootstrap, "PEER_APP": group, "PEER_JOB": "stateless",
+    env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": bootstrap, "PEER_APP": group, "PEER_JOB": job,
            "PEER_INPUT": source, "PEER_OUTPUT": sink, "PEER_STATE": str(scratch / "state"), **extra_env}
     tps = admin.topic_partitions(source)
     with open(scratch / "run.log", "wb") as log:
@@ -88,6 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--job", default="stateless", choices=("stateless", "count"))
     args = parser.parse_args(argv)
     variants = [v for v in args.variants.split(",") if v]
     if not variants or set(variants) - set(VARIANTS):
@@ -102,13 +104,14 @@ def main(argv: list[str] | None = None) -> None:
             preload(kafka.bootstrap_servers, source, args.records, 10_000)
             for rnd in range(1, args.rounds + 1):
                 for variant in variants:
-                    took = first_commit(kafka.bootstrap_servers, admin, source, variant)
+                    took = first_commit(kafka.bootstrap_servers, admin, source, variant, args.job)
                     times[variant].append(took)
                     console.print(f"round {rnd} {variant:17} first commit after {took:5.2f} s")
         finally:
             admin.close()
     medians = {v: statistics.median(t) for v, t in times.items()}
-    table = Table(title=f"eos run -> first commit, {args.rounds} rounds, {args.records:,} records backlog")
+    table = Table(title=f"eos run -> first commit, {args.job} job, {args.rounds} rounds, {args.records:,} records "
+                        "backlog")
     for column in ("variant", "median s", "runs s", "vs shipped"):
         table.add_column(column, justify="left" if column == "variant" else "right")
     base = medians.get("shipped")
@@ -118,7 +121,7 @@ def main(argv: list[str] | None = None) -> None:
     console.print(table)
     out = ROOT / "reports" / "startup.json"
     out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"records": args.records, "rounds": args.rounds, "seconds": times,
+    out.write_text(json.dumps({"job": args.job, "records": args.records, "rounds": args.rounds, "seconds": times,
                                "medians": medians}, indent=2))
     console.print(f"written: {out}")
 

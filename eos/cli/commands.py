@@ -9,9 +9,11 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import structlog
 import typer
 from rich.console import Console
 
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
     from eos.driver.reports import RunSummary
 
 console = Console(stderr=True)
+_LAUNCHED = time.monotonic()  # about when the `eos` command started (this module is imported at once)
 kafka_app = typer.Typer(no_args_is_help=True, help="The Apache Kafka release used for local clusters.")
 app.add_typer(kafka_app, name="kafka")
 
@@ -90,6 +93,8 @@ def run(target: str = typer.Argument(..., help="module:app or path/to/job.py[:ap
     except (ValueError, ConfigError) as exc:
         fail(2, f"{exc}")
     conf = dict(item.split("=", 1) for item in spark_conf if "=" in item)
+    structlog.get_logger(__name__).info("checks passed; starting Spark", master=master,
+                                        since_launch_s=round(time.monotonic() - _LAUNCHED, 2))
     # Spark's JVM starts while the driver prepares what needs Kafka (Application.run waits for it then)
     start = ContextStart(master, application.config.application_id, conf)
     view = LiveView(application.config.application_id) if (live if live is not None else sys.stderr.isatty()) else None
