@@ -19,6 +19,7 @@ before any of this) and drivers given their own class-data options run without a
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -143,7 +144,7 @@ def driver_java_options(conf: Any) -> str | None:
     if path is None:
         log.debug("no class-data archive can fit this driver", reason=cp.reason)
         return None
-    if not path.is_file() or not _size_file(path).is_file():
+    if not path.is_file() or not _record_file(path).is_file():
         log.info("no class-data archive for this Java and Spark yet: `eos spark archive` makes one "
                  "(the driver's JVM starts about 2 s faster)")
         return None
@@ -154,16 +155,24 @@ def driver_java_options(conf: Any) -> str | None:
     return f"-XX:SharedArchiveFile={path} {_USE}"
 
 
-def _size_file(path: Path) -> Path:
-    return path.with_suffix(".size")
+def _record_file(path: Path) -> Path:
+    return path.with_suffix(".json")
+
+
+def _record(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(_record_file(path).read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
 
 
 def _complete(path: Path) -> bool:
     """Whether the archive has the size it was written with: the JVM checks its contents (checksums) but
     dies on an archive cut short (SIGBUS when it maps past the end), so that case is checked here."""
     try:
-        return path.stat().st_size == int(_size_file(path).read_text())
-    except (OSError, ValueError):
+        return path.stat().st_size == _record(path).get("size")
+    except OSError:
         return False
 
 
@@ -189,7 +198,8 @@ def build_archive(*, force: bool = False, timeout: float = 300.0) -> Path:
             tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
             raise ArchiveBuildError(f"the JVM did not write a class-data archive (exit {done.returncode}); drivers "
                                     f"start without one. Its output ends:\n{tail}")
-        _size_file(path).write_text(str(os.path.getsize(tmp)))
+        spark_home = str(_spark_home().resolve())
+        _record_file(path).write_text(json.dumps({"size": os.path.getsize(tmp), "spark_home": spark_home}))
         os.replace(tmp, path)
     except subprocess.TimeoutExpired:
         raise ArchiveBuildError(f"making the class-data archive took over {timeout:.0f} s; drivers start "
@@ -197,9 +207,13 @@ def build_archive(*, force: bool = False, timeout: float = 300.0) -> Path:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    for old in path.parent.glob("spark-driver-*"):
-        if old.suffix in (".jsa", ".size") and old.stem != path.stem:
-            old.unlink(missing_ok=True)  # archives of other Java or Spark builds: they can no longer fit
+    for record in path.parent.glob("spark-driver-*.json"):
+        home = _record(record.with_suffix(".jsa")).get("spark_home")
+        if record.stem != path.stem and (home == spark_home or not (home and os.path.isdir(home))):
+            # an earlier build of this Spark installation, or of one that is gone: it can no longer fit
+            # (archives of other installations that still exist, say another virtualenv, are theirs)
+            record.with_suffix(".jsa").unlink(missing_ok=True)
+            record.unlink(missing_ok=True)
     return path
 
 

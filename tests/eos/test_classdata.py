@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -36,10 +37,11 @@ def spark(tmp_path, monkeypatch):
     return home
 
 
-def _archive(path, size=1000):
+def _archive(path, size=1000, spark_home=None):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"\0" * size)
-    path.with_suffix(".size").write_text(str(size))
+    home = str(spark_home or os.path.realpath(os.environ["SPARK_HOME"]))
+    path.with_suffix(".json").write_text(json.dumps({"size": size, "spark_home": home}))
 
 
 def test_the_archive_is_named_after_the_java_and_the_jars_so_another_release_finds_none(spark):
@@ -74,9 +76,11 @@ def test_the_options_map_a_complete_archive_and_only_then(spark):
     _archive(path)
     options = driver_java_options(Conf())
     assert options is not None and f"-XX:SharedArchiveFile={path}" in options and "VerifySharedSpaces" in options
-    path.with_suffix(".size").write_text("2000")  # cut short: the JVM would die mapping it (SIGBUS)
+    _archive(path)
+    path.write_bytes(b"\0" * 500)  # cut short: the JVM would die mapping it (SIGBUS)
     assert driver_java_options(Conf()) is None
-    path.with_suffix(".size").unlink()
+    _archive(path)
+    path.with_suffix(".json").unlink()
     assert driver_java_options(Conf()) is None
 
 
@@ -92,9 +96,15 @@ def test_the_user_can_turn_it_off_or_bring_their_own_class_data(spark, monkeypat
     assert driver_java_options(Conf()) is None
 
 
-def test_building_is_idempotent_and_removes_archives_that_can_no_longer_fit(spark, monkeypatch):
+def test_building_is_idempotent_and_removes_archives_that_can_no_longer_fit(spark, tmp_path, monkeypatch):
     old = archive_path().with_name("spark-driver-0123456789abcdef0123.jsa")
-    _archive(old)
+    _archive(old)  # an earlier build of this Spark installation
+    gone = old.with_name("spark-driver-1111111111aaaaaaaaaa.jsa")
+    _archive(gone, spark_home=tmp_path / "removed-venv")  # of an installation that no longer exists
+    other_home = tmp_path / "other-venv"
+    other_home.mkdir()
+    other = old.with_name("spark-driver-2222222222bbbbbbbbbb.jsa")
+    _archive(other, spark_home=other_home)  # another installation's (a second virtualenv): still fits it
     runs = []
 
     def jvm(cmd, **kwargs):  # what `python -m eos.driver.classdata <target>` does: the JVM writes the target
@@ -106,7 +116,8 @@ def test_building_is_idempotent_and_removes_archives_that_can_no_longer_fit(spar
     monkeypatch.setattr(classdata.subprocess, "run", jvm)
     path = build_archive()
     assert path == archive_path() and path.stat().st_size == 4096 and driver_java_options(Conf()) is not None
-    assert not old.exists() and not old.with_suffix(".size").exists()
+    assert not old.exists() and not old.with_suffix(".json").exists() and not gone.exists()
+    assert other.exists() and other.with_suffix(".json").exists()
     assert build_archive() == path and len(runs) == 1
     build_archive(force=True)
     assert len(runs) == 2 and [p.name for p in path.parent.iterdir() if p.suffix == ".tmp"] == []
