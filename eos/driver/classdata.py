@@ -124,8 +124,8 @@ def archive_path(cp: Classpath | None = None) -> Path | None:
 
 
 def _user_options(conf: Any) -> str:
-    return " ".join(str(conf.get(k, "") or "") for k in ("spark.driver.extraJavaOptions",)) + " " + \
-        os.environ.get("PYSPARK_SUBMIT_ARGS", "")
+    """The driver JVM options the user gave (settings, or spark-submit arguments through PySpark)."""
+    return f"{conf.get('spark.driver.extraJavaOptions', '') or ''} {os.environ.get('PYSPARK_SUBMIT_ARGS', '')}"
 
 
 def driver_java_options(conf: Any) -> str | None:
