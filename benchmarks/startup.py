@@ -23,11 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -36,12 +32,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from benchmarks.peers.__main__ import PARTITIONS, class_data_archive, preload
+from benchmarks.peers.__main__ import PARTITIONS, class_data_archive, command, launched, preload
 from localkafka.provision import provide_kafka
 from transactions import KafkaAdmin, TopicSpec
 
 ROOT = Path(__file__).resolve().parents[1]
-JOB = ROOT / "benchmarks" / "peers" / "eos_job.py"
 console = Console()
 
 #: variant -> (extra `eos run` arguments, extra environment)
@@ -60,28 +55,17 @@ def first_commit(bootstrap: str, admin: KafkaAdmin, source: str, variant: str, j
     sink, group = f"startup-out-{tag}", f"startup-{variant}-{tag}"
     admin.create_topics([TopicSpec(sink, PARTITIONS)])
     scratch = Path(tempfile.mkdtemp(prefix="startup-"))
-    env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": bootstrap, "PEER_APP": group, "PEER_JOB": job,
-           "PEER_INPUT": source, "PEER_OUTPUT": sink, "PEER_STATE": str(scratch / "state"), **extra_env}
+    cmd, env = command("eos", job, bootstrap, source, sink, group, scratch, [], None)  # the peers' eos run
     tps = admin.topic_partitions(source)
-    with open(scratch / "run.log", "wb") as log:
-        launched = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "-m", "eos.cli", "run", str(JOB), "--no-live", *args], env=env,
-                                cwd=scratch, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            while time.monotonic() - launched < timeout:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"{variant}: eos run exited with {proc.returncode}; see {scratch / 'run.log'}")
-                if sum(o or 0 for o in admin.group_offsets(group, tps, stable=False).values()):
-                    return time.monotonic() - launched
-                time.sleep(0.1)
-            raise RuntimeError(f"{variant}: no commit in {timeout:.0f} s; see {scratch / 'run.log'}")
-        finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+    started = time.monotonic()
+    with launched([*cmd, *args], {**env, **extra_env}, scratch) as proc:
+        while time.monotonic() - started < timeout:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{variant}: eos run exited with {proc.returncode}; see {scratch / 'run.log'}")
+            if sum(o or 0 for o in admin.group_offsets(group, tps, stable=False).values()):
+                return time.monotonic() - started
+            time.sleep(0.1)
+        raise RuntimeError(f"{variant}: no commit in {timeout:.0f} s; see {scratch / 'run.log'}")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from eos.driver.spark import LOCAL_DAEMON_MODULE
+
 __all__ = ["Proc", "job_processes", "executors", "executor_pid", "python_workers", "alive"]
 
 
@@ -73,7 +75,7 @@ def _arg(args: list[str], flag: str) -> str | None:
 
 #: How a Python daemon's command line names it: PySpark's own, or the framework's for local masters
 #: (`python -m eos.worker.daemon`, see eos/worker/daemon.py)
-DAEMONS = ("pyspark.daemon", "pyspark/daemon.py", "eos.worker.daemon")
+DAEMONS = ("pyspark.daemon", "pyspark/daemon.py", LOCAL_DAEMON_MODULE)
 
 
 def python_workers(pgid: int) -> list[Proc]:

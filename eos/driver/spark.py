@@ -213,9 +213,7 @@ def build_spark_session(master: str | None = None, app_name: str = "eos",
 
 
 def spark_context_of(spark: Any) -> SparkContext:
-    """Accept a SparkContext, a SparkSession or a ContextStart (waiting for it)."""
-    if isinstance(spark, ContextStart):
-        return spark.context()
+    """Accept a SparkContext or a SparkSession."""
     return spark.sparkContext if hasattr(spark, "sparkContext") else spark
 
 
