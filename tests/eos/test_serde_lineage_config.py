@@ -45,6 +45,22 @@ def test_json_serde_means_what_the_standard_library_means():
             serde.serialize(refused)
 
 
+def test_json_outputs_occupy_about_their_size():
+    """A batch holds its outputs until the commit: a serialized value must not keep the encoder's buffer
+    (orjson's is 4 KiB whatever the value)."""
+    import tracemalloc
+
+    serde = JsonSerde()
+    value = {"id": 12345, "customer": "k1234", "qty": 3, "price": 51.5, "note": "x" * 20}
+    tracemalloc.start()
+    try:
+        held = [serde.serialize(value) for _ in range(1000)]
+        allocated, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert allocated / len(held) < len(held[0]) + 200, f"{allocated / len(held):.0f} B per {len(held[0])}-byte value"
+
+
 def test_serde_errors_say_what_failed():
     with pytest.raises(SerdeError, match="as JSON"):
         JsonSerde().deserialize(b"{nope")
