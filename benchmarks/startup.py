@@ -44,7 +44,7 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
     "shipped": ([], {}),
     "no-archive": (["--spark-conf", "spark.eos.classDataArchive=false"], {}),
     "zip-daemon": (["--spark-conf", "spark.python.daemon.module=pyspark.daemon"], {}),
-    "full-first-batch": ([], {"PEER_FIRST_BATCH": "50000"}),
+    "full-first-batch": ([], {"PEER_SETTINGS": '{"first_batch_max_records": 50000}'}),
 }
 
 

@@ -3,6 +3,7 @@ Quix Streams and a bare confluent-kafka transactional copy loop, side by side on
 
     python -m benchmarks.peers [--records 1000000] [--rounds 3] [--keys 10000] [--jobs stateless,count]
                                [--peers eos,kstreams,kstreams-cache,quix,copy] [--latency-rate 2000]
+                               [--eos-settings '{"max_records_per_batch": 20000}']
 
 * stateless: parse each JSON order (~100 B), add `total`, write it; count: records per key, one output
   per input (Kafka Streams with its record cache off; `kstreams-cache` runs it with the default cache,
@@ -11,7 +12,8 @@ Quix Streams and a bare confluent-kafka transactional copy loop, side by side on
 * Each run reads the pre-loaded input from the start under a fresh group and writes a fresh topic.
   Progress is the group's committed input offsets, polled every 0.2 s: start-up = launch to the first
   commit, steady rate = records committed after the first commit / time from it to the last.
-  Peak memory = the largest summed RSS of the run's processes (JVMs, Python workers).
+  Peak memory = the largest summed RSS of the run's processes (JVMs, Python workers); the largest summed
+  PSS (shared pages divided among the processes sharing them) is printed too, with each role's share.
 * Every run's output is verified before it counts: stateless, every input id exactly once in the
   committed output; count, every key's last count exact (and, one output per input, as many outputs as
   inputs). A failed verification stops the benchmark.
@@ -71,6 +73,9 @@ class Run:
     steady_rps: float = 0.0
     total_s: float = 0.0
     peak_rss_mib: float = 0.0
+    peak_pss_mib: float = 0.0
+    #: each role's PSS (MiB) in the sample of the largest summed PSS
+    peak_processes: dict[str, float] = field(default_factory=dict)
     outputs: int = 0
     verified: str = ""
     notes: list[str] = field(default_factory=list)
@@ -157,21 +162,55 @@ def produce(producer: Producer, topic: str, key: str, value: bytes) -> None:
 # ---------------------------------------------------------------- one run
 
 
-def _rss_mib(session: int) -> float:
-    total = 0
+@dataclass
+class Memory:
+    """One sample of a run's processes (its session): summed RSS, summed PSS, and each process's share.
+
+    RSS counts a page once per process mapping it, so Spark's Python workers, forked from one daemon,
+    count their shared pages again each; PSS divides a shared page among its processes and sums to what
+    the processes occupy together. Both are reported; the table's peak is RSS, as it always was."""
+    rss_mib: float = 0.0
+    pss_mib: float = 0.0
+    processes: dict[str, float] = field(default_factory=dict)  # role (and how many) -> PSS MiB
+
+
+def _memory(session: int) -> Memory:
+    procs: dict[int, tuple[int, str, int, int]] = {}  # pid -> (ppid, command line, RSS KiB, PSS KiB)
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
-            stat = (proc / "stat").read_text()
-            if int(stat.rsplit(")", 1)[1].split()[3]) != session:  # field 6: the session id
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[3]) != session:  # field 6: the session id
                 continue
-            for line in (proc / "status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-        except (OSError, ValueError, IndexError):
+            rollup = dict(line.split(":", 1) for line in (proc / "smaps_rollup").read_text().splitlines()[1:])
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            procs[int(proc.name)] = (int(fields[1]), cmdline, int(rollup["Rss"].split()[0]),
+                                     int(rollup["Pss"].split()[0]))
+        except (OSError, ValueError, IndexError, KeyError):
             continue
-    return total / 1024
+    sample = Memory(sum(p[2] for p in procs.values()) / 1024, sum(p[3] for p in procs.values()) / 1024)
+    roles: dict[str, list[int]] = {}
+    for ppid, cmdline, _rss, pss in procs.values():
+        roles.setdefault(_role(cmdline, forked=ppid in procs and procs[ppid][1] == cmdline), []).append(pss)
+    sample.processes = {f"{role} x{len(pss)}" if len(pss) > 1 else role: sum(pss) / 1024
+                        for role, pss in roles.items()}
+    return sample
+
+
+def _role(cmdline: str, forked: bool) -> str:
+    """What a process of a run is, by its command line (a worker is forked from a process like it)."""
+    if Path(cmdline.split(" ", 1)[0]).name == "java":
+        return "JVM"
+    if forked:
+        return "python workers"
+    if " -m eos.worker.daemon" in cmdline or " -m pyspark.daemon" in cmdline:
+        return "python daemon"
+    return "python main"
+
+
+def _shares(processes: dict[str, float]) -> str:
+    return ", ".join(f"{role} {mib:,.0f}" for role, mib in sorted(processes.items(), key=lambda kv: -kv[1]))
 
 
 def command(peer: str, job: str, bootstrap: str, source: str, sink: str, group: str, scratch: Path,
@@ -224,7 +263,10 @@ def run_once(peer: str, job: str, rnd: int, bootstrap: str, admin: KafkaAdmin, s
         launched_at = time.monotonic()
         while time.monotonic() - launched_at < timeout:
             time.sleep(0.2)
-            run.peak_rss_mib = max(run.peak_rss_mib, _rss_mib(proc.pid))
+            sample = _memory(proc.pid)
+            run.peak_rss_mib = max(run.peak_rss_mib, sample.rss_mib)
+            if sample.pss_mib > run.peak_pss_mib:
+                run.peak_pss_mib, run.peak_processes = sample.pss_mib, sample.processes
             if proc.poll() is not None:
                 raise RuntimeError(f"{peer} exited with {proc.returncode}; see {scratch / 'run.log'}")
             committed = sum(o or 0 for o in admin.group_offsets(group, tps, stable=False).values())
@@ -371,20 +413,20 @@ def report(runs: list[Run], latencies: list[Latency], n: int) -> dict:
 
     summary: dict = {}
     for job in ("stateless", "count"):
-        rows = {p: {a: median(p, job, a) for a in ("steady_rps", "startup_s", "peak_rss_mib")} for p in PEERS
-                if median(p, job, "steady_rps") is not None}
+        attrs = ("steady_rps", "startup_s", "peak_rss_mib", "peak_pss_mib")
+        rows = {p: {a: median(p, job, a) for a in attrs} for p in PEERS if median(p, job, "steady_rps") is not None}
         if not rows:
             continue
         table = Table(title=f"{job}: {n:,} records, medians of {max(r.round for r in runs)} interleaved rounds")
         for column in ("peer", "steady rec/s", "vs Kafka Streams", "vs copy loop", "start-up to 1st commit",
-                       "peak memory"):
+                       "peak memory (RSS)", "peak PSS"):
             table.add_column(column, justify="left" if column == "peer" else "right")
         ks, copy = rows.get("kstreams", {}).get("steady_rps"), rows.get("copy", {}).get("steady_rps")
         for peer, row in rows.items():
             rate = row["steady_rps"]
             table.add_row(peer, f"{rate:,.0f}", f"{rate / ks:.2f}x" if ks else "-",
                           f"{rate / copy:.2f}x" if copy else "-", f"{row['startup_s']:.1f} s",
-                          f"{row['peak_rss_mib']:,.0f} MiB")
+                          f"{row['peak_rss_mib']:,.0f} MiB", f"{row['peak_pss_mib']:,.0f} MiB")
         console.print(table)
         summary[job] = rows
     if latencies:
@@ -415,7 +457,16 @@ def main(argv: list[str] | None = None) -> None:
                         help="records/s of the latency runs (stateless job, every peer, each round); 0: none")
     parser.add_argument("--latency-warmup", type=int, default=30, help="seconds fed before latencies count")
     parser.add_argument("--latency-seconds", type=int, default=20, help="seconds of measured latencies")
+    parser.add_argument("--eos-settings", default="", metavar="JSON",
+                        help='the framework\'s Application settings to try, e.g. \'{"max_records_per_batch": 20000}\'')
     args = parser.parse_args(argv)
+    if args.eos_settings:
+        try:
+            if not isinstance(json.loads(args.eos_settings), dict):
+                raise ValueError("not a JSON object")
+        except ValueError as exc:
+            parser.error(f"--eos-settings must be a JSON object of Application settings: {exc}")
+        os.environ["PEER_SETTINGS"] = args.eos_settings  # the framework's job reads it (eos_job.py)
     jobs, peers = args.jobs.split(","), [p for p in args.peers.split(",") if p]
     unknown = set(peers) - set(PEERS)
     if unknown or not set(jobs) <= {"stateless", "count"}:
@@ -443,7 +494,9 @@ def main(argv: list[str] | None = None) -> None:
                                    kstreams, quix, args.timeout)
                     runs.append(run)
                     console.print(f"round {rnd} {job:9} {peer:14} {run.steady_rps:>10,.0f} rec/s  start-up "
-                                  f"{run.startup_s:5.1f} s  peak {run.peak_rss_mib:7,.0f} MiB  {run.verified}"
+                                  f"{run.startup_s:5.1f} s  peak {run.peak_rss_mib:7,.0f} MiB RSS, "
+                                  f"{run.peak_pss_mib:,.0f} PSS "
+                                  f"({_shares(run.peak_processes)})  {run.verified}"
                                   + (f"  ({'; '.join(run.notes)})" if run.notes else ""))
             for peer in peers if args.latency_rate > 0 else []:
                 if peer == "kstreams-cache":
