@@ -8,7 +8,15 @@ import time
 
 from benchmarks.peers.__main__ import _memory, _role
 
-_FORKS = "import os, time\nfor _ in range(2):\n    if os.fork() == 0:\n        break\nx = bytearray(30 << 20)\ntime.sleep(30)\n"
+#: a process that forks two children like it; each then holds 30 MiB of its own
+_FORKS = """
+import os, time
+for _ in range(2):
+    if os.fork() == 0:
+        break
+x = bytearray(30 << 20)
+time.sleep(30)
+"""
 
 
 def test_a_sample_sums_the_sessions_processes_and_splits_them_by_role():
@@ -17,7 +25,7 @@ def test_a_sample_sums_the_sessions_processes_and_splits_them_by_role():
         deadline = time.monotonic() + 20
         while True:
             sample = _memory(proc.pid)
-            if "python workers x2" in sample.processes and sample.pss_mib > 90 or time.monotonic() > deadline:
+            if ("python workers x2" in sample.processes and sample.pss_mib > 90) or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
         assert set(sample.processes) == {"python main", "python workers x2"}, sample
