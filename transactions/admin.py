@@ -343,9 +343,10 @@ class BrokerUnreachableError(ConnectionError):
     """No broker answered at the bootstrap servers."""
 
 
-def check_reachable(bootstrap_servers: str, timeout: float = 10.0) -> int:
+def check_reachable(bootstrap_servers: str, timeout: float = 10.0) -> frozenset[str]:
     """Ask the bootstrap servers for cluster metadata once, quietly (no librdkafka log lines); returns the
-    number of brokers. Raises `BrokerUnreachableError` naming the address when none answers in `timeout`."""
+    names of the cluster's topics. Raises `BrokerUnreachableError` naming the address when none answers in
+    `timeout`."""
     admin = AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 0,
                          "socket.connection.setup.timeout.ms": int(timeout * 1000)})
     try:
@@ -355,7 +356,7 @@ def check_reachable(bootstrap_servers: str, timeout: float = 10.0) -> int:
         detail = err.str() if isinstance(err, KafkaError) else str(err)
         raise BrokerUnreachableError(f"no Kafka broker answers at {bootstrap_servers} within {timeout:.0f}s "
                                      f"({detail})") from None
-    return len(metadata.brokers)
+    return frozenset(metadata.topics)
 
 
 def _real_offsets(result: Mapping[TopicPartition, Any]) -> None:

@@ -4,7 +4,7 @@ framework creates. Each failure is a `ConfigError` that says what to change."""
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 from eos.config import EosConfig
@@ -19,18 +19,29 @@ __all__ = ["preflight", "check_state_dir", "check_spark_conf", "check_topics", "
            "create_internal_topics", "create_repartition_topics", "TRANSACTION_LOG"]
 
 
-def preflight(config: EosConfig, *, local_master: bool) -> None:
-    """Checks that need neither Spark nor the job's topics, run before Spark starts: bootstrap servers given
-    and answering, and (for local masters, whose executors share this machine) a writable state directory."""
+def preflight(config: EosConfig, *, local_master: bool, topics: Collection[str] = ()) -> None:
+    """Checks that need no Spark, run before Spark starts (whose start-up lines would follow the error):
+    bootstrap servers given and answering, the user's `topics` there, and (for local masters, whose executors
+    share this machine) a writable state directory."""
     config.require_bootstrap()
     try:
-        check_reachable(config.bootstrap_servers, timeout=10)
+        existing = check_reachable(config.bootstrap_servers, timeout=10)
     except BrokerUnreachableError as exc:
         raise ConfigError(f"{exc}. Is the address right? For a local cluster run `eos cluster up` and "
                           "`eval \"$(eos cluster env)\"`; or set EOS_BOOTSTRAP_SERVERS (or --bootstrap-servers) to "
                           "a reachable Kafka cluster.") from None
+    missing = sorted(set(topics) - existing)
+    if missing:
+        raise _missing_topics(missing, config.bootstrap_servers)
     if local_master:
         check_state_dir(config.state_dir)
+
+
+def _missing_topics(missing: Sequence[str], bootstrap_servers: str) -> ConfigError:
+    return ConfigError(
+        f"topic(s) {', '.join(missing)} do not exist on {bootstrap_servers}. Create them first (input and output "
+        "topics are not created by the framework; only its internal changelog and dead-letter topics are), e.g. "
+        "`eos topics create --from-app job.py --partitions N` for every topic a job names.")
 
 
 def check_state_dir(state_dir: str) -> None:
@@ -61,9 +72,7 @@ def check_topics(admin: KafkaAdmin, subtopologies: Mapping[str, SubTopology]) ->
     counts = admin.partition_counts(topics)
     missing = [t for t in topics if counts[t] is None]
     if missing:
-        raise ConfigError(
-            f"topic(s) {', '.join(missing)} do not exist on {admin.bootstrap_servers}. Create them first (input and "
-            "output topics are not created by the framework; only its internal changelog and dead-letter topics are).")
+        raise _missing_topics(missing, admin.bootstrap_servers)
     for sub in subtopologies.values():
         sizes = {t: counts[t] for t in sub.inputs}
         if len(set(sizes.values())) > 1:

@@ -55,6 +55,18 @@ def test_a_wrong_bootstrap_address_fails_fast_with_one_line_and_no_client_log_fl
     assert "rdkafka" not in done.stderr and len(done.stderr.strip().splitlines()) <= 3, done.stderr
 
 
+def test_a_missing_topic_fails_before_spark_starts_with_the_error_last(kafka, topic_factory, tmp_path, unique_name):
+    src = topic_factory("in", 2)
+    job = job_file(tmp_path, COPY_JOB.format(app=unique_name("app"), settings="", src=src, dst=unique_name("nowhere"),
+                                             tail=""))
+    done = eos(["run", str(job), "--until-caught-up"], environment(kafka.bootstrap_servers, tmp_path), tmp_path)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert "do not exist" in lines[-1] and "eos topics create --from-app" in lines[-1], done.stderr
+    assert src not in lines[-1].split("do not exist")[0]  # only the missing one is named
+    assert not any("Spark" in line or "log4j" in line for line in lines), done.stderr  # no JVM was started
+
+
 def test_app_run_at_the_top_level_of_a_loaded_file_fails_at_once_with_what_to_do(kafka, tmp_path, unique_name):
     job = job_file(tmp_path, COPY_JOB.format(app=unique_name("app"), settings="", src="a", dst="b",
                                              tail="app.run(until_caught_up=True)"))
