@@ -64,6 +64,11 @@ _CONSUMER_DEFAULTS: dict[str, Any] = {
     "auto.offset.reset": "earliest",
     "fetch.wait.max.ms": 100,
     "queued.min.messages": 100_000,
+    # When a partition's prefetch queue is over queued.min.messages, librdkafka postpones its next fetch by
+    # this much (1,000 ms by default), and a worker's consumer, reused from task to task, prefetches past the
+    # end of every range it reads: 3 to 7 of a count job's ~20 reads stalled for 1 s each. 10 ms: none
+    # stalled, and the job's 1M records took 12.5-13.7 s instead of 17.9-19.9 s (three alternations).
+    "fetch.queue.backoff.ms": 10,
 }
 
 

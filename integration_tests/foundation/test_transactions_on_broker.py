@@ -9,7 +9,16 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from integration_tests.helpers import read_values
-from transactions import DeliveryFailedError, ProducerRecord, RecordTooLargeError, TransactionalProducer
+from transactions import (
+    DeliveryFailedError,
+    OffsetRange,
+    ProducerRecord,
+    RecordTooLargeError,
+    TransactionalProducer,
+    input_consumer,
+    produce_pairs,
+    read_ranges,
+)
 
 
 def _producer(bootstrap: str, txn_id: str) -> Producer:
@@ -136,3 +145,22 @@ def test_a_commit_does_not_wait_out_the_producers_linger(kafka, topic_factory, u
     finally:
         producer.close()
     assert read_values(kafka.bootstrap_servers, topic, isolation="read_committed") == [b"v", b"v"]
+
+
+def test_a_reused_consumer_does_not_wait_out_the_fetch_queue_backoff(kafka, topic_factory, unique_name):
+    """A worker's consumer reads one range after another; librdkafka postpones a partition's next fetch by
+    fetch.queue.backoff.ms once its prefetch queue passes queued.min.messages (1 s by default: reads then
+    stall for a second). A low queued.min.messages makes the queue pass it all the time."""
+    topic = topic_factory("backoff")
+    produce_pairs(kafka.bootstrap_servers, topic, ((None, b"x" * 100) for _ in range(60_000)))
+    consumer = input_consumer(kafka.bootstrap_servers, unique_name("group"), {"queued.min.messages": 1000})
+    try:
+        took = []
+        for start in range(0, 60_000, 10_000):
+            started = time.monotonic()
+            got = sum(len(chunk) for chunk in read_ranges(consumer, [OffsetRange(topic, 0, start, start + 10_000)]))
+            took.append(time.monotonic() - started)
+            assert got == 10_000
+    finally:
+        consumer.close()
+    assert sum(took) < 1.5, f"reads took {[round(t, 2) for t in took]} s: they waited out the fetch backoff"
