@@ -26,6 +26,15 @@ __all__ = ["input_consumer", "scan_consumer", "plain_producer", "produce_pairs",
 Isolation = Literal["read_committed", "read_uncommitted"]
 
 
+class RangeConsumer(Consumer):
+    """A consumer that remembers which topics' metadata it has fetched (`read_ranges` fetches a topic's
+    before its first assignment: see `transactions.reader`)."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__(config)
+        self.known_topics: set[str] = set()
+
+
 class Message(Protocol):
     """A record read from a partition (no error): confluent-kafka's `Message` as the framework reads it.
     The client's own type allows None for topic, partition and offset, which a consumed record always has."""
@@ -45,12 +54,13 @@ def input_consumer(bootstrap_servers: str, group_id: str, overrides: Mapping[str
     `out_of_range="error"`: reading at an offset the partition no longer has raises
     `OffsetOutOfRangeError` instead of silently jumping (input ranges are planned); "earliest" suits
     changelog replays, which check their range themselves."""
-    return Consumer({**consumer_settings(bootstrap_servers, group_id, overrides), "auto.offset.reset": out_of_range})
+    return RangeConsumer({**consumer_settings(bootstrap_servers, group_id, overrides),
+                          "auto.offset.reset": out_of_range})
 
 
 def scan_consumer(bootstrap_servers: str, isolation: Isolation = "read_committed") -> Consumer:
     """A consumer with a fresh random group that never commits: reads what is in a topic right now."""
-    return Consumer({"bootstrap.servers": bootstrap_servers, "group.id": f"eos-scan-{uuid.uuid4().hex}",
+    return RangeConsumer({"bootstrap.servers": bootstrap_servers, "group.id": f"eos-scan-{uuid.uuid4().hex}",
                      "isolation.level": isolation, "enable.auto.commit": False, "enable.partition.eof": True,
                      "auto.offset.reset": "earliest", "fetch.wait.max.ms": 50, "queued.min.messages": 200_000})
 
