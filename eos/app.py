@@ -105,15 +105,14 @@ class Application(JoinMethods):
         """What can be checked before Spark starts: a sub-topology exists, the bootstrap servers answer and
         have the input and output topics, and (local masters) the state directory is writable. Raises
         `ConfigError` saying what to change."""
-        from eos.driver.checks import preflight
+        from eos.driver.checks import preflight, user_topics
 
         if not self.subtopologies:
             raise ConfigError(f"application {self.config.application_id!r} has no sub-topology: add one with "
                               "@app.process, @app.process_batch, app.aggregate or app.add_processor")
         internal = {t.name for t in self.internal_topics.values()}  # created by the run (repartition topics)
-        topics = {t for sub in self.subtopologies.values()
-                  for t in (*sub.inputs, *sub.output_topics, *(g.topic for g in sub.global_tables))} - internal
-        preflight(self.config, local_master=master.startswith("local"), topics=topics)
+        preflight(self.config, local_master=master.startswith("local"),
+                  topics=user_topics(self.subtopologies) - internal)
 
     def run(self, spark: SparkContext | SparkSession | ContextStart | None = None, *, master: str | None = None,
             until_caught_up: bool = False, max_batches: int | None = None, max_seconds: float | None = None,

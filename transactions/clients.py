@@ -61,8 +61,8 @@ def input_consumer(bootstrap_servers: str, group_id: str, overrides: Mapping[str
 def scan_consumer(bootstrap_servers: str, isolation: Isolation = "read_committed") -> Consumer:
     """A consumer with a fresh random group that never commits: reads what is in a topic right now."""
     return RangeConsumer({"bootstrap.servers": bootstrap_servers, "group.id": f"eos-scan-{uuid.uuid4().hex}",
-                     "isolation.level": isolation, "enable.auto.commit": False, "enable.partition.eof": True,
-                     "auto.offset.reset": "earliest", "fetch.wait.max.ms": 50, "queued.min.messages": 200_000})
+                          "isolation.level": isolation, "enable.auto.commit": False, "enable.partition.eof": True,
+                          "auto.offset.reset": "earliest", "fetch.wait.max.ms": 50, "queued.min.messages": 200_000})
 
 
 def plain_producer(bootstrap_servers: str, **overrides: Any) -> Producer:

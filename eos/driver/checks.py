@@ -15,7 +15,7 @@ from eos.topology import SubTopology
 from recovery import ChangelogConfigError, ensure_changelogs
 from transactions import BrokerUnreachableError, KafkaAdmin, TopicSpec, check_reachable
 
-__all__ = ["preflight", "check_state_dir", "check_spark_conf", "check_topics", "check_broker",
+__all__ = ["preflight", "user_topics", "check_state_dir", "check_spark_conf", "check_topics", "check_broker",
            "create_internal_topics", "create_repartition_topics", "TRANSACTION_LOG"]
 
 
@@ -35,6 +35,13 @@ def preflight(config: EosConfig, *, local_master: bool, topics: Collection[str] 
         raise _missing_topics(missing, config.bootstrap_servers)
     if local_master:
         check_state_dir(config.state_dir)
+
+
+def user_topics(subtopologies: Mapping[str, SubTopology]) -> set[str]:
+    """The input, output and global-table topics the sub-topologies name (internal topics among them, such
+    as repartition topics, are the run's to create)."""
+    return {t for sub in subtopologies.values()
+            for t in (*sub.inputs, *sub.output_topics, *(g.topic for g in sub.global_tables))}
 
 
 def _missing_topics(missing: Sequence[str], bootstrap_servers: str) -> ConfigError:
@@ -67,8 +74,7 @@ def check_topics(admin: KafkaAdmin, subtopologies: Mapping[str, SubTopology]) ->
     """Input and output topics must exist; co-partitioned inputs must have equal partition counts. A topic
     may be read by several sub-topologies: each commits its own progress (`eos.topology.offset_groups`).
     Returns the partition count of every input and output topic."""
-    topics = sorted({t for sub in subtopologies.values()
-                     for t in (*sub.inputs, *sub.output_topics, *(g.topic for g in sub.global_tables))})
+    topics = sorted(user_topics(subtopologies))
     counts = admin.partition_counts(topics)
     missing = [t for t in topics if counts[t] is None]
     if missing:

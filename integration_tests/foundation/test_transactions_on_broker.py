@@ -18,6 +18,7 @@ from transactions import (
     input_consumer,
     produce_pairs,
     read_ranges,
+    stable_committed,
 )
 
 
@@ -164,3 +165,20 @@ def test_a_reused_consumer_does_not_wait_out_the_fetch_queue_backoff(kafka, topi
     finally:
         consumer.close()
     assert sum(took) < 1.5, f"reads took {[round(t, 2) for t in took]} s: they waited out the fetch backoff"
+
+
+def test_a_new_consumers_first_read_does_not_wait_for_the_topic_scan(kafka, topic_factory, unique_name):
+    """Assigned a partition whose leader it does not know, librdkafka learns it from its once-a-second topic
+    scan (a first read took ~0.95 s); `read_ranges` fetches the topic's metadata first, once per consumer."""
+    topic = topic_factory("first-read")
+    produce_pairs(kafka.bootstrap_servers, topic, ((None, b"x") for _ in range(1000)))
+    consumer = input_consumer(kafka.bootstrap_servers, unique_name("group"))
+    try:
+        stable_committed(consumer, [(topic, 0)], timeout=30)  # as a task does first: reads its committed offset
+        started = time.monotonic()
+        got = sum(len(chunk) for chunk in read_ranges(consumer, [OffsetRange(topic, 0, 0, 1000)]))
+        took = time.monotonic() - started
+        assert got == 1000 and consumer.known_topics == {topic}
+    finally:
+        consumer.close()
+    assert took < 0.6, f"the first read took {took:.2f} s: it waited for the partition's leader"
