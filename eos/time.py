@@ -11,8 +11,9 @@ outputs all follow it. Extractors, by name or as objects:
     "header:ts"         a header holding the milliseconds as decimal text (header("ts", unit="iso"), ...)
     any callable        fn(record) -> int milliseconds
 
-A timestamp that is missing, negative or not a number makes the record a bad record (dead-letter topic,
-stage "timestamp"), as Kafka Streams' default extractor refuses them.
+A timestamp that is missing, negative, not a number (a boolean is not one), or later than the year 9999
+(`MAX_TIMESTAMP`: window arithmetic stays within 64 bits) makes the record a bad record (dead-letter topic,
+stage "timestamp"), as Kafka Streams' default extractor refuses them. A bad record never moves stream time.
 """
 
 from __future__ import annotations
@@ -27,7 +28,11 @@ from eos.errors import EosError
 from eos.records import Record
 
 __all__ = ["TimestampExtractor", "InvalidTimestampError", "RecordTime", "WallClockTime", "field", "header",
-           "timestamp_extractor", "RECORD_TIME", "TimestampSpec", "parse_time"]
+           "timestamp_extractor", "RECORD_TIME", "TimestampSpec", "parse_time", "check_timestamp", "MAX_TIMESTAMP"]
+
+#: The latest timestamp a record may have: 9999-12-31T23:59:59.999Z in ms. Windows add their size, grace
+#: and retention to it, and store it as a signed 64-bit number.
+MAX_TIMESTAMP = 253_402_300_799_999
 
 Unit = Literal["ms", "s", "iso"]
 
@@ -59,9 +64,26 @@ class WallClockTime(TimestampExtractor):
         return int(time.time() * 1000)
 
 
+def check_timestamp(value: Any, what: str = "the timestamp") -> int:
+    """`value` as a timestamp in ms: an int (or an integral float) in [0, MAX_TIMESTAMP]; anything else
+    raises InvalidTimestampError (negative values pass through as -1 and below, for the caller to refuse)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidTimestampError(f"{what} is not a number of milliseconds: {value!r}")
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise InvalidTimestampError(f"{what} is not a number of milliseconds: {value!r}")
+        value = int(value)
+    if value > MAX_TIMESTAMP:
+        raise InvalidTimestampError(f"{what} {value} is out of range (after the year 9999; is it in "
+                                    "microseconds or nanoseconds?)")
+    return value
+
+
 def _convert(raw: Any, unit: Unit, what: str) -> int:
     if raw is None:
         raise InvalidTimestampError(f"{what} is missing")
+    if isinstance(raw, bool):
+        raise InvalidTimestampError(f"{what} is a boolean, not a time: {raw!r}")
     if unit == "iso":
         try:
             return int(datetime.fromisoformat(str(raw)).timestamp() * 1000)
@@ -71,7 +93,9 @@ def _convert(raw: Any, unit: Unit, what: str) -> int:
         number = float(raw.decode() if isinstance(raw, bytes) else raw)
     except (TypeError, ValueError, UnicodeDecodeError):
         raise InvalidTimestampError(f"{what} is not a number: {raw!r}") from None
-    return int(number * 1000) if unit == "s" else int(number)
+    if number != number or number in (float("inf"), float("-inf")) or abs(number) > 2**63:
+        raise InvalidTimestampError(f"{what} is out of range: {raw!r}")
+    return check_timestamp(int(number * 1000) if unit == "s" else int(number), what)
 
 
 _RELATIVE = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}

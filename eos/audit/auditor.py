@@ -176,7 +176,7 @@ def audit_application(app: Application, *, bootstrap_servers: str | None = None,
     records are deleted once consumed, and lineage reaches through them."""
     cfg = app.config
     bootstrap = bootstrap_servers or cfg.bootstrap_servers
-    hops = {t.name for t in app.internal_topics.values() if t.purge}
+    hops = repartition_topics(app)
     writers = {sub.output: sub for sub in app.subtopologies.values() if sub.output in hops}
     groups = offset_groups(app.subtopologies, cfg.group_id)
     shared = {t for t, gs in topic_groups(app.subtopologies, cfg.group_id).items() if len(gs) > 1}
@@ -203,6 +203,11 @@ def audit_application(app: Application, *, bootstrap_servers: str | None = None,
     return reports
 
 
+def repartition_topics(app: Application) -> frozenset[str]:
+    """The application's repartition topics (their records carry their writers' clocks: eos.streamtime)."""
+    return frozenset(t.name for t in app.internal_topics.values() if t.purge)
+
+
 def audit_windowed(app: Application, *, bootstrap_servers: str | None = None, subtopologies: Iterable[str] = (),
                    max_samples: int = 10, progress: Callable[[int], None] | None = None) -> list[AuditReport]:
     """`eos audit window`: every windowed aggregation of a job (or those named) against the reference
@@ -210,7 +215,7 @@ def audit_windowed(app: Application, *, bootstrap_servers: str | None = None, su
     def check(report: AuditReport, sub: SubTopology, admin: KafkaAdmin, groups: dict[str, str]) -> None:
         report.window = audit_windows(report.bootstrap_servers, sub, group=groups[sub.inputs[0]], admin=admin,
                                       dead_letters=app.config.dlq_topic, max_samples=max_samples,
-                                      progress=progress)
+                                      progress=progress, clocked=frozenset(sub.inputs) & repartition_topics(app))
 
     return _audit_each(app, "window", "windowed aggregation", lambda s: s.windowing is not None, check,
                        bootstrap_servers, subtopologies, max_samples)

@@ -30,6 +30,7 @@ _ROWS = {
                 ("other_dead_letters", "dead letters of other sub-topologies", False),
                 ("derived", "derived outputs (punctuation, final window results)", False)],
     "window": [("input_records", "input records", False), ("late_records", "late records (dropped)", False),
+               ("late_at_source", "of those, late at their source partition (the rest: by re-keying)", False),
                ("dead_letters", "dead-lettered input records (left out)", False),
                ("windows_expected", "windows expected", False), ("output_records", "output records", False),
                ("wrong_values", "wrong results", True), ("missing", "missing windows", True),

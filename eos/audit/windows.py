@@ -12,8 +12,9 @@ windowing: which windows exist, what falls in each, lateness, closing, and the e
 * emit="update": each window's committed updates are exactly the sequence of its values, in order
   (a repeated batch repeats a step, a lost one skips one); session tombstones included.
 
-Only windowed sub-topologies that read their input directly can be audited this way: a purged repartition
-topic no longer holds the records in the order the windows saw them.
+A windowed sub-topology behind a repartition topic is audited from that topic, whose records carry their
+sources' clocks (`eos.streamtime`): the replay follows them as the task did. It needs the topic whole, so
+audit such a job run with `repartition_purge_interval=0`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 
 from eos.audit.scan import scan_topic
 from eos.records import Record
+from eos.streamtime import EventClock, stamp_of
 from eos.time import RECORD_TIME
 from eos.topology import SubTopology
 from eos.windows import HoppingWindows, SessionWindows, SlidingWindows, Windowing, ms
@@ -39,6 +41,9 @@ WindowKey = tuple[Any, int, int]  # (key, start, end)
 class WindowAuditResult:
     input_records: int = 0
     late_records: int = 0
+    #: of the late records, those late by their own source partition's stream time; the rest were late only
+    #: by the task's (records of a source that had been idle)
+    late_at_source: int = 0
     dead_letters: int = 0  # input records the sub-topology dead-lettered (left out of the reference)
     windows_expected: int = 0
     output_records: int = 0
@@ -70,34 +75,63 @@ class Reference:
     #: windows closed by the final stream time, with their final values
     closed: dict[WindowKey, Any] = field(default_factory=dict)
     late: int = 0
+    late_at_source: int = 0  # late by their own source's clock alone
     records: int = 0
+    stream_time: int = -1  # the task's stream time at the end
 
 
 def reference_windows(records: Iterable[Record], w: Windowing,
-                      dead_lettered: Container[tuple[str, int, int]] = ()) -> Reference:
+                      dead_lettered: Container[tuple[str, int, int]] = (),
+                      clocked: frozenset[str] = frozenset()) -> Reference:
     """Replay records (one task's, in processing order) through the windowing's definition. A record in
-    `dead_lettered` (topic, partition, offset) failed while it was processed: as in the task (and in Kafka
-    Streams), it moved stream time on, and its update did not happen."""
+    `dead_lettered` (topic, partition, offset) failed while it was processed: as in the task, it did not
+    move stream time, and its update did not happen. Records of `clocked` topics (repartition topics) carry
+    their sources' clocks, and clock markers come in their place among them (`eos.streamtime`): stream time
+    and lateness follow those, as in the task."""
     ref = Reference()
     spec = w.windows
-    stream_time = -1
+    clock = EventClock(clocked, direct=False) if clocked else EventClock()
     state: dict[WindowKey, Any] = {}  # open windows' aggregates
     contents: dict[Any, list[tuple[int, Any]]] = defaultdict(list)  # sliding: records seen per key
     for rec in records:
-        if rec.value is None or rec.key is None or rec.timestamp < 0:
+        stamp, marker = stamp_of(rec.headers) if rec.topic in clocked else (None, False)
+        if marker:
+            if stamp is not None:
+                clock.observe_stamp(rec.topic, stamp, marker=True)
             continue
-        stream_time = max(stream_time, rec.timestamp)
+        if rec.timestamp < 0:
+            continue  # a bad record
         if (rec.topic, rec.partition, rec.offset) in dead_lettered:
+            if stamp is not None:
+                clock.observe_stamp(rec.topic, stamp)  # its source's clock moved all the same
             continue
+        stream_time = clock.observe(rec.timestamp) if stamp is None else clock.observe_stamp(rec.topic, stamp)
+        if rec.value is None:
+            continue  # a tombstone: stream time moves, nothing is aggregated
         ref.records += 1
+        late = ref.late
+        source_time = stamp.stream_time if stamp is not None else stream_time
         if isinstance(spec, HoppingWindows):
             _time_windows(spec, w, rec, stream_time, state, ref)
         elif isinstance(spec, SessionWindows):
             _sessions(spec, w, rec, stream_time, state, ref)
         else:
             _sliding(spec, w, rec, stream_time, state, contents, ref)
-    ref.closed = {window: value for window, value in state.items() if _closed(spec, window[2], stream_time)}
+        if ref.late > late and _late_alone(spec, rec.timestamp, source_time):
+            ref.late_at_source += 1
+    ref.stream_time = clock.stream_time
+    ref.closed = {window: value for window, value in state.items() if _closed(spec, window[2], clock.stream_time)}
     return ref
+
+
+def _late_alone(spec: Any, t: int, stream_time: int) -> bool:
+    """Whether a record at `t` is late by `stream_time` whatever else a task holds (every window it falls
+    in is closed; a session: its own)."""
+    if isinstance(spec, HoppingWindows):
+        return all(_closed(spec, w.end, stream_time) for w in spec.windows_for(t))
+    if isinstance(spec, SessionWindows):
+        return _closed(spec, t, stream_time)
+    return spec.late(t, stream_time)
 
 
 def _closed(spec: Any, end: int, stream_time: int) -> bool:
@@ -176,11 +210,13 @@ def _sliding(spec: SlidingWindows, w: Windowing, rec: Record, stream_time: int, 
 
 def audit_windows(bootstrap_servers: str, sub: SubTopology, *, group: str, admin: KafkaAdmin | None = None,
                   dead_letters: str | None = None, max_samples: int = 10,
-                  progress: Callable[[int], None] | None = None) -> WindowAuditResult:
+                  progress: Callable[[int], None] | None = None,
+                  clocked: frozenset[str] = frozenset()) -> WindowAuditResult:
     """Audit the windowed sub-topology `sub` (built with `windows=`) of the application whose group is
     `group`: its committed output against the reference recomputed from its committed input. Input records
     the sub-topology sent to the dead-letter topic `dead_letters` (e.g. an output its topic refused) took
-    no part in the aggregation, and none in the reference either."""
+    no part in the aggregation, and none in the reference either. `clocked`: inputs that are the
+    application's repartition topics (their records carry their sources' clocks: `eos.streamtime`)."""
     w: Windowing | None = sub.windowing
     if w is None:
         raise ValueError(f"sub-topology {sub.name!r} is not a windowed aggregation")
@@ -203,15 +239,20 @@ def audit_windows(bootstrap_servers: str, sub: SubTopology, *, group: str, admin
     for batch in scan_topic(bootstrap_servers, topic, admin=admin, until={tp: committed.get(tp) or 0 for tp in tps},
                             progress=progress):
         for msg in batch:
-            record = _record(msg, sub, extract)
+            record: Record | None
+            if msg.topic() in clocked and stamp_of(msg.headers())[1]:  # a clock marker: kept in its place
+                record = Record(None, None, msg.topic(), msg.partition(), msg.offset(), -1, msg.headers())
+            else:
+                record = _record(msg, sub, extract)
             if record is not None:
                 per_partition[msg.partition()].append(record)
     expected_updates: dict[WindowKey, list[Any]] = {}
     expected_closed: dict[WindowKey, Any] = {}
     for records in per_partition.values():
-        ref = reference_windows(records, w, skipped)
+        ref = reference_windows(records, w, skipped, clocked & {topic})
         result.input_records += ref.records
         result.late_records += ref.late
+        result.late_at_source += ref.late_at_source
         expected_updates.update(ref.updates)
         expected_closed.update(ref.closed)
     observed: dict[WindowKey, list[Any]] = defaultdict(list)

@@ -21,7 +21,7 @@ import structlog
 
 from eos.config import EosConfig
 from eos.topology import SubTopology, TaskId, offset_groups
-from eos.worker.plans import OffsetReset, SkipReason, TaskPlan, TaskResult, TaskStatus
+from eos.worker.plans import OffsetReset, SkipReason, StampPlan, TaskPlan, TaskResult, TaskStatus
 from eos.worker.progress import CommitMetadata
 from transactions import Committed, KafkaAdmin, OffsetRange
 
@@ -37,7 +37,7 @@ TP = tuple[str, int]
 
 class Planner:
     def __init__(self, admin: KafkaAdmin, config: EosConfig, subtopologies: Mapping[str, SubTopology],
-                 partition_counts: Mapping[str, int]) -> None:
+                 partition_counts: Mapping[str, int], repartition_topics: frozenset[str] = frozenset()) -> None:
         self.admin = admin
         self.config = config
         self.subtopologies = dict(subtopologies)
@@ -50,6 +50,9 @@ class Planner:
         #: records each input partition was behind when the last batch was planned
         self.lag: dict[TP, int] = {}
         self.groups = offset_groups(self.subtopologies, config.group_id)
+        #: the repartition topics each sub-topology writes: its records carry its tasks' clocks
+        self.stamped = {name: sorted(set(sub.output_topics) & repartition_topics)
+                        for name, sub in self.subtopologies.items() if set(sub.output_topics) & repartition_topics}
 
     def task_count(self, sub: SubTopology) -> int:
         return self.partition_counts[sub.inputs[0]]
@@ -111,13 +114,29 @@ class Planner:
                         behind.add(tp)
                 task = sub.task(partition)
                 busy = any(not r.empty for r in ranges)
-                if busy or self._punctuation_due(sub, task):
+                stamps = self._stamps(sub, not behind)
+                if busy or self._punctuation_due(sub, task) or (stamps is not None and not self._said_idle(
+                        [commits[self.groups[(sub.name, t)]].get((t, partition)) for t in sub.inputs])):
                     plans.append(TaskPlan(task, batch, tuple(ranges) if busy else tuple(r.at_start() for r in ranges),
                                           topic_ids={t: self.topic_ids.get(t) for t in sub.inputs},
                                           resets=resets, idle=not busy, behind=frozenset(behind),
-                                          global_pins={g.topic: pins[g.topic] for g in sub.global_tables}))
+                                          global_pins={g.topic: pins[g.topic] for g in sub.global_tables},
+                                          stamps=stamps))
         self._first_plan = False
         return plans
+
+    def _stamps(self, sub: SubTopology, caught_up: bool) -> StampPlan | None:
+        topics = self.stamped.get(sub.name)
+        if not topics:
+            return None
+        return StampPlan(self.task_count(sub), {t: self.partition_counts[t] for t in topics}, caught_up)
+
+    @staticmethod
+    def _said_idle(committed: list[Committed | None]) -> bool:
+        """Whether a writer of repartition topics last told their readers that it had caught up. One that has
+        not, and has no input, runs a batch of its own to say so: else its readers would wait for its clock
+        (eos.streamtime), e.g. for an input partition that never gets a record."""
+        return any(CommitMetadata.decode(c.metadata).idle for c in committed if c is not None)
 
     def _global_pins(self) -> dict[str, dict[int, tuple[int, int]]]:
         """Where every global table is read to in this batch: its partitions' last stable offsets now."""

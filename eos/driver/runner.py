@@ -92,10 +92,10 @@ class Runner:
         dlq_partitions = create_internal_topics(admin, cfg, self.app.subtopologies, counts)
         if cfg.driver_lease:
             self.lease = acquire_driver_lease(admin, cfg)
+        repartition = frozenset(t.name for t in self.app.internal_topics.values() if t.purge)
         job = Job(cfg, dict(self.app.subtopologies), self.app.fault_hooks, dlq_partitions,
-                  ledger_topic(cfg.application_id),
-                  frozenset(t.name for t in self.app.internal_topics.values() if t.purge))
-        planner = Planner(admin, cfg, self.app.subtopologies, counts)
+                  ledger_topic(cfg.application_id), repartition)
+        planner = Planner(admin, cfg, self.app.subtopologies, counts, repartition)
         planner.refresh_topic_ids()
         planner.initialize_offsets()
         purged = [t.name for t in self.app.internal_topics.values() if t.purge and cfg.repartition_purge_interval]

@@ -85,6 +85,7 @@ class BatchAttempt:
         self.ranges: tuple[OffsetRange, ...] = plan.ranges
         self.stream_time = -1
         self.punctuation: dict[int, int] = {}  # the schedule as last committed
+        self.clocks = ""  # the clocks of the repartition inputs' sources as last committed (eos.streamtime)
         self.runtime: TaskRuntime | None = None
         self.messages: list[Message] = []
         self.outcome = BatchOutcome()
@@ -142,6 +143,7 @@ class BatchAttempt:
         decoded = [CommitMetadata.decode(c.metadata) for c in committed.values()]
         self.stream_time = max((m.stream_time for m in decoded), default=-1)
         self.punctuation = next((m.punctuation for m in decoded if m.punctuation), {})
+        self.clocks = next((m.clocks for m in decoded if m.clocks), "")
         if self.producer.commits and any(m.producer not in (None, self.producer.token) for m in decoded):
             # Another worker committed this task since this cached producer's last commit, so it was fenced.
             raise ProducerFencedError(f"{self.txn_id}: another worker committed this task since; the cached "
@@ -216,7 +218,8 @@ class BatchAttempt:
         """Run the processor: outputs and state changes stay in memory until the commit."""
         assert self.runtime is not None
         t0 = time.monotonic()
-        self.outcome = self.runtime.process(self.messages, self.stream_time, self.punctuation, self.plan.behind)
+        self.outcome = self.runtime.process(self.messages, self.stream_time, self.punctuation, self.plan.behind,
+                                            self.clocks, self.plan.stamps)
         self.changelog = self.runtime.changelog_records()
         self.result.process_ms = (time.monotonic() - t0) * 1000
         return self.outcome
@@ -237,9 +240,11 @@ class BatchAttempt:
         self._fire(HookPoint.AFTER_PRODUCE)
         stream_time = max(self.stream_time, outcome.stream_time)
         punctuation = self.runtime.punctuation_state() if self.runtime is not None else {}
+        stamps = self.plan.stamps
+        idle = stamps is not None and stamps.caught_up and outcome.stopped_at is None
         offsets = [TopicPartition(r.topic, r.partition, self._commit_offset(r),
                                   CommitMetadata(stream_time, producer.token, self.plan.topic_ids.get(r.topic),
-                                                 punctuation).encode())
+                                                 punctuation, outcome.clocks, idle).encode())
                    for r in self.ranges]
         by_tp = {(tp.topic, tp.partition): tp for tp in offsets}
         for consumer, tps in self._by_group(list(by_tp)):

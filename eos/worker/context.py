@@ -22,6 +22,7 @@ from eos.origin import DERIVED_HEADER, ORIGIN_HEADER, lineage_source
 from eos.processor import Cancellable, ProcessorContext, PunctuationType, RecordMetadata
 from eos.records import Output
 from eos.serde import Serde
+from eos.streamtime import MARKER_HEADER, STAMP_HEADER, encode_stamp
 from eos.worker.topic_rules import OutputRejectedError, TopicRule
 from transactions import Message, ProducerRecord
 
@@ -58,13 +59,20 @@ class TaskContext(ProcessorContext):
     def __init__(self, *, application_id: str, subtopology: str, partition: int, output_topic: str | None,
                  key_serde: Serde, value_serde: Serde, lineage: bool, stores: dict[str, Any] | None = None,
                  stream_time: int = -1, topic_rules: Callable[[str], TopicRule] | None = None,
-                 transitive_topics: frozenset[str] = frozenset(), raw_topics: frozenset[str] = frozenset()) -> None:
+                 transitive_topics: frozenset[str] = frozenset(), raw_topics: frozenset[str] = frozenset(),
+                 stamped_topics: frozenset[str] = frozenset()) -> None:
         self.application_id = application_id
         self._raw = raw_topics  # topics whose keys and values the processor serializes itself
         self.subtopology = subtopology
         self.partition = partition
         self.task_id = f"{subtopology}-{partition}"
+        #: the task's stream time; while a record of a repartition topic is processed, the stream time it is
+        #: judged against (the larger of the task's and its source's: eos.streamtime)
         self.stream_time = stream_time
+        #: repartition topics this task writes, whose records carry its clock (eos.streamtime), and the task
+        #: count of its sub-topology (set for each batch)
+        self._stamped = stamped_topics
+        self.stamp_sources = 0
         self._output_topic = output_topic
         self._serialize_key, self._serialize_value = key_serde.serialize, value_serde.serialize
         #: the current record's lineage origin: b"topic:partition:", offset, and the index its outputs start at
@@ -121,6 +129,8 @@ class TaskContext(ProcessorContext):
                     self._start_origin(msg)
                 headers.append((ORIGIN_HEADER, b"%b%d:%d" % (self._origin_prefix, self._origin_offset,
                                                               self._index_base + self._index)))
+        if target in self._stamped:
+            headers.append((STAMP_HEADER, encode_stamp(self.partition, self.stamp_sources, self.stream_time)))
         ts = self._current_ts if timestamp is None else timestamp
         rule = self._rule_of.get(target)
         if rule is None and self._rules is not None:
@@ -199,6 +209,14 @@ class TaskContext(ProcessorContext):
     def next_wall_clock(self) -> int | None:
         times = [s.next_at for s in self.schedules if s.type == "wall_clock" and not s.cancelled]
         return min(times) if times else None
+    def markers(self, partitions: dict[str, int], idle: bool) -> list[ProducerRecord]:
+        """The end of a batch: this task's clock for every partition of each repartition topic it writes
+        (`partitions`: topic -> partition count), so that a partition no key of this task hashes to still
+        learns how far the task has got; `idle`: the task has caught up with its input."""
+        stamp = [(MARKER_HEADER, encode_stamp(self.partition, self.stamp_sources, self.stream_time, idle))]
+        return [_new_record(ProducerRecord, (topic, p, None, None, stamp, None))
+                for topic, count in sorted(partitions.items()) if topic in self._stamped for p in range(count)]
+
     # ------------------------------------------------------------------ the runtime's side
     def begin_batch(self) -> None:
         """A batch starts: output topics' rules are looked up again (they may have changed since)."""

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from eos.hooks import FaultHooks
     from eos.topology import SubTopology
 
-__all__ = ["Job", "TaskPlan", "TaskResult", "TaskStatus", "StandbyPlan", "StandbyResult", "StandbyStatus",
+__all__ = ["Job", "TaskPlan", "StampPlan", "TaskResult", "TaskStatus", "StandbyPlan", "StandbyResult", "StandbyStatus",
            "OffsetReset", "SkipReason"]
 
 TopicPartition = tuple[str, int]
@@ -67,6 +67,18 @@ class OffsetReset:
 
 
 @dataclass(frozen=True)
+class StampPlan:
+    """For a task that writes repartition topics: what its records' clocks say (eos.streamtime)."""
+
+    #: the task count of its sub-topology (the sources a reader of the topic hears from)
+    sources: int
+    #: repartition topic -> partition count: each partition gets the task's clock at the end of a batch
+    partitions: dict[str, int]
+    #: the batch takes the task's input up to its end as planned: its clock is marked idle at the end
+    caught_up: bool
+
+
+@dataclass(frozen=True)
 class TaskPlan:
     task: TaskId
     batch: int
@@ -87,6 +99,8 @@ class TaskPlan:
     #: several co-partitioned inputs runs out, the batch stops there: the others' later records wait for it,
     #: so that records are processed in timestamp order across batches too (Kafka Streams' synchronization).
     behind: frozenset[TopicPartition] = frozenset()
+    #: The task writes repartition topics: how its clock goes with its records.
+    stamps: StampPlan | None = None
 
 
 @dataclass

@@ -25,13 +25,15 @@ from eos.errors import BadRecordError, FrameworkError, OutputSerializationError,
 from eos.processor import Processor, PunctuationType
 from eos.records import Record
 from eos.serde import Serde
-from eos.time import RECORD_TIME, InvalidTimestampError
+from eos.streamtime import MARKER_HEADER, EventClock, stamp_of
+from eos.time import RECORD_TIME, InvalidTimestampError, check_timestamp
 from eos.worker.context import TaskContext
 from eos.worker.dead_letters import DeadLetterPolicy, Stage
 from recovery import StoreError
 from transactions import Message, ProducerRecord
 
-__all__ = ["BatchOutcome", "RecordScoped", "run_processor", "NOT_A_BAD_RECORD", "Entry", "entries", "InputReading"]
+__all__ = ["BatchOutcome", "RecordScoped", "run_processor", "NOT_A_BAD_RECORD", "Entry", "entries", "InputReading",
+           "is_marker"]
 
 #: Exceptions that fail the task instead of dead-lettering the record being processed.
 NOT_A_BAD_RECORD = (MemoryError, BadRecordError, FrameworkError, StoreError)
@@ -65,6 +67,8 @@ class BatchOutcome:
     late: list[Message] = field(default_factory=list)
     punctuations: int = 0
     dropped: dict[str, int] = field(default_factory=dict)
+    #: the clocks of the sources of repartition inputs after the batch (eos.streamtime), '' without any
+    clocks: str = ""
 
 
 #: (message, record or the reason it is a bad record, its timestamp; -1 for a bad record, which is thus
@@ -92,7 +96,7 @@ def entries(messages: Iterable[Message], key_serde: Serde, value_serde: Serde,
             continue
         if not record_time:
             try:
-                ts = record.timestamp = int(timestamp(record))
+                ts = record.timestamp = check_timestamp(timestamp(record))
             except InvalidTimestampError as exc:
                 yield msg, exc, -1
                 continue
@@ -136,6 +140,11 @@ def by_partition(messages: list[Message]) -> dict[tuple[str, int], list[Message]
     return parts
 
 
+def is_marker(msg: Message) -> bool:
+    """A clock marker of a repartition topic (eos.streamtime), not a record."""
+    return any(key == MARKER_HEADER for key, _ in msg.headers() or ())
+
+
 def _entry_time(entry: Entry) -> int:
     return entry[2]
 
@@ -145,10 +154,19 @@ def run_processor(processor: Processor, ctx: TaskContext, messages: list[Message
                   timestamp: Callable[[Record], int] = RECORD_TIME,
                   clock: Callable[[], float] = time.time,
                   per_topic: Mapping[str, InputReading] | None = None,
-                  behind: frozenset[tuple[str, int]] = frozenset()) -> BatchOutcome:
+                  behind: frozenset[tuple[str, int]] = frozenset(),
+                  event_clock: EventClock | None = None) -> BatchOutcome:
     """Process `messages`, one record scope each, with punctuations in between and at the end. When a
     partition of `behind` (one with more input than the batch holds) runs out while other partitions have
-    records left, processing stops there: those records are later in time than what it has not read yet."""
+    records left, processing stops there: those records are later in time than what it has not read yet.
+
+    Stream time is the largest timestamp seen, unless `event_clock` keeps the clocks of repartition inputs'
+    sources (eos.streamtime). A record that goes to the dead-letter topic does not move it."""
+    if event_clock is not None and not event_clock.clocked:
+        event_clock = None
+    clocked = event_clock.clocked if event_clock is not None else frozenset()
+    if event_clock is not None:
+        ctx.stream_time = event_clock.stream_time
     outcome = BatchOutcome(stream_time=ctx.stream_time)
     scoped = list(scoped)
     process, outputs, filtered = processor.process, outcome.outputs, outcome.filtered
@@ -160,7 +178,7 @@ def run_processor(processor: Processor, ctx: TaskContext, messages: list[Message
     remaining = {tp: len(ms) for tp, ms in parts.items()} if behind else {}
     # Where processing stands in each partition is tracked per record only when several partitions (or
     # stopping when one runs out) make it necessary; with one, the current record says it.
-    track = len(parts) > 1 or bool(remaining)
+    track = len(parts) > 1 or bool(remaining) or bool(clocked)
     unprocessed = len(messages)
     records_in = 0
     tp = ("", -1)
@@ -172,12 +190,27 @@ def run_processor(processor: Processor, ctx: TaskContext, messages: list[Message
             unprocessed -= 1
             if remaining:
                 remaining[tp] -= 1
+        stamp = None
+        if clocked and tp[0] in clocked:
+            stamp, marker = stamp_of(msg.headers())
+            if marker:  # a source's clock, not a record
+                records_in -= 1
+                if stamp is not None and event_clock is not None:
+                    event_clock.observe_stamp(tp[0], stamp, marker=True)
+                    outcome.stream_time = ctx.stream_time = event_clock.stream_time
+                    _punctuate_due(ctx, scoped, outcome, clock)
+                continue
         if type(record) is not Record:
             stage = Stage.DESERIALIZE if isinstance(record, SerdeError) else Stage.TIMESTAMP
             outcome.dead_letters.append(dlq.route(msg, record, stage))  # type: ignore[arg-type]
             continue
-        if ts > outcome.stream_time:
-            outcome.stream_time = ctx.stream_time = ts
+        before = outcome.stream_time
+        if event_clock is None:
+            if ts > before:
+                outcome.stream_time = ctx.stream_time = ts
+        else:  # judged against the larger of the task's stream time and its source's
+            saved = event_clock.save()
+            ctx.stream_time = event_clock.observe(ts) if stamp is None else event_clock.observe_stamp(tp[0], stamp)
         enter(msg, ts)
         for s in scoped:
             s.begin_record()
@@ -189,11 +222,18 @@ def run_processor(processor: Processor, ctx: TaskContext, messages: list[Message
             for s in scoped:
                 s.rollback_record()
             ctx.discard_record()
+            if event_clock is not None:
+                if stamp is None:
+                    event_clock.restore(saved)  # (a stamped one moved its source's clock, which stays)
+                before = event_clock.stream_time
+            outcome.stream_time = ctx.stream_time = before  # a bad record never moves stream time
             stage = Stage.SERIALIZE if isinstance(exc, OutputSerializationError) else Stage.PROCESS
             outcome.dead_letters.append(dlq.route(msg, exc, stage))
             continue
         for s in scoped:
             s.commit_record()
+        if event_clock is not None:
+            outcome.stream_time = ctx.stream_time = event_clock.stream_time
         produced = leave()
         if produced:
             outputs.extend(produced)
@@ -216,6 +256,8 @@ def run_processor(processor: Processor, ctx: TaskContext, messages: list[Message
     _punctuate_due(ctx, scoped, outcome, clock)
     _in_scope(ctx, scoped, outcome, outcome.stream_time, processor.punctuate)  # the batch-end hook
     outcome.dropped, ctx.dropped = ctx.dropped, {}
+    if event_clock is not None:
+        outcome.clocks = event_clock.encode()
     return outcome
 
 

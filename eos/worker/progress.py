@@ -1,14 +1,16 @@
 """What a task keeps with its committed offsets (the offset-commit metadata), and reads back first thing in
 every batch: the committed offsets are the only record of progress, and this is the progress beyond them.
 
-    eos1;st=<stream time>;p=<producer token>;t=<topic id>;pu=<index>:<next due>,...
+    eos1;st=<stream time>;p=<producer token>;t=<topic id>;pu=<index>:<next due>,...;c=<clocks>;i=1
 
 * stream time: the largest record timestamp the task has seen (Kafka Streams keeps partition time there
   too), so that windows and stream-time punctuation continue where they were after a restart;
 * the token of the producer instance that committed (to tell that another worker committed since);
 * the id of the topic the offset belongs to (a topic deleted and created again has a new one);
 * the punctuation schedule: when each of the processor's schedules is next due, so that a punctuation
-  committed once is not run again by a retried or moved task.
+  committed once is not run again by a retried or moved task;
+* the clocks of the sources of its repartition inputs (`eos.streamtime.EventClock.encode`);
+* whether the task, a writer of repartition topics, last told their readers that it was idle (caught up).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ class CommitMetadata:
     producer: str | None = None
     topic_id: str | None = None
     punctuation: dict[int, int] = field(default_factory=dict)
+    clocks: str = ""
+    idle: bool = False
 
     def encode(self) -> str:
         text = f"{_VERSION};st={self.stream_time};p={self.producer or ''}"
@@ -33,6 +37,10 @@ class CommitMetadata:
             text += f";t={self.topic_id}"
         if self.punctuation:
             text += ";pu=" + ",".join(f"{i}:{t}" for i, t in sorted(self.punctuation.items()))
+        if self.clocks:
+            text += f";c={self.clocks}"
+        if self.idle:
+            text += ";i=1"
         return text
 
     @classmethod
@@ -50,4 +58,5 @@ class CommitMetadata:
             index, _, due = item.partition(":")
             if index.isdigit() and due.lstrip("-").isdigit():
                 punctuation[int(index)] = int(due)
-        return cls(stream_time, fields.get("p") or None, fields.get("t") or None, punctuation)
+        return cls(stream_time, fields.get("p") or None, fields.get("t") or None, punctuation,
+                   fields.get("c", ""), fields.get("i") == "1")

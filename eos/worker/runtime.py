@@ -12,12 +12,14 @@ from typing import TYPE_CHECKING
 
 from eos.errors import TaskFailedError
 from eos.processor import Processor
+from eos.streamtime import EventClock
 from eos.time import RECORD_TIME
 from eos.topology import SubTopology, TaskId
 from eos.worker.context import TaskContext
 from eos.worker.dead_letters import DeadLetterPolicy
 from eos.worker.global_tables import GlobalTableView
-from eos.worker.processing import NOT_A_BAD_RECORD, BatchOutcome, punctuate_idle, run_processor
+from eos.worker.plans import StampPlan
+from eos.worker.processing import NOT_A_BAD_RECORD, BatchOutcome, is_marker, punctuate_idle, run_processor
 from eos.worker.stores import TaskStores
 from eos.worker.topic_rules import TopicRule
 from eos.worker.vectorized import run_batch_function
@@ -48,7 +50,10 @@ class TaskRuntime:
                                    value_serde=sub.output_value_serde, lineage=cfg.lineage,
                                    stores={**(self.stores.views if self.stores else {}), **self.globals},
                                    topic_rules=topic_rules, transitive_topics=job.transitive_topics,
-                                   raw_topics=sub.raw_outputs)
+                                   raw_topics=sub.raw_outputs,
+                                   stamped_topics=frozenset(sub.output_topics) & job.transitive_topics)
+        #: inputs that are repartition topics: their records carry their sources' clocks (eos.streamtime)
+        self.clocked = frozenset(sub.inputs) & job.transitive_topics
         self.processor = _create_processor(sub, self.context) if sub.processor_factory is not None else None
         self.reused = False  # whether a batch already ran on this runtime
 
@@ -67,10 +72,26 @@ class TaskRuntime:
         return read
 
     def process(self, messages: list[Message], stream_time: int, punctuation: dict[int, int],
-                behind: frozenset[tuple[str, int]] = frozenset()) -> BatchOutcome:
-        """Process a batch starting at `stream_time` (from the committed offsets' metadata), with the
-        punctuation schedule the driver last heard of. An empty batch runs only the punctuations due."""
+                behind: frozenset[tuple[str, int]] = frozenset(), clocks: str = "",
+                stamps: StampPlan | None = None) -> BatchOutcome:
+        """Process a batch starting at `stream_time` and the sources' `clocks` (from the committed offsets'
+        metadata), with the punctuation schedule the driver last heard of. An empty batch runs only the
+        punctuations due. With `stamps`, the batch ends with this task's clock sent to every partition of
+        the repartition topics it writes (eos.streamtime)."""
+        outcome = self._process(messages, stream_time, punctuation, behind, clocks, stamps)
+        if stamps is not None and self.context._stamped:
+            self.context.stream_time = max(self.context.stream_time, outcome.stream_time)
+            outcome.outputs.extend(self.context.markers(stamps.partitions,
+                                                        idle=stamps.caught_up and outcome.stopped_at is None))
+        return outcome
+
+    def _process(self, messages: list[Message], stream_time: int, punctuation: dict[int, int],
+                 behind: frozenset[tuple[str, int]], clocks: str, stamps: StampPlan | None) -> BatchOutcome:
         sub = self.sub
+        self.context.stamp_sources = stamps.sources if stamps is not None else 0
+        if self.clocked:
+            messages = [m for m in messages if m.topic() not in self.clocked or not is_marker(m)] \
+                if self.processor is None else messages
         if self.processor is not None:
             ctx = self.context
             ctx.stream_time = max(ctx.stream_time, stream_time) if self.reused else stream_time
@@ -78,14 +99,20 @@ class TaskRuntime:
             ctx.begin_batch()
             self.reused = True
             scoped = self.stores.scoped() if self.stores else ()
+            clock = None
+            if self.clocked:  # the committed clocks are the truth, whatever this runtime saw before
+                clock = EventClock(self.clocked, direct=len(self.clocked) < len(sub.inputs), stream_time=stream_time)
+                clock.adopt(clocks)
             if not messages:
-                return punctuate_idle(self.processor, ctx, scoped)
+                outcome = punctuate_idle(self.processor, ctx, scoped)
+                outcome.clocks = clocks
+                return outcome
             return run_processor(self.processor, ctx, messages, key_serde=sub.key_serde,
                                  value_serde=sub.value_serde, dlq=self.dlq, scoped=scoped,
                                  timestamp=sub.timestamp or RECORD_TIME,
                                  per_topic={t: (ks, vs, ts or RECORD_TIME)
                                             for t, (ks, vs, ts) in sub.per_topic.items()},
-                                 behind=behind if len(sub.inputs) > 1 else frozenset())
+                                 behind=behind if len(sub.inputs) > 1 else frozenset(), event_clock=clock)
         assert sub.batch_fn is not None
         outcome = run_batch_function(sub.batch_fn, sub.batch_format, messages, key_serde=sub.key_serde,
                                      value_serde=sub.value_serde, out_key_serde=sub.output_key_serde,
