@@ -93,6 +93,8 @@ class TumblingWindows(HoppingWindows):
     """Hopping windows whose advance is their size."""
 
     def __init__(self, size: int | timedelta, grace: int | timedelta = 0) -> None:
+        if ms(size) <= 0:
+            raise ValueError(f"a tumbling window's size must be > 0 ms; got {ms(size)}")
         super().__init__(size, size, grace)
 
 

@@ -13,9 +13,11 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from eos.cli.errors import fail
-from eos.cli.options import bootstrap_option, resolve_bootstrap
+from eos.cli.options import bootstrap_option, require_reachable, resolve_bootstrap
 
-audit_app = typer.Typer(no_args_is_help=True, help="Audit a job's committed output (lineage or aggregate mode).")
+audit_app = typer.Typer(no_args_is_help=True, help=(
+    "Audit committed output: a framework job whole (app), its windows (window) or joins (join), or any "
+    "topics by lineage headers (lineage) or recomputed per-key aggregates (aggregate). Exit status 1 on FAIL."))
 err = Console(stderr=True)
 out = Console()
 
@@ -76,6 +78,7 @@ def lineage(bootstrap_servers: str = Bootstrap, inputs: list[str] = Inputs, outp
     if isolation not in ("read_committed", "read_uncommitted"):
         err.print("[red]--isolation must be read_committed or read_uncommitted[/red]")
         raise typer.Exit(2)
+    require_reachable(bootstrap_servers)
     with _progress() as progress:
         report = audit(bootstrap_servers, inputs=inputs, outputs=outputs, dead_letter_topic=dead_letter_topic,
                        group=group, isolation=isolation, executor=_executor(spark, master),  # type: ignore[arg-type]
@@ -107,6 +110,7 @@ def aggregate(bootstrap_servers: str = Bootstrap, inputs: list[str] = Inputs, ou
         err.print("[red]--kind must be count, sum, min or max[/red]")
         raise typer.Exit(2)
     spec = AggregateSpec(kind, _extractor(input_format, input_field), _extractor(output_format, output_field))  # type: ignore[arg-type]
+    require_reachable(bootstrap_servers)
     with _progress() as progress:
         report = audit(bootstrap_servers, inputs=inputs, outputs=outputs, group=group, aggregate=spec,
                        max_samples=samples, progress=progress)
@@ -128,13 +132,30 @@ def app_(target: str = typer.Argument(..., help="module:app or path/to/job.py[:a
         application = load_application(target)
         cfg = application.config.with_overrides(
             bootstrap_servers=resolve_bootstrap(bootstrap_servers, application.config.bootstrap_servers))
-        cfg.require_bootstrap()
     except (ValueError, ConfigError) as exc:
         fail(2, str(exc))
+    require_reachable(cfg.bootstrap_servers)
     with _progress() as progress:
         reports = audit_application(application, bootstrap_servers=cfg.bootstrap_servers, max_samples=samples,
                                     progress=progress)
     _finish(reports, json_path)
+
+
+def _load(target: str, bootstrap_servers: str | None, subtopologies: list[str]) -> tuple[Any, str]:
+    """The job and its reachable bootstrap servers, or one line and exit status 2."""
+    from eos.cli.loader import load_application
+    from eos.errors import ConfigError
+
+    try:
+        application = load_application(target)
+        bootstrap = resolve_bootstrap(bootstrap_servers, application.config.bootstrap_servers)
+        unknown = [n for n in subtopologies if n not in application.subtopologies]
+        if unknown:
+            raise ValueError(f"no sub-topology {', '.join(map(repr, unknown))}; the job has "
+                             f"{', '.join(sorted(application.subtopologies))}")
+    except (ValueError, ConfigError) as exc:
+        fail(2, str(exc))
+    return application, require_reachable(bootstrap)
 
 
 @audit_app.command("window")
@@ -144,18 +165,13 @@ def window(target: str = typer.Argument(..., help="module:app or path/to/job.py[
     """Recompute every windowed aggregation of a job from its committed input (event time, windows, grace,
     lateness) and check the committed output: each final result once and right, update streams in order."""
     from eos.audit import audit_windowed
-    from eos.cli.loader import load_application
-    from eos.errors import ConfigError
 
+    application, bootstrap = _load(target, bootstrap_servers, subtopology)
     try:
-        application = load_application(target)
-        bootstrap = resolve_bootstrap(bootstrap_servers, application.config.bootstrap_servers)
-        if not bootstrap:
-            raise ConfigError("no bootstrap servers: pass --bootstrap-servers or set EOS_BOOTSTRAP_SERVERS")
         with _progress() as progress:
             reports = audit_windowed(application, bootstrap_servers=bootstrap, subtopologies=subtopology,
                                      max_samples=samples, progress=progress)
-    except (ValueError, KeyError, ConfigError) as exc:
+    except ValueError as exc:  # e.g. no windowed aggregation, or its input purged: what to do instead
         fail(2, str(exc))
     _finish(reports, json_path)
 
@@ -168,16 +184,11 @@ def join(target: str = typer.Argument(..., help="module:app or path/to/job.py[:a
     stream-stream results exactly, stream-table results against the table's history, table-table results
     against both tables' histories and final values."""
     from eos.audit import audit_joins
-    from eos.cli.loader import load_application
-    from eos.errors import ConfigError
 
+    application, bootstrap = _load(target, bootstrap_servers, subtopology)
     try:
-        application = load_application(target)
-        bootstrap = resolve_bootstrap(bootstrap_servers, application.config.bootstrap_servers)
-        if not bootstrap:
-            raise ConfigError("no bootstrap servers: pass --bootstrap-servers or set EOS_BOOTSTRAP_SERVERS")
         reports = audit_joins(application, bootstrap_servers=bootstrap, subtopologies=subtopology,
                               max_samples=samples)
-    except (ValueError, KeyError, ConfigError) as exc:
+    except ValueError as exc:
         fail(2, str(exc))
     _finish(reports, json_path)

@@ -8,7 +8,7 @@ from typing import Any
 import typer
 
 from eos.cli.errors import fail
-from eos.cli.options import bootstrap_option, resolve_bootstrap
+from eos.cli.options import bootstrap_option, require_reachable, resolve_bootstrap
 
 __all__ = ["store_app"]
 
@@ -21,9 +21,7 @@ def _snapshot(target: str, store: str, bootstrap_servers: str) -> Any:
 
     try:
         application = load_application(target)
-        bootstrap = resolve_bootstrap(bootstrap_servers, application.config.bootstrap_servers)
-        if not bootstrap:
-            raise ConfigError("no bootstrap servers: pass --bootstrap-servers or set EOS_BOOTSTRAP_SERVERS")
+        bootstrap = require_reachable(resolve_bootstrap(bootstrap_servers, application.config.bootstrap_servers))
         return application.store_view(store, bootstrap_servers=bootstrap)
     except KeyError as exc:
         fail(2, str(exc.args[0]))

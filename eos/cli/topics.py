@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from eos.cli.errors import fail
-from eos.cli.options import bootstrap_option, resolve_bootstrap
+from eos.cli.options import bootstrap_option, require_reachable, resolve_bootstrap
 from transactions import KafkaAdmin
 
 topics_app = typer.Typer(no_args_is_help=True, help="Create, list, delete and write to topics.")
@@ -26,16 +26,7 @@ console = Console(soft_wrap=True, highlight=False)
 
 
 def _admin(bootstrap_servers: str) -> KafkaAdmin:
-    from transactions import BrokerUnreachableError, check_reachable
-
-    if not bootstrap_servers:
-        fail(2, "no bootstrap servers: pass --bootstrap-servers or set EOS_BOOTSTRAP_SERVERS "
-                "(`eval \"$(eos cluster env)\"` for a local cluster)")
-    try:
-        check_reachable(bootstrap_servers)
-    except BrokerUnreachableError as exc:
-        fail(2, f"{exc}. For a local cluster run `eos cluster up` and `eval \"$(eos cluster env)\"`.")
-    return KafkaAdmin(bootstrap_servers)
+    return KafkaAdmin(require_reachable(bootstrap_servers))
 
 
 @topics_app.command()
@@ -115,7 +106,9 @@ def produce(topic: str = typer.Argument(..., help="Topic to write to"),
     from transactions import produce_pairs
 
     bootstrap_servers = resolve_bootstrap(bootstrap_servers)
-    _admin(bootstrap_servers)
+    if topic not in _admin(bootstrap_servers).topic_names():
+        fail(2, f"topic {topic!r} does not exist: create it first (`eos topics create {topic} --partitions N`, "
+                "or `eos topics create --from-app job.py`)")
     now = int(time.time() * 1000)
 
     def records() -> Iterator[tuple[bytes | None, bytes, int | None]]:

@@ -53,6 +53,15 @@ class AggregationMethods(StreamMethods):
         `group_by(record) -> key` aggregates by another key: records go through the repartition topic
         `<application_id>-<name>-repartition` first (the sub-topology `<name>.repartition` writes it), so
         each new key is aggregated in one task."""
+        if emit not in ("update", "final"):
+            raise ValueError(f"{name}: emit must be 'update' or 'final', got {emit!r}")
+        if windows is None and emit == "final":
+            raise ValueError(f"{name}: emit='final' needs windows= (a result per window when it closes); an "
+                             "aggregation over all time has no final result: leave emit out")
+        if windows is not None and not isinstance(windows, (HoppingWindows, SlidingWindows, SessionWindows)):
+            raise TypeError(f"{name}: windows must be TumblingWindows, HoppingWindows, SlidingWindows or "
+                            f"SessionWindows from eos.windows, e.g. windows=TumblingWindows(60_000); got "
+                            f"{windows!r}")
         if group_by is not None:
             input = self.repartition(input, name=name, key=group_by, key_serde=key_serde, value_serde=value_serde,
                                      output_key_serde=key_serde, timestamp=timestamp,
@@ -64,8 +73,6 @@ class AggregationMethods(StreamMethods):
             return self._add(name, input, output, key_serde, value_serde, None, aggregate_serde, (),
                              timestamp=timestamp, stores=(spec,),
                              processor_factory=partial(AggregateProcessor, spec.name, initializer, aggregator))
-        if emit not in ("update", "final"):
-            raise ValueError(f"emit must be 'update' or 'final', got {emit!r}")
         if late_records not in ("drop", "dead_letter"):
             raise ValueError(f"late_records must be 'drop' or 'dead_letter', got {late_records!r}")
         keep = max(ms(retention or 0), windows.retention_ms)

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import heapq
 import time
+import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from eos.errors import BadRecordError, FrameworkError, OutputSerializationError, SerdeError
+from eos.errors import BadRecordError, FrameworkError, OutputSerializationError, SerdeError, TaskFailedError
 from eos.processor import Processor, PunctuationType
 from eos.records import Record
 from eos.serde import Serde
@@ -287,11 +288,21 @@ def _kind(kind: str) -> PunctuationType:
 
 def _in_scope(ctx: TaskContext, scoped: list[RecordScoped], outcome: BatchOutcome, timestamp: int,
               callback: Callable[[int], None]) -> None:
-    """Run a punctuation in a scope of its own; if it raises, the whole batch fails."""
+    """Run a punctuation in a scope of its own. If it raises, the task fails and the job stops: no record is
+    to blame, and running the batch again runs the same punctuation at the same time (stream-time ones, and
+    the framework's own: closing and expiring windows)."""
     ctx.enter_record(None, timestamp)
     for s in scoped:
         s.begin_record()
-    callback(timestamp)
+    try:
+        callback(timestamp)
+    except NOT_A_BAD_RECORD:
+        raise
+    except Exception as exc:
+        name = getattr(callback, "__qualname__", repr(callback)).rpartition("<locals>.")[2]
+        raise TaskFailedError(f"task {ctx.task_id}: the punctuation {name} of sub-topology {ctx.subtopology!r} "
+                              f"failed at time {timestamp}: {type(exc).__name__}: {exc}", task=ctx.task_id,
+                              cause_type=type(exc).__name__, detail=traceback.format_exc()) from exc
     for s in scoped:
         s.commit_record()
     outcome.outputs.extend(ctx.leave_record())

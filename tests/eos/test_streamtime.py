@@ -4,6 +4,7 @@ over a backlog that drops only what was late at its source, whatever the batch b
 from __future__ import annotations
 
 import json
+import time
 import zlib
 from collections import Counter
 
@@ -12,6 +13,7 @@ import pytest
 from eos import Application
 from eos.audit.windows import reference_windows
 from eos.records import Record
+from eos.serde import StringSerde
 from eos.streamtime import MARKER_HEADER, STAMP_HEADER, EventClock, Stamp, decode_stamp, encode_stamp, stamp_of
 from eos.time import InvalidTimestampError, check_timestamp, field
 from eos.windows import TumblingWindows
@@ -230,3 +232,73 @@ def test_timestamps_in_range_pass():
         check_timestamp(2**62)
     with pytest.raises(InvalidTimestampError, match="not a number"):
         check_timestamp(False)
+
+
+# ---------------------------------------------------------------- a record dead-lettered does not move stream time
+
+
+def test_a_record_dead_lettered_at_its_output_does_not_move_stream_time():
+    """A typo two hours ahead: the topic refuses its output, it goes to the dead-letter topic, and the
+    on-time records after it are counted, not dropped as late."""
+    from eos.worker.topic_rules import TopicRule
+
+    app = Application("w", "b:1")
+    sub = app.count("in", "out", name="agg", key_serde="string", windows=TumblingWindows(60_000, grace=5_000))
+    buffers = {s.name: WriteBuffer(MemoryBackend()) for s in sub.stores}
+    views = {}
+    for spec in sub.stores:
+        views[spec.name] = view_of(spec)
+        views[spec.name].attach(buffers[spec.name])
+    now = int(time.time() * 1000)
+    ctx = TaskContext(application_id="w", subtopology="agg", partition=0, output_topic="out",
+                      key_serde=sub.output_key_serde, value_serde=sub.output_value_serde, lineage=True, stores=views,
+                      topic_rules=lambda topic: TopicRule(topic, 1_000_000, after_ms=3_600_000))
+    processor = sub.processor_factory()
+    processor.init(ctx)
+    stamps = [now - 60_000, now + 2 * 3_600_000, now - 50_000, now - 40_000]
+    msgs = [FakeMessage("in", 0, i, b"1", b"k", timestamp=ts) for i, ts in enumerate(stamps)]
+    out = run_processor(processor, ctx, msgs, key_serde=sub.key_serde, value_serde=sub.value_serde,
+                        dlq=DeadLetterPolicy("dlq", 0, "agg-0", fail=False), scoped=list(buffers.values()))
+    assert len(out.dead_letters) == 1 and out.dropped == {}
+    assert len(out.outputs) == 3 and out.stream_time == now - 40_000
+
+
+# ---------------------------------------------------------------- errors outside record processing, rough edges
+
+
+def test_a_punctuation_that_raises_fails_the_task_at_once_naming_it():
+    from eos.errors import TaskFailedError
+    from eos.processor import Processor
+    from eos.worker.processing import punctuate_idle
+
+    class Ticking(Processor):
+        def init(self, context):
+            super().init(context)
+            context.schedule(1, self.tick, type="wall_clock")
+
+        def tick(self, now):
+            raise RuntimeError("the punctuation's own bug")
+
+    ctx = TaskContext(application_id="a", subtopology="tick", partition=3, output_topic="out",
+                      key_serde=StringSerde(), value_serde=StringSerde(), lineage=True)
+    processor = Ticking()
+    processor.init(ctx)
+    ctx.schedules[0].next_at = 0
+    with pytest.raises(TaskFailedError, match=r"task tick-3: the punctuation Ticking.tick .*RuntimeError") as e:
+        punctuate_idle(processor, ctx, ())
+    assert e.value.task == "tick-3" and e.value.cause_type == "RuntimeError"
+
+
+@pytest.mark.parametrize(("kwargs", "error", "match"), [
+    ({"emit": "final"}, ValueError, "emit='final' needs windows="),
+    ({"emit": "finall", "windows": TumblingWindows(1000)}, ValueError, "emit must be 'update' or 'final'"),
+    ({"windows": "1m"}, TypeError, "windows must be TumblingWindows"),
+])
+def test_aggregation_settings_that_mean_nothing_are_refused(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        Application("a", "b:1").count("in", "out", name="c", **kwargs)
+
+
+def test_a_tumbling_window_of_no_size_says_so():
+    with pytest.raises(ValueError, match="a tumbling window's size must be > 0"):
+        TumblingWindows(0)

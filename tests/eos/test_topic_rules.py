@@ -8,12 +8,13 @@ import time
 
 import pytest
 
+from eos.errors import TaskFailedError
 from eos.processor import FunctionProcessor, Processor
 from eos.serde import JsonSerde, StringSerde
 from eos.worker.context import TaskContext
 from eos.worker.dead_letters import DeadLetterPolicy
 from eos.worker.processing import punctuate_idle, run_processor
-from eos.worker.topic_rules import OutputRejectedError, TopicRule, TopicRules
+from eos.worker.topic_rules import TopicRule, TopicRules
 from tests.fakes import FakeMessage
 
 DLQ = DeadLetterPolicy("app-dlq", 0, "t-0", fail=False)
@@ -83,9 +84,11 @@ def test_a_punctuation_output_with_a_refused_timestamp_takes_the_producers_clock
     assert record.timestamp is not None  # in range: kept
 
 
-def test_a_punctuation_output_that_cannot_be_fixed_fails_the_batch_with_the_reason():
-    with pytest.raises(OutputRejectedError, match="punctuation to topic out has no key, and topic out is compacted"):
+def test_a_punctuation_output_that_cannot_be_fixed_fails_the_task_with_the_reason():
+    """Not retried: the same punctuation at the same time would fail the same way (the job stops)."""
+    with pytest.raises(TaskFailedError, match="punctuation to topic out has no key, and topic out is compacted") as e:
         punctuate(Emitter(None, key=None), context(TopicRule("out", 1_000_000, needs_key=True)))
+    assert e.value.task == "t-0" and e.value.cause_type == "OutputRejectedError"
 
 
 class FakeAdmin:
