@@ -75,6 +75,10 @@ class EosConfig:
     #: A batch that sends more than this share of a task's input records to the dead-letter topic is
     #: logged as a warning (the run summary counts such batches; `eos run --fail-on-dead-letters` fails).
     dead_letter_warn_ratio: float = 0.5
+    #: A step that has dropped more than this share of its input as late (over the run so far) is warned
+    #: about loudly, once; with `late_fail_ratio` set, a step above that share stops the job.
+    late_warn_ratio: float = 0.01
+    late_fail_ratio: float | None = None
     #: Refuse to start while another driver of the same application runs (a lease through a consumer
     #: group); a new driver waits up to `driver_lease_timeout` seconds for a dead one's lease to expire.
     driver_lease: bool = True
@@ -150,6 +154,10 @@ class EosConfig:
                               f"{self.repartition_purge_interval}")
         if not 0 < self.dead_letter_warn_ratio <= 1:
             raise ConfigError(f"dead_letter_warn_ratio must be in (0, 1], got {self.dead_letter_warn_ratio}")
+        for name in ("late_warn_ratio", "late_fail_ratio"):
+            ratio = getattr(self, name)
+            if ratio is not None and not 0 <= ratio <= 1:
+                raise ConfigError(f"{name} must be a share of a step's input in [0, 1], got {ratio}")
         try:
             producer_settings(self.bootstrap_servers or "unset", "check", self.transaction_timeout_ms,
                               self.producer_config)

@@ -30,6 +30,7 @@ __all__ = [
     "FrameworkError",
     "BatchFailedError",
     "TaskFailedError",
+    "LateRecordsError",
     "JobFailedError",
     "FailureKind",
     "TaskFailure",
@@ -76,6 +77,11 @@ class TaskFailedError(EosError):
 
 class JobFailedError(EosError):
     """The driver gave up: `max_failed_batches` consecutive batches failed."""
+
+
+class LateRecordsError(JobFailedError):
+    """A step dropped more of its input as late than `late_fail_ratio` allows (the batches that dropped
+    them committed: the job stops after them)."""
 
 
 class FailureKind(enum.StrEnum):

@@ -124,6 +124,13 @@ def _report(summary: RunSummary, summary_json: Path | None) -> None:
                       f"input records went to the dead-letter topic {summary.dead_letter_topic}"
                       + (f" (first error: {summary.first_dead_letter_error})" if summary.first_dead_letter_error
                          else ""), soft_wrap=True, highlight=False)
+    for step in sorted(summary.dropped_by_step):
+        late, share = summary.late_share(step)
+        if late:
+            console.print(f"[bold yellow]warning[/bold yellow]: step {step} dropped {late:,} of "
+                          f"{summary.records_in_by_step.get(step, 0):,} input records ({share:.1%}) as late: "
+                          "their windows had closed (see `eos audit window` for where the lateness came from)",
+                          soft_wrap=True, highlight=False)
     if summary_json is not None:
         summary_json.write_text(json.dumps(summary.to_dict(), indent=2))
 

@@ -1,6 +1,6 @@
 """What `eos run` shows on a terminal while the job runs: one table, redrawn after every batch, with the
 records each sub-topology committed, its rate over the last batches, the input lag, dead letters,
-transactions and commit latency. Log lines scroll above it."""
+records dropped as late, transactions and commit latency. Log lines scroll above it."""
 
 from __future__ import annotations
 
@@ -42,12 +42,14 @@ class LiveView:
         self.lag, self.standby_lag = report.input_lag, report.max_standby_lag
         self.recent.append((time.monotonic(), report.records_in))
         for r in results:
-            row = self.totals.setdefault(r.task.subtopology, {"in": 0, "out": 0, "dlq": 0, "txn": 0, "commit_ms": 0.0})
+            row = self.totals.setdefault(r.task.subtopology, {"in": 0, "out": 0, "dlq": 0, "late": 0, "txn": 0,
+                                                              "commit_ms": 0.0})
             if r.status.value != "committed":
                 continue
             row["in"] += r.records_in
             row["out"] += r.records_out
             row["dlq"] += r.dead_letters
+            row["late"] += r.dropped.get("late", 0)
             row["txn"] += 1
             row["commit_ms"] = max(row["commit_ms"] * 0.8, r.commit_ms)  # a decaying maximum
         if self._live is not None:
@@ -62,11 +64,13 @@ class LiveView:
     def render(self) -> Group:
         table = Table(title=f"{self.application_id}: batch {self.batches}, "
                             f"{time.monotonic() - self.started:,.0f} s", title_justify="left")
-        for column in ("sub-topology", "records in", "records out", "dead letters", "transactions", "commit ms"):
+        for column in ("sub-topology", "records in", "records out", "dead letters", "late (dropped)", "transactions",
+                       "commit ms"):
             table.add_column(column, justify="left" if column == "sub-topology" else "right")
         for name, row in sorted(self.totals.items()):
-            table.add_row(name, f"{row['in']:,.0f}", f"{row['out']:,.0f}", f"{row['dlq']:,.0f}", f"{row['txn']:,.0f}",
-                          f"{row['commit_ms']:,.0f}")
+            late = Text(f"{row['late']:,.0f}", style="bold yellow" if row["late"] else "")
+            table.add_row(name, f"{row['in']:,.0f}", f"{row['out']:,.0f}", f"{row['dlq']:,.0f}", late,
+                          f"{row['txn']:,.0f}", f"{row['commit_ms']:,.0f}")
         footer = Text(f"input lag {self.lag:,} records · {self.rate():,.0f} records/s · "
                       f"standby lag {self.standby_lag:,}", style="dim")
         return Group(table, footer)

@@ -5,6 +5,8 @@ on 127.0.0.1 unless `metrics_host` says otherwise: what an operator watches on a
     eos_records_in_total{subtopology}       input records processed and committed
     eos_records_out_total{subtopology}      output records committed
     eos_dead_letters_total{subtopology}     records sent to the dead-letter topic
+    eos_dropped_records_total{subtopology,reason}  records dropped on purpose (reason "late": all their
+                                            windows had closed)
     eos_transactions_total{subtopology}     task transactions committed
     eos_fenced_tasks_total                  task attempts fenced by a newer attempt
     eos_commit_latency_seconds              commit_transaction() time per task (histogram)
@@ -38,6 +40,8 @@ class DriverMetrics:
         self.records_in = Counter("eos_records_in", "Input records committed", sub, registry=r)
         self.records_out = Counter("eos_records_out", "Output records committed", sub, registry=r)
         self.dead_letters = Counter("eos_dead_letters", "Records sent to the dead-letter topic", sub, registry=r)
+        self.dropped = Counter("eos_dropped_records", "Records dropped on purpose (late: their windows had closed)",
+                               [*sub, "reason"], registry=r)
         self.transactions = Counter("eos_transactions", "Task transactions committed", sub, registry=r)
         self.fenced = Counter("eos_fenced_tasks", "Task attempts fenced by a newer attempt", ["application"],
                               registry=r).labels(**app)
@@ -85,4 +89,6 @@ class DriverMetrics:
             self.records_in.labels(*labels).inc(result.records_in)
             self.records_out.labels(*labels).inc(result.records_out)
             self.dead_letters.labels(*labels).inc(result.dead_letters)
+            for reason, n in result.dropped.items():
+                self.dropped.labels(*labels, reason).inc(n)
             self.commit_latency.observe(result.commit_ms / 1000)

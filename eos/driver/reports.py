@@ -1,4 +1,5 @@
-"""What a run reports: one `BatchReport` per batch and a `RunSummary` at the end (JSON-ready)."""
+"""What a run reports: one `BatchReport` per batch and a `RunSummary` at the end (JSON-ready), and the
+watch on records dropped as late (`LatenessWatch`)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,18 @@ import enum
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
+import structlog
+
+from eos.config import EosConfig
 from eos.driver.assignor import TaskPlacement
 from eos.driver.placement import TaskMove
+from eos.errors import LateRecordsError
 from eos.topology import TaskId
 from eos.worker.plans import SkipReason, TaskResult, TaskStatus
 
-__all__ = ["BatchReport", "RunSummary", "to_json"]
+__all__ = ["BatchReport", "RunSummary", "LatenessWatch", "to_json"]
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass
@@ -67,6 +74,9 @@ class RunSummary:
     topic_resets: int = 0
     #: records dropped on purpose, by reason (e.g. "late": all their windows were closed)
     dropped: dict[str, int] = field(default_factory=dict)
+    #: the same per step (sub-topology), and each step's input records, for the share dropped
+    dropped_by_step: dict[str, dict[str, int]] = field(default_factory=dict)
+    records_in_by_step: dict[str, int] = field(default_factory=dict)
     #: task batches that sent more than dead_letter_warn_ratio of their input to the dead-letter topic
     dead_letter_warnings: int = 0
     dead_letter_topic: str = ""
@@ -91,8 +101,12 @@ class RunSummary:
             self.bytes_in += r.bytes_in
             self.bytes_out += r.bytes_out
             self.restored_records += r.restored_records
+            step = r.task.subtopology
+            self.records_in_by_step[step] = self.records_in_by_step.get(step, 0) + r.records_in
             for reason, n in r.dropped.items():
                 self.dropped[reason] = self.dropped.get(reason, 0) + n
+                by = self.dropped_by_step.setdefault(step, {})
+                by[reason] = by.get(reason, 0) + n
             for reset in r.resets.values():
                 if reset.reason is SkipReason.RETENTION:
                     self.skipped_by_retention += reset.start - reset.committed
@@ -102,6 +116,11 @@ class RunSummary:
                 self.first_dead_letter_error = r.first_dead_letter_error
         if keep_results:
             self.task_results.extend(results)
+
+    def late_share(self, step: str) -> tuple[int, float]:
+        """(records `step` dropped as late, their share of its input) over the run so far."""
+        late = self.dropped_by_step.get(step, {}).get("late", 0)
+        return late, late / max(1, self.records_in_by_step.get(step, 0))
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: to_json(getattr(self, f.name)) for f in fields(self) if f.name != "task_results"}
@@ -126,3 +145,29 @@ def _key(key: Any) -> str:
     if isinstance(key, tuple) and len(key) == 2:
         return f"{key[0]}:{key[1]}"
     return str(key)
+
+
+class LatenessWatch:
+    """A step that has dropped more than `late_warn_ratio` of its input as late (over the run so far) is
+    warned about, once per run; above `late_fail_ratio` (when set) the job stops: a windowed result missing
+    much of its input is worse than none."""
+
+    def __init__(self, config: EosConfig) -> None:
+        self.config = config
+        self.warned: set[str] = set()
+
+    def check(self, summary: RunSummary, results: list[TaskResult]) -> None:
+        cfg = self.config
+        for step in sorted({r.task.subtopology for r in results if r.dropped.get("late")}):
+            late, share = summary.late_share(step)
+            if cfg.late_fail_ratio is not None and share > cfg.late_fail_ratio:
+                raise LateRecordsError(
+                    f"step {step} dropped {late:,} of {summary.records_in_by_step.get(step, 0):,} input records "
+                    f"({share:.1%}) as late, above late_fail_ratio={cfg.late_fail_ratio}: raise the windows' grace, "
+                    "or late_fail_ratio if such lateness is expected")
+            if share > cfg.late_warn_ratio and step not in self.warned:
+                self.warned.add(step)
+                log.warning(f"step {step} drops records as late: {late:,} so far, {share:.1%} of its input "
+                            f"(late_warn_ratio={cfg.late_warn_ratio}); their windows had closed. If they are on "
+                            "time at their source, the grace period is too short for their disorder",
+                            step=step, late=late, share=round(share, 4))

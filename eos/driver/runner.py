@@ -31,7 +31,7 @@ from eos.driver.metrics import DriverMetrics
 from eos.driver.placement import Placer
 from eos.driver.planner import Planner
 from eos.driver.purge import PURGE_INTERVAL_S, RepartitionPurger
-from eos.driver.reports import BatchReport, RunSummary, to_json
+from eos.driver.reports import BatchReport, LatenessWatch, RunSummary, to_json
 from eos.driver.shipping import ship_framework
 from eos.driver.spark import ContextStart, is_local_master, spark_conf, task_rdd
 from eos.errors import ConfigError, JobFailedError, stops_the_job
@@ -65,6 +65,7 @@ class Runner:
         self.lease: GroupLease | None = None
         self.purger: RepartitionPurger | None = None
         self.metrics: DriverMetrics | None = None
+        self.lateness = LatenessWatch(self.config)
         configure_logging(self.config.log_format, self.config.log_level)
 
     @property
@@ -180,6 +181,7 @@ class Runner:
                     if self.metrics is not None:
                         self.metrics.observe_batch(report, results)
                     summary.dead_letter_warnings += self._warn_dead_letters(results)
+                    self.lateness.check(summary, results)
                     log.info("batch done", **to_json(report))
                     if on_batch is not None:
                         on_batch(report, results)

@@ -302,3 +302,50 @@ def test_aggregation_settings_that_mean_nothing_are_refused(kwargs, error, match
 def test_a_tumbling_window_of_no_size_says_so():
     with pytest.raises(ValueError, match="a tumbling window's size must be > 0"):
         TumblingWindows(0)
+
+
+# ---------------------------------------------------------------- lateness is never silent
+
+
+def _result(step, records_in, late):
+    from eos.topology import TaskId
+    from eos.worker.plans import TaskResult, TaskStatus
+
+    return TaskResult(TaskId(step, 0), 0, TaskStatus.COMMITTED, records_in=records_in,
+                      dropped={"late": late} if late else {})
+
+
+def test_the_run_summary_counts_late_records_per_step_and_the_watch_warns_once_then_can_fail():
+    from structlog.testing import capture_logs
+
+    from eos.config import EosConfig
+    from eos.driver.reports import BatchReport, LatenessWatch, RunSummary
+    from eos.errors import LateRecordsError
+
+    summary = RunSummary("a")
+    watch = LatenessWatch(EosConfig("a", "b:1", late_warn_ratio=0.05))
+    with capture_logs() as logs:
+        for _ in range(3):
+            results = [_result("counts", 100, 10), _result("enrich", 100, 0)]
+            summary.add(BatchReport.of(0, 0.0, 0.1, results), results, False)
+            watch.check(summary, results)
+    assert summary.dropped_by_step == {"counts": {"late": 30}} and summary.late_share("counts") == (30, 0.1)
+    assert [entry["step"] for entry in logs if "late" in entry["event"]] == ["counts"]  # once, loudly
+    strict = LatenessWatch(EosConfig("a", "b:1", late_fail_ratio=0.05))
+    with pytest.raises(LateRecordsError, match="step counts dropped 30 of 300 input records"):
+        strict.check(summary, [_result("counts", 100, 10)])
+
+
+def test_the_live_table_shows_late_records_per_step():
+    from rich.console import Console
+
+    from eos.cli.live import LiveView
+    from eos.driver.reports import BatchReport
+
+    console = Console(record=True, width=160)
+    view = LiveView("a", console=console)
+    results = [_result("counts", 100, 7)]
+    view.on_batch(BatchReport.of(0, 0.0, 0.1, results), results)
+    console.print(view.render())
+    text = console.export_text()
+    assert "late (dropped)" in text and "7" in text.split("counts")[1].split("\n")[0]
