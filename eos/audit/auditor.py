@@ -82,6 +82,8 @@ class AuditReport:
     aggregate: AggregateResult | None = None
     window: WindowAuditResult | None = None
     join: JoinAuditResult | None = None
+    #: why this mode's check could not run (e.g. the input a window audit replays was purged); None: it ran
+    skipped: str | None = None
     transactions: TransactionCheck = field(default_factory=TransactionCheck)
     offsets: OffsetCheck = field(default_factory=OffsetCheck)
 
@@ -170,10 +172,33 @@ def audit(bootstrap_servers: str, *, inputs: list[str], outputs: list[str], dead
 
 def audit_application(app: Application, *, bootstrap_servers: str | None = None, max_samples: int = 10,
                       progress: Callable[[int], None] | None = None) -> list[AuditReport]:
-    """A lineage audit of every sub-topology of a framework job, each held to its own inputs, with the
-    job's dead-letter topic, changelogs and ledger. A repartition step and the step reading its topic are
-    audited as one, from the first one's inputs to the second one's outputs: the repartition topic's
-    records are deleted once consumed, and lineage reaches through them."""
+    """Everything a framework job commits, each by the audit that can prove it: a lineage audit of every
+    sub-topology (derived outputs, such as punctuations' and final window results, each once), then the
+    window audit of every windowed aggregation and the join audit of every join. A window audit that cannot
+    run (its input was purged or deleted) is reported as skipped, with the reason."""
+    reports = _lineage_reports(app, bootstrap_servers, max_samples, progress)
+    bootstrap = bootstrap_servers or app.config.bootstrap_servers
+    for name, sub in app.subtopologies.items():
+        if sub.windowing is None:
+            continue
+        try:
+            reports += audit_windowed(app, bootstrap_servers=bootstrap, subtopologies=[name],
+                                      max_samples=max_samples, progress=progress)
+        except ValueError as exc:
+            reports.append(AuditReport("window", bootstrap, list(sub.inputs), list(sub.output_topics),
+                                       app.config.dlq_topic, app.config.group_id, "read_committed",
+                                       window=WindowAuditResult(), skipped=str(exc)))
+    if any(sub.join is not None for sub in app.subtopologies.values()):
+        reports += audit_joins(app, bootstrap_servers=bootstrap, max_samples=max_samples)
+    return reports
+
+
+def _lineage_reports(app: Application, bootstrap_servers: str | None, max_samples: int,
+                     progress: Callable[[int], None] | None) -> list[AuditReport]:
+    """A lineage audit of every sub-topology, each held to its own inputs, with the job's dead-letter topic,
+    changelogs and ledger. A repartition step and the step reading its topic are audited as one, from the
+    first one's inputs to the second one's outputs: the repartition topic's records are deleted once
+    consumed, and lineage reaches through them."""
     cfg = app.config
     bootstrap = bootstrap_servers or cfg.bootstrap_servers
     hops = repartition_topics(app)

@@ -58,12 +58,15 @@ class LineageResult:
     skipped_by_retention: int = 0  # input offsets deleted by retention before the job processed them
     other_dead_letters: int = 0  # dead letters of other sub-topologies (the dead-letter topic is shared)
     derived: int = 0  # outputs derived by a task (punctuation, final window results): see `eos audit window`
+    #: derived outputs committed twice (the same task, position, time, punctuation and index)
+    derived_duplicates: int = 0
     samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     @property
     def violations(self) -> int:
         return (self.duplicates + self.lost + self.unexpected + self.index_gaps + self.output_and_dead_lettered
-                + self.order_violations + self.aborted_visible + self.overlapping_batches + self.filtered_but_output)
+                + self.order_violations + self.aborted_visible + self.overlapping_batches + self.filtered_but_output
+                + self.derived_duplicates)
 
     def sample(self, kind: str, limit: int, **detail: Any) -> None:
         bucket = self.samples.setdefault(kind, [])
@@ -156,6 +159,7 @@ def _union(partials: list[OutputPartial], result: LineageResult, max_samples: in
         result.unexpected += part.without_origin
         result.other_dead_letters += part.foreign
         result.derived += part.derived
+        result.derived_duplicates += part.derived_duplicates
         for kind, items in part.samples.items():
             for item in items:
                 result.sample(kind, max_samples, **item)
@@ -189,7 +193,8 @@ def merge(inputs: list[InputPartial], outputs: list[OutputPartial], dead: list[O
     for origins, twice in ((seen, seen_twice), (dlq, dlq_twice)):
         for (topic, partition, index), bm in origins.items():
             tp = (topic, partition)
-            _explain_copies(twice.get((topic, partition, index)), ledger.get(tp), result)
+            _explain_copies(twice.get((topic, partition, index)), ledger.get(tp), result, (topic, partition, index),
+                            max_samples)
             bogus = bm - expected.get(tp, BitMap64())
             account = ledger.get(tp)
             if bogus and account is not None:
@@ -262,11 +267,36 @@ def _below(offset: int) -> BitMap64:
     return bm
 
 
-def _explain_copies(twice: BitMap64 | None, account: PartitionLedger | None, result: LineageResult) -> None:
+def _explain_copies(twice: BitMap64 | None, account: PartitionLedger | None, result: LineageResult,
+                    where: tuple[str, int, int], max_samples: int) -> None:
     """A second copy of an origin is no duplicate when two incarnations of the topic (deleted and created
-    again) both had a record at that offset and both were processed: one copy each."""
+    again) both had a record at that offset and both were processed: one copy each. The samples then show
+    the copies that are duplicates, not those collisions."""
     if not twice or account is None or not account.earlier:
         return
     explained = twice & account.earlier & account.now
+    if not explained:
+        return
     result.duplicates -= len(explained)
     result.earlier_topic += len(explained)
+    prefix = f"{where[0]}:{where[1]}:"
+    kept = [s for s in result.samples.get("duplicates", []) if not _sample_in(s, prefix, where[2], explained)]
+    sampled = {s.get("origin") for s in kept}
+    for offset in twice - explained:
+        if len(kept) >= max_samples:
+            break
+        origin = f"{prefix}{offset}:{where[2]}"
+        if origin not in sampled:
+            kept.append({"origin": origin})
+    if kept:
+        result.samples["duplicates"] = kept
+    else:
+        result.samples.pop("duplicates", None)
+
+
+def _sample_in(sample: dict[str, Any], prefix: str, index: int, offsets: BitMap64) -> bool:
+    origin = str(sample.get("origin", ""))
+    if not origin.startswith(prefix):
+        return False
+    offset, _, idx = origin[len(prefix):].partition(":")
+    return offset.isdigit() and idx == str(index) and int(offset) in offsets

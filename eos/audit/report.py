@@ -28,7 +28,8 @@ _ROWS = {
                 ("earlier_topic", "output of an earlier topic of the same name", False),
                 ("skipped_by_retention", "input deleted by retention before processing", False),
                 ("other_dead_letters", "dead letters of other sub-topologies", False),
-                ("derived", "derived outputs (punctuation, final window results)", False)],
+                ("derived", "derived outputs (punctuation, final window results)", False),
+                ("derived_duplicates", "derived outputs committed twice", True)],
     "window": [("input_records", "input records", False), ("late_records", "late records (dropped)", False),
                ("late_at_source", "of those, late at their source partition (the rest: by re-keying)", False),
                ("dead_letters", "dead-lettered input records (left out)", False),
@@ -81,6 +82,8 @@ def render(report: AuditReport, console: Console | None = None) -> None:
             console.print("  " + ", ".join(f"{k}={v}" for k, v in item.items()))
     for item in report.transactions.samples:
         console.print("  open transaction: " + ", ".join(f"{k}={v}" for k, v in item.items()))
+    if report.skipped:
+        console.print(f"[bold yellow]not checked[/bold yellow]: {report.skipped}", soft_wrap=True)
     color = "green" if report.verdict == "PASS" else "red"
     console.print(f"[bold {color}]{report.verdict}[/bold {color}]: {report.violations} violation(s) "
                   f"in {report.duration_s:.1f}s")

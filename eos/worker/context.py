@@ -4,7 +4,10 @@ punctuation schedules.
 Between `enter_record()` and `leave_record()` everything a processor forwards is held in the record's
 scope; `leave_record()` hands it to the batch (the record completed), `discard_record()` drops it (the
 record failed and goes to the dead-letter topic). A punctuation runs in a scope without a record: what it
-forwards carries `eos.derived` (the task that derived it) instead of a lineage origin.
+forwards carries `eos.derived` instead of a lineage origin: `<task>|<position>|<time>|<punctuation>|<index>`,
+the task, the last input record it had processed (`topic:partition:offset`), the punctuation's time, which
+punctuation (its schedule's index, or `end` for the batch-end hook) and the output's index. A retried batch
+derives the same outputs under the same ids, so the lineage audit can tell a derived output committed twice.
 """
 
 from __future__ import annotations
@@ -90,7 +93,9 @@ class TaskContext(ProcessorContext):
         #: each output topic's rules as the worker knew them when the batch began (`begin_batch`)
         self._rule_of: dict[str, TopicRule] = {}
         self._transitive = transitive_topics
-        self._derived = [(DERIVED_HEADER, self.task_id.encode())]
+        self._task_bytes = self.task_id.encode()
+        self._last_input: Message | None = None  # the last input record a scope was entered for
+        self.punctuation_label = b"end"  # which punctuation runs (set by the runtime before each)
         self.timestamp = -1
         self.commit_requested = False
         self.schedules: list[Schedule] = []
@@ -123,7 +128,7 @@ class TaskContext(ProcessorContext):
             headers = list(headers)
         if self._lineage:
             if msg is None:
-                headers.extend(self._derived)
+                headers.append((DERIVED_HEADER, self._derived_id()))
             else:
                 if self._index == 0:
                     self._start_origin(msg)
@@ -145,6 +150,12 @@ class TaskContext(ProcessorContext):
             ts = None
         self._index += 1
         self._scope.append(_new_record(ProducerRecord, (target, partition, k, v, headers, ts)))
+
+    def _derived_id(self) -> bytes:
+        last = self._last_input
+        position = b"%s:%d:%d" % (last.topic().encode(), last.partition(), last.offset()) if last is not None else b""
+        return b"%s|%s|%d|%s|%d" % (self._task_bytes, position, self._current_ts if self._current_ts is not None
+                                    else -1, self.punctuation_label, self._index)
 
     def _start_origin(self, msg: Message) -> None:
         """The lineage prefix of the current record's outputs (computed at its first output)."""
@@ -225,6 +236,8 @@ class TaskContext(ProcessorContext):
     def enter_record(self, msg: Message | None, timestamp: int | None) -> None:
         """Start the scope of `msg` (None: a scope without an input record, e.g. punctuation)."""
         self._current, self._current_ts, self._index = msg, timestamp, 0
+        if msg is not None:
+            self._last_input = msg
         self.dropped_reason = None
         if timestamp is not None:
             self.timestamp = timestamp

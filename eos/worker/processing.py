@@ -255,7 +255,7 @@ def run_processor(processor: Processor, ctx: TaskContext, messages: list[Message
             break
     outcome.records_in, outcome.bytes_in = records_in, sizes[0]
     _punctuate_due(ctx, scoped, outcome, clock)
-    _in_scope(ctx, scoped, outcome, outcome.stream_time, processor.punctuate)  # the batch-end hook
+    _in_scope(ctx, scoped, outcome, outcome.stream_time, processor.punctuate, b"end")  # the batch-end hook
     outcome.dropped, ctx.dropped = ctx.dropped, {}
     if event_clock is not None:
         outcome.clocks = event_clock.encode()
@@ -277,7 +277,7 @@ def _punctuate_due(ctx: TaskContext, scoped: list[RecordScoped], outcome: BatchO
         if now < 0:
             continue
         for schedule in ctx.due(_kind(kind), now):
-            _in_scope(ctx, scoped, outcome, now, schedule.callback)
+            _in_scope(ctx, scoped, outcome, now, schedule.callback, b"%d" % schedule.index)
             schedule.advance(now)
             outcome.punctuations += 1
 
@@ -287,11 +287,12 @@ def _kind(kind: str) -> PunctuationType:
 
 
 def _in_scope(ctx: TaskContext, scoped: list[RecordScoped], outcome: BatchOutcome, timestamp: int,
-              callback: Callable[[int], None]) -> None:
+              callback: Callable[[int], None], label: bytes) -> None:
     """Run a punctuation in a scope of its own. If it raises, the task fails and the job stops: no record is
     to blame, and running the batch again runs the same punctuation at the same time (stream-time ones, and
     the framework's own: closing and expiring windows)."""
     ctx.enter_record(None, timestamp)
+    ctx.punctuation_label = label
     for s in scoped:
         s.begin_record()
     try:

@@ -124,8 +124,12 @@ def test_a_recreated_input_topic_is_read_again_from_its_start_and_audited_as_suc
     assert summary.records_in == 30  # all of it, from offset 0 (Kafka dropped the group's offsets of the old topic)
     lineage = lineages(app)["copy"]
     assert lineage.violations == 0 and lineage.earlier_topic == 20, lineage  # the old topic's 20 outputs
+    assert "duplicates" not in lineage.samples, lineage.samples  # a PASS lists no duplicates
     inject(kafka.bootstrap_servers, out, b"{}", (src, 0, 25))  # a second copy of a record of the new topic
-    assert verdicts(app) == {"copy": "FAIL"} and lineages(app)["copy"].duplicates == 1
+    assert verdicts(app) == {"copy": "FAIL"}
+    lineage = lineages(app)["copy"]
+    assert lineage.duplicates == 1  # the samples show it, not the 20 old/new collisions
+    assert [s["origin"] for s in lineage.samples["duplicates"]] == [f"{src}:0:25:0"], lineage.samples
 
 
 def test_input_deleted_by_retention_before_and_after_processing_is_reported_not_failed(kafka, spark, topic_factory,
@@ -149,3 +153,62 @@ def test_input_deleted_by_retention_before_and_after_processing_is_reported_not_
     assert lineage.violations == 0 and lineage.input_deleted == 65 and lineage.expected == 15
     inject(kafka.bootstrap_servers, out, b"{}", (src, 1, 35))  # an origin no committed batch covered
     assert verdicts(app) == {"copy": "FAIL"} and lineages(app)["copy"].unexpected == 1
+
+
+def copy_of(bootstrap: str, topic: str, index: int = 0) -> None:
+    """Commit a second copy (headers included) of the `index`-th committed record of `topic`, as a batch
+    committed twice would."""
+    from integration_tests.streams.test_time_and_rekey import committed_records
+
+    key, value, _, headers = committed_records(bootstrap, topic, headers=True)[index]
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"copier-{time.time_ns()}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, key=key, value=value, headers=list(headers.items()))
+    producer.commit_transaction(30)
+
+
+def test_audit_app_proves_window_results_and_punctuations_and_catches_a_copy_of_either(kafka, spark, topic_factory,
+                                                                                       unique_name):
+    """A final window result and a punctuation's output carry no origin; a copy of either used to pass
+    `eos audit app`. Now every derived output has an id (task, position, time, punctuation, index) and the
+    app audit runs the window audit too."""
+    from eos import Processor, store
+    from eos.windows import TumblingWindows
+
+    src, windows_out, pings, silent = (topic_factory(n, partitions=1) for n in ("in", "win", "pings", "silent"))
+    base = (int(time.time()) // 3600 - 3) * 3_600_000
+    produce(kafka.bootstrap_servers, src, [(f"k{i % 3}".encode(), json.dumps({"at": base + i * 5_000}).encode())
+                                           for i in range(200)])
+    produce(kafka.bootstrap_servers, pings, [(f"d{i % 4}".encode(), json.dumps({"at": base + i * 30_000}).encode())
+                                             for i in range(40)])
+    app = Application(unique_name("app"), kafka.bootstrap_servers, log_level="ERROR", timestamp="field:at")
+    app.count(src, windows_out, name="per_minute", value_serde="json", windows=TumblingWindows(60_000), emit="final")
+
+    class Every5Minutes(Processor):
+        def init(self, context):
+            super().init(context)
+            self.seen = context.store("seen")
+            context.schedule(300_000, self.report, type="stream")
+
+        def process(self, record):
+            self.seen.put(record.key, record.timestamp)
+
+        def report(self, now):
+            for device, _ in list(self.seen.all()):
+                self.context.forward(device, {"at": now})
+
+    app.add_processor(Every5Minutes, pings, silent, name="report", key_serde="string", value_serde="json",
+                      stores=[store("seen", key_serde="string", value_serde="long")])
+    app.run(spark, until_caught_up=True)
+    reports = audit_application(app)
+    assert [r.mode for r in reports] == ["lineage", "lineage", "window"]
+    assert all(r.verdict == "PASS" for r in reports), reports
+    assert reports[0].lineage.derived > 10 and reports[1].lineage.derived > 10
+    assert reports[2].window.windows_expected > 10
+    copy_of(kafka.bootstrap_servers, windows_out, 3)
+    copy_of(kafka.bootstrap_servers, silent, 5)
+    reports = audit_application(app)
+    assert [r.verdict for r in reports] == ["FAIL", "FAIL", "FAIL"]
+    assert reports[0].lineage.derived_duplicates == 1 and reports[1].lineage.derived_duplicates == 1
+    assert reports[2].window.duplicates == 1

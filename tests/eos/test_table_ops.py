@@ -184,3 +184,16 @@ def test_random_table_aggregations_equal_the_aggregation_of_the_final_table(seed
     assert {k: json.loads(v) for k, v in last["sums"].items() if json.loads(v)} == {k: v for k, v in sums.items() if v}
     assert {k: int.from_bytes(v, "big") for k, v in last["counts"].items()
             if int.from_bytes(v, "big")} == dict(counts)
+
+
+def test_the_foreign_key_audit_replays_a_joiner_that_raised_for_a_row_the_job_dead_lettered():
+    """The job dead-lettered s2 (its customer has no tier); replaying the same joiner on that pair must not
+    crash the audit (it ended in `error: 'tier'`, exit 2), and the rows that did join are still checked."""
+    left = {"s1": [{"customer": "bob"}], "s2": [{"customer": "cy"}]}
+    right = {"bob": [{"tier": "basic"}], "cy": [{"name": "no tier"}]}
+    joiner = lambda s, c: {**s, "tier": c["tier"] if c else None}
+    outputs = {"s1": [{"customer": "bob", "tier": "basic"}]}
+    assert check_foreign_key(left, right, outputs, joiner, "left", lambda v: v["customer"]) == []
+    wrong = {"s1": [{"customer": "bob", "tier": "gold"}]}
+    problems = check_foreign_key(left, right, wrong, joiner, "left", lambda v: v["customer"])
+    assert [p[:2] for p in problems] == [("wrong_values", "s1"), ("missing", "s1")]
