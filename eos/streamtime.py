@@ -1,25 +1,33 @@
-"""Stream time across repartition topics: each record carries its source's clock.
+"""Stream time across the topics between an application's steps: each record carries its source's clock.
 
 A task that reads its input directly keeps Kafka Streams' stream time: the largest timestamp it has seen.
-A repartition topic breaks that rule's premise. Each upstream task writes a whole micro-batch to it in one
-transaction, so a partition of the topic holds one upstream task's stretch of event time, then another's:
-over a backlog, records are minutes or hours out of order, and the largest timestamp seen would call
-nearly all of the second stretch late, however well ordered each source partition was.
+A topic written by one step of the application and read by another breaks that rule's premise (a
+repartition topic, or a topic the job's own steps are chained through). Each writing task puts a whole
+micro-batch into it in one transaction, and the partitioner spreads it over every partition, so a partition
+of the topic holds one upstream task's stretch of event time, then another's: over a backlog, records are
+minutes or hours out of order, and the largest timestamp seen calls nearly all of the second stretch late,
+however well ordered each source partition was.
 
-So the application's repartition topics carry their writers' clocks (a watermark per source, as Flink and
-Dataflow keep per input channel):
+So such topics carry their writers' clocks (a watermark per source, as Flink and Dataflow keep per input
+channel), when a step downstream uses event time (`eos.topology.clocked_topics`):
 
-* every record a task writes to one carries `eos.st = "<source>/<sources>:<stream time>"`: the writing
-  task's partition, its sub-topology's task count and its stream time after that record;
-* at the end of every batch the writing task sends each partition of the topic a marker (`eos.wm`, no key,
-  no value) with its stream time, so that a partition no key of a source hashes to still learns how far
-  that source has got; a marker that ends with `:i` says the source has caught up with its input (idle).
+* every record a task writes to one carries `eos.st = "<source>/<sources>:<stream time>[~<judged>]"`: the
+  writing task's index among all the topic's writer tasks, their count, its stream time after that record
+  (which never moves back) and, when larger, the stream time the record was judged against there (its own
+  source's clock, carried through every hop);
+* at the end of every batch the writing task sends each partition of the topic a marker (header `eos.wm`,
+  key `eos.wm`, no value) with its stream time, so that a partition no key of a source hashes to still
+  learns how far that source has got; a marker ending in `:i` says the source is idle: it caught up with
+  its input, and every source of its own (if it reads such a topic too) is idle. A task with no input at
+  all says so in a batch of its own. Readers of the topic outside the
+  application should skip records with an `eos.wm` header (`eos topics read` and the auditor do).
 
 The reading task keeps the clock of every source. Its stream time, which closes windows, fires stream-time
 punctuation and expires state, is the smallest clock of the sources that are not idle (of all of them when
 every one is idle), never moving back; until every source has been heard from, it stays where it was. A
-record is judged late against the larger of that and its own source's clock: a record within grace of its
-own source partition's stream time is never dropped, and one that was late at its source still is.
+record is judged late against the larger of that, its source's clock and what it was judged against
+upstream: a record within grace of its own source partition's stream time is never dropped, and one that
+was late at its source still is, however many hops away.
 
 Everything depends only on the records of the topic in their order, never on where batches begin and end:
 a restarted or moved task, and the window audit replaying the topic, reach the same decisions.
@@ -32,22 +40,35 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["STAMP_HEADER", "MARKER_HEADER", "Stamp", "encode_stamp", "decode_stamp", "EventClock", "stamp_of"]
+__all__ = ["STAMP_HEADER", "MARKER_HEADER", "MARKER_KEY", "Stamp", "encode_stamp", "decode_stamp", "EventClock",
+           "stamp_of", "is_marker"]
 
 STAMP_HEADER = "eos.st"
 MARKER_HEADER = "eos.wm"
+#: A marker's key (its value is null): compacted topics refuse records without a key.
+MARKER_KEY = b"eos.wm"
 
 
 @dataclass(frozen=True)
 class Stamp:
     source: int
     sources: int
+    #: the writing task's stream time (never moves back)
     stream_time: int
     idle: bool = False
+    #: the stream time the record was judged against in the writing task, when larger (its own source's
+    #: clock, carried on through every hop): what the next step judges it against too
+    judged: int | None = None
+
+    @property
+    def lateness_time(self) -> int:
+        return self.stream_time if self.judged is None else max(self.judged, self.stream_time)
 
 
-def encode_stamp(source: int, sources: int, stream_time: int, idle: bool = False) -> bytes:
-    return b"%d/%d:%d%s" % (source, sources, stream_time, b":i" if idle else b"")
+def encode_stamp(source: int, sources: int, stream_time: int, idle: bool = False, judged: int | None = None) -> bytes:
+    """`<source>/<sources>:<stream time>[~<judged>][:i]`."""
+    extra = b"~%d" % judged if judged is not None and judged > stream_time else b""
+    return b"%d/%d:%d%s%s" % (source, sources, stream_time, extra, b":i" if idle else b"")
 
 
 def decode_stamp(raw: bytes | str | None) -> Stamp | None:
@@ -58,8 +79,9 @@ def decode_stamp(raw: bytes | str | None) -> Stamp | None:
         text = raw.decode("ascii") if isinstance(raw, (bytes, bytearray)) else raw
         head, _, rest = text.partition(":")
         source, _, sources = head.partition("/")
-        time_text, _, flag = rest.partition(":")
-        stamp = Stamp(int(source), int(sources), int(time_text), flag == "i")
+        times, _, flag = rest.partition(":")
+        clock, _, judged = times.partition("~")
+        stamp = Stamp(int(source), int(sources), int(clock), flag == "i", int(judged) if judged else None)
     except (ValueError, UnicodeDecodeError):
         return None
     return stamp if 0 <= stamp.source < stamp.sources else None
@@ -73,6 +95,11 @@ def stamp_of(headers: list[tuple[str, bytes]] | None) -> tuple[Stamp | None, boo
         if key == MARKER_HEADER:
             return decode_stamp(value), True
     return None, False
+
+
+def is_marker(headers: list[tuple[str, bytes]] | None) -> bool:
+    """Whether a record with these headers is a clock marker (not a record of the job's)."""
+    return any(key == MARKER_HEADER for key, _ in headers or ())
 
 
 _SEP_TOPICS, _SEP_FIELDS = "+", "|"
@@ -122,7 +149,15 @@ class EventClock:
             clocks[stamp.source] = stamp.stream_time
         if before <= self.stream_time or was_idle != (stamp.source in idle):
             self._advance()
-        return max(self.stream_time, clocks[stamp.source])
+        return max(self.stream_time, clocks[stamp.source], stamp.lateness_time)
+
+    def all_idle(self) -> bool:
+        """Every source of every clocked input has said it is idle (caught up with its own input)."""
+        for topic in self.clocked:
+            clocks = self.sources.get(topic)
+            if not clocks or len(self.idle.get(topic, ())) < len(clocks):
+                return False
+        return True
 
     def save(self) -> tuple[int, int]:
         """What `observe()` changes, for `restore()` when the record turns out bad."""

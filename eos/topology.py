@@ -16,7 +16,7 @@ from eos.processor import Processor
 from eos.serde import Serde
 from recovery import StoreSpec
 
-__all__ = ["SubTopology", "TaskId", "BatchFormat"]
+__all__ = ["SubTopology", "TaskId", "BatchFormat", "clocked_topics", "uses_event_time"]
 
 _NAME = re.compile(r"^[A-Za-z0-9_.]{1,100}$")
 
@@ -121,3 +121,33 @@ def topic_groups(subtopologies: Mapping[str, SubTopology], group_id: str) -> dic
     for (_, topic), group in offset_groups(subtopologies, group_id).items():
         out.setdefault(topic, []).append(group)
     return out
+
+
+def uses_event_time(sub: SubTopology) -> bool:
+    """Whether a sub-topology's results depend on stream time: windowed aggregations, windowed (stream-stream)
+    joins, and Processor API steps, which may schedule stream-time punctuation."""
+    join = sub.join
+    return sub.windowing is not None or sub.may_punctuate or (join is not None and join.windows is not None)
+
+
+def clocked_topics(subtopologies: Mapping[str, SubTopology]) -> frozenset[str]:
+    """The topics between two sub-topologies of one application whose records carry their writers' clocks
+    (eos.streamtime): those read by a step that uses event time, or by one that writes such a topic itself,
+    and written only by record-at-a-time steps (a vectorized step keeps no clock)."""
+    writers: dict[str, list[SubTopology]] = {}
+    for sub in subtopologies.values():
+        for topic in sub.output_topics:
+            writers.setdefault(topic, []).append(sub)
+    edges = {t for t, ws in writers.items()
+             if all(w.processor_factory is not None for w in ws)
+             and any(t in r.inputs for r in subtopologies.values())}
+    clocked: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for topic in edges - clocked:
+            readers = [r for r in subtopologies.values() if topic in r.inputs]
+            if any(uses_event_time(r) or set(r.output_topics) & clocked for r in readers):
+                clocked.add(topic)
+                changed = True
+    return frozenset(clocked)

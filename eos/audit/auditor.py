@@ -24,7 +24,7 @@ from eos.audit.joins import JoinAuditResult, audit_join
 from eos.audit.lineage import LineageResult, audit_lineage
 from eos.audit.windows import WindowAuditResult, audit_windows
 from eos.ledger import ledger_topic
-from eos.topology import SubTopology, offset_groups, topic_groups
+from eos.topology import SubTopology, clocked_topics, offset_groups, topic_groups
 from transactions import Isolation, KafkaAdmin
 
 if TYPE_CHECKING:
@@ -201,7 +201,7 @@ def _lineage_reports(app: Application, bootstrap_servers: str | None, max_sample
     consumed, and lineage reaches through them."""
     cfg = app.config
     bootstrap = bootstrap_servers or cfg.bootstrap_servers
-    hops = repartition_topics(app)
+    hops = {t.name for t in app.internal_topics.values() if t.purge}
     writers = {sub.output: sub for sub in app.subtopologies.values() if sub.output in hops}
     groups = offset_groups(app.subtopologies, cfg.group_id)
     shared = {t for t, gs in topic_groups(app.subtopologies, cfg.group_id).items() if len(gs) > 1}
@@ -228,11 +228,6 @@ def _lineage_reports(app: Application, bootstrap_servers: str | None, max_sample
     return reports
 
 
-def repartition_topics(app: Application) -> frozenset[str]:
-    """The application's repartition topics (their records carry their writers' clocks: eos.streamtime)."""
-    return frozenset(t.name for t in app.internal_topics.values() if t.purge)
-
-
 def audit_windowed(app: Application, *, bootstrap_servers: str | None = None, subtopologies: Iterable[str] = (),
                    max_samples: int = 10, progress: Callable[[int], None] | None = None) -> list[AuditReport]:
     """`eos audit window`: every windowed aggregation of a job (or those named) against the reference
@@ -240,7 +235,8 @@ def audit_windowed(app: Application, *, bootstrap_servers: str | None = None, su
     def check(report: AuditReport, sub: SubTopology, admin: KafkaAdmin, groups: dict[str, str]) -> None:
         report.window = audit_windows(report.bootstrap_servers, sub, group=groups[sub.inputs[0]], admin=admin,
                                       dead_letters=app.config.dlq_topic, max_samples=max_samples,
-                                      progress=progress, clocked=frozenset(sub.inputs) & repartition_topics(app))
+                                      progress=progress,
+                                      clocked=frozenset(sub.inputs) & clocked_topics(app.subtopologies))
 
     return _audit_each(app, "window", "windowed aggregation", lambda s: s.windowing is not None, check,
                        bootstrap_servers, subtopologies, max_samples)

@@ -32,6 +32,7 @@ from eos.ledger import ledger_topic
 from eos.origin import origin_of
 from eos.records import Record
 from eos.serde import Serde
+from eos.streamtime import is_marker
 from eos.tables import JoinSpec, JoinWindows
 from eos.time import RECORD_TIME
 from eos.topology import SubTopology
@@ -358,7 +359,7 @@ def _committed_records(bootstrap_servers: str, sub: SubTopology, topic: str, gro
     records = []
     for batch in scan_topic(bootstrap_servers, topic, admin=admin, until={tp: committed.get(tp) or 0 for tp in tps}):
         for msg in batch:
-            if (msg.topic(), msg.partition(), msg.offset()) in skipped:
+            if (msg.topic(), msg.partition(), msg.offset()) in skipped or is_marker(msg.headers()):
                 continue
             try:
                 rec = Record(ks.deserialize(msg.key()), vs.deserialize(msg.value()), msg.topic(), msg.partition(),
@@ -371,6 +372,8 @@ def _committed_records(bootstrap_servers: str, sub: SubTopology, topic: str, gro
 
 
 def _table_record(msg: Message, table: Any) -> Record | None:
+    if is_marker(msg.headers()):
+        return None
     try:
         return Record(table.key_serde.deserialize(msg.key()), table.value_serde.deserialize(msg.value()),
                       msg.topic(), msg.partition(), msg.offset(), msg.timestamp()[1], msg.headers())

@@ -15,6 +15,7 @@ from typing import Any
 from pyroaring import BitMap64
 
 from eos.origin import DERIVED_HEADER, ORIGIN_HEADER, origin_of
+from eos.streamtime import is_marker
 from transactions import Isolation, Message, OffsetRange, read_ranges, scan_consumer
 
 __all__ = ["InputPartial", "OutputPartial", "scan_input_partition", "scan_output_partition", "PartitionScan",
@@ -45,10 +46,16 @@ def _read(scan: PartitionScan, isolation: Isolation,
         consumer.close()
 
 
-def _offsets(scan: PartitionScan, isolation: Isolation, progress: Callable[[int], None] | None) -> BitMap64:
+def _offsets(scan: PartitionScan, isolation: Isolation, progress: Callable[[int], None] | None,
+             records_only: bool = False) -> BitMap64:
+    """Offsets of the visible records; `records_only`: but clock markers (eos.streamtime), which no job
+    processes as records."""
     bm = BitMap64()
     for batch in _read(scan, isolation, progress):
-        bm.update(msg.offset() for msg in batch)
+        if records_only:
+            bm.update(msg.offset() for msg in batch if not is_marker(msg.headers()))
+        else:
+            bm.update(msg.offset() for msg in batch)
     return bm
 
 
@@ -64,7 +71,8 @@ class InputPartial:
 
 
 def scan_input_partition(scan: PartitionScan, progress: Callable[[int], None] | None = None) -> InputPartial:
-    return InputPartial(scan.topic, scan.partition, _offsets(scan, "read_committed", progress).serialize(), scan.start)
+    offsets = _offsets(scan, "read_committed", progress, records_only=True)
+    return InputPartial(scan.topic, scan.partition, offsets.serialize(), scan.start)
 
 
 @dataclass
@@ -125,8 +133,10 @@ def scan_output_partition(scan: PartitionScan, *, isolation: Isolation = "read_c
                 part.aborted_visible += 1
                 part.sample("aborted_visible", max_samples, **at)
                 continue
-            part.records += 1
             headers = msg.headers()
+            if is_marker(headers):
+                continue  # a clock marker (eos.streamtime): no output of the job
+            part.records += 1
             origin = origin_of(headers)
             if origin is None and headers and (derived := _derived_id(headers)) is not None:
                 part.records -= 1

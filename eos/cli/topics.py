@@ -140,9 +140,11 @@ def read(topic: str = typer.Argument(..., help="Topic to read"),
          separator: str = typer.Option("\t", help="Separates the fields of each line"),
          bootstrap_servers: str = bootstrap_option()) -> None:
     """Print the committed records of a topic, partition by partition, as `key<TAB>value` lines (a
-    tombstone's value shows as `null`); stops at the end the topic has when the read starts."""
+    tombstone's value shows as `null`; clock markers between a job's steps are left out); stops at the end
+    the topic has when the read starts."""
     from eos.audit.scan import scan_topic
     from eos.serde import serde_for
+    from eos.streamtime import is_marker
 
     bootstrap_servers = resolve_bootstrap(bootstrap_servers)
     admin = _admin(bootstrap_servers)
@@ -154,6 +156,8 @@ def read(topic: str = typer.Argument(..., help="Topic to read"),
         fail(2, str(exc))
     for batch in scan_topic(bootstrap_servers, topic, admin=admin):
         for msg in batch:
+            if is_marker(msg.headers()):
+                continue  # a clock marker between the job's steps (eos.streamtime)
             fields = [_show(keys, msg.key()), _show(values, msg.value())]
             if timestamps:
                 fields.insert(0, str(msg.timestamp()[1]))

@@ -37,7 +37,7 @@ TP = tuple[str, int]
 
 class Planner:
     def __init__(self, admin: KafkaAdmin, config: EosConfig, subtopologies: Mapping[str, SubTopology],
-                 partition_counts: Mapping[str, int], repartition_topics: frozenset[str] = frozenset()) -> None:
+                 partition_counts: Mapping[str, int], clocked: frozenset[str] = frozenset()) -> None:
         self.admin = admin
         self.config = config
         self.subtopologies = dict(subtopologies)
@@ -50,9 +50,10 @@ class Planner:
         #: records each input partition was behind when the last batch was planned
         self.lag: dict[TP, int] = {}
         self.groups = offset_groups(self.subtopologies, config.group_id)
-        #: the repartition topics each sub-topology writes: its records carry its tasks' clocks
-        self.stamped = {name: sorted(set(sub.output_topics) & repartition_topics)
-                        for name, sub in self.subtopologies.items() if set(sub.output_topics) & repartition_topics}
+        #: the topics each sub-topology writes whose records carry their writers' clocks (eos.streamtime)
+        self.clocked = clocked
+        self.stamped = {name: sorted(set(sub.output_topics) & clocked)
+                        for name, sub in self.subtopologies.items() if set(sub.output_topics) & clocked}
 
     def task_count(self, sub: SubTopology) -> int:
         return self.partition_counts[sub.inputs[0]]
@@ -115,8 +116,9 @@ class Planner:
                 task = sub.task(partition)
                 busy = any(not r.empty for r in ranges)
                 stamps = self._stamps(sub, not behind)
-                if busy or self._punctuation_due(sub, task) or (stamps is not None and not self._said_idle(
-                        [commits[self.groups[(sub.name, t)]].get((t, partition)) for t in sub.inputs])):
+                announce = stamps is not None and not set(sub.inputs) & self.clocked and not self._said_idle(
+                    [commits[self.groups[(sub.name, t)]].get((t, partition)) for t in sub.inputs])
+                if busy or self._punctuation_due(sub, task) or announce:
                     plans.append(TaskPlan(task, batch, tuple(ranges) if busy else tuple(r.at_start() for r in ranges),
                                           topic_ids={t: self.topic_ids.get(t) for t in sub.inputs},
                                           resets=resets, idle=not busy, behind=frozenset(behind),
@@ -129,13 +131,24 @@ class Planner:
         topics = self.stamped.get(sub.name)
         if not topics:
             return None
-        return StampPlan(self.task_count(sub), {t: self.partition_counts[t] for t in topics}, caught_up)
+        return StampPlan({t: (self.partition_counts[t], *self._sources(sub, t)) for t in topics}, caught_up)
+
+    def _sources(self, sub: SubTopology, topic: str) -> tuple[int, int]:
+        """(the source index of `sub`'s task 0 in `topic`, the topic's source count): the tasks of every
+        sub-topology writing it, in name order."""
+        first = total = 0
+        for name in sorted(n for n, topics in self.stamped.items() if topic in topics):
+            if name == sub.name:
+                first = total
+            total += self.task_count(self.subtopologies[name])
+        return first, total
 
     @staticmethod
     def _said_idle(committed: list[Committed | None]) -> bool:
-        """Whether a writer of repartition topics last told their readers that it had caught up. One that has
-        not, and has no input, runs a batch of its own to say so: else its readers would wait for its clock
-        (eos.streamtime), e.g. for an input partition that never gets a record."""
+        """Whether a writer of clocked topics last told their readers that it had caught up. One that has not,
+        and has no input, runs a batch of its own to say so: else its readers would wait for its clock
+        (eos.streamtime), e.g. for an input partition that never gets a record. (A writer that reads clocked
+        topics itself hears of its sources' idleness in its input: markers make it busy.)"""
         return any(CommitMetadata.decode(c.metadata).idle for c in committed if c is not None)
 
     def _global_pins(self) -> dict[str, dict[int, tuple[int, int]]]:

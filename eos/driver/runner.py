@@ -37,7 +37,7 @@ from eos.driver.spark import ContextStart, is_local_master, spark_conf, task_rdd
 from eos.errors import ConfigError, JobFailedError, stops_the_job
 from eos.ledger import ledger_topic
 from eos.logs import configure_logging
-from eos.topology import topic_groups
+from eos.topology import clocked_topics, topic_groups
 from eos.worker.entry import SparkTaskFunction
 from eos.worker.plans import Job, StandbyPlan, StandbyResult, StandbyStatus, TaskPlan, TaskResult
 from transactions import GroupLease, KafkaAdmin
@@ -93,10 +93,11 @@ class Runner:
         dlq_partitions = create_internal_topics(admin, cfg, self.app.subtopologies, counts)
         if cfg.driver_lease:
             self.lease = acquire_driver_lease(admin, cfg)
-        repartition = frozenset(t.name for t in self.app.internal_topics.values() if t.purge)
+        clocked = clocked_topics(self.app.subtopologies)
         job = Job(cfg, dict(self.app.subtopologies), self.app.fault_hooks, dlq_partitions,
-                  ledger_topic(cfg.application_id), repartition)
-        planner = Planner(admin, cfg, self.app.subtopologies, counts, repartition)
+                  ledger_topic(cfg.application_id),
+                  frozenset(t.name for t in self.app.internal_topics.values() if t.purge), clocked)
+        planner = Planner(admin, cfg, self.app.subtopologies, counts, clocked)
         planner.refresh_topic_ids()
         planner.initialize_offsets()
         purged = [t.name for t in self.app.internal_topics.values() if t.purge and cfg.repartition_purge_interval]

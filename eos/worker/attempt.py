@@ -37,7 +37,7 @@ from eos.worker.executor import current_executor, executor_location
 from eos.worker.plans import Job, TaskPlan, TaskResult, TaskStatus
 from eos.worker.processing import BatchOutcome
 from eos.worker.progress import CommitMetadata
-from eos.worker.runtime import TaskRuntime
+from eos.worker.runtime import TaskRuntime, said_idle
 from transactions import (
     Committed,
     Consumer,
@@ -240,8 +240,7 @@ class BatchAttempt:
         self._fire(HookPoint.AFTER_PRODUCE)
         stream_time = max(self.stream_time, outcome.stream_time)
         punctuation = self.runtime.punctuation_state() if self.runtime is not None else {}
-        stamps = self.plan.stamps
-        idle = stamps is not None and stamps.caught_up and outcome.stopped_at is None
+        idle = said_idle(self.plan.stamps, outcome)
         offsets = [TopicPartition(r.topic, r.partition, self._commit_offset(r),
                                   CommitMetadata(stream_time, producer.token, self.plan.topic_ids.get(r.topic),
                                                  punctuation, outcome.clocks, idle).encode())

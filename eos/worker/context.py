@@ -25,7 +25,7 @@ from eos.origin import DERIVED_HEADER, ORIGIN_HEADER, lineage_source
 from eos.processor import Cancellable, ProcessorContext, PunctuationType, RecordMetadata
 from eos.records import Output
 from eos.serde import Serde
-from eos.streamtime import MARKER_HEADER, STAMP_HEADER, encode_stamp
+from eos.streamtime import MARKER_HEADER, MARKER_KEY, STAMP_HEADER, encode_stamp
 from eos.worker.topic_rules import OutputRejectedError, TopicRule
 from transactions import Message, ProducerRecord
 
@@ -72,10 +72,13 @@ class TaskContext(ProcessorContext):
         #: the task's stream time; while a record of a repartition topic is processed, the stream time it is
         #: judged against (the larger of the task's and its source's: eos.streamtime)
         self.stream_time = stream_time
-        #: repartition topics this task writes, whose records carry its clock (eos.streamtime), and the task
-        #: count of its sub-topology (set for each batch)
+        #: a task that reads topics carrying their sources' clocks: its own stream time (which never moves
+        #: back), while `stream_time` is a record's judged time; None: the same as stream_time
+        self.clock_time: int | None = None
+        #: topics this task writes whose records carry its clock (eos.streamtime), and per topic the task's
+        #: source index and the topic's source count (set for each batch)
         self._stamped = stamped_topics
-        self.stamp_sources = 0
+        self.stamp_sources: dict[str, tuple[int, int]] = {}
         self._output_topic = output_topic
         self._serialize_key, self._serialize_value = key_serde.serialize, value_serde.serialize
         #: the current record's lineage origin: b"topic:partition:", offset, and the index its outputs start at
@@ -135,7 +138,9 @@ class TaskContext(ProcessorContext):
                 headers.append((ORIGIN_HEADER, b"%b%d:%d" % (self._origin_prefix, self._origin_offset,
                                                               self._index_base + self._index)))
         if target in self._stamped:
-            headers.append((STAMP_HEADER, encode_stamp(self.partition, self.stamp_sources, self.stream_time)))
+            source, sources = self.stamp_sources.get(target, (self.partition, self.partition + 1))
+            clock = self.stream_time if self.clock_time is None else self.clock_time
+            headers.append((STAMP_HEADER, encode_stamp(source, sources, clock, judged=self.stream_time)))
         ts = self._current_ts if timestamp is None else timestamp
         rule = self._rule_of.get(target)
         if rule is None and self._rules is not None:
@@ -221,12 +226,19 @@ class TaskContext(ProcessorContext):
         times = [s.next_at for s in self.schedules if s.type == "wall_clock" and not s.cancelled]
         return min(times) if times else None
     def markers(self, partitions: dict[str, int], idle: bool) -> list[ProducerRecord]:
-        """The end of a batch: this task's clock for every partition of each repartition topic it writes
-        (`partitions`: topic -> partition count), so that a partition no key of this task hashes to still
-        learns how far the task has got; `idle`: the task has caught up with its input."""
-        stamp = [(MARKER_HEADER, encode_stamp(self.partition, self.stamp_sources, self.stream_time, idle))]
-        return [_new_record(ProducerRecord, (topic, p, None, None, stamp, None))
-                for topic, count in sorted(partitions.items()) if topic in self._stamped for p in range(count)]
+        """The end of a batch: this task's clock for every partition of each topic it stamps (`partitions`:
+        topic -> partition count), so that a partition no key of this task hashes to still learns how far the
+        task has got; `idle`: the task has caught up with its input. Markers have a key (a compacted topic
+        refuses records without one) and no value."""
+        out = []
+        for topic, count in sorted(partitions.items()):
+            if topic not in self._stamped:
+                continue
+            source, sources = self.stamp_sources.get(topic, (self.partition, self.partition + 1))
+            clock = self.stream_time if self.clock_time is None else self.clock_time
+            stamp = [(MARKER_HEADER, encode_stamp(source, sources, clock, idle))]
+            out += [_new_record(ProducerRecord, (topic, p, MARKER_KEY, None, stamp, None)) for p in range(count)]
+        return out
 
     # ------------------------------------------------------------------ the runtime's side
     def begin_batch(self) -> None:

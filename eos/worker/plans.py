@@ -29,7 +29,8 @@ class Job:
 
     def __init__(self, config: EosConfig, subtopologies: dict[str, SubTopology], fault_hooks: FaultHooks,
                  dlq_partitions: int = 0, ledger_topic: str | None = None,
-                 transitive_topics: frozenset[str] = frozenset()) -> None:
+                 transitive_topics: frozenset[str] = frozenset(),
+                 clocked_topics: frozenset[str] = frozenset()) -> None:
         self.run_id = uuid.uuid4().hex  # task runtimes cached by workers belong to one run
         self.config = config
         self.subtopologies = subtopologies
@@ -40,6 +41,8 @@ class Job:
         self.ledger_topic = ledger_topic or f"{config.application_id}-ledger"
         #: the application's repartition topics: lineage reaches through them (eos.origin.lineage_origin)
         self.transitive_topics = transitive_topics
+        #: topics between two sub-topologies whose records carry their writers' clocks (eos.streamtime)
+        self.clocked_topics = clocked_topics
         #: (sub-topology, input topic) -> the consumer group its progress is committed under
         self.groups = offset_groups(subtopologies, config.group_id)
 
@@ -68,12 +71,11 @@ class OffsetReset:
 
 @dataclass(frozen=True)
 class StampPlan:
-    """For a task that writes repartition topics: what its records' clocks say (eos.streamtime)."""
+    """For a task that writes topics whose records carry their writers' clocks (eos.streamtime)."""
 
-    #: the task count of its sub-topology (the sources a reader of the topic hears from)
-    sources: int
-    #: repartition topic -> partition count: each partition gets the task's clock at the end of a batch
-    partitions: dict[str, int]
+    #: topic -> (its partition count, the source index of the writing sub-topology's task 0, the topic's
+    #: source count: the tasks of all its writers): every partition gets the task's clock after a batch
+    topics: dict[str, tuple[int, int, int]]
     #: the batch takes the task's input up to its end as planned: its clock is marked idle at the end
     caught_up: bool
 

@@ -26,15 +26,14 @@ from eos.errors import BadRecordError, FrameworkError, OutputSerializationError,
 from eos.processor import Processor, PunctuationType
 from eos.records import Record
 from eos.serde import Serde
-from eos.streamtime import MARKER_HEADER, EventClock, stamp_of
-from eos.time import RECORD_TIME, InvalidTimestampError, check_timestamp
+from eos.streamtime import EventClock, stamp_of
+from eos.time import MAX_TIMESTAMP, RECORD_TIME, InvalidTimestampError, check_timestamp
 from eos.worker.context import TaskContext
 from eos.worker.dead_letters import DeadLetterPolicy, Stage
 from recovery import StoreError
 from transactions import Message, ProducerRecord
 
-__all__ = ["BatchOutcome", "RecordScoped", "run_processor", "NOT_A_BAD_RECORD", "Entry", "entries", "InputReading",
-           "is_marker"]
+__all__ = ["BatchOutcome", "RecordScoped", "run_processor", "NOT_A_BAD_RECORD", "Entry", "entries", "InputReading"]
 
 #: Exceptions that fail the task instead of dead-lettering the record being processed.
 NOT_A_BAD_RECORD = (MemoryError, BadRecordError, FrameworkError, StoreError)
@@ -68,8 +67,10 @@ class BatchOutcome:
     late: list[Message] = field(default_factory=list)
     punctuations: int = 0
     dropped: dict[str, int] = field(default_factory=dict)
-    #: the clocks of the sources of repartition inputs after the batch (eos.streamtime), '' without any
+    #: the clocks of the sources of clocked inputs after the batch (eos.streamtime), '' without any, and
+    #: whether every one of those sources is idle
     clocks: str = ""
+    sources_idle: bool = True
 
 
 #: (message, record or the reason it is a bad record, its timestamp; -1 for a bad record, which is thus
@@ -104,8 +105,9 @@ def entries(messages: Iterable[Message], key_serde: Serde, value_serde: Serde,
             except Exception as exc:  # the user's extractor failed on this record
                 yield msg, InvalidTimestampError(f"the timestamp extractor failed: {type(exc).__name__}: {exc}"), -1
                 continue
-        if ts < 0:
-            yield msg, InvalidTimestampError(f"invalid timestamp {ts} (negative: missing or not event time)"), -1
+        if ts < 0 or ts > MAX_TIMESTAMP:
+            why = "negative: missing or not event time" if ts < 0 else "after the year 9999"
+            yield msg, InvalidTimestampError(f"invalid timestamp {ts} ({why})"), -1
             continue
         yield msg, record, ts
 
@@ -141,11 +143,6 @@ def by_partition(messages: list[Message]) -> dict[tuple[str, int], list[Message]
     return parts
 
 
-def is_marker(msg: Message) -> bool:
-    """A clock marker of a repartition topic (eos.streamtime), not a record."""
-    return any(key == MARKER_HEADER for key, _ in msg.headers() or ())
-
-
 def _entry_time(entry: Entry) -> int:
     return entry[2]
 
@@ -167,7 +164,7 @@ def run_processor(processor: Processor, ctx: TaskContext, messages: list[Message
         event_clock = None
     clocked = event_clock.clocked if event_clock is not None else frozenset()
     if event_clock is not None:
-        ctx.stream_time = event_clock.stream_time
+        ctx.stream_time = ctx.clock_time = event_clock.stream_time
     outcome = BatchOutcome(stream_time=ctx.stream_time)
     scoped = list(scoped)
     process, outputs, filtered = processor.process, outcome.outputs, outcome.filtered
@@ -198,7 +195,7 @@ def run_processor(processor: Processor, ctx: TaskContext, messages: list[Message
                 records_in -= 1
                 if stamp is not None and event_clock is not None:
                     event_clock.observe_stamp(tp[0], stamp, marker=True)
-                    outcome.stream_time = ctx.stream_time = event_clock.stream_time
+                    outcome.stream_time = ctx.stream_time = ctx.clock_time = event_clock.stream_time
                     _punctuate_due(ctx, scoped, outcome, clock)
                 continue
         if type(record) is not Record:
@@ -212,6 +209,7 @@ def run_processor(processor: Processor, ctx: TaskContext, messages: list[Message
         else:  # judged against the larger of the task's stream time and its source's
             saved = event_clock.save()
             ctx.stream_time = event_clock.observe(ts) if stamp is None else event_clock.observe_stamp(tp[0], stamp)
+            ctx.clock_time = event_clock.stream_time
         enter(msg, ts)
         for s in scoped:
             s.begin_record()
@@ -226,7 +224,7 @@ def run_processor(processor: Processor, ctx: TaskContext, messages: list[Message
             if event_clock is not None:
                 if stamp is None:
                     event_clock.restore(saved)  # (a stamped one moved its source's clock, which stays)
-                before = event_clock.stream_time
+                before = ctx.clock_time = event_clock.stream_time
             outcome.stream_time = ctx.stream_time = before  # a bad record never moves stream time
             stage = Stage.SERIALIZE if isinstance(exc, OutputSerializationError) else Stage.PROCESS
             outcome.dead_letters.append(dlq.route(msg, exc, stage))
@@ -234,7 +232,7 @@ def run_processor(processor: Processor, ctx: TaskContext, messages: list[Message
         for s in scoped:
             s.commit_record()
         if event_clock is not None:
-            outcome.stream_time = ctx.stream_time = event_clock.stream_time
+            outcome.stream_time = ctx.stream_time = ctx.clock_time = event_clock.stream_time
         produced = leave()
         if produced:
             outputs.extend(produced)
@@ -258,7 +256,7 @@ def run_processor(processor: Processor, ctx: TaskContext, messages: list[Message
     _in_scope(ctx, scoped, outcome, outcome.stream_time, processor.punctuate, b"end")  # the batch-end hook
     outcome.dropped, ctx.dropped = ctx.dropped, {}
     if event_clock is not None:
-        outcome.clocks = event_clock.encode()
+        outcome.clocks, outcome.sources_idle = event_clock.encode(), event_clock.all_idle()
     return outcome
 
 

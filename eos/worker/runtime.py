@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING
 
 from eos.errors import TaskFailedError
 from eos.processor import Processor
-from eos.streamtime import EventClock
+from eos.streamtime import EventClock, is_marker
 from eos.time import RECORD_TIME
 from eos.topology import SubTopology, TaskId
 from eos.worker.context import TaskContext
 from eos.worker.dead_letters import DeadLetterPolicy
 from eos.worker.global_tables import GlobalTableView
 from eos.worker.plans import StampPlan
-from eos.worker.processing import NOT_A_BAD_RECORD, BatchOutcome, is_marker, punctuate_idle, run_processor
+from eos.worker.processing import NOT_A_BAD_RECORD, BatchOutcome, punctuate_idle, run_processor
 from eos.worker.stores import TaskStores
 from eos.worker.topic_rules import TopicRule
 from eos.worker.vectorized import run_batch_function
@@ -51,9 +51,9 @@ class TaskRuntime:
                                    stores={**(self.stores.views if self.stores else {}), **self.globals},
                                    topic_rules=topic_rules, transitive_topics=job.transitive_topics,
                                    raw_topics=sub.raw_outputs,
-                                   stamped_topics=frozenset(sub.output_topics) & job.transitive_topics)
-        #: inputs that are repartition topics: their records carry their sources' clocks (eos.streamtime)
-        self.clocked = frozenset(sub.inputs) & job.transitive_topics
+                                   stamped_topics=frozenset(sub.output_topics) & job.clocked_topics)
+        #: inputs whose records carry their sources' clocks (eos.streamtime)
+        self.clocked = frozenset(sub.inputs) & job.clocked_topics
         self.processor = _create_processor(sub, self.context) if sub.processor_factory is not None else None
         self.reused = False  # whether a batch already ran on this runtime
 
@@ -81,16 +81,17 @@ class TaskRuntime:
         outcome = self._process(messages, stream_time, punctuation, behind, clocks, stamps)
         if stamps is not None and self.context._stamped:
             self.context.stream_time = max(self.context.stream_time, outcome.stream_time)
-            outcome.outputs.extend(self.context.markers(stamps.partitions,
-                                                        idle=stamps.caught_up and outcome.stopped_at is None))
+            outcome.outputs.extend(self.context.markers({t: n for t, (n, _, _) in stamps.topics.items()},
+                                                        idle=said_idle(stamps, outcome)))
         return outcome
 
     def _process(self, messages: list[Message], stream_time: int, punctuation: dict[int, int],
                  behind: frozenset[tuple[str, int]], clocks: str, stamps: StampPlan | None) -> BatchOutcome:
         sub = self.sub
-        self.context.stamp_sources = stamps.sources if stamps is not None else 0
+        self.context.stamp_sources = {t: (first + self.task.partition, total)
+                                      for t, (_, first, total) in (stamps.topics if stamps else {}).items()}
         if self.clocked:
-            messages = [m for m in messages if m.topic() not in self.clocked or not is_marker(m)] \
+            messages = [m for m in messages if m.topic() not in self.clocked or not is_marker(m.headers())] \
                 if self.processor is None else messages
         if self.processor is not None:
             ctx = self.context
@@ -105,7 +106,8 @@ class TaskRuntime:
                 clock.adopt(clocks)
             if not messages:
                 outcome = punctuate_idle(self.processor, ctx, scoped)
-                outcome.clocks = clocks
+                if clock is not None:
+                    outcome.clocks, outcome.sources_idle = clocks, clock.all_idle()
                 return outcome
             return run_processor(self.processor, ctx, messages, key_serde=sub.key_serde,
                                  value_serde=sub.value_serde, dlq=self.dlq, scoped=scoped,
@@ -149,6 +151,13 @@ class TaskRuntime:
         self.release()
         if self.processor is not None:
             self.processor.close()
+
+
+def said_idle(stamps: StampPlan | None, outcome: BatchOutcome) -> bool:
+    """Whether a batch tells the readers of the topics it stamps that its task is idle: it caught up with its
+    input as planned, and every source of its own clocked inputs is idle (else an upstream step may still
+    send it records older than its clock, and a reader not waiting for it would call them late)."""
+    return stamps is not None and stamps.caught_up and outcome.stopped_at is None and outcome.sources_idle
 
 
 def _create_processor(sub: SubTopology, context: TaskContext) -> Processor:

@@ -81,7 +81,7 @@ def _upstream(app, partition, sources, records, downstream_partitions, clocks=Tr
     ctx = TaskContext(application_id="clicks", subtopology=sub.name, partition=partition, output_topic=sub.output,
                       key_serde=sub.output_key_serde, value_serde=sub.output_value_serde, lineage=True,
                       stamped_topics=frozenset({REPARTITION}) if clocks else frozenset())
-    ctx.stamp_sources = sources
+    ctx.stamp_sources = {REPARTITION: (partition, sources)}
     processor = sub.processor_factory()
     processor.init(ctx)
     msgs = [FakeMessage("clicks", partition, i, json.dumps(v).encode(), k.encode(), timestamp=ts)
@@ -349,3 +349,22 @@ def test_the_live_table_shows_late_records_per_step():
     console.print(view.render())
     text = console.export_text()
     assert "late (dropped)" in text and "7" in text.split("counts")[1].split("\n")[0]
+
+
+def test_a_record_timestamp_past_the_year_9999_is_a_bad_record_and_window_arithmetic_never_sees_it():
+    app = Application("w", "b:1")
+    sub = app.count("in", "out", name="agg", key_serde="string", windows=TumblingWindows(60_000), emit="final")
+    buffers = {s.name: WriteBuffer(MemoryBackend()) for s in sub.stores}
+    views = {}
+    for spec in sub.stores:
+        views[spec.name] = view_of(spec)
+        views[spec.name].attach(buffers[spec.name])
+    ctx = TaskContext(application_id="w", subtopology="agg", partition=0, output_topic="out",
+                      key_serde=sub.output_key_serde, value_serde=sub.output_value_serde, lineage=True, stores=views)
+    processor = sub.processor_factory()
+    processor.init(ctx)
+    msgs = [FakeMessage("in", 0, 0, b"1", b"k", timestamp=2**62), FakeMessage("in", 0, 1, b"1", b"k", timestamp=5)]
+    out = run_processor(processor, ctx, msgs, key_serde=sub.key_serde, value_serde=sub.value_serde,
+                        dlq=DeadLetterPolicy("dlq", 0, "agg-0", fail=False), scoped=list(buffers.values()))
+    assert len(out.dead_letters) == 1 and out.stream_time == 5
+    assert b"after the year 9999" in dict(out.dead_letters[0].headers)["eos.dlq.error"]
