@@ -110,7 +110,7 @@ def reference_windows(records: Iterable[Record], w: Windowing,
             continue  # a tombstone: stream time moves, nothing is aggregated
         ref.records += 1
         late = ref.late
-        source_time = stamp.stream_time if stamp is not None else stream_time
+        source_time = stamp.lateness_time if stamp is not None else stream_time
         if isinstance(spec, HoppingWindows):
             _time_windows(spec, w, rec, stream_time, state, ref)
         elif isinstance(spec, SessionWindows):
