@@ -28,7 +28,7 @@ from eos.errors import ConfigError
 from eos.hooks import FaultHooks
 from eos.serde import serde_for
 from eos.time import TimestampSpec, timestamp_extractor
-from eos.topology import SubTopology
+from eos.topology import SubTopology, clocked_topics
 from recovery import StoreSpec
 
 if TYPE_CHECKING:
@@ -86,6 +86,14 @@ class Application(JoinMethods):
         """Override settings (None values are ignored); validated like the constructor's."""
         self.config = self.config.with_overrides(**changes)
         return self
+
+    @property
+    def clocked_topics(self) -> frozenset[str]:
+        """The topics between two of the job's steps whose records carry their writers' clocks
+        (`eos.streamtime`; none with stream_time_across_topics="largest_seen")."""
+        if self.config.stream_time_across_topics != "source_clocks":
+            return frozenset()
+        return clocked_topics(self.subtopologies)
 
     # ------------------------------------------------------------------ interactive queries
     def store_view(self, name: str, *, bootstrap_servers: str | None = None) -> StoreSnapshot:

@@ -75,6 +75,11 @@ class EosConfig:
     #: A batch that sends more than this share of a task's input records to the dead-letter topic is
     #: logged as a warning (the run summary counts such batches; `eos run --fail-on-dead-letters` fails).
     dead_letter_warn_ratio: float = 0.5
+    #: Stream time of a step that reads a topic another step of the job writes: "source_clocks" (records
+    #: carry their writers' clocks and the step's stream time is the slowest source's: eos.streamtime), or
+    #: "largest_seen" (Kafka Streams' rule: the largest timestamp the task has seen, which over a backlog
+    #: calls much of such a topic late).
+    stream_time_across_topics: Literal["source_clocks", "largest_seen"] = "source_clocks"
     #: A step that has dropped more than this share of its input as late (over the run so far) is warned
     #: about loudly, once; with `late_fail_ratio` set, a step above that share stops the job.
     late_warn_ratio: float = 0.01
@@ -154,6 +159,9 @@ class EosConfig:
                               f"{self.repartition_purge_interval}")
         if not 0 < self.dead_letter_warn_ratio <= 1:
             raise ConfigError(f"dead_letter_warn_ratio must be in (0, 1], got {self.dead_letter_warn_ratio}")
+        if self.stream_time_across_topics not in ("source_clocks", "largest_seen"):
+            raise ConfigError(f"stream_time_across_topics must be 'source_clocks' or 'largest_seen', got "
+                              f"{self.stream_time_across_topics!r}")
         for name in ("late_warn_ratio", "late_fail_ratio"):
             ratio = getattr(self, name)
             if ratio is not None and not 0 <= ratio <= 1:

@@ -24,7 +24,7 @@ from eos.audit.joins import JoinAuditResult, audit_join
 from eos.audit.lineage import LineageResult, audit_lineage
 from eos.audit.windows import WindowAuditResult, audit_windows
 from eos.ledger import ledger_topic
-from eos.topology import SubTopology, clocked_topics, offset_groups, topic_groups
+from eos.topology import SubTopology, offset_groups, topic_groups
 from transactions import Isolation, KafkaAdmin
 
 if TYPE_CHECKING:
@@ -236,7 +236,7 @@ def audit_windowed(app: Application, *, bootstrap_servers: str | None = None, su
         report.window = audit_windows(report.bootstrap_servers, sub, group=groups[sub.inputs[0]], admin=admin,
                                       dead_letters=app.config.dlq_topic, max_samples=max_samples,
                                       progress=progress,
-                                      clocked=frozenset(sub.inputs) & clocked_topics(app.subtopologies))
+                                      clocked=frozenset(sub.inputs) & app.clocked_topics)
 
     return _audit_each(app, "window", "windowed aggregation", lambda s: s.windowing is not None, check,
                        bootstrap_servers, subtopologies, max_samples)

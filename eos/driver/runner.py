@@ -37,7 +37,7 @@ from eos.driver.spark import ContextStart, is_local_master, spark_conf, task_rdd
 from eos.errors import ConfigError, JobFailedError, stops_the_job
 from eos.ledger import ledger_topic
 from eos.logs import configure_logging
-from eos.topology import clocked_topics, topic_groups
+from eos.topology import topic_groups
 from eos.worker.entry import SparkTaskFunction
 from eos.worker.plans import Job, StandbyPlan, StandbyResult, StandbyStatus, TaskPlan, TaskResult
 from transactions import GroupLease, KafkaAdmin
@@ -93,7 +93,7 @@ class Runner:
         dlq_partitions = create_internal_topics(admin, cfg, self.app.subtopologies, counts)
         if cfg.driver_lease:
             self.lease = acquire_driver_lease(admin, cfg)
-        clocked = clocked_topics(self.app.subtopologies)
+        clocked = self.app.clocked_topics
         job = Job(cfg, dict(self.app.subtopologies), self.app.fault_hooks, dlq_partitions,
                   ledger_topic(cfg.application_id),
                   frozenset(t.name for t in self.app.internal_topics.values() if t.purge), clocked)

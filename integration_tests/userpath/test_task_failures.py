@@ -44,6 +44,34 @@ def test_a_processor_that_fails_in_init_stops_the_job_at_once_with_the_root_caus
     assert err.value.cause_type == "RuntimeError" and "raise RuntimeError" in err.value.detail
 
 
+class FailsInPunctuation(Processor):
+    def init(self, context):
+        super().init(context)
+        context.schedule(1, self.tick, type="stream")
+
+    def process(self, record):
+        self.context.forward(record.key, record.value)
+
+    def tick(self, now):
+        raise KeyError("threshold")
+
+
+def test_a_punctuation_that_raises_stops_the_job_at_once_naming_task_and_punctuation(kafka, spark, topic_factory,
+                                                                                     unique_name):
+    """It was retried like a transient failure (~80 s) though a retried batch runs the same punctuation at
+    the same stream time; the framework's own window closing is a punctuation too."""
+    src, dst = one_record_topics(kafka, topic_factory)
+    app = Application(unique_name("app"), kafka.bootstrap_servers, log_level="ERROR")
+    app.add_processor(FailsInPunctuation, src, dst, name="ticks")
+    started = time.monotonic()
+    with pytest.raises(TaskFailedError) as err:
+        app.run(spark, until_caught_up=True)
+    assert time.monotonic() - started < 45
+    text = str(err.value)
+    assert "task ticks-" in text and "the punctuation FailsInPunctuation.tick" in text and "KeyError" in text
+    assert err.value.cause_type == "KeyError"
+
+
 def test_a_job_module_the_executors_cannot_import_is_reported_as_such(kafka, spark, topic_factory, unique_name,
                                                                        tmp_path):
     src, dst = one_record_topics(kafka, topic_factory)

@@ -368,3 +368,21 @@ def test_a_record_timestamp_past_the_year_9999_is_a_bad_record_and_window_arithm
                         dlq=DeadLetterPolicy("dlq", 0, "agg-0", fail=False), scoped=list(buffers.values()))
     assert len(out.dead_letters) == 1 and out.stream_time == 5
     assert b"after the year 9999" in dict(out.dead_letters[0].headers)["eos.dlq.error"]
+
+
+def test_which_topics_carry_clocks_and_kafka_streams_rule_on_request():
+    app = _app()
+
+    @app.process(input="raw", output="clicks", key_serde="string", value_serde="json", name="clean")
+    def clean(record):
+        return record.key, record.value
+
+    app.aggregate("clicks", "totals", name="totals", initializer=dict, aggregator=lambda k, v, a: a)
+    # the count reads the repartition topic (windows); the re-keying step reads "clicks": both carry clocks,
+    # though "clicks" also feeds an aggregation over all time
+    assert app.clocked_topics == {REPARTITION, "clicks"}
+    assert app.configure(stream_time_across_topics="largest_seen").clocked_topics == frozenset()
+    plain = Application("p", "b:1")
+    plain.process(input="a", output="b", name="one")(lambda r: r)
+    plain.aggregate("b", "c", name="two", initializer=dict, aggregator=lambda k, v, a: a)
+    assert plain.clocked_topics == frozenset()  # no step downstream uses event time: Kafka Streams' rule
