@@ -29,19 +29,25 @@ def one_record_topics(kafka, topic_factory):
     return src, dst
 
 
-def test_a_processor_that_fails_in_init_stops_the_job_at_once_with_the_root_cause(kafka, spark, topic_factory,
-                                                                                   unique_name):
+def stops_at_once(kafka, spark, topic_factory, unique_name, processor, name) -> TaskFailedError:
+    """Run a one-step job of `processor` that must fail: the error it stops with, within 45 s."""
     src, dst = one_record_topics(kafka, topic_factory)
     app = Application(unique_name("app"), kafka.bootstrap_servers, log_level="ERROR")
-    app.add_processor(FailsInInit, src, dst, name="fails")
+    app.add_processor(processor, src, dst, name=name)
     started = time.monotonic()
     with pytest.raises(TaskFailedError) as err:
         app.run(spark, until_caught_up=True)
     assert time.monotonic() - started < 45  # one attempt, not 4 Spark attempts x 5 batch attempts x re-plans
-    text = str(err.value)
+    return err.value
+
+
+def test_a_processor_that_fails_in_init_stops_the_job_at_once_with_the_root_cause(kafka, spark, topic_factory,
+                                                                                   unique_name):
+    err = stops_at_once(kafka, spark, topic_factory, unique_name, FailsInInit, "fails")
+    text = str(err)
     assert "task fails-" in text and "failed while being created or in init()" in text
     assert "RuntimeError: the lookup table is missing" in text and "collectAndServe" not in text
-    assert err.value.cause_type == "RuntimeError" and "raise RuntimeError" in err.value.detail
+    assert err.cause_type == "RuntimeError" and "raise RuntimeError" in err.detail
 
 
 class FailsInPunctuation(Processor):
@@ -60,16 +66,10 @@ def test_a_punctuation_that_raises_stops_the_job_at_once_naming_task_and_punctua
                                                                                      unique_name):
     """It was retried like a transient failure (~80 s) though a retried batch runs the same punctuation at
     the same stream time; the framework's own window closing is a punctuation too."""
-    src, dst = one_record_topics(kafka, topic_factory)
-    app = Application(unique_name("app"), kafka.bootstrap_servers, log_level="ERROR")
-    app.add_processor(FailsInPunctuation, src, dst, name="ticks")
-    started = time.monotonic()
-    with pytest.raises(TaskFailedError) as err:
-        app.run(spark, until_caught_up=True)
-    assert time.monotonic() - started < 45
-    text = str(err.value)
+    err = stops_at_once(kafka, spark, topic_factory, unique_name, FailsInPunctuation, "ticks")
+    text = str(err)
     assert "task ticks-" in text and "the punctuation FailsInPunctuation.tick" in text and "KeyError" in text
-    assert err.value.cause_type == "KeyError"
+    assert err.cause_type == "KeyError"
 
 
 def test_a_job_module_the_executors_cannot_import_is_reported_as_such(kafka, spark, topic_factory, unique_name,
