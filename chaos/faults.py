@@ -90,7 +90,9 @@ def driver_kill(ctx: Context, f: ScheduledFault) -> str:
     driver's machine dies: killing the driver alone leaves the worker to finish its commit."""
     pid = ctx.job.pid
     if f.params.get("in_transaction"):
-        _marked_pid(ctx)
+        marked = _marked_pid(ctx)
+        if marked is not None:  # frozen at once, inside its window: walking the process tree takes a while
+            _signal(marked, signal.SIGSTOP)
         with ctx.timeline.span("driver_kill", f"driver pid {pid} and its processes"):
             for proc in sorted(job_processes(pid), key=lambda p: p.pid == pid):  # the worker first
                 _signal(proc.pid, signal.SIGKILL)
