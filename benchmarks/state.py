@@ -30,7 +30,7 @@ from eos import Application
 from eos.driver.spark import DEFAULT_MASTER, build_spark_context
 from localkafka.provision import provide_kafka
 from recovery import MemoryBackend, RocksDBBackend, restore_store
-from transactions import KafkaAdmin, TopicSpec, consumer_settings
+from transactions import KafkaAdmin, TopicSpec, consumer_settings, range_reader
 
 console = Console()
 
@@ -57,7 +57,7 @@ def measure_restore(bootstrap: str, admin: KafkaAdmin, topic: str, backend: Any)
     tp = (topic, 0)
     end, start = admin.end_offsets([tp])[tp], admin.earliest_offsets([tp])[tp]
     consumer = Consumer(consumer_settings(bootstrap, f"restore-bench-{uuid.uuid4().hex}"))
-    result = restore_store(backend, consumer, topic, 0, start_offset=start, end_offset=end)
+    result = restore_store(backend, range_reader(consumer), topic, 0, start_offset=start, end_offset=end)
     consumer.close()
     return {"records": result.records, "seconds": round(result.seconds, 2), "records_per_s": round(result.rate)}
 

@@ -3,7 +3,7 @@ directories. Imports only from `transactions`."""
 
 from recovery.backends import Backend, MemoryBackend, RocksDBBackend, StoreError
 from recovery.changelog import ChangelogConfigError, changelog_record, ensure_changelogs
-from recovery.restore import RestoreResult, restore_store
+from recovery.restore import ChangelogSource, RestoreResult, restore_store
 from recovery.state_dir import StateDirectoryError, TaskDirectory
 from recovery.store import KeyValueStore, StoreKind, StoreSpec, StoreView
 from recovery.windows import RecordBuffer, Session, SessionStore, WindowStore
@@ -30,4 +30,5 @@ __all__ = [
     "changelog_record",
     "ensure_changelogs",
     "restore_store",
+    "ChangelogSource",
 ]

@@ -7,6 +7,9 @@ brings the store to, so an interrupted restore resumes where it stopped. A store
 beyond the changelog's end, or before its start (the changelog was recreated or truncated), is
 corrupted: it is wiped and restored from the beginning.
 
+Where changelogs are read from is a `ChangelogSource`: Kafka in a Spark task (`eos.worker.clients`), memory
+in `eos.testing.TopologyTestDriver`; the replay is the same code.
+
 A `budget` (seconds) bounds one call: the replay stops after the chunk that exceeds it, with the store at
 that chunk's offset (`complete` False); standby copies use it so a far-behind copy catches up over
 several batches instead of holding one batch up.
@@ -15,14 +18,26 @@ several batches instead of holding one batch up.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from recovery.backends import Backend
-from transactions import Consumer, OffsetRange, RetriableKafkaError, read_ranges
+from transactions import Message, OffsetRange, RangeReader, RetriableKafkaError
 
-__all__ = ["RestoreResult", "restore_store"]
+__all__ = ["RestoreResult", "restore_store", "ChangelogSource"]
+
+TP = tuple[str, int]
+
+
+class ChangelogSource(Protocol):
+    """Where a task's changelogs are: their bounds and a read_committed reader of ranges."""
+
+    def bounds(self, partitions: list[TP]) -> dict[TP, tuple[int, int]]:
+        """Per changelog partition: (log start offset, last stable offset)."""
+        ...
+
+    def read(self, ranges: list[OffsetRange], timeout: float) -> Iterator[list[Message]]: ...
 
 
 @dataclass
@@ -40,14 +55,14 @@ class RestoreResult:
         return self.records / self.seconds if self.seconds > 0 else 0.0
 
 
-def restore_store(backend: Backend, consumer: Consumer, topic: str, partition: int, *, start_offset: int,
+def restore_store(backend: Backend, read: RangeReader, topic: str, partition: int, *, start_offset: int,
                   end_offset: int, log: Any = None, progress_every: float = 2.0,
                   on_progress: Callable[[int, int, int], None] | None = None, timeout: float = 3600.0,
                   budget: float | None = None) -> RestoreResult:
     """Replay `[recorded offset, end_offset)` of the changelog partition into `backend`.
 
     `start_offset` is the partition's log start offset; `on_progress(records, position, end)` is called
-    every `progress_every` seconds."""
+    every `progress_every` seconds. `read` reads ranges read_committed (`transactions.range_reader`)."""
     if not 0 <= start_offset <= end_offset:
         # Never act on such a range: a store "ahead" of a bogus end would be wiped and left empty.
         raise RetriableKafkaError(f"changelog {topic}[{partition}]: invalid offset range [{start_offset}, "
@@ -65,7 +80,7 @@ def restore_store(backend: Backend, consumer: Consumer, topic: str, partition: i
     result = RestoreResult(0, 0.0, begin, end_offset, wiped, position=max(begin, end_offset))
     if begin >= end_offset:
         return result
-    chunks = read_ranges(consumer, [OffsetRange(topic, partition, begin, end_offset)], timeout=timeout)
+    chunks = read([OffsetRange(topic, partition, begin, end_offset)], timeout)
     for batch in chunks:
         # In offset order: the last write of a key wins. Compacted topics refuse null keys.
         changes = {msg.key() or b"": msg.value() for msg in batch}
@@ -73,7 +88,7 @@ def restore_store(backend: Backend, consumer: Consumer, topic: str, partition: i
         result.records += len(batch)
         now = time.monotonic()
         if budget is not None and now - started >= budget and batch[-1].offset() + 1 < end_offset:
-            chunks.close()  # unassigns the consumer
+            getattr(chunks, "close", lambda: None)()  # (a consumer's reader unassigns it)
             result.complete, result.position = False, batch[-1].offset() + 1
             result.seconds = now - started
             return result

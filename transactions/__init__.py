@@ -39,7 +39,7 @@ from transactions.errors import (
 from transactions.lease import GroupLease, LeaseState
 from transactions.offsets import Committed, stable_committed
 from transactions.producer import IllegalStateError, TransactionalProducer, TxnState
-from transactions.reader import OffsetRange, read_ranges
+from transactions.reader import OffsetRange, RangeReader, range_reader, read_ranges
 from transactions.records import Headers, OutputProducer, ProducerRecord
 from transactions.retry import DEFAULT_POLICY, RetryPolicy, call
 from transactions.settings import (
@@ -95,6 +95,8 @@ __all__ = [
     "produce_pairs",
     "producer_settings",
     "read_ranges",
+    "RangeReader",
+    "range_reader",
     "scan_consumer",
     "stable_committed",
 ]

@@ -9,7 +9,7 @@ visible records, or none. The read of a partition is finished when the consumer'
 from __future__ import annotations
 
 import time
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from transactions.clients import Message
 from transactions.errors import RetriableKafkaError, classify
 
-__all__ = ["OffsetRange", "read_ranges"]
+__all__ = ["OffsetRange", "read_ranges", "RangeReader", "range_reader"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,16 @@ class OffsetRange:
     def at_start(self) -> OffsetRange:
         """The empty range at this range's start."""
         return OffsetRange(self.topic, self.partition, self.start, self.start)
+
+
+#: Reads offset ranges read_committed: `read(ranges, timeout)` yields lists of visible records, as
+#: `read_ranges` does with a consumer (a test double reads them from memory).
+RangeReader = Callable[[list[OffsetRange], float], Iterator[list[Message]]]
+
+
+def range_reader(consumer: Consumer) -> RangeReader:
+    """`read_ranges` with this consumer."""
+    return lambda ranges, timeout: read_ranges(consumer, ranges, timeout=timeout)
 
 
 def read_ranges(consumer: Consumer, ranges: list[OffsetRange], *, timeout: float = 60.0,

@@ -31,13 +31,13 @@ from eos.hooks import FaultPoint, HookPoint
 from eos.ledger import LedgerEntry, LedgerInput
 from eos.origin import lineage_origin
 from eos.topology import SubTopology
-from eos.worker.clients import WorkerClients
+from eos.worker.clients import TaskClients
 from eos.worker.dead_letters import dead_letter_error
 from eos.worker.executor import current_executor, executor_location
 from eos.worker.plans import Job, TaskPlan, TaskResult, TaskStatus
 from eos.worker.processing import BatchOutcome
 from eos.worker.progress import CommitMetadata
-from eos.worker.runtime import TaskRuntime, said_idle
+from eos.worker.runtime import RuntimeCache, TaskRuntime, said_idle
 from transactions import (
     Committed,
     Consumer,
@@ -50,7 +50,6 @@ from transactions import (
     RetriableKafkaError,
     RetryPolicy,
     TopicPartition,
-    read_ranges,
     stable_committed,
 )
 
@@ -71,9 +70,12 @@ class StalePlanError(Exception):
 
 
 class BatchAttempt:
-    def __init__(self, plan: TaskPlan, job: Job, clients: WorkerClients, spark_attempt: int,
-                 batch_attempt: int) -> None:
-        self.plan, self.job, self.clients = plan, job, clients
+    def __init__(self, plan: TaskPlan, job: Job, clients: TaskClients, runtimes: RuntimeCache, spark_attempt: int,
+                 batch_attempt: int, *, in_memory: bool = False) -> None:
+        """`clients`: Kafka (`eos.worker.clients`) or memory (`eos.testing`); `runtimes`: the worker's cache;
+        `in_memory`: a runtime this attempt builds keeps every store in memory (a test driver's worker)."""
+        self.plan, self.job, self.clients, self.runtimes = plan, job, clients, runtimes
+        self.in_memory = in_memory
         self.config = job.config
         self.task = plan.task
         self.sub: SubTopology = job.subtopologies[plan.task.subtopology]
@@ -183,16 +185,19 @@ class BatchAttempt:
     def restore_state(self) -> TaskRuntime:
         """The task's runtime (kept by the worker while the task stays here) with its stores open and
         restored to their changelogs' end. The caller releases it when the batch ends."""
-        runtime = self.clients.runtime(self.txn_id, self.job.run_id)
+        runtime = self.runtimes.get(self.txn_id, self.job.run_id)
         if runtime is None:
-            runtime = TaskRuntime(self.job, self.sub, self.task.partition, self.clients.topic_rules(self.config))
-            self.clients.set_runtime(self.txn_id, self.job.run_id, runtime)
+            runtime = TaskRuntime(self.job, self.sub, self.task.partition, self.clients.topic_rules(self.config),
+                                  in_memory=self.in_memory)
+            self.runtimes.put(self.txn_id, self.job.run_id, runtime)
         self.runtime = runtime
+        cfg, clients = self.config, self.clients
         try:
-            self.result.restore_ms, self.result.restored_records = runtime.ensure_restored(self.clients)
+            self.result.restore_ms, self.result.restored_records = runtime.ensure_restored(clients.changelogs(cfg))
             if self.sub.global_tables:
-                self.result.restored_records += runtime.refresh_globals(self.clients, self.plan.global_pins,
-                                                                        self.config.batch_timeout)
+                self.result.restored_records += runtime.refresh_globals(
+                    lambda table: clients.global_copy(cfg, table), clients.reader(cfg, "global"),
+                    self.plan.global_pins, cfg.batch_timeout)
         except BaseException:
             runtime.release()
             raise
@@ -203,10 +208,9 @@ class BatchAttempt:
         """The visible records of `[committed, end)`, read_committed, each partition in offset order
         (processing merges co-partitioned inputs in timestamp order, never reordering one partition)."""
         t0 = time.monotonic()
-        consumer = self.clients.consumer(self.config)
+        read = self.clients.reader(self.config)
         try:
-            self.messages = [m for chunk in read_ranges(consumer, list(self.ranges),
-                                                        timeout=self.config.batch_timeout) for m in chunk]
+            self.messages = [m for chunk in read(list(self.ranges), self.config.batch_timeout) for m in chunk]
         except OffsetOutOfRangeError as exc:
             raise StalePlanError(f"the planned input is gone ({exc}); planning again") from exc
         self.result.read_ms = (time.monotonic() - t0) * 1000

@@ -1,41 +1,78 @@
-"""Per-worker-process caches of Kafka clients and task runtimes.
+"""Per-worker-process caches of Kafka clients (task runtimes are cached apart: `eos.worker.runtime`).
 
 A Spark Python worker is reused across tasks (`spark.python.worker.reuse`), so it may keep the producers
 of the tasks it ran: creating one and calling `init_transactions()` costs broker round trips. If Spark
 later runs a task elsewhere, that worker's `init_transactions()` fences the cached producer here; the
 next transactional call fails as fenced and the task runner drops it and initialises a new one.
 Correctness rests on the producer epoch, never on this cache.
+
+`TaskClients` is what a batch attempt asks of it; `eos.testing` implements the same in memory, so that a
+test driver runs the very same protocol code without a broker.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from typing import Protocol
 
 from eos.config import EosConfig
 from eos.tables import GlobalTable
 from eos.worker.global_tables import GlobalCopy
 from eos.worker.topic_rules import TopicRules
+from recovery import ChangelogSource
 from transactions import (
     AtLeastOnceProducer,
     Consumer,
     KafkaAdmin,
+    Message,
+    OffsetRange,
     OutputProducer,
+    RangeReader,
     TransactionalProducer,
     close_or_park,
     input_consumer,
+    range_reader,
 )
 
-if TYPE_CHECKING:
-    from eos.worker.runtime import TaskRuntime
+__all__ = ["WorkerClients", "CLIENTS", "TaskClients", "KafkaChangelogs"]
 
-__all__ = ["WorkerClients", "CLIENTS"]
+TP = tuple[str, int]
+
+
+class TaskClients(Protocol):
+    """What a task's batch needs from outside the process, per application: a producer per transactional id,
+    consumers (committed offsets, group metadata, range reads), its changelogs, the worker's copies of
+    global tables and the rules of the topics it writes."""
+
+    def producer(self, transactional_id: str, config: EosConfig) -> tuple[OutputProducer, bool]: ...
+    def drop_producer(self, transactional_id: str) -> None: ...
+    def consumer(self, config: EosConfig, purpose: str = "input", group: str | None = None) -> Consumer: ...
+    def drop_consumers(self, config: EosConfig) -> None: ...
+    def reader(self, config: EosConfig, purpose: str = "input") -> RangeReader: ...
+    def changelogs(self, config: EosConfig) -> ChangelogSource: ...
+    def global_copy(self, config: EosConfig, table: GlobalTable) -> GlobalCopy: ...
+    def topic_rules(self, config: EosConfig) -> TopicRules: ...
+
+
+class KafkaChangelogs:
+    """A task's changelogs on the cluster: bounds from the admin client, ranges read with a consumer."""
+
+    def __init__(self, admin: KafkaAdmin, consumer: Consumer) -> None:
+        self.admin, self.consumer = admin, consumer
+
+    def bounds(self, partitions: list[TP]) -> dict[TP, tuple[int, int]]:
+        ends = self.admin.end_offsets(partitions, committed=True)
+        starts = self.admin.earliest_offsets(partitions)
+        return {tp: (starts[tp], ends[tp]) for tp in partitions}
+
+    def read(self, ranges: list[OffsetRange], timeout: float) -> Iterator[list[Message]]:
+        return range_reader(self.consumer)(ranges, timeout)
 
 
 class WorkerClients:
     def __init__(self) -> None:
         self._producers: dict[str, OutputProducer] = {}
         self._consumers: dict[tuple[str, str, str], Consumer] = {}
-        self._runtimes: dict[str, tuple[str, TaskRuntime]] = {}
         self._globals: dict[tuple[str, str], GlobalCopy] = {}
         self._admins: dict[str, KafkaAdmin] = {}
         self._rules: dict[tuple[str, int | None], TopicRules] = {}
@@ -91,6 +128,13 @@ class WorkerClients:
                 out_of_range="error" if purpose == "input" else "earliest")
         return consumer
 
+    def reader(self, config: EosConfig, purpose: str = "input") -> RangeReader:
+        """Reads offset ranges read_committed with this worker's consumer for `purpose`."""
+        return range_reader(self.consumer(config, purpose))
+
+    def changelogs(self, config: EosConfig) -> ChangelogSource:
+        return KafkaChangelogs(self.admin(config), self.consumer(config, purpose="restore"))
+
     def drop_consumers(self, config: EosConfig) -> None:
         """Close this application's consumers (after failures: a client can be left stuck)."""
         for key in [k for k in self._consumers if k[:2] == (config.bootstrap_servers, config.group_id)]:
@@ -103,21 +147,6 @@ class WorkerClients:
         if copy is None:
             copy = self._globals[key] = GlobalCopy(table)
         return copy
-
-    def runtime(self, key: str, run_id: str) -> TaskRuntime | None:
-        entry = self._runtimes.get(key)
-        return entry[1] if entry is not None and entry[0] == run_id else None
-
-    def set_runtime(self, key: str, run_id: str, runtime: TaskRuntime) -> None:
-        """Cache a task runtime; runtimes of earlier runs (another job definition) are closed."""
-        for other in [k for k, (rid, _) in self._runtimes.items() if rid != run_id or k == key]:
-            self.drop_runtime(other)
-        self._runtimes[key] = (run_id, runtime)
-
-    def drop_runtime(self, key: str) -> None:
-        entry = self._runtimes.pop(key, None)
-        if entry is not None:
-            entry[1].close()
 
 
 CLIENTS = WorkerClients()

@@ -33,10 +33,11 @@ from eos.errors import (
 )
 from eos.logs import configure_logging
 from eos.worker.attempt import BatchAttempt, StalePlanError, result_of
-from eos.worker.clients import CLIENTS, WorkerClients
+from eos.worker.clients import CLIENTS, TaskClients
 from eos.worker.collection import fewer_collections
 from eos.worker.executor import executor_location
 from eos.worker.plans import Job, StandbyPlan, StandbyResult, TaskPlan, TaskResult, TaskStatus
+from eos.worker.runtime import RUNTIMES, RuntimeCache
 from eos.worker.standby import run_standby
 from eos.worker.stores import state_root
 from transactions import (
@@ -91,13 +92,15 @@ class SparkTaskFunction:
         return job
 
 
-def run_task(plan: TaskPlan, job: Job, spark_attempt: int = 0, clients: WorkerClients = CLIENTS) -> TaskResult:
-    """Run one planned batch of one task; every log line inside names the application, task, batch and attempt."""
+def run_task(plan: TaskPlan, job: Job, spark_attempt: int = 0, clients: TaskClients = CLIENTS,
+             runtimes: RuntimeCache = RUNTIMES, *, in_memory: bool = False) -> TaskResult:
+    """Run one planned batch of one task; every log line inside names the application, task, batch and attempt.
+    `clients` and `runtimes`: this worker's (a test driver passes its own, in memory)."""
     cfg = job.config
     configure_logging(cfg.log_format, cfg.log_level)
     with structlog.contextvars.bound_contextvars(app=cfg.application_id, task=str(plan.task), batch=plan.batch,
                                                  attempt=spark_attempt):
-        if _cold_retry(plan, job, spark_attempt):
+        if not in_memory and _cold_retry(plan, job, spark_attempt):
             # Spark retried the task (its executor was lost) on an executor without a copy of its state: let
             # the driver plan it on the copy with the least lag instead of replaying the whole changelog here.
             log.info("retry landed on an executor without the task's state; deferring to the planner",
@@ -106,7 +109,7 @@ def run_task(plan: TaskPlan, job: Job, spark_attempt: int = 0, clients: WorkerCl
         started = time.monotonic()
         try:
             with fewer_collections():
-                result = _attempts(plan, job, spark_attempt, clients)
+                result = _attempts(plan, job, spark_attempt, clients, runtimes, in_memory)
             result.total_ms = (time.monotonic() - started) * 1000
             return result
         except ConfigError as exc:
@@ -117,21 +120,22 @@ def run_task(plan: TaskPlan, job: Job, spark_attempt: int = 0, clients: WorkerCl
             return _failed(plan, spark_attempt, FailureKind.USER_CODE, exc, str(exc), exc.detail)
 
 
-def _attempts(plan: TaskPlan, job: Job, spark_attempt: int, clients: WorkerClients) -> TaskResult:
+def _attempts(plan: TaskPlan, job: Job, spark_attempt: int, clients: TaskClients, runtimes: RuntimeCache,
+              in_memory: bool) -> TaskResult:
     cfg = job.config
     txn_id = plan.task.transactional_id(cfg.application_id)
     last: Exception | None = None
     for batch_attempt in range(1, cfg.max_batch_attempts + 1):
-        attempt = BatchAttempt(plan, job, clients, spark_attempt, batch_attempt)
+        attempt = BatchAttempt(plan, job, clients, runtimes, spark_attempt, batch_attempt, in_memory=in_memory)
         try:
             return attempt.run()
         except StalePlanError as exc:
             log.info("the plan is stale; the batch goes back to the planner", reason=str(exc))
-            clients.drop_runtime(txn_id)
+            runtimes.drop(txn_id)
             return result_of(plan, TaskStatus.DEFERRED, spark_attempt, batch_attempt)
         except ProducerFencedError as exc:
             clients.drop_producer(txn_id)
-            clients.drop_runtime(txn_id)
+            runtimes.drop(txn_id)
             if attempt.fresh:
                 log.warning("fenced: a newer attempt owns this task; this attempt stops", error=str(exc))
                 return result_of(plan, TaskStatus.FENCED, spark_attempt, batch_attempt)
@@ -142,18 +146,18 @@ def _attempts(plan: TaskPlan, job: Job, spark_attempt: int, clients: WorkerClien
             if isinstance(exc, DeliveryFailedError):  # a topic's rules may have changed: read again
                 clients.topic_rules(cfg).forget()
             _abort_quietly(attempt.producer, clients, txn_id)
-            clients.drop_runtime(txn_id)
+            runtimes.drop(txn_id)
             last = exc
         except (RetriableKafkaError, FatalKafkaError, IllegalStateError) as exc:
             log.warning("batch attempt failed; recreating the clients", error=str(exc), kind=type(exc).__name__)
             _abort_quietly(attempt.producer, clients, txn_id)
             clients.drop_producer(txn_id)
-            clients.drop_runtime(txn_id)
+            runtimes.drop(txn_id)
             clients.drop_consumers(cfg)
             last = exc
         except BaseException:
             _abort_quietly(attempt.producer, clients, txn_id)
-            clients.drop_runtime(txn_id)
+            runtimes.drop(txn_id)
             raise
     raise BatchFailedError(f"task {plan.task} batch {plan.batch} failed after {cfg.max_batch_attempts} attempts: "
                            f"{last}")
@@ -169,7 +173,7 @@ def _cold_retry(plan: TaskPlan, job: Job, spark_attempt: int) -> bool:
     return not (state_root(job.config) / str(plan.task)).is_dir()
 
 
-def _abort_quietly(producer: OutputProducer | None, clients: WorkerClients, txn_id: str) -> None:
+def _abort_quietly(producer: OutputProducer | None, clients: TaskClients, txn_id: str) -> None:
     if producer is None:
         return
     try:

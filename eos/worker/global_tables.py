@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from eos.tables import GlobalTable
-from transactions import Consumer, OffsetRange, read_ranges
+from transactions import OffsetRange, RangeReader
 
 __all__ = ["GlobalCopy", "GlobalTableView", "GlobalPins"]
 
@@ -27,16 +27,16 @@ class GlobalCopy:
         self.positions: dict[int, int] = {}
         self.data: dict[bytes, bytes] = {}
 
-    def advance(self, consumer: Consumer, pins: GlobalPins, timeout: float) -> int:
-        """Bring the copy to exactly `pins`. Returns the records read."""
+    def advance(self, read: RangeReader, pins: GlobalPins, timeout: float) -> int:
+        """Bring the copy to exactly `pins`, reading with `read` (read_committed). Returns the records read."""
         if any(self.positions.get(p, 0) > end for p, (_, end) in pins.items()):
             self.positions.clear()
             self.data.clear()
         ranges = [OffsetRange(self.table.topic, p, max(self.positions.get(p, 0), first), end)
                   for p, (first, end) in sorted(pins.items())]
         ranges = [r if r.start <= r.end else OffsetRange(r.topic, r.partition, r.end, r.end) for r in ranges]
-        read, data = 0, self.data
-        for chunk in read_ranges(consumer, ranges, timeout=timeout):
+        records, data = 0, self.data
+        for chunk in read(ranges, timeout):
             for msg in chunk:
                 key, value = msg.key(), msg.value()
                 if key is None:
@@ -45,10 +45,10 @@ class GlobalCopy:
                     data.pop(key, None)
                 else:
                     data[key] = value
-            read += len(chunk)
+            records += len(chunk)
         for p, (_, end) in pins.items():
             self.positions[p] = end
-        return read
+        return records
 
 
 class GlobalTableView:

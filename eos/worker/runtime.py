@@ -1,40 +1,40 @@
 """A task's processing runtime inside one worker: its processor (or batch function) and its stores.
 
-Kept by the worker between batches while the task stays there; dropped whenever a batch fails, so a
-runtime never carries effects of a transaction that did not commit.
+Kept by the worker between batches while the task stays there (`RuntimeCache`); dropped whenever a batch
+fails, so a runtime never carries effects of a transaction that did not commit. It is built from the job
+and reads its changelogs and global tables through what it is given (`recovery.ChangelogSource`, a
+`transactions.RangeReader`): Kafka in a Spark task, memory in `eos.testing.TopologyTestDriver`.
 """
 
 from __future__ import annotations
 
 import traceback
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from eos.errors import TaskFailedError
 from eos.processor import Processor
 from eos.streamtime import EventClock, is_marker
+from eos.tables import GlobalTable
 from eos.time import RECORD_TIME
 from eos.topology import SubTopology, TaskId
 from eos.worker.context import TaskContext
 from eos.worker.dead_letters import DeadLetterPolicy
-from eos.worker.global_tables import GlobalTableView
-from eos.worker.plans import StampPlan
+from eos.worker.global_tables import GlobalCopy, GlobalTableView
+from eos.worker.plans import Job, StampPlan
 from eos.worker.processing import NOT_A_BAD_RECORD, BatchOutcome, punctuate_idle, run_processor
 from eos.worker.stores import TaskStores
 from eos.worker.topic_rules import TopicRule
 from eos.worker.vectorized import run_batch_function
-from transactions import Message, ProducerRecord
+from recovery import ChangelogSource
+from transactions import Message, ProducerRecord, RangeReader
 
-if TYPE_CHECKING:
-    from eos.worker.clients import WorkerClients
-    from eos.worker.plans import Job
-
-__all__ = ["TaskRuntime"]
+__all__ = ["TaskRuntime", "RuntimeCache", "RUNTIMES"]
 
 
 class TaskRuntime:
     def __init__(self, job: Job, sub: SubTopology, partition: int,
-                 topic_rules: Callable[[str], TopicRule] | None = None) -> None:
+                 topic_rules: Callable[[str], TopicRule] | None = None, *, in_memory: bool = False) -> None:
+        """`in_memory`: every store in memory and no state directory (a test driver's worker)."""
         cfg = job.config
         self.sub = sub
         self.job_config = cfg
@@ -43,7 +43,7 @@ class TaskRuntime:
         self.dlq = DeadLetterPolicy(cfg.dlq_topic, partition if partition < job.dlq_partitions else None,
                                     str(self.task), cfg.on_bad_record == "fail", topic_rules, job.transitive_topics)
         self.lineage = cfg.lineage
-        self.stores = TaskStores(cfg, sub, partition) if sub.stores else None
+        self.stores = TaskStores(cfg, sub, partition, in_memory=in_memory) if sub.stores else None
         self.globals = {g.name: GlobalTableView(g) for g in sub.global_tables}
         self.context = TaskContext(application_id=cfg.application_id, subtopology=sub.name, partition=partition,
                                    output_topic=sub.output, key_serde=sub.output_key_serde,
@@ -57,19 +57,20 @@ class TaskRuntime:
         self.processor = _create_processor(sub, self.context) if sub.processor_factory is not None else None
         self.reused = False  # whether a batch already ran on this runtime
 
-    def ensure_restored(self, clients: WorkerClients) -> tuple[float, int]:
+    def ensure_restored(self, changelogs: ChangelogSource) -> tuple[float, int]:
         """Open the task's stores and bring them up to their changelog's end. Returns (ms, records replayed)."""
-        return self.stores.open(clients) if self.stores else (0.0, 0)
+        return self.stores.open(changelogs) if self.stores else (0.0, 0)
 
-    def refresh_globals(self, clients: WorkerClients, pins: dict[str, dict[int, tuple[int, int]]],
-                        timeout: float) -> int:
-        """Bring the global tables this task reads to the batch's pinned offsets. Returns records read."""
-        read = 0
+    def refresh_globals(self, copy_of: Callable[[GlobalTable], GlobalCopy], read: RangeReader,
+                        pins: dict[str, dict[int, tuple[int, int]]], timeout: float) -> int:
+        """Bring the global tables this task reads (`copy_of(table)`: the worker's copy) to the batch's pinned
+        offsets. Returns records read."""
+        records = 0
         for view in self.globals.values():
-            copy = clients.global_copy(self.job_config, view.table)
-            read += copy.advance(clients.consumer(self.job_config, "global"), pins.get(view.table.topic, {}), timeout)
+            copy = copy_of(view.table)
+            records += copy.advance(read, pins.get(view.table.topic, {}), timeout)
             view.copy = copy
-        return read
+        return records
 
     def process(self, messages: list[Message], stream_time: int, punctuation: dict[int, int],
                 behind: frozenset[tuple[str, int]] = frozenset(), clocks: str = "",
@@ -151,6 +152,36 @@ class TaskRuntime:
         self.release()
         if self.processor is not None:
             self.processor.close()
+
+
+class RuntimeCache:
+    """The task runtimes a worker keeps between batches, by transactional id, for one run (job definition)."""
+
+    def __init__(self) -> None:
+        self._runtimes: dict[str, tuple[str, TaskRuntime]] = {}
+
+    def get(self, key: str, run_id: str) -> TaskRuntime | None:
+        entry = self._runtimes.get(key)
+        return entry[1] if entry is not None and entry[0] == run_id else None
+
+    def put(self, key: str, run_id: str, runtime: TaskRuntime) -> None:
+        """Cache a task runtime; runtimes of earlier runs (another job definition) are closed."""
+        for other in [k for k, (rid, _) in self._runtimes.items() if rid != run_id or k == key]:
+            self.drop(other)
+        self._runtimes[key] = (run_id, runtime)
+
+    def drop(self, key: str) -> None:
+        entry = self._runtimes.pop(key, None)
+        if entry is not None:
+            entry[1].close()
+
+    def clear(self) -> None:
+        for key in list(self._runtimes):
+            self.drop(key)
+
+
+#: This worker process's runtimes (Spark reuses a Python worker from task to task).
+RUNTIMES = RuntimeCache()
 
 
 def said_idle(stamps: StampPlan | None, outcome: BatchOutcome) -> bool:

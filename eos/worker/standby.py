@@ -33,7 +33,8 @@ def run_standby(plan: StandbyPlan, job: Job, clients: WorkerClients = CLIENTS) -
     with structlog.contextvars.bound_contextvars(app=cfg.application_id, task=str(plan.task), batch=plan.batch,
                                                  standby=True):
         try:
-            _, result.replayed = stores.open(clients, lock_timeout=0.0, persistent_only=True, budget=plan.budget)
+            _, result.replayed = stores.open(clients.changelogs(cfg), lock_timeout=0.0, persistent_only=True,
+                                             budget=plan.budget)
             result.store_offsets = stores.offsets()
         except StoreError:
             result.status = StandbyStatus.BUSY

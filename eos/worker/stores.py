@@ -1,7 +1,8 @@
 """The state stores of one task in a worker (protocol steps 3, 5 and 7 of `eos.worker.attempt`).
 
-* `open()`: lock the task's state directory, open its stores and replay each changelog partition from
-  the offset the store recorded up to the partition's last stable offset;
+* `open(source)`: lock the task's state directory, open its stores and replay each changelog partition
+  from the offset the store recorded up to the partition's last stable offset, as `source` (a
+  `recovery.ChangelogSource`: Kafka in a Spark task, memory in `eos.testing`) has them;
 * during processing, writes go to a write buffer per store (record scopes roll back failed records);
 * `changelog_records()`: one record per changed key (a tombstone for a delete), produced in the batch's
   transaction to `<application_id>-<store>-changelog`, partition = task partition;
@@ -15,7 +16,6 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import structlog
 
@@ -25,6 +25,7 @@ from eos.topology import SubTopology, TaskId
 from eos.worker.executor import current_executor
 from recovery import (
     Backend,
+    ChangelogSource,
     KeyValueStore,
     MemoryBackend,
     RecordBuffer,
@@ -40,9 +41,6 @@ from recovery import (
     restore_store,
 )
 from transactions import ProducerRecord
-
-if TYPE_CHECKING:
-    from eos.worker.clients import WorkerClients
 
 __all__ = ["TaskStores", "state_root"]
 
@@ -67,13 +65,15 @@ def view_of(spec: StoreSpec) -> StoreView:
 
 
 class TaskStores:
-    def __init__(self, config: EosConfig, sub: SubTopology, partition: int) -> None:
+    def __init__(self, config: EosConfig, sub: SubTopology, partition: int, *, in_memory: bool = False) -> None:
+        """`in_memory`: every store in memory, persistent ones too, and no state directory (a test driver)."""
         self.config = config
         self.partition = partition
         self.task = TaskId(sub.name, partition)
         self.specs = {spec.name: spec for spec in sub.stores}
         self.views = {name: view_of(spec) for name, spec in self.specs.items()}
         self.changelogs = {name: spec.changelog_topic(config.application_id) for name, spec in self.specs.items()}
+        self.in_memory = in_memory
         self.directory = TaskDirectory(state_root(config), str(self.task))
         self._memory: dict[str, MemoryBackend] = {}  # in-memory stores live as long as this worker
         self._backends: dict[str, Backend] = {}
@@ -81,9 +81,9 @@ class TaskStores:
 
     @property
     def persistent(self) -> bool:
-        return any(spec.persistent for spec in self.specs.values())
+        return not self.in_memory and any(spec.persistent for spec in self.specs.values())
 
-    def open(self, clients: WorkerClients, *, lock_timeout: float | None = None, persistent_only: bool = False,
+    def open(self, source: ChangelogSource, *, lock_timeout: float | None = None, persistent_only: bool = False,
              budget: float | None = None) -> tuple[float, int]:
         """Open and restore every store (or only the persistent ones: standby copies live on disk).
         `budget` (seconds) bounds the replay (standby refreshes); without it every store reaches its
@@ -97,20 +97,18 @@ class TaskStores:
                 raise ConfigError(f"{exc} on executor {current_executor() or 'local'}. Set state_dir to a local "
                                   "directory every executor can write (state_dir='/data/eos/{executor}').") from exc
         tps = [(topic, self.partition) for topic in self.changelogs.values()]
-        admin = clients.admin(self.config)
-        ends = admin.end_offsets(tps, committed=True)
-        starts = admin.earliest_offsets(tps)
-        consumer = clients.consumer(self.config, purpose="restore")
+        bounds = source.bounds(tps)
         replayed = 0
         for name, spec in self.specs.items():
             if persistent_only and not spec.persistent:
                 continue
-            backend = (RocksDBBackend(self.directory.store_path(name)) if spec.persistent
+            backend = (RocksDBBackend(self.directory.store_path(name)) if spec.persistent and not self.in_memory
                        else self._memory.setdefault(name, MemoryBackend()))
             self._backends[name] = backend
             tp = (self.changelogs[name], self.partition)
             left = None if budget is None else max(0.0, budget - (time.monotonic() - started))
-            result = restore_store(backend, consumer, tp[0], tp[1], start_offset=starts[tp], end_offset=ends[tp],
+            result = restore_store(backend, source.read, tp[0], tp[1], start_offset=bounds[tp][0],
+                                   end_offset=bounds[tp][1],
                                    log=log, timeout=max(600.0, self.config.batch_timeout), budget=left)
             replayed += result.records
             if result.records:
@@ -149,7 +147,7 @@ class TaskStores:
         for view in self.views.values():
             view.attach(None)
         for name, backend in self._backends.items():
-            if self.specs[name].persistent:
+            if self.specs[name].persistent and not self.in_memory:
                 backend.close()
         self._backends.clear()
         self._buffers.clear()

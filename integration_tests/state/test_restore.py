@@ -7,7 +7,7 @@ import time
 from confluent_kafka import Consumer, Producer
 
 from recovery import MemoryBackend, restore_store
-from transactions import KafkaAdmin, consumer_settings
+from transactions import KafkaAdmin, consumer_settings, range_reader
 
 
 def write(bootstrap, topic, txn_id, batches):
@@ -27,7 +27,8 @@ def restore(bootstrap, topic, backend, budget=None):
     end, start = admin.end_offsets([tp])[tp], admin.earliest_offsets([tp])[tp]
     consumer = Consumer(consumer_settings(bootstrap, "restore-test"))
     t0 = time.monotonic()
-    result = restore_store(backend, consumer, topic, 0, start_offset=start, end_offset=end, timeout=30, budget=budget)
+    result = restore_store(backend, range_reader(consumer), topic, 0, start_offset=start, end_offset=end, timeout=30,
+                           budget=budget)
     consumer.close()
     return result, time.monotonic() - t0, end
 

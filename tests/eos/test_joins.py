@@ -129,11 +129,11 @@ def test_global_copy_is_rebuilt_when_it_is_ahead_of_the_pins():
     copy = GlobalCopy(GlobalTable("t", "t", None, None))  # serdes unused by the copy
     copy.positions, copy.data = {0: 10}, {b"k": b"v"}
 
-    class NoConsumer:
-        def assign(self, tps):
-            raise AssertionError("nothing to read")
+    def nothing_to_read(ranges, timeout):
+        assert all(r.empty for r in ranges), ranges
+        return iter(())
 
-    copy.advance(NoConsumer(), {0: (0, 0)}, 1.0)  # a retried batch pinned at an earlier offset: rebuilt
+    copy.advance(nothing_to_read, {0: (0, 0)}, 1.0)  # a retried batch pinned at an earlier offset: rebuilt
     assert copy.data == {} and copy.positions == {0: 0}
 
 

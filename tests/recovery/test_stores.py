@@ -98,5 +98,5 @@ def test_restore_refuses_an_invalid_changelog_range_and_keeps_the_store(start, e
     backend = MemoryBackend()
     backend.write({b"k": b"1"}, changelog_offset=382)
     with pytest.raises(RetriableKafkaError, match="invalid offset range"):
-        restore_store(backend, consumer=None, topic="changelog", partition=2, start_offset=start, end_offset=end)
+        restore_store(backend, read=None, topic="changelog", partition=2, start_offset=start, end_offset=end)
     assert backend.changelog_offset() == 382  # not wiped
