@@ -18,12 +18,12 @@ stage "timestamp"), as Kafka Streams' default extractor refuses them. A bad reco
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from eos.clock import wall_ms
 from eos.errors import EosError
 from eos.records import Record
 
@@ -61,7 +61,7 @@ class WallClockTime(TimestampExtractor):
     """Processing time: the moment the record is processed."""
 
     def __call__(self, record: Record) -> int:
-        return int(time.time() * 1000)
+        return wall_ms()
 
 
 def check_timestamp(value: Any, what: str = "the timestamp") -> int:

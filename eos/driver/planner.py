@@ -19,6 +19,7 @@ from collections.abc import Mapping
 
 import structlog
 
+from eos.clock import wall_ms
 from eos.config import EosConfig
 from eos.topology import SubTopology, TaskId, offset_groups
 from eos.worker.plans import OffsetReset, SkipReason, StampPlan, TaskPlan, TaskResult, TaskStatus
@@ -171,7 +172,7 @@ class Planner:
         due = self.wall_clock_due.get(task)
         if due is None:
             return self._first_plan and sub.may_punctuate
-        return due <= time.time() * 1000
+        return due <= wall_ms()
 
     def observe(self, results: list[TaskResult]) -> None:
         """Learn from the tasks' results when each one's next wall-clock punctuation is due."""

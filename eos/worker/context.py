@@ -12,7 +12,6 @@ derives the same outputs under the same ids, so the lineage audit can tell a der
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -20,6 +19,7 @@ from typing import Any
 
 import structlog
 
+from eos.clock import wall_ms
 from eos.errors import OutputSerializationError, SerdeError
 from eos.origin import DERIVED_HEADER, ORIGIN_HEADER, lineage_source
 from eos.processor import Cancellable, ProcessorContext, PunctuationType, RecordMetadata
@@ -191,7 +191,7 @@ class TaskContext(ProcessorContext):
             raise ValueError(f"{self.task_id}: a punctuation interval must be > 0 ms, got {interval!r}")
         if type not in ("stream", "wall_clock"):
             raise ValueError(f"{self.task_id}: punctuation type must be 'stream' or 'wall_clock', got {type!r}")
-        first = 0 if type == "stream" else int(time.time() * 1000) + ms  # stream: with the first record
+        first = 0 if type == "stream" else wall_ms() + ms  # stream: with the first record
         schedule = Schedule(len(self.schedules), ms, callback, type, first)
         self.schedules.append(schedule)
         return schedule

@@ -16,12 +16,12 @@ batch, and last the processor's batch-end `punctuate(stream_time)`.
 from __future__ import annotations
 
 import heapq
-import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from eos.clock import wall_time
 from eos.errors import BadRecordError, FrameworkError, OutputSerializationError, SerdeError, TaskFailedError
 from eos.processor import Processor, PunctuationType
 from eos.records import Record
@@ -150,7 +150,7 @@ def _entry_time(entry: Entry) -> int:
 def run_processor(processor: Processor, ctx: TaskContext, messages: list[Message], *, key_serde: Serde,
                   value_serde: Serde, dlq: DeadLetterPolicy, scoped: Iterable[RecordScoped] = (),
                   timestamp: Callable[[Record], int] = RECORD_TIME,
-                  clock: Callable[[], float] = time.time,
+                  clock: Callable[[], float] = wall_time,
                   per_topic: Mapping[str, InputReading] | None = None,
                   behind: frozenset[tuple[str, int]] = frozenset(),
                   event_clock: EventClock | None = None) -> BatchOutcome:
@@ -261,7 +261,7 @@ def run_processor(processor: Processor, ctx: TaskContext, messages: list[Message
 
 
 def punctuate_idle(processor: Processor, ctx: TaskContext, scoped: Iterable[RecordScoped],
-                   clock: Callable[[], float] = time.time) -> BatchOutcome:
+                   clock: Callable[[], float] = wall_time) -> BatchOutcome:
     """A batch without input: the wall-clock punctuations that are due (the driver plans such a batch for
     an idle task whose punctuation is due)."""
     outcome = BatchOutcome(stream_time=ctx.stream_time)

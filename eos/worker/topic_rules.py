@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from time import time as _clock
 
+from eos.clock import wall_time as _clock
 from eos.errors import OutputSerializationError
 from transactions import Headers, KafkaAdmin
 
