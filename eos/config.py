@@ -80,6 +80,9 @@ class EosConfig:
     #: "largest_seen" (Kafka Streams' rule: the largest timestamp the task has seen, which over a backlog
     #: calls much of such a topic late).
     stream_time_across_topics: Literal["source_clocks", "largest_seen"] = "source_clocks"
+    #: ... and how long (s) a task of the writing step may have no input before it tells those readers
+    #: not to wait for its clock (it is idle); 0: at once. Readers wait for a quiet source that long.
+    source_idle_timeout: float = 30.0
     #: A step that has dropped more than this share of its input as late (over the run so far) is warned
     #: about loudly, once; with `late_fail_ratio` set, a step above that share stops the job.
     late_warn_ratio: float = 0.01
@@ -162,6 +165,8 @@ class EosConfig:
         if self.stream_time_across_topics not in ("source_clocks", "largest_seen"):
             raise ConfigError(f"stream_time_across_topics must be 'source_clocks' or 'largest_seen', got "
                               f"{self.stream_time_across_topics!r}")
+        if self.source_idle_timeout < 0:
+            raise ConfigError(f"source_idle_timeout must be >= 0 seconds, got {self.source_idle_timeout}")
         for name in ("late_warn_ratio", "late_fail_ratio"):
             ratio = getattr(self, name)
             if ratio is not None and not 0 <= ratio <= 1:

@@ -15,6 +15,7 @@ the same from the command line.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -23,14 +24,18 @@ from eos.tables import GlobalTable
 from eos.worker.global_tables import GlobalCopy, GlobalTableView
 from eos.worker.stores import view_of
 from recovery import MemoryBackend, StoreSpec, StoreView, WriteBuffer
-from transactions import KafkaAdmin
+from transactions import KafkaAdmin, Message
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from eos.app import Application
 
-__all__ = ["StoreSnapshot", "store_view", "read_store", "store_rows", "find_store"]
+__all__ = ["StoreSnapshot", "store_view", "read_store", "store_rows", "find_store", "Scan"]
+
+#: Reads a topic's committed records up to the given end offsets, in batches (`eos.audit.scan.scan_topic` on a
+#: cluster; a test driver reads its memory).
+Scan = Callable[[str, dict[tuple[str, int], int]], Iterable[list[Message]]]
 
 
 @dataclass
@@ -61,13 +66,17 @@ def find_store(app: Application, name: str) -> StoreSpec | GlobalTable:
     return found[name]
 
 
-def store_view(app: Application, name: str, bootstrap_servers: str | None = None) -> StoreSnapshot:
+def store_view(app: Application, name: str, bootstrap_servers: str | None = None, *, admin: Any = None,
+               scan: Scan | None = None) -> StoreSnapshot:
+    """`admin` and `scan`: where the changelog is read (the cluster at `bootstrap_servers` by default)."""
     spec = find_store(app, name)
-    bootstrap = bootstrap_servers or app.config.bootstrap_servers
-    admin = KafkaAdmin(bootstrap)
+    if admin is None or scan is None:
+        bootstrap = bootstrap_servers or app.config.bootstrap_servers
+        admin = KafkaAdmin(bootstrap)
+        scan = _cluster_scan(bootstrap, admin)
     if isinstance(spec, GlobalTable):
         copy = GlobalCopy(spec)
-        position = _read(bootstrap, admin, spec.topic, copy.data.__setitem__, copy.data.pop)
+        position = _read(scan, admin, spec.topic, copy.data.__setitem__, copy.data.pop)
         view = GlobalTableView(spec)
         view.copy = copy
         return StoreSnapshot(name, "global_table", view, position)
@@ -76,16 +85,20 @@ def store_view(app: Application, name: str, bootstrap_servers: str | None = None
         raise KeyError(f"store {name!r} has no changelog topic {topic} yet: the application has not run")
     backend = MemoryBackend()
     changes: dict[bytes, bytes | None] = {}
-    position = _read(bootstrap, admin, topic, changes.__setitem__, lambda k, _=None: changes.__setitem__(k, None))
+    position = _read(scan, admin, topic, changes.__setitem__, lambda k, _=None: changes.__setitem__(k, None))
     backend.write(changes, None)
     typed: StoreView = view_of(spec)
     typed.attach(WriteBuffer(backend))
     return StoreSnapshot(name, spec.kind, typed, position)
 
 
-def _read(bootstrap: str, admin: KafkaAdmin, topic: str, put: Any, delete: Any) -> dict[int, int]:
+def _cluster_scan(bootstrap: str, admin: KafkaAdmin) -> Scan:
+    return lambda topic, until: scan_topic(bootstrap, topic, admin=admin, until=until)
+
+
+def _read(scan: Scan, admin: Any, topic: str, put: Any, delete: Any) -> dict[int, int]:
     ends = admin.end_offsets(admin.topic_partitions(topic), committed=True)
-    for batch in scan_topic(bootstrap, topic, admin=admin, until=ends):
+    for batch in scan(topic, ends):
         for msg in batch:
             if msg.key() is None:
                 continue

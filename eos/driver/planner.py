@@ -19,7 +19,7 @@ from collections.abc import Mapping
 
 import structlog
 
-from eos.clock import wall_ms
+from eos.clock import wall_ms, wall_time
 from eos.config import EosConfig
 from eos.topology import SubTopology, TaskId, offset_groups
 from eos.worker.plans import OffsetReset, SkipReason, StampPlan, TaskPlan, TaskResult, TaskStatus
@@ -45,6 +45,8 @@ class Planner:
         self.partition_counts = dict(partition_counts)
         self.topic_ids: dict[str, str | None] = {}
         self.wall_clock_due: dict[TaskId, int] = {}
+        #: tasks that write clocked topics and had no input when last planned: since when (eos.clock)
+        self.quiet_since: dict[TaskId, float] = {}
         self._first_plan = True
         self._ids_read = -TOPIC_ID_REFRESH_S
         self._warned: dict[TP, OffsetReset] = {}
@@ -116,10 +118,12 @@ class Planner:
                         behind.add(tp)
                 task = sub.task(partition)
                 busy = any(not r.empty for r in ranges)
-                stamps = self._stamps(sub, not behind)
-                announce = stamps is not None and not set(sub.inputs) & self.clocked and not self._said_idle(
-                    [commits[self.groups[(sub.name, t)]].get((t, partition)) for t in sub.inputs])
-                if busy or self._punctuation_due(sub, task) or announce:
+                committed = [commits[self.groups[(sub.name, t)]].get((t, partition)) for t in sub.inputs]
+                announce = not busy and self._idle_due(sub, task, committed)
+                wake = busy and self._waking(sub, task, committed)
+                busy = busy and not wake  # first the readers hear that it is awake, then its records
+                stamps = self._stamps(sub, not behind, announce, wake)
+                if busy or self._punctuation_due(sub, task) or announce or wake:
                     plans.append(TaskPlan(task, batch, tuple(ranges) if busy else tuple(r.at_start() for r in ranges),
                                           topic_ids={t: self.topic_ids.get(t) for t in sub.inputs},
                                           resets=resets, idle=not busy, behind=frozenset(behind),
@@ -128,11 +132,32 @@ class Planner:
         self._first_plan = False
         return plans
 
-    def _stamps(self, sub: SubTopology, caught_up: bool) -> StampPlan | None:
+    def _stamps(self, sub: SubTopology, caught_up: bool, announce: bool, wake: bool) -> StampPlan | None:
         topics = self.stamped.get(sub.name)
         if not topics:
             return None
-        return StampPlan({t: (self.partition_counts[t], *self._sources(sub, t)) for t in topics}, caught_up)
+        return StampPlan({t: (self.partition_counts[t], *self._sources(sub, t)) for t in topics}, caught_up,
+                         announce, wake)
+
+    def _waking(self, sub: SubTopology, task: TaskId, committed: list[Committed | None]) -> bool:
+        """Whether a task that said it is idle has input again. It first runs a batch that only tells the
+        readers of its clocked topics so (its records come in the next): tasks that get input in the same
+        round all wake before any of their records reach a reader, so a reader never calls one's records
+        late because of another's. (Records of a task that wakes later than the others can be late.)"""
+        self.quiet_since.pop(task, None)
+        return sub.name in self.stamped and not set(sub.inputs) & self.clocked and self._said_idle(committed)
+
+    def _idle_due(self, sub: SubTopology, task: TaskId, committed: list[Committed | None]) -> bool:
+        """Whether a task that writes clocked topics, reads its input directly and has none now has had none
+        for `source_idle_timeout` and has not said it is idle since: then it runs a batch of its own to say so,
+        else its readers would wait for its clock forever (an input partition that never gets a record)."""
+        if sub.name not in self.stamped or set(sub.inputs) & self.clocked:
+            return False
+        if self._said_idle(committed):
+            self.quiet_since.pop(task, None)
+            return False
+        since = self.quiet_since.setdefault(task, wall_time())
+        return wall_time() - since >= self.config.source_idle_timeout
 
     def _sources(self, sub: SubTopology, topic: str) -> tuple[int, int]:
         """(the source index of `sub`'s task 0 in `topic`, the topic's source count): the tasks of every
@@ -146,10 +171,8 @@ class Planner:
 
     @staticmethod
     def _said_idle(committed: list[Committed | None]) -> bool:
-        """Whether a writer of clocked topics last told their readers that it had caught up. One that has not,
-        and has no input, runs a batch of its own to say so: else its readers would wait for its clock
-        (eos.streamtime), e.g. for an input partition that never gets a record. (A writer that reads clocked
-        topics itself hears of its sources' idleness in its input: markers make it busy.)"""
+        """Whether a writer of clocked topics last told their readers that it is idle. (A writer that reads
+        clocked topics itself hears of its sources' idleness in its input: markers make it busy.)"""
         return any(CommitMetadata.decode(c.metadata).idle for c in committed if c is not None)
 
     def _global_pins(self) -> dict[str, dict[int, tuple[int, int]]]:

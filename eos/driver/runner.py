@@ -153,7 +153,7 @@ class Runner:
                         standbys: list[StandbyPlan] = []
                         if self.placer is not None:
                             plans, standbys = self.placer.place(plans, batch)
-                        if until_caught_up and all(p.idle for p in plans):
+                        if until_caught_up and all(p.idle and not (p.stamps and p.stamps.wake) for p in plans):
                             break  # every input is processed (punctuation of idle tasks does not count)
                         if not plans and not standbys:
                             self._stop.wait(cfg.trigger_interval)

@@ -76,8 +76,13 @@ class StampPlan:
     #: topic -> (its partition count, the source index of the writing sub-topology's task 0, the topic's
     #: source count: the tasks of all its writers): every partition gets the task's clock after a batch
     topics: dict[str, tuple[int, int, int]]
-    #: the batch takes the task's input up to its end as planned: its clock is marked idle at the end
+    #: the batch takes the task's input up to its end as planned
     caught_up: bool
+    #: the batch announces the task idle (it has had no input for `source_idle_timeout`): readers stop
+    #: waiting for its clock
+    announce_idle: bool = False
+    #: the task said it was idle and has input again: this batch (without input) tells the readers first
+    wake: bool = False
 
 
 @dataclass(frozen=True)

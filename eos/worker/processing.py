@@ -68,9 +68,9 @@ class BatchOutcome:
     punctuations: int = 0
     dropped: dict[str, int] = field(default_factory=dict)
     #: the clocks of the sources of clocked inputs after the batch (eos.streamtime), '' without any, and
-    #: whether every one of those sources is idle
+    #: whether every one of those sources is idle (None: the task reads no such topic)
     clocks: str = ""
-    sources_idle: bool = True
+    sources_idle: bool | None = None
 
 
 #: (message, record or the reason it is a bad record, its timestamp; -1 for a bad record, which is thus

@@ -185,10 +185,13 @@ RUNTIMES = RuntimeCache()
 
 
 def said_idle(stamps: StampPlan | None, outcome: BatchOutcome) -> bool:
-    """Whether a batch tells the readers of the topics it stamps that its task is idle: it caught up with its
-    input as planned, and every source of its own clocked inputs is idle (else an upstream step may still
-    send it records older than its clock, and a reader not waiting for it would call them late)."""
-    return stamps is not None and stamps.caught_up and outcome.stopped_at is None and outcome.sources_idle
+    """Whether a batch tells the readers of the topics it stamps that its task is idle: the planner says so
+    (a task reading its input directly, with no input for `source_idle_timeout`), or the task reads clocked
+    topics, caught up with them, and every source of its is idle (idleness passes on down the steps). A
+    task merely caught up is not idle: new input may still come, older than other sources' clocks."""
+    if stamps is None:
+        return False
+    return stamps.announce_idle or (stamps.caught_up and outcome.stopped_at is None and bool(outcome.sources_idle))
 
 
 def _create_processor(sub: SubTopology, context: TaskContext) -> Processor:

@@ -73,11 +73,14 @@ def test_a_windowed_count_by_another_key_goes_through_a_repartition_topic(kafka,
               windows=TumblingWindows(60_000, grace=5_000), emit="final")
     summary = app.run(spark, until_caught_up=True)
     assert summary.dropped == {}
-    # A record 2.5 hours on for each page moves every task's stream time past the windows' grace; a record
-    # a day ahead is one the repartition topic refuses (message.timestamp.after.max.ms): a dead letter.
-    ahead = [(b"u", json.dumps({"user": "u", "page": f"p{p}", "at": BASE + 9_000_000}).encode()) for p in range(5)]
-    produce(kafka.bootstrap_servers, src, [*ahead, (b"u", json.dumps({"user": "u", "page": "p0",
-                                                                     "at": BASE + 10**8}).encode())])
+    # A record 2.5 hours on for each page on every input partition moves every source's clock, and so every
+    # task's stream time, past the windows' grace; a record a day ahead is one the repartition topic refuses
+    # (message.timestamp.after.max.ms): a dead letter.
+    ahead = [(b"u", json.dumps({"user": "u", "page": f"p{p}", "at": BASE + 9_000_000}).encode())
+             for p in range(5) for _ in range(3)]
+    produce(kafka.bootstrap_servers, src, ahead, partition_of=lambda n, key: n % 3)
+    far = json.dumps({"user": "u", "page": "p0", "at": BASE + 10**8}).encode()
+    produce(kafka.bootstrap_servers, src, [(b"u", far)])
     summary = app.run(spark, until_caught_up=True)
     assert summary.dead_letters == 1
     (letter,) = committed_records(kafka.bootstrap_servers, app.config.dlq_topic, headers=True)

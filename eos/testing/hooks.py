@@ -1,4 +1,4 @@
-"""Test helpers shipped for users: picklable fault hooks for `app.fault_hooks.on(point, hook)`.
+"""Picklable fault hooks for `app.fault_hooks.on(point, hook)` (re-exported by `eos.testing`).
 
 They run inside Spark tasks, so they live in an importable module (functions defined in a test file are
 not importable on Spark workers).

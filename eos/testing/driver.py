@@ -1,0 +1,331 @@
+"""`TopologyTestDriver`: an application run in one process, on an in-memory Kafka, by the framework's own code.
+
+The driver creates the application's topics in a `transactions.memory.MemoryCluster` with the start-up code
+of a real run (repartition, dead-letter, ledger and changelog topics), then, whenever input arrives or the
+wall clock moves, plans batches with the real `Planner` and runs each with `eos.worker.entry.run_task`: the
+same batch protocol, processors, serdes, stores, restores, windows, joins, punctuation, dead letters and
+stream-time clocks as a Spark task, against memory instead of a broker. Results are read back typed.
+
+    driver = TopologyTestDriver(app)
+    driver.pipe("orders", "alice", {"qty": 2, "price": 3.5}, timestamp=1_000)
+    assert [r.value["total"] for r in driver.read("orders-enriched")] == [7.0]
+
+Crashes (`crash_at`) kill a batch at a step of the protocol; the task restarts from its committed state,
+its stores restored from their changelogs. `check_exactly_once` runs inputs once straight and once with
+crashes at random steps and compares what was committed (`eos.testing.crashes`).
+
+Differences from a cluster: every topic has `partitions` partitions (1 by default; a mapping gives some
+topics others); record timestamps default to the driver's wall clock, which moves only when told
+(`advance_wall_clock`); there is no Spark, so no standby replicas, placement or vectorized steps' Arrow
+path differences (they run as in a worker).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast
+
+from eos.app import Application
+from eos.clock import clock_source
+from eos.driver.checks import check_topics, create_internal_topics, create_repartition_topics
+from eos.driver.planner import Planner
+from eos.hooks import FaultHooks, FaultPoint, HookPoint
+from eos.ledger import ledger_topic
+from eos.queries import StoreSnapshot, store_view
+from eos.serde import Serde
+from eos.streamtime import is_marker
+from eos.testing.clients import MemoryWorker
+from eos.testing.crashes import ExactlyOnceReport, check_exactly_once
+from eos.worker.entry import run_task
+from eos.worker.plans import Job, TaskPlan, TaskResult, TaskStatus
+from transactions import KafkaAdmin, TopicSpec
+from transactions.memory import MemoryAdmin, MemoryCluster, MemoryMessage
+
+__all__ = ["TopologyTestDriver", "TestRecord", "DeadLetter", "CrashPoint", "SimulatedCrash", "ExactlyOnceReport"]
+
+Step = Literal["after_read", "after_produce", "before_commit", "after_commit"]
+
+
+@dataclass(frozen=True)
+class TestRecord:
+    """A committed record, deserialized with the serdes of the step that wrote it (or reads it)."""
+
+    __test__ = False  # not a pytest test class
+
+    key: Any
+    value: Any
+    timestamp: int
+    headers: dict[str, bytes] = field(default_factory=dict)
+    topic: str = ""
+    partition: int = 0
+    offset: int = 0
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A record a step sent to the dead-letter topic: its original bytes, and why."""
+
+    key: bytes | None
+    value: bytes | None
+    error: str
+    error_type: str
+    stage: str
+    subtopology: str
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class CrashPoint:
+    """Where a batch is killed: a protocol step, optionally of one task (e.g. "count-0") or batch."""
+
+    step: Step
+    task: str | None = None
+    batch: int | None = None
+
+    def matches(self, point: FaultPoint) -> bool:
+        return (point.name.value == self.step and (self.task is None or point.task == self.task)
+                and (self.batch is None or point.batch == self.batch))
+
+
+class SimulatedCrash(BaseException):
+    """The process running a batch died (a BaseException, as a SIGKILL is not an error a task handles)."""
+
+
+class TopologyTestDriver:
+    """An application in one process on an in-memory Kafka (see the module's docstring)."""
+
+    def __init__(self, app: Application, *, partitions: int | Mapping[str, int] = 1,
+                 wall_clock_ms: int | None = None, log_level: str = "WARNING", max_rounds: int = 100_000) -> None:
+        """`partitions`: of every topic of the application (a mapping: per topic, 1 for the others);
+        `wall_clock_ms`: the driver's wall clock at the start (now if None); `log_level` of the framework's
+        logs while the driver runs."""
+        self.app = app
+        self.config = app.config.with_overrides(log_level=log_level)
+        self._options: dict[str, Any] = {"partitions": partitions, "wall_clock_ms": wall_clock_ms,
+                                         "log_level": log_level, "max_rounds": max_rounds}
+        self.now = int(time.time() * 1000) if wall_clock_ms is None else wall_clock_ms
+        self._started = self.now
+        self.cluster = MemoryCluster(clock=lambda: self.now / 1000)
+        self.admin = cast(KafkaAdmin, MemoryAdmin(self.cluster))  # the admin calls the start-up code makes
+        self.max_rounds = max_rounds
+        self.batch = 0
+        self.results: list[TaskResult] = []
+        self.crashes: list[tuple[CrashPoint, FaultPoint]] = []
+        self._armed: list[CrashPoint] = []
+        self._read_to: dict[str, int] = {}
+        with self._clock():
+            self._create_topics(partitions)
+            counts = check_topics(self.admin, app.subtopologies)
+            dlq_partitions = create_internal_topics(self.admin, self.config, app.subtopologies, counts)
+            hooks = FaultHooks({p: list(h) for p, h in app.fault_hooks.hooks.items()})
+            for point in HookPoint:
+                hooks.on(point, self._maybe_crash)
+            self.job = Job(self.config, dict(app.subtopologies), hooks, dlq_partitions,
+                           ledger_topic(self.config.application_id),
+                           frozenset(t.name for t in app.internal_topics.values() if t.purge), app.clocked_topics)
+            self.planner = Planner(self.admin, self.config, app.subtopologies, counts, app.clocked_topics)
+            self.planner.refresh_topic_ids()
+            self.planner.initialize_offsets()
+        self.worker = MemoryWorker(self.cluster)
+        self._run()  # processors that schedule punctuation run once at start-up, as on a cluster
+
+    # ------------------------------------------------------------------ input
+    def pipe(self, topic: str, key: Any = None, value: Any = None, *, timestamp: int | None = None,
+             headers: Iterable[tuple[str, bytes]] | None = None, partition: int | None = None) -> None:
+        """Write one record to `topic` (serialized with the serdes of the step that reads it) and process
+        everything it leads to. `timestamp`: the driver's wall clock unless given."""
+        self._append(topic, key, value, timestamp, headers, partition)
+        self._run()
+
+    def pipe_many(self, topic: str, records: Iterable[tuple[Any, ...]]) -> None:
+        """Write (key, value[, timestamp[, partition]]) records to `topic`, then process them (in as many
+        batches as the planner makes of them)."""
+        self.pipe_records((topic, *record) for record in records)
+
+    def pipe_records(self, records: Iterable[tuple[Any, ...]]) -> None:
+        """Write (topic, key, value[, timestamp[, partition]]) records, in order, then process them (in as
+        many batches as the planner makes of them: one, unless they exceed max_records_per_batch)."""
+        for topic, key, value, *rest in records:
+            self._append(topic, key, value, rest[0] if rest else None, None, rest[1] if len(rest) > 1 else None)
+        self._run()
+
+    def advance_wall_clock(self, ms: int) -> None:
+        """Move the wall clock on (wall-clock punctuation that comes due runs, as on a cluster)."""
+        self.now += int(ms)
+        self._run()
+
+    # ------------------------------------------------------------------ output
+    def read(self, topic: str) -> list[TestRecord]:
+        """The committed records of `topic` not read before, partition by partition, typed."""
+        records = self.records(topic)
+        start = self._read_to.get(topic, 0)
+        self._read_to[topic] = len(records)
+        return records[start:]
+
+    def records(self, topic: str) -> list[TestRecord]:
+        """Every committed record of `topic`, typed (clock markers between steps left out)."""
+        key_serde, value_serde = self._output_serdes(topic)
+        return [self._typed(msg, key_serde, value_serde) for msg in self.cluster.records(topic)
+                if not is_marker(msg.headers())]
+
+    def dead_letters(self) -> list[DeadLetter]:
+        """Every record committed to the dead-letter topic, with its error."""
+        out = []
+        for msg in self.cluster.records(self.config.dlq_topic):
+            h = {k: v.decode("utf-8", "replace") for k, v in msg.headers() or ()}
+            out.append(DeadLetter(msg.key(), msg.value(), h.get("eos.dlq.error", ""), h.get("eos.dlq.error.type", ""),
+                                  h.get("eos.dlq.stage", ""), h.get("eos.dlq.subtopology", ""),
+                                  h.get("eos.dlq.topic", ""), int(h.get("eos.dlq.partition", -1)),
+                                  int(h.get("eos.dlq.offset", -1))))
+        return out
+
+    def store(self, name: str) -> StoreSnapshot:
+        """The store (or global table) `name` as committed: its typed read view (`get`, `range`, `all`,
+        `fetch`, ...), read from its changelog as interactive queries do."""
+        return store_view(self.app, name, admin=self.admin, scan=self._scan)
+
+    @property
+    def dropped(self) -> dict[str, dict[str, int]]:
+        """Records dropped on purpose so far, per step and reason (e.g. {"counts": {"late": 2}})."""
+        out: dict[str, dict[str, int]] = {}
+        for r in self.results:
+            for reason, n in r.dropped.items():
+                by = out.setdefault(r.task.subtopology, {})
+                by[reason] = by.get(reason, 0) + n
+        return out
+
+    # ------------------------------------------------------------------ crashes
+    def crash_at(self, step: Step, *, task: str | None = None, batch: int | None = None) -> None:
+        """Kill the next batch attempt that reaches `step` (of `task`, in `batch`, if given): its open
+        transaction is left to be aborted, the worker with its runtimes and in-memory stores is gone, and
+        the task runs again from its committed state, restoring its stores from their changelogs."""
+        if step not in {p.value for p in HookPoint}:
+            raise ValueError(f"unknown step {step!r}; steps are {[p.value for p in HookPoint]}")
+        self._armed.append(CrashPoint(step, task, batch))
+
+    def check_exactly_once(self, inputs: Sequence[tuple[Any, ...]], *, crashes: int = 8, seed: int = 0,
+                           chunk: int = 7) -> ExactlyOnceReport:
+        """Run `inputs` ((topic, key, value[, timestamp]), in order, `chunk` at a time) on two new drivers
+        like this one, straight and with up to `crashes` batches killed at random steps (`seed`), and
+        compare everything they committed: outputs, dead letters and stores. Raises AssertionError naming
+        the first record that differs and the input it came from (a processor that reads the wall clock or
+        a random number, say); returns the report otherwise. This driver's own state is not touched."""
+        options = {**self._options, "wall_clock_ms": self._started}  # both runs on the same clock
+        return check_exactly_once(lambda: TopologyTestDriver(self.app, **options), inputs, crashes=crashes,
+                                  seed=seed, chunk=chunk)
+
+    def close(self) -> None:
+        self.worker.close()
+
+    def __enter__(self) -> TopologyTestDriver:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ the loop
+    def _run(self) -> None:
+        """Plan and run batches until nothing is left to do (what `app.run(until_caught_up=True)` does)."""
+        with self._clock():
+            for _ in range(self.max_rounds):
+                plans = self.planner.plan(self.batch)
+                if not plans:
+                    return
+                results = [self._run_task(plan) for plan in plans]
+                self.planner.observe(results)
+                self.results.extend(results)
+                self.batch += 1
+            raise RuntimeError(f"the application did not settle within {self.max_rounds} batches (a processor "
+                               "that forwards to its own input?)")
+
+    def _run_task(self, plan: TaskPlan) -> TaskResult:
+        while True:
+            try:
+                result = run_task(plan, self.job, 0, self.worker.clients, self.worker.runtimes, in_memory=True)
+            except SimulatedCrash:
+                self.worker.close()
+                self.worker = MemoryWorker(self.cluster)  # a new process: nothing of the old one survives
+                continue
+            if result.failure is not None:
+                raise result.failure.to_exception()
+            if result.status is TaskStatus.DEFERRED:
+                return result  # the plan was stale: planned again next round
+            return result
+
+    def _maybe_crash(self, point: FaultPoint) -> None:
+        for armed in self._armed:
+            if armed.matches(point):
+                self._armed.remove(armed)
+                self.crashes.append((armed, point))
+                raise SimulatedCrash(f"crash at {point.name.value} of task {point.task}, batch {point.batch}")
+
+    @contextmanager
+    def _clock(self) -> Iterator[None]:
+        with clock_source(lambda: self.now / 1000):
+            yield
+
+    # ------------------------------------------------------------------ topics and serdes
+    def _create_topics(self, partitions: int | Mapping[str, int]) -> None:
+        app, cfg = self.app, self.config
+        internal = set(app.internal_topics)
+        user: set[str] = set()
+        for sub in app.subtopologies.values():
+            user.update(sub.inputs)
+            user.update(sub.output_topics)
+            user.update(g.topic for g in sub.global_tables)
+        default = partitions if isinstance(partitions, int) else 1
+        counts = {} if isinstance(partitions, int) else dict(partitions)
+        specs = [TopicSpec(t, counts.get(t, default)) for t in sorted(user - internal)]
+        self.admin.create_topics(specs)
+        create_repartition_topics(self.admin, cfg, app.internal_topics)
+
+    def _append(self, topic: str, key: Any, value: Any, timestamp: int | None,
+                headers: Iterable[tuple[str, bytes]] | None, partition: int | None) -> None:
+        if topic not in self.cluster.logs:
+            raise KeyError(f"no topic {topic!r}: the application's topics are {sorted(self.cluster.logs)}")
+        key_serde, value_serde = self._input_serdes(topic)
+        self.cluster.append(topic, partition, key_serde.serialize(key) if key is not None else None,
+                            value_serde.serialize(value) if value is not None else None, list(headers or ()),
+                            self.now if timestamp is None else int(timestamp))
+
+    def _input_serdes(self, topic: str) -> tuple[Serde, Serde]:
+        for sub in self.app.subtopologies.values():
+            if topic in sub.per_topic:
+                ks, vs, _ = sub.per_topic[topic]
+                return ks, vs
+            if topic in sub.inputs:
+                return sub.key_serde, sub.value_serde
+            for table in sub.global_tables:
+                if table.topic == topic:
+                    return table.key_serde, table.value_serde
+        raise KeyError(f"no step of {self.config.application_id!r} reads topic {topic!r}: write to one of its "
+                       f"inputs ({', '.join(sorted({t for s in self.app.subtopologies.values() for t in s.inputs}))})")
+
+    def _output_serdes(self, topic: str) -> tuple[Serde, Serde]:
+        from eos.serde import BytesSerde
+
+        for sub in self.app.subtopologies.values():
+            if topic in sub.raw_outputs:
+                return BytesSerde(), BytesSerde()
+            if topic in sub.output_topics:
+                return sub.output_key_serde, sub.output_value_serde
+        try:
+            return self._input_serdes(topic)
+        except KeyError:
+            return BytesSerde(), BytesSerde()
+
+    @staticmethod
+    def _typed(msg: MemoryMessage, key_serde: Serde, value_serde: Serde) -> TestRecord:
+        key, value = msg.key(), msg.value()
+        return TestRecord(None if key is None else key_serde.deserialize(key),
+                          None if value is None else value_serde.deserialize(value), msg.timestamp()[1],
+                          dict(msg.headers() or ()), msg.topic(), msg.partition(), msg.offset())
+
+    def _scan(self, topic: str, until: dict[tuple[str, int], int]) -> list[list[Any]]:
+        return [[m for m in self.cluster.records(topic, p) if m.offset() < end]
+                for (_, p), end in sorted(until.items())]

@@ -1,0 +1,236 @@
+"""The test driver (eos.testing.TopologyTestDriver) and the in-memory Kafka under it: the framework's own
+planner and batch protocol, in one process, with crashes; Kafka's semantics the protocol relies on."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from eos import Application, Processor, store
+from eos.testing import TopologyTestDriver
+from eos.windows import SessionWindows, TumblingWindows, Windowed
+from transactions import OffsetRange, ProducerFencedError, range_reader
+from transactions.memory import MemoryCluster, MemoryConsumer, MemoryProducer, murmur2, partition_for
+
+# ---------------------------------------------------------------- the in-memory Kafka
+
+
+def test_murmur2_is_kafkas():
+    """Kafka's own test vectors (UtilsTest.testMurmur2), as unsigned values."""
+    for data, signed in [(b"21", -973932308), (b"foobar", -790332482), (b"a-little-bit-long-string", -985981536),
+                         (b"a-little-bit-longer-string", -1486304829),
+                         (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971), (b"abc", 479470107)]:
+        assert murmur2(data) == signed & 0xFFFFFFFF
+    assert partition_for(b"k", 1) == 0
+
+
+def test_transactions_hide_their_records_until_commit_and_markers_take_offsets():
+    cluster = MemoryCluster()
+    cluster.create_topic("t", 1)
+    old = MemoryProducer(cluster, "app-s-0")
+    old.init()
+    old.begin()
+    old.produce("t", b"a", b"k", partition=0)
+    new = MemoryProducer(cluster, "app-s-0")
+    new.init()  # fences `old` and aborts its transaction
+    with pytest.raises(ProducerFencedError):
+        old.produce("t", b"b", b"k", partition=0)
+    new.begin()
+    new.produce("t", b"c", b"k", partition=0)
+    assert cluster.last_stable("t", 0) == 2  # the open transaction's record
+    new.commit()
+    assert [m.value() for m in cluster.records("t")] == [b"c"]
+    assert len(cluster.logs["t"][0]) == 4  # a (aborted), its marker, c, its marker
+    chunks = list(range_reader(MemoryConsumer(cluster, "g"))([OffsetRange("t", 0, 0, 4)], 1.0))
+    assert [[m.offset() for m in c] for c in chunks] == [[2]]  # ends on the position, never waits for offset 3
+
+
+def test_offsets_commit_with_their_transaction():
+    cluster = MemoryCluster()
+    cluster.create_topic("t", 1)
+    producer = MemoryProducer(cluster, "x")
+    producer.init()
+    producer.begin()
+    from transactions import TopicPartition
+
+    producer.send_offsets([TopicPartition("t", 0, 5, metadata="m")], "g")
+    consumer = MemoryConsumer(cluster, "g")
+    with pytest.raises(Exception, match="pending"):
+        consumer.committed([TopicPartition("t", 0)])
+    producer.abort()
+    assert consumer.committed([TopicPartition("t", 0)])[0].offset < 0  # aborted: nothing committed
+
+
+# ---------------------------------------------------------------- the driver
+
+
+def shop() -> Application:
+    app = Application("shop")
+
+    @app.process(input="orders", output="orders-enriched", key_serde="string", value_serde="json")
+    def enrich(record):
+        order = record.value
+        return record.key, {**order, "total": order["qty"] * order["price"]}
+
+    app.aggregate("orders-enriched", "customer-totals", name="totals",
+                  initializer=lambda: {"orders": 0, "revenue": 0},
+                  aggregator=lambda key, order, t: {"orders": t["orders"] + 1,
+                                                    "revenue": t["revenue"] + order["total"]})
+    return app
+
+
+def test_a_job_runs_in_the_driver_with_typed_outputs_dead_letters_and_stores():
+    with TopologyTestDriver(shop(), wall_clock_ms=10_000) as driver:
+        driver.pipe("orders", "alice", {"qty": 2, "price": 3})
+        driver.pipe("orders", "bob", {"qty": 1})  # no price: a dead letter
+        driver.pipe("orders", "alice", {"qty": 1, "price": 4}, timestamp=9_000)
+        assert [(r.key, r.value["total"], r.timestamp) for r in driver.read("orders-enriched")] == [
+            ("alice", 6, 10_000), ("alice", 4, 9_000)]
+        assert [r.value for r in driver.read("customer-totals")] == [{"orders": 1, "revenue": 6},
+                                                                      {"orders": 2, "revenue": 10}]
+        assert driver.read("customer-totals") == []  # read consumes
+        (letter,) = driver.dead_letters()
+        assert (letter.key, letter.error, letter.stage, letter.subtopology) == (b"bob", "KeyError: 'price'",
+                                                                                "process", "enrich")
+        assert driver.store("totals-store").get("alice") == {"orders": 2, "revenue": 10}
+        assert "eos.origin" in driver.records("customer-totals")[0].headers  # lineage, as on a cluster
+
+
+def test_a_crash_at_every_step_leaves_committed_results_exactly_once():
+    for step in ("after_read", "after_produce", "before_commit", "after_commit"):
+        with TopologyTestDriver(shop(), wall_clock_ms=0) as driver:
+            driver.pipe("orders", "alice", {"qty": 1, "price": 1})
+            driver.crash_at(step, task="totals-0")
+            driver.pipe("orders", "alice", {"qty": 1, "price": 2})
+            driver.pipe("orders", "alice", {"qty": 1, "price": 3})
+            assert len(driver.crashes) == 1, step
+            assert [r.value["revenue"] for r in driver.read("customer-totals")] == [1, 3, 6], step
+            assert driver.store("totals-store").get("alice") == {"orders": 3, "revenue": 6}
+
+
+def test_check_exactly_once_passes_a_deterministic_job_and_names_the_record_of_one_that_is_not():
+    inputs = [("orders", f"c{i % 4}", {"qty": i % 3, "price": 2} if i % 7 else {"qty": 1}, 1_000 + i)
+              for i in range(50)]
+    report = TopologyTestDriver(shop(), wall_clock_ms=0).check_exactly_once(inputs, crashes=6, seed=3)
+    assert len(report.crashes) >= 4 and report.records > 50 and "customer-totals" in report.topics
+
+    app = Application("clocky")
+
+    @app.process(input="in", output="out", key_serde="string", value_serde="json")
+    def stamp(record):
+        return record.key, {"n": record.value["n"], "at": time.time()}  # reads the wall clock: not a function
+
+    with pytest.raises(AssertionError, match=r"out\[0\] record #0 \(from input in:0:0:0\)"):
+        TopologyTestDriver(app, wall_clock_ms=0).check_exactly_once([("in", f"k{i}", {"n": i}) for i in range(20)])
+
+    lucky = Application("lucky")
+
+    @lucky.process(input="in", output="out", key_serde="string", value_serde="json")
+    def draw(record):
+        return record.key, random.random()
+
+    with pytest.raises(AssertionError, match="differ between a straight run and one with crashes"):
+        TopologyTestDriver(lucky, wall_clock_ms=0).check_exactly_once([("in", "k", {"n": i}) for i in range(20)])
+
+
+def test_windows_stream_time_and_wall_clock_punctuation_in_the_driver():
+    app = Application("w")
+    app.count("views", "per-minute", name="per_minute", key_serde="string",
+              windows=TumblingWindows(60_000, grace=5_000), emit="final")
+
+    class Heartbeat(Processor):
+        def init(self, context):
+            super().init(context)
+            self.seen = context.store("seen")
+            context.schedule(10_000, self.beat, type="wall_clock")
+
+        def process(self, record):
+            self.seen.put(record.key, record.timestamp)
+
+        def beat(self, now):
+            for key, _ in list(self.seen.all()):
+                self.context.forward(key, now)
+
+    app.add_processor(Heartbeat, "pings", "beats", name="beats", key_serde="string", value_serde="long",
+                      stores=[store("seen", key_serde="string", value_serde="long")])
+    with TopologyTestDriver(app, wall_clock_ms=1_000_000) as driver:
+        driver.pipe_many("views", [("home", b"", 1_000), ("home", b"", 30_000), ("cart", b"", 59_000)])
+        assert driver.read("per-minute") == []  # open: stream time 59 s < 60 s + 5 s
+        driver.pipe("views", "home", b"", timestamp=65_000)
+        assert sorted((r.key.key, r.value) for r in driver.read("per-minute")) == [("cart", 1), ("home", 2)]
+        driver.pipe("views", "home", b"", timestamp=2_000)  # its window has closed: late
+        assert driver.dropped == {"per_minute": {"late": 1}}
+        driver.pipe("pings", "d1", 5)
+        assert driver.read("beats") == []
+        driver.advance_wall_clock(10_000)
+        assert [(r.key, r.value) for r in driver.read("beats")] == [("d1", 1_010_000)]
+
+
+def test_a_rekeyed_session_count_on_four_partitions_with_crashes():
+    app = Application("s")
+    app.count("clicks", "sessions", name="sessions", value_serde="json", group_by=lambda r: r.value["user"],
+              windows=SessionWindows(10_000))
+    rng = random.Random(5)
+    inputs = [("clicks", f"p{rng.randrange(9)}", {"user": f"u{rng.randrange(3)}"}, i * 3_000 + rng.randrange(2_000))
+              for i in range(80)]
+    driver = TopologyTestDriver(app, partitions=4, wall_clock_ms=0)
+    driver.check_exactly_once(inputs, crashes=6, seed=1)
+    driver.pipe_records(inputs)
+    last = {}
+    for r in driver.records("sessions"):
+        assert isinstance(r.key, Windowed)
+        last[(r.key.key, r.key.start, r.key.end)] = r.value
+    assert sum(v for v in last.values() if v is not None) == 80  # every click in exactly one live session
+
+
+def test_the_driver_says_what_is_wrong_with_a_topic():
+    with TopologyTestDriver(shop(), wall_clock_ms=0) as driver, pytest.raises(KeyError, match="no topic 'order'"):
+        driver.pipe("order", "a", {})
+    with TopologyTestDriver(shop(), wall_clock_ms=0) as driver, pytest.raises(KeyError, match="no step"):
+        driver.pipe("customer-totals", "a", {})
+
+
+def rekeyed_count(**settings) -> Application:
+    app = Application("clicks", **settings)
+    app.count("clicks", "per-minute", name="pages", value_serde="json", group_by=lambda r: r.value["page"],
+              windows=TumblingWindows(60_000, grace=5_000), emit="final")
+    return app
+
+
+def backlog(partitions: int, n: int, start: int) -> list[tuple]:
+    """n clicks on each partition, in time order on each, spread over ten minutes from `start`."""
+    return [("clicks", f"u{p}-{i}", {"page": f"p{i % 3}"}, start + i * (600_000 // n) + p, p)
+            for p in range(partitions) for i in range(n)]
+
+
+def test_a_backlog_after_the_sources_went_idle_is_not_called_late():
+    """Sources idle for longer than source_idle_timeout stop holding stream time back; when a backlog arrives
+    on all of them, each first tells the readers it is awake, so no block of it is judged by another's clock."""
+    driver = TopologyTestDriver(rekeyed_count(), partitions=3, wall_clock_ms=10_000_000)
+    driver.advance_wall_clock(31_000)  # every upstream task says it is idle
+    assert any(r.task.subtopology == "pages.repartition" and r.records_in == 0 for r in driver.results)
+    driver.pipe_records(backlog(3, 40, 1_000_000))
+    assert driver.dropped == {}
+    last = 1_000_000 + 39 * 15_000  # each partition's stream time: windows up to it, less the grace, closed
+    expected = sum(1 for *_, ts, _ in backlog(3, 40, 1_000_000) if ts // 60_000 * 60_000 + 65_000 <= last)
+    assert sum(r.value for r in driver.records("per-minute")) == expected > 100
+
+
+def test_an_empty_input_partition_holds_windows_back_until_it_is_idle():
+    driver = TopologyTestDriver(rekeyed_count(), partitions=2, wall_clock_ms=10_000_000)
+    driver.pipe_records(backlog(1, 30, 1_000_000))  # partition 1 gets nothing
+    assert driver.read("per-minute") == []  # its task may still send anything: the windows wait
+    driver.advance_wall_clock(31_000)  # ... until it says it is idle
+    assert sum(r.value for r in driver.read("per-minute")) > 20 and driver.dropped == {}
+
+
+def test_kafka_streams_rule_on_request_loses_the_second_block():
+    records = backlog(2, 40, 1_000_000)
+    clocks = TopologyTestDriver(rekeyed_count(), partitions=2, wall_clock_ms=10_000_000)
+    clocks.pipe_records(records)
+    largest = TopologyTestDriver(rekeyed_count(stream_time_across_topics="largest_seen"), partitions=2,
+                                 wall_clock_ms=10_000_000)
+    largest.pipe_records(records)
+    assert clocks.dropped == {} and largest.dropped["pages"]["late"] > 20
