@@ -17,10 +17,12 @@ channel), when a step downstream uses event time (`eos.topology.clocked_topics`)
   source's clock, carried through every hop);
 * at the end of every batch the writing task sends each partition of the topic a marker (header `eos.wm`,
   key `eos.wm`, no value) with its stream time, so that a partition no key of a source hashes to still
-  learns how far that source has got; a marker ending in `:i` says the source is idle: it caught up with
-  its input, and every source of its own (if it reads such a topic too) is idle. A task with no input at
-  all says so in a batch of its own. Readers of the topic outside the
-  application should skip records with an `eos.wm` header (`eos topics read` and the auditor do).
+  learns how far that source has got; a marker ending in `:i` says the source is idle: a task reading its
+  input directly had none for `source_idle_timeout` (it says so in a batch of its own), a task reading
+  such a topic itself caught up and all its sources are idle. A task that said it was idle and gets input
+  again first runs a batch that only tells its readers it is awake, so that tasks getting input together
+  all wake before a record of any of them reaches a reader. Readers of the topic outside the application
+  should skip records with an `eos.wm` header (`eos topics read` and the auditor do).
 
 The reading task keeps the clock of every source. Its stream time, which closes windows, fires stream-time
 punctuation and expires state, is the smallest clock of the sources that are not idle (of all of them when
@@ -32,8 +34,9 @@ was late at its source still is, however many hops away.
 Everything depends only on the records of the topic in their order, never on where batches begin and end:
 a restarted or moved task, and the window audit replaying the topic, reach the same decisions.
 
-An idle source does not hold stream time back (as Kafka Streams does not wait for an empty partition). If
-it gets input again, records older than the others' progress may be late; they are counted as such.
+An idle source does not hold stream time back (an empty input partition would hold it forever). One that
+gets input later than the others did, older than their progress, can see records late (Flink's idleness
+has the same trade-off; a longer `source_idle_timeout` narrows it); they are counted as such.
 """
 
 from __future__ import annotations
