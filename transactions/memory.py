@@ -24,6 +24,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from confluent_kafka import TopicPartition
@@ -61,20 +62,24 @@ def murmur2(data: bytes) -> int:
     return h ^ (h >> 15)
 
 
+@lru_cache(maxsize=65_536)
 def partition_for(key: bytes, partitions: int) -> int:
     """The Java client's default partition of a keyed record."""
     return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
 class MemoryMessage:
-    """What a consumer returns (the calls of `confluent_kafka.Message` the framework makes)."""
+    """What a consumer returns (the calls of `confluent_kafka.Message` the framework makes), and an entry of a
+    partition's log: `txn` is the transaction that wrote it (None: written outside one), `marker` whether
+    it is a transaction's commit or abort marker."""
 
-    __slots__ = ("_headers", "_key", "_offset", "_partition", "_timestamp", "_topic", "_value")
+    __slots__ = ("_headers", "_key", "_offset", "_partition", "_timestamp", "_topic", "_value", "marker", "txn")
 
     def __init__(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
-                 headers: Headers | None, timestamp: int) -> None:
+                 headers: Headers | None, timestamp: int, txn: int | None = None, marker: bool = False) -> None:
         self._topic, self._partition, self._offset = topic, partition, offset
         self._key, self._value, self._headers, self._timestamp = key, value, headers, timestamp
+        self.txn, self.marker = txn, marker
 
     def topic(self) -> str:
         return self._topic
@@ -105,12 +110,6 @@ class MemoryMessage:
 
 
 @dataclass
-class _Entry:
-    message: MemoryMessage | None  # None: a transaction marker
-    txn: int | None  # the transaction it belongs to; None: written outside a transaction (committed)
-
-
-@dataclass
 class _Transaction:
     transactional_id: str
     state: int = _OPEN
@@ -124,7 +123,7 @@ class MemoryCluster:
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
-        self.logs: dict[str, list[list[_Entry]]] = {}
+        self.logs: dict[str, list[list[MemoryMessage]]] = {}
         self.configs: dict[str, dict[str, str]] = {}
         self.ids: dict[str, str] = {}
         self.groups: dict[str, dict[TP, tuple[int, str]]] = {}
@@ -160,13 +159,13 @@ class MemoryCluster:
             raise ValueError(f"topic {topic!r} has no partition {partition} (it has {count})")
         log = self.logs[topic][partition]
         ts = int(self.clock() * 1000) if timestamp is None else timestamp
-        log.append(_Entry(MemoryMessage(topic, partition, len(log), key, value, list(headers or ()) or None, ts), txn))
+        log.append(MemoryMessage(topic, partition, len(log), key, value, headers or None, ts, txn))
         if txn is not None:
             self.txns[txn].partitions.add((topic, partition))
         return partition, len(log) - 1
 
-    def visible(self, entry: _Entry) -> bool:
-        return entry.message is not None and (entry.txn is None or self.txns[entry.txn].state == _COMMITTED)
+    def visible(self, entry: MemoryMessage) -> bool:
+        return not entry.marker and (entry.txn is None or self.txns[entry.txn].state == _COMMITTED)
 
     def last_stable(self, topic: str, partition: int) -> int:
         log = self.logs[topic][partition]
@@ -178,8 +177,7 @@ class MemoryCluster:
     def records(self, topic: str, partition: int | None = None) -> list[MemoryMessage]:
         """The committed records of a topic (or one partition), partition by partition in offset order."""
         parts = range(self.partitions(topic)) if partition is None else [partition]
-        return [e.message for p in parts for e in self.logs[topic][p][:self.last_stable(topic, p)]
-                if e.message is not None and self.visible(e)]
+        return [e for p in parts for e in self.logs[topic][p][:self.last_stable(topic, p)] if self.visible(e)]
 
     # ------------------------------------------------------------------ transactions
     def init_producer(self, transactional_id: str) -> int:
@@ -218,7 +216,7 @@ class MemoryCluster:
         t.state = _COMMITTED if commit else _ABORTED
         for topic, partition in sorted(t.partitions):
             log = self.logs[topic][partition]
-            log.append(_Entry(None, txn))  # the marker takes an offset
+            log.append(MemoryMessage(topic, partition, len(log), None, None, None, -1, txn, True))  # takes an offset
         if commit:
             for group, offsets in t.offsets.items():
                 self.groups.setdefault(group, {}).update(offsets)
@@ -266,8 +264,7 @@ class MemoryConsumer:
             while position < stable and len(out) < num_messages:
                 entry = log[position]
                 if self.cluster.visible(entry):
-                    assert entry.message is not None
-                    out.append(entry.message)
+                    out.append(entry)
                 position += 1
             self._positions[tp] = position
         return out
