@@ -132,6 +132,8 @@ class MemoryCluster:
         self.open_txn: dict[str, int] = {}  # transactional id -> its open transaction
         self._txn_ids = itertools.count(1)
         self._round_robin = itertools.count()
+        #: per partition, the first offset of each transaction still open in it
+        self._open: dict[TP, dict[int, int]] = {}
 
     # ------------------------------------------------------------------ topics
     def create_topic(self, name: str, partitions: int, config: Mapping[str, str] | None = None) -> bool:
@@ -152,27 +154,33 @@ class MemoryCluster:
                headers: Headers | None = None, timestamp: int | None = None,
                txn: int | None = None) -> tuple[int, int]:
         """Append a record (to `txn`, or committed at once); returns (partition, offset)."""
-        count = self.partitions(topic)
+        parts = self.logs.get(topic)
+        if parts is None:
+            raise KeyError(f"topic {topic!r} does not exist")
         if partition is None:
-            partition = partition_for(key, count) if key is not None else next(self._round_robin) % count
-        if not 0 <= partition < count:
-            raise ValueError(f"topic {topic!r} has no partition {partition} (it has {count})")
-        log = self.logs[topic][partition]
-        ts = int(self.clock() * 1000) if timestamp is None else timestamp
-        log.append(MemoryMessage(topic, partition, len(log), key, value, headers or None, ts, txn))
+            partition = partition_for(key, len(parts)) if key is not None else next(self._round_robin) % len(parts)
+        elif not 0 <= partition < len(parts):
+            raise ValueError(f"topic {topic!r} has no partition {partition} (it has {len(parts)})")
+        log = parts[partition]
+        offset = len(log)
+        log.append(MemoryMessage(topic, partition, offset, key, value, headers or None,
+                                 int(self.clock() * 1000) if timestamp is None else timestamp, txn))
         if txn is not None:
-            self.txns[txn].partitions.add((topic, partition))
-        return partition, len(log) - 1
+            firsts = self._open.get((topic, partition))
+            if firsts is None:
+                firsts = self._open[(topic, partition)] = {}
+            if txn not in firsts:
+                firsts[txn] = offset
+                self.txns[txn].partitions.add((topic, partition))
+        return partition, offset
 
     def visible(self, entry: MemoryMessage) -> bool:
         return not entry.marker and (entry.txn is None or self.txns[entry.txn].state == _COMMITTED)
 
     def last_stable(self, topic: str, partition: int) -> int:
-        log = self.logs[topic][partition]
-        for offset, entry in enumerate(log):
-            if entry.txn is not None and self.txns[entry.txn].state == _OPEN:
-                return offset
-        return len(log)
+        """The first offset of a transaction still open in the partition, else its end."""
+        firsts = self._open.get((topic, partition))
+        return min(firsts.values()) if firsts else len(self.logs[topic][partition])
 
     def records(self, topic: str, partition: int | None = None) -> list[MemoryMessage]:
         """The committed records of a topic (or one partition), partition by partition in offset order."""
@@ -215,6 +223,7 @@ class MemoryCluster:
             return
         t.state = _COMMITTED if commit else _ABORTED
         for topic, partition in sorted(t.partitions):
+            self._open[(topic, partition)].pop(txn, None)
             log = self.logs[topic][partition]
             log.append(MemoryMessage(topic, partition, len(log), None, None, None, -1, txn, True))  # takes an offset
         if commit:
@@ -260,12 +269,12 @@ class MemoryConsumer:
         for tp, position in self._positions.items():
             if tp in self._paused:
                 continue
-            log, stable = self.cluster.logs[tp[0]][tp[1]], self.cluster.last_stable(*tp)
-            while position < stable and len(out) < num_messages:
-                entry = log[position]
-                if self.cluster.visible(entry):
+            log, stable, txns = self.cluster.logs[tp[0]][tp[1]], self.cluster.last_stable(*tp), self.cluster.txns
+            end = min(stable, position + num_messages - len(out))
+            for entry in log[position:end]:
+                if not entry.marker and (entry.txn is None or txns[entry.txn].state == _COMMITTED):
                     out.append(entry)
-                position += 1
+            position = end
             self._positions[tp] = position
         return out
 
