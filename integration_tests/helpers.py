@@ -36,14 +36,17 @@ def read_values(bootstrap: str, topic: str, *, isolation: str = "read_committed"
     return values
 
 
-def produce(bootstrap: str, topic: str, records, *, partition_of=None) -> int:
-    """Produce (key, value) pairs (idempotent producer, not transactional); returns the count."""
+def produce(bootstrap: str, topic: str, records, *, partition_of=None, timestamp_of=None) -> int:
+    """Produce (key, value) pairs (idempotent producer, not transactional); returns the count.
+    `partition_of(n, key)` and `timestamp_of(n, key)` choose each record's partition and timestamp."""
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
     n = 0
     for key, value in records:
         kwargs = {} if partition_of is None else {"partition": partition_of(n, key)}
+        if timestamp_of is not None:
+            kwargs["timestamp"] = timestamp_of(n, key)
         while True:
             try:
                 producer.produce(topic, value=value, key=key, **kwargs)

@@ -89,7 +89,7 @@ class JoinMethods(AggregationMethods):
         if kind == "stream-table":
             assert isinstance(left, str) and isinstance(right, Table)
             table_store = _table_store(name, right, persistent)
-            stores, per_topic[right.topic] = (table_store,), (right.key_serde, right.value_serde, right.timestamp)
+            stores, per_topic[right.topic] = (table_store,), self._reading(right)
             factory = partial(StreamTableJoin, right.topic, table_store.name, joiner, how)
             spec = JoinSpec(kind, how, left, right.topic, joiner, right_store=table_store.name)
         elif kind == "stream-global":
@@ -106,7 +106,7 @@ class JoinMethods(AggregationMethods):
             stores = (left_store, right_store)
             ks = left.key_serde
             for t in (left, right):
-                per_topic[t.topic] = (t.key_serde, t.value_serde, t.timestamp)
+                per_topic[t.topic] = self._reading(t)
             factory = partial(TableTableJoin, left.topic, left_store.name, right_store.name, joiner, how)
             spec = JoinSpec(kind, how, left.topic, right.topic, joiner, left_store=left_store.name,
                             right_store=right_store.name)
@@ -152,19 +152,27 @@ class JoinMethods(AggregationMethods):
         right_name = f"{name}.right"  # its stores are named after it: no clash with the left side's
         left_store, right_store = _table_store(name, left, persistent), _table_store(right_name, right, persistent)
         subscribers = StoreSpec(f"{right_name}-subscribers", BytesSerde(), BytesSerde(), persistent)
+        # Internal topics are read at their records' timestamps (those of the rows that caused them), never by
+        # the application's extractor, which knows the user's values only.
         self._add(right_name, (subscriptions, right.topic), responses, "bytes", "bytes", "bytes", "bytes", (),
+                  timestamp="record",
                   processor_factory=partial(ForeignKeyRight, right.topic, right_store.name, subscribers.name,
                                             responses, right.key_serde, right.value_serde),
                   stores=(right_store, subscribers), raw_outputs=frozenset({responses}),
-                  per_topic={right.topic: (right.key_serde, right.value_serde, right.timestamp)})
+                  per_topic={right.topic: self._reading(right)})
         spec = JoinSpec("foreign-key", how, left.topic, right.topic, joiner, key=foreign_key,
                         left_store=left_store.name, right_store=right_store.name, right_reader=right_name)
         return self._add(name, (left.topic, responses), output, "bytes", "bytes", left.key_serde, output_value_serde,
-                         (subscriptions,), join=spec, stores=(left_store,), raw_outputs=frozenset({subscriptions}),
-                         per_topic={left.topic: (left.key_serde, left.value_serde, left.timestamp)},
+                         (subscriptions,), timestamp="record", join=spec, stores=(left_store,),
+                         raw_outputs=frozenset({subscriptions}), per_topic={left.topic: self._reading(left)},
                          processor_factory=partial(ForeignKeyLeft, left.topic, left_store.name, foreign_key, joiner,
                                                    how, subscriptions, left.key_serde, left.value_serde,
                                                    right.key_serde, right.value_serde))
+
+    def _reading(self, table: Table) -> tuple[Any, Any, Any]:
+        """How a join reads a table's topic: its serdes, and its timestamps (the application's default unless
+        the table has its own)."""
+        return table.key_serde, table.value_serde, table.timestamp or self.default_timestamp
 
     def aggregate_table(self, table: Table, output: str | None, *, name: str,
                         group_by: Callable[[Any, Any], tuple[Any, Any]], initializer: Callable[[], Any],
@@ -192,7 +200,8 @@ class JoinMethods(AggregationMethods):
                   timestamp=table.timestamp, stores=(source,),
                   processor_factory=partial(TableRegroup, source.name, group_by, vs))
         store = StoreSpec(f"{name}-store", ks, serde_for(aggregate_serde), persistent, timestamped=True)
-        return self._add(name, topic, output, ks, "bytes", ks, aggregate_serde, (), stores=(store,),
+        return self._add(name, topic, output, ks, "bytes", ks, aggregate_serde, (), timestamp="record",
+                         stores=(store,),
                          processor_factory=partial(TableAggregate, store.name, initializer, adder, subtractor, vs))
 
     def count_table(self, table: Table, output: str | None, *, name: str, group_by: Callable[[Any, Any], Any],
