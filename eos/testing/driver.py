@@ -33,7 +33,7 @@ from eos.clock import clock_source
 from eos.driver.checks import check_topics, create_internal_topics, create_repartition_topics
 from eos.driver.planner import Planner
 from eos.hooks import FaultHooks, FaultPoint, HookPoint
-from eos.ledger import ledger_topic
+from eos.ledger import LedgerEntry, ledger_topic
 from eos.queries import StoreSnapshot, store_view
 from eos.serde import Serde
 from eos.streamtime import is_marker
@@ -100,14 +100,18 @@ class TopologyTestDriver:
     """An application in one process on an in-memory Kafka (see the module's docstring)."""
 
     def __init__(self, app: Application, *, partitions: int | Mapping[str, int] = 1,
-                 wall_clock_ms: int | None = None, log_level: str = "WARNING", max_rounds: int = 100_000) -> None:
+                 wall_clock_ms: int | None = None, topic_configs: Mapping[str, Mapping[str, str]] | None = None,
+                 log_level: str = "WARNING", max_rounds: int = 100_000) -> None:
         """`partitions`: of every topic of the application (a mapping: per topic, 1 for the others);
-        `wall_clock_ms`: the driver's wall clock at the start (now if None); `log_level` of the framework's
-        logs while the driver runs."""
+        `wall_clock_ms`: the driver's wall clock at the start (now if None); `topic_configs`: topic settings
+        of the application's own topics, as a broker has them (`cleanup.policy`, `max.message.bytes`,
+        `message.timestamp.after.max.ms`, ...: what a topic refuses becomes a dead letter, as on a
+        cluster); `log_level` of the framework's logs while the driver runs."""
         self.app = app
         self.config = app.config.with_overrides(log_level=log_level)
         self._options: dict[str, Any] = {"partitions": partitions, "wall_clock_ms": wall_clock_ms,
-                                         "log_level": log_level, "max_rounds": max_rounds}
+                                         "topic_configs": topic_configs, "log_level": log_level,
+                                         "max_rounds": max_rounds}
         self.now = int(time.time() * 1000) if wall_clock_ms is None else wall_clock_ms
         self._started = self.now
         self.cluster = MemoryCluster(clock=lambda: self.now / 1000)
@@ -119,9 +123,13 @@ class TopologyTestDriver:
         self._armed: list[CrashPoint] = []
         self._read_to: dict[str, int] = {}
         with self._clock():
-            self._create_topics(partitions)
+            self._create_topics(partitions, topic_configs or {})
             counts = check_topics(self.admin, app.subtopologies)
             dlq_partitions = create_internal_topics(self.admin, self.config, app.subtopologies, counts)
+            for topic, config in self._configs.items():
+                if topic not in self.cluster.configs:
+                    raise KeyError(f"topic_configs names {topic!r}, which the application does not use")
+                self.cluster.configs[topic].update(config)
             hooks = FaultHooks({p: list(h) for p, h in app.fault_hooks.hooks.items()})
             for point in HookPoint:
                 hooks.on(point, self._maybe_crash)
@@ -136,23 +144,41 @@ class TopologyTestDriver:
 
     # ------------------------------------------------------------------ input
     def pipe(self, topic: str, key: Any = None, value: Any = None, *, timestamp: int | None = None,
-             headers: Iterable[tuple[str, bytes]] | None = None, partition: int | None = None) -> None:
-        """Write one record to `topic` (serialized with the serdes of the step that reads it) and process
-        everything it leads to. `timestamp`: the driver's wall clock unless given."""
-        self._append(topic, key, value, timestamp, headers, partition)
+             headers: Iterable[tuple[str, bytes]] | None = None, partition: int | None = None,
+             serialized: bool = False) -> None:
+        """Write one record to `topic` (serialized with the serdes of the step that reads it; `serialized`:
+        key and value are bytes as they are, e.g. a malformed record) and process everything it leads to.
+        `timestamp`: the driver's wall clock unless given."""
+        self._append(topic, key, value, timestamp, headers, partition, serialized)
         self._run()
 
-    def pipe_many(self, topic: str, records: Iterable[tuple[Any, ...]]) -> None:
+    def pipe_many(self, topic: str, records: Iterable[tuple[Any, ...]], *, serialized: bool = False) -> None:
         """Write (key, value[, timestamp[, partition]]) records to `topic`, then process them (in as many
         batches as the planner makes of them)."""
-        self.pipe_records((topic, *record) for record in records)
+        self.pipe_records(((topic, *record) for record in records), serialized=serialized)
 
-    def pipe_records(self, records: Iterable[tuple[Any, ...]]) -> None:
+    def pipe_records(self, records: Iterable[tuple[Any, ...]], *, process: bool = True,
+                     serialized: bool = False) -> None:
         """Write (topic, key, value[, timestamp[, partition]]) records, in order, then process them (in as
-        many batches as the planner makes of them: one, unless they exceed max_records_per_batch)."""
+        many batches as the planner makes of them: one, unless they exceed max_records_per_batch).
+        `process=False` only writes them: `run_batch` then runs tasks one at a time, in the order a test
+        wants (to stage a race between two steps)."""
         for topic, key, value, *rest in records:
-            self._append(topic, key, value, rest[0] if rest else None, None, rest[1] if len(rest) > 1 else None)
-        self._run()
+            self._append(topic, key, value, rest[0] if rest else None, None, rest[1] if len(rest) > 1 else None,
+                         serialized)
+        if process:
+            self._run()
+
+    def run_batch(self, task: str | None = None) -> bool:
+        """Plan and run one batch of every task with something to do, or of `task` only (e.g. "fk.right-0"),
+        without going on to what it leads to. Returns whether a batch ran."""
+        with self._clock():
+            plans = [p for p in self.planner.plan(self.batch) if task is None or str(p.task) == task]
+            results = [self._run_task(plan) for plan in plans]
+            self.planner.observe(results)
+            self.results.extend(results)
+            self.batch += 1
+        return bool(results)
 
     def advance_wall_clock(self, ms: int) -> None:
         """Move the wall clock on (wall-clock punctuation that comes due runs, as on a cluster)."""
@@ -188,6 +214,12 @@ class TopologyTestDriver:
         """The store (or global table) `name` as committed: its typed read view (`get`, `range`, `all`,
         `fetch`, ...), read from its changelog as interactive queries do."""
         return store_view(self.app, name, admin=self.admin, scan=self._scan)
+
+    def ledger(self) -> list[LedgerEntry]:
+        """The lineage ledger: per committed batch, the input it consumed, and which records produced nothing
+        (`filtered`) or were dropped as late (`late`)."""
+        topic = ledger_topic(self.config.application_id)
+        return [e for m in self.cluster.records(topic) if (e := LedgerEntry.decode(m.value())) is not None]
 
     @property
     def dropped(self) -> dict[str, dict[str, int]]:
@@ -270,7 +302,7 @@ class TopologyTestDriver:
             yield
 
     # ------------------------------------------------------------------ topics and serdes
-    def _create_topics(self, partitions: int | Mapping[str, int]) -> None:
+    def _create_topics(self, partitions: int | Mapping[str, int], configs: Mapping[str, Mapping[str, str]]) -> None:
         app, cfg = self.app, self.config
         internal = set(app.internal_topics)
         user: set[str] = set()
@@ -280,17 +312,19 @@ class TopologyTestDriver:
             user.update(g.topic for g in sub.global_tables)
         default = partitions if isinstance(partitions, int) else 1
         counts = {} if isinstance(partitions, int) else dict(partitions)
-        specs = [TopicSpec(t, counts.get(t, default)) for t in sorted(user - internal)]
-        self.admin.create_topics(specs)
+        self.admin.create_topics([TopicSpec(t, counts.get(t, default)) for t in sorted(user - internal)])
         create_repartition_topics(self.admin, cfg, app.internal_topics)
+        self._configs = configs  # applied once every topic exists (the dead-letter topic too)
 
     def _append(self, topic: str, key: Any, value: Any, timestamp: int | None,
-                headers: Iterable[tuple[str, bytes]] | None, partition: int | None) -> None:
+                headers: Iterable[tuple[str, bytes]] | None, partition: int | None, serialized: bool = False) -> None:
         if topic not in self.cluster.logs:
             raise KeyError(f"no topic {topic!r}: the application's topics are {sorted(self.cluster.logs)}")
         key_serde, value_serde = self._input_serdes(topic)
-        self.cluster.append(topic, partition, key_serde.serialize(key) if key is not None else None,
-                            value_serde.serialize(value) if value is not None else None, list(headers or ()),
+        if not serialized:
+            key = key_serde.serialize(key) if key is not None else None
+            value = value_serde.serialize(value) if value is not None else None
+        self.cluster.append(topic, partition, key, value, list(headers or ()),
                             self.now if timestamp is None else int(timestamp))
 
     def _input_serdes(self, topic: str) -> tuple[Serde, Serde]:

@@ -1,9 +1,8 @@
-"""Joins (pure logic): each join kind's processor on in-memory stores, against the references the join
-audit uses, with out-of-order input, tombstones and late records."""
+"""Joins: each join kind run by the test driver, against the references the join audit uses, with
+out-of-order input, tombstones and late records."""
 
 from __future__ import annotations
 
-import json
 import random
 from collections import Counter
 
@@ -13,15 +12,8 @@ from eos import Application
 from eos.audit.joins import _canon, check_table_table, explain_stream_table, reference_stream_stream
 from eos.records import Record
 from eos.tables import GlobalTable, JoinWindows
-from eos.worker.context import TaskContext
-from eos.worker.dead_letters import DeadLetterPolicy
+from eos.testing import TopologyTestDriver
 from eos.worker.global_tables import GlobalCopy
-from eos.worker.processing import run_processor
-from eos.worker.stores import view_of
-from recovery import MemoryBackend, WriteBuffer
-from tests.fakes import FakeMessage
-
-DLQ = DeadLetterPolicy("dlq", 0, "j-0", fail=False)
 
 
 def pair(left, right):
@@ -29,46 +21,32 @@ def pair(left, right):
 
 
 class JoinHarness:
-    """One task of a join sub-topology built by `app.join`, over in-memory stores kept across batches."""
+    """A join sub-topology built by `app.join`, run by the test driver (one partition): `feed` pipes records
+    of its inputs in one batch and returns what the batch committed to the output topic."""
 
     def __init__(self, left, right, **join):
-        self.app = Application("j", "b:1")
+        self.app = Application("j")
         self.sub = self.app.join(left, right, "out", name="j", joiner=pair, **join)
-        self.buffers = {s.name: WriteBuffer(MemoryBackend()) for s in self.sub.stores}
-        views = {}
-        for spec in self.sub.stores:
-            views[spec.name] = view_of(spec)
-            views[spec.name].attach(self.buffers[spec.name])
-        from eos.worker.global_tables import GlobalTableView
-
-        self.globals = {g.name: GlobalTableView(g) for g in self.sub.global_tables}
-        for view in self.globals.values():
-            view.copy = GlobalCopy(view.table)
-        self.ctx = TaskContext(application_id="j", subtopology="j", partition=0, output_topic="out",
-                               key_serde=self.sub.output_key_serde, value_serde=self.sub.output_value_serde,
-                               lineage=True, stores={**views, **self.globals})
-        self.processor = self.sub.processor_factory()
-        self.processor.init(self.ctx)
+        self.driver = TopologyTestDriver(self.app, wall_clock_ms=0)
         self.offsets: Counter[str] = Counter()
         self.records: dict[str, list[Record]] = {t: [] for t in self.sub.inputs}
-        self.outcome = None
 
     def feed(self, *records):
         """records: (topic, key, value, timestamp); returns [(key, value, timestamp, derived)]."""
-        msgs = []
         for topic, key, value, ts in records:
-            raw = None if value is None else json.dumps(value).encode()
-            offset = self.offsets[topic]
+            if topic in self.records:
+                self.records[topic].append(Record(key, value, topic, 0, self.offsets[topic], ts))
             self.offsets[topic] += 1
-            msgs.append(FakeMessage(topic, 0, offset, raw, None if key is None else key.encode(), timestamp=ts))
-            self.records[topic].append(Record(key, value, topic, 0, offset, ts))
-        per_topic = {t: (ks, vs, ts or (lambda r: r.timestamp)) for t, (ks, vs, ts) in self.sub.per_topic.items()}
-        self.outcome = run_processor(self.processor, self.ctx, msgs, key_serde=self.sub.key_serde,
-                                     value_serde=self.sub.value_serde, dlq=DLQ, scoped=list(self.buffers.values()),
-                                     per_topic=per_topic)
-        return [(self.sub.output_key_serde.deserialize(o.key),
-                 None if o.value is None else self.sub.output_value_serde.deserialize(o.value), o.timestamp,
-                 "eos.derived" in dict(o.headers)) for o in self.outcome.outputs]
+        self.driver.pipe_records(records)
+        return [(r.key, r.value, r.timestamp, "eos.derived" in r.headers) for r in self.driver.read("out")]
+
+    def late(self) -> set[tuple[str, int]]:
+        """(topic, offset) of the input records dropped as late so far (from the lineage ledger)."""
+        return {(topic, offset) for entry in self.driver.ledger() for (topic, _), bm in entry.late.items()
+                for offset in bm}
+
+    def filtered(self) -> int:
+        return sum(len(bm) for entry in self.driver.ledger() for bm in entry.filtered.values())
 
 
 def test_stream_table_join_uses_the_value_the_table_holds_when_the_stream_record_comes():
@@ -79,7 +57,7 @@ def test_stream_table_join_uses_the_value_the_table_holds_when_the_stream_record
                  ("orders", "u1", {"id": 3}, 40), ("users", "u1", None, 50), ("orders", "u1", {"id": 4}, 60))
     assert out == [("u1", pair({"id": 1}, {"name": "Ann"}), 20, False), ("u2", pair({"id": 2}, None), 21, False),
                    ("u1", pair({"id": 3}, {"name": "Anna"}), 40, False), ("u1", pair({"id": 4}, None), 60, False)]
-    assert len(h.outcome.filtered) == 3  # table updates produce nothing: recorded in the ledger
+    assert h.filtered() == 3  # table updates produce nothing: recorded in the ledger
     inner = JoinHarness("orders", app.table("users"))
     assert inner.feed(("orders", "u1", {"id": 1}, 5), ("users", "u1", {"n": 1}, 6),
                       ("orders", "u1", {"id": 2}, 7)) == [("u1", pair({"id": 2}, {"n": 1}), 7, False)]
@@ -118,8 +96,7 @@ def test_random_table_table_joins_match_the_reference():
 def test_global_table_join_reads_the_pinned_copy_with_a_key_selector():
     app = Application("j", "b:1")
     h = JoinHarness("orders", app.global_table("products"), key=lambda r: r.value["product"], how="left")
-    copy = h.globals["products"].copy
-    copy.data[b"p1"] = json.dumps({"price": 3}).encode()
+    assert h.feed(("products", "p1", {"price": 3}, 0)) == []  # the copy is read up to the pins of each batch
     out = h.feed(("orders", "o1", {"product": "p1"}, 1), ("orders", "o2", {"product": "p9"}, 2))
     assert out == [("o1", pair({"product": "p1"}, {"price": 3}), 1, False), ("o2", pair({"product": "p9"}, None), 2,
                                                                               False)]
@@ -148,11 +125,10 @@ def test_stream_stream_joins_match_the_reference_on_out_of_order_input(how):
         lag = rng.choice([0, 0, 0, 10, 60, 200])  # 200 is beyond before + after + grace: often late
         records.append((rng.choice("lr"), f"k{rng.randrange(8)}", {"i": i}, max(0, t - lag)))
     observed: Counter = Counter()
-    late_offsets = set()
     for i in range(0, len(records), 97):
         for key, value, ts, _ in h.feed(*records[i:i + 97]):
             observed[(key, _canon(value), ts)] += 1
-        late_offsets |= {(m.topic(), m.offset()) for m in h.outcome.late}
+    late_offsets = h.late()
     for key, value, ts, _ in h.feed(("l", "zz", {"end": 1}, t + 10_000), ("r", "zz", {"end": 2}, t + 10_000)):
         observed[(key, _canon(value), ts)] += 1  # stream time far ahead: every pending record is emitted
     assert late_offsets, "some records must have been late"

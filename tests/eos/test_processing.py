@@ -1,4 +1,5 @@
-"""The processing loop: record scopes, dead letters, lineage indexes, early commit, vectorized bisection."""
+"""The processing loop, run by the test driver: record scopes, dead letters, lineage indexes, early commit,
+the order of co-partitioned inputs, vectorized bisection, what topics refuse."""
 
 from __future__ import annotations
 
@@ -6,45 +7,38 @@ import json
 
 import pytest
 
-from eos import Output
+from eos import Application, Output, store
 from eos.errors import BadRecordError
 from eos.origin import decode_origin
-from eos.processor import FunctionProcessor, Processor
-from eos.serde import JsonSerde, StringSerde
-from eos.worker.context import TaskContext
-from eos.worker.dead_letters import DeadLetterPolicy
-from eos.worker.processing import run_processor
-from eos.worker.topic_rules import TopicRule
-from eos.worker.vectorized import run_batch_function
-from tests.fakes import FakeMessage
-
-DLQ = DeadLetterPolicy("app-dlq", 0, "t-0", fail=False)
+from eos.processor import Processor
+from eos.testing import TopologyTestDriver
 
 
-def ctx(output: str | None = "out") -> TaskContext:
-    return TaskContext(application_id="app", subtopology="t", partition=0, output_topic=output,
-                            key_serde=StringSerde(), value_serde=JsonSerde(), lineage=True)
+def job(fn, **settings) -> Application:
+    app = Application("app", **settings)
+    app.process(input="in", output="out", key_serde="string", value_serde="json", name="t")(fn)
+    return app
 
 
-def msgs(values: list[bytes]) -> list[FakeMessage]:
-    return [FakeMessage("in", 0, 10 + i, v, b"k") for i, v in enumerate(values)]
+def run(fn, values: list[bytes], **driver_options) -> TopologyTestDriver:
+    """`fn` as a step over records whose values are the raw `values`, in one batch."""
+    driver = TopologyTestDriver(job(fn), wall_clock_ms=0, **driver_options)
+    driver.pipe_many("in", [(b"k", v) for v in values], serialized=True)
+    return driver
 
 
-def run(fn, values, **kw):
-    c = ctx()
-    proc = FunctionProcessor(fn)
-    proc.init(c)
-    return run_processor(proc, c, msgs(values), key_serde=StringSerde(), value_serde=JsonSerde(), dlq=DLQ, **kw)
+def origins(driver: TopologyTestDriver) -> list:
+    return [decode_origin(r.headers["eos.origin"]) for r in driver.records("out")]
 
 
-def origins(outcome):
-    return [decode_origin(dict(h)["eos.origin"]) for _, _, _, _, h, _ in outcome.outputs]
+def filtered(driver: TopologyTestDriver) -> list[int]:
+    return sorted(o for e in driver.ledger() for bm in e.filtered.values() for o in bm)
 
 
 def test_one_to_n_outputs_are_indexed():
-    out = run(lambda r: [(r.key, i) for i in range(r.value["n"])], [b'{"n": 2}', b'{"n": 0}', b'{"n": 3}'])
-    assert [(o.offset, o.index) for o in origins(out)] == [(10, 0), (10, 1), (12, 0), (12, 1), (12, 2)]
-    assert out.records_in == 3 and not out.dead_letters
+    driver = run(lambda r: [(r.key, i) for i in range(r.value["n"])], [b'{"n": 2}', b'{"n": 0}', b'{"n": 3}'])
+    assert [(o.offset, o.index) for o in origins(driver)] == [(0, 0), (0, 1), (2, 0), (2, 1), (2, 2)]
+    assert driver.results[-1].records_in == 3 and not driver.dead_letters()
 
 
 def test_a_failing_record_leaves_no_partial_output_and_is_dead_lettered():
@@ -54,57 +48,54 @@ def test_a_failing_record_leaves_no_partial_output_and_is_dead_lettered():
             raise ValueError("boom")
         yield r.key, 2
 
-    out = run(fn, [b'{"bad": false}', b'{"bad": true}', b"{not json"])
-    assert [(o.offset, o.index) for o in origins(out)] == [(10, 0), (10, 1)]  # nothing from offset 11
-    stages = [dict(h)["eos.dlq.stage"] for *_, h, _ in out.dead_letters]
-    assert stages == [b"process", b"deserialize"]
-    assert out.dead_letters[0][3] == b'{"bad": true}'  # original bytes
+    driver = run(fn, [b'{"bad": false}', b'{"bad": true}', b"{not json"])
+    assert [(o.offset, o.index) for o in origins(driver)] == [(0, 0), (0, 1)]  # nothing from offset 1
+    letters = driver.dead_letters()
+    assert [d.stage for d in letters] == ["process", "deserialize"]
+    assert letters[0].value == b'{"bad": true}'  # original bytes
 
 
 def test_output_serialization_errors_are_attributed_to_the_input():
-    out = run(lambda r: Output(key=123, value=1), [b"{}"])  # int key with a string serde
-    assert not out.outputs and dict(out.dead_letters[0][4])["eos.dlq.stage"] == b"serialize"
+    driver = run(lambda r: Output(key=123, value=1), [b"{}"])  # an int key with a string serde
+    assert not driver.records("out") and driver.dead_letters()[0].stage == "serialize"
 
 
 def test_fail_policy_raises_a_clear_error():
-    c = ctx()
-    proc = FunctionProcessor(lambda r: 1 / 0)
-    proc.init(c)
-    with pytest.raises(BadRecordError, match=r"in\[0\]@10 failed to process"):
-        run_processor(proc, c, msgs([b"{}"]), key_serde=StringSerde(), value_serde=JsonSerde(),
-                      dlq=DeadLetterPolicy("dlq", 0, "t-0", fail=True))
+    driver = TopologyTestDriver(job(lambda r: 1 / 0, on_bad_record="fail"), wall_clock_ms=0)
+    with pytest.raises(BadRecordError, match=r"in\[0\]@0 failed to process"):
+        driver.pipe("in", "k", {})
 
 
 def test_invalid_return_types_are_errors_of_the_record():
-    out = run(lambda r: "just a string", [b"{}"])
-    assert b"TypeError" in dict(out.dead_letters[0][4])["eos.dlq.error"]
+    assert "TypeError" in run(lambda r: "just a string", [b"{}"]).dead_letters()[0].error
 
 
-class Scope:
-    def __init__(self):
-        self.log = []
+class Remember(Processor):
+    """Writes every record to its store, then fails on d == 0: the write of a failed record must not stay."""
 
-    def begin_record(self):
-        self.log.append("begin")
+    def init(self, context):
+        super().init(context)
+        self.seen = context.store("seen")
 
-    def commit_record(self):
-        self.log.append("commit")
-
-    def rollback_record(self):
-        self.log.append("rollback")
+    def process(self, record):
+        self.seen.put(f"{record.key}-{record.offset}", record.value["d"])
+        self.context.forward(record.key, 1 / record.value["d"])
 
 
 def test_record_scopes_commit_or_roll_back():
-    scope = Scope()
-    run(lambda r: (r.key, 1 / r.value["d"]), [b'{"d": 1}', b'{"d": 0}'], scoped=[scope])
-    assert scope.log == ["begin", "commit", "begin", "rollback",
-                         "begin", "commit"]  # the last scope is the batch-end punctuation
+    app = Application("app")
+    app.add_processor(Remember, "in", "out", name="t", key_serde="string", value_serde="json",
+                      stores=[store("seen", key_serde="string", value_serde="json")])
+    driver = TopologyTestDriver(app, wall_clock_ms=0)
+    driver.pipe_many("in", [("k", {"d": 1}), ("k", {"d": 0}), ("k", {"d": 2})])
+    assert dict(driver.store("seen").all()) == {"k-0": 1, "k-2": 2}  # k-1's write was rolled back
+    assert [r.value for r in driver.read("out")] == [1.0, 0.5] and len(driver.dead_letters()) == 1
 
 
 class EarlyCommit(Processor):
     def process(self, record):
         self.context.forward(record.key, record.value)
-        if record.offset == 11:
+        if record.offset == 1:
             self.context.commit()
 
     def punctuate(self, stream_time):
@@ -112,138 +103,110 @@ class EarlyCommit(Processor):
 
 
 def test_context_commit_ends_the_batch_after_the_current_record_and_punctuate_runs():
-    c = ctx()
-    proc = EarlyCommit()
-    proc.init(c)
-    out = run_processor(proc, c, msgs([b"1", b"2", b"3"]), key_serde=StringSerde(), value_serde=JsonSerde(), dlq=DLQ)
-    assert out.stopped_at == {("in", 0): 12} and out.records_in == 2
-    assert out.outputs[-1][2] == b"punctuation"  # punctuation output, no origin header
-    assert "eos.origin" not in dict(out.outputs[-1][4])
+    app = Application("app")
+    app.add_processor(EarlyCommit, "in", "out", name="t", key_serde="string", value_serde="json")
+    driver = TopologyTestDriver(app, wall_clock_ms=0)
+    driver.pipe_many("in", [("k", 1, 10), ("k", 2, 20), ("k", 3, 30)])
+    out = driver.records("out")
+    assert [(r.key, r.value) for r in out] == [("k", 1), ("k", 2), ("punctuation", 20), ("k", 3),
+                                               ("punctuation", 30)]  # the batch ended after offset 1
+    assert "eos.origin" not in out[2].headers and "eos.derived" in out[2].headers
+    assert [(i.start, i.end) for e in driver.ledger() for i in e.inputs] == [(0, 2), (2, 3)]
+
+
+def vectorized(fn, fmt: str = "pandas") -> Application:
+    app = Application("app")
+    app.process_batch(input="in", output="out", key_serde="string", value_serde="json", format=fmt, name="t")(fn)
+    return app
 
 
 def test_vectorized_bisection_isolates_failing_rows():
-    values = [json.dumps({"n": i}).encode() for i in range(16)]
-
     def fn(df):
         if (df.value.map(lambda v: v["n"]) == 5).any() or (df.value.map(lambda v: v["n"]) == 11).any():
             raise ValueError("bad row")
         return df.assign(value=df.value.map(lambda v: {"sq": v["n"] ** 2}))
 
-    out = run_batch_function(fn, "pandas", msgs(values), key_serde=StringSerde(), value_serde=JsonSerde(),
-                             out_key_serde=StringSerde(), out_value_serde=JsonSerde(), output_topic="out",
-                             lineage=True, dlq=DLQ)
-    assert sorted(o.offset for o in origins(out)) == [10 + i for i in range(16) if i not in (5, 11)]
-    assert sorted(int(dict(d[4])["eos.dlq.offset"]) for d in out.dead_letters) == [15, 21]
+    driver = TopologyTestDriver(vectorized(fn), wall_clock_ms=0)
+    driver.pipe_many("in", [("k", {"n": i}) for i in range(16)])
+    assert sorted(o.offset for o in origins(driver)) == [i for i in range(16) if i not in (5, 11)]
+    assert sorted(d.offset for d in driver.dead_letters()) == [5, 11]
 
 
 def test_vectorized_filters_need_the_offset_column():
-    values = [json.dumps({"n": i}).encode() for i in range(4)]
-    common = {"key_serde": StringSerde(), "value_serde": JsonSerde(), "out_key_serde": StringSerde(),
-              "out_value_serde": JsonSerde(), "output_topic": "out", "lineage": True, "dlq": DLQ}
-    kept = run_batch_function(lambda t: t.filter([True, False, True, False]), "arrow", msgs(values), **common)
-    assert [o.offset for o in origins(kept)] == [10, 12]  # pyarrow filter keeps the offset column
-    with pytest.raises(ValueError, match="offset"):
-        run_batch_function(lambda df: df[["value"]].iloc[:2], "pandas", msgs(values), **common)
+    kept = TopologyTestDriver(vectorized(lambda t: t.filter([True, False, True, False]), "arrow"), wall_clock_ms=0)
+    kept.pipe_many("in", [("k", {"n": i}) for i in range(4)])
+    assert [o.offset for o in origins(kept)] == [0, 2]  # pyarrow filter keeps the offset column
+    assert filtered(kept) == [1, 3]
+    lost = TopologyTestDriver(vectorized(lambda df: df[["value"]].iloc[:2]), wall_clock_ms=0)
+    with pytest.raises(Exception, match="offset"):
+        lost.pipe_many("in", [("k", {"n": i}) for i in range(4)])
 
 
 def test_return_shapes_a_user_writes():
-    out = run(lambda r: ((r.key, 1), (r.key, 2)), [b"{}"])  # two records, not one with tuple key and value
-    assert [(o.key, o.value) for o in out.outputs] == [(b"k", b"1"), (b"k", b"2")]
-    out = run(lambda r: [("a", 1), Output("b", 2)], [b"{}"])
-    assert [o.key for o in out.outputs] == [b"a", b"b"]
-    out = run(lambda r: (r.key, 1, 2), [b"{}"])
-    assert b"got a 3-tuple" in dict(out.dead_letters[0].headers)["eos.dlq.error"]
-    out = run(lambda r: [(r.key, 1, 2)], [b"{}"])
-    assert b"holds a 3-tuple" in dict(out.dead_letters[0].headers)["eos.dlq.error"]
+    two = run(lambda r: ((r.key, 1), (r.key, 2)), [b"{}"])  # two records, not one with tuple key and value
+    assert [(r.key, r.value) for r in two.records("out")] == [("k", 1), ("k", 2)]
+    mixed = run(lambda r: [("a", 1), Output("b", 2)], [b"{}"])
+    assert [r.key for r in mixed.records("out")] == ["a", "b"]
+    assert "got a 3-tuple" in run(lambda r: (r.key, 1, 2), [b"{}"]).dead_letters()[0].error
+    assert "holds a 3-tuple" in run(lambda r: [(r.key, 1, 2)], [b"{}"]).dead_letters()[0].error
 
 
 def test_records_that_produce_nothing_are_recorded_as_filtered():
-    out = run(lambda r: (r.key, 1) if r.value["keep"] else None, [b'{"keep": true}', b'{"keep": false}', b"{bad"])
-    assert [m.offset() for m in out.filtered] == [11]  # not the output (10), not the dead letter (12)
-    values = [json.dumps({"n": i}).encode() for i in range(4)]
-    kept = run_batch_function(lambda t: t.filter([True, False, True, False]), "arrow", msgs(values),
-                              key_serde=StringSerde(), value_serde=JsonSerde(), out_key_serde=StringSerde(),
-                              out_value_serde=JsonSerde(), output_topic="out", lineage=True, dlq=DLQ)
-    assert [m.offset() for m in kept.filtered] == [11, 13]
+    driver = run(lambda r: (r.key, 1) if r.value["keep"] else None, [b'{"keep": true}', b'{"keep": false}', b"{bad"])
+    assert filtered(driver) == [1]  # not the output (0), not the dead letter (2)
 
 
 def test_an_output_larger_than_its_topic_accepts_is_a_bad_record_naming_size_and_limit():
-    c = TaskContext(application_id="app", subtopology="t", partition=0, output_topic="out", key_serde=StringSerde(),
-                    value_serde=JsonSerde(), lineage=True, topic_rules=lambda topic: TopicRule(topic, 1000))
-    proc = FunctionProcessor(lambda r: (r.key, "x" * r.value["n"]))
-    proc.init(c)
-    out = run_processor(proc, c, msgs([b'{"n": 10}', b'{"n": 5000}', b'{"n": 20}']), key_serde=StringSerde(),
-                        value_serde=JsonSerde(), dlq=DLQ)
-    assert [o.offset for o in origins(out)] == [10, 12]  # the batch goes on
-    error = dict(out.dead_letters[0].headers)["eos.dlq.error"].decode()
-    assert "in[0]@11 to topic out is 5,1" in error and "limit of 1,000 bytes" in error  # 5,002 + overhead
+    driver = run(lambda r: (r.key, "x" * r.value["n"]), [b'{"n": 10}', b'{"n": 5000}', b'{"n": 20}'],
+                 topic_configs={"out": {"max.message.bytes": "1000"}})
+    assert [o.offset for o in origins(driver)] == [0, 2]  # the batch goes on
+    error = driver.dead_letters()[0].error
+    assert "in[0]@1 to topic out is 5,1" in error and "limit of 1,000 bytes" in error  # 5,002 + overhead
 
 
 def test_a_dead_letter_too_large_for_its_topic_keeps_its_headers_and_drops_its_payload():
-    dlq = DeadLetterPolicy("app-dlq", 0, "t-0", fail=False, topic_rules=lambda topic: TopicRule(topic, 500))
-    c = ctx()
-    proc = FunctionProcessor(lambda r: 1 / 0)
-    proc.init(c)
     big = json.dumps({"pad": "y" * 2000}).encode()
-    out = run_processor(proc, c, msgs([b"{}", big]), key_serde=StringSerde(), value_serde=JsonSerde(), dlq=dlq)
-    small, large = out.dead_letters
+    driver = run(lambda r: 1 / 0, [b"{}", big], topic_configs={"app-dlq": {"max.message.bytes": "500"}})
+    small, large = driver.dead_letters()
     assert small.value == b"{}"
-    headers = dict(large.headers)
-    assert large.value is None and large.key is None and b"key and value omitted" in headers["eos.dlq.payload"]
-    assert headers["eos.dlq.offset"] == b"11" and decode_origin(headers["eos.origin"]).offset == 11
+    (raw,) = [m for m in driver.cluster.records("app-dlq") if m.value() is None]
+    headers = dict(raw.headers())
+    assert raw.key() is None and b"key and value omitted" in headers["eos.dlq.payload"]
+    assert large.offset == 1 and decode_origin(headers["eos.origin"]).offset == 1
 
 
 def test_aggregations_skip_tombstones_and_count_does_not_read_values():
-    from eos import Application
-
-    app = Application("agg", "b:1")
+    app = Application("agg")
     sub = app.count("words", "counts", name="counts")
     assert sub.value_serde.name == "bytes"  # any value counts, JSON or not
-    from eos.operators.aggregate import AggregateProcessor, counter
-    from recovery import KeyValueStore, MemoryBackend, WriteBuffer
-
-    store = KeyValueStore(sub.stores[0])
-    store.attach(WriteBuffer(MemoryBackend()))
-    c = TaskContext(application_id="agg", subtopology="counts", partition=0, output_topic="counts",
-                    key_serde=StringSerde(), value_serde=sub.output_value_serde, lineage=True,
-                    stores={store.name: store})
-    init, agg, _ = counter()
-    proc = AggregateProcessor(store.name, init, agg)
-    proc.init(c)
-    records = [FakeMessage("words", 0, 10, b"not json", b"w"), FakeMessage("words", 0, 11, None, b"w"),
-               FakeMessage("words", 0, 12, b"\xff\x00", b"w")]
-    out = run_processor(proc, c, records, key_serde=StringSerde(), value_serde=sub.value_serde, dlq=DLQ)
-    assert [o.value for o in out.outputs] == [b"\x00" * 7 + b"\x01", b"\x00" * 7 + b"\x02"]
-    assert not out.dead_letters and [m.offset() for m in out.filtered] == [11]  # the tombstone
+    driver = TopologyTestDriver(app, wall_clock_ms=0)
+    driver.pipe_many("words", [(b"w", b"not json"), (b"w", None), (b"w", b"\xff\x00")], serialized=True)
+    assert [r.value for r in driver.records("counts")] == [1, 2]
+    assert not driver.dead_letters() and filtered(driver) == [1]  # the tombstone
 
 
 def test_dead_letters_name_their_task_and_sub_topology():
-    out = run(lambda r: 1 / 0, [b"{}"])
-    headers = dict(out.dead_letters[0].headers)
+    driver = run(lambda r: 1 / 0, [b"{}"])
+    headers = dict(driver.cluster.records("app-dlq")[0].headers())
     assert headers["eos.dlq.task"] == b"t-0" and headers["eos.dlq.subtopology"] == b"t"
 
 
 def test_outputs_are_partitioned_by_the_producer_unless_a_partition_is_given():
-    out = run(lambda r: [Output("a", 1), Output("b", 2, partition=3)], [b"{}"])
-    assert [o.partition for o in out.outputs] == [None, 3]
+    from transactions.memory import partition_for
+
+    driver = run(lambda r: [Output("a", 1), Output("b", 2, partition=3)], [b"{}"], partitions={"out": 4})
+    assert sorted((r.key, r.partition) for r in driver.records("out")) == [("a", partition_for(b"a", 4)), ("b", 3)]
 
 
 def test_co_partitioned_inputs_stay_in_time_order_within_and_across_batches():
     """Each partition in offset order even when its timestamps are not; when an input with more records beyond
     the batch runs out, the batch stops: the other input's later records wait for it."""
-    def message(topic, offset, ts):
-        return FakeMessage(topic, 0, offset, json.dumps(offset).encode(), b"k", timestamp=ts)
-
-    seen = []
-    proc = FunctionProcessor(lambda r: seen.append((r.topic, r.offset)))
-    c = ctx()
-    proc.init(c)
-    batch = [message("a", 0, 10), message("a", 1, 5), message("a", 2, 30),  # a: out of order within
-             message("b", 0, 1), message("b", 1, 20), message("b", 2, 40), message("b", 3, 50)]
-    out = run_processor(proc, c, batch, key_serde=StringSerde(), value_serde=JsonSerde(), dlq=DLQ,
-                        behind=frozenset({("a", 0)}))
-    assert seen == [("b", 0), ("a", 0), ("a", 1), ("b", 1), ("a", 2)]  # a ran out: b@40 and b@50 wait
-    assert out.stopped_at == {("a", 0): 3, ("b", 0): 2} and out.finished == {("a", 0)}
-    seen.clear()
-    whole = run_processor(proc, ctx(), batch, key_serde=StringSerde(), value_serde=JsonSerde(), dlq=DLQ)
-    assert len(seen) == 7 and whole.stopped_at is None  # nothing behind: the whole batch
+    app = Application("app", max_records_per_batch=3, first_batch_max_records=3)
+    app.process(input=["a", "b"], output="out", key_serde="string", value_serde="json", name="t")(
+        lambda r: (r.key, f"{r.topic}{r.offset}"))
+    driver = TopologyTestDriver(app, wall_clock_ms=0)
+    driver.pipe_records([("a", "k", 0, 10), ("a", "k", 1, 5), ("a", "k", 2, 30), ("a", "k", 3, 60),
+                         ("a", "k", 4, 70), ("b", "k", 0, 1), ("b", "k", 1, 20), ("b", "k", 2, 40)])
+    assert [r.value for r in driver.records("out")] == ["b0", "a0", "a1", "b1", "a2", "b2", "a3", "a4"]
+    first = driver.ledger()[0]  # a ran out with more beyond the batch: b@40 waited for the next batch
+    assert sorted((i.topic, i.start, i.end) for i in first.inputs) == [("a", 0, 3), ("b", 0, 2)]

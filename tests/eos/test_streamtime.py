@@ -3,9 +3,6 @@ over a backlog that drops only what was late at its source, whatever the batch b
 
 from __future__ import annotations
 
-import json
-import time
-import zlib
 from collections import Counter
 
 import pytest
@@ -13,16 +10,10 @@ import pytest
 from eos import Application
 from eos.audit.windows import reference_windows
 from eos.records import Record
-from eos.serde import StringSerde
 from eos.streamtime import MARKER_HEADER, STAMP_HEADER, EventClock, Stamp, decode_stamp, encode_stamp, stamp_of
+from eos.testing import TopologyTestDriver
 from eos.time import InvalidTimestampError, check_timestamp, field
 from eos.windows import TumblingWindows
-from eos.worker.context import TaskContext
-from eos.worker.dead_letters import DeadLetterPolicy
-from eos.worker.processing import run_processor
-from eos.worker.stores import view_of
-from recovery import MemoryBackend, WriteBuffer
-from tests.fakes import FakeMessage
 
 REPARTITION = "clicks-per_page-repartition"
 
@@ -69,151 +60,80 @@ def test_a_task_with_no_repartition_input_keeps_kafka_streams_stream_time():
 
 
 def _app(**settings):
-    app = Application("clicks", "b:1", **settings)
+    app = Application("clicks", **settings)
     app.count("clicks", "views-per-page", name="per_page", value_serde="json", group_by=lambda r: r.value["page"],
               windows=TumblingWindows(60_000, grace=5_000), emit="final")
     return app
 
 
-def _upstream(app, partition, sources, records, downstream_partitions, clocks=True):
-    """One batch of the re-keying task `partition`: its outputs (with stamps) and, at the end, its markers."""
-    sub = app.subtopologies["per_page.repartition"]
-    ctx = TaskContext(application_id="clicks", subtopology=sub.name, partition=partition, output_topic=sub.output,
-                      key_serde=sub.output_key_serde, value_serde=sub.output_value_serde, lineage=True,
-                      stamped_topics=frozenset({REPARTITION}) if clocks else frozenset())
-    ctx.stamp_sources = {REPARTITION: (partition, sources)}
-    processor = sub.processor_factory()
-    processor.init(ctx)
-    msgs = [FakeMessage("clicks", partition, i, json.dumps(v).encode(), k.encode(), timestamp=ts)
-            for i, (k, ts, v) in enumerate(records)]
-    out = run_processor(processor, ctx, msgs, key_serde=sub.key_serde, value_serde=sub.value_serde,
-                        dlq=DeadLetterPolicy("dlq", 0, f"{sub.name}-{partition}", fail=False))
-    outputs = list(out.outputs)
-    if clocks:
-        outputs += ctx.markers({REPARTITION: downstream_partitions}, idle=True)
-    return outputs, len(out.dead_letters)
-
-
-def _route(outputs, partitions):
-    """The broker's side: each record to its key's partition (markers name theirs), in produce order."""
-    logs = {p: [] for p in range(partitions)}
-    for o in outputs:
-        p = o.partition if o.partition is not None else zlib.crc32(o.key) % partitions
-        logs[p].append(FakeMessage(o.topic, p, len(logs[p]), o.value, o.key, timestamp=o.timestamp or 0,
-                                   headers=o.headers))
-    return logs
-
-
-class Downstream:
-    """One task of the windowed count, its stores in memory, fed a repartition partition batch by batch."""
-
-    def __init__(self, app, partition, clocks=True):
-        self.sub = app.subtopologies["per_page"]
-        self.buffers = {s.name: WriteBuffer(MemoryBackend()) for s in self.sub.stores}
-        views = {}
-        for spec in self.sub.stores:
-            views[spec.name] = view_of(spec)
-            views[spec.name].attach(self.buffers[spec.name])
-        self.ctx = TaskContext(application_id="clicks", subtopology="per_page", partition=partition,
-                               output_topic=self.sub.output, key_serde=self.sub.output_key_serde,
-                               value_serde=self.sub.output_value_serde, lineage=True, stores=views)
-        self.processor = self.sub.processor_factory()
-        self.processor.init(self.ctx)
-        self.clocks = "" if clocks else None
-        self.results: dict = {}
-        self.late = 0
-
-    def feed(self, msgs):
-        clock = None
-        if self.clocks is not None:  # as the task does: the committed clocks, adopted each batch
-            clock = EventClock(frozenset({REPARTITION}), direct=False, stream_time=self.ctx.stream_time)
-            clock.adopt(self.clocks)
-        out = run_processor(self.processor, self.ctx, msgs, key_serde=self.sub.key_serde,
-                            value_serde=self.sub.value_serde, dlq=DeadLetterPolicy("dlq", 0, "t", fail=False),
-                            scoped=list(self.buffers.values()), event_clock=clock)
-        if clock is not None:
-            self.clocks = out.clocks
-        self.late += out.dropped.get("late", 0)
-        for o in out.outputs:
-            key = self.sub.output_key_serde.deserialize(o.key)
-            assert (key.key, key.start) not in self.results, "a window's final result twice"
-            self.results[(key.key, key.start)] = self.sub.output_value_serde.deserialize(o.value)
-
-
 def _backlog(partitions, per_partition, span_ms, now):
-    """Clicks spread in order over the last `span_ms` on every input partition."""
+    """Clicks spread in order over the last `span_ms` on every input partition, then one click per partition
+    two minutes on (it moves every source past the backlog)."""
     out = {}
     for p in range(partitions):
         step = span_ms // per_partition
         out[p] = [(f"u{i % 7}", now - span_ms + i * step + p, {"page": f"page-{i % 3}"}) for i in range(per_partition)]
+        out[p].append(("u", now + 120_000, {"page": "flush"}))
     return out
 
 
-def _run(app, inputs, down_partitions, batch_size, clocks=True):
-    outputs = []
-    for p, records in inputs.items():  # each upstream task writes its whole batch in one transaction
-        outputs += _upstream(app, p, len(inputs), records, down_partitions, clocks)[0]
-    results, late = {}, 0
-    logs = _route(outputs, down_partitions)
-    for p, log in logs.items():
-        task = Downstream(app, p, clocks)
-        for i in range(0, len(log), batch_size):
-            task.feed(log[i:i + batch_size])
-        results.update(task.results)
-        late += task.late
-    return results, late, logs
+def _run(app, inputs):
+    """Every upstream partition's records written at once, as a backlog: each upstream task's batch is a
+    block of the repartition topic."""
+    driver = TopologyTestDriver(app, partitions=len(inputs), wall_clock_ms=0)
+    driver.pipe_records([("clicks", key, value, ts, p) for p, records in inputs.items() for key, ts, value in records])
+    return driver
 
 
-def _expected(inputs, grace, stream_time):
-    """Counts per page and minute over every click (none is late at its source), for windows closed by
-    `stream_time`."""
+def _expected(inputs, grace, stream_time, leave_out=()):
     counts = Counter()
     for records in inputs.values():
-        for _, ts, v in records:
-            counts[(v["page"], ts // 60_000 * 60_000)] += 1
+        for key, ts, v in records:
+            if key not in leave_out:
+                counts[(v["page"], ts // 60_000 * 60_000)] += 1
     return {w: n for w, n in counts.items() if w[1] + 60_000 + grace <= stream_time}
+
+
+def _results(driver):
+    return {(r.key.key, r.key.start): r.value for r in driver.records("views-per-page")}
 
 
 @pytest.mark.parametrize("batch_size", [7, 50, 10_000])
 def test_a_rekeyed_windowed_count_over_a_backlog_drops_nothing_whatever_the_batches(batch_size):
     now = 1_800_000_000_000
     inputs = _backlog(4, 100, 10 * 60_000, now)
-    flush = {p: [("u", now + 120_000, {"page": "flush"})] for p in inputs}  # moves every source past the backlog
-    inputs = {p: inputs[p] + flush[p] for p in inputs}
-    app = _app()
-    results, late, _ = _run(app, inputs, 2, batch_size)
-    assert late == 0
+    driver = _run(_app(max_records_per_batch=batch_size, first_batch_max_records=batch_size), inputs)
+    assert driver.dropped == {}
     expected = _expected(inputs, 5_000, now + 120_000)
-    assert results == expected and sum(expected.values()) == 400
+    assert _results(driver) == expected and sum(expected.values()) == 400
 
 
 def test_without_the_clocks_the_same_backlog_loses_most_of_the_second_block():
     """The failure the clocks fix: stream time as the largest timestamp seen jumps to the end of the first
     upstream task's block, and the others' records are late."""
     now = 1_800_000_000_000
-    inputs = _backlog(2, 100, 10 * 60_000, now)
-    _, late, _ = _run(_app(), inputs, 2, 10_000, clocks=False)
-    assert late > 50
+    driver = _run(_app(stream_time_across_topics="largest_seen"), _backlog(2, 100, 10 * 60_000, now))
+    assert driver.dropped["per_page"]["late"] > 50
 
 
 def test_a_record_late_at_its_source_is_still_dropped_exactly():
     now = 1_800_000_000_000
     inputs = _backlog(4, 100, 10 * 60_000, now)
     inputs[2].insert(60, ("u9", inputs[2][59][1] - 120_000, {"page": "page-0"}))  # 2 minutes behind its partition
-    inputs = {p: [*rs, ("u", now + 120_000, {"page": "flush"})] for p, rs in inputs.items()}
-    app = _app()
-    results, late, logs = _run(app, inputs, 2, 13)
-    assert late == 1
-    expected = _expected({p: [r for r in rs if r[0] != "u9"] for p, rs in inputs.items()}, 5_000, now + 120_000)
-    assert results == expected
+    app = _app(max_records_per_batch=13, first_batch_max_records=13)
+    driver = _run(app, inputs)
+    assert driver.dropped == {"per_page": {"late": 1}}
+    assert _results(driver) == _expected(inputs, 5_000, now + 120_000, leave_out={"u9"})
     # the window audit's reference, replaying the repartition topic with its markers, agrees
-    sub = app.subtopologies["per_page"]
-    for log in logs.values():
+    sub, topic = app.subtopologies["per_page"], "clicks-per_page-repartition"
+    late = 0
+    for p in range(4):
         records = [Record(None if m.key() is None else m.key().decode(), m.value(), m.topic(), m.partition(),
-                          m.offset(), m.timestamp()[1], m.headers()) for m in log]
-        ref = reference_windows(records, sub.windowing, clocked=frozenset({REPARTITION}))
-        assert ref.late in (0, 1) and ref.late_at_source == ref.late
-        assert all(results[w[:2]] == v for w, v in ref.closed.items())
+                          m.offset(), m.timestamp()[1], m.headers()) for m in driver.cluster.records(topic, p)]
+        ref = reference_windows(records, sub.windowing, clocked=frozenset({topic}))
+        assert ref.late_at_source == ref.late
+        late += ref.late
+    assert late == 1
 
 
 # ---------------------------------------------------------------- timestamps checked at extraction
@@ -240,27 +160,14 @@ def test_timestamps_in_range_pass():
 def test_a_record_dead_lettered_at_its_output_does_not_move_stream_time():
     """A typo two hours ahead: the topic refuses its output, it goes to the dead-letter topic, and the
     on-time records after it are counted, not dropped as late."""
-    from eos.worker.topic_rules import TopicRule
-
-    app = Application("w", "b:1")
-    sub = app.count("in", "out", name="agg", key_serde="string", windows=TumblingWindows(60_000, grace=5_000))
-    buffers = {s.name: WriteBuffer(MemoryBackend()) for s in sub.stores}
-    views = {}
-    for spec in sub.stores:
-        views[spec.name] = view_of(spec)
-        views[spec.name].attach(buffers[spec.name])
-    now = int(time.time() * 1000)
-    ctx = TaskContext(application_id="w", subtopology="agg", partition=0, output_topic="out",
-                      key_serde=sub.output_key_serde, value_serde=sub.output_value_serde, lineage=True, stores=views,
-                      topic_rules=lambda topic: TopicRule(topic, 1_000_000, after_ms=3_600_000))
-    processor = sub.processor_factory()
-    processor.init(ctx)
-    stamps = [now - 60_000, now + 2 * 3_600_000, now - 50_000, now - 40_000]
-    msgs = [FakeMessage("in", 0, i, b"1", b"k", timestamp=ts) for i, ts in enumerate(stamps)]
-    out = run_processor(processor, ctx, msgs, key_serde=sub.key_serde, value_serde=sub.value_serde,
-                        dlq=DeadLetterPolicy("dlq", 0, "agg-0", fail=False), scoped=list(buffers.values()))
-    assert len(out.dead_letters) == 1 and out.dropped == {}
-    assert len(out.outputs) == 3 and out.stream_time == now - 40_000
+    app = Application("w")
+    app.count("in", "out", name="agg", key_serde="string", windows=TumblingWindows(60_000, grace=5_000))
+    now = 1_800_000_000_000
+    driver = TopologyTestDriver(app, wall_clock_ms=now, topic_configs={"out": {"message.timestamp.after.max.ms":
+                                                                               "3600000"}})
+    driver.pipe_many("in", [("k", b"1", ts) for ts in (now - 60_000, now + 2 * 3_600_000, now - 50_000, now - 40_000)])
+    assert len(driver.dead_letters()) == 1 and driver.dropped == {}
+    assert [r.value for r in driver.read("out")] == [1, 2, 3]  # one window: the on-time records all counted
 
 
 # ---------------------------------------------------------------- errors outside record processing, rough edges
@@ -269,7 +176,6 @@ def test_a_record_dead_lettered_at_its_output_does_not_move_stream_time():
 def test_a_punctuation_that_raises_fails_the_task_at_once_naming_it():
     from eos.errors import TaskFailedError
     from eos.processor import Processor
-    from eos.worker.processing import punctuate_idle
 
     class Ticking(Processor):
         def init(self, context):
@@ -279,14 +185,12 @@ def test_a_punctuation_that_raises_fails_the_task_at_once_naming_it():
         def tick(self, now):
             raise RuntimeError("the punctuation's own bug")
 
-    ctx = TaskContext(application_id="a", subtopology="tick", partition=3, output_topic="out",
-                      key_serde=StringSerde(), value_serde=StringSerde(), lineage=True)
-    processor = Ticking()
-    processor.init(ctx)
-    ctx.schedules[0].next_at = 0
-    with pytest.raises(TaskFailedError, match=r"task tick-3: the punctuation Ticking.tick .*RuntimeError") as e:
-        punctuate_idle(processor, ctx, ())
-    assert e.value.task == "tick-3" and e.value.cause_type == "RuntimeError"
+    app = Application("a")
+    app.add_processor(Ticking, "in", "out", name="tick", key_serde="string", value_serde="json")
+    driver = TopologyTestDriver(app, wall_clock_ms=0)
+    with pytest.raises(TaskFailedError, match=r"task tick-0: the punctuation Ticking.tick .*RuntimeError") as e:
+        driver.advance_wall_clock(5)
+    assert e.value.task == "tick-0" and e.value.cause_type == "RuntimeError"
 
 
 @pytest.mark.parametrize(("kwargs", "error", "match"), [
@@ -352,22 +256,13 @@ def test_the_live_table_shows_late_records_per_step():
 
 
 def test_a_record_timestamp_past_the_year_9999_is_a_bad_record_and_window_arithmetic_never_sees_it():
-    app = Application("w", "b:1")
-    sub = app.count("in", "out", name="agg", key_serde="string", windows=TumblingWindows(60_000), emit="final")
-    buffers = {s.name: WriteBuffer(MemoryBackend()) for s in sub.stores}
-    views = {}
-    for spec in sub.stores:
-        views[spec.name] = view_of(spec)
-        views[spec.name].attach(buffers[spec.name])
-    ctx = TaskContext(application_id="w", subtopology="agg", partition=0, output_topic="out",
-                      key_serde=sub.output_key_serde, value_serde=sub.output_value_serde, lineage=True, stores=views)
-    processor = sub.processor_factory()
-    processor.init(ctx)
-    msgs = [FakeMessage("in", 0, 0, b"1", b"k", timestamp=2**62), FakeMessage("in", 0, 1, b"1", b"k", timestamp=5)]
-    out = run_processor(processor, ctx, msgs, key_serde=sub.key_serde, value_serde=sub.value_serde,
-                        dlq=DeadLetterPolicy("dlq", 0, "agg-0", fail=False), scoped=list(buffers.values()))
-    assert len(out.dead_letters) == 1 and out.stream_time == 5
-    assert b"after the year 9999" in dict(out.dead_letters[0].headers)["eos.dlq.error"]
+    app = Application("w")
+    app.count("in", "out", name="agg", key_serde="string", windows=TumblingWindows(60_000), emit="final")
+    driver = TopologyTestDriver(app, wall_clock_ms=0)
+    driver.pipe_many("in", [("k", b"1", 2**62), ("k", b"1", 5), ("k", b"1", 70_000)])
+    (letter,) = driver.dead_letters()
+    assert "after the year 9999" in letter.error and letter.stage == "timestamp"
+    assert [(r.key.start, r.value) for r in driver.read("out")] == [(0, 1)]  # the window closed by 70 s
 
 
 def test_which_topics_carry_clocks_and_kafka_streams_rule_on_request():

@@ -3,21 +3,16 @@ producer's clock (a punctuation's out-of-range timestamp), and the rules come fr
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
 
+from eos import Application
 from eos.errors import TaskFailedError
 from eos.processor import FunctionProcessor, Processor
-from eos.serde import JsonSerde, StringSerde
-from eos.worker.context import TaskContext
-from eos.worker.dead_letters import DeadLetterPolicy
-from eos.worker.processing import punctuate_idle, run_processor
+from eos.testing import TopologyTestDriver
 from eos.worker.topic_rules import TopicRule, TopicRules
-from tests.fakes import FakeMessage
 
-DLQ = DeadLetterPolicy("app-dlq", 0, "t-0", fail=False)
 HOUR = 3_600_000
 
 
@@ -25,35 +20,33 @@ def now() -> int:
     return int(time.time() * 1000)
 
 
-def context(rule: TopicRule, key_serde=StringSerde()) -> TaskContext:
-    return TaskContext(application_id="app", subtopology="t", partition=0, output_topic="out", key_serde=key_serde,
-                       value_serde=JsonSerde(), lineage=True, topic_rules=lambda topic: rule)
+def driver_of(processor, **out_config: str) -> TopologyTestDriver:
+    """A one-step job of `processor` writing to "out", whose topic config is `out_config`, in the driver."""
+    app = Application("app")
+    app.add_processor(processor, "in", "out", name="t", key_serde="string", value_serde="json")
+    config = {k.replace("_", "."): v for k, v in out_config.items()}
+    return TopologyTestDriver(app, wall_clock_ms=now(), topic_configs={"out": config})
 
 
 def test_a_record_timestamp_the_topic_refuses_sends_its_input_to_the_dead_letter_topic():
-    rule = TopicRule("out", 1_000_000, after_ms=HOUR, before_ms=24 * HOUR)
-    c = context(rule)
-    proc = FunctionProcessor(lambda r: (r.key, r.value))
-    proc.init(c)
-    t = now()
-    stamps = [t, t + 3 * HOUR, t - 48 * HOUR, t + HOUR // 2]
-    messages = [FakeMessage("in", 0, 10 + i, b"{}", b"k", timestamp=ts) for i, ts in enumerate(stamps)]
-    out = run_processor(proc, c, messages, key_serde=StringSerde(), value_serde=JsonSerde(), dlq=DLQ)
-    assert [r.timestamp for r in out.outputs] == [t, t + HOUR // 2]
-    errors = [dict(d.headers)["eos.dlq.error"].decode() for d in out.dead_letters]
-    assert "ahead of now" in errors[0] and "message.timestamp.after.max.ms" in errors[0]
-    assert "behind now" in errors[1] and "message.timestamp.before.max.ms" in errors[1]
-    assert [dict(d.headers)["eos.dlq.stage"] for d in out.dead_letters] == [b"serialize", b"serialize"]
+    driver = driver_of(lambda: FunctionProcessor(lambda r: (r.key, r.value)), message_timestamp_after_max_ms=str(HOUR),
+                       message_timestamp_before_max_ms=str(24 * HOUR))
+    t = driver.now
+    driver.pipe_many("in", [("k", {}, ts) for ts in (t, t + 3 * HOUR, t - 48 * HOUR, t + HOUR // 2)])
+    assert [r.timestamp for r in driver.read("out")] == [t, t + HOUR // 2]
+    letters = driver.dead_letters()
+    assert "ahead of now" in letters[0].error and "message.timestamp.after.max.ms" in letters[0].error
+    assert "behind now" in letters[1].error and "message.timestamp.before.max.ms" in letters[1].error
+    assert [d.stage for d in letters] == ["serialize", "serialize"]
 
 
 def test_a_compacted_topic_refuses_outputs_without_a_key():
-    c = context(TopicRule("out", 1_000_000, needs_key=True))
-    proc = FunctionProcessor(lambda r: (None if r.value["keyless"] else r.key, 1))
-    proc.init(c)
-    messages = [FakeMessage("in", 0, 10 + i, json.dumps({"keyless": i == 1}).encode(), b"k") for i in range(3)]
-    out = run_processor(proc, c, messages, key_serde=StringSerde(), value_serde=JsonSerde(), dlq=DLQ)
-    assert len(out.outputs) == 2 and len(out.dead_letters) == 1
-    assert b"compacted" in dict(out.dead_letters[0].headers)["eos.dlq.error"]
+    driver = driver_of(lambda: FunctionProcessor(lambda r: (None if r.value["keyless"] else r.key, 1)),
+                       cleanup_policy="compact")
+    driver.pipe_many("in", [("k", {"keyless": i == 1}) for i in range(3)])
+    assert len(driver.read("out")) == 2
+    (letter,) = driver.dead_letters()
+    assert "compacted" in letter.error
 
 
 class Emitter(Processor):
@@ -70,24 +63,20 @@ class Emitter(Processor):
         pass
 
 
-def punctuate(proc: Processor, c: TaskContext):
-    proc.init(c)
-    c.schedules[0].next_at = 0  # due now
-    return punctuate_idle(proc, c, ())
-
-
 def test_a_punctuation_output_with_a_refused_timestamp_takes_the_producers_clock():
-    rule = TopicRule("out", 1_000_000, after_ms=HOUR)
-    (record,) = punctuate(Emitter(now() + 2 * HOUR), context(rule)).outputs
-    assert record.timestamp is None
-    (record,) = punctuate(Emitter(now() - 2 * HOUR), context(rule)).outputs
-    assert record.timestamp is not None  # in range: kept
+    ahead = driver_of(lambda: Emitter(now() + 2 * HOUR), message_timestamp_after_max_ms=str(HOUR))
+    ahead.advance_wall_clock(1)
+    assert {r.timestamp for r in ahead.read("out")} == {ahead.now}  # the producer's (the broker's) clock
+    behind = driver_of(lambda: Emitter(now() - 2 * HOUR), message_timestamp_after_max_ms=str(HOUR))
+    behind.advance_wall_clock(1)
+    assert all(r.timestamp < behind.now - HOUR for r in behind.read("out"))  # in range: kept
 
 
 def test_a_punctuation_output_that_cannot_be_fixed_fails_the_task_with_the_reason():
     """Not retried: the same punctuation at the same time would fail the same way (the job stops)."""
+    driver = driver_of(lambda: Emitter(None, key=None), cleanup_policy="compact")
     with pytest.raises(TaskFailedError, match="punctuation to topic out has no key, and topic out is compacted") as e:
-        punctuate(Emitter(None, key=None), context(TopicRule("out", 1_000_000, needs_key=True)))
+        driver.advance_wall_clock(1)
     assert e.value.task == "t-0" and e.value.cause_type == "OutputRejectedError"
 
 

@@ -1,5 +1,5 @@
-"""Windows (pure logic): assignment, closing and lateness, session merging with out-of-order records, sliding
-windows by Kafka Streams' definition, final results once, stores' layouts."""
+"""Windows: assignment, closing and lateness, session merging with out-of-order records, sliding windows by
+Kafka Streams' definition, final results once (run by the test driver), stores' layouts."""
 
 from __future__ import annotations
 
@@ -9,15 +9,9 @@ import pytest
 
 from eos import Application
 from eos.serde import JsonSerde, LongSerde, StringSerde
+from eos.testing import TopologyTestDriver
 from eos.windows import HoppingWindows, SessionWindows, SlidingWindows, TumblingWindows, Windowed, WindowedSerde
-from eos.worker.context import TaskContext
-from eos.worker.dead_letters import DeadLetterPolicy
-from eos.worker.processing import run_processor
-from eos.worker.stores import view_of
 from recovery import MemoryBackend, RecordBuffer, SessionStore, StoreSpec, WindowStore, WriteBuffer
-from tests.fakes import FakeMessage
-
-DLQ = DeadLetterPolicy("dlq", 0, "t-0", fail=False)
 
 
 def test_tumbling_and_hopping_window_assignment():
@@ -53,45 +47,30 @@ def test_windowed_keys_round_trip_as_json_and_binary():
 
 
 class Harness:
-    """One task of a windowed sub-topology built by the DSL, over in-memory stores kept across batches."""
+    """A windowed sub-topology built by the DSL, run by the test driver (one partition): `feed` pipes records
+    in one batch and returns what the batch committed to the output topic."""
 
     def __init__(self, **aggregate):
-        app = Application("w", "b:1")
+        app = Application("w")
         kind = aggregate.pop("kind", "count")
         builder = {"count": app.count, "sum": app.sum}[kind]
         self.sub = builder("in", "out", name="agg", key_serde="string", **aggregate)
-        self.buffers = {s.name: WriteBuffer(MemoryBackend()) for s in self.sub.stores}
-        self.views = {}
-        for spec in self.sub.stores:
-            view = view_of(spec)
-            view.attach(self.buffers[spec.name])
-            self.views[spec.name] = view
-        self.ctx = TaskContext(application_id="w", subtopology="agg", partition=0, output_topic="out",
-                               key_serde=self.sub.output_key_serde, value_serde=self.sub.output_value_serde,
-                               lineage=True, stores=self.views)
-        self.processor = self.sub.processor_factory()
-        self.processor.init(self.ctx)
-        self.offset = 0
-        self.dropped: dict[str, int] = {}
+        self.raw = kind == "count"  # a count reads no values: they are bytes
+        self.driver = TopologyTestDriver(app, wall_clock_ms=0)
 
     def feed(self, *records):
         """records: (key, timestamp[, value]); returns [(key, start, end, value, timestamp, derived)]."""
-        msgs = []
-        for rec in records:
-            key, ts, value = rec if len(rec) == 3 else (*rec, 1)
-            msgs.append(FakeMessage("in", 0, self.offset, json.dumps(value).encode(), key.encode(), timestamp=ts))
-            self.offset += 1
-        out = run_processor(self.processor, self.ctx, msgs, key_serde=self.sub.key_serde,
-                            value_serde=self.sub.value_serde, dlq=DLQ, scoped=list(self.buffers.values()))
-        self.last = out
-        for reason, n in out.dropped.items():
-            self.dropped[reason] = self.dropped.get(reason, 0) + n
-        return [self.decode(o) for o in out.outputs]
+        self.driver.pipe_many("in", [(key, json.dumps(value).encode() if self.raw else value, ts)
+                                     for key, ts, value in (r if len(r) == 3 else (*r, 1) for r in records)])
+        return [(r.key.key, r.key.start, r.key.end, r.value, r.timestamp, "eos.derived" in r.headers)
+                for r in self.driver.read("out")]
 
-    def decode(self, o):
-        key = self.sub.output_key_serde.deserialize(o.key)
-        value = None if o.value is None else self.sub.output_value_serde.deserialize(o.value)
-        return (key.key, key.start, key.end, value, o.timestamp, "eos.derived" in dict(o.headers))
+    @property
+    def dropped(self) -> dict[str, int]:
+        return self.driver.dropped.get("agg", {})
+
+    def store(self, name: str):
+        return self.driver.store(name)
 
 
 def test_tumbling_counts_updates_late_records_and_output_timestamps():
@@ -127,7 +106,7 @@ def test_session_windows_merge_out_of_order_records_and_retract_merged_sessions(
     assert out == [("a", 0, 0, 1, 0, False), ("a", 30, 30, 2, 30, False), ("a", 15, 15, 4, 15, False)]
     out = h.feed(("a", 22, 8))  # within 10 of 15 and of 30: one session [15, 30]
     assert out == [("a", 15, 15, None, 22, False), ("a", 30, 30, None, 30, False), ("a", 15, 30, 14, 30, False)]
-    assert [(s.start, s.end, s.value) for s in h.views["agg-store"].fetch("a")] == [(0, 0, 1), (15, 30, 14)]
+    assert [(s.start, s.end, s.value) for s in h.store("agg-store").fetch("a")] == [(0, 0, 1), (15, 30, 14)]
 
 
 def test_session_final_results_and_lateness():
@@ -211,11 +190,10 @@ def test_the_operators_agree_with_the_auditors_reference_on_random_out_of_order_
         ts = max(0, t - rng.choice([0, 0, 0, 5, 30, 80]))  # mostly in order, some out of order, some late
         records.append((rng.choice("abc"), ts, rng.randrange(1, 9)))
     observed: dict = {}
-    dead = set()
     for chunk in range(0, len(records), 97):  # batches of odd sizes
         for key, start, end, value, _, _ in h.feed(*records[chunk:chunk + 97]):
             observed.setdefault((key, start, end), []).append(value)
-        dead |= {("in", 0, int(dict(d.headers)["eos.dlq.offset"])) for d in h.last.dead_letters}
+    dead = {(d.topic, d.partition, d.offset) for d in h.driver.dead_letters()}
     assert 0 < len(dead) <= sum(1 for *_, v in records if v == 7)  # late records are dropped before
     ref = reference_windows([Record(k, v, "in", 0, i, ts) for i, (k, ts, v) in enumerate(records)],
                             h.sub.windowing, dead)
