@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from pyspark import SparkContext
     from pyspark.sql import DataFrame, SparkSession
 
+    from eos.describe import TopologyDescription
     from eos.driver.reports import RunSummary
     from eos.driver.spark import ContextStart
     from eos.queries import StoreSnapshot
@@ -86,6 +87,13 @@ class Application(JoinMethods):
         """Override settings (None values are ignored); validated like the constructor's."""
         self.config = self.config.with_overrides(**changes)
         return self
+
+    def describe(self) -> TopologyDescription:
+        """The topology: sub-topologies with their source topics, step, stores and sink topics (`print()` it
+        for Kafka Streams' layout; `.render("mermaid" | "dot")` for a picture)."""
+        from eos.describe import describe
+
+        return describe(self)
 
     @property
     def clocked_topics(self) -> frozenset[str]:

@@ -60,6 +60,23 @@ def archive(rebuild: bool = typer.Option(False, "--rebuild", help="Make it again
 
 
 @app.command()
+def describe(target: str = typer.Argument(..., help="module:app or path/to/job.py[:app]"),
+             format: str = typer.Option("text", "--format", "-f", help="text | mermaid | dot")) -> None:
+    """Print the job's topology: sub-topologies with their source topics, step, stores and sink topics, in
+    the layout of Kafka Streams' Topology#describe(), or as a Mermaid or Graphviz picture. Needs no Kafka."""
+    from eos.cli.loader import load_application
+    from eos.errors import ConfigError
+
+    if format not in ("text", "mermaid", "dot"):
+        fail(2, f"--format must be text, mermaid or dot, got {format!r}")
+    try:
+        application = load_application(target)
+    except (ValueError, ConfigError) as exc:
+        fail(2, str(exc))
+    sys.stdout.write(application.describe().render(format))  # type: ignore[arg-type]
+
+
+@app.command()
 def run(target: str = typer.Argument(..., help="module:app or path/to/job.py[:app]"),
         until_caught_up: bool = typer.Option(False, "--until-caught-up", help="Stop once every input is processed"),
         master: str = typer.Option(None, help="Spark master, e.g. local[2,4] or local-cluster[2,1,1024]"),
