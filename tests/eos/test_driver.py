@@ -26,12 +26,18 @@ def test_murmur2_is_kafkas():
     assert partition_for(b"k", 1) == 0
 
 
-def test_transactions_hide_their_records_until_commit_and_markers_take_offsets():
+def in_transaction(transactional_id: str) -> tuple[MemoryCluster, MemoryProducer]:
+    """A cluster with one topic "t" and a producer that has begun a transaction."""
     cluster = MemoryCluster()
     cluster.create_topic("t", 1)
-    old = MemoryProducer(cluster, "app-s-0")
-    old.init()
-    old.begin()
+    producer = MemoryProducer(cluster, transactional_id)
+    producer.init()
+    producer.begin()
+    return cluster, producer
+
+
+def test_transactions_hide_their_records_until_commit_and_markers_take_offsets():
+    cluster, old = in_transaction("app-s-0")
     old.produce("t", b"a", b"k", partition=0)
     new = MemoryProducer(cluster, "app-s-0")
     new.init()  # fences `old` and aborts its transaction
@@ -48,13 +54,9 @@ def test_transactions_hide_their_records_until_commit_and_markers_take_offsets()
 
 
 def test_offsets_commit_with_their_transaction():
-    cluster = MemoryCluster()
-    cluster.create_topic("t", 1)
-    producer = MemoryProducer(cluster, "x")
-    producer.init()
-    producer.begin()
     from transactions import TopicPartition
 
+    cluster, producer = in_transaction("x")
     producer.send_offsets([TopicPartition("t", 0, 5, metadata="m")], "g")
     consumer = MemoryConsumer(cluster, "g")
     with pytest.raises(Exception, match="pending"):
