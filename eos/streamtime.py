@@ -111,7 +111,7 @@ _UNHEARD = -2  # a source's clock before its first stamp (-1: heard from, but it
 
 class EventClock:
     """A task's stream time over its inputs: the largest timestamp of its direct inputs, and the clocks of
-    the sources of its repartition inputs (`clocked`). With no clocked input it is Kafka Streams' stream
+    the sources of its clocked inputs (`clocked`). With no clocked input it is Kafka Streams' stream
     time, unchanged."""
 
     def __init__(self, clocked: frozenset[str] = frozenset(), direct: bool = True, stream_time: int = -1) -> None:

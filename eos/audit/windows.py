@@ -12,9 +12,9 @@ windowing: which windows exist, what falls in each, lateness, closing, and the e
 * emit="update": each window's committed updates are exactly the sequence of its values, in order
   (a repeated batch repeats a step, a lost one skips one); session tombstones included.
 
-A windowed sub-topology behind a repartition topic is audited from that topic, whose records carry their
-sources' clocks (`eos.streamtime`): the replay follows them as the task did. It needs the topic whole, so
-audit such a job run with `repartition_purge_interval=0`.
+A windowed sub-topology behind a repartition topic (or any topic another step writes) is audited from that
+topic, whose records carry their writers' clocks (`eos.streamtime`): the replay follows them as the task did.
+It needs the topic whole, so audit such a job run with `repartition_purge_interval=0`.
 """
 
 from __future__ import annotations
@@ -77,7 +77,6 @@ class Reference:
     late: int = 0
     late_at_source: int = 0  # late by their own source's clock alone
     records: int = 0
-    stream_time: int = -1  # the task's stream time at the end
 
 
 def reference_windows(records: Iterable[Record], w: Windowing,
@@ -85,7 +84,7 @@ def reference_windows(records: Iterable[Record], w: Windowing,
                       clocked: frozenset[str] = frozenset()) -> Reference:
     """Replay records (one task's, in processing order) through the windowing's definition. A record in
     `dead_lettered` (topic, partition, offset) failed while it was processed: as in the task, it did not
-    move stream time, and its update did not happen. Records of `clocked` topics (repartition topics) carry
+    move stream time, and its update did not happen. Records of `clocked` topics (topics between the job's steps) carry
     their sources' clocks, and clock markers come in their place among them (`eos.streamtime`): stream time
     and lateness follow those, as in the task."""
     ref = Reference()
@@ -119,7 +118,6 @@ def reference_windows(records: Iterable[Record], w: Windowing,
             _sliding(spec, w, rec, stream_time, state, contents, ref)
         if ref.late > late and _late_alone(spec, rec.timestamp, source_time):
             ref.late_at_source += 1
-    ref.stream_time = clock.stream_time
     ref.closed = {window: value for window, value in state.items() if _closed(spec, window[2], clock.stream_time)}
     return ref
 
@@ -215,8 +213,8 @@ def audit_windows(bootstrap_servers: str, sub: SubTopology, *, group: str, admin
     """Audit the windowed sub-topology `sub` (built with `windows=`) of the application whose group is
     `group`: its committed output against the reference recomputed from its committed input. Input records
     the sub-topology sent to the dead-letter topic `dead_letters` (e.g. an output its topic refused) took
-    no part in the aggregation, and none in the reference either. `clocked`: inputs that are the
-    application's repartition topics (their records carry their sources' clocks: `eos.streamtime`)."""
+    no part in the aggregation, and none in the reference either. `clocked`: inputs written by
+    another step of the application whose records carry their writers' clocks (`eos.streamtime`)."""
     w: Windowing | None = sub.windowing
     if w is None:
         raise ValueError(f"sub-topology {sub.name!r} is not a windowed aggregation")

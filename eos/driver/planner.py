@@ -119,8 +119,10 @@ class Planner:
                 task = sub.task(partition)
                 busy = any(not r.empty for r in ranges)
                 committed = [commits[self.groups[(sub.name, t)]].get((t, partition)) for t in sub.inputs]
+                if busy:
+                    self.quiet_since.pop(task, None)
                 announce = not busy and self._idle_due(sub, task, committed)
-                wake = busy and self._waking(sub, task, committed)
+                wake = busy and self._announces_idleness(sub) and self._said_idle(committed)
                 busy = busy and not wake  # first the readers hear that it is awake, then its records
                 stamps = self._stamps(sub, not behind, announce, wake)
                 if busy or self._punctuation_due(sub, task) or announce or wake:
@@ -139,19 +141,20 @@ class Planner:
         return StampPlan({t: (self.partition_counts[t], *self._sources(sub, t)) for t in topics}, caught_up,
                          announce, wake)
 
-    def _waking(self, sub: SubTopology, task: TaskId, committed: list[Committed | None]) -> bool:
-        """Whether a task that said it is idle has input again. It first runs a batch that only tells the
-        readers of its clocked topics so (its records come in the next): tasks that get input in the same
-        round all wake before any of their records reach a reader, so a reader never calls one's records
-        late because of another's. (Records of a task that wakes later than the others can be late.)"""
-        self.quiet_since.pop(task, None)
-        return sub.name in self.stamped and not set(sub.inputs) & self.clocked and self._said_idle(committed)
+    def _announces_idleness(self, sub: SubTopology) -> bool:
+        """Whether the planner tells the readers of `sub`'s clocked topics when its tasks are idle and awake:
+        a writer of such topics that reads its input directly (one that reads clocked topics itself passes its
+        sources' idleness on in its markers). A task that said it is idle and has input again first runs a
+        batch without input that says it is awake (`StampPlan.wake`), its records come in the next: tasks
+        that get input in the same round all wake before any of their records reach a reader, so a reader
+        never calls one's records late because of another's."""
+        return sub.name in self.stamped and not set(sub.inputs) & self.clocked
 
     def _idle_due(self, sub: SubTopology, task: TaskId, committed: list[Committed | None]) -> bool:
-        """Whether a task that writes clocked topics, reads its input directly and has none now has had none
-        for `source_idle_timeout` and has not said it is idle since: then it runs a batch of its own to say so,
-        else its readers would wait for its clock forever (an input partition that never gets a record)."""
-        if sub.name not in self.stamped or set(sub.inputs) & self.clocked:
+        """Whether a task that announces idleness and has no input has had none for `source_idle_timeout` and
+        has not said it is idle since: then it runs a batch of its own to say so, else its readers would wait
+        for its clock forever (an input partition that never gets a record)."""
+        if not self._announces_idleness(sub):
             return False
         if self._said_idle(committed):
             self.quiet_since.pop(task, None)

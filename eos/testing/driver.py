@@ -40,7 +40,7 @@ from eos.streamtime import is_marker
 from eos.testing.clients import MemoryWorker
 from eos.testing.crashes import ExactlyOnceReport, check_exactly_once
 from eos.worker.entry import run_task
-from eos.worker.plans import Job, TaskPlan, TaskResult, TaskStatus
+from eos.worker.plans import Job, TaskPlan, TaskResult
 from transactions import KafkaAdmin, TopicSpec
 from transactions.memory import MemoryAdmin, MemoryCluster, MemoryMessage
 
@@ -285,9 +285,7 @@ class TopologyTestDriver:
                 continue
             if result.failure is not None:
                 raise result.failure.to_exception()
-            if result.status is TaskStatus.DEFERRED:
-                return result  # the plan was stale: planned again next round
-            return result
+            return result  # (a stale plan comes back DEFERRED: it is planned again next round)
 
     def _maybe_crash(self, point: FaultPoint) -> None:
         for armed in self._armed:

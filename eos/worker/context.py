@@ -138,9 +138,7 @@ class TaskContext(ProcessorContext):
                 headers.append((ORIGIN_HEADER, b"%b%d:%d" % (self._origin_prefix, self._origin_offset,
                                                               self._index_base + self._index)))
         if target in self._stamped:
-            source, sources = self.stamp_sources.get(target, (self.partition, self.partition + 1))
-            clock = self.stream_time if self.clock_time is None else self.clock_time
-            headers.append((STAMP_HEADER, encode_stamp(source, sources, clock, judged=self.stream_time)))
+            headers.append((STAMP_HEADER, self._stamp(target, judged=self.stream_time)))
         ts = self._current_ts if timestamp is None else timestamp
         rule = self._rule_of.get(target)
         if rule is None and self._rules is not None:
@@ -232,13 +230,16 @@ class TaskContext(ProcessorContext):
         refuses records without one) and no value."""
         out = []
         for topic, count in sorted(partitions.items()):
-            if topic not in self._stamped:
-                continue
-            source, sources = self.stamp_sources.get(topic, (self.partition, self.partition + 1))
-            clock = self.stream_time if self.clock_time is None else self.clock_time
-            stamp = [(MARKER_HEADER, encode_stamp(source, sources, clock, idle))]
-            out += [_new_record(ProducerRecord, (topic, p, MARKER_KEY, None, stamp, None)) for p in range(count)]
+            if topic in self._stamped:
+                stamp = [(MARKER_HEADER, self._stamp(topic, idle=idle))]
+                out += [_new_record(ProducerRecord, (topic, p, MARKER_KEY, None, stamp, None)) for p in range(count)]
         return out
+
+    def _stamp(self, topic: str, idle: bool = False, judged: int | None = None) -> bytes:
+        """This task's clock as its records of `topic` carry it (eos.streamtime)."""
+        source, sources = self.stamp_sources.get(topic, (self.partition, self.partition + 1))
+        clock = self.stream_time if self.clock_time is None else self.clock_time
+        return encode_stamp(source, sources, clock, idle, judged)
 
     # ------------------------------------------------------------------ the runtime's side
     def begin_batch(self) -> None:

@@ -158,8 +158,8 @@ def run_processor(processor: Processor, ctx: TaskContext, messages: list[Message
     partition of `behind` (one with more input than the batch holds) runs out while other partitions have
     records left, processing stops there: those records are later in time than what it has not read yet.
 
-    Stream time is the largest timestamp seen, unless `event_clock` keeps the clocks of repartition inputs'
-    sources (eos.streamtime). A record that goes to the dead-letter topic does not move it."""
+    Stream time is the largest timestamp seen, unless `event_clock` keeps the clocks of the sources of
+    inputs another step writes (eos.streamtime). A record that goes to the dead-letter topic does not move it."""
     if event_clock is not None and not event_clock.clocked:
         event_clock = None
     clocked = event_clock.clocked if event_clock is not None else frozenset()

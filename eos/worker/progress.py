@@ -9,8 +9,8 @@ every batch: the committed offsets are the only record of progress, and this is 
 * the id of the topic the offset belongs to (a topic deleted and created again has a new one);
 * the punctuation schedule: when each of the processor's schedules is next due, so that a punctuation
   committed once is not run again by a retried or moved task;
-* the clocks of the sources of its repartition inputs (`eos.streamtime.EventClock.encode`);
-* whether the task, a writer of repartition topics, last told their readers that it was idle (caught up).
+* the clocks of the sources of its clocked inputs (`eos.streamtime.EventClock.encode`);
+* whether the task, a writer of clocked topics, last told their readers that it is idle.
 """
 
 from __future__ import annotations

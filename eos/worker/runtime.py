@@ -78,7 +78,7 @@ class TaskRuntime:
         """Process a batch starting at `stream_time` and the sources' `clocks` (from the committed offsets'
         metadata), with the punctuation schedule the driver last heard of. An empty batch runs only the
         punctuations due. With `stamps`, the batch ends with this task's clock sent to every partition of
-        the repartition topics it writes (eos.streamtime)."""
+        the clocked topics it writes (eos.streamtime)."""
         outcome = self._process(messages, stream_time, punctuation, behind, clocks, stamps)
         if stamps is not None and self.context._stamped:
             self.context.stream_time = max(self.context.stream_time, outcome.stream_time)
@@ -91,9 +91,8 @@ class TaskRuntime:
         sub = self.sub
         self.context.stamp_sources = {t: (first + self.task.partition, total)
                                       for t, (_, first, total) in (stamps.topics if stamps else {}).items()}
-        if self.clocked:
-            messages = [m for m in messages if m.topic() not in self.clocked or not is_marker(m.headers())] \
-                if self.processor is None else messages
+        if self.clocked and self.processor is None:  # a vectorized step keeps no clock: markers are not records
+            messages = [m for m in messages if m.topic() not in self.clocked or not is_marker(m.headers())]
         if self.processor is not None:
             ctx = self.context
             ctx.stream_time = max(ctx.stream_time, stream_time) if self.reused else stream_time
