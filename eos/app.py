@@ -25,10 +25,11 @@ from eos.config import EosConfig
 from eos.dsl.base import InternalTopic, SerdeSpec
 from eos.dsl.joins import JoinMethods
 from eos.errors import ConfigError
+from eos.graph import ProcessorGraph
 from eos.hooks import FaultHooks
 from eos.serde import serde_for
 from eos.time import TimestampSpec, timestamp_extractor
-from eos.topology import SubTopology, clocked_topics
+from eos.topology import clocked_topics
 from recovery import StoreSpec
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ class Application(JoinMethods):
         given here, then $EOS_BOOTSTRAP_SERVERS (read when the Application is created)."""
         bootstrap = bootstrap_servers or os.environ.get("EOS_BOOTSTRAP_SERVERS", "")
         self.config = EosConfig.create(application_id=application_id, bootstrap_servers=bootstrap, **settings)
-        self.subtopologies: dict[str, SubTopology] = {}
+        self.graph = ProcessorGraph()
         self.internal_topics: dict[str, InternalTopic] = {}
         self.default_timestamp = timestamp_extractor(timestamp) if timestamp is not None else None
         self.fault_hooks = FaultHooks()

@@ -1,10 +1,9 @@
 """`app.describe()` and `eos describe job.py`: the application's topology, in the layout of Kafka Streams'
-`Topology#describe()` (sub-topologies, each a source, its processors and sinks, with the stores a processor
-is connected to and the topics between them), or as a picture (`mermaid`, `dot`).
+`Topology#describe()` (sub-topologies, each with its sources, processors and sinks, the stores a processor
+is connected to, and the links between nodes), or as a picture (`mermaid`, `dot`).
 
-A sub-topology here runs one processing step per task; the topics it reads are its source, the topics it
-writes its sinks, and the internal topics the framework adds (repartition, foreign-key subscription and
-response, changelogs) are named as such.
+The internal topics the framework adds (repartition, foreign-key subscription and response) are named as
+such, and every store's changelog topic is listed.
 """
 
 from __future__ import annotations
@@ -15,21 +14,38 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     from eos.app import Application
 
-__all__ = ["TopologyDescription", "SubTopologyDescription", "describe", "Format"]
+__all__ = ["TopologyDescription", "SubTopologyDescription", "NodeDescription", "describe", "Format"]
 
 Format = Literal["text", "mermaid", "dot"]
+
+
+@dataclass(frozen=True)
+class NodeDescription:
+    """One node: `role` is source, processor or sink; `detail` the topics of a source, the kind and stores of
+    a processor, the topic of a sink."""
+
+    name: str
+    role: Literal["source", "processor", "sink"]
+    children: tuple[str, ...]
+    parents: tuple[str, ...]
+    topics: tuple[str, ...] = ()
+    kind: str = ""
+    stores: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class SubTopologyDescription:
     index: int
     name: str
-    sources: tuple[str, ...]
-    processor: str
-    kind: str
-    stores: tuple[str, ...]
-    sinks: tuple[str, ...]
-    global_stores: tuple[str, ...] = ()
+    nodes: tuple[NodeDescription, ...]
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return tuple(t for n in self.nodes if n.role == "source" for t in n.topics)
+
+    @property
+    def sinks(self) -> tuple[str, ...]:
+        return tuple(t for n in self.nodes if n.role == "sink" for t in n.topics)
 
 
 @dataclass
@@ -46,17 +62,18 @@ class TopologyDescription:
         """Kafka Streams' layout: `Topologies:`, then per sub-topology its nodes and their links."""
         lines = ["Topologies:"]
         for sub in self.subtopologies:
-            source, sinks = f"{sub.name}.source", [f"{sub.name}.sink-{i}" for i in range(len(sub.sinks))]
             lines.append(f"   Sub-topology: {sub.index} ({sub.name})")
-            lines.append(f"    Source: {source} (topics: [{', '.join(self._topic(t) for t in sub.sources)}])")
-            lines.append(f"      --> {sub.processor}")
-            stores = [*sub.stores, *(f"{g} (global)" for g in sub.global_stores)]
-            lines.append(f"    Processor: {sub.processor} ({sub.kind}; stores: [{', '.join(stores)}])")
-            lines.append(f"      --> {', '.join(sinks) if sinks else 'none'}")
-            lines.append(f"      <-- {source}")
-            for sink, topic in zip(sinks, sub.sinks, strict=True):
-                lines.append(f"    Sink: {sink} (topic: {self._topic(topic)})")
-                lines.append(f"      <-- {sub.processor}")
+            for node in sub.nodes:
+                if node.role == "source":
+                    lines.append(f"    Source: {node.name} (topics: [{', '.join(map(self._topic, node.topics))}])")
+                elif node.role == "processor":
+                    lines.append(f"    Processor: {node.name} ({node.kind}; stores: [{', '.join(node.stores)}])")
+                else:
+                    lines.append(f"    Sink: {node.name} (topic: {self._topic(node.topics[0])})")
+                if node.role != "sink":
+                    lines.append(f"      --> {', '.join(node.children) or 'none'}")
+                if node.role != "source":
+                    lines.append(f"      <-- {', '.join(node.parents)}")
             lines.append("")
         return "\n".join(lines).rstrip() + "\n"
 
@@ -64,43 +81,58 @@ class TopologyDescription:
         what = self.internal_topics.get(topic)
         return f"{topic} ({what})" if what else topic
 
-    def mermaid(self) -> str:
-        """A flowchart: topics as stadiums, steps as boxes (with their stores), one subgraph per sub-topology."""
-        lines = ["flowchart LR"]
-        ids: dict[str, str] = {}
-
-        def topic_id(topic: str) -> str:
-            if topic not in ids:
-                ids[topic] = f"t{len(ids)}"
-                lines.append(f'    {ids[topic]}(["{self._topic(topic)}"])')
-            return ids[topic]
-
+    def _edges(self, node_id: dict[str, str], topic_id: dict[str, str]) -> list[tuple[str, str]]:
+        edges = []
         for sub in self.subtopologies:
-            step = f"s{sub.index}"
-            stores = "<br/>".join(f"store: {s}" for s in (*sub.stores, *sub.global_stores))
-            label = f"{sub.processor}<br/>{sub.kind}" + (f"<br/>{stores}" if stores else "")
-            lines.append(f'    subgraph sub{sub.index}["Sub-topology {sub.index}"]')
-            lines.append(f'        {step}["{label}"]')
+            for node in sub.nodes:
+                if node.role == "source":
+                    edges += [(topic_id[t], node_id[node.name]) for t in node.topics]
+                elif node.role == "sink":
+                    edges.append((node_id[node.name], topic_id[node.topics[0]]))
+                edges += [(node_id[node.name], node_id[c]) for c in node.children]
+        return edges
+
+    def _ids(self, quoted: bool = False) -> tuple[dict[str, str], dict[str, str]]:
+        """Node and topic ids: short (Mermaid) or the quoted names (Graphviz)."""
+        nodes = [n.name for s in self.subtopologies for n in s.nodes]
+        topics = sorted({t for s in self.subtopologies for n in s.nodes for t in n.topics})
+        if quoted:
+            return {n: f'"node:{n}"' for n in nodes}, {t: f'"topic:{t}"' for t in topics}
+        return {n: f"n{i}" for i, n in enumerate(nodes)}, {t: f"t{i}" for i, t in enumerate(topics)}
+
+    @staticmethod
+    def _label(node: NodeDescription, newline: str) -> str:
+        if node.role != "processor":
+            return f"{node.name}"
+        return newline.join([node.name, node.kind, *(f"store: {s}" for s in node.stores)])
+
+    def mermaid(self) -> str:
+        """A flowchart: topics as stadiums, one subgraph per sub-topology with its nodes (processors as boxes
+        naming their kind and stores)."""
+        node_id, topic_id = self._ids()
+        lines = ["flowchart LR"]
+        lines += [f'    {i}(["{self._topic(t)}"])' for t, i in topic_id.items()]
+        for sub in self.subtopologies:
+            lines.append(f'    subgraph sub{sub.index}["Sub-topology {sub.index} ({sub.name})"]')
+            for node in sub.nodes:
+                shape = ('["', '"]') if node.role == "processor" else ('>"', '"]')
+                lines.append(f"        {node_id[node.name]}{shape[0]}{self._label(node, '<br/>')}{shape[1]}")
             lines.append("    end")
-            for topic in sub.sources:
-                lines.append(f"    {topic_id(topic)} --> {step}")
-            for topic in sub.sinks:
-                lines.append(f"    {step} --> {topic_id(topic)}")
+        lines += [f"    {a} --> {b}" for a, b in self._edges(node_id, topic_id)]
         return "\n".join(lines) + "\n"
 
     def dot(self) -> str:
-        """Graphviz: topics as ellipses, steps as boxes in a cluster per sub-topology."""
+        """Graphviz: topics as ellipses, nodes as boxes in a cluster per sub-topology."""
+        node_id, topic_id = self._ids(quoted=True)
         lines = [f'digraph "{self.application_id}" {{', "  rankdir=LR;", "  node [fontname=Helvetica];"]
-        topics = sorted({t for s in self.subtopologies for t in (*s.sources, *s.sinks)})
-        for topic in topics:
-            lines.append(f'  "topic:{topic}" [shape=ellipse, label="{self._topic(topic)}"];')
+        lines += [f'  {i} [shape=ellipse, label="{self._topic(t)}"];' for t, i in topic_id.items()]
         for sub in self.subtopologies:
-            stores = "\\n".join(f"store: {s}" for s in (*sub.stores, *sub.global_stores))
-            label = f"{sub.processor}\\n{sub.kind}" + (f"\\n{stores}" if stores else "")
-            lines.append(f'  subgraph "cluster_{sub.index}" {{ label="Sub-topology {sub.index}"; '
-                         f'"step:{sub.name}" [shape=box, label="{label}"]; }}')
-            lines += [f'  "topic:{t}" -> "step:{sub.name}";' for t in sub.sources]
-            lines += [f'  "step:{sub.name}" -> "topic:{t}";' for t in sub.sinks]
+            lines.append(f'  subgraph "cluster_{sub.index}" {{ label="Sub-topology {sub.index} ({sub.name})";')
+            for node in sub.nodes:
+                shape = "box" if node.role == "processor" else "cds"
+                lines.append(f'    {node_id[node.name]} [shape={shape}, label="{self._label(node, chr(92) + "n")}"];')
+            lines.append("  }")
+        lines += [f"  {a} -> {b};" for a, b in self._edges(node_id, topic_id)]
         lines.append("}")
         return "\n".join(lines) + "\n"
 
@@ -111,36 +143,29 @@ class TopologyDescription:
 
 
 def describe(app: Application) -> TopologyDescription:
+    from eos.graph import SinkNode, SourceNode
+
     cfg = app.config
     out = TopologyDescription(cfg.application_id)
     for topic in app.internal_topics.values():
         out.internal_topics[topic.name] = "repartition" if topic.purge else "internal"
-    for name in app.internal_topics:
         for suffix in ("subscription", "response"):
-            if name.endswith(f"-{suffix}"):
-                out.internal_topics[name] = f"foreign-key {suffix}"
+            if topic.name.endswith(f"-{suffix}"):
+                out.internal_topics[topic.name] = f"foreign-key {suffix}"
     for index, sub in enumerate(app.subtopologies.values()):
-        out.subtopologies.append(SubTopologyDescription(
-            index, sub.name, sub.inputs, sub.name, _kind(sub), tuple(s.name for s in sub.stores),
-            sub.output_topics, tuple(g.name for g in sub.global_tables)))
+        part = sub.graph
+        nodes = []
+        for node in (*part.sources, *part.processors, *part.sinks):
+            children, parents = part.children[node.name], node.parents
+            if isinstance(node, SourceNode):
+                nodes.append(NodeDescription(node.name, "source", children, parents, node.topics))
+            elif isinstance(node, SinkNode):
+                nodes.append(NodeDescription(node.name, "sink", children, parents, (node.topic,)))
+            else:
+                stores = (*part.stores[node.name], *(f"{g.name} (global)" for g in node.global_tables))
+                nodes.append(NodeDescription(node.name, "processor", children, parents, kind=node.kind,
+                                             stores=stores))
+        out.subtopologies.append(SubTopologyDescription(index, sub.name, tuple(nodes)))
         for spec in sub.stores:
             out.changelogs[spec.name] = spec.changelog_topic(cfg.application_id)
     return out
-
-
-def _kind(sub: object) -> str:
-    """What the step is, in a word or two."""
-    from eos.topology import SubTopology
-
-    assert isinstance(sub, SubTopology)
-    if sub.batch_fn is not None:
-        return f"vectorized ({sub.batch_format})"
-    if sub.join is not None:
-        return f"{sub.join.kind} join ({sub.join.how})"
-    if sub.windowing is not None:
-        return f"windowed aggregation ({type(sub.windowing.windows).__name__}, emit={sub.windowing.emit})"
-    factory = sub.processor_factory
-    name = getattr(getattr(factory, "func", factory), "__name__", "processor")
-    return {"FunctionProcessor": "process", "RepartitionProcessor": "re-key", "AggregateProcessor": "aggregation",
-            "TableRegroup": "table re-group", "TableAggregate": "table aggregation",
-            "ForeignKeyRight": "foreign-key join (right side)"}.get(name, f"Processor API ({name})")

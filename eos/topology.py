@@ -1,6 +1,7 @@
 """Sub-topologies and tasks.
 
-A sub-topology reads co-partitioned input topics, runs one processing step and writes to its outputs.
+A sub-topology reads co-partitioned input topics, runs its part of the processor graph (eos.graph: one or
+many processors, record by record) and writes to its outputs.
 A task is one partition index of a sub-topology (Kafka Streams' model): task count = partition count of
 its inputs. Each task has the stable transactional id `<application_id>-<subtopology>-<partition>`.
 """
@@ -80,15 +81,23 @@ class SubTopology:
     #: Output topics whose records the processor forwards already serialized (bytes or None), e.g. the
     #: subscriptions of a foreign-key join next to its results.
     raw_outputs: frozenset[str] = frozenset()
+    #: the serdes of each output topic a sink writes (others: `output_key_serde`/`output_value_serde`)
+    output_serdes: Mapping[str, tuple[Serde, Serde]] = field(default_factory=dict)
+    #: the processor graph the sub-topology runs (eos.graph.GraphPart); None for one built by hand
+    graph: Any = None
 
     def __post_init__(self) -> None:
-        if not _NAME.match(self.name):
-            raise ValueError(f"sub-topology name {self.name!r} must be 1-100 characters of [A-Za-z0-9_.] "
-                             "(it is part of each task's transactional id; '-' separates the id's parts)")
+        self.check_name(self.name)
         if not self.inputs:
             raise ValueError(f"sub-topology {self.name!r} has no input topic")
         if (self.processor_factory is None) == (self.batch_fn is None):
             raise ValueError(f"sub-topology {self.name!r} needs exactly one of a processor or a batch function")
+
+    @staticmethod
+    def check_name(name: str) -> None:
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise ValueError(f"sub-topology name {name!r} must be 1-100 characters of [A-Za-z0-9_.] "
+                             "(it is part of each task's transactional id; '-' separates the id's parts)")
 
     @property
     def output_topics(self) -> tuple[str, ...]:

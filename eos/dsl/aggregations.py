@@ -4,6 +4,7 @@ through a repartition topic first), over all time or in windows (`windows=`, see
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -26,9 +27,20 @@ from eos.topology import SubTopology
 from eos.windows import HoppingWindows, SessionWindows, SlidingWindows, WindowedSerde, Windowing, WindowSpec, ms
 from recovery import StoreSpec
 
-__all__ = ["AggregationMethods", "GroupBy"]
+__all__ = ["AggregationMethods", "GroupBy", "AggregationStep"]
 
 GroupBy = Callable[[Record], Any]
+
+
+@dataclass(frozen=True)
+class AggregationStep:
+    """An aggregation's processor factory and stores; `key_serde` of its results (windowed keys for windows)."""
+
+    factory: Callable[[], Processor]
+    stores: tuple[StoreSpec, ...]
+    windowing: Windowing | None
+    key_serde: Any
+    kind: str
 
 
 class AggregationMethods(StreamMethods):
@@ -53,6 +65,23 @@ class AggregationMethods(StreamMethods):
         `group_by(record) -> key` aggregates by another key: records go through the repartition topic
         `<application_id>-<name>-repartition` first (the sub-topology `<name>.repartition` writes it), so
         each new key is aggregated in one task."""
+        if group_by is not None:
+            input = self.repartition(input, name=name, key=group_by, key_serde=key_serde, value_serde=value_serde,
+                                     output_key_serde=key_serde, timestamp=timestamp,
+                                     subtopology=f"{name}.repartition")
+            timestamp = None  # the repartitioned records carry the extracted timestamps
+        step = self._aggregation(name, initializer, aggregator, key_serde, value_serde, aggregate_serde, persistent,
+                                 windows, emit, late_records, merger, windowed_key, retention)
+        return self._add(name, input, output, key_serde, value_serde, step.key_serde, aggregate_serde, (),
+                         timestamp=timestamp, stores=step.stores, processor_factory=step.factory,
+                         windowing=step.windowing)
+
+    def _aggregation(self, name: str, initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any], Any],
+                     key_serde: SerdeSpec, value_serde: SerdeSpec, aggregate_serde: SerdeSpec, persistent: bool,
+                     windows: WindowSpec | None, emit: Emit, late_records: LatePolicy,
+                     merger: Callable[[Any, Any, Any], Any] | None, windowed_key: str,
+                     retention: int | timedelta | None) -> AggregationStep:
+        """The processor and stores of an aggregation named `name` (one engine for both APIs)."""
         if emit not in ("update", "final"):
             raise ValueError(f"{name}: emit must be 'update' or 'final', got {emit!r}")
         if windows is None and emit == "final":
@@ -62,17 +91,11 @@ class AggregationMethods(StreamMethods):
             raise TypeError(f"{name}: windows must be TumblingWindows, HoppingWindows, SlidingWindows or "
                             f"SessionWindows from eos.windows, e.g. windows=TumblingWindows(60_000); got "
                             f"{windows!r}")
-        if group_by is not None:
-            input = self.repartition(input, name=name, key=group_by, key_serde=key_serde, value_serde=value_serde,
-                                     output_key_serde=key_serde, timestamp=timestamp,
-                                     subtopology=f"{name}.repartition")
-            timestamp = None  # the repartitioned records carry the extracted timestamps
         ks, agg_serde = serde_for(key_serde), serde_for(aggregate_serde)
         if windows is None:
             spec = StoreSpec(f"{name}-store", ks, agg_serde, persistent, timestamped=True)
-            return self._add(name, input, output, key_serde, value_serde, None, aggregate_serde, (),
-                             timestamp=timestamp, stores=(spec,),
-                             processor_factory=partial(AggregateProcessor, spec.name, initializer, aggregator))
+            return AggregationStep(partial(AggregateProcessor, spec.name, initializer, aggregator), (spec,), None, ks,
+                                   "aggregation")
         if late_records not in ("drop", "dead_letter"):
             raise ValueError(f"late_records must be 'drop' or 'dead_letter', got {late_records!r}")
         keep = max(ms(retention or 0), windows.retention_ms)
@@ -80,9 +103,8 @@ class AggregationMethods(StreamMethods):
                                          Aggregation(initializer, aggregator, merger or _no_merger), emit,
                                          late_records)
         windowing = Windowing(windows, emit, late_records, initializer, aggregator, merger, f"{name}-store")
-        return self._add(name, input, output, key_serde, value_serde, WindowedSerde(ks, windowed_key),
-                         aggregate_serde, (), timestamp=timestamp, stores=stores, processor_factory=factory,
-                         windowing=windowing)
+        return AggregationStep(factory, stores, windowing, WindowedSerde(ks, windowed_key),
+                               f"windowed aggregation ({type(windows).__name__}, emit={emit})")
 
     def _windowed(self, name: str, windows: WindowSpec, retention: int, key_serde: Any, value_serde: Any,
                   aggregate_serde: Any, persistent: bool, functions: Aggregation, emit: Emit,

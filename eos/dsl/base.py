@@ -1,5 +1,6 @@
-"""What every family of topology-building methods shares: the sub-topologies built so far, the internal
-topics they need, and the one way to add a sub-topology."""
+"""What every family of topology-building methods shares: the processor graph built so far, the internal
+topics it needs, and the one way the step-per-call methods (`process`, `aggregate`, `join`, ...) add a
+step: a source, one processor and a sink, which the graph makes a sub-topology of their own."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eos.config import EosConfig
+from eos.graph import ProcessorGraph, ProcessorNode, SinkNode, SourceNode
 from eos.records import Record
 from eos.serde import Serde, serde_for
-from eos.time import TimestampSpec, timestamp_extractor
+from eos.time import RECORD_TIME, TimestampSpec, timestamp_extractor
 from eos.topology import SubTopology
 
-__all__ = ["TopologyBuilder", "InternalTopic", "SerdeSpec"]
+__all__ = ["TopologyBuilder", "InternalTopic", "SerdeSpec", "step_kind"]
 
 SerdeSpec = Serde | str | None
 
@@ -33,23 +35,75 @@ class InternalTopic:
 
 class TopologyBuilder:
     config: EosConfig
-    subtopologies: dict[str, SubTopology]
+    graph: ProcessorGraph
     internal_topics: dict[str, InternalTopic]
     default_timestamp: Callable[[Record], int] | None
+    _cut: tuple[int, dict[str, SubTopology]] | None = None
+
+    @property
+    def subtopologies(self) -> dict[str, SubTopology]:
+        """The sub-topologies the processor graph is cut into (Kafka Streams' rule: at topics), by name."""
+        cut = self._cut
+        if cut is None or cut[0] != self.graph.version:
+            cut = self._cut = (self.graph.version, self.graph.subtopologies(self.default_timestamp))
+        return cut[1]
 
     def _internal_name(self, name: str, suffix: str) -> str:
         return f"{self.config.application_id}-{name}-{suffix}"
 
     def _add(self, name: str, inputs: str | Sequence[str], output: str | None, key_serde: SerdeSpec,
              value_serde: SerdeSpec, output_key_serde: SerdeSpec, output_value_serde: SerdeSpec,
-             extra_outputs: Iterable[str], *, timestamp: TimestampSpec = None, **kind: Any) -> SubTopology:
-        if name in self.subtopologies:
+             extra_outputs: Iterable[str], *, timestamp: TimestampSpec = None,
+             processor_factory: Callable[[], Any] | None = None, batch_fn: Callable[[Any], Any] | None = None,
+             batch_format: str = "pandas", stores: Iterable[Any] = (),
+             per_topic: dict[str, tuple[Any, Any, Any]] | None = None,
+             raw_outputs: frozenset[str] = frozenset(), **info: Any) -> SubTopology:
+        """One step of its own: a source reading `inputs` (topics in `per_topic` each with their own serdes
+        and timestamps, None there meaning the record's own), the processor `name`, a sink to `output`."""
+        if name in self.subtopologies or name in self.graph.nodes:
             raise ValueError(f"a sub-topology named {name!r} already exists; pass name=... to tell them apart")
+        topics = (inputs,) if isinstance(inputs, str) else tuple(inputs)
+        if not topics:
+            raise ValueError(f"sub-topology {name!r} has no input topic")
+        SubTopology.check_name(name)
         ks, vs = serde_for(key_serde), serde_for(value_serde)
-        extractor = timestamp_extractor(timestamp) if timestamp is not None else self.default_timestamp
-        sub = SubTopology(name=name, inputs=(inputs,) if isinstance(inputs, str) else tuple(inputs), output=output,
-                          key_serde=ks, value_serde=vs, output_key_serde=serde_for(output_key_serde, ks),
-                          output_value_serde=serde_for(output_value_serde, vs), extra_outputs=tuple(extra_outputs),
-                          timestamp=extractor, **kind)
-        self.subtopologies[name] = sub
-        return sub
+        extractor = timestamp_extractor(timestamp) if timestamp is not None else None
+        own = per_topic or {}
+        graph = self.graph
+        groups = [(topics, (ks, vs, extractor))] if not own else [
+            ((t,), own[t][:2] + (own[t][2] if own[t][2] is not None else RECORD_TIME,) if t in own
+             else (ks, vs, extractor)) for t in topics]
+        sources = [graph.add(SourceNode(f"{name}.source" + (f".{i}" if i else ""), group, *reading)).name
+                   for i, (group, reading) in enumerate(groups)]
+        batch = (batch_fn, batch_format) if batch_fn is not None else None
+        factory = processor_factory if processor_factory is not None else _no_processor
+        graph.add(ProcessorNode(name, tuple(sources), factory, step_kind(factory, batch_format if batch else None,
+                                                                          info),
+                                batch=batch, **info))
+        for spec in stores:
+            graph.add_store(spec, [name])
+        oks, ovs = serde_for(output_key_serde, ks), serde_for(output_value_serde, vs)
+        if output is not None:
+            graph.add(SinkNode(f"{name}.sink", output, (name,), oks, ovs, raw=output in raw_outputs))
+        for i, topic in enumerate(t for t in extra_outputs if t != output):  # written by forward(topic=...)
+            graph.add(SinkNode(f"{name}.sink.{i + 1}", topic, (name,), oks, ovs, raw=topic in raw_outputs, named=True))
+        return self.subtopologies[name]
+
+
+def _no_processor() -> Any:
+    raise TypeError("a vectorized step has no processor")
+
+
+def step_kind(factory: Callable[[], Any], batch_format: str | None, info: dict[str, Any]) -> str:
+    """What a step is, in a word or two (`describe`)."""
+    if batch_format is not None:
+        return f"vectorized ({batch_format})"
+    join, windowing = info.get("join"), info.get("windowing")
+    if join is not None:
+        return f"{join.kind} join ({join.how})"
+    if windowing is not None:
+        return f"windowed aggregation ({type(windowing.windows).__name__}, emit={windowing.emit})"
+    name = getattr(getattr(factory, "func", factory), "__name__", "processor")
+    return {"FunctionProcessor": "process", "RepartitionProcessor": "re-key", "AggregateProcessor": "aggregation",
+            "TableRegroup": "table re-group", "TableAggregate": "table aggregation",
+            "ForeignKeyRight": "foreign-key join (right side)"}.get(name, f"Processor API ({name})")

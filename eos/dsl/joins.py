@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -20,12 +21,25 @@ from eos.time import TimestampSpec, timestamp_extractor
 from eos.topology import SubTopology
 from recovery import StoreSpec
 
-__all__ = ["JoinMethods"]
+__all__ = ["JoinMethods", "JoinStep"]
 
 Side = str | Table | GlobalTable
 _HOW: dict[JoinType, tuple[str, ...]] = {"stream-table": ("inner", "left"), "stream-global": ("inner", "left"),
                                     "stream-stream": ("inner", "left", "outer"),
                                     "table-table": ("inner", "left", "outer")}
+
+
+@dataclass(frozen=True)
+class JoinStep:
+    """A join's processor factory, stores, how it reads its other topic, the global tables it reads, its
+    definition (for the audit) and the key serde of its results."""
+
+    factory: Callable[[], Processor]
+    stores: tuple[StoreSpec, ...]
+    per_topic: dict[str, tuple[Any, Any, Any]]
+    global_tables: tuple[GlobalTable, ...]
+    spec: JoinSpec
+    key_serde: Any
 
 
 class JoinMethods(AggregationMethods):
@@ -70,71 +84,69 @@ class JoinMethods(AggregationMethods):
             assert isinstance(left, Table) and isinstance(right, Table)
             return self._foreign_key_join(name, left, right, output, joiner, how, foreign_key,
                                           output_value_serde, persistent)
-        if how not in _HOW[kind]:
-            raise ValueError(f"join {name!r}: a {kind} join is one of {', '.join(_HOW[kind])}, got how={how!r}")
         if kind != "stream-global" and key is not None:
             raise ValueError(f"join {name!r}: key= selects the table key of a global table join only; "
                              "re-key a stream first with app.repartition(...)")
         if kind == "stream-global" and key is None:
             key = _record_key
-        if late_records not in ("drop", "dead_letter"):
-            raise ValueError(f"late_records must be 'drop' or 'dead_letter', got {late_records!r}")
         ks, vs = serde_for(key_serde), serde_for(value_serde)
         extract = timestamp_extractor(timestamp) if timestamp is not None else None
-        per_topic: dict[str, tuple[Any, Any, Any]] = {}
-        stores: tuple[StoreSpec, ...] = ()
-        global_tables: tuple[GlobalTable, ...] = ()
-        factory: Callable[[], Processor]
-        spec = JoinSpec(kind, how, _topic(left), _topic(right), joiner, windows, key)
+        step = self._join_step(name, kind, left, right, joiner, how, windows, key, ks, vs,
+                               serde_for(right_value_serde, vs), extract, late_records, persistent,
+                               frozenset({_topic(left)}))
+        inputs = (_topic(left),) if kind == "stream-global" else (_topic(left), _topic(right))
+        return self._add(name, inputs, output, step.key_serde, vs, step.key_serde, output_value_serde, (),
+                         timestamp=timestamp, processor_factory=step.factory, stores=step.stores,
+                         per_topic=step.per_topic, global_tables=step.global_tables, join=step.spec)
+
+    def _join_step(self, name: str, kind: JoinType, left: Any, right: Any, joiner: Callable[[Any, Any], Any],
+                   how: JoinKind, windows: JoinWindows | None, key: Callable[[Record], Any] | None, ks: Any, vs: Any,
+                   rvs: Any, extract: Callable[[Record], int] | None, late_records: LatePolicy, persistent: bool,
+                   left_topics: frozenset[str]) -> JoinStep:
+        """The processor, stores and readings of a join named `name` (one engine for both APIs): `left` and
+        `right` are topics (streams), `Table`s or a `GlobalTable`; `left_topics` the topics the left stream's
+        records come from."""
+        if how not in _HOW[kind]:
+            raise ValueError(f"join {name!r}: a {kind} join is one of {', '.join(_HOW[kind])}, got how={how!r}")
+        if late_records not in ("drop", "dead_letter"):
+            raise ValueError(f"late_records must be 'drop' or 'dead_letter', got {late_records!r}")
         if kind == "stream-table":
-            assert isinstance(left, str) and isinstance(right, Table)
+            assert isinstance(right, Table)
             table_store = _table_store(name, right, persistent)
-            stores, per_topic[right.topic] = (table_store,), self._reading(right)
-            factory = partial(StreamTableJoin, right.topic, table_store.name, joiner, how)
-            spec = JoinSpec(kind, how, left, right.topic, joiner, right_store=table_store.name)
-        elif kind == "stream-global":
-            assert isinstance(left, str) and isinstance(right, GlobalTable) and key is not None
-            global_tables = (right,)
-            factory = partial(GlobalTableJoin, right.name, key, joiner, how)
-        elif kind == "table-table":
+            return JoinStep(partial(StreamTableJoin, right.topic, table_store.name, joiner, how), (table_store,),
+                            {right.topic: self._reading(right)}, (),
+                            JoinSpec(kind, how, _topic(left), right.topic, joiner, right_store=table_store.name), ks)
+        if kind == "stream-global":
+            assert isinstance(right, GlobalTable) and key is not None
+            return JoinStep(partial(GlobalTableJoin, right.name, key, joiner, how), (), {}, (right,),
+                            JoinSpec(kind, how, _topic(left), right.topic, joiner, windows, key), ks)
+        if kind == "table-table":
             assert isinstance(left, Table) and isinstance(right, Table)
             if left.topic == right.topic:
                 raise ValueError(f"join {name!r}: a table cannot be joined with itself")
             left_store, right_store = _table_store(name, left, persistent), _table_store(name, right, persistent)
             if left_store.name == right_store.name:
                 right_store = _table_store(name, right, persistent, suffix="right")
-            stores = (left_store, right_store)
-            ks = left.key_serde
-            for t in (left, right):
-                per_topic[t.topic] = self._reading(t)
-            factory = partial(TableTableJoin, left.topic, left_store.name, right_store.name, joiner, how)
-            spec = JoinSpec(kind, how, left.topic, right.topic, joiner, left_store=left_store.name,
-                            right_store=right_store.name)
-        else:
-            assert isinstance(left, str) and isinstance(right, str) and windows is not None
-            if left == right:
-                raise ValueError(f"join {name!r}: a stream cannot be joined with itself (read it once and "
-                                 "repartition it to a second topic)")
-            rvs = serde_for(right_value_serde, vs)
-            per_topic[right] = (ks, rvs, extract or self.default_timestamp)
-            keep = windows.span + max(windows.before, windows.after)
-            buffers = tuple(StoreSpec(f"{name}-{side}-buffer", ks, v, persistent, timestamped=True,
-                                      kind="record_buffer", retention_ms=keep)
-                            for side, v in (("left", vs), ("right", rvs)))
-            pending = tuple(StoreSpec(f"{name}-{side}-pending", ks, v, persistent, timestamped=True,
-                                      kind="record_buffer", retention_ms=keep)
-                            for side, v in (("left", vs), ("right", rvs)))
-            stores = (*buffers, *(p for p, keeps in zip(pending, (how != "inner", how == "outer"), strict=True)
-                                  if keeps))
-            names = (buffers[0].name, buffers[1].name)
-            factory = partial(StreamStreamJoin, left, windows, joiner, how, late_records, names,
-                              (pending[0].name, pending[1].name))
-        inputs = (_topic(left),) if kind == "stream-global" else (_topic(left), _topic(right))
-        sub = self._add(name, inputs, output, ks, vs, ks, output_value_serde, (), timestamp=timestamp,
-                        processor_factory=factory, stores=stores, per_topic=per_topic, global_tables=global_tables,
-                        join=spec)
-        return sub
-
+            return JoinStep(partial(TableTableJoin, left.topic, left_store.name, right_store.name, joiner, how),
+                            (left_store, right_store), {t.topic: self._reading(t) for t in (left, right)}, (),
+                            JoinSpec(kind, how, left.topic, right.topic, joiner, left_store=left_store.name,
+                                     right_store=right_store.name), left.key_serde)
+        assert isinstance(right, str) and windows is not None
+        if right in left_topics:
+            raise ValueError(f"join {name!r}: a stream cannot be joined with itself (read it once and "
+                             "repartition it to a second topic)")
+        keep = windows.span + max(windows.before, windows.after)
+        buffers = tuple(StoreSpec(f"{name}-{side}-buffer", ks, v, persistent, timestamped=True,
+                                  kind="record_buffer", retention_ms=keep)
+                        for side, v in (("left", vs), ("right", rvs)))
+        pending = tuple(StoreSpec(f"{name}-{side}-pending", ks, v, persistent, timestamped=True,
+                                  kind="record_buffer", retention_ms=keep)
+                        for side, v in (("left", vs), ("right", rvs)))
+        stores = (*buffers, *(p for p, keeps in zip(pending, (how != "inner", how == "outer"), strict=True) if keeps))
+        factory = partial(StreamStreamJoin, left_topics, windows, joiner, how, late_records,
+                          (buffers[0].name, buffers[1].name), (pending[0].name, pending[1].name))
+        return JoinStep(factory, stores, {right: (ks, rvs, extract or self.default_timestamp)}, (),
+                        JoinSpec(kind, how, _topic(left), right, joiner, windows, key), ks)
 
     def _foreign_key_join(self, name: str, left: Table, right: Table, output: str, joiner: Callable[[Any, Any], Any],
                           how: JoinKind, foreign_key: Callable[[Any], Any], output_value_serde: SerdeSpec,

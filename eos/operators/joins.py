@@ -117,10 +117,10 @@ class StreamStreamJoin(Processor):
     apart, as soon as the second of them arrives; with left/outer, partnerless records once their window
     closed."""
 
-    def __init__(self, left_topic: str, windows: JoinWindows, joiner: Joiner, how: JoinKind, late: LatePolicy,
-                 buffers: tuple[str, str], pending: tuple[str, str]) -> None:
-        self.left_topic, self.windows, self.joiner, self.how, self.late_policy = (left_topic, windows, joiner, how,
-                                                                                  late)
+    def __init__(self, left_topics: frozenset[str], windows: JoinWindows, joiner: Joiner, how: JoinKind,
+                 late: LatePolicy, buffers: tuple[str, str], pending: tuple[str, str]) -> None:
+        self.left_topics, self.windows, self.joiner, self.how = left_topics, windows, joiner, how
+        self.late_policy = late
         self.buffer_names, self.pending_names = buffers, pending
         self._horizon: int | None = None
 
@@ -146,7 +146,7 @@ class StreamStreamJoin(Processor):
                                       f"{self.context.stream_time}, before + after + grace {w.span} ms)")
             self.context.record_dropped("late")
             return
-        side = 0 if record.topic == self.left_topic else 1
+        side = 0 if record.topic in self.left_topics else 1
         seq = record.offset
         # a left record at t joins right records in [t - before, t + after]; a right one, left records in
         # [t - after, t + before]

@@ -12,7 +12,7 @@ derives the same outputs under the same ids, so the lineage audit can tell a der
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -63,9 +63,12 @@ class TaskContext(ProcessorContext):
                  key_serde: Serde, value_serde: Serde, lineage: bool, stores: dict[str, Any] | None = None,
                  stream_time: int = -1, topic_rules: Callable[[str], TopicRule] | None = None,
                  transitive_topics: frozenset[str] = frozenset(), raw_topics: frozenset[str] = frozenset(),
-                 stamped_topics: frozenset[str] = frozenset()) -> None:
+                 stamped_topics: frozenset[str] = frozenset(),
+                 serdes: Mapping[str, tuple[Serde, Serde]] | None = None) -> None:
         self.application_id = application_id
         self._raw = raw_topics  # topics whose keys and values the processor serializes itself
+        #: each sink's serializers by topic (other topics: the sub-topology's output serdes)
+        self._serializers = {t: (k.serialize, v.serialize) for t, (k, v) in (serdes or {}).items()}
         self.subtopology = subtopology
         self.partition = partition
         self.task_id = f"{subtopology}-{partition}"
@@ -119,8 +122,13 @@ class TaskContext(ProcessorContext):
             if target in self._raw:
                 k, v = key, value
             else:
-                k = self._serialize_key(key)
-                v = self._serialize_value(value)
+                serialize = self._serializers.get(target)
+                if serialize is None:
+                    k = self._serialize_key(key)
+                    v = self._serialize_value(value)
+                else:
+                    k = serialize[0](key)
+                    v = serialize[1](value)
         except SerdeError as exc:
             raise OutputSerializationError(str(exc)) from exc
         msg = self._current

@@ -50,7 +50,7 @@ class TaskRuntime:
                                    value_serde=sub.output_value_serde, lineage=cfg.lineage,
                                    stores={**(self.stores.views if self.stores else {}), **self.globals},
                                    topic_rules=topic_rules, transitive_topics=job.transitive_topics,
-                                   raw_topics=sub.raw_outputs,
+                                   raw_topics=sub.raw_outputs, serdes=sub.output_serdes,
                                    stamped_topics=frozenset(sub.output_topics) & job.clocked_topics)
         #: inputs whose records carry their sources' clocks (eos.streamtime)
         self.clocked = frozenset(sub.inputs) & job.clocked_topics

@@ -1,0 +1,197 @@
+"""A processor graph and how it is cut into sub-topologies.
+
+Kafka Streams' rule: two nodes are in the same sub-topology when one is the other's parent, or when they
+share a state store; a topic between a sink and a source is the only boundary. Every sub-topology becomes
+one `eos.topology.SubTopology` (tasks, transactional ids, planning, audits are unchanged), whose processor
+is a `eos.graph.runtime.GraphProcessor` running all of its nodes, record by record, in one pass over the
+batch: one transaction carries every sink's output, every store's changelog, dead letters and offsets.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from eos.graph.nodes import Node, ProcessorNode, SinkNode, SourceNode
+from eos.serde import Serde
+from eos.time import RECORD_TIME
+from eos.topology import SubTopology
+from recovery import StoreSpec
+
+__all__ = ["ProcessorGraph", "GraphPart"]
+
+_INVALID = re.compile(r"[^A-Za-z0-9_.]")
+
+
+@dataclass(frozen=True)
+class GraphPart:
+    """The nodes of one sub-topology, in the order they were added, and their links."""
+
+    sources: tuple[SourceNode, ...]
+    processors: tuple[ProcessorNode, ...]
+    sinks: tuple[SinkNode, ...]
+    children: Mapping[str, tuple[str, ...]]
+    #: processor -> the stores connected to it
+    stores: Mapping[str, tuple[str, ...]]
+
+    def node(self, name: str) -> Node:
+        for node in (*self.sources, *self.processors, *self.sinks):
+            if node.name == name:
+                return node
+        raise KeyError(name)
+
+
+class ProcessorGraph:
+    """Nodes and stores as they are added (`eos.dsl` and the Processor API add them); `subtopologies()`
+    cuts them into sub-topologies."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, Node] = {}
+        self.stores: dict[str, StoreSpec] = {}
+        self.connected: dict[str, list[str]] = {}  # processor -> stores
+        self.version = 0  # bumped on every change (an Application caches its sub-topologies by it)
+
+    # ------------------------------------------------------------------ building
+    def add(self, node: Node) -> Node:
+        if not node.name or not isinstance(node.name, str):
+            raise ValueError(f"a node needs a name, got {node.name!r}")
+        if node.name in self.nodes:
+            raise ValueError(f"a node named {node.name!r} already exists; names are unique in a topology "
+                             "(pass name=... to tell them apart)")
+        for parent in node.parents:
+            if parent not in self.nodes:
+                raise ValueError(f"{node.name!r}: parent {parent!r} does not exist; add it first "
+                                 f"(known nodes: {', '.join(self.nodes) or 'none'})")
+            if isinstance(self.nodes[parent], SinkNode):
+                raise ValueError(f"{node.name!r}: parent {parent!r} is a sink, which has no children; read its "
+                                 "topic with a source to continue from it")
+        if isinstance(node, ProcessorNode | SinkNode) and not node.parents:
+            raise ValueError(f"{node.name!r} needs at least one parent (a source or a processor)")
+        if isinstance(node, SourceNode) and not node.topics:
+            raise ValueError(f"source {node.name!r} reads no topic")
+        self.nodes[node.name] = node
+        if isinstance(node, ProcessorNode):
+            self.connected.setdefault(node.name, [])
+        self.version += 1
+        return node
+
+    def add_store(self, spec: StoreSpec, processors: Iterable[str] = ()) -> None:
+        existing = self.stores.get(spec.name)
+        if existing is not None and existing != spec:
+            raise ValueError(f"a different state store named {spec.name!r} already exists")
+        self.stores[spec.name] = spec
+        self.connect(processors, [spec.name])
+
+    def connect(self, processors: Iterable[str], stores: Iterable[str]) -> None:
+        for name in processors:
+            node = self.nodes.get(name)
+            if not isinstance(node, ProcessorNode):
+                raise ValueError(f"cannot connect stores to {name!r}: no processor has that name")
+            for store in stores:
+                if store not in self.stores:
+                    raise ValueError(f"no state store named {store!r}: add it with add_state_store first")
+                if store not in self.connected[name]:
+                    self.connected[name].append(store)
+        self.version += 1
+
+    def children(self, name: str) -> list[str]:
+        return [n.name for n in self.nodes.values() if name in n.parents]
+
+    # ------------------------------------------------------------------ cutting
+    def parts(self) -> list[GraphPart]:
+        """The sub-topologies: groups of nodes linked by parent/child edges or shared stores, in the order
+        of their first node."""
+        group = {name: name for name in self.nodes}
+
+        def find(name: str) -> str:
+            while group[name] != name:
+                group[name] = group[group[name]]
+                name = group[name]
+            return name
+
+        def union(a: str, b: str) -> None:
+            group[find(a)] = find(b)
+
+        for node in self.nodes.values():
+            for parent in node.parents:
+                union(node.name, parent)
+        users: dict[str, str] = {}
+        for processor, stores in self.connected.items():
+            for store in stores:
+                if store in users:
+                    union(processor, users[store])
+                users.setdefault(store, processor)
+        members: dict[str, list[Node]] = {}
+        for node in self.nodes.values():
+            members.setdefault(find(node.name), []).append(node)
+        return [self._part(nodes) for nodes in members.values()]
+
+    def _part(self, nodes: list[Node]) -> GraphPart:
+        names = {n.name for n in nodes}
+        children = {n.name: tuple(c for c in self.children(n.name) if c in names) for n in nodes}
+        processors = tuple(n for n in nodes if isinstance(n, ProcessorNode))
+        return GraphPart(tuple(n for n in nodes if isinstance(n, SourceNode)), processors,
+                         tuple(n for n in nodes if isinstance(n, SinkNode)), children,
+                         {p.name: tuple(self.connected[p.name]) for p in processors})
+
+    def subtopologies(self, default_timestamp: Callable[[Any], int] | None) -> dict[str, SubTopology]:
+        """One `SubTopology` per part, named after its first processor (else its first source)."""
+        from eos.graph.runtime import GraphProcessor
+
+        out: dict[str, SubTopology] = {}
+        for part in self.parts():
+            sub = _subtopology(part, self.stores, default_timestamp, GraphProcessor)
+            if sub.name in out:
+                raise ValueError(f"two sub-topologies would be named {sub.name!r} (node names differing only in "
+                                 "characters other than [A-Za-z0-9_.]); rename one")
+            out[sub.name] = sub
+        return out
+
+
+def _subtopology(part: GraphPart, stores: Mapping[str, StoreSpec], default_timestamp: Callable[[Any], int] | None,
+                 runner: Callable[[GraphPart], Any]) -> SubTopology:
+    first = part.processors[0] if part.processors else part.sources[0] if part.sources else part.sinks[0]
+    if not part.sources:
+        raise ValueError(f"{first.name!r} is not connected to any source: every processor and sink needs a "
+                         "path from a source")
+    name = _INVALID.sub("_", first.name)[:100]
+    batch = [p for p in part.processors if p.batch is not None]
+    if batch and (len(part.processors) > 1 or len(part.sinks) > 1 or len(part.sources) > 1):
+        raise ValueError(f"the vectorized step {batch[0].name!r} must be alone between one source and at most one "
+                         "sink (it runs once per batch, not per record)")
+    readings: dict[str, tuple[Serde, Serde, Callable[[Any], int] | None]] = {}
+    for source in part.sources:
+        for topic in source.topics:
+            if topic in readings:
+                raise ValueError(f"topic {topic!r} is read by two sources of one sub-topology "
+                                 f"({source.name!r} and another); read it once and fan out")
+            extract = source.timestamp if source.timestamp is not None else default_timestamp
+            readings[topic] = (source.key_serde, source.value_serde, None if extract is RECORD_TIME else extract)
+    inputs = tuple(readings)
+    key_serde, value_serde, timestamp = readings[inputs[0]]
+    sinks = {s.topic: s for s in reversed(part.sinks)}  # the first sink of a topic gives its serdes
+    topics = list(dict.fromkeys(s.topic for s in part.sinks))
+    output = topics[0] if topics else None
+    main = sinks.get(output) if output else None
+    out_ks = main.key_serde if main else key_serde
+    out_vs = main.value_serde if main else value_serde
+    raw = frozenset(s.topic for s in part.sinks if s.raw)
+    windowed = [p for p in part.processors if p.windowing is not None]
+    joins = [p for p in part.processors if p.join is not None]
+    used = [s for p in part.processors for s in part.stores[p.name]]
+    kind: dict[str, Any] = {"batch_fn": batch[0].batch[0], "batch_format": batch[0].batch[1]} if batch else {
+        "processor_factory": partial(runner, part)}
+    return SubTopology(
+        name=name, inputs=inputs, output=output, key_serde=key_serde, value_serde=value_serde,
+        output_key_serde=out_ks, output_value_serde=out_vs, extra_outputs=tuple(topics[1:]),
+        timestamp=timestamp, stores=tuple(stores[s] for s in dict.fromkeys(used)),
+        may_punctuate=any(p.may_punctuate for p in part.processors),
+        windowing=windowed[0].windowing if len(windowed) == 1 else None,
+        join=joins[0].join if len(joins) == 1 else None,
+        per_topic={t: r for t, r in readings.items() if r != (key_serde, value_serde, timestamp)},
+        global_tables=tuple(dict.fromkeys(g for p in part.processors for g in p.global_tables)),
+        raw_outputs=raw, output_serdes={t: (s.key_serde, s.value_serde) for t, s in sinks.items() if not s.raw},
+        graph=part, **kind)

@@ -1,0 +1,85 @@
+"""The nodes of a processor topology (Kafka Streams' model): sources read topics, processors have one or
+more parents and any number of children, sinks write topics, and state stores are connected to the
+processors that use them.
+
+These are definitions only: `eos.graph.topology.ProcessorGraph` holds and checks them and cuts them into
+sub-topologies; `eos.graph.runtime.GraphProcessor` runs one sub-topology's nodes inside a task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from eos.serde import Serde
+
+__all__ = ["SourceNode", "ProcessorNode", "SinkNode", "Node", "Partitioner"]
+
+#: `partitioner(key, value, partitions) -> partition` of a sink (None: murmur2 of the serialized key)
+Partitioner = Callable[[Any, Any, int], int]
+
+
+@dataclass(eq=False)
+class SourceNode:
+    """Reads `topics` with one pair of serdes and one timestamp extractor (None: the application's default;
+    `eos.time.RECORD_TIME` for internal topics, read at their records' own timestamps)."""
+
+    name: str
+    topics: tuple[str, ...]
+    key_serde: Serde
+    value_serde: Serde
+    timestamp: Callable[[Any], int] | None = None
+
+    @property
+    def parents(self) -> tuple[str, ...]:
+        return ()
+
+
+@dataclass(eq=False)
+class ProcessorNode:
+    """A processor: `factory()` makes, per task, a `eos.Processor` (records in, `context.forward` out), or,
+    with `operator=True`, a stateless DSL operator (`eos.graph.operators`), which runs without a context and
+    can be replayed outside a task (the audits do)."""
+
+    name: str
+    parents: tuple[str, ...]
+    factory: Callable[[], Any]
+    #: what the step is, for `describe` ("filter", "windowed aggregation (...)", "Processor API (Cls)")
+    kind: str = "process"
+    operator: bool = False
+    #: the processor may schedule punctuation (Processor API)
+    may_punctuate: bool = False
+    #: a windowed aggregation's definition (eos.windows.Windowing) or a join's (eos.tables.JoinSpec),
+    #: for the audits and `describe`
+    windowing: Any = None
+    join: Any = None
+    global_tables: tuple[Any, ...] = ()
+    #: a vectorized step: (fn(table) -> table, "pandas" | "arrow"); alone in its sub-topology
+    batch: tuple[Callable[[Any], Any], str] | None = None
+    #: the node's output is keyed differently from its input (a stateful step after it needs the records
+    #: repartitioned by the new key first)
+    changes_key: bool = False
+    #: what it forwards may go nowhere (a DSL aggregation nothing reads but queries); otherwise forwarding
+    #: without children is an error (a step whose output was forgotten would lose records silently)
+    may_be_leaf: bool = False
+
+
+@dataclass(eq=False)
+class SinkNode:
+    """Writes `topic` with its serdes (`raw`: the records come serialized). `partitioner`: where each record
+    goes (default: murmur2 of its serialized key, as the Java client and Kafka Streams)."""
+
+    name: str
+    topic: str
+    parents: tuple[str, ...]
+    key_serde: Serde
+    value_serde: Serde
+    partitioner: Partitioner | None = None
+    raw: bool = False
+    #: written only by `forward(topic=...)` naming its topic, never by a plain `forward()` (a step's extra
+    #: outputs)
+    named: bool = False
+
+
+Node = SourceNode | ProcessorNode | SinkNode

@@ -1,0 +1,202 @@
+"""The DSL's stateless operators, run as plain functions between a task's processors.
+
+Each operator is a small spec whose `bind(children)` returns the step called per record,
+`step(key, value, timestamp, headers)`, which calls its children zero or more times. No `Record` is built
+and no context is consulted: `stream.filter(...).map_values(...)` costs a function call per operator. The
+same steps replay a recorded input outside a task (the window audit of a fused sub-topology does), since
+they keep no state.
+
+User functions follow Kafka Streams' signatures: predicates, `map`, `flat_map`, `select_key` and `peek`
+take `(key, value)`; `map_values` and `flat_map_values` take the value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Filter", "Map", "MapValues", "FlatMap", "FlatMapValues", "Peek", "SelectKey", "Branch", "PassThrough",
+           "Operator", "fan_out"]
+
+Emit = Callable[[Any, Any, int, Any], None]
+
+
+def fan_out(children: Sequence[Emit]) -> Emit:
+    """One callable that passes a record to every child."""
+    if len(children) == 1:
+        return children[0]
+    if not children:
+        return _nowhere
+    kids = tuple(children)
+
+    def emit(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+        for child in kids:
+            child(key, value, timestamp, headers)
+
+    return emit
+
+
+def _nowhere(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class Filter:
+    """Keep the records for which `predicate(key, value)` is true (`negate`: false)."""
+
+    predicate: Callable[[Any, Any], Any]
+    negate: bool = False
+    kind = "filter"
+
+    def bind(self, children: Sequence[Emit]) -> Emit:
+        test, emit = self.predicate, fan_out(children)
+        if self.negate:
+            def step_not(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+                if not test(key, value):
+                    emit(key, value, timestamp, headers)
+            return step_not
+
+        def step(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            if test(key, value):
+                emit(key, value, timestamp, headers)
+        return step
+
+
+@dataclass(frozen=True)
+class Map:
+    """`fn(key, value) -> (new key, new value)`."""
+
+    fn: Callable[[Any, Any], tuple[Any, Any]]
+    kind = "map"
+
+    def bind(self, children: Sequence[Emit]) -> Emit:
+        fn, emit = self.fn, fan_out(children)
+
+        def step(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            pair = fn(key, value)
+            if type(pair) is not tuple or len(pair) != 2:
+                raise TypeError(f"map must return a (key, value) tuple, got {type(pair).__name__}")
+            emit(pair[0], pair[1], timestamp, headers)
+        return step
+
+
+@dataclass(frozen=True)
+class MapValues:
+    """`fn(value) -> new value` (the key is kept: no repartitioning needed after it)."""
+
+    fn: Callable[[Any], Any]
+    kind = "map_values"
+
+    def bind(self, children: Sequence[Emit]) -> Emit:
+        fn, emit = self.fn, fan_out(children)
+
+        def step(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            emit(key, fn(value), timestamp, headers)
+        return step
+
+
+@dataclass(frozen=True)
+class FlatMap:
+    """`fn(key, value) -> iterable of (key, value)`."""
+
+    fn: Callable[[Any, Any], Iterable[tuple[Any, Any]]]
+    kind = "flat_map"
+
+    def bind(self, children: Sequence[Emit]) -> Emit:
+        fn, emit = self.fn, fan_out(children)
+
+        def step(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            for pair in _iterable(fn(key, value), "flat_map"):
+                if type(pair) is not tuple or len(pair) != 2:
+                    raise TypeError(f"flat_map must return (key, value) tuples, got a {type(pair).__name__}")
+                emit(pair[0], pair[1], timestamp, headers)
+        return step
+
+
+@dataclass(frozen=True)
+class FlatMapValues:
+    """`fn(value) -> iterable of values`, each with the record's key."""
+
+    fn: Callable[[Any], Iterable[Any]]
+    kind = "flat_map_values"
+
+    def bind(self, children: Sequence[Emit]) -> Emit:
+        fn, emit = self.fn, fan_out(children)
+
+        def step(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            for item in _iterable(fn(value), "flat_map_values"):
+                emit(key, item, timestamp, headers)
+        return step
+
+
+@dataclass(frozen=True)
+class Peek:
+    """`fn(key, value)` for its side effect; the record passes unchanged (side effects are not exactly-once:
+    a retried batch calls it again)."""
+
+    fn: Callable[[Any, Any], Any]
+    kind = "peek"
+
+    def bind(self, children: Sequence[Emit]) -> Emit:
+        fn, emit = self.fn, fan_out(children)
+
+        def step(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            fn(key, value)
+            emit(key, value, timestamp, headers)
+        return step
+
+
+@dataclass(frozen=True)
+class SelectKey:
+    """`fn(key, value) -> new key`."""
+
+    fn: Callable[[Any, Any], Any]
+    kind = "select_key"
+
+    def bind(self, children: Sequence[Emit]) -> Emit:
+        fn, emit = self.fn, fan_out(children)
+
+        def step(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            emit(fn(key, value), value, timestamp, headers)
+        return step
+
+
+@dataclass(frozen=True)
+class Branch:
+    """Each record to the first branch whose predicate holds (None: the default branch, taking the rest);
+    records no branch takes are dropped. Children are the branches, in order."""
+
+    predicates: tuple[Callable[[Any, Any], Any] | None, ...]
+    kind = "split"
+
+    def bind(self, children: Sequence[Emit]) -> Emit:
+        routes = tuple(zip(self.predicates, children, strict=True))
+
+        def step(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            for test, child in routes:
+                if test is None or test(key, value):
+                    child(key, value, timestamp, headers)
+                    return
+        return step
+
+
+@dataclass(frozen=True)
+class PassThrough:
+    """A named point of the graph (a branch, a merge): records pass unchanged."""
+
+    kind: str = "pass-through"
+
+    def bind(self, children: Sequence[Emit]) -> Emit:
+        return fan_out(children)
+
+
+def _iterable(result: Any, what: str) -> Iterable[Any]:
+    if result is None:
+        return ()
+    if isinstance(result, (str, bytes, dict)) or not hasattr(result, "__iter__"):
+        raise TypeError(f"{what} must return an iterable (a list, a generator), got {type(result).__name__}")
+    return result
+
+
+Operator = Filter | Map | MapValues | FlatMap | FlatMapValues | Peek | SelectKey | Branch | PassThrough

@@ -1,0 +1,244 @@
+"""Running one sub-topology's processor graph inside a task.
+
+`GraphProcessor` is the task's one `eos.Processor`: for each input record (one record scope of the task,
+`eos.worker.processing`) it calls the children of the source that reads the record's topic, depth first,
+as Kafka Streams does; each processor forwards to its children (or the one named by `to=`) and sinks hand
+their records to the task, which serializes them for its one transaction. So a record's processing is
+atomic across the whole graph: if any node raises, nothing any node forwarded or wrote for that record
+stays, and the record goes to the dead-letter topic once.
+
+Records travel between nodes as (key, value, timestamp, headers), headers None meaning "the input
+record's"; a `eos.Processor` node gets them as a `Record` carrying the input record's topic, partition
+and offset (empty during a punctuation).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from eos.graph.graph import GraphPart
+from eos.graph.nodes import ProcessorNode, SinkNode
+from eos.processor import Cancellable, Processor, ProcessorContext, PunctuationType, RecordMetadata
+from eos.records import Output, Record
+
+__all__ = ["GraphProcessor", "NodeContext", "Emit"]
+
+#: what a node calls to pass a record on: (key, value, timestamp, headers or None for the input's)
+Emit = Callable[[Any, Any, int, Any], None]
+
+
+class GraphProcessor(Processor):
+    """All nodes of one sub-topology, built per task."""
+
+    def __init__(self, part: GraphPart) -> None:
+        self.part = part
+        self.current: Record | None = None  # the input record being processed (None in a punctuation)
+        self.processors: list[tuple[ProcessorNode, Processor]] = []
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        part = self.part
+        built: dict[str, Any] = {}  # node name -> its entry: a Sink, a _ProcessorEntry or an operator's step
+        contexts: list[tuple[NodeContext, Processor]] = []
+        for sink in part.sinks:
+            built[sink.name] = Sink(sink, context)
+        for node in reversed(part.processors):  # children before parents
+            kids = [built[c] for c in part.children[node.name]]
+            if node.operator:
+                built[node.name] = node.factory().bind([_call(k) for k in kids])
+                continue
+            processor = node.factory()
+            node_ctx = NodeContext(context, self, node, dict(zip(part.children[node.name], kids, strict=True)),
+                                   frozenset(part.stores[node.name]))
+            built[node.name] = _ProcessorEntry(processor, node_ctx, self)
+            contexts.append((node_ctx, processor))
+            self.processors.append((node, processor))
+        self.processors.reverse()
+        for node_ctx, processor in reversed(contexts):  # parents first, in the order they were added
+            processor.init(node_ctx)
+        self._takes: dict[str, list[Callable[[Record], None]]] = {}
+        for source in part.sources:
+            takes = [_take(built[c]) for c in part.children[source.name]]
+            for topic in source.topics:
+                self._takes[topic] = takes
+
+    def process(self, record: Record) -> None:
+        self.current = record
+        for take in self._takes[record.topic]:
+            take(record)
+
+    def punctuate(self, stream_time: int) -> None:
+        self.current = None
+        for _, processor in self.processors:
+            processor.punctuate(stream_time)
+
+    def close(self) -> None:
+        for _, processor in self.processors:
+            processor.close()
+
+
+def _call(entry: Any) -> Emit:
+    """How a parent calls a child: a sink's or processor's `receive`, an operator's step itself."""
+    return entry.receive if isinstance(entry, Sink | _ProcessorEntry) else entry
+
+
+def _take(entry: Any) -> Callable[[Record], None]:
+    """How a source hands an input record to a child: a processor gets the record itself."""
+    if isinstance(entry, _ProcessorEntry):
+        return entry.take
+    call = _call(entry)
+    return lambda r: call(r.key, r.value, r.timestamp, None)
+
+
+class Sink:
+    """A sink: hands records to the task (`ProcessorContext.forward` to its topic)."""
+
+    def __init__(self, node: SinkNode, task: ProcessorContext) -> None:
+        self.node, self.topic, self._forward = node, node.topic, task.forward
+
+    def receive(self, key: Any, value: Any, timestamp: int, headers: Any, partition: int | None = None) -> None:
+        self._forward(key, value, topic=self.topic, partition=partition, headers=headers, timestamp=timestamp)
+
+
+class _ProcessorEntry:
+    """A `Processor` node: records in as `Record`s, with its context telling it the current one's time."""
+
+    __slots__ = ("processor", "ctx", "graph", "_process")
+
+    def __init__(self, processor: Processor, ctx: NodeContext, graph: GraphProcessor) -> None:
+        self.processor, self.ctx, self.graph, self._process = processor, ctx, graph, processor.process
+
+    def take(self, record: Record) -> None:
+        ctx = self.ctx
+        saved = ctx._ts, ctx._headers, ctx._in
+        ctx._ts, ctx._headers, ctx._in = record.timestamp, None, True
+        try:
+            self._process(record)
+        finally:
+            ctx._ts, ctx._headers, ctx._in = saved
+
+    def receive(self, key: Any, value: Any, timestamp: int, headers: Any) -> None:
+        src = self.graph.current
+        if src is None:
+            record = Record(key, value, "", -1, -1, timestamp, headers)
+        else:
+            record = Record(key, value, src.topic, src.partition, src.offset, timestamp,
+                            src.headers if headers is None else headers)
+        ctx = self.ctx
+        saved = ctx._ts, ctx._headers, ctx._in
+        ctx._ts, ctx._headers, ctx._in = timestamp, headers, True
+        try:
+            self._process(record)
+        finally:
+            ctx._ts, ctx._headers, ctx._in = saved
+
+
+class NodeContext(ProcessorContext):
+    """A processor's view of its task: `forward` goes to its children (all, or `to=` one of them by name);
+    stores are those connected to it (and global tables); the rest is the task's."""
+
+    def __init__(self, task: ProcessorContext, graph: GraphProcessor, node: ProcessorNode, children: dict[str, Any],
+                 stores: frozenset[str]) -> None:
+        self._task, self._graph, self._node = task, graph, node
+        self.application_id, self.subtopology = task.application_id, task.subtopology
+        self.partition, self.task_id = task.partition, task.task_id
+        self.name = node.name
+        self._children = children
+        self._emits = [_call(c) for c in children.values() if not (isinstance(c, Sink) and c.node.named)]
+        self._sinks = {c.topic: c for c in children.values() if isinstance(c, Sink)}
+        self._stores = stores
+        self._ts: int = -1
+        self._headers: Any = None
+        self._in = False  # while a record is being processed by this node
+
+    @property  # type: ignore[override]
+    def stream_time(self) -> int:
+        return self._task.stream_time
+
+    @property  # type: ignore[override]
+    def timestamp(self) -> int:
+        return self._ts if self._in else self._task.timestamp
+
+    def forward(self, key: Any = None, value: Any = None, *, topic: str | None = None, partition: int | None = None,
+                headers: list[tuple[str, bytes]] | None = None, timestamp: int | None = None,
+                to: str | None = None) -> None:
+        """Pass a record to every child, or to the child named `to`; `topic=` writes it to that topic (through
+        this processor's sink for it, or as one of its declared outputs). `timestamp=None`: the current
+        record's (in a punctuation: the punctuation's time); `headers=None`: the current record's."""
+        if value is None and type(key) is Output:
+            out = key
+            key, value, topic, partition, headers, timestamp = (out.key, out.value, out.topic, out.partition,
+                                                                out.headers, out.timestamp)
+        ts = timestamp if timestamp is not None else (self._ts if self._in else self._task.timestamp)
+        if headers is None and self._in:
+            headers = self._headers
+        if topic is not None:
+            sink = self._sinks.get(topic)
+            if sink is None:
+                raise ValueError(f"processor {self.name!r} cannot write topic {topic!r}: it has no sink for it "
+                                 f"(its sinks: {sorted(self._sinks) or 'none'}); add one with add_sink(..., "
+                                 f"{self.name!r})")
+            sink.receive(key, value, ts, headers, partition)
+            return
+        if to is not None:
+            child = self._children.get(to)
+            if child is None:
+                raise ValueError(f"processor {self.name!r} has no child {to!r}; its children: "
+                                 f"{', '.join(self._children) or 'none'}")
+            if partition is not None and isinstance(child, Sink):
+                child.receive(key, value, ts, headers, partition)
+            else:
+                _call(child)(key, value, ts, headers)
+            return
+        if not self._emits:
+            if self._node.may_be_leaf:
+                return
+            raise ValueError(f"processor {self.name!r} forwarded a record but has no children (add a sink or a "
+                             "processor after it)")
+        if partition is not None:
+            if len(self._children) != 1 or not self._sinks:
+                raise ValueError(f"processor {self.name!r}: partition= needs a sink as its only child")
+            next(iter(self._sinks.values())).receive(key, value, ts, headers, partition)
+            return
+        for emit in self._emits:
+            emit(key, value, ts, headers)
+
+    def store(self, name: str) -> Any:
+        if name not in self._stores:
+            try:
+                found = self._task.store(name)
+            except KeyError:
+                found = None
+            if found is None or not _is_global(self._graph, name):
+                raise KeyError(f"processor {self.name!r} is not connected to a store {name!r}; its stores: "
+                               f"{sorted(self._stores) or 'none'} (connect one with add_state_store(spec, "
+                               f"{self.name!r}) or connect_processor_and_state_stores)")
+            return found
+        return self._task.store(name)
+
+    def commit(self) -> None:
+        self._task.commit()
+
+    def schedule(self, interval: int | timedelta, callback: Callable[[int], None],
+                 type: PunctuationType = "stream") -> Cancellable:
+        graph = self._graph
+
+        @functools.wraps(callback)
+        def punctuation(timestamp: int) -> None:
+            graph.current = None
+            callback(timestamp)
+
+        return self._task.schedule(interval, punctuation, type)
+
+    def record_metadata(self) -> RecordMetadata | None:
+        return self._task.record_metadata()
+
+    def record_dropped(self, reason: str) -> None:
+        self._task.record_dropped(reason)
+
+
+def _is_global(graph: GraphProcessor, name: str) -> bool:
+    return any(getattr(g, "name", None) == name for p in graph.part.processors for g in p.global_tables)
