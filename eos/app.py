@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from eos.config import EosConfig
 from eos.dsl.base import InternalTopic, SerdeSpec
-from eos.dsl.joins import JoinMethods
+from eos.dsl.processor_api import GraphMethods
 from eos.errors import ConfigError
 from eos.graph import ProcessorGraph
 from eos.hooks import FaultHooks
@@ -63,7 +63,7 @@ def loading_job(source: str) -> Iterator[None]:
         _LOADING.reset(token)
 
 
-class Application(JoinMethods):
+class Application(GraphMethods):
     """An exactly-once application: sub-topologies built with `process`, `process_batch`, `add_processor`,
     `repartition`, `aggregate`/`count`/`sum`/`reduce`, `table`/`global_table`/`join` (see `eos.dsl`), run on
     Spark by `run()`."""

@@ -70,13 +70,13 @@ class AggregationMethods(StreamMethods):
                                      output_key_serde=key_serde, timestamp=timestamp,
                                      subtopology=f"{name}.repartition")
             timestamp = None  # the repartitioned records carry the extracted timestamps
-        step = self._aggregation(name, initializer, aggregator, key_serde, value_serde, aggregate_serde, persistent,
+        step = self.aggregation_step(name, initializer, aggregator, key_serde, value_serde, aggregate_serde, persistent,
                                  windows, emit, late_records, merger, windowed_key, retention)
         return self._add(name, input, output, key_serde, value_serde, step.key_serde, aggregate_serde, (),
                          timestamp=timestamp, stores=step.stores, processor_factory=step.factory,
                          windowing=step.windowing)
 
-    def _aggregation(self, name: str, initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any], Any],
+    def aggregation_step(self, name: str, initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any], Any],
                      key_serde: SerdeSpec, value_serde: SerdeSpec, aggregate_serde: SerdeSpec, persistent: bool,
                      windows: WindowSpec | None, emit: Emit, late_records: LatePolicy,
                      merger: Callable[[Any, Any, Any], Any] | None, windowed_key: str,

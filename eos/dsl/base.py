@@ -48,7 +48,7 @@ class TopologyBuilder:
             cut = self._cut = (self.graph.version, self.graph.subtopologies(self.default_timestamp))
         return cut[1]
 
-    def _internal_name(self, name: str, suffix: str) -> str:
+    def internal_name(self, name: str, suffix: str) -> str:
         return f"{self.config.application_id}-{name}-{suffix}"
 
     def _add(self, name: str, inputs: str | Sequence[str], output: str | None, key_serde: SerdeSpec,
@@ -71,7 +71,7 @@ class TopologyBuilder:
         own = per_topic or {}
         graph = self.graph
         groups = [(topics, (ks, vs, extractor))] if not own else [
-            ((t,), own[t][:2] + (own[t][2] if own[t][2] is not None else RECORD_TIME,) if t in own
+            ((t,), (*own[t][:2], own[t][2] if own[t][2] is not None else RECORD_TIME) if t in own
              else (ks, vs, extractor)) for t in topics]
         sources = [graph.add(SourceNode(f"{name}.source" + (f".{i}" if i else ""), group, *reading)).name
                    for i, (group, reading) in enumerate(groups)]

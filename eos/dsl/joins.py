@@ -91,7 +91,7 @@ class JoinMethods(AggregationMethods):
             key = _record_key
         ks, vs = serde_for(key_serde), serde_for(value_serde)
         extract = timestamp_extractor(timestamp) if timestamp is not None else None
-        step = self._join_step(name, kind, left, right, joiner, how, windows, key, ks, vs,
+        step = self.join_step(name, kind, left, right, joiner, how, windows, key, ks, vs,
                                serde_for(right_value_serde, vs), extract, late_records, persistent,
                                frozenset({_topic(left)}))
         inputs = (_topic(left),) if kind == "stream-global" else (_topic(left), _topic(right))
@@ -99,7 +99,7 @@ class JoinMethods(AggregationMethods):
                          timestamp=timestamp, processor_factory=step.factory, stores=step.stores,
                          per_topic=step.per_topic, global_tables=step.global_tables, join=step.spec)
 
-    def _join_step(self, name: str, kind: JoinType, left: Any, right: Any, joiner: Callable[[Any, Any], Any],
+    def join_step(self, name: str, kind: JoinType, left: Any, right: Any, joiner: Callable[[Any, Any], Any],
                    how: JoinKind, windows: JoinWindows | None, key: Callable[[Record], Any] | None, ks: Any, vs: Any,
                    rvs: Any, extract: Callable[[Record], int] | None, late_records: LatePolicy, persistent: bool,
                    left_topics: frozenset[str]) -> JoinStep:
@@ -157,7 +157,7 @@ class JoinMethods(AggregationMethods):
             raise ValueError(f"join {name!r}: a foreign-key join is inner or left, got how={how!r}")
         if left.topic == right.topic:
             raise ValueError(f"join {name!r}: a table cannot be joined with itself")
-        subscriptions, responses = self._internal_name(name, "subscription"), self._internal_name(name, "response")
+        subscriptions, responses = self.internal_name(name, "subscription"), self.internal_name(name, "response")
         # Kept for the topics' retention rather than purged: each hop is audited on its own (lineage).
         self.internal_topics[subscriptions] = InternalTopic(subscriptions, like=right.topic)
         self.internal_topics[responses] = InternalTopic(responses, like=left.topic)
@@ -204,7 +204,7 @@ class JoinMethods(AggregationMethods):
             raise TypeError(f"aggregate_table({name!r}) aggregates an app.table(...); for a stream topic use "
                             "app.aggregate(topic, ..., group_by=...)")
         ks, vs = serde_for(key_serde), serde_for(value_serde)
-        topic = self._internal_name(name, "repartition")
+        topic = self.internal_name(name, "repartition")
         self.internal_topics[topic] = InternalTopic(topic, like=table.topic, purge=True)
         source = StoreSpec(f"{name}-source", table.key_serde, table.value_serde, persistent and table.persistent,
                            timestamped=True)

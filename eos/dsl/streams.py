@@ -9,11 +9,10 @@ from typing import Any
 
 from eos.dsl.base import InternalTopic, SerdeSpec, TopologyBuilder
 from eos.operators.repartition import RepartitionProcessor
-from eos.processor import FunctionProcessor, Processor
+from eos.processor import FunctionProcessor
 from eos.records import Record
 from eos.time import TimestampSpec
-from eos.topology import BatchFormat, SubTopology
-from recovery import StoreSpec
+from eos.topology import BatchFormat
 
 __all__ = ["StreamMethods"]
 
@@ -50,17 +49,6 @@ class StreamMethods(TopologyBuilder):
 
         return register
 
-    def add_processor(self, processor: Callable[[], Processor], input: str | Sequence[str], output: str | None = None,
-                      *, name: str, stores: Iterable[StoreSpec] = (), key_serde: SerdeSpec = None,
-                      value_serde: SerdeSpec = None, output_key_serde: SerdeSpec = None,
-                      output_value_serde: SerdeSpec = None, extra_outputs: Iterable[str] = (),
-                      timestamp: TimestampSpec = None) -> SubTopology:
-        """Add a Processor API sub-topology. `processor` is a factory (e.g. the class): one instance per task.
-        It may schedule punctuation in `init()` (`context.schedule`)."""
-        return self._add(name, input, output, key_serde, value_serde, output_key_serde, output_value_serde,
-                         extra_outputs, timestamp=timestamp, processor_factory=processor, stores=tuple(stores),
-                         may_punctuate=True)
-
     def repartition(self, input: str | Sequence[str], *, name: str, key: Callable[[Record], Any] | None = None,
                     partitions: int | None = None, key_serde: SerdeSpec = "string", value_serde: SerdeSpec = "json",
                     output_key_serde: SerdeSpec = None, timestamp: TimestampSpec = None,
@@ -71,7 +59,7 @@ class StreamMethods(TopologyBuilder):
         topic's name, to read it from the next step: `app.count(app.repartition(...), ...)`. Records are
         deleted from the topic once the next step has committed them, as Kafka Streams purges them. The
         sub-topology that writes it is `subtopology` (default: `name`)."""
-        topic = self._internal_name(name, "repartition")
+        topic = self.internal_name(name, "repartition")
         first = input if isinstance(input, str) else input[0]
         self.internal_topics[topic] = InternalTopic(topic, partitions, like=None if partitions else first,
                                                     purge=True)

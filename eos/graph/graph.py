@@ -38,7 +38,8 @@ class GraphPart:
     stores: Mapping[str, tuple[str, ...]]
 
     def node(self, name: str) -> Node:
-        for node in (*self.sources, *self.processors, *self.sinks):
+        nodes: tuple[Node, ...] = (*self.sources, *self.processors, *self.sinks)
+        for node in nodes:
             if node.name == name:
                 return node
         raise KeyError(name)
@@ -182,7 +183,8 @@ def _subtopology(part: GraphPart, stores: Mapping[str, StoreSpec], default_times
     windowed = [p for p in part.processors if p.windowing is not None]
     joins = [p for p in part.processors if p.join is not None]
     used = [s for p in part.processors for s in part.stores[p.name]]
-    kind: dict[str, Any] = {"batch_fn": batch[0].batch[0], "batch_format": batch[0].batch[1]} if batch else {
+    vectorized = batch[0].batch if batch else None
+    kind: dict[str, Any] = {"batch_fn": vectorized[0], "batch_format": vectorized[1]} if vectorized else {
         "processor_factory": partial(runner, part)}
     return SubTopology(
         name=name, inputs=inputs, output=output, key_serde=key_serde, value_serde=value_serde,

@@ -14,10 +14,7 @@ from typing import Any
 
 from eos.serde import Serde
 
-__all__ = ["SourceNode", "ProcessorNode", "SinkNode", "Node", "Partitioner"]
-
-#: `partitioner(key, value, partitions) -> partition` of a sink (None: murmur2 of the serialized key)
-Partitioner = Callable[[Any, Any, int], int]
+__all__ = ["SourceNode", "ProcessorNode", "SinkNode", "Node"]
 
 
 @dataclass(eq=False)
@@ -67,19 +64,20 @@ class ProcessorNode:
 
 @dataclass(eq=False)
 class SinkNode:
-    """Writes `topic` with its serdes (`raw`: the records come serialized). `partitioner`: where each record
-    goes (default: murmur2 of its serialized key, as the Java client and Kafka Streams)."""
+    """Writes `topic` with its serdes (`raw`: the records come serialized), each record to the partition of
+    murmur2 of its serialized key (as the Java client and Kafka Streams) unless the processor names one."""
 
     name: str
     topic: str
     parents: tuple[str, ...]
     key_serde: Serde
     value_serde: Serde
-    partitioner: Partitioner | None = None
     raw: bool = False
     #: written only by `forward(topic=...)` naming its topic, never by a plain `forward()` (a step's extra
     #: outputs)
     named: bool = False
+    #: a record without a key is a bad record (a repartition topic: it could not be grouped)
+    requires_key: bool = False
 
 
 Node = SourceNode | ProcessorNode | SinkNode

@@ -98,15 +98,19 @@ class Sink:
 
     def __init__(self, node: SinkNode, task: ProcessorContext) -> None:
         self.node, self.topic, self._forward = node, node.topic, task.forward
+        self._requires_key = node.requires_key
 
     def receive(self, key: Any, value: Any, timestamp: int, headers: Any, partition: int | None = None) -> None:
+        if key is None and self._requires_key:
+            raise ValueError(f"a record without a key cannot be grouped (sink {self.node.name!r} to the repartition "
+                             f"topic {self.topic})")
         self._forward(key, value, topic=self.topic, partition=partition, headers=headers, timestamp=timestamp)
 
 
 class _ProcessorEntry:
     """A `Processor` node: records in as `Record`s, with its context telling it the current one's time."""
 
-    __slots__ = ("processor", "ctx", "graph", "_process")
+    __slots__ = ("_process", "ctx", "graph", "processor")
 
     def __init__(self, processor: Processor, ctx: NodeContext, graph: GraphProcessor) -> None:
         self.processor, self.ctx, self.graph, self._process = processor, ctx, graph, processor.process
@@ -154,12 +158,12 @@ class NodeContext(ProcessorContext):
         self._headers: Any = None
         self._in = False  # while a record is being processed by this node
 
-    @property  # type: ignore[override]
-    def stream_time(self) -> int:
+    @property  # the task's, read live
+    def stream_time(self) -> int:  # type: ignore[override]
         return self._task.stream_time
 
-    @property  # type: ignore[override]
-    def timestamp(self) -> int:
+    @property
+    def timestamp(self) -> int:  # type: ignore[override]
         return self._ts if self._in else self._task.timestamp
 
     def forward(self, key: Any = None, value: Any = None, *, topic: str | None = None, partition: int | None = None,

@@ -78,8 +78,8 @@ def build(app_id: str, topics: dict[str, str], bootstrap: str | None = None) -> 
     app.count_table(customers, t["tiers"], name="tiers", group_by=lambda key, customer: customer["tier"])
     app.join(t["orders"], app.global_table(t["addresses"]), t["shipped_to"], name="shipped_to", how="left",
              key=lambda r: r.key, joiner=lambda order, address: {**order, "city": address["city"] if address else None})
-    app.add_processor(Silence, t["pings"], t["silent"], name="silence", key_serde="string", value_serde="json",
-                      stores=[store("last", key_serde="string", value_serde="long")])
+    app.stream(t["pings"]).process(Silence, name="silence",
+                                   stores=[store("last", key_serde="string", value_serde="long")]).to(t["silent"])
     return app
 
 

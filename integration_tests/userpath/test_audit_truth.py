@@ -198,8 +198,8 @@ def test_audit_app_proves_window_results_and_punctuations_and_catches_a_copy_of_
             for device, _ in list(self.seen.all()):
                 self.context.forward(device, {"at": now})
 
-    app.add_processor(Every5Minutes, pings, silent, name="report", key_serde="string", value_serde="json",
-                      stores=[store("seen", key_serde="string", value_serde="long")])
+    app.stream(pings).process(Every5Minutes, name="report",
+                              stores=[store("seen", key_serde="string", value_serde="long")]).to(silent)
     app.run(spark, until_caught_up=True)
     reports = audit_application(app)
     assert [r.mode for r in reports] == ["lineage", "lineage", "window"]

@@ -33,7 +33,7 @@ def stops_at_once(kafka, spark, topic_factory, unique_name, processor, name) -> 
     """Run a one-step job of `processor` that must fail: the error it stops with, within 45 s."""
     src, dst = one_record_topics(kafka, topic_factory)
     app = Application(unique_name("app"), kafka.bootstrap_servers, log_level="ERROR")
-    app.add_processor(processor, src, dst, name=name)
+    app.stream(src, key_serde="bytes", value_serde="bytes").process(processor, name=name).to(dst)
     started = time.monotonic()
     with pytest.raises(TaskFailedError) as err:
         app.run(spark, until_caught_up=True)
@@ -87,7 +87,7 @@ def test_a_job_module_the_executors_cannot_import_is_reported_as_such(kafka, spa
     try:
         copy = __import__(module).Copy
         app = Application(unique_name("app"), kafka.bootstrap_servers, log_level="ERROR")
-        app.add_processor(copy, src, dst, name="copy")
+        app.stream(src, key_serde="bytes", value_serde="bytes").process(copy, name="copy").to(dst)
         started = time.monotonic()
         with pytest.raises(TaskFailedError) as err:
             app.run(spark, until_caught_up=True)

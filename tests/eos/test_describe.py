@@ -41,7 +41,7 @@ def test_every_step_kind_internal_topics_and_pictures():
     assert mermaid.startswith("flowchart LR") and '(["pageviews-per_page-repartition (repartition)"])' in mermaid
     assert mermaid.count("subgraph") == 4
     dot = windows.render("dot")
-    assert dot.startswith('digraph "pageviews"') and '"topic:views" -> "node:per_page.repartition.source";' in dot
+    assert dot.startswith('digraph "pageviews"') and '"topic:views" -> "node:views.source";' in dot
     assert dot.count("{") == dot.count("}")
     with pytest.raises(ValueError, match="text, mermaid or dot"):
         windows.render("svg")  # type: ignore[arg-type]

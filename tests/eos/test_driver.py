@@ -155,8 +155,8 @@ def test_windows_stream_time_and_wall_clock_punctuation_in_the_driver():
             for key, _ in list(self.seen.all()):
                 self.context.forward(key, now)
 
-    app.add_processor(Heartbeat, "pings", "beats", name="beats", key_serde="string", value_serde="long",
-                      stores=[store("seen", key_serde="string", value_serde="long")])
+    app.stream("pings", value_serde="long").process(
+        Heartbeat, name="beats", stores=[store("seen", key_serde="string", value_serde="long")]).to("beats")
     with TopologyTestDriver(app, wall_clock_ms=1_000_000) as driver:
         driver.pipe_many("views", [("home", b"", 1_000), ("home", b"", 30_000), ("cart", b"", 59_000)])
         assert driver.read("per-minute") == []  # open: stream time 59 s < 60 s + 5 s

@@ -84,8 +84,8 @@ class Remember(Processor):
 
 def test_record_scopes_commit_or_roll_back():
     app = Application("app")
-    app.add_processor(Remember, "in", "out", name="t", key_serde="string", value_serde="json",
-                      stores=[store("seen", key_serde="string", value_serde="json")])
+    app.stream("in").process(Remember, name="t", stores=[store("seen", key_serde="string", value_serde="json")]) \
+        .to("out")
     driver = TopologyTestDriver(app, wall_clock_ms=0)
     driver.pipe_many("in", [("k", {"d": 1}), ("k", {"d": 0}), ("k", {"d": 2})])
     assert dict(driver.store("seen").all()) == {"k-0": 1, "k-2": 2}  # k-1's write was rolled back
@@ -104,7 +104,7 @@ class EarlyCommit(Processor):
 
 def test_context_commit_ends_the_batch_after_the_current_record_and_punctuate_runs():
     app = Application("app")
-    app.add_processor(EarlyCommit, "in", "out", name="t", key_serde="string", value_serde="json")
+    app.stream("in").process(EarlyCommit, name="t").to("out")
     driver = TopologyTestDriver(app, wall_clock_ms=0)
     driver.pipe_many("in", [("k", 1, 10), ("k", 2, 20), ("k", 3, 30)])
     out = driver.records("out")

@@ -50,7 +50,7 @@ def test_the_readme_jobs_commit_the_same_results_when_batches_crash():
 
     minute = 60_000
     views = [("views", f"u{i % 5}", {"page": f"p{i % 3}"}, base + i * 7_000) for i in range(60)]
-    logins = [("logins", f"user{i % 3}", b"in", base + i * 100_000) for i in range(15)]
+    logins = [("logins", f"user{i % 3}", "in", base + i * 100_000) for i in range(15)]
     pings = [("pings", f"sensor-{i % 4}", {}, base + i * minute // 2) for i in range(30) if i % 7]
     TopologyTestDriver(readme_app("Time and windows"), wall_clock_ms=base + 60 * minute).check_exactly_once(
         sorted(views + logins + pings, key=lambda r: r[3]), crashes=10, seed=2)

@@ -186,7 +186,7 @@ def test_a_punctuation_that_raises_fails_the_task_at_once_naming_it():
             raise RuntimeError("the punctuation's own bug")
 
     app = Application("a")
-    app.add_processor(Ticking, "in", "out", name="tick", key_serde="string", value_serde="json")
+    app.stream("in").process(Ticking, name="tick").to("out")
     driver = TopologyTestDriver(app, wall_clock_ms=0)
     with pytest.raises(TaskFailedError, match=r"task tick-0: the punctuation Ticking.tick .*RuntimeError") as e:
         driver.advance_wall_clock(5)

@@ -41,7 +41,7 @@ class Echo(Processor):
 def driver_of(processor, inputs=("in",), **settings) -> TopologyTestDriver:
     """A one-step job of `processor` on `inputs` (co-partitioned), run by the test driver."""
     app = Application("t", **settings)
-    app.add_processor(processor, list(inputs), "out", name="t", key_serde="string", value_serde="json")
+    app.stream(list(inputs)).process(processor, name="t").to("out")
     return TopologyTestDriver(app, wall_clock_ms=1_000_000_000)
 
 

@@ -23,7 +23,7 @@ def now() -> int:
 def driver_of(processor, **out_config: str) -> TopologyTestDriver:
     """A one-step job of `processor` writing to "out", whose topic config is `out_config`, in the driver."""
     app = Application("app")
-    app.add_processor(processor, "in", "out", name="t", key_serde="string", value_serde="json")
+    app.stream("in").process(processor, name="t").to("out")
     config = {k.replace("_", "."): v for k, v in out_config.items()}
     return TopologyTestDriver(app, wall_clock_ms=now(), topic_configs={"out": config})
 

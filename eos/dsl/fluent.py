@@ -1,0 +1,298 @@
+"""The fluent DSL (Kafka Streams' `StreamsBuilder`/`KStream`, Quix's `StreamingDataFrame`), a surface over
+the processor graph: every call adds nodes, and the graph is cut into sub-topologies only at topics, so
+
+    app.stream("clicks").filter(lambda k, v: v["ok"]).map_values(enrich).group_by_key() \\
+       .window(TumblingWindows(60_000)).count().to_stream().to("clicks-per-minute")
+
+is one sub-topology: one task per partition, one transaction per batch, no topic between the steps. A key
+change (`map`, `select_key`, `flat_map`, `process`, `group_by`) followed by a stateful step (an aggregation,
+a join) inserts a repartition topic there, and only there.
+
+Names: every node gets one (`<kind>-<n>`, n its position in the graph) unless `name=` pins it. Stores and
+internal topics are named after their step, so pin the names of stateful steps: a generated name shifts
+when a step is added before it, and its state would start empty under the new name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from eos.graph import ProcessorNode, SinkNode, SourceNode
+from eos.graph.operators import Branch, Filter, FlatMap, FlatMapValues, Map, MapValues, PassThrough, Peek, SelectKey
+from eos.operators.windows import LatePolicy
+from eos.serde import Serde, serde_for
+from eos.tables import GlobalTable, JoinKind, JoinWindows, Table
+from eos.time import RECORD_TIME
+from recovery import StoreSpec
+
+if TYPE_CHECKING:
+    from eos.dsl.grouped import GroupedStream
+    from eos.dsl.processor_api import GraphMethods
+
+__all__ = ["Stream", "BranchedStream", "Const"]
+
+
+class Const:
+    """A node factory that returns the same (stateless) operator every time; picklable."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __call__(self) -> Any:
+        return self.value
+
+
+class Stream:
+    """Records flowing out of one node of the graph. Methods add a node after it and return the stream
+    of that node's output (`to` ends it)."""
+
+    def __init__(self, app: GraphMethods, node: str, key_serde: Serde, value_serde: Serde, topics: tuple[str, ...],
+                 rekeyed: bool = False) -> None:
+        self.app, self.node = app, node
+        self.key_serde, self.value_serde = key_serde, value_serde
+        #: the topics its records were last read from (a repartition topic's partition count follows them)
+        self.topics = topics
+        #: its key is no longer the one its records were partitioned by
+        self.rekeyed = rekeyed
+
+    def __repr__(self) -> str:
+        return f"Stream({self.node!r})"
+
+    def _then(self, kind: str, operator: Any, name: str | None, changes_key: bool = False) -> Stream:
+        node = self.app.graph.add(ProcessorNode(self.app.node_name(kind, name), (self.node,), Const(operator),
+                                                kind=kind, operator=True, changes_key=changes_key))
+        return Stream(self.app, node.name, self.key_serde, self.value_serde, self.topics, self.rekeyed or changes_key)
+
+    # ------------------------------------------------------------------ stateless
+    def filter(self, predicate: Callable[[Any, Any], Any], *, name: str | None = None) -> Stream:
+        """The records for which `predicate(key, value)` is true."""
+        return self._then("filter", Filter(predicate), name)
+
+    def filter_not(self, predicate: Callable[[Any, Any], Any], *, name: str | None = None) -> Stream:
+        """The records for which `predicate(key, value)` is false."""
+        return self._then("filter_not", Filter(predicate, negate=True), name)
+
+    def map(self, fn: Callable[[Any, Any], tuple[Any, Any]], *, name: str | None = None) -> Stream:
+        """`fn(key, value) -> (key, value)`: a new key too (a stateful step after it repartitions)."""
+        return self._then("map", Map(fn), name, changes_key=True)
+
+    def map_values(self, fn: Callable[[Any], Any], *, name: str | None = None) -> Stream:
+        """`fn(value) -> value`, the key kept."""
+        return self._then("map_values", MapValues(fn), name)
+
+    def flat_map(self, fn: Callable[[Any, Any], Iterable[tuple[Any, Any]]], *, name: str | None = None) -> Stream:
+        """`fn(key, value) -> iterable of (key, value)`."""
+        return self._then("flat_map", FlatMap(fn), name, changes_key=True)
+
+    def flat_map_values(self, fn: Callable[[Any], Iterable[Any]], *, name: str | None = None) -> Stream:
+        """`fn(value) -> iterable of values`, each with the record's key."""
+        return self._then("flat_map_values", FlatMapValues(fn), name)
+
+    def peek(self, fn: Callable[[Any, Any], Any], *, name: str | None = None) -> Stream:
+        """Call `fn(key, value)` and pass the record on (a retried batch calls it again)."""
+        return self._then("peek", Peek(fn), name)
+
+    def select_key(self, fn: Callable[[Any, Any], Any], *, name: str | None = None) -> Stream:
+        """`fn(key, value) -> new key`."""
+        return self._then("select_key", SelectKey(fn), name, changes_key=True)
+
+    def split(self, *, name: str | None = None) -> BranchedStream:
+        """Route each record to the first branch whose predicate holds: `.split().branch(p1, name="a")
+        .branch(p2, name="b").default_branch(name="rest")` returns {"a": stream, "b": ..., "rest": ...}."""
+        return BranchedStream(self, self.app.node_name("split", name))
+
+    def merge(self, *others: Stream, name: str | None = None) -> Stream:
+        """One stream of this one's records and the others' (each keeps its order)."""
+        streams = (self, *others)
+        node = self.app.graph.add(ProcessorNode(self.app.node_name("merge", name), tuple(s.node for s in streams),
+                                                Const(PassThrough("merge")), kind="merge", operator=True))
+        topics = tuple(dict.fromkeys(t for s in streams for t in s.topics))
+        return Stream(self.app, node.name, self.key_serde, self.value_serde, topics, any(s.rekeyed for s in streams))
+
+    # ------------------------------------------------------------------ the Processor API
+    def process(self, processor: Callable[[], Any], *, name: str | None = None, stores: Iterable[StoreSpec] = (),
+                connect: Iterable[str] = ()) -> Stream:
+        """A `eos.Processor` (made per task by `processor()`, e.g. its class), with `stores` declared for it and
+        the already declared stores `connect` shared with it; what it forwards is the returned stream.
+        It may schedule punctuation; its output may be keyed anew."""
+        graph, label = self.app.graph, getattr(processor, "__name__", type(processor).__name__)
+        node = graph.add(ProcessorNode(self.app.node_name("process", name), (self.node,), processor,
+                                       kind=f"Processor API ({label})", may_punctuate=True, changes_key=True))
+        for spec in stores:
+            graph.add_store(spec, [node.name])
+        graph.connect([node.name], connect)
+        return Stream(self.app, node.name, self.key_serde, self.value_serde, self.topics, rekeyed=True)
+
+    # ------------------------------------------------------------------ topics
+    def to(self, topic: str, *, key_serde: Serde | str | None = None, value_serde: Serde | str | None = None,
+           name: str | None = None) -> None:
+        """Write the records to `topic` (in the batch's transaction), with the stream's serdes unless given."""
+        self.app.graph.add(SinkNode(self.app.node_name(f"{topic}.sink", name, numbered=False), topic, (self.node,),
+                                    serde_for(key_serde, self.key_serde), serde_for(value_serde, self.value_serde)))
+
+    def through(self, topic: str, *, key_serde: Serde | str | None = None, value_serde: Serde | str | None = None,
+                name: str | None = None) -> Stream:
+        """Write the records to `topic` and go on from what is read back: a new sub-topology starts there."""
+        ks, vs = serde_for(key_serde, self.key_serde), serde_for(value_serde, self.value_serde)
+        self.to(topic, key_serde=ks, value_serde=vs, name=name)
+        return self.app.stream(topic, key_serde=ks, value_serde=vs, timestamp=RECORD_TIME)
+
+    def repartition(self, *, name: str | None = None, partitions: int | None = None,
+                    key_serde: Serde | str | None = None, value_serde: Serde | str | None = None) -> Stream:
+        """Through the internal topic `<application_id>-<name>-repartition` (created at start-up with
+        `partitions`, default as many as the stream's input has; records deleted once consumed), so each
+        key's records are in one task."""
+        from eos.dsl.base import InternalTopic
+
+        app = self.app
+        name = app.node_name("repartition", name)
+        topic = app.internal_name(name, "repartition")
+        app.internal_topics[topic] = InternalTopic(topic, partitions, like=None if partitions else self.topics[0],
+                                                   purge=True)
+        ks, vs = serde_for(key_serde, self.key_serde), serde_for(value_serde, self.value_serde)
+        app.graph.add(SinkNode(f"{name}-repartition.sink", topic, (self.node,), ks, vs, requires_key=True))
+        source = app.graph.add(SourceNode(f"{name}-repartition.source", (topic,), ks, vs, RECORD_TIME))
+        return Stream(app, source.name, ks, vs, (topic,))
+
+    def keyed(self, name: str) -> Stream:
+        """This stream, or, after a key change, this stream through a repartition topic named after `name`."""
+        return self.repartition(name=name) if self.rekeyed else self
+
+    # ------------------------------------------------------------------ grouping
+    def group_by_key(self, *, key_serde: Serde | str | None = None,
+                     value_serde: Serde | str | None = None) -> GroupedStream:
+        """Group by the current key (repartitioned first if the key was changed) for an aggregation."""
+        from eos.dsl.grouped import GroupedStream
+
+        return GroupedStream(self, serde_for(key_serde, self.key_serde), serde_for(value_serde, self.value_serde))
+
+    def group_by(self, fn: Callable[[Any, Any], Any], *, key_serde: Serde | str | None = None,
+                 value_serde: Serde | str | None = None, name: str | None = None) -> GroupedStream:
+        """Group by `fn(key, value)` (records are repartitioned by it before the aggregation)."""
+        return self._then("group_by", SelectKey(_required_key(fn)), name, changes_key=True).group_by_key(
+            key_serde=key_serde, value_serde=value_serde)
+
+    # ------------------------------------------------------------------ joins
+    def join(self, other: Stream | Table | GlobalTable, joiner: Callable[[Any, Any], Any], *,
+             windows: JoinWindows | None = None, key: Callable[[Any, Any], Any] | None = None,
+             name: str | None = None, how: JoinKind = "inner", late_records: LatePolicy = "drop",
+             persistent: bool = True) -> Stream:
+        """Join with a table (`app.table`: each record with the table's current value for its key), a global
+        table (`key(key, value)` gives the table key) or another stream (`windows=JoinWindows(...)`);
+        `joiner(left value, right value)` makes the output value. Keyed sides are repartitioned first if
+        their key was changed."""
+        from eos.dsl.joins import _kind
+
+        app = self.app
+        name = app.node_name("join", name)
+        right: Any = other.topics[0] if isinstance(other, Stream) else other
+        kind = _kind(self.topics[0], right, windows)
+        if kind == "stream-global":
+            assert isinstance(other, GlobalTable)
+            if key is None:
+                raise ValueError(f"join {name!r}: a global table join needs key=fn(key, value) -> the table's key")
+            record_key = _record_key_of(key)
+            step = app.join_step(name, kind, self.topics[0], other, joiner, how, windows, record_key, self.key_serde,
+                                 self.value_serde, self.value_serde, None, late_records, persistent,
+                                 frozenset(self.topics))
+            parents: tuple[str, ...] = (self.node,)
+        else:
+            if key is not None:
+                raise ValueError(f"join {name!r}: key= is for global table joins; re-key the stream with "
+                                 "select_key or map first")
+            left = self.keyed(f"{name}-left")
+            if isinstance(other, Stream):
+                other = other.keyed(f"{name}-right")
+                if set(other.topics) & set(left.topics):
+                    raise ValueError(f"join {name!r}: both sides read {sorted(set(other.topics) & set(left.topics))}; "
+                                     "a stream joined with itself needs one side through a topic (repartition())")
+                right, right_node, rvs = other.topics[0], other.node, other.value_serde
+            else:
+                assert isinstance(other, Table)
+                right_node, rvs = app.table_source(other), other.value_serde
+            step = app.join_step(name, kind, left.topics[0], right, joiner, how, windows, None, left.key_serde,
+                                 left.value_serde, rvs, None, late_records, persistent, frozenset(left.topics))
+            parents = (left.node, right_node)
+        direct = all(isinstance(app.graph.nodes[p], SourceNode) for p in parents)
+        node = app.graph.add(ProcessorNode(name, parents, step.factory, kind=f"{kind} join ({how})",
+                                           join=step.spec if direct else None, global_tables=step.global_tables))
+        for spec in step.stores:
+            app.graph.add_store(spec, [node.name])
+        return Stream(app, node.name, step.key_serde, serde_for("json"), self.topics)
+
+    def left_join(self, other: Stream | Table | GlobalTable, joiner: Callable[[Any, Any], Any],
+                  **kwargs: Any) -> Stream:
+        """`join(..., how="left")`: every left record, joined with None when there is no partner."""
+        return self.join(other, joiner, how="left", **kwargs)
+
+    def outer_join(self, other: Stream, joiner: Callable[[Any, Any], Any], **kwargs: Any) -> Stream:
+        """`join(..., how="outer")` of two streams: partnerless records of either side, once, with None."""
+        return self.join(other, joiner, how="outer", **kwargs)
+
+
+class BranchedStream:
+    """`stream.split()`: branches added in order; a record goes to the first whose predicate holds."""
+
+    def __init__(self, stream: Stream, name: str) -> None:
+        self.stream, self.name = stream, name
+        self._predicates: list[Callable[[Any, Any], Any] | None] = []
+        self._branches: dict[str, Stream] = {}
+        self._node: str | None = None
+
+    def branch(self, predicate: Callable[[Any, Any], Any], *, name: str | None = None) -> BranchedStream:
+        self._add(predicate, name)
+        return self
+
+    def default_branch(self, *, name: str | None = None) -> dict[str, Stream]:
+        """The records no branch took; returns every branch by name."""
+        self._add(None, name or "default")
+        return dict(self._branches)
+
+    def no_default_branch(self) -> dict[str, Stream]:
+        """Records no branch took are dropped; returns every branch by name."""
+        return dict(self._branches)
+
+    def _add(self, predicate: Callable[[Any, Any], Any] | None, name: str | None) -> None:
+        graph, stream = self.stream.app.graph, self.stream
+        if None in self._predicates:
+            raise ValueError(f"split {self.name!r}: the default branch must be the last")
+        if self._node is None:
+            graph.add(ProcessorNode(self.name, (stream.node,), _Branches(self._predicates), kind="split",
+                                    operator=True))
+            self._node = self.name
+        label = name or str(len(self._predicates) + 1)
+        if label in self._branches:
+            raise ValueError(f"split {self.name!r} already has a branch {label!r}")
+        self._predicates.append(predicate)
+        node = graph.add(ProcessorNode(f"{self.name}-{label}", (self.name,), Const(PassThrough("branch")),
+                                       kind="branch", operator=True))
+        self._branches[label] = Stream(stream.app, node.name, stream.key_serde, stream.value_serde, stream.topics,
+                                       stream.rekeyed)
+
+
+class _Branches:
+    """The split's operator, made when a task starts (after every branch was added)."""
+
+    def __init__(self, predicates: list[Callable[[Any, Any], Any] | None]) -> None:
+        self.predicates = predicates
+
+    def __call__(self) -> Branch:
+        return Branch(tuple(self.predicates))
+
+
+def _required_key(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    def key_of(key: Any, value: Any) -> Any:
+        new = fn(key, value)
+        if new is None:
+            raise ValueError("group_by returned None: a record without a key cannot be grouped")
+        return new
+    return key_of
+
+
+def _record_key_of(fn: Callable[[Any, Any], Any]) -> Callable[[Any], Any]:
+    """A global table join's key function over (key, value), as the join processor calls it (with a Record)."""
+    def key_of(record: Any) -> Any:
+        return fn(record.key, record.value)
+    return key_of
+

@@ -1,0 +1,89 @@
+"""The Processor API of the processor graph (Kafka Streams' `Topology.addSource/addProcessor/addSink/
+addStateStore`) and the entry points of the fluent DSL (`app.stream`), on the Application.
+
+    app.add_source("words", "sentences", value_serde="string")
+    app.add_processor("count", WordCount, "words")           # its context.forward goes to its children
+    app.add_state_store(store("counts", key_serde="string", value_serde="long"), "count")
+    app.add_sink("out", "word-counts", "count", value_serde="long")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from eos.dsl.base import SerdeSpec
+from eos.dsl.fluent import Stream
+from eos.dsl.joins import JoinMethods
+from eos.graph import ProcessorNode, SinkNode, SourceNode
+from eos.processor import Processor
+from eos.serde import serde_for
+from eos.tables import Table
+from eos.time import TimestampSpec, timestamp_extractor
+from recovery import StoreSpec
+
+__all__ = ["GraphMethods"]
+
+
+class GraphMethods(JoinMethods):
+    # ------------------------------------------------------------------ the Processor API
+    def add_source(self, name: str, topics: str | Sequence[str], *, key_serde: SerdeSpec = "string",
+                   value_serde: SerdeSpec = "json", timestamp: TimestampSpec = None) -> str:
+        """A source node reading `topics` (all read alike; the application's timestamp unless given)."""
+        topics = (topics,) if isinstance(topics, str) else tuple(topics)
+        extract = timestamp_extractor(timestamp) if timestamp is not None else None
+        return self.graph.add(SourceNode(name, topics, serde_for(key_serde), serde_for(value_serde), extract)).name
+
+    def add_processor(self, name: str, processor: Callable[[], Processor], *parents: str) -> str:
+        """A processor node: `processor()` makes one `eos.Processor` per task; `context.forward(key, value)`
+        goes to all its children, `forward(..., to="child")` to one. It may schedule punctuation."""
+        label = getattr(processor, "__name__", type(processor).__name__)
+        return self.graph.add(ProcessorNode(name, tuple(parents), processor, kind=f"Processor API ({label})",
+                                            may_punctuate=True)).name
+
+    def add_state_store(self, spec: StoreSpec, *processors: str) -> StoreSpec:
+        """Declare a store (`eos.store(...)`) and connect it to `processors` (processors sharing a store are in
+        one sub-topology)."""
+        self.graph.add_store(spec, processors)
+        return spec
+
+    def connect_processor_and_state_stores(self, processor: str, *stores: str) -> None:
+        self.graph.connect([processor], stores)
+
+    def add_sink(self, name: str, topic: str, *parents: str, key_serde: SerdeSpec = "string",
+                 value_serde: SerdeSpec = "json") -> str:
+        """A sink node writing what its parents forward to `topic`."""
+        return self.graph.add(SinkNode(name, topic, tuple(parents), serde_for(key_serde), serde_for(value_serde))).name
+
+    # ------------------------------------------------------------------ the DSL's entry points
+    def stream(self, topics: str | Sequence[str], *, key_serde: SerdeSpec = "string", value_serde: SerdeSpec = "json",
+               timestamp: TimestampSpec = None, name: str | None = None) -> Stream:
+        """The records of `topics` as a stream (`eos.dsl.fluent.Stream`): string keys and JSON values unless
+        told otherwise; event time from `timestamp` (the application's default, else the record's own)."""
+        topics = (topics,) if isinstance(topics, str) else tuple(topics)
+        ks, vs = serde_for(key_serde), serde_for(value_serde)
+        source = self.add_source(self.node_name(f"{topics[0]}.source", name, numbered=False), topics, key_serde=ks,
+                                 value_serde=vs, timestamp=timestamp)
+        return Stream(self, source, ks, vs, topics)
+
+    def table_source(self, table: Table) -> str:
+        """The source node a table's topic is read by (one per table: the joins that read it share it)."""
+        sources: dict[str, str] = self.__dict__.setdefault("_table_sources", {})
+        if table.topic not in sources:
+            sources[table.topic] = self.graph.add(SourceNode(
+                self.node_name(f"{table.name}.table", None, numbered=False), (table.topic,), table.key_serde,
+                table.value_serde, table.timestamp)).name
+        return sources[table.topic]
+
+    # ------------------------------------------------------------------ shared by the DSL's classes
+    def node_name(self, kind: str, name: str | None, *, numbered: bool = True) -> str:
+        """`name` if given; else `<kind>-<n>` (n: the node's position in the graph), or `kind` itself when
+        not `numbered` and free (then `<kind>-2`, ...)."""
+        if name is not None:
+            return name
+        nodes = self.graph.nodes
+        if not numbered and kind not in nodes:
+            return kind
+        n = len(nodes) if numbered else 2
+        while f"{kind}-{n}" in nodes:
+            n += 1
+        return f"{kind}-{n}"
