@@ -344,6 +344,8 @@ class TopologyTestDriver:
         for sub in self.app.subtopologies.values():
             if topic in sub.raw_outputs:
                 return BytesSerde(), BytesSerde()
+            if topic in sub.output_serdes:
+                return sub.output_serdes[topic]
             if topic in sub.output_topics:
                 return sub.output_key_serde, sub.output_value_serde
         try:

@@ -63,7 +63,8 @@ def test_wall_clock_punctuation_of_an_idle_task_commits_exactly_once_across_a_cr
     produce(kafka.bootstrap_servers, src, [(b"only-p0", b"x")], partition_of=lambda n, key: 0)  # task 1 idles
     app = Application(unique_name("app"), kafka.bootstrap_servers, log_level="ERROR", trigger_interval=0.2)
     app.stream(src, value_serde="bytes").process(
-        Heartbeat, name="beat", stores=[store("beats", key_serde="string", value_serde="long")]).to(out, value_serde="long")
+        Heartbeat, name="beat", stores=[store("beats", key_serde="string", value_serde="long")]).to(
+        out, value_serde="long")
     # The first attempt of an idle batch of task 1 dies after producing its beat, its transaction open.
     app.fault_hooks.on("after_produce", CrashWorker(Match(partition=1, spark_attempt=0, batch=3)))
     app.run(spark, max_seconds=15)

@@ -1,0 +1,240 @@
+"""The processor graph and the fluent DSL, through the test driver: many processors in one task and one
+transaction, cut into sub-topologies only at topics; fan-out, fan-in, shared stores, branches, automatic
+repartitioning, and a record's processing atomic across the whole graph."""
+
+from __future__ import annotations
+
+import pytest
+
+from eos import Application, Processor, store
+from eos.tables import JoinWindows
+from eos.testing import TopologyTestDriver
+from eos.windows import TumblingWindows, Windowed
+
+BASE = 1_800_000_000_000
+
+
+def app_() -> Application:
+    return Application("g", bootstrap_servers="unused:9092")
+
+
+def test_a_chain_of_operators_is_one_subtopology_and_repartitions_only_after_a_key_change():
+    app = app_()
+    clicks = app.stream("clicks").filter(lambda k, v: v["ok"]).map_values(lambda v: {**v, "n": 1})
+    clicks.group_by_key().window(TumblingWindows(60_000)).count(name="per_user").to_stream().to("per-user")
+    clicks.group_by(lambda k, v: v["page"], name="by_page").count(name="per_page").to_stream().to("per-page")
+    subs = app.subtopologies
+    assert list(subs) == ["filter_1", "per_page"]  # the filter's task holds the filter, map, window count
+    first = subs["filter_1"]
+    assert first.inputs == ("clicks",) and set(first.output_topics) == {"per-user", "g-per_page-repartition"}
+    assert [s.name for s in first.stores] == ["per_user-store"]
+    assert subs["per_page"].inputs == ("g-per_page-repartition",)
+    assert list(app.internal_topics) == ["g-per_page-repartition"]
+
+    driver = TopologyTestDriver(app)
+    driver.pipe_many("clicks", [("u1", {"ok": True, "page": "home"}, BASE), ("u1", {"ok": False, "page": "x"}, BASE),
+                                ("u2", {"ok": True, "page": "home"}, BASE + 1), ("u1", {"ok": True, "page": "cart"},
+                                                                                  BASE + 2)])
+    assert [(r.key.key, r.value) for r in driver.read("per-user")] == [("u1", 1), ("u2", 1), ("u1", 2)]
+    assert [(r.key, r.value) for r in driver.read("per-page")] == [("home", 1), ("home", 2), ("cart", 1)]
+    assert isinstance(driver.records("per-user")[0].key, Windowed)
+
+
+def test_stateless_operators_and_their_signatures():
+    app = app_()
+    s = app.stream("in")
+    s.map(lambda k, v: (v["to"], k)).to("mapped")
+    s.flat_map_values(lambda v: v["items"]).to("items")
+    s.flat_map(lambda k, v: [(f"{k}{i}", i) for i in range(2)]).to("pairs")
+    s.select_key(lambda k, v: k.upper()).filter_not(lambda k, v: v["to"] == "z").to("upper")
+    seen = []
+    s.peek(lambda k, v: seen.append(k)).to("peeked")
+    driver = TopologyTestDriver(app)
+    driver.pipe("in", "a", {"to": "b", "items": [1, 2]})
+    driver.pipe("in", "c", {"to": "z", "items": []})
+    assert [(r.key, r.value) for r in driver.read("mapped")] == [("b", "a"), ("z", "c")]
+    assert [(r.key, r.value) for r in driver.read("items")] == [("a", 1), ("a", 2)]
+    assert [(r.key, r.value) for r in driver.read("pairs")] == [("a0", 0), ("a1", 1), ("c0", 0), ("c1", 1)]
+    assert [r.key for r in driver.read("upper")] == ["A"]
+    assert seen == ["a", "c"] and len(app.subtopologies) == 1
+
+
+def test_split_branches_and_merge():
+    app = app_()
+    branches = (app.stream("in").split(name="route")
+                .branch(lambda k, v: v > 100, name="big").branch(lambda k, v: v > 10, name="medium")
+                .default_branch(name="small"))
+    assert list(branches) == ["big", "medium", "small"]
+    branches["big"].to("big")
+    branches["medium"].merge(branches["small"], name="rest").map_values(lambda v: -v).to("rest")
+    driver = TopologyTestDriver(app)
+    driver.pipe_many("in", [("a", 500), ("b", 50), ("c", 5)])
+    assert [r.value for r in driver.read("big")] == [500]
+    assert [r.value for r in driver.read("rest")] == [-50, -5]
+    text = str(app.describe())
+    assert "Processor: route (split; stores: [])\n      --> route-big, route-medium, route-small" in text
+    split = app.stream("third").split()
+    split.default_branch()
+    with pytest.raises(ValueError, match="default branch must be the last"):
+        split.branch(lambda k, v: True)
+
+
+class WordCount(Processor):
+    """The seeds' word count: split sentences, count words in a store, forward the counts each minute of
+    stream time (punctuation)."""
+
+    def init(self, context):
+        super().init(context)
+        self.counts = context.store("counts")
+        context.schedule(60_000, self.emit, type="stream")
+
+    def process(self, record):
+        for word in record.value.split():
+            self.counts.put(word, (self.counts.get(word) or 0) + 1)
+
+    def emit(self, now):
+        for word, count in self.counts.all():
+            self.context.forward(word, count)
+
+
+def test_the_processor_api_word_count_with_a_store_and_punctuation():
+    app = app_()
+    app.add_source("sentences", "text", value_serde="string")
+    app.add_processor("count", WordCount, "sentences")
+    app.add_state_store(store("counts", key_serde="string", value_serde="long"), "count")
+    app.add_sink("out", "word-counts", "count", value_serde="long")
+    driver = TopologyTestDriver(app)
+    driver.pipe_many("text", [(None, "a b a", BASE), (None, "b", BASE + 30_000), (None, "c", BASE + 61_000)])
+    assert sorted((r.key, r.value) for r in driver.read("word-counts")) == [
+        ("a", 2), ("a", 2), ("b", 1), ("b", 2), ("c", 1)]  # the first punctuation came with the first record
+    assert driver.store("counts").get("a") == 2
+    assert list(app.subtopologies) == ["count"]
+
+
+class Tally(Processor):
+    """Adds to a shared store and forwards to the child named in the value."""
+
+    def init(self, context):
+        super().init(context)
+        self.totals = context.store("totals")
+
+    def process(self, record):
+        self.totals.put(record.key, (self.totals.get(record.key) or 0) + record.value["n"])
+        self.context.forward(record.key, self.totals.get(record.key), to=record.value["to"])
+
+
+class Reader(Processor):
+    def init(self, context):
+        super().init(context)
+        self.totals = context.store("totals")
+
+    def process(self, record):
+        self.context.forward(record.key, {"total": self.totals.get(record.key), "seen": record.value})
+
+
+def test_two_processors_share_a_store_and_one_fans_out_to_two_sinks_by_name():
+    app = app_()
+    app.add_source("src", "in")
+    app.add_source("queries", "questions")
+    app.add_processor("tally", Tally, "src")
+    app.add_processor("reader", Reader, "queries")
+    app.add_state_store(store("totals", key_serde="string", value_serde="long"), "tally", "reader")
+    app.add_sink("evens", "even-out", "tally", value_serde="long")
+    app.add_sink("odds", "odd-out", "tally", value_serde="long")
+    app.add_sink("answers", "answers", "reader")
+    assert list(app.subtopologies) == ["tally"]  # the shared store puts both in one sub-topology
+    assert app.subtopologies["tally"].inputs == ("in", "questions")
+    driver = TopologyTestDriver(app)
+    driver.pipe_many("in", [("k", {"n": 2, "to": "evens"}, BASE), ("k", {"n": 1, "to": "odds"}, BASE + 1)])
+    driver.pipe("questions", "k", "?", timestamp=BASE + 2)
+    assert [r.value for r in driver.read("even-out")] == [2] and [r.value for r in driver.read("odd-out")] == [3]
+    assert [r.value for r in driver.read("answers")] == [{"total": 3, "seen": "?"}]
+
+
+def test_a_record_that_fails_anywhere_in_the_graph_leaves_nothing_and_is_dead_lettered_once():
+    app = app_()
+    s = app.stream("in")
+    s.to("copy")  # written before the failing branch runs
+    s.group_by_key().count(name="counts").to_stream().to("counts")
+    s.map_values(lambda v: 1 / v["d"]).to("inverse")
+    driver = TopologyTestDriver(app)
+    driver.pipe_many("in", [("a", {"d": 2}), ("a", {"d": 0}), ("a", {"d": 4})])
+    assert [r.value for r in driver.read("copy")] == [{"d": 2}, {"d": 4}]
+    assert [r.value for r in driver.read("counts")] == [1, 2]
+    assert driver.store("counts-store").get("a") == 2
+    (letter,) = driver.dead_letters()
+    assert letter.error == "ZeroDivisionError: division by zero" and letter.value == b'{"d":0}'
+
+
+def test_joins_in_the_dsl_stream_table_and_windowed_stream_stream():
+    app = app_()
+    customers = app.table("customers")
+    orders = app.stream("orders").filter(lambda k, v: v["qty"] > 0)
+    orders.left_join(customers, lambda o, c: {**o, "tier": c and c["tier"]}, name="with_tier").to("enriched")
+    payments = app.stream("payments")
+    orders.join(payments, lambda o, p: {"order": o["id"], "paid": p["amount"]}, windows=JoinWindows(60_000),
+                name="paid").to("paid")
+    assert len(app.subtopologies) == 1  # orders, customers and payments are co-partitioned inputs of one task
+    driver = TopologyTestDriver(app)
+    driver.pipe_records([("customers", "c1", {"tier": "gold"}, BASE), ("orders", "c1", {"id": 1, "qty": 1}, BASE + 1),
+                         ("orders", "c2", {"id": 2, "qty": 1}, BASE + 2),
+                         ("orders", "c1", {"id": 3, "qty": 0}, BASE + 3), ("payments", "c1", {"amount": 9}, BASE + 4)])
+    assert [(r.key, r.value["tier"]) for r in driver.read("enriched")] == [("c1", "gold"), ("c2", None)]
+    assert [r.value for r in driver.read("paid")] == [{"order": 1, "paid": 9}]
+
+
+def test_a_join_after_a_key_change_repartitions_that_side():
+    app = app_()
+    customers = app.table("customers")
+    app.stream("orders").select_key(lambda k, v: v["customer"]).join(
+        customers, lambda o, c: c["name"], name="named").to("named")
+    assert list(app.internal_topics) == ["g-named-left-repartition"]
+    assert [s.inputs for s in app.subtopologies.values()] == [("orders",), ("g-named-left-repartition", "customers")]
+    driver = TopologyTestDriver(app)
+    driver.pipe("customers", "c1", {"name": "Ann"}, timestamp=BASE)
+    driver.pipe("orders", "o1", {"customer": "c1"}, timestamp=BASE + 1)
+    assert [(r.key, r.value) for r in driver.read("named")] == [("c1", "Ann")]
+
+
+def test_fused_jobs_commit_the_same_results_when_batches_crash():
+    app = app_()
+    s = app.stream("in").filter(lambda k, v: v % 7).map_values(lambda v: v * 2)
+    s.to("doubled")
+    s.group_by(lambda k, v: v % 3, key_serde="long", name="mod").window(TumblingWindows(10_000)).count(name="w") \
+        .to_stream().to("windows")
+    s.group_by_key().reduce(lambda a, b: a + b, name="sums").to_stream().to("sums")
+    inputs = [("in", f"k{i % 4}", i, BASE + i * 1_000) for i in range(60)]
+    report = TopologyTestDriver(app, partitions=2).check_exactly_once(inputs, crashes=10, seed=4)
+    assert report.crashes and report.records > 40
+
+
+def test_names_pin_nodes_stores_and_topics_and_bad_graphs_are_refused():
+    app = app_()
+    with pytest.raises(ValueError, match="parent 'nowhere' does not exist"):
+        app.add_processor("p", WordCount, "nowhere")
+    app.add_source("s", "in")
+    with pytest.raises(ValueError, match="a node named 's' already exists"):
+        app.add_source("s", "other")
+    with pytest.raises(ValueError, match="no state store named 'missing'"):
+        app.add_processor("p", WordCount, "s")
+        app.connect_processor_and_state_stores("p", "missing")
+    app.add_sink("k", "out", "s")
+    with pytest.raises(ValueError, match="parent 'k' is a sink"):
+        app.add_processor("q", WordCount, "k")
+    other = app_()
+    other.stream("in").group_by(lambda k, v: v, name="g").count(name="c")
+    assert list(other.internal_topics) == ["g-c-repartition"] and "c-store" in {
+        s.name for sub in other.subtopologies.values() for s in sub.stores}
+
+
+def test_forwarding_without_a_child_or_to_an_unknown_one_is_an_error_not_a_silent_loss():
+    class Nowhere(Processor):
+        def process(self, record):
+            self.context.forward(record.key, record.value, to=record.value)
+
+    app = app_()
+    app.stream("in").process(Nowhere, name="p").to("out")
+    driver = TopologyTestDriver(app)
+    driver.pipe("in", "k", "elsewhere")
+    (letter,) = driver.dead_letters()
+    assert "processor 'p' has no child 'elsewhere'; its children: out.sink" in letter.error
