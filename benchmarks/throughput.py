@@ -22,6 +22,7 @@ import statistics
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -102,10 +103,15 @@ def run_copy_loop(bootstrap: str, admin: KafkaAdmin, src: str, n: int) -> float:
 
 
 def measure_latency(sc: Any, bootstrap: str, admin: KafkaAdmin, guarantee: str, seconds: float,
-                    rate: int) -> dict[str, float]:
+                    rate: int, make_app: Callable[[str, str, str, str], Application] | None = None,
+                    value: bytes | None = None) -> dict[str, float]:
+    """p50/p99 of input-to-visible latency of the identity job (or `make_app(app_id, bootstrap, src, dst)`)
+    under `rate` records/s of `value` (default: 100 random bytes) for `seconds`."""
     src, dst = f"lat-in-{uuid.uuid4().hex[:8]}", f"lat-out-{uuid.uuid4().hex[:8]}"
     admin.create_topics([TopicSpec(src, PARTITIONS), TopicSpec(dst, PARTITIONS)])
-    app = identity_app(f"lat-{guarantee}-{uuid.uuid4().hex[:8]}", bootstrap, src, dst, guarantee)
+    app_id = f"lat-{guarantee}-{uuid.uuid4().hex[:8]}"
+    app = (make_app(app_id, bootstrap, src, dst) if make_app is not None
+           else identity_app(app_id, bootstrap, src, dst, guarantee))
     job = threading.Thread(target=app.run, args=(sc,), kwargs={"max_seconds": seconds + 15}, daemon=True)
     job.start()
     time.sleep(8)  # start-up and the first (empty) batches
@@ -125,7 +131,7 @@ def measure_latency(sc: Any, bootstrap: str, admin: KafkaAdmin, guarantee: str, 
     watcher = threading.Thread(target=observe, daemon=True)
     watcher.start()
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1})
-    value = os.urandom(100)
+    value = value if value is not None else os.urandom(100)
     end = time.monotonic() + seconds
     sent = 0
     while time.monotonic() < end:

@@ -135,6 +135,9 @@ def topic_groups(subtopologies: Mapping[str, SubTopology], group_id: str) -> dic
 def uses_event_time(sub: SubTopology) -> bool:
     """Whether a sub-topology's results depend on stream time: windowed aggregations, windowed (stream-stream)
     joins, and Processor API steps, which may schedule stream-time punctuation."""
+    if sub.graph is not None:
+        return any(p.windowing is not None or p.may_punctuate or (p.join is not None and p.join.windows is not None)
+                   for p in sub.graph.processors)
     join = sub.join
     return sub.windowing is not None or sub.may_punctuate or (join is not None and join.windows is not None)
 

@@ -177,6 +177,11 @@ class Windowing:
     aggregator: Any
     merger: Any
     store: str
+    #: the stateless operators (eos.graph.operators) between the input topic and the aggregation, in order:
+    #: the window audit passes each input record through them, as the task did
+    prefix: tuple[Any, ...] = ()
+    #: the topic its results are written to (None: its sub-topology's output topic)
+    topic: str | None = None
 
 
 class WindowedSerde(Serde):

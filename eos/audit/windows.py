@@ -218,8 +218,11 @@ def audit_windows(bootstrap_servers: str, sub: SubTopology, *, group: str, admin
     w: Windowing | None = sub.windowing
     if w is None:
         raise ValueError(f"sub-topology {sub.name!r} is not a windowed aggregation")
-    if len(sub.inputs) != 1 or sub.output is None:
+    output = w.topic or sub.output
+    if len(sub.inputs) != 1 or output is None:
         raise ValueError(f"sub-topology {sub.name!r}: the window audit needs one input and an output topic")
+    out_key, out_value = sub.output_serdes.get(output, (sub.output_key_serde, sub.output_value_serde))
+    replay = _replay(w.prefix)
     admin = admin or KafkaAdmin(bootstrap_servers)
     result = WindowAuditResult()
     topic = sub.inputs[0]
@@ -240,10 +243,11 @@ def audit_windows(bootstrap_servers: str, sub: SubTopology, *, group: str, admin
             record: Record | None
             if msg.topic() in clocked and stamp_of(msg.headers())[1]:  # a clock marker: kept in its place
                 record = Record(None, None, msg.topic(), msg.partition(), msg.offset(), -1, msg.headers())
+                per_partition[msg.partition()].append(record)
             else:
                 record = _record(msg, sub, extract)
-            if record is not None:
-                per_partition[msg.partition()].append(record)
+                if record is not None:
+                    per_partition[msg.partition()] += replay(record)
     expected_updates: dict[WindowKey, list[Any]] = {}
     expected_closed: dict[WindowKey, Any] = {}
     for records in per_partition.values():
@@ -254,10 +258,10 @@ def audit_windows(bootstrap_servers: str, sub: SubTopology, *, group: str, admin
         expected_updates.update(ref.updates)
         expected_closed.update(ref.closed)
     observed: dict[WindowKey, list[Any]] = defaultdict(list)
-    for batch in scan_topic(bootstrap_servers, sub.output, admin=admin, progress=progress):
+    for batch in scan_topic(bootstrap_servers, output, admin=admin, progress=progress):
         for msg in batch:
-            windowed = sub.output_key_serde.deserialize(msg.key())
-            value = None if msg.value() is None else sub.output_value_serde.deserialize(msg.value())
+            windowed = out_key.deserialize(msg.key())
+            value = None if msg.value() is None else out_value.deserialize(msg.value())
             observed[(windowed.key, windowed.start, windowed.end)].append(value)
             result.output_records += 1
     if w.emit == "final":
@@ -265,6 +269,30 @@ def audit_windows(bootstrap_servers: str, sub: SubTopology, *, group: str, admin
     else:
         _check_updates(expected_updates, observed, result, max_samples)
     return result
+
+
+def _replay(prefix: tuple[Any, ...]) -> Callable[[Record], list[Record]]:
+    """What the aggregation got of an input record: the record itself, or what the stateless operators
+    before it in its task (filter, map_values, ...) made of it, each with the input's place."""
+    if not prefix:
+        return lambda record: [record]
+    out: list[tuple[Any, Any, int]] = []
+
+    def collect(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+        out.append((key, value, timestamp))
+
+    step = collect
+    for operator in reversed(prefix):
+        step = operator.bind([step])
+
+    def replay(record: Record) -> list[Record]:
+        out.clear()
+        step(record.key, record.value, record.timestamp, None)
+        if not out:  # filtered: it moved stream time in the task all the same (as a tombstone does here)
+            return [Record(record.key, None, record.topic, record.partition, record.offset, record.timestamp,
+                           record.headers)]
+        return [Record(k, v, record.topic, record.partition, record.offset, ts, record.headers) for k, v, ts in out]
+    return replay
 
 
 def _dead_lettered(bootstrap_servers: str, topic: str, subtopology: str,

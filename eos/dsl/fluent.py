@@ -214,9 +214,8 @@ class Stream:
             step = app.join_step(name, kind, left.topics[0], right, joiner, how, windows, None, left.key_serde,
                                  left.value_serde, rvs, None, late_records, persistent, frozenset(left.topics))
             parents = (left.node, right_node)
-        direct = all(isinstance(app.graph.nodes[p], SourceNode) for p in parents)
         node = app.graph.add(ProcessorNode(name, parents, step.factory, kind=f"{kind} join ({how})",
-                                           join=step.spec if direct else None, global_tables=step.global_tables))
+                                           join=step.spec, global_tables=step.global_tables))
         for spec in step.stores:
             app.graph.add_store(spec, [node.name])
         return Stream(app, node.name, step.key_serde, serde_for("json"), self.topics)

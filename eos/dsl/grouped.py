@@ -72,9 +72,8 @@ class GroupedStream:
                                     persistent, w.windows if w else None, w.emit if w else "update",
                                     w.late_records if w else "drop", merger, w.windowed_key if w else "json",
                                     w.retention if w else None)
-        direct = not app.graph.nodes[source.node].parents  # the window audit replays a source's records
         node = app.graph.add(ProcessorNode(name, (source.node,), step.factory, kind=step.kind,
-                                           windowing=step.windowing if direct else None, may_be_leaf=True))
+                                           windowing=step.windowing, may_be_leaf=True))
         for spec in step.stores:
             app.graph.add_store(spec, [node.name])
         return AggregateTable(app, node.name, step.key_serde, serde_for(aggregate_serde), source.topics,

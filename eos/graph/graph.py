@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -191,9 +191,39 @@ def _subtopology(part: GraphPart, stores: Mapping[str, StoreSpec], default_times
         output_key_serde=out_ks, output_value_serde=out_vs, extra_outputs=tuple(topics[1:]),
         timestamp=timestamp, stores=tuple(stores[s] for s in dict.fromkeys(used)),
         may_punctuate=any(p.may_punctuate for p in part.processors),
-        windowing=windowed[0].windowing if len(windowed) == 1 else None,
-        join=joins[0].join if len(joins) == 1 else None,
+        windowing=_audited_window(part, windowed[0]) if len(windowed) == 1 else None,
+        join=joins[0].join if len(joins) == 1 and _audited_join(part, joins[0], output) else None,
         per_topic={t: r for t, r in readings.items() if r != (key_serde, value_serde, timestamp)},
         global_tables=tuple(dict.fromkeys(g for p in part.processors for g in p.global_tables)),
         raw_outputs=raw, output_serdes={t: (s.key_serde, s.value_serde) for t, s in sinks.items() if not s.raw},
         graph=part, **kind)
+
+
+def _audited_window(part: GraphPart, node: ProcessorNode) -> Any:
+    """The windowed aggregation's definition for the window audit, with the stateless operators between its
+    one source and it and the topic of its results; None when the audit could not replay it (another kind
+    of node before it, several parents, or results that go anywhere but one sink)."""
+    prefix: list[Any] = []
+    current: Node = node
+    while True:
+        if len(current.parents) != 1:
+            return None
+        parent = part.node(current.parents[0])
+        if isinstance(parent, SourceNode):
+            break
+        if not isinstance(parent, ProcessorNode) or not parent.operator:
+            return None
+        prefix.insert(0, parent.factory())
+        current = parent
+    sinks = [part.node(c) for c in part.children[node.name]]
+    if len(part.sources) != 1 or len(sinks) != 1 or not isinstance(sinks[0], SinkNode):
+        return None
+    return replace(node.windowing, prefix=tuple(prefix), topic=sinks[0].topic)
+
+
+def _audited_join(part: GraphPart, node: ProcessorNode, output: str | None) -> bool:
+    """Whether the join audit can replay the join: its sides come straight from sources and its results go
+    to one sink, the sub-topology's output topic."""
+    sinks = [part.node(c) for c in part.children[node.name]]
+    return (all(isinstance(part.node(p), SourceNode) for p in node.parents) and len(sinks) == 1
+            and isinstance(sinks[0], SinkNode) and sinks[0].topic == output)

@@ -1,0 +1,153 @@
+"""Fused sub-topologies on the broker and Spark, SIGKILLed mid-batch (inside transactions too) and restarted:
+
+* a fluent pipeline, filter -> map_values -> split: the "checkout" branch left-joined with a customers table
+  and written, the rest grouped by page (a repartition topic) into a windowed count with emit="final";
+* the seeds' word count with the Processor API: a source, a processor with a store and stream-time
+  punctuation, a sink.
+
+Outputs equal a reference computation, the store holds the reference counts, and `audit_application` (the
+lineage of every step, derived outputs included, and the window audit) says PASS."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+
+from eos.audit import audit_application
+from eos.cli.loader import load_application
+from integration_tests.engine.test_kill_restart import kill_job_repeatedly
+from integration_tests.helpers import produce
+from integration_tests.streams.test_time_and_rekey import committed_records
+
+JOB = """
+import os
+from eos import Application, Processor, store
+from eos.testing import MarkWhile
+from eos.windows import TumblingWindows
+
+app = Application(os.environ["APP"], timestamp="field:at", max_records_per_batch=int(os.environ["BATCH"]),
+                  trigger_interval=0.0, log_format="json", log_level="WARNING", state_dir=os.environ["STATE"],
+                  repartition_purge_interval=0)
+
+customers = app.table(os.environ["CUSTOMERS"])
+clicks = (app.stream(os.environ["CLICKS"])
+          .filter(lambda user, click: not click.get("bot"), name="humans")
+          .map_values(lambda click: {**click, "page": click["page"].lower()}, name="clean"))
+routes = (clicks.split(name="route")
+          .branch(lambda user, click: click["page"] == "checkout", name="checkout")
+          .default_branch(name="browse"))
+routes["checkout"].left_join(customers, lambda click, c: {"id": click["id"], "tier": c and c["tier"]},
+                             name="with_tier").to(os.environ["CHECKOUTS"])
+(routes["browse"].group_by(lambda user, click: click["page"], name="by_page")
+    .window(TumblingWindows(60_000, grace=5_000), emit="final").count(name="pages")
+    .to_stream().to(os.environ["PAGES"]))
+
+
+class WordCount(Processor):
+    def init(self, context):
+        super().init(context)
+        self.counts = context.store("word-counts")
+        context.schedule(60_000, self.emit, type="stream")
+
+    def process(self, record):
+        for word in record.value.split():
+            self.counts.put(word, (self.counts.get(word) or 0) + 1)
+
+    def emit(self, now):
+        for word, count in self.counts.all():
+            self.context.forward(word, count)
+
+
+app.add_source("sentences", os.environ["TEXT"], value_serde="string", timestamp="record")
+app.add_processor("words", WordCount, "sentences")
+app.add_state_store(store("word-counts", key_serde="string", value_serde="long"), "words")
+app.add_sink("counts", os.environ["WORDS"], "words", value_serde="long")
+if os.environ.get("MARKS"):
+    app.fault_hooks.on("before_commit", MarkWhile(os.environ["MARKS"], seconds=0.3))
+"""
+
+PARTITIONS, PER_PARTITION, STEP_MS = 2, 1200, 5_000
+BASE = (int(time.time()) // 3600 - 4) * 3_600_000
+PAGES = ["Home", "cart", "Checkout", "search", "HELP"]
+WORDS = ["kafka", "spark", "exactly", "once", "stream", "table"]
+
+
+def clicks() -> dict[int, list[dict]]:
+    out: dict[int, list[dict]] = {}
+    for p in range(PARTITIONS):
+        out[p] = [{"id": f"{p}-{i}", "user": f"u{p}-{i % 7}", "page": PAGES[(i * 3 + p) % 5],
+                   "at": BASE + i * STEP_MS + p, "bot": i % 11 == 10} for i in range(PER_PARTITION)]
+        out[p].append({"id": f"{p}-end", "user": f"u{p}-0", "page": "end", "at": BASE + (PER_PARTITION + 100) * STEP_MS})
+    return out
+
+
+def test_a_fused_pipeline_and_a_processor_api_word_count_are_exactly_once_across_sigkills(
+        kafka, topic_factory, unique_name, tmp_path, monkeypatch):
+    names = ("clicks", "customers", "checkouts", "pages", "text", "words")
+    topics = dict(zip(names, (topic_factory(n, partitions=PARTITIONS) for n in names), strict=True))
+    data = clicks()
+    bootstrap = kafka.bootstrap_servers
+    # Users are keys, so a user's clicks and customer row share a partition (the topics are co-partitioned).
+    users = sorted({c["user"] for cs in data.values() for c in cs})
+    tiers = {u: ("gold" if i % 3 == 0 else "basic") for i, u in enumerate(users) if i % 5 != 4}  # some unknown
+    produce(bootstrap, topics["customers"], [(u.encode(), json.dumps({"tier": t, "at": BASE - 1}).encode())
+                                             for u, t in tiers.items()])
+    for p, records in data.items():
+        produce(bootstrap, topics["clicks"], [(r["user"].encode(), json.dumps(r).encode()) for r in records],
+                partition_of=lambda n, key, p=p: p)
+    sentences = [" ".join(WORDS[(i * j) % len(WORDS)] for j in range(1, 4 + i % 3)) for i in range(900)]
+    produce(bootstrap, topics["text"], [(None, s.encode()) for s in sentences])
+
+    (tmp_path / "job.py").write_text(JOB)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    app_id = unique_name("app")
+    env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": bootstrap, "APP": app_id, "STATE": str(tmp_path / "state"),
+           "MARKS": str(marks), "BATCH": "300", **{n.upper(): t for n, t in topics.items()}}
+    in_txn = kill_job_repeatedly(tmp_path, env, 3, marks, seed=27, pause=(5.0, 10.0))
+    assert in_txn >= 1
+    env.pop("MARKS")
+    final = subprocess.run([sys.executable, "-m", "eos.cli", "run", "job.py", "--until-caught-up"], cwd=tmp_path,
+                           env=env, capture_output=True, text=True, timeout=600)
+    assert final.returncode == 0, final.stderr[-3000:]
+
+    humans = [c for cs in data.values() for c in cs if not c.get("bot") and c["page"] != "end"]
+    checkouts = Counter((c["id"], tiers.get(c["user"])) for c in humans if c["page"] == "Checkout")
+    got = Counter()
+    for _, value, _ in committed_records(bootstrap, topics["checkouts"]):
+        joined = json.loads(value)
+        got[(joined["id"], joined["tier"])] += 1
+    assert got == checkouts  # each once, with the tier the table held
+
+    windows = Counter((c["page"].lower(), c["at"] // 60_000 * 60_000) for c in humans if c["page"] != "Checkout")
+    seen: Counter = Counter()
+    for key, value, _ in committed_records(bootstrap, topics["pages"]):
+        windowed = json.loads(key)
+        window = (windowed["key"], windowed["start"])
+        assert window not in seen, f"a second final result for {window}"
+        seen[window] = int.from_bytes(value, "big")
+    assert seen == windows
+
+    totals = Counter(w for s in sentences for w in s.split())
+    emitted: dict[str, list[int]] = {}
+    for key, value, _ in committed_records(bootstrap, topics["words"]):
+        emitted.setdefault(key.decode(), []).append(int.from_bytes(value, "big"))
+    assert emitted and all(counts == sorted(counts) and counts[-1] <= totals[w] for w, counts in emitted.items())
+
+    for key, value in env.items():
+        if key in {"APP", "STATE", "BATCH", "EOS_BOOTSTRAP_SERVERS", *(n.upper() for n in names)}:
+            monkeypatch.setenv(key, value)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        app = load_application(str(tmp_path / "job.py"))
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert sorted(app.subtopologies) == ["humans", "pages", "words"]
+    assert dict(app.store_view("word-counts").all()) == dict(totals)
+    reports = audit_application(app)
+    assert [r.verdict for r in reports] == ["PASS"] * len(reports), [r.verdict for r in reports]
+    assert [r.mode for r in reports].count("window") == 1
