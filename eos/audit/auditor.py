@@ -202,30 +202,42 @@ def _lineage_reports(app: Application, bootstrap_servers: str | None, max_sample
     cfg = app.config
     bootstrap = bootstrap_servers or cfg.bootstrap_servers
     hops = {t.name for t in app.internal_topics.values() if t.purge}
-    writers = {sub.output: sub for sub in app.subtopologies.values() if sub.output in hops}
     groups = offset_groups(app.subtopologies, cfg.group_id)
     shared = {t for t, gs in topic_groups(app.subtopologies, cfg.group_id).items() if len(gs) > 1}
     reports = []
-    for sub in app.subtopologies.values():
-        if sub.output in hops:
-            continue  # audited with the step that reads its repartition topic
-        inputs, through, stores, names = list(sub.inputs), [], list(sub.stores), {sub.name}
-        input_groups = {t: groups[(sub.name, t)] for t in sub.inputs}
-        while any(t in writers for t in inputs):
-            upstream = [writers[t] if t in writers else None for t in inputs]
-            through += [t for t in inputs if t in writers]
-            stores += [s for w in upstream if w is not None for s in w.stores]
-            names |= {w.name for w in upstream if w is not None}
-            input_groups |= {t: groups[(w.name, t)] for w in upstream if w is not None for t in w.inputs}
-            inputs = [i for t, w in zip(inputs, upstream, strict=True) for i in (w.inputs if w else (t,))]
+    for members in _linked_by_hops(list(app.subtopologies.values()), hops):
+        inputs = list(dict.fromkeys(t for sub in members for t in sub.inputs if t not in hops))
+        outputs = list(dict.fromkeys(t for sub in members for t in sub.output_topics if t not in hops))
+        through = list(dict.fromkeys(t for sub in members for t in sub.output_topics if t in hops))
+        input_groups = {t: groups[(sub.name, t)] for sub in members for t in sub.inputs if t not in hops}
         # a topic several sub-topologies read: each audit counts only its own ledger entries and dead letters
-        only = frozenset(names) if shared & set(inputs) else None
-        changelogs = [spec.changelog_topic(cfg.application_id) for spec in stores]
-        reports.append(audit(bootstrap, inputs=inputs, outputs=list(sub.output_topics), dead_letter_topic=cfg.dlq_topic,
+        only = frozenset(sub.name for sub in members) if shared & set(inputs) else None
+        changelogs = [spec.changelog_topic(cfg.application_id) for sub in members for spec in sub.stores]
+        reports.append(audit(bootstrap, inputs=inputs, outputs=outputs, dead_letter_topic=cfg.dlq_topic,
                              group=cfg.group_id, extra_topics=[*changelogs, *through], max_samples=max_samples,
                              progress=progress, ledger_topic=ledger_topic(cfg.application_id), through=through,
                              subtopologies=only, groups=input_groups))
     return reports
+
+
+def _linked_by_hops(subs: list[SubTopology], hops: set[str]) -> list[list[SubTopology]]:
+    """The sub-topologies in groups that repartition topics link (a writer and the step reading what it
+    wrote), each group in the order of its first member."""
+    group = list(range(len(subs)))
+
+    def find(i: int) -> int:
+        while group[i] != i:
+            i = group[i]
+        return i
+
+    for topic in hops:
+        linked = [i for i, sub in enumerate(subs) if topic in sub.inputs or topic in sub.output_topics]
+        for i in linked[1:]:
+            group[find(i)] = find(linked[0])
+    out: dict[int, list[SubTopology]] = {}
+    for i, sub in enumerate(subs):
+        out.setdefault(find(i), []).append(sub)
+    return list(out.values())
 
 
 def audit_windowed(app: Application, *, bootstrap_servers: str | None = None, subtopologies: Iterable[str] = (),
