@@ -224,6 +224,6 @@ def _audited_window(part: GraphPart, node: ProcessorNode) -> Any:
 def _audited_join(part: GraphPart, node: ProcessorNode, output: str | None) -> bool:
     """Whether the join audit can replay the join: its sides come straight from sources and its results go
     to one sink, the sub-topology's output topic."""
-    sinks = [part.node(c) for c in part.children[node.name]]
+    sinks = [n for n in map(part.node, part.children[node.name]) if not (isinstance(n, SinkNode) and n.named)]
     return (all(isinstance(part.node(p), SourceNode) for p in node.parents) and len(sinks) == 1
             and isinstance(sinks[0], SinkNode) and sinks[0].topic == output)
