@@ -25,7 +25,8 @@ from integration_tests.streams.test_time_and_rekey import committed_records
 
 JOB = """
 import os
-from eos import Application, Processor, store
+from eos import Application, store
+from eos.examples.wordcount import WordCount
 from eos.testing import MarkWhile
 from eos.windows import TumblingWindows
 
@@ -45,21 +46,6 @@ routes["checkout"].left_join(customers, lambda click, c: {"id": click["id"], "ti
 (routes["browse"].group_by(lambda user, click: click["page"], name="by_page")
     .window(TumblingWindows(60_000, grace=5_000), emit="final").count(name="pages")
     .to_stream().to(os.environ["PAGES"]))
-
-
-class WordCount(Processor):
-    def init(self, context):
-        super().init(context)
-        self.counts = context.store("word-counts")
-        context.schedule(60_000, self.emit, type="stream")
-
-    def process(self, record):
-        for word in record.value.split():
-            self.counts.put(word, (self.counts.get(word) or 0) + 1)
-
-    def emit(self, now):
-        for word, count in self.counts.all():
-            self.context.forward(word, count)
 
 
 app.add_source("sentences", os.environ["TEXT"], value_serde="string", timestamp="record")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from eos import Application, Processor, store
+from eos.examples.wordcount import WordCount
 from eos.tables import JoinWindows
 from eos.testing import TopologyTestDriver
 from eos.windows import TumblingWindows, Windowed
@@ -79,35 +80,17 @@ def test_split_branches_and_merge():
         split.branch(lambda k, v: True)
 
 
-class WordCount(Processor):
-    """The seeds' word count: split sentences, count words in a store, forward the counts each minute of
-    stream time (punctuation)."""
-
-    def init(self, context):
-        super().init(context)
-        self.counts = context.store("counts")
-        context.schedule(60_000, self.emit, type="stream")
-
-    def process(self, record):
-        for word in record.value.split():
-            self.counts.put(word, (self.counts.get(word) or 0) + 1)
-
-    def emit(self, now):
-        for word, count in self.counts.all():
-            self.context.forward(word, count)
-
-
 def test_the_processor_api_word_count_with_a_store_and_punctuation():
     app = app_()
     app.add_source("sentences", "text", value_serde="string")
     app.add_processor("count", WordCount, "sentences")
-    app.add_state_store(store("counts", key_serde="string", value_serde="long"), "count")
+    app.add_state_store(store("word-counts", key_serde="string", value_serde="long"), "count")
     app.add_sink("out", "word-counts", "count", value_serde="long")
     driver = TopologyTestDriver(app)
     driver.pipe_many("text", [(None, "a b a", BASE), (None, "b", BASE + 30_000), (None, "c", BASE + 61_000)])
     assert sorted((r.key, r.value) for r in driver.read("word-counts")) == [
         ("a", 2), ("a", 2), ("b", 1), ("b", 2), ("c", 1)]  # the first punctuation came with the first record
-    assert driver.store("counts").get("a") == 2
+    assert driver.store("word-counts").get("a") == 2
     assert list(app.subtopologies) == ["count"]
 
 
