@@ -4,8 +4,10 @@ framework creates. Each failure is a `ConfigError` that says what to change."""
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
+
+import structlog
 
 from eos.config import EosConfig
 from eos.dsl.base import InternalTopic
@@ -14,6 +16,8 @@ from eos.ledger import ledger_topic
 from eos.topology import SubTopology
 from recovery import ChangelogConfigError, ensure_changelogs
 from transactions import BrokerUnreachableError, KafkaAdmin, TopicSpec, check_reachable
+
+log = structlog.get_logger(__name__)
 
 __all__ = ["preflight", "user_topics", "check_state_dir", "check_spark_conf", "check_topics", "check_broker",
            "create_internal_topics", "create_repartition_topics", "TRANSACTION_LOG"]
@@ -172,4 +176,24 @@ def create_internal_topics(admin: KafkaAdmin, config: EosConfig, subtopologies: 
                                   config.internal_replication_factor)
             except ChangelogConfigError as exc:
                 raise ConfigError(str(exc)) from None
+    warn_orphaned_state(admin, config.application_id, {spec.changelog_topic(config.application_id)
+                                                       for sub in subtopologies.values() for spec in sub.stores})
     return admin.partition_counts([config.dlq_topic])[config.dlq_topic] or 1
+
+
+def orphaned_changelogs(topics: Iterable[str], application_id: str, changelogs: set[str]) -> list[str]:
+    """The application's changelog topics that no store of its topology writes any more."""
+    prefix = f"{application_id}-"
+    return sorted(t for t in topics if t.startswith(prefix) and t.endswith("-changelog") and t not in changelogs)
+
+
+def warn_orphaned_state(admin: KafkaAdmin, application_id: str, changelogs: set[str]) -> list[str]:
+    """Kafka Streams' lesson on topology changes: a store renamed (a generated name that shifted when a step
+    was inserted before it, or a new `name=`) starts empty, and the state kept under its old name is orphaned.
+    Say so at start-up, naming the topics, rather than let a job silently recount from zero."""
+    orphans = orphaned_changelogs(admin.topic_names(), application_id, changelogs)
+    if orphans:
+        log.warning("changelog topics of this application belong to no store of its topology: a store renamed "
+                    "since they were written starts empty. Pin stateful steps' names (name=...) to keep their state, "
+                    "or delete these topics if the state is no longer wanted", topics=orphans)
+    return orphans

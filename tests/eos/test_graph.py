@@ -221,3 +221,25 @@ def test_forwarding_without_a_child_or_to_an_unknown_one_is_an_error_not_a_silen
     driver.pipe("in", "k", "elsewhere")
     (letter,) = driver.dead_letters()
     assert "processor 'p' has no child 'elsewhere'; its children: out.sink" in letter.error
+
+
+def test_a_renamed_store_is_warned_about_at_start_up_naming_its_orphaned_changelog():
+    from structlog.testing import capture_logs
+
+    from eos.driver.checks import warn_orphaned_state
+    from transactions.memory import MemoryAdmin, MemoryCluster
+
+    def job(count_name: str | None) -> Application:
+        app = app_()
+        app.stream("in").filter(lambda k, v: True).group_by_key().count(name=count_name).to_stream().to("out")
+        return app
+
+    cluster = MemoryCluster()
+    for topic in ("g-count-2-store-changelog", "g-other-app-store-changelogs", "h-x-store-changelog"):
+        cluster.create_topic(topic, 1)
+    admin = MemoryAdmin(cluster)
+    for count_name, orphans in ((None, []), ("counts", ["g-count-2-store-changelog"])):
+        stores = {s.changelog_topic("g") for sub in job(count_name).subtopologies.values() for s in sub.stores}
+        with capture_logs() as logs:
+            assert warn_orphaned_state(admin, "g", stores) == orphans
+        assert [e["topics"] for e in logs if e["log_level"] == "warning"] == ([orphans] if orphans else [])
