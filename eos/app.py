@@ -79,6 +79,7 @@ class Application(GraphMethods):
         bootstrap = bootstrap_servers or os.environ.get("EOS_BOOTSTRAP_SERVERS", "")
         self.config = EosConfig.create(application_id=application_id, bootstrap_servers=bootstrap, **settings)
         self.graph = ProcessorGraph()
+        self.table_sources: dict[str, str] = {}
         self.internal_topics: dict[str, InternalTopic] = {}
         self.default_timestamp = timestamp_extractor(timestamp) if timestamp is not None else None
         self.fault_hooks = FaultHooks()

@@ -36,6 +36,8 @@ class InternalTopic:
 class TopologyBuilder:
     config: EosConfig
     graph: ProcessorGraph
+    #: table topic -> the source node that reads it (the DSL's joins with one table share it)
+    table_sources: dict[str, str]
     internal_topics: dict[str, InternalTopic]
     default_timestamp: Callable[[Record], int] | None
     _cut: tuple[int, dict[str, SubTopology]] | None = None

@@ -61,7 +61,7 @@ class Stream:
 
     def _then(self, kind: str, operator: Any, name: str | None, changes_key: bool = False) -> Stream:
         node = self.app.graph.add(ProcessorNode(self.app.node_name(kind, name), (self.node,), Const(operator),
-                                                kind=kind, operator=True, changes_key=changes_key))
+                                                kind=kind, operator=True))
         return Stream(self.app, node.name, self.key_serde, self.value_serde, self.topics, self.rekeyed or changes_key)
 
     # ------------------------------------------------------------------ stateless
@@ -118,7 +118,7 @@ class Stream:
         It may schedule punctuation; its output may be keyed anew."""
         graph, label = self.app.graph, getattr(processor, "__name__", type(processor).__name__)
         node = graph.add(ProcessorNode(self.app.node_name("process", name), (self.node,), processor,
-                                       kind=f"Processor API ({label})", may_punctuate=True, changes_key=True))
+                                       kind=f"Processor API ({label})", may_punctuate=True))
         for spec in stores:
             graph.add_store(spec, [node.name])
         graph.connect([node.name], connect)

@@ -67,7 +67,7 @@ class GraphMethods(JoinMethods):
 
     def table_source(self, table: Table) -> str:
         """The source node a table's topic is read by (one per table: the joins that read it share it)."""
-        sources: dict[str, str] = self.__dict__.setdefault("_table_sources", {})
+        sources = self.table_sources
         if table.topic not in sources:
             sources[table.topic] = self.graph.add(SourceNode(
                 self.node_name(f"{table.name}.table", None, numbered=False), (table.topic,), table.key_serde,

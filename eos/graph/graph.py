@@ -16,6 +16,7 @@ from functools import partial
 from typing import Any
 
 from eos.graph.nodes import Node, ProcessorNode, SinkNode, SourceNode
+from eos.graph.operators import Branch
 from eos.serde import Serde
 from eos.time import RECORD_TIME
 from eos.topology import SubTopology
@@ -213,7 +214,10 @@ def _audited_window(part: GraphPart, node: ProcessorNode) -> Any:
             break
         if not isinstance(parent, ProcessorNode) or not parent.operator:
             return None
-        prefix.insert(0, parent.factory())
+        operator = parent.factory()
+        if isinstance(operator, Branch):  # only the records routed to this branch
+            operator = operator.taking(part.children[parent.name].index(current.name))
+        prefix.insert(0, operator)
         current = parent
     sinks = [part.node(c) for c in part.children[node.name]]
     if len(part.sources) != 1 or len(sinks) != 1 or not isinstance(sinks[0], SinkNode):

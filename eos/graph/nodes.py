@@ -54,9 +54,6 @@ class ProcessorNode:
     global_tables: tuple[Any, ...] = ()
     #: a vectorized step: (fn(table) -> table, "pandas" | "arrow"); alone in its sub-topology
     batch: tuple[Callable[[Any], Any], str] | None = None
-    #: the node's output is keyed differently from its input (a stateful step after it needs the records
-    #: repartitioned by the new key first)
-    changes_key: bool = False
     #: what it forwards may go nowhere (a DSL aggregation nothing reads but queries); otherwise forwarding
     #: without children is an error (a step whose output was forgotten would lose records silently)
     may_be_leaf: bool = False

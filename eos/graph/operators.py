@@ -180,6 +180,17 @@ class Branch:
                     return
         return step
 
+    def taking(self, index: int) -> Filter:
+        """The records that go to branch `index` (and to no earlier one), as a filter."""
+        tests = self.predicates[:index + 1]
+
+        def takes(key: Any, value: Any) -> bool:
+            for i, test in enumerate(tests):
+                if test is None or test(key, value):
+                    return i == index
+            return False
+        return Filter(takes)
+
 
 @dataclass(frozen=True)
 class PassThrough:

@@ -2,6 +2,7 @@
 
 * a fluent pipeline, filter -> map_values -> split: the "checkout" branch left-joined with a customers table
   and written, the rest grouped by page (a repartition topic) into a windowed count with emit="final";
+* filter -> map_values -> split -> a windowed count per user, all in one task (no repartition);
 * the seeds' word count with the Processor API: a source, a processor with a store and stream-time
   punctuation, a sink.
 
@@ -16,6 +17,8 @@ import subprocess
 import sys
 import time
 from collections import Counter
+
+from confluent_kafka import Producer
 
 from eos.audit import audit_application
 from eos.cli.loader import load_application
@@ -47,6 +50,14 @@ routes["checkout"].left_join(customers, lambda click, c: {"id": click["id"], "ti
     .window(TumblingWindows(60_000, grace=5_000), emit="final").count(name="pages")
     .to_stream().to(os.environ["PAGES"]))
 
+# Per user and minute, fused behind a filter, a map and a branch (the window audit replays all three).
+visits = (app.stream(os.environ["CLICKS"], name="clicks-per-user")
+          .filter(lambda user, click: not click.get("bot"), name="people")
+          .map_values(lambda click: click["page"].lower(), name="page")
+          .split(name="kind").branch(lambda user, page: page == "checkout", name="buy").default_branch(name="look"))
+(visits["look"].group_by_key().window(TumblingWindows(60_000, grace=5_000), emit="final").count(name="per_user")
+    .to_stream().to(os.environ["USERS"]))
+
 
 app.add_source("sentences", os.environ["TEXT"], value_serde="string", timestamp="record")
 app.add_processor("words", WordCount, "sentences")
@@ -73,7 +84,7 @@ def clicks() -> list[dict]:
 
 def test_a_fused_pipeline_and_a_processor_api_word_count_are_exactly_once_across_sigkills(
         kafka, topic_factory, unique_name, tmp_path, monkeypatch):
-    names = ("clicks", "customers", "checkouts", "pages", "text", "words")
+    names = ("clicks", "customers", "checkouts", "pages", "users", "text", "words")
     topics = dict(zip(names, (topic_factory(n, partitions=PARTITIONS) for n in names), strict=True))
     data = clicks()
     bootstrap = kafka.bootstrap_servers
@@ -117,6 +128,13 @@ def test_a_fused_pipeline_and_a_processor_api_word_count_are_exactly_once_across
         seen[window] = int.from_bytes(value, "big")
     assert seen == windows
 
+    per_user = Counter((c["user"], c["at"] // 60_000 * 60_000) for c in humans if c["page"] != "Checkout")
+    users: Counter = Counter()
+    for key, value, _ in committed_records(bootstrap, topics["users"]):
+        windowed = json.loads(key)
+        users[(windowed["key"], windowed["start"])] += int.from_bytes(value, "big")
+    assert users == per_user
+
     totals = Counter(w for s in sentences for w in s.split())
     emitted: dict[str, list[int]] = {}
     for key, value, _ in committed_records(bootstrap, topics["words"]):
@@ -131,9 +149,22 @@ def test_a_fused_pipeline_and_a_processor_api_word_count_are_exactly_once_across
         app = load_application(str(tmp_path / "job.py"))
     finally:
         sys.path.remove(str(tmp_path))
-    assert sorted(app.subtopologies) == ["humans", "pages", "words"]
+    assert sorted(app.subtopologies) == ["humans", "pages", "people", "words"]
     assert dict(app.store_view("word-counts").all()) == dict(totals)
     reports = audit_application(app)
     failed = [(r.mode, r.inputs, r.outputs) for r in reports if r.verdict != "PASS"]
-    assert not failed and len(reports) == 3, failed  # the lineage of humans with pages (linked), words; a window
-    assert [r.mode for r in reports].count("window") == 1
+    assert not failed and len(reports) == 5, failed  # lineage: humans with pages (linked), people, words; 2 windows
+    assert [r.mode for r in reports].count("window") == 2 and not any(r.skipped for r in reports)
+
+    # A final result committed twice (a broken writer): `audit_application` alone says FAIL, twice: the lineage
+    # audit of the fused step (a derived output's id committed twice) and its window audit (a second result).
+    key, value, _ = committed_records(bootstrap, topics["users"])[0]
+    copy = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"copy-{time.time_ns()}"})
+    copy.init_transactions(30)
+    copy.begin_transaction()
+    copy.produce(topics["users"], key=key, value=value)
+    copy.commit_transaction(30)
+    reports = audit_application(app)
+    failed = [(r.mode, r.outputs) for r in reports if r.verdict != "PASS"]
+    assert [mode for mode, _ in failed] == ["lineage", "window"], failed
+    assert all(topics["users"] in outputs for _, outputs in failed), failed

@@ -243,3 +243,49 @@ def test_a_renamed_store_is_warned_about_at_start_up_naming_its_orphaned_changel
         with capture_logs() as logs:
             assert warn_orphaned_state(admin, "g", stores) == orphans
         assert [e["topics"] for e in logs if e["log_level"] == "warning"] == ([orphans] if orphans else [])
+
+
+def test_the_window_audit_replays_the_operators_before_a_fused_window_branch_included():
+    from eos.audit.windows import _replay
+    from eos.records import Record
+
+    app = app_()
+    routes = (app.stream("in").filter(lambda k, v: v["n"] >= 0, name="valid").map_values(lambda v: v["n"], name="n")
+              .split(name="route").branch(lambda k, v: v > 100, name="big").default_branch(name="small"))
+    routes["small"].group_by_key().window(TumblingWindows(60_000)).count(name="small_counts").to_stream().to("out")
+    (sub,) = app.subtopologies.values()
+    assert sub.windowing is not None and sub.windowing.topic == "out" and len(sub.windowing.prefix) == 4
+    replay = _replay(sub.windowing.prefix)
+
+    def seen(value):
+        return [(r.key, r.value, r.timestamp) for r in replay(Record("k", value, "in", 0, 7, 5, None))]
+
+    assert seen({"n": 3}) == [("k", 3, 5)]
+    assert seen({"n": 500}) == [("k", None, 5)]  # routed to the other branch: moves stream time, counts nothing
+    assert seen({"n": -1}) == [("k", None, 5)]  # filtered out
+    other = app_()
+    other.stream("a").merge(other.stream("b")).group_by_key().window(TumblingWindows(60_000)).count(name="c") \
+        .to_stream().to("out")
+    (merged,) = other.subtopologies.values()
+    assert merged.windowing is None  # two inputs: the window audit cannot replay it (lineage still audits it)
+
+
+def test_user_mistakes_in_operators_dead_letter_the_record_with_what_went_wrong():
+    app = app_()
+    app.stream("in").map(lambda k, v: v).to("mapped")  # returns the value, not a (key, value) pair
+    driver = TopologyTestDriver(app)
+    driver.pipe("in", "a", {"group": "g", "items": [1]}, timestamp=BASE)
+    driver.pipe("in", "b", {"items": 5}, timestamp=BASE + 1)
+    errors = [d.error for d in driver.dead_letters()]
+    assert errors == ["TypeError: map must return a (key, value) tuple, got dict"] * 2, errors
+    app2 = app_()
+    s2 = app2.stream("in")
+    s2.group_by(lambda k, v: v.get("group"), name="by").count(name="groups").to_stream().to("groups")
+    s2.flat_map_values(lambda v: v["items"]).to("items")
+    driver2 = TopologyTestDriver(app2)
+    driver2.pipe("in", "a", {"items": [1]}, timestamp=BASE)
+    driver2.pipe("in", "b", {"group": "g", "items": 5}, timestamp=BASE + 1)
+    assert [d.error for d in driver2.dead_letters()] == [
+        "ValueError: group_by returned None: a record without a key cannot be grouped",
+        "TypeError: flat_map_values must return an iterable (a list, a generator), got int"]
+    assert driver2.read("groups") == [] and driver2.read("items") == []  # nothing of either record stayed
