@@ -27,7 +27,7 @@ def _open(path: Path | None) -> LocalCluster:
     try:
         return LocalCluster.open(cluster_dir(path))
     except ClusterError as exc:
-        console.print(f"[red]{exc}[/red]")
+        console.print(str(exc), style="red", markup=False)  # its text may hold [brackets]
         raise typer.Exit(1) from None
 
 
@@ -48,7 +48,7 @@ def up(brokers: int = typer.Option(1, "--brokers", "-b", help="1 or 3 brokers"),
     try:
         cluster.up(timeout=timeout)
     except (ClusterError, ToolMissingError) as exc:
-        console.print(f"[red]{exc}[/red]")
+        console.print(str(exc), style="red", markup=False)  # its text may hold [brackets]
         raise typer.Exit(1) from None
     console.print(f"Kafka cluster up ({len(cluster.nodes)} broker(s)): [bold]{cluster.bootstrap_servers}[/bold]")
     console.print(f"  export EOS_BOOTSTRAP_SERVERS={cluster.bootstrap_servers}    (also in {root / 'bootstrap.env'})")
@@ -92,7 +92,7 @@ def _fault(name: str, help_text: str) -> None:
         try:
             getattr(cluster, name)(node)
         except ClusterError as exc:
-            console.print(f"[red]{exc}[/red]")
+            console.print(str(exc), style="red", markup=False)  # its text may hold [brackets]
             raise typer.Exit(1) from None
         console.print(f"broker {node}: {name} done ({cluster.state(node)})")
 
