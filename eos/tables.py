@@ -40,15 +40,16 @@ from typing import Any, Literal
 from eos.serde import Serde
 from eos.windows import ms
 
-__all__ = ["Table", "GlobalTable", "JoinWindows", "JoinKind", "JoinSpec", "JoinType"]
+__all__ = ["TableSource", "GlobalTable", "JoinWindows", "JoinKind", "JoinSpec", "JoinType"]
 
 JoinKind = Literal["inner", "left", "outer"]
 JoinType = Literal["stream-table", "stream-global", "stream-stream", "table-table", "foreign-key"]
 
 
 @dataclass(frozen=True)
-class Table:
-    """A table read from `topic` (declared with `app.table`)."""
+class TableSource:
+    """Where a table is read from: `topic`, its serdes and timestamps (what `app.table` declares; the
+    table's methods are the DSL's, `eos.dsl.tables.Table`)."""
 
     topic: str
     name: str
@@ -111,3 +112,5 @@ class JoinSpec:
     right_store: str | None = None
     #: foreign-key joins: the sub-topology that reads the right table (its progress in it is the audit's end)
     right_reader: str | None = None
+    #: the topic its results go to (set when the graph is cut)
+    output: str | None = None

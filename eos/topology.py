@@ -68,16 +68,17 @@ class SubTopology:
     #: The processor may schedule wall-clock punctuation (Processor API): its tasks run once at start-up
     #: even without input, so the driver learns their schedules.
     may_punctuate: bool = False
-    #: A windowed aggregation's definition (eos.windows.Windowing), for the auditor and queries.
-    windowing: Any = None
+    #: The windowed aggregations the window audit can replay (eos.windows.Windowing, each with the topic its
+    #: results go to)
+    windowings: tuple[Any, ...] = ()
     #: Inputs read with other serdes or timestamps than the sub-topology's (a join's two sides):
     #: topic -> (key serde, value serde, timestamp extractor or None for the record's own timestamp).
     per_topic: Mapping[str, tuple[Serde, Serde, Callable[[Any], int] | None]] = field(default_factory=dict)
     #: Global tables the processor reads (eos.tables.GlobalTable): a full copy on every task, read up to
     #: offsets the planner pins for the batch.
     global_tables: tuple[Any, ...] = ()
-    #: A join's definition (eos.tables.JoinSpec), for the auditor.
-    join: Any = None
+    #: The joins the join audit can replay (eos.tables.JoinSpec, each with the topic its results go to)
+    joins: tuple[Any, ...] = ()
     #: Output topics whose records the processor forwards already serialized (bytes or None), e.g. the
     #: subscriptions of a foreign-key join next to its results.
     raw_outputs: frozenset[str] = frozenset()
@@ -138,21 +139,22 @@ def uses_event_time(sub: SubTopology) -> bool:
     if sub.graph is not None:
         return any(p.windowing is not None or p.may_punctuate or (p.join is not None and p.join.windows is not None)
                    for p in sub.graph.processors)
-    join = sub.join
-    return sub.windowing is not None or sub.may_punctuate or (join is not None and join.windows is not None)
+    return bool(sub.windowings) or sub.may_punctuate or any(j.windows is not None for j in sub.joins)
 
 
 def clocked_topics(subtopologies: Mapping[str, SubTopology]) -> frozenset[str]:
     """The topics between two sub-topologies of one application whose records carry their writers' clocks
     (eos.streamtime): those read by a step that uses event time, or by one that writes such a topic itself,
-    and written only by record-at-a-time steps (a vectorized step keeps no clock)."""
+    and written only by record-at-a-time steps (a vectorized step keeps no clock). A topic on a cycle of
+    sub-topologies (a foreign-key join's subscriptions and responses) carries no clock: each batch that reads
+    a clock marker writes one, and around a cycle the markers would never stop."""
     writers: dict[str, list[SubTopology]] = {}
     for sub in subtopologies.values():
         for topic in sub.output_topics:
             writers.setdefault(topic, []).append(sub)
     edges = {t for t, ws in writers.items()
              if all(w.processor_factory is not None for w in ws)
-             and any(t in r.inputs for r in subtopologies.values())}
+             and any(t in r.inputs for r in subtopologies.values())} - _cyclic_topics(subtopologies)
     clocked: set[str] = set()
     changed = True
     while changed:
@@ -163,3 +165,24 @@ def clocked_topics(subtopologies: Mapping[str, SubTopology]) -> frozenset[str]:
                 clocked.add(topic)
                 changed = True
     return frozenset(clocked)
+
+
+def _cyclic_topics(subtopologies: Mapping[str, SubTopology]) -> set[str]:
+    """The topics a sub-topology writes that lead, through the sub-topologies reading them, back to it."""
+    feeds: dict[str, set[str]] = {}  # sub-topology -> the sub-topologies reading what it writes
+    for sub in subtopologies.values():
+        feeds[sub.name] = {r.name for r in subtopologies.values() if set(sub.output_topics) & set(r.inputs)}
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            name = todo.pop()
+            if name == goal:
+                return True
+            if name not in seen:
+                seen.add(name)
+                todo.extend(feeds[name])
+        return False
+
+    return {t for sub in subtopologies.values() for t in sub.output_topics
+            for r in subtopologies.values() if t in r.inputs and reaches(r.name, sub.name)}

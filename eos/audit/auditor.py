@@ -179,16 +179,15 @@ def audit_application(app: Application, *, bootstrap_servers: str | None = None,
     reports = _lineage_reports(app, bootstrap_servers, max_samples, progress)
     bootstrap = bootstrap_servers or app.config.bootstrap_servers
     for name, sub in app.subtopologies.items():
-        if sub.windowing is None:
-            continue
-        try:
-            reports += audit_windowed(app, bootstrap_servers=bootstrap, subtopologies=[name],
-                                      max_samples=max_samples, progress=progress)
-        except ValueError as exc:
-            reports.append(AuditReport("window", bootstrap, list(sub.inputs), list(sub.output_topics),
-                                       app.config.dlq_topic, app.config.group_id, "read_committed",
-                                       window=WindowAuditResult(), skipped=str(exc)))
-    if any(sub.join is not None for sub in app.subtopologies.values()):
+        for w in sub.windowings:
+            try:
+                reports += audit_windowed(app, bootstrap_servers=bootstrap, subtopologies=[name],
+                                          max_samples=max_samples, progress=progress, only=w)
+            except ValueError as exc:
+                reports.append(AuditReport("window", bootstrap, list(sub.inputs), [w.topic or sub.output or ""],
+                                           app.config.dlq_topic, app.config.group_id, "read_committed",
+                                           window=WindowAuditResult(), skipped=str(exc)))
+    if any(sub.joins for sub in app.subtopologies.values()):
         reports += audit_joins(app, bootstrap_servers=bootstrap, max_samples=max_samples)
     return reports
 
@@ -241,61 +240,70 @@ def _linked_by_hops(subs: list[SubTopology], hops: set[str]) -> list[list[SubTop
 
 
 def audit_windowed(app: Application, *, bootstrap_servers: str | None = None, subtopologies: Iterable[str] = (),
-                   max_samples: int = 10, progress: Callable[[int], None] | None = None) -> list[AuditReport]:
-    """`eos audit window`: every windowed aggregation of a job (or those named) against the reference
-    recomputed from its committed input, plus the transaction and offset checks."""
-    def check(report: AuditReport, sub: SubTopology, admin: KafkaAdmin, groups: dict[str, str]) -> None:
+                   max_samples: int = 10, progress: Callable[[int], None] | None = None,
+                   only: Any = None) -> list[AuditReport]:
+    """`eos audit window`: every windowed aggregation of a job (or those of the sub-topologies named, or
+    `only` that one) against the reference recomputed from its committed input, plus the transaction and
+    offset checks."""
+    def check(report: AuditReport, sub: SubTopology, w: Any, admin: KafkaAdmin, groups: dict[str, str]) -> None:
         report.window = audit_windows(report.bootstrap_servers, sub, group=groups[sub.inputs[0]], admin=admin,
                                       dead_letters=app.config.dlq_topic, max_samples=max_samples,
-                                      progress=progress,
-                                      clocked=frozenset(sub.inputs) & app.clocked_topics)
+                                      progress=progress, clocked=frozenset(sub.inputs) & app.clocked_topics,
+                                      window=w)
 
-    return _audit_each(app, "window", "windowed aggregation", lambda s: s.windowing is not None, check,
-                       bootstrap_servers, subtopologies, max_samples)
+    return _audit_each(app, "window", "windowed aggregation",
+                       lambda s: [w for w in s.windowings if only is None or w is only],
+                       lambda s, w: [w.topic or s.output], check, bootstrap_servers, subtopologies, max_samples)
 
 
 def audit_joins(app: Application, *, bootstrap_servers: str | None = None, subtopologies: Iterable[str] = (),
                 max_samples: int = 10) -> list[AuditReport]:
-    """`eos audit join`: every join of a job (or those named) checked by replaying its committed inputs
-    (`eos.audit.joins`), plus the transaction and offset checks."""
-    def check(report: AuditReport, sub: SubTopology, admin: KafkaAdmin, groups: dict[str, str]) -> None:
+    """`eos audit join`: every join of a job (or those of the sub-topologies named) checked by replaying its
+    committed inputs (`eos.audit.joins`), plus the transaction and offset checks."""
+    def check(report: AuditReport, sub: SubTopology, join: Any, admin: KafkaAdmin, groups: dict[str, str]) -> None:
         right_table = None
-        if sub.join.right_reader is not None:  # a foreign-key join: the right table's reader and its progress
-            right_table = app.subtopologies[sub.join.right_reader]
-            groups = {**groups, sub.join.right: offset_groups(app.subtopologies, app.config.group_id)[
-                (right_table.name, sub.join.right)]}
+        if join.right_reader is not None:  # a foreign-key join: the right table's reader and its progress
+            right_table = app.subtopologies[join.right_reader]
+            groups = {**groups, join.right: offset_groups(app.subtopologies, app.config.group_id)[
+                (right_table.name, join.right)]}
         report.join = audit_join(report.bootstrap_servers, sub, group=app.config.group_id,
                                  application_id=app.config.application_id, dead_letters=app.config.dlq_topic,
-                                 admin=admin, max_samples=max_samples, groups=groups, right_table=right_table)
+                                 admin=admin, max_samples=max_samples, groups=groups, right_table=right_table,
+                                 join=join)
 
-    return _audit_each(app, "join", "join", lambda s: s.join is not None, check, bootstrap_servers, subtopologies,
-                       max_samples)
+    return _audit_each(app, "join", "join", lambda s: list(s.joins), lambda s, j: [j.output or s.output], check,
+                       bootstrap_servers, subtopologies, max_samples)
 
 
-def _audit_each(app: Application, mode: str, what: str, selects: Callable[[SubTopology], bool],
-                check: Callable[[AuditReport, SubTopology, KafkaAdmin, dict[str, str]], None],
+def _audit_each(app: Application, mode: str, what: str, items: Callable[[SubTopology], list[Any]],
+                outputs: Callable[[SubTopology, Any], list[Any]],
+                check: Callable[[AuditReport, SubTopology, Any, KafkaAdmin, dict[str, str]], None],
                 bootstrap_servers: str | None, subtopologies: Iterable[str], max_samples: int) -> list[AuditReport]:
-    """One report per sub-topology `selects` picks (or per one named): `check` fills in its mode's result,
-    then the transaction and offset checks, each input held to the group its progress is committed under."""
+    """One report per item (a windowed aggregation, a join) of each sub-topology that has any (or of each
+    one named): `check` fills in its mode's result, then the transaction and offset checks, each input held
+    to the group its progress is committed under."""
     cfg = app.config
     bootstrap = bootstrap_servers or cfg.bootstrap_servers
     admin = KafkaAdmin(bootstrap)
-    names = list(subtopologies) or [n for n, s in app.subtopologies.items() if selects(s)]
+    names = list(subtopologies) or [n for n, s in app.subtopologies.items() if items(s)]
     if not names:
         raise ValueError(f"application {cfg.application_id!r} has no {what}")
     groups = offset_groups(app.subtopologies, cfg.group_id)
     reports = []
     for name in names:
         sub = app.subtopologies[name]
-        started = time.monotonic()
+        if not items(sub):
+            raise ValueError(f"sub-topology {name!r} has no {what} the audit can replay")
         input_groups = {t: groups[(name, t)] for t in sub.inputs}
-        report = AuditReport(mode, bootstrap, list(sub.inputs), list(sub.output_topics), cfg.dlq_topic,
-                             cfg.group_id, "read_committed")
-        check(report, sub, admin, input_groups)
-        changelogs = [spec.changelog_topic(cfg.application_id) for spec in sub.stores]
-        report.transactions = check_open_transactions(admin, [*sub.output_topics, *changelogs], max_samples)
-        report.offsets = check_offsets(admin, sub.inputs, cfg.group_id, input_groups)
-        report.verdict = "PASS" if report.violations == 0 else "FAIL"
-        report.duration_s = round(time.monotonic() - started, 3)
-        reports.append(report)
+        for item in items(sub):
+            started = time.monotonic()
+            report = AuditReport(mode, bootstrap, list(sub.inputs), outputs(sub, item), cfg.dlq_topic,
+                                 cfg.group_id, "read_committed")
+            check(report, sub, item, admin, input_groups)
+            changelogs = [spec.changelog_topic(cfg.application_id) for spec in sub.stores]
+            report.transactions = check_open_transactions(admin, [*sub.output_topics, *changelogs], max_samples)
+            report.offsets = check_offsets(admin, sub.inputs, cfg.group_id, input_groups)
+            report.verdict = "PASS" if report.violations == 0 else "FAIL"
+            report.duration_s = round(time.monotonic() - started, 3)
+            reports.append(report)
     return reports

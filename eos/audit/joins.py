@@ -27,7 +27,7 @@ from typing import Any
 
 from eos.audit.ledger import read_ledger
 from eos.audit.scan import scan_topic
-from eos.audit.windows import _dead_lettered
+from eos.audit.windows import _dead_lettered, only
 from eos.ledger import ledger_topic
 from eos.origin import origin_of
 from eos.records import Record
@@ -219,13 +219,12 @@ def check_foreign_key(left: dict[Any, list[Any]], right: dict[Any, list[Any]], o
 def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, application_id: str,
                dead_letters: str | None = None, admin: KafkaAdmin | None = None,
                max_samples: int = 10, groups: Mapping[str, str] | None = None,
-               right_table: SubTopology | None = None) -> JoinAuditResult:
+               right_table: SubTopology | None = None, join: JoinSpec | None = None) -> JoinAuditResult:
     """Audit the join sub-topology `sub` of an application (its committed inputs up to the group's committed
     offsets, its committed output). `groups`: inputs whose progress another group holds. A foreign-key join
-    also needs `right_table`, the sub-topology that reads its right table."""
-    spec: JoinSpec | None = sub.join
-    if spec is None or sub.output is None:
-        raise ValueError(f"sub-topology {sub.name!r} is not a join")
+    also needs `right_table`, the sub-topology that reads its right table. `join`: which of the
+    sub-topology's joins (needed when it has several)."""
+    spec: JoinSpec = join or only(sub.joins, f"sub-topology {sub.name!r}", "join")
     admin = admin or KafkaAdmin(bootstrap_servers)
     result = JoinAuditResult(spec.kind, spec.how)
     skipped = _dead_lettered(bootstrap_servers, dead_letters, sub.name, admin) if dead_letters else set()
@@ -233,10 +232,11 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
     ledger = read_ledger(bootstrap_servers, ledger_topic(application_id), sub.inputs, admin=admin,
                          subtopologies={sub.name})
     late = {(tp, o) for tp, account in (ledger or {}).items() for o in account.late}
+    sides = (spec.left, spec.right) if spec.kind in ("stream-stream", "stream-table", "table-table") else (spec.left,)
     inputs = {t: _committed_records(bootstrap_servers, sub, t, (groups or {}).get(t, group), admin, skipped)
-              for t in sub.inputs}
+              for t in sides}
     result.input_records = sum(len(rs) for rs in inputs.values())
-    outputs = list(_outputs(bootstrap_servers, sub, admin))
+    outputs = list(_outputs(bootstrap_servers, sub, spec, admin))
     result.output_records = len(outputs)
     if spec.kind == "stream-stream":
         assert spec.windows is not None
@@ -381,13 +381,15 @@ def _table_record(msg: Message, table: Any) -> Record | None:
         return None
 
 
-def _outputs(bootstrap_servers: str, sub: SubTopology,
+def _outputs(bootstrap_servers: str, sub: SubTopology, spec: JoinSpec,
              admin: KafkaAdmin) -> Iterable[tuple[Any, Any, int, tuple[str, int, int] | None]]:
-    """(key, value, timestamp, origin) of every committed output record."""
-    assert sub.output is not None
-    for batch in scan_topic(bootstrap_servers, sub.output, admin=admin):
+    """(key, value, timestamp, origin) of every committed result of the join."""
+    topic = spec.output or sub.output
+    assert topic is not None
+    ks, vs = sub.output_serdes.get(topic, (sub.output_key_serde, sub.output_value_serde))
+    for batch in scan_topic(bootstrap_servers, topic, admin=admin):
         for msg in batch:
             found = origin_of(msg.headers())
             origin = None if found is None else (found.topic, found.partition, found.offset)
-            value = None if msg.value() is None else sub.output_value_serde.deserialize(msg.value())
-            yield sub.output_key_serde.deserialize(msg.key()), value, msg.timestamp()[1], origin
+            value = None if msg.value() is None else vs.deserialize(msg.value())
+            yield ks.deserialize(msg.key()), value, msg.timestamp()[1], origin

@@ -209,15 +209,14 @@ def _sliding(spec: SlidingWindows, w: Windowing, rec: Record, stream_time: int, 
 def audit_windows(bootstrap_servers: str, sub: SubTopology, *, group: str, admin: KafkaAdmin | None = None,
                   dead_letters: str | None = None, max_samples: int = 10,
                   progress: Callable[[int], None] | None = None,
-                  clocked: frozenset[str] = frozenset()) -> WindowAuditResult:
+                  clocked: frozenset[str] = frozenset(), window: Windowing | None = None) -> WindowAuditResult:
     """Audit the windowed sub-topology `sub` (built with `windows=`) of the application whose group is
     `group`: its committed output against the reference recomputed from its committed input. Input records
     the sub-topology sent to the dead-letter topic `dead_letters` (e.g. an output its topic refused) took
     no part in the aggregation, and none in the reference either. `clocked`: inputs written by
-    another step of the application whose records carry their writers' clocks (`eos.streamtime`)."""
-    w: Windowing | None = sub.windowing
-    if w is None:
-        raise ValueError(f"sub-topology {sub.name!r} is not a windowed aggregation")
+    another step of the application whose records carry their writers' clocks (`eos.streamtime`).
+    `window`: which of the sub-topology's windowed aggregations (needed when it has several)."""
+    w = window or only(sub.windowings, f"sub-topology {sub.name!r}", "windowed aggregation")
     output = w.topic or sub.output
     if len(sub.inputs) != 1 or output is None:
         raise ValueError(f"sub-topology {sub.name!r}: the window audit needs one input and an output topic")
@@ -269,6 +268,14 @@ def audit_windows(bootstrap_servers: str, sub: SubTopology, *, group: str, admin
     else:
         _check_updates(expected_updates, observed, result, max_samples)
     return result
+
+
+def only(items: tuple[Any, ...], where: str, what: str) -> Any:
+    """The one item of a sub-topology the caller did not name."""
+    if len(items) != 1:
+        raise ValueError(f"{where} has {len(items) or 'no'} {what}s{'' if items else ' the audit can replay'}; "
+                         "name the one to audit")
+    return items[0]
 
 
 def _replay(prefix: tuple[Any, ...]) -> Callable[[Record], list[Record]]:

@@ -53,6 +53,12 @@ class TopologyBuilder:
     def internal_name(self, name: str, suffix: str) -> str:
         return f"{self.config.application_id}-{name}-{suffix}"
 
+    def _unused(self, name: str) -> None:
+        """A step-per-call method's `name` names its sub-topology: refused when taken."""
+        if name in self.subtopologies or name in self.graph.nodes:
+            raise ValueError(f"a sub-topology named {name!r} already exists; pass name=... to tell them apart")
+        SubTopology.check_name(name)
+
     def _add(self, name: str, inputs: str | Sequence[str], output: str | None, key_serde: SerdeSpec,
              value_serde: SerdeSpec, output_key_serde: SerdeSpec, output_value_serde: SerdeSpec,
              extra_outputs: Iterable[str], *, timestamp: TimestampSpec = None,
@@ -62,12 +68,10 @@ class TopologyBuilder:
              raw_outputs: frozenset[str] = frozenset(), **info: Any) -> SubTopology:
         """One step of its own: a source reading `inputs` (topics in `per_topic` each with their own serdes
         and timestamps, None there meaning the record's own), the processor `name`, a sink to `output`."""
-        if name in self.subtopologies or name in self.graph.nodes:
-            raise ValueError(f"a sub-topology named {name!r} already exists; pass name=... to tell them apart")
+        self._unused(name)
         topics = (inputs,) if isinstance(inputs, str) else tuple(inputs)
         if not topics:
             raise ValueError(f"sub-topology {name!r} has no input topic")
-        SubTopology.check_name(name)
         ks, vs = serde_for(key_serde), serde_for(value_serde)
         extractor = timestamp_extractor(timestamp) if timestamp is not None else None
         own = per_topic or {}

@@ -22,13 +22,14 @@ from eos.graph import ProcessorNode, SinkNode, SourceNode
 from eos.graph.operators import Branch, Filter, FlatMap, FlatMapValues, Map, MapValues, PassThrough, Peek, SelectKey
 from eos.operators.windows import LatePolicy
 from eos.serde import Serde, serde_for
-from eos.tables import GlobalTable, JoinKind, JoinWindows, Table
+from eos.tables import GlobalTable, JoinKind, JoinWindows
 from eos.time import RECORD_TIME
 from recovery import StoreSpec
 
 if TYPE_CHECKING:
     from eos.dsl.grouped import GroupedStream
     from eos.dsl.processor_api import GraphMethods
+    from eos.dsl.tables import Table
 
 __all__ = ["Stream", "BranchedStream", "Const"]
 
@@ -177,24 +178,25 @@ class Stream:
     def join(self, other: Stream | Table | GlobalTable, joiner: Callable[[Any, Any], Any], *,
              windows: JoinWindows | None = None, key: Callable[[Any, Any], Any] | None = None,
              name: str | None = None, how: JoinKind = "inner", late_records: LatePolicy = "drop",
-             persistent: bool = True) -> Stream:
-        """Join with a table (`app.table`: each record with the table's current value for its key), a global
-        table (`key(key, value)` gives the table key) or another stream (`windows=JoinWindows(...)`);
-        `joiner(left value, right value)` makes the output value. Keyed sides are repartitioned first if
-        their key was changed."""
+             persistent: bool = True, value_serde: Serde | str = "json") -> Stream:
+        """Join with a table (`app.table`, an aggregation's result, a filtered or joined table: each record
+        with the table's current value for its key), a global table (`key(key, value)` gives the table key)
+        or another stream (`windows=JoinWindows(...)`); `joiner(left value, right value)` makes the output
+        value. Keyed sides are repartitioned first if their key was changed."""
         from eos.dsl.joins import _kind
+        from eos.dsl.tables import Table
 
         app = self.app
         name = app.node_name("join", name)
-        right: Any = other.topics[0] if isinstance(other, Stream) else other
+        right: Any = (other.topics[0] if isinstance(other, Stream) else other.spec if isinstance(other, Table)
+                      else other)
         kind = _kind(self.topics[0], right, windows)
         if kind == "stream-global":
             assert isinstance(other, GlobalTable)
             if key is None:
                 raise ValueError(f"join {name!r}: a global table join needs key=fn(key, value) -> the table's key")
-            record_key = _record_key_of(key)
-            step = app.join_step(name, kind, self.topics[0], other, joiner, how, windows, record_key, self.key_serde,
-                                 self.value_serde, self.value_serde, None, late_records, persistent,
+            step = app.join_step(name, kind, self.topics[0], other, joiner, how, windows, _record_key_of(key),
+                                 self.key_serde, self.value_serde, self.value_serde, None, late_records, persistent,
                                  frozenset(self.topics))
             parents: tuple[str, ...] = (self.node,)
         else:
@@ -204,21 +206,22 @@ class Stream:
             left = self.keyed(f"{name}-left")
             if isinstance(other, Stream):
                 other = other.keyed(f"{name}-right")
-                if set(other.topics) & set(left.topics):
-                    raise ValueError(f"join {name!r}: both sides read {sorted(set(other.topics) & set(left.topics))}; "
-                                     "a stream joined with itself needs one side through a topic (repartition())")
-                right, right_node, rvs = other.topics[0], other.node, other.value_serde
+                right = other.topics[0]
             else:
                 assert isinstance(other, Table)
-                right_node, rvs = app.table_source(other), other.value_serde
+                other._joinable(name)
+            if set(other.topics) & set(left.topics):
+                raise ValueError(f"join {name!r}: both sides read {sorted(set(other.topics) & set(left.topics))}; "
+                                 "a stream joined with itself needs one side through a topic (repartition())")
             step = app.join_step(name, kind, left.topics[0], right, joiner, how, windows, None, left.key_serde,
-                                 left.value_serde, rvs, None, late_records, persistent, frozenset(left.topics))
-            parents = (left.node, right_node)
+                                 left.value_serde, other.value_serde, None, late_records, persistent,
+                                 frozenset(left.topics), frozenset(other.topics))
+            parents = (left.node, other.node)
         node = app.graph.add(ProcessorNode(name, parents, step.factory, kind=f"{kind} join ({how})",
                                            join=step.spec, global_tables=step.global_tables))
         for spec in step.stores:
             app.graph.add_store(spec, [node.name])
-        return Stream(app, node.name, step.key_serde, serde_for("json"), self.topics)
+        return Stream(app, node.name, step.key_serde, serde_for(value_serde), self.topics)
 
     def left_join(self, other: Stream | Table | GlobalTable, joiner: Callable[[Any, Any], Any],
                   **kwargs: Any) -> Stream:

@@ -6,20 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from eos.dsl.fluent import Const, Stream
+from eos.dsl.fluent import Stream
+from eos.dsl.tables import Table
 from eos.graph import ProcessorNode
-from eos.graph.operators import Filter, MapValues
 from eos.operators.aggregate import counter, reducer, summer
 from eos.operators.windows import Emit, LatePolicy
 from eos.serde import Serde, serde_for
 from eos.windows import WindowSpec
 
-if TYPE_CHECKING:
-    from eos.dsl.processor_api import GraphMethods
-
-__all__ = ["GroupedStream", "WindowedStream", "AggregateTable"]
+__all__ = ["GroupedStream", "WindowedStream"]
 
 
 class GroupedStream:
@@ -35,26 +32,26 @@ class GroupedStream:
         late records dropped and counted, or dead-lettered (`late_records="dead_letter"`)."""
         return WindowedStream(self, windows, emit, late_records, retention, windowed_key)
 
-    def count(self, *, name: str | None = None, persistent: bool = True) -> AggregateTable:
+    def count(self, *, name: str | None = None, persistent: bool = True) -> Table:
         """Records per key (a long); tombstones are not counted."""
         init, agg, merge = counter()
         return self._aggregate("count", name, init, agg, merge, "long", persistent)
 
     def sum(self, value: Callable[[Any], Any] = lambda v: v, *, name: str | None = None,
-            persistent: bool = True) -> AggregateTable:
+            persistent: bool = True) -> Table:
         """Sum of `value(record value)` per key."""
         init, agg, merge = summer(value)
         return self._aggregate("sum", name, init, agg, merge, "json", persistent)
 
     def reduce(self, reducer_fn: Callable[[Any, Any], Any], *, name: str | None = None,
-               aggregate_serde: Serde | str | None = None, persistent: bool = True) -> AggregateTable:
+               aggregate_serde: Serde | str | None = None, persistent: bool = True) -> Table:
         """Fold each key's values with `reducer_fn(aggregate, value)`; the first value starts it."""
         init, agg, merge = reducer(reducer_fn)
         return self._aggregate("reduce", name, init, agg, merge, aggregate_serde or self.value_serde, persistent)
 
     def aggregate(self, initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any], Any], *,
                   merger: Callable[[Any, Any, Any], Any] | None = None, name: str | None = None,
-                  aggregate_serde: Serde | str = "json", persistent: bool = True) -> AggregateTable:
+                  aggregate_serde: Serde | str = "json", persistent: bool = True) -> Table:
         """`aggregator(key, value, aggregate) -> aggregate`, from `initializer()` (session windows also need
         `merger(key, aggregate1, aggregate2)`)."""
         return self._aggregate("aggregate", name, initializer, aggregator, merger, aggregate_serde, persistent)
@@ -62,7 +59,7 @@ class GroupedStream:
     def _aggregate(self, kind: str, name: str | None, initializer: Callable[[], Any],
                    aggregator: Callable[[Any, Any, Any], Any], merger: Callable[[Any, Any, Any], Any] | None,
                    aggregate_serde: Serde | str, persistent: bool,
-                   window: WindowedStream | None = None) -> AggregateTable:
+                   window: WindowedStream | None = None) -> Table:
         stream = self.stream
         app = stream.app
         name = app.node_name(kind, name)
@@ -76,8 +73,8 @@ class GroupedStream:
                                            windowing=step.windowing, may_be_leaf=True))
         for spec in step.stores:
             app.graph.add_store(spec, [node.name])
-        return AggregateTable(app, node.name, step.key_serde, serde_for(aggregate_serde), source.topics,
-                              step.stores[0].name, windowed=w is not None)
+        return Table(app, step.key_serde, serde_for(aggregate_serde), source.topics, node=node.name,
+                     store=step.stores[0].name, windowed=w is not None)
 
 
 class WindowedStream:
@@ -89,74 +86,23 @@ class WindowedStream:
         self.grouped, self.windows, self.emit, self.late_records = grouped, windows, emit, late_records
         self.retention, self.windowed_key = retention, windowed_key
 
-    def count(self, *, name: str | None = None, persistent: bool = True) -> AggregateTable:
+    def count(self, *, name: str | None = None, persistent: bool = True) -> Table:
         init, agg, merge = counter()
         return self.grouped._aggregate("count", name, init, agg, merge, "long", persistent, self)
 
     def sum(self, value: Callable[[Any], Any] = lambda v: v, *, name: str | None = None,
-            persistent: bool = True) -> AggregateTable:
+            persistent: bool = True) -> Table:
         init, agg, merge = summer(value)
         return self.grouped._aggregate("sum", name, init, agg, merge, "json", persistent, self)
 
     def reduce(self, reducer_fn: Callable[[Any, Any], Any], *, name: str | None = None,
-               aggregate_serde: Serde | str | None = None, persistent: bool = True) -> AggregateTable:
+               aggregate_serde: Serde | str | None = None, persistent: bool = True) -> Table:
         init, agg, merge = reducer(reducer_fn)
         return self.grouped._aggregate("reduce", name, init, agg, merge, aggregate_serde or self.grouped.value_serde,
                                        persistent, self)
 
     def aggregate(self, initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any], Any], *,
                   merger: Callable[[Any, Any, Any], Any] | None = None, name: str | None = None,
-                  aggregate_serde: Serde | str = "json", persistent: bool = True) -> AggregateTable:
+                  aggregate_serde: Serde | str = "json", persistent: bool = True) -> Table:
         return self.grouped._aggregate("aggregate", name, initializer, aggregator, merger, aggregate_serde,
                                        persistent, self)
-
-
-class AggregateTable:
-    """The table an aggregation keeps (in the store `store`, queryable with `app.store_view(store)`): its
-    updates as a stream with `to_stream()`, every change (emit="update") or each window's final result."""
-
-    def __init__(self, app: GraphMethods, node: str, key_serde: Serde, value_serde: Serde, topics: tuple[str, ...],
-                 store: str, windowed: bool = False) -> None:
-        self.app, self.node, self.key_serde, self.value_serde = app, node, key_serde, value_serde
-        self.topics, self.store, self.windowed = topics, store, windowed
-
-    def __repr__(self) -> str:
-        return f"AggregateTable({self.node!r}, store={self.store!r})"
-
-    def to_stream(self) -> Stream:
-        """The table's changes, one record per update (a windowed table's keys are `Windowed`)."""
-        return Stream(self.app, self.node, self.key_serde, self.value_serde, self.topics, rekeyed=self.windowed)
-
-    def filter(self, predicate: Callable[[Any, Any], Any], *, name: str | None = None) -> AggregateTable:
-        """The rows for which `predicate(key, value)` holds; a row that stops holding is deleted (a tombstone
-        is forwarded for it, as Kafka Streams' `KTable.filter`)."""
-        return self._then("filter", _RowFilter(predicate), name)
-
-    def map_values(self, fn: Callable[[Any], Any], *, name: str | None = None) -> AggregateTable:
-        """`fn(value)` of every row (deletions stay deletions)."""
-        return self._then("map_values", MapValues(_keep_none(fn)), name)
-
-    def _then(self, kind: str, operator: Any, name: str | None) -> AggregateTable:
-        node = self.app.graph.add(ProcessorNode(self.app.node_name(kind, name), (self.node,), Const(operator),
-                                                kind=f"table {kind}", operator=True))
-        return AggregateTable(self.app, node.name, self.key_serde, self.value_serde, self.topics, self.store,
-                              self.windowed)
-
-
-class _RowFilter(Filter):
-    """A table filter: a row failing the predicate becomes a tombstone instead of disappearing."""
-
-    def bind(self, children: Any) -> Any:
-        from eos.graph.operators import fan_out
-
-        test, emit = self.predicate, fan_out(children)
-
-        def step(key: Any, value: Any, timestamp: int, headers: Any) -> None:
-            emit(key, value if value is not None and test(key, value) else None, timestamp, headers)
-        return step
-
-
-def _keep_none(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    def mapped(value: Any) -> Any:
-        return None if value is None else fn(value)
-    return mapped

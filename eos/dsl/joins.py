@@ -2,28 +2,29 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from eos.dsl.aggregations import AggregationMethods
-from eos.dsl.base import InternalTopic, SerdeSpec
+from eos.dsl.base import SerdeSpec
+from eos.dsl.tables import Table, foreign_key_join, store_name, table_aggregation, table_store
+from eos.graph import SinkNode, SourceNode
 from eos.operators.joins import GlobalTableJoin, StreamStreamJoin, StreamTableJoin, TableTableJoin
-from eos.operators.tables import ForeignKeyLeft, ForeignKeyRight, TableAggregate, TableRegroup
 from eos.operators.windows import LatePolicy
 from eos.processor import Processor
 from eos.records import Record
-from eos.serde import BytesSerde, serde_for
-from eos.tables import GlobalTable, JoinKind, JoinSpec, JoinType, JoinWindows, Table
+from eos.serde import serde_for
+from eos.tables import GlobalTable, JoinKind, JoinSpec, JoinType, JoinWindows, TableSource
 from eos.time import TimestampSpec, timestamp_extractor
 from eos.topology import SubTopology
 from recovery import StoreSpec
 
 __all__ = ["JoinMethods", "JoinStep"]
 
-Side = str | Table | GlobalTable
+TableSide = Table | TableSource
+Side = str | TableSide | GlobalTable
 _HOW: dict[JoinType, tuple[str, ...]] = {"stream-table": ("inner", "left"), "stream-global": ("inner", "left"),
                                     "stream-stream": ("inner", "left", "outer"),
                                     "table-table": ("inner", "left", "outer")}
@@ -45,19 +46,22 @@ class JoinStep:
 class JoinMethods(AggregationMethods):
     def table(self, topic: str, *, name: str | None = None, key_serde: SerdeSpec = "string",
               value_serde: SerdeSpec = "json", timestamp: TimestampSpec = None, persistent: bool = True) -> Table:
-        """A table read from `topic` (best compacted): the latest value per key, tombstones delete. Pass it to
-        `app.join`; each join that reads it keeps it in a store `<join>-<name>` (RocksDB when `persistent`),
-        changelog-backed, queryable (`app.store_view`)."""
-        return Table(topic, name or _store_name(topic), serde_for(key_serde), serde_for(value_serde),
-                     timestamp_extractor(timestamp) if timestamp is not None else None, persistent)
+        """A table read from `topic` (best compacted): the latest value per key, tombstones delete. Join it
+        (`stream.join(table)`, `table.join(other)`, `app.join`), filter, map or re-group it
+        (`eos.dsl.tables.Table`). Each join that reads it keeps it in a store `<join>-<name>` (RocksDB when
+        `persistent`), changelog-backed, queryable (`app.store_view`)."""
+        ks, vs = serde_for(key_serde), serde_for(value_serde)
+        source = TableSource(topic, name or store_name(topic), ks, vs,
+                             timestamp_extractor(timestamp) if timestamp is not None else None, persistent)
+        return Table(self, ks, vs, (topic,), source=source)  # type: ignore[arg-type]
 
     def global_table(self, topic: str, *, name: str | None = None, key_serde: SerdeSpec = "string",
                      value_serde: SerdeSpec = "json") -> GlobalTable:
         """A table every task holds whole (all partitions of `topic`), read up to offsets pinned per batch;
         joined with `app.join(stream, global_table, ..., key=fn(record) -> table key)`. Kept in memory."""
-        return GlobalTable(topic, name or _store_name(topic), serde_for(key_serde), serde_for(value_serde))
+        return GlobalTable(topic, name or store_name(topic), serde_for(key_serde), serde_for(value_serde))
 
-    def join(self, left: str | Table, right: Side, output: str, *, name: str, joiner: Callable[[Any, Any], Any],
+    def join(self, left: str | TableSide, right: Side, output: str, *, name: str, joiner: Callable[[Any, Any], Any],
              how: JoinKind = "inner", windows: JoinWindows | None = None, key: Callable[[Record], Any] | None = None,
              key_serde: SerdeSpec = "string", value_serde: SerdeSpec = "json", right_value_serde: SerdeSpec = None,
              output_value_serde: SerdeSpec = "json", timestamp: TimestampSpec = None,
@@ -76,12 +80,13 @@ class JoinMethods(AggregationMethods):
         Stream sides are read with `key_serde`/`value_serde` (the right stream with `right_value_serde`,
         default the same) and `timestamp`; tables with their own. Late stream-stream records are dropped and
         counted, or dead-lettered with `late_records="dead_letter"`."""
+        left, right = _read_table(left), _read_table(right)
         kind = _kind(left, right, windows)
         if foreign_key is not None:
             if kind != "table-table":
                 raise ValueError(f"join {name!r}: foreign_key= joins two tables: app.join(app.table(...), "
                                  "app.table(...), output, foreign_key=fn(left value) -> right key, ...)")
-            assert isinstance(left, Table) and isinstance(right, Table)
+            assert isinstance(left, TableSource) and isinstance(right, TableSource)
             return self._foreign_key_join(name, left, right, output, joiner, how, foreign_key,
                                           output_value_serde, persistent)
         if kind != "stream-global" and key is not None:
@@ -102,32 +107,33 @@ class JoinMethods(AggregationMethods):
     def join_step(self, name: str, kind: JoinType, left: Any, right: Any, joiner: Callable[[Any, Any], Any],
                    how: JoinKind, windows: JoinWindows | None, key: Callable[[Record], Any] | None, ks: Any, vs: Any,
                    rvs: Any, extract: Callable[[Record], int] | None, late_records: LatePolicy, persistent: bool,
-                   left_topics: frozenset[str]) -> JoinStep:
+                   left_topics: frozenset[str], right_topics: frozenset[str] | None = None) -> JoinStep:
         """The processor, stores and readings of a join named `name` (one engine for both APIs): `left` and
-        `right` are topics (streams), `Table`s or a `GlobalTable`; `left_topics` the topics the left stream's
-        records come from."""
+        `right` are topics (streams), `TableSource`s (how a table is kept) or a `GlobalTable`; `left_topics`
+        and `right_topics` the topics each side's records come from (default: the side's own topic)."""
+        right_topics = right_topics or frozenset({_topic(right)})
         if how not in _HOW[kind]:
             raise ValueError(f"join {name!r}: a {kind} join is one of {', '.join(_HOW[kind])}, got how={how!r}")
         if late_records not in ("drop", "dead_letter"):
             raise ValueError(f"late_records must be 'drop' or 'dead_letter', got {late_records!r}")
         if kind == "stream-table":
-            assert isinstance(right, Table)
-            table_store = _table_store(name, right, persistent)
-            return JoinStep(partial(StreamTableJoin, right.topic, table_store.name, joiner, how), (table_store,),
+            assert isinstance(right, TableSource)
+            kept = table_store(name, right, persistent)
+            return JoinStep(partial(StreamTableJoin, right_topics, kept.name, joiner, how), (kept,),
                             {right.topic: self._reading(right)}, (),
-                            JoinSpec(kind, how, _topic(left), right.topic, joiner, right_store=table_store.name), ks)
+                            JoinSpec(kind, how, _topic(left), right.topic, joiner, right_store=kept.name), ks)
         if kind == "stream-global":
             assert isinstance(right, GlobalTable) and key is not None
             return JoinStep(partial(GlobalTableJoin, right.name, key, joiner, how), (), {}, (right,),
                             JoinSpec(kind, how, _topic(left), right.topic, joiner, windows, key), ks)
         if kind == "table-table":
-            assert isinstance(left, Table) and isinstance(right, Table)
+            assert isinstance(left, TableSource) and isinstance(right, TableSource)
             if left.topic == right.topic:
                 raise ValueError(f"join {name!r}: a table cannot be joined with itself")
-            left_store, right_store = _table_store(name, left, persistent), _table_store(name, right, persistent)
+            left_store, right_store = table_store(name, left, persistent), table_store(name, right, persistent)
             if left_store.name == right_store.name:
-                right_store = _table_store(name, right, persistent, suffix="right")
-            return JoinStep(partial(TableTableJoin, left.topic, left_store.name, right_store.name, joiner, how),
+                right_store = table_store(name, right, persistent, suffix="right")
+            return JoinStep(partial(TableTableJoin, left_topics, left_store.name, right_store.name, joiner, how),
                             (left_store, right_store), {t.topic: self._reading(t) for t in (left, right)}, (),
                             JoinSpec(kind, how, left.topic, right.topic, joiner, left_store=left_store.name,
                                      right_store=right_store.name), left.key_serde)
@@ -148,40 +154,22 @@ class JoinMethods(AggregationMethods):
         return JoinStep(factory, stores, {right: (ks, rvs, extract or self.default_timestamp)}, (),
                         JoinSpec(kind, how, _topic(left), right, joiner, windows, key), ks)
 
-    def _foreign_key_join(self, name: str, left: Table, right: Table, output: str, joiner: Callable[[Any, Any], Any],
-                          how: JoinKind, foreign_key: Callable[[Any], Any], output_value_serde: SerdeSpec,
-                          persistent: bool) -> SubTopology:
+    def _foreign_key_join(self, name: str, left: TableSource, right: TableSource, output: str,
+                          joiner: Callable[[Any, Any], Any], how: JoinKind, foreign_key: Callable[[Any], Any],
+                          output_value_serde: SerdeSpec, persistent: bool) -> SubTopology:
         """Two sub-topologies, `name` (the left table and the responses) and `<name>.right` (the
-        subscriptions and the right table), linked by two internal topics (`eos.operators.tables`)."""
-        if how not in ("inner", "left"):
-            raise ValueError(f"join {name!r}: a foreign-key join is inner or left, got how={how!r}")
+        subscriptions and the right table), linked by two internal topics (`eos.dsl.tables.foreign_key_join`)."""
         if left.topic == right.topic:
             raise ValueError(f"join {name!r}: a table cannot be joined with itself")
-        subscriptions, responses = self.internal_name(name, "subscription"), self.internal_name(name, "response")
-        # Kept for the topics' retention rather than purged: each hop is audited on its own (lineage).
-        self.internal_topics[subscriptions] = InternalTopic(subscriptions, like=right.topic)
-        self.internal_topics[responses] = InternalTopic(responses, like=left.topic)
-        right_name = f"{name}.right"  # its stores are named after it: no clash with the left side's
-        left_store, right_store = _table_store(name, left, persistent), _table_store(right_name, right, persistent)
-        subscribers = StoreSpec(f"{right_name}-subscribers", BytesSerde(), BytesSerde(), persistent)
-        # Internal topics are read at their records' timestamps (those of the rows that caused them), never by
-        # the application's extractor, which knows the user's values only.
-        self._add(right_name, (subscriptions, right.topic), responses, "bytes", "bytes", "bytes", "bytes", (),
-                  timestamp="record",
-                  processor_factory=partial(ForeignKeyRight, right.topic, right_store.name, subscribers.name,
-                                            responses, right.key_serde, right.value_serde),
-                  stores=(right_store, subscribers), raw_outputs=frozenset({responses}),
-                  per_topic={right.topic: self._reading(right)})
-        spec = JoinSpec("foreign-key", how, left.topic, right.topic, joiner, key=foreign_key,
-                        left_store=left_store.name, right_store=right_store.name, right_reader=right_name)
-        return self._add(name, (left.topic, responses), output, "bytes", "bytes", left.key_serde, output_value_serde,
-                         (subscriptions,), timestamp="record", join=spec, stores=(left_store,),
-                         raw_outputs=frozenset({subscriptions}), per_topic={left.topic: self._reading(left)},
-                         processor_factory=partial(ForeignKeyLeft, left.topic, left_store.name, foreign_key, joiner,
-                                                   how, subscriptions, left.key_serde, left.value_serde,
-                                                   right.key_serde, right.value_serde))
+        self._unused(name)
+        sides = [Table(self, t.key_serde, t.value_serde, (t.topic,), node=self.graph.add(SourceNode(  # type: ignore[arg-type]
+            f"{step}.source", (t.topic,), t.key_serde, t.value_serde, t.timestamp)).name,
+            source=t) for step, t in ((name, left), (f"{name}.right", right))]
+        node = foreign_key_join(self, name, sides[0], sides[1], joiner, how, foreign_key, persistent)  # type: ignore[arg-type]
+        self.graph.add(SinkNode(f"{name}.sink", output, (node,), left.key_serde, serde_for(output_value_serde)))
+        return self.subtopologies[name]
 
-    def _reading(self, table: Table) -> tuple[Any, Any, Any]:
+    def _reading(self, table: TableSource) -> tuple[Any, Any, Any]:
         """How a join reads a table's topic: its serdes, and its timestamps (the application's default unless
         the table has its own)."""
         return table.key_serde, table.value_serde, table.timestamp or self.default_timestamp
@@ -200,21 +188,19 @@ class JoinMethods(AggregationMethods):
         `<application_id>-<name>-repartition`, written by the sub-topology `<name>.repartition`, which keeps
         the table's previous values in the store `<name>-source`; the aggregates are in `<name>-store`.
         `key_serde`/`value_serde` serialize the new keys and values."""
-        if not isinstance(table, Table):
+        if not isinstance(table, Table | TableSource):
             raise TypeError(f"aggregate_table({name!r}) aggregates an app.table(...); for a stream topic use "
                             "app.aggregate(topic, ..., group_by=...)")
-        ks, vs = serde_for(key_serde), serde_for(value_serde)
-        topic = self.internal_name(name, "repartition")
-        self.internal_topics[topic] = InternalTopic(topic, like=table.topic, purge=True)
-        source = StoreSpec(f"{name}-source", table.key_serde, table.value_serde, persistent and table.persistent,
-                           timestamped=True)
-        self._add(f"{name}.repartition", table.topic, topic, table.key_serde, table.value_serde, ks, "bytes", (),
-                  timestamp=table.timestamp, stores=(source,),
-                  processor_factory=partial(TableRegroup, source.name, group_by, vs))
-        store = StoreSpec(f"{name}-store", ks, serde_for(aggregate_serde), persistent, timestamped=True)
-        return self._add(name, topic, output, ks, "bytes", ks, aggregate_serde, (), timestamp="record",
-                         stores=(store,),
-                         processor_factory=partial(TableAggregate, store.name, initializer, adder, subtractor, vs))
+        table = _read_table(table)
+        self._unused(name)
+        read = self.graph.add(SourceNode(f"{name}.repartition.source", (table.topic,), table.key_serde,
+                                         table.value_serde, table.timestamp)).name
+        node, _, _ = table_aggregation(self, name, read, table, group_by, initializer, adder,  # type: ignore[arg-type]
+                                       subtractor, serde_for(key_serde), serde_for(value_serde),
+                                       serde_for(aggregate_serde), persistent and table.persistent)
+        if output is not None:
+            self.graph.add(SinkNode(f"{name}.sink", output, (node,), serde_for(key_serde), serde_for(aggregate_serde)))
+        return self.subtopologies[name]
 
     def count_table(self, table: Table, output: str | None, *, name: str, group_by: Callable[[Any, Any], Any],
                     **kwargs: Any) -> SubTopology:
@@ -232,21 +218,26 @@ class JoinMethods(AggregationMethods):
                                     subtractor=lambda g, v, total: total - v, **kwargs)
 
 
+def _read_table(side: Any) -> Any:
+    """What the step-per-call API reads of a DSL table: where it is read from (a derived table is refused)."""
+    return side._read() if isinstance(side, Table) else side
+
+
 def _kind(left: Any, right: Any, windows: JoinWindows | None) -> JoinType:
     if isinstance(left, GlobalTable):
         raise TypeError("a global table can only be the right side of a join (stream x global table)")
-    if isinstance(left, str) and isinstance(right, Table):
+    if isinstance(left, str) and isinstance(right, TableSource):
         return "stream-table"
     if isinstance(left, str) and isinstance(right, GlobalTable):
         return "stream-global"
-    if isinstance(left, Table) and isinstance(right, Table):
+    if isinstance(left, TableSource) and isinstance(right, TableSource):
         return "table-table"
     if isinstance(left, str) and isinstance(right, str):
         if windows is None:
             raise ValueError("joining two streams needs windows=JoinWindows(...): how far apart in time two records "
                              "may be to join (a stream has no 'current value' to join with)")
         return "stream-stream"
-    if isinstance(left, Table) and isinstance(right, str):
+    if isinstance(left, TableSource) and isinstance(right, str):
         raise TypeError("a table x stream join is written stream first: app.join(stream_topic, table, ...)")
     raise TypeError(f"cannot join {type(left).__name__} with {type(right).__name__}: give topic names (streams), "
                     "app.table(...) or app.global_table(...)")
@@ -258,12 +249,3 @@ def _topic(side: Side) -> str:
 
 def _record_key(record: Record) -> Any:
     return record.key
-
-
-def _store_name(topic: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]", "_", topic)[:60]
-
-
-def _table_store(join: str, table: Table, persistent: bool, suffix: str = "") -> StoreSpec:
-    name = f"{join}-{table.name}" + (f"-{suffix}" if suffix else "")
-    return StoreSpec(name, table.key_serde, table.value_serde, persistent and table.persistent, timestamped=True)

@@ -17,7 +17,7 @@ from eos.dsl.joins import JoinMethods
 from eos.graph import ProcessorNode, SinkNode, SourceNode
 from eos.processor import Processor
 from eos.serde import serde_for
-from eos.tables import Table
+from eos.tables import TableSource
 from eos.time import TimestampSpec, timestamp_extractor
 from recovery import StoreSpec
 
@@ -65,7 +65,7 @@ class GraphMethods(JoinMethods):
                                  value_serde=vs, timestamp=timestamp)
         return Stream(self, source, ks, vs, topics)
 
-    def table_source(self, table: Table) -> str:
+    def table_source(self, table: TableSource) -> str:
         """The source node a table's topic is read by (one per table: the joins that read it share it)."""
         sources = self.table_sources
         if table.topic not in sources:

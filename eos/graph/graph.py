@@ -144,12 +144,18 @@ class ProcessorGraph:
         from eos.graph.runtime import GraphProcessor
 
         out: dict[str, SubTopology] = {}
+        runs: dict[str, str] = {}  # node -> the sub-topology that runs it
         for part in self.parts():
             sub = _subtopology(part, self.stores, default_timestamp, GraphProcessor)
             if sub.name in out:
                 raise ValueError(f"two sub-topologies would be named {sub.name!r} (node names differing only in "
                                  "characters other than [A-Za-z0-9_.]); rename one")
             out[sub.name] = sub
+            runs.update((p.name, sub.name) for p in part.processors)
+        for name, sub in out.items():  # a foreign-key join names the node reading its right table
+            if any(j.right_reader for j in sub.joins):
+                out[name] = replace(sub, joins=tuple(j if j.right_reader is None else
+                                                     replace(j, right_reader=runs[j.right_reader]) for j in sub.joins))
         return out
 
 
@@ -175,7 +181,8 @@ def _subtopology(part: GraphPart, stores: Mapping[str, StoreSpec], default_times
     inputs = tuple(readings)
     key_serde, value_serde, timestamp = readings[inputs[0]]
     sinks = {s.topic: s for s in reversed(part.sinks)}  # the first sink of a topic gives its serdes
-    topics = list(dict.fromkeys(s.topic for s in part.sinks))
+    # the output topic: the first sink's that a plain forward() writes (named sinks are a step's extra outputs)
+    topics = list(dict.fromkeys(s.topic for s in sorted(part.sinks, key=lambda s: s.named)))
     output = topics[0] if topics else None
     main = sinks.get(output) if output else None
     out_ks = main.key_serde if main else key_serde
@@ -192,8 +199,8 @@ def _subtopology(part: GraphPart, stores: Mapping[str, StoreSpec], default_times
         output_key_serde=out_ks, output_value_serde=out_vs, extra_outputs=tuple(topics[1:]),
         timestamp=timestamp, stores=tuple(stores[s] for s in dict.fromkeys(used)),
         may_punctuate=any(p.may_punctuate for p in part.processors),
-        windowing=_audited_window(part, windowed[0]) if len(windowed) == 1 else None,
-        join=joins[0].join if len(joins) == 1 and _audited_join(part, joins[0], output) else None,
+        windowings=tuple(w for w in (_audited_window(part, n) for n in windowed) if w is not None),
+        joins=tuple(j for j in (_audited_join(part, n) for n in joins) if j is not None),
         per_topic={t: r for t, r in readings.items() if r != (key_serde, value_serde, timestamp)},
         global_tables=tuple(dict.fromkeys(g for p in part.processors for g in p.global_tables)),
         raw_outputs=raw, output_serdes={t: (s.key_serde, s.value_serde) for t, s in sinks.items() if not s.raw},
@@ -225,9 +232,12 @@ def _audited_window(part: GraphPart, node: ProcessorNode) -> Any:
     return replace(node.windowing, prefix=tuple(prefix), topic=sinks[0].topic)
 
 
-def _audited_join(part: GraphPart, node: ProcessorNode, output: str | None) -> bool:
-    """Whether the join audit can replay the join: its sides come straight from sources and its results go
-    to one sink, the sub-topology's output topic."""
+def _audited_join(part: GraphPart, node: ProcessorNode) -> Any:
+    """The join's definition for the join audit, with the topic its results go to; None when the audit could
+    not replay it (a side that is not read straight from a source, or results that go anywhere but one
+    sink)."""
     sinks = [n for n in map(part.node, part.children[node.name]) if not (isinstance(n, SinkNode) and n.named)]
-    return (all(isinstance(part.node(p), SourceNode) for p in node.parents) and len(sinks) == 1
-            and isinstance(sinks[0], SinkNode) and sinks[0].topic == output)
+    if (all(isinstance(part.node(p), SourceNode) for p in node.parents) and len(sinks) == 1
+            and isinstance(sinks[0], SinkNode)):
+        return replace(node.join, output=sinks[0].topic)
+    return None

@@ -21,23 +21,30 @@ from eos.records import Record
 from eos.tables import JoinKind, JoinWindows
 from recovery import KeyValueStore, RecordBuffer
 
-__all__ = ["StreamTableJoin", "GlobalTableJoin", "TableTableJoin", "StreamStreamJoin"]
+__all__ = ["StreamTableJoin", "GlobalTableJoin", "TableTableJoin", "StreamStreamJoin", "topic_set"]
 
 Joiner = Callable[[Any, Any], Any]
+
+
+def topic_set(topics: str | frozenset[str]) -> frozenset[str]:
+    """A join tells its sides apart by the topic a record was read from: a side read through other nodes of
+    the graph (a filtered table, an aggregation's result) carries its source's topics."""
+    return frozenset({topics}) if isinstance(topics, str) else frozenset(topics)
 
 
 class StreamTableJoin(Processor):
     """Stream records joined with the table's value for their key at the time they are processed."""
 
-    def __init__(self, table_topic: str, store: str, joiner: Joiner, how: JoinKind) -> None:
-        self.table_topic, self.store_name, self.joiner, self.how = table_topic, store, joiner, how
+    def __init__(self, table_topics: str | frozenset[str], store: str, joiner: Joiner, how: JoinKind) -> None:
+        self.table_topics = topic_set(table_topics)  # the topics the table side's records come from
+        self.store_name, self.joiner, self.how = store, joiner, how
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
         self.table: KeyValueStore = context.store(self.store_name)
 
     def process(self, record: Record) -> None:
-        if record.topic == self.table_topic:
+        if record.topic in self.table_topics:
             if record.key is None:
                 self.context.record_dropped("table update without a key")
                 return
@@ -77,8 +84,9 @@ class TableTableJoin(Processor):
     """Two tables joined per key: whenever either side changes, the joined table's new value for the key
     (or a tombstone when the key leaves it), with the larger timestamp of the two sides."""
 
-    def __init__(self, left_topic: str, left_store: str, right_store: str, joiner: Joiner, how: JoinKind) -> None:
-        self.left_topic, self.joiner, self.how = left_topic, joiner, how
+    def __init__(self, left_topics: str | frozenset[str], left_store: str, right_store: str, joiner: Joiner,
+                 how: JoinKind) -> None:
+        self.left_topics, self.joiner, self.how = topic_set(left_topics), joiner, how
         self.store_names = (left_store, right_store)
 
     def init(self, context: ProcessorContext) -> None:
@@ -97,7 +105,7 @@ class TableTableJoin(Processor):
         if record.key is None:
             self.context.record_dropped("table update without a key")
             return
-        is_left = record.topic == self.left_topic
+        is_left = record.topic in self.left_topics
         own, other = (self.left, self.right) if is_left else (self.right, self.left)
         before = own.get(record.key)
         partner = other.get_with_timestamp(record.key)

@@ -29,6 +29,7 @@ import struct
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from eos.operators.joins import topic_set
 from eos.processor import Processor, ProcessorContext
 from eos.records import Output, Record
 from eos.serde import Serde
@@ -75,10 +76,10 @@ def decode_response(data: bytes) -> tuple[bytes, bytes | None]:
 class ForeignKeyLeft(Processor):
     """The left table's side of a foreign-key join (see the module's docstring)."""
 
-    def __init__(self, left_topic: str, store: str, foreign_key: Callable[[Any], Any], joiner: Joiner, how: str,
-                 subscriptions: str, left_key_serde: Serde, left_value_serde: Serde, right_key_serde: Serde,
-                 right_value_serde: Serde) -> None:
-        self.left_topic, self.store_name, self.foreign_key = left_topic, store, foreign_key
+    def __init__(self, left_topics: str | frozenset[str], store: str, foreign_key: Callable[[Any], Any],
+                 joiner: Joiner, how: str, subscriptions: str, left_key_serde: Serde, left_value_serde: Serde,
+                 right_key_serde: Serde, right_value_serde: Serde) -> None:
+        self.left_topics, self.store_name, self.foreign_key = topic_set(left_topics), store, foreign_key
         self.joiner, self.how, self.subscriptions = joiner, how, subscriptions
         self.lks, self.lvs, self.rks, self.rvs = left_key_serde, left_value_serde, right_key_serde, right_value_serde
 
@@ -96,7 +97,7 @@ class ForeignKeyLeft(Processor):
                                     topic=self.subscriptions))
 
     def process(self, record: Record) -> None:
-        if record.topic == self.left_topic:
+        if record.topic in self.left_topics:
             self._left_update(record)
         else:
             self._response(record)
@@ -139,10 +140,10 @@ class ForeignKeyLeft(Processor):
 class ForeignKeyRight(Processor):
     """The right table's side of a foreign-key join: answers subscriptions and R updates."""
 
-    def __init__(self, right_topic: str, store: str, subscriptions_store: str, responses: str,
+    def __init__(self, right_topics: str | frozenset[str], store: str, subscriptions_store: str, responses: str,
                  right_key_serde: Serde, right_value_serde: Serde) -> None:
-        self.right_topic, self.store_name, self.subs_name, self.responses = (right_topic, store, subscriptions_store,
-                                                                             responses)
+        self.right_topics, self.store_name = topic_set(right_topics), store
+        self.subs_name, self.responses = subscriptions_store, responses
         self.rks, self.rvs = right_key_serde, right_value_serde
 
     def init(self, context: ProcessorContext) -> None:
@@ -156,7 +157,7 @@ class ForeignKeyRight(Processor):
                                     topic=self.responses, partition=partition))
 
     def process(self, record: Record) -> None:
-        if record.topic == self.right_topic:
+        if record.topic in self.right_topics:
             if record.key is None:
                 self.context.record_dropped("table update without a key")
                 return

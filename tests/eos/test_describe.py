@@ -30,11 +30,14 @@ def test_every_step_kind_internal_topics_and_pictures():
                      "Processor: priced (stream-global join (left); stores: [products (global)])",
                      "Processor: paid (stream-stream join (left);",
                      "Processor: profiles (table-table join (outer);",
-                     "Sink: subscriber.sink.1 (topic: shop-subscriber-subscription (foreign-key subscription))",
-                     "Source: tiers.source (topics: [shop-tiers-repartition (repartition)])",
+                     "Sink: subscriber-subscription.sink (topic: shop-subscriber-subscription (foreign-key "
+                     "subscription))",
+                     "Processor: subscriber.right (foreign-key join (right side); stores: [subscriber.right-customers, "
+                     "subscriber.right-subscribers])",
+                     "Source: tiers-repartition.source (topics: [shop-tiers-repartition (repartition)])",
                      "Processor: tiers (table aggregation; stores: [tiers-store])"]:
         assert expected in text, expected
-    assert text.count("Sub-topology:") == 9 and shop.changelogs["tiers-store"] == "shop-tiers-store-changelog"
+    assert text.count("Sub-topology:") == 3 and shop.changelogs["tiers-store"] == "shop-tiers-store-changelog"
     windows = readme_app("Time and windows").describe()
     assert "windowed aggregation (TumblingWindows, emit=final)" in str(windows)
     mermaid = windows.render("mermaid")

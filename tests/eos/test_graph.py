@@ -254,8 +254,9 @@ def test_the_window_audit_replays_the_operators_before_a_fused_window_branch_inc
               .split(name="route").branch(lambda k, v: v > 100, name="big").default_branch(name="small"))
     routes["small"].group_by_key().window(TumblingWindows(60_000)).count(name="small_counts").to_stream().to("out")
     (sub,) = app.subtopologies.values()
-    assert sub.windowing is not None and sub.windowing.topic == "out" and len(sub.windowing.prefix) == 4
-    replay = _replay(sub.windowing.prefix)
+    (windowing,) = sub.windowings
+    assert windowing.topic == "out" and len(windowing.prefix) == 4
+    replay = _replay(windowing.prefix)
 
     def seen(value):
         return [(r.key, r.value, r.timestamp) for r in replay(Record("k", value, "in", 0, 7, 5, None))]
@@ -267,7 +268,7 @@ def test_the_window_audit_replays_the_operators_before_a_fused_window_branch_inc
     other.stream("a").merge(other.stream("b")).group_by_key().window(TumblingWindows(60_000)).count(name="c") \
         .to_stream().to("out")
     (merged,) = other.subtopologies.values()
-    assert merged.windowing is None  # two inputs: the window audit cannot replay it (lineage still audits it)
+    assert merged.windowings == ()  # two inputs: the window audit cannot replay it (lineage still audits it)
 
 
 def test_user_mistakes_in_operators_dead_letter_the_record_with_what_went_wrong():

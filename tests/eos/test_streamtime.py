@@ -130,7 +130,7 @@ def test_a_record_late_at_its_source_is_still_dropped_exactly():
     for p in range(4):
         records = [Record(None if m.key() is None else m.key().decode(), m.value(), m.topic(), m.partition(),
                           m.offset(), m.timestamp()[1], m.headers()) for m in driver.cluster.records(topic, p)]
-        ref = reference_windows(records, sub.windowing, clocked=frozenset({topic}))
+        ref = reference_windows(records, sub.windowings[0], clocked=frozenset({topic}))
         assert ref.late_at_source == ref.late
         late += ref.late
     assert late == 1

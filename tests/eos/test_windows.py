@@ -196,7 +196,7 @@ def test_the_operators_agree_with_the_auditors_reference_on_random_out_of_order_
     dead = {(d.topic, d.partition, d.offset) for d in h.driver.dead_letters()}
     assert 0 < len(dead) <= sum(1 for *_, v in records if v == 7)  # late records are dropped before
     ref = reference_windows([Record(k, v, "in", 0, i, ts) for i, (k, ts, v) in enumerate(records)],
-                            h.sub.windowing, dead)
+                            h.sub.windowings[0], dead)
     assert ref.late == h.dropped.get("late", 0) and ref.late > 0
     if emit == "update":
         assert observed == dict(ref.updates)
