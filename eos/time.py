@@ -124,13 +124,16 @@ def parse_time(text: str, now_ms: int) -> int:
 
 @dataclass(frozen=True)
 class field(TimestampExtractor):
-    """A field of the deserialized value (a dict); `path` may be dotted ("meta.created_at")."""
+    """A field of the deserialized value (a dict); `path` may be dotted ("meta.created_at"). A tombstone (a
+    record without a value: a table's deletion) has no fields: it keeps the record's own timestamp."""
 
     path: str
     unit: Unit = "ms"
 
     def __call__(self, record: Record) -> int:
         value: Any = record.value
+        if value is None:
+            return record.timestamp
         for part in self.path.split("."):
             if not isinstance(value, dict):
                 raise InvalidTimestampError(f"field {self.path!r}: the value is not an object with that field")

@@ -29,6 +29,7 @@ def test_extractors_by_name_and_by_object():
     for bad in (record({"at": None}), record({"at": "soon"}), record("not a dict")):
         with pytest.raises(InvalidTimestampError):
             field("at")(bad)
+    assert field("at")(record(None, ts=9)) == 9  # a tombstone (a table's deletion) keeps its own time
     with pytest.raises(ValueError, match="unknown timestamp"):
         timestamp_extractor("event")
 

@@ -1,0 +1,185 @@
+"""Tables in the fluent DSL on the broker and Spark, SIGKILLed mid-batch (inside transactions too) and
+restarted. One job, three sub-topologies:
+
+* orders joined with a filtered table (gold customers) and with an aggregated table (each customer's
+  payments summed, no repartition needed), a table-table outer join (customers with addresses), the right
+  side of a foreign-key join and the tier re-grouping, all in the task that reads the customers;
+* the foreign-key join's left side (accounts with their customer's tier);
+* customers re-grouped by tier and counted (after a repartition topic).
+
+Every order is joined once with the table as it stood at the order's time; the tables' final joins and the
+tier counts equal a reference computed from the final tables; `audit_application` says PASS (lineage of
+every step, the table-table and foreign-key join audits), and FAIL on a committed copy of a result."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from itertools import accumulate
+
+from confluent_kafka import Producer
+
+from eos.audit import audit_application
+from eos.cli.loader import load_application
+from integration_tests.engine.test_kill_restart import kill_job_repeatedly
+from integration_tests.streams.test_time_and_rekey import committed_records
+
+JOB = """
+import os
+from eos import Application
+from eos.testing import MarkWhile
+
+app = Application(os.environ["APP"], timestamp="field:at", max_records_per_batch=int(os.environ["BATCH"]),
+                  trigger_interval=0.0, log_format="json", log_level="WARNING", state_dir=os.environ["STATE"],
+                  repartition_purge_interval=0)
+
+customers = app.table(os.environ["CUSTOMERS"])
+orders = app.stream(os.environ["ORDERS"])
+gold = customers.filter(lambda key, customer: customer["tier"] == "gold", name="gold")
+orders.join(gold, lambda order, customer: {"id": order["id"]}, name="vip").to(os.environ["VIP"])
+spent = app.stream(os.environ["PAYMENTS"]).group_by_key().sum(lambda payment: payment["amount"], name="spent")
+orders.left_join(spent, lambda order, total: {"id": order["id"], "spent": total},
+                 name="with_spent").to(os.environ["SPENT"])
+customers.outer_join(app.table(os.environ["ADDRESSES"]),
+                     lambda c, a: {"tier": c and c["tier"], "city": a and a["city"]},
+                     name="profiles").to_stream().to(os.environ["PROFILES"])
+app.table(os.environ["ACCOUNTS"]).left_join(
+    customers, lambda account, c: {"account": account["id"], "tier": c and c["tier"]},
+    foreign_key=lambda account: account["customer"], name="owner").to_stream().to(os.environ["OWNERS"])
+customers.group_by(lambda key, c: (c["tier"], c)).count(name="tiers").to_stream().to(os.environ["TIERS"])
+if os.environ.get("MARKS"):
+    app.fault_hooks.on("before_commit", MarkWhile(os.environ["MARKS"], seconds=0.3))
+"""
+
+PARTITIONS, ORDERS, PAYMENTS = 2, 1600, 700
+BASE = (int(time.time()) // 3600 - 4) * 3_600_000
+END = BASE + 3_600_000  # the tables change after every order and payment
+
+
+def tier(i: int) -> str:
+    return "gold" if i % 3 == 0 else "basic"
+
+
+def inputs() -> dict[str, list[tuple[str, dict | None]]]:
+    """Per topic role, (key, value) in production order; values carry their event time in "at" (a tombstone
+    keeps its record's own time, later than every "at")."""
+    customers = [(f"c{i}", {"tier": tier(i), "at": BASE - 10}) for i in range(12)]
+    customers += [(f"c{i}", {"tier": "basic" if tier(i) == "gold" else "gold", "at": END + i}) for i in (0, 1, 2, 5)]
+    customers += [("c7", None), ("c9", None)]
+    addresses = [(f"c{i}", {"city": f"city{i}", "at": BASE - 9}) for i in range(2, 12)] + [("c3", None)]
+    accounts = [(f"a{i}", {"id": i, "customer": f"c{i % 14}", "at": BASE - 8}) for i in range(20)]
+    accounts += [("a3", {"id": 3, "customer": "c4", "at": END + 20}), ("a5", None)]
+    payments = [(f"c{i % 12}", {"amount": i % 7 + 1, "at": BASE + i * 1_000}) for i in range(PAYMENTS)]
+    orders = [(f"c{i % 12}", {"id": i, "at": BASE + i * 500 + 250}) for i in range(ORDERS)]
+    return {"customers": customers, "addresses": addresses, "accounts": accounts, "payments": payments,
+            "orders": orders}
+
+
+def final(rows: list[tuple[str, dict | None]]) -> dict[str, dict]:
+    table: dict[str, dict] = {}
+    for key, value in rows:
+        if value is None:
+            table.pop(key, None)
+        else:
+            table[key] = value
+    return table
+
+
+def last_per_key(bootstrap: str, topic: str) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value, _ in committed_records(bootstrap, topic):
+        out[key.decode()] = None if value is None else json.loads(value)
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def test_table_dsl_joins_and_aggregations_are_exactly_once_across_sigkills(
+        kafka, topic_factory, unique_name, tmp_path, monkeypatch):
+    names = ("customers", "addresses", "accounts", "payments", "orders", "vip", "spent", "profiles", "owners",
+             "tiers")
+    topics = dict(zip(names, (topic_factory(n, partitions=PARTITIONS) for n in names), strict=True))
+    bootstrap = kafka.bootstrap_servers
+    data = inputs()
+    # Keyed as the Java client keys them (murmur2): the foreign-key join's right table must be.
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True,
+                         "partitioner": "murmur2_random"})
+    for role, rows in data.items():
+        for key, value in rows:
+            producer.produce(topics[role], key=key.encode(),
+                             value=None if value is None else json.dumps(value).encode())
+            producer.poll(0)
+    assert producer.flush(60) == 0
+
+    (tmp_path / "job.py").write_text(JOB)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    app_id = unique_name("app")
+    env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": bootstrap, "APP": app_id, "STATE": str(tmp_path / "state"),
+           "MARKS": str(marks), "BATCH": "250", **{n.upper(): t for n, t in topics.items()}}
+    in_txn = kill_job_repeatedly(tmp_path, env, 3, marks, seed=31, pause=(5.0, 10.0))
+    assert in_txn >= 1
+    env.pop("MARKS")
+    done = subprocess.run([sys.executable, "-m", "eos.cli", "run", "job.py", "--until-caught-up"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    # Every order once, joined with the tables as they stood at its time (every table change comes later).
+    initial = {k: v for k, v in data["customers"] if v is not None and v["at"] < BASE}
+    orders = data["orders"]
+    vip = Counter(json.loads(v)["id"] for _, v, _ in committed_records(bootstrap, topics["vip"]))
+    assert vip == Counter(o["id"] for k, o in orders if initial[k]["tier"] == "gold")
+    paid: dict[str, list[tuple[int, int]]] = {}
+    for key, p in data["payments"]:
+        paid.setdefault(key, []).append(p["at"])
+    sums = {k: list(zip(ats, accumulate(p["amount"] for kk, p in data["payments"] if kk == k), strict=True))
+            for k, ats in paid.items()}
+
+    def spent_at(key: str, at: int) -> int | None:
+        before = [total for t, total in sums.get(key, []) if t <= at]
+        return before[-1] if before else None
+
+    got = Counter((v["id"], v["spent"]) for v in (json.loads(v) for _, v, _ in committed_records(
+        bootstrap, topics["spent"])))
+    assert got == Counter((o["id"], spent_at(k, o["at"])) for k, o in orders)
+
+    customers, addresses, accounts = (final(data[r]) for r in ("customers", "addresses", "accounts"))
+    assert last_per_key(bootstrap, topics["profiles"]) == {
+        k: {"tier": customers[k]["tier"] if k in customers else None,
+            "city": addresses[k]["city"] if k in addresses else None}
+        for k in set(customers) | set(addresses)}
+    assert last_per_key(bootstrap, topics["owners"]) == {
+        k: {"account": a["id"], "tier": customers[a["customer"]]["tier"] if a["customer"] in customers else None}
+        for k, a in accounts.items()}
+    counts = Counter(c["tier"] for c in customers.values())
+    tiers = {}
+    for key, value, _ in committed_records(bootstrap, topics["tiers"]):
+        tiers[key.decode()] = int.from_bytes(value, "big")
+    assert tiers == counts
+
+    for key, value in env.items():
+        if key in {"APP", "STATE", "BATCH", "EOS_BOOTSTRAP_SERVERS", *(n.upper() for n in names)}:
+            monkeypatch.setenv(key, value)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        app = load_application(str(tmp_path / "job.py"))
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert len(app.subtopologies) == 3
+    assert dict(app.store_view("tiers-store").all()) == dict(counts)
+    reports = audit_application(app)
+    failed = [(r.mode, r.inputs, r.outputs) for r in reports if r.verdict != "PASS"]
+    assert not failed, failed
+    assert sorted(r.join.kind for r in reports if r.mode == "join") == ["foreign-key", "table-table"]
+
+    # A profile committed twice (a broken writer): the lineage audit of its task says FAIL.
+    key, value, _ = committed_records(bootstrap, topics["profiles"])[0]
+    copy = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"copy-{time.time_ns()}"})
+    copy.init_transactions(30)
+    copy.begin_transaction()
+    copy.produce(topics["profiles"], key=key, value=value)
+    copy.commit_transaction(30)
+    failed = [(r.mode, r.outputs) for r in audit_application(app) if r.verdict != "PASS"]
+    assert "lineage" in [mode for mode, _ in failed] and all(topics["profiles"] in o for _, o in failed), failed
