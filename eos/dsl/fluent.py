@@ -127,16 +127,19 @@ class Stream:
 
     # ------------------------------------------------------------------ topics
     def to(self, topic: str, *, key_serde: Serde | str | None = None, value_serde: Serde | str | None = None,
-           name: str | None = None) -> None:
-        """Write the records to `topic` (in the batch's transaction), with the stream's serdes unless given."""
+           name: str | None = None, partitioner: Callable[[Any, Any, int], int | None] | None = None) -> None:
+        """Write the records to `topic` (in the batch's transaction), with the stream's serdes unless given;
+        `partitioner(key, value, partitions) -> partition` chooses each record's partition (None, or no
+        partitioner: murmur2 of the serialized key, as the Java client)."""
         self.app.graph.add(SinkNode(self.app.node_name(f"{topic}.sink", name, numbered=False), topic, (self.node,),
-                                    serde_for(key_serde, self.key_serde), serde_for(value_serde, self.value_serde)))
+                                    serde_for(key_serde, self.key_serde), serde_for(value_serde, self.value_serde),
+                                    partitioner=partitioner))
 
     def through(self, topic: str, *, key_serde: Serde | str | None = None, value_serde: Serde | str | None = None,
-                name: str | None = None) -> Stream:
+                name: str | None = None, partitioner: Callable[[Any, Any, int], int | None] | None = None) -> Stream:
         """Write the records to `topic` and go on from what is read back: a new sub-topology starts there."""
         ks, vs = serde_for(key_serde, self.key_serde), serde_for(value_serde, self.value_serde)
-        self.to(topic, key_serde=ks, value_serde=vs, name=name)
+        self.to(topic, key_serde=ks, value_serde=vs, name=name, partitioner=partitioner)
         return self.app.stream(topic, key_serde=ks, value_serde=vs, timestamp=RECORD_TIME)
 
     def repartition(self, *, name: str | None = None, partitions: int | None = None,

@@ -10,6 +10,7 @@ addStateStore`) and the entry points of the fluent DSL (`app.stream`), on the Ap
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from eos.dsl.base import SerdeSpec
 from eos.dsl.fluent import Stream
@@ -50,9 +51,12 @@ class GraphMethods(JoinMethods):
         self.graph.connect([processor], stores)
 
     def add_sink(self, name: str, topic: str, *parents: str, key_serde: SerdeSpec = "string",
-                 value_serde: SerdeSpec = "json") -> str:
-        """A sink node writing what its parents forward to `topic`."""
-        return self.graph.add(SinkNode(name, topic, tuple(parents), serde_for(key_serde), serde_for(value_serde))).name
+                 value_serde: SerdeSpec = "json",
+                 partitioner: Callable[[Any, Any, int], int | None] | None = None) -> str:
+        """A sink node writing what its parents forward to `topic`; `partitioner(key, value, partitions) ->
+        partition` chooses each record's partition (None: murmur2 of the serialized key)."""
+        return self.graph.add(SinkNode(name, topic, tuple(parents), serde_for(key_serde), serde_for(value_serde),
+                                       partitioner=partitioner)).name
 
     # ------------------------------------------------------------------ the DSL's entry points
     def stream(self, topics: str | Sequence[str], *, key_serde: SerdeSpec = "string", value_serde: SerdeSpec = "json",

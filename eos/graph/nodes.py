@@ -75,6 +75,9 @@ class SinkNode:
     named: bool = False
     #: a record without a key is a bad record (a repartition topic: it could not be grouped)
     requires_key: bool = False
+    #: `partitioner(key, value, partitions) -> partition` chooses each record's partition (Kafka Streams'
+    #: StreamPartitioner); None: murmur2 of the serialized key
+    partitioner: Callable[[Any, Any, int], int | None] | None = None
 
 
 Node = SourceNode | ProcessorNode | SinkNode

@@ -99,11 +99,18 @@ class Sink:
     def __init__(self, node: SinkNode, task: ProcessorContext) -> None:
         self.node, self.topic, self._forward = node, node.topic, task.forward
         self._requires_key = node.requires_key
+        self._partitioner, self._task = node.partitioner, task
 
     def receive(self, key: Any, value: Any, timestamp: int, headers: Any, partition: int | None = None) -> None:
         if key is None and self._requires_key:
             raise ValueError(f"a record without a key cannot be grouped (sink {self.node.name!r} to the repartition "
                              f"topic {self.topic})")
+        if partition is None and self._partitioner is not None:
+            count = self._task.partition_count(self.topic)  # type: ignore[attr-defined]
+            partition = self._partitioner(key, value, count)  # None: murmur2 of the key, as without one
+            if partition is not None and (type(partition) is not int or not 0 <= partition < count):
+                raise ValueError(f"the partitioner of sink {self.node.name!r} returned {partition!r}: topic "
+                                 f"{self.topic} has partitions 0 to {count - 1}")
         self._forward(key, value, topic=self.topic, partition=partition, headers=headers, timestamp=timestamp)
 
 

@@ -162,6 +162,13 @@ class TaskContext(ProcessorContext):
         self._index += 1
         self._scope.append(_new_record(ProducerRecord, (target, partition, k, v, headers, ts)))
 
+    def partition_count(self, topic: str) -> int:
+        """How many partitions an output topic has (read once per worker process)."""
+        counts = getattr(self._rules, "partitions", None)
+        if counts is None:
+            raise ValueError(f"{self.task_id}: the partitions of {topic!r} are not known here")
+        return int(counts(topic))
+
     def _derived_id(self) -> bytes:
         last = self._last_input
         position = b"%s:%d:%d" % (last.topic().encode(), last.partition(), last.offset()) if last is not None else b""

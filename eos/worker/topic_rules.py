@@ -82,6 +82,17 @@ class TopicRules:
         self._admin = admin
         self._producer_max = producer_max or _PRODUCER_DEFAULT
         self._rules: dict[str, TopicRule] = {}
+        self._partitions: dict[str, int] = {}
+
+    def partitions(self, topic: str) -> int:
+        """How many partitions `topic` has (a sink's partitioner chooses among them)."""
+        count = self._partitions.get(topic)
+        if count is None:
+            found = self._admin().partition_counts([topic])[topic]
+            if found is None:
+                raise ValueError(f"topic {topic!r} does not exist: a partitioner cannot choose its partition")
+            count = self._partitions[topic] = found
+        return count
 
     def __call__(self, topic: str) -> TopicRule:
         rule = self._rules.get(topic)
@@ -92,6 +103,7 @@ class TopicRules:
     def forget(self) -> None:
         """Read the rules again (a broker refused a record: a topic's setting may have changed)."""
         self._rules.clear()
+        self._partitions.clear()
 
     def _read(self, topic: str) -> TopicRule:
         try:

@@ -290,3 +290,22 @@ def test_user_mistakes_in_operators_dead_letter_the_record_with_what_went_wrong(
         "ValueError: group_by returned None: a record without a key cannot be grouped",
         "TypeError: flat_map_values must return an iterable (a list, a generator), got int"]
     assert driver2.read("groups") == [] and driver2.read("items") == []  # nothing of either record stayed
+
+
+def test_a_sink_partitioner_chooses_each_records_partition_and_a_wrong_answer_is_a_dead_letter():
+    app = app_()
+    regions = {"eu": 0, "us": 1, "apac": 2}
+    orders = app.stream("orders")
+    orders.to("by-region", partitioner=lambda key, order, partitions: regions.get(order["region"]))
+    orders.filter(lambda k, o: o["region"] == "mars").to(
+        "nowhere", partitioner=lambda key, order, partitions: partitions)  # one past the last partition
+    driver = TopologyTestDriver(app, partitions={"by-region": 3, "nowhere": 3})
+    driver.pipe_many("orders", [("o1", {"region": "us"}, BASE), ("o2", {"region": "apac"}, BASE + 1),
+                                ("o3", {"region": "eu"}, BASE + 2), ("o4", {"region": "moon"}, BASE + 3),
+                                ("o5", {"region": "mars"}, BASE + 4)])
+    placed = {r.key: r.partition for r in driver.read("by-region")}
+    assert {k: placed[k] for k in ("o1", "o2", "o3")} == {"o1": 1, "o2": 2, "o3": 0}
+    assert "o4" in placed  # None: murmur2 of the key, as without a partitioner
+    assert "o5" not in placed and driver.read("nowhere") == []  # nothing of a failed record stays
+    (dead,) = driver.dead_letters()
+    assert "returned 3: topic nowhere has partitions 0 to 2" in dead.error
