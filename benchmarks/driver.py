@@ -32,17 +32,15 @@ GOALS = {"stateless": 100_000, "windowed count": 30_000}
 
 def stateless(records: int) -> float:
     app = Application("bench-stateless", max_records_per_batch=50_000)
-
-    @app.process(input="in", output="out", key_serde="string", value_serde="json")
-    def enrich(record):  # type: ignore[no-untyped-def]
-        return record.key, {**record.value, "seen": True}
+    app.stream("in").map_values(lambda value: {**value, "seen": True}, name="enrich").to("out")
 
     return _timed(app, [("in", f"k{i % 1000}", {"n": i}, i) for i in range(records)])
 
 
 def windowed_count(records: int) -> float:
     app = Application("bench-windows", max_records_per_batch=50_000)
-    app.count("in", "out", name="per_minute", key_serde="string", windows=TumblingWindows(60_000))
+    app.stream("in", value_serde="bytes").group_by_key().window(TumblingWindows(60_000)).count(name="per_minute") \
+        .to_stream().to("out")
     return _timed(app, [("in", f"k{i % 1000}", b"", i * 10) for i in range(records)])
 
 

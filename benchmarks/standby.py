@@ -69,7 +69,8 @@ def measure(sc: Any, bootstrap: str, admin: KafkaAdmin, keys: int, tail: int, st
     app = Application(f"standby-bench-{standbys}-{run}", bootstrap, num_standby_replicas=standbys,
                       state_dir=str(state_root / f"standbys-{standbys}" / "{executor}"), trigger_interval=0.5,
                       max_records_per_batch=250_000, log_format="json", log_level="WARNING")
-    app.count(src, out, name="counts", key_serde="bytes", value_serde="bytes")
+    app.stream(src, key_serde="bytes", value_serde="bytes").group_by_key().count(name="counts") \
+        .to_stream().to(out)
     runner = Runner(app, sc)
     reports: list[Any] = []
     seen: list[Any] = []

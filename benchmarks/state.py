@@ -73,10 +73,11 @@ def measure_jobs(sc: Any, bootstrap: str, admin: KafkaAdmin, records: int, keys:
         app = Application(f"state-bench-{mode}-{uuid.uuid4().hex[:8]}", bootstrap, trigger_interval=1.0,
                           max_records_per_batch=100_000, state_dir=state_dir, log_format="json",
                           log_level="WARNING")
+        stream = app.stream(src, key_serde="bytes", value_serde="bytes")
         if mode == "stateless":
-            app.process(input=src, output=dst, name="copy")(lambda r: (r.key, r.value))
+            stream.to(dst)
         else:
-            app.count(src, dst, name="counts", key_serde="bytes")
+            stream.group_by_key().count(name="counts").to_stream().to(dst)
         summary = app.run(sc, until_caught_up=True)
         first, last = summary.batch_reports[0], summary.batch_reports[-1]
         out.setdefault(mode, []).append(records / (last.started + last.duration_s - first.started))

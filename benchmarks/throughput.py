@@ -60,7 +60,7 @@ def preload(bootstrap: str, topic: str, n: int, size: int) -> None:
 def identity_app(app_id: str, bootstrap: str, src: str, dst: str, guarantee: str) -> Application:
     app = Application(app_id, bootstrap, processing_guarantee=guarantee, trigger_interval=1.0,
                       max_records_per_batch=100_000, log_format="json", log_level="WARNING")
-    app.process(input=src, output=dst, name="copy")(lambda r: (r.key, r.value))
+    app.stream(src, key_serde="bytes", value_serde="bytes").to(dst)
     return app
 
 

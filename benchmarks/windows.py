@@ -66,7 +66,11 @@ def run_job(sc: Any, bootstrap: str, admin: KafkaAdmin, src: str, name: str, n: 
     admin.create_topics([TopicSpec(dst, PARTITIONS)])
     app = Application(f"windows-bench-{uuid.uuid4().hex[:8]}", bootstrap, trigger_interval=1.0,
                       max_records_per_batch=100_000, state_dir=state_dir, log_format="json", log_level="WARNING")
-    app.count(src, dst, name="counts", key_serde="bytes", **JOBS[name])
+    grouped = app.stream(src, key_serde="bytes").group_by_key()
+    job = JOBS[name]
+    counted = (grouped.window(job["windows"], emit=job.get("emit", "update")) if "windows" in job else grouped) \
+        .count(name="counts")
+    counted.to_stream().to(dst)
     summary = app.run(sc, until_caught_up=True)
     assert summary.records_in == n, f"{name}: read {summary.records_in} of {n} records"
     first, last = summary.batch_reports[0], summary.batch_reports[-1]

@@ -1,12 +1,14 @@
 """Tables and joins (the stream-table duality, as in Kafka Streams).
 
 A **table** is the latest value per key of a topic: each record is an update, a record with a null value
-(a tombstone) deletes its key. `app.table(topic)` declares one; it is materialized, in a changelog-backed
-key-value store, by each sub-topology that reads it (a join), so a table joined twice is kept twice.
+(a tombstone) deletes its key. `app.table(topic)` declares one (a DSL table, `eos.dsl.tables.Table`, with
+filter, map_values, joins and group_by); it is materialized, in a changelog-backed key-value store, by
+each join that reads it, so a table joined twice is kept twice.
 A **global table** (`app.global_table(topic)`) is a full copy of all partitions on every task, read up to
 offsets the driver pins for each batch: a retried batch sees the same table.
 
-Join kinds (`app.join(left, right, output, joiner=..., how=...)`), with Kafka Streams' semantics:
+Join kinds (`stream.join(table)`, `table.join(table)`, ..., or one step per call with `app.join(left, right,
+output, joiner=..., how=...)`), with Kafka Streams' semantics:
 
 ========================  ====================  ============================================  ================
 left x right              how                   result per input                              timestamp

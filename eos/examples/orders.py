@@ -1,13 +1,12 @@
-"""Example job: enrich orders, then keep running totals per customer.
+"""Example job: enrich orders, then keep running totals per customer, in one task per partition.
 
     eos run eos.examples.orders:app --until-caught-up     # with EOS_BOOTSTRAP_SERVERS set
 
-Sub-topology `enrich` (stateless): `orders` -> `orders-enriched`. Keys are customer ids (strings), values
-{"id", "customer", "qty", "price", "country"}; the output adds "total" and upper-cases "country". A record
-that is not JSON, or lacks qty/price, goes to the dead-letter topic `orders-enricher-dlq`.
-
-Sub-topology `totals` (stateful, RocksDB): `orders-enriched` -> `customer-totals`, the running number of
-orders and revenue per customer, one update per order.
+`orders` -> `enrich` -> `orders-enriched`, and -> `totals` -> `customer-totals`: one sub-topology, one
+transaction per task and batch for both outputs and the store. Keys are customer ids (strings), values
+{"id", "customer", "qty", "price", "country"}; `enrich` adds "total" and upper-cases "country" (a record
+that is not JSON, or lacks qty/price, goes to the dead-letter topic `orders-enricher-dlq`); `totals` keeps
+the running number of orders and revenue per customer in RocksDB, one update per order.
 """
 
 from __future__ import annotations
@@ -16,13 +15,15 @@ import json
 import random
 from typing import Any
 
-from eos import Application, Record
+from eos import Application
 
 
-def enrich(record: Record) -> tuple[Any, dict[str, Any]]:
-    order = record.value
-    total = round(float(order["qty"]) * float(order["price"]), 2)  # KeyError/TypeError -> dead letter
-    return record.key, {**order, "country": str(order.get("country", "")).upper(), "total": total}
+def total_of(order: dict[str, Any]) -> float:
+    return round(float(order["qty"]) * float(order["price"]), 2)  # KeyError/TypeError -> dead letter
+
+
+def enrich(order: dict[str, Any]) -> dict[str, Any]:
+    return {**order, "country": str(order.get("country", "")).upper(), "total": total_of(order)}
 
 
 def add_order(customer: str, order: dict[str, Any], totals: dict[str, Any]) -> dict[str, Any]:
@@ -33,10 +34,11 @@ def build(application_id: str = "orders-enricher", *, input_topic: str = "orders
           output_topic: str = "orders-enriched", totals_topic: str | None = "customer-totals",
           bootstrap_servers: str | None = None, **settings: Any) -> Application:
     app = Application(application_id, bootstrap_servers, **settings)
-    app.process(input=input_topic, output=output_topic, key_serde="string", value_serde="json", name="enrich")(enrich)
+    enriched = app.stream(input_topic).map_values(enrich, name="enrich")
+    enriched.to(output_topic)
     if totals_topic:
-        app.aggregate(output_topic, totals_topic, name="totals", initializer=lambda: {"orders": 0, "revenue": 0.0},
-                      aggregator=add_order)
+        enriched.group_by_key().aggregate(lambda: {"orders": 0, "revenue": 0.0}, add_order, name="totals") \
+            .to_stream().to(totals_topic)
     return app
 
 

@@ -309,3 +309,17 @@ def test_a_sink_partitioner_chooses_each_records_partition_and_a_wrong_answer_is
     assert "o5" not in placed and driver.read("nowhere") == []  # nothing of a failed record stays
     (dead,) = driver.dead_letters()
     assert "returned 3: topic nowhere has partitions 0 to 2" in dead.error
+
+
+def test_a_stream_stream_join_keeps_every_record_a_flat_map_or_a_merge_makes_of_one_offset():
+    """Buffered records are told apart by input offset, topic and place: two items of one order (same key,
+    same time, same offset), and records of two merged topics at the same offset, each join once."""
+    app = app_()
+    items = app.stream("orders").flat_map_values(lambda order: order["items"])
+    both = items.merge(app.stream("returns"))
+    both.join(app.stream("prices"), lambda item, price: [item, price], windows=JoinWindows(60_000), name="priced") \
+        .to("priced")
+    driver = TopologyTestDriver(app)
+    driver.pipe_records([("orders", "k", {"items": ["a", "b"]}, BASE), ("returns", "k", "c", BASE),
+                         ("prices", "k", 5, BASE + 1)])
+    assert sorted(r.value[0] for r in driver.read("priced")) == ["a", "b", "c"]
