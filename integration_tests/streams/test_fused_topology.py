@@ -4,7 +4,8 @@
   and written, the rest grouped by page (a repartition topic) into a windowed count with emit="final";
 * filter -> map_values -> split -> a windowed count per user, all in one task (no repartition);
 * the seeds' word count with the Processor API: a source, a processor with a store and stream-time
-  punctuation, a sink.
+  punctuation, a sink; and a second processor connected to the same store (`Milestones`), with its own
+  sink.
 
 Outputs equal a reference computation, the store holds the reference counts, and `audit_application` (the
 lineage of every step, derived outputs included, and the window audit) says PASS."""
@@ -29,7 +30,7 @@ from integration_tests.streams.test_time_and_rekey import committed_records
 JOB = """
 import os
 from eos import Application, store
-from eos.examples.wordcount import WordCount
+from eos.examples.wordcount import Milestones, WordCount
 from eos.testing import MarkWhile
 from eos.windows import TumblingWindows
 
@@ -63,6 +64,10 @@ app.add_source("sentences", os.environ["TEXT"], value_serde="string", timestamp=
 app.add_processor("words", WordCount, "sentences")
 app.add_state_store(store("word-counts", key_serde="string", value_serde="long"), "words")
 app.add_sink("counts", os.environ["WORDS"], "words", value_serde="long")
+# A second processor sharing the store, fanning out to a second sink of the same task.
+app.add_processor("milestones", Milestones, "sentences")
+app.connect_processor_and_state_stores("milestones", "word-counts")
+app.add_sink("reached", os.environ["MILESTONES"], "milestones", value_serde="long")
 if os.environ.get("MARKS"):
     app.fault_hooks.on("before_commit", MarkWhile(os.environ["MARKS"], seconds=0.3))
 """
@@ -84,7 +89,7 @@ def clicks() -> list[dict]:
 
 def test_a_fused_pipeline_and_a_processor_api_word_count_are_exactly_once_across_sigkills(
         kafka, topic_factory, unique_name, tmp_path, monkeypatch):
-    names = ("clicks", "customers", "checkouts", "pages", "users", "text", "words")
+    names = ("clicks", "customers", "checkouts", "pages", "users", "text", "words", "milestones")
     topics = dict(zip(names, (topic_factory(n, partitions=PARTITIONS) for n in names), strict=True))
     data = clicks()
     bootstrap = kafka.bootstrap_servers
@@ -140,6 +145,9 @@ def test_a_fused_pipeline_and_a_processor_api_word_count_are_exactly_once_across
     for key, value, _ in committed_records(bootstrap, topics["words"]):
         emitted.setdefault(key.decode(), []).append(int.from_bytes(value, "big"))
     assert emitted and all(counts == sorted(counts) and counts[-1] <= totals[w] for w, counts in emitted.items())
+    reached = Counter((k.decode(), int.from_bytes(v, "big")) for k, v, _ in committed_records(bootstrap,
+                                                                                             topics["milestones"]))
+    assert reached == Counter((w, n) for w, total in totals.items() for n in range(100, total + 1, 100))
 
     for key, value in env.items():
         if key in {"APP", "STATE", "BATCH", "EOS_BOOTSTRAP_SERVERS", *(n.upper() for n in names)}:

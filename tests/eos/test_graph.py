@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from eos import Application, Processor, store
-from eos.examples.wordcount import WordCount
+from eos.examples.wordcount import Milestones, WordCount
 from eos.tables import JoinWindows
 from eos.testing import TopologyTestDriver
 from eos.windows import TumblingWindows, Windowed
@@ -91,6 +91,24 @@ def test_the_processor_api_word_count_with_a_store_and_punctuation():
     assert sorted((r.key, r.value) for r in driver.read("word-counts")) == [
         ("a", 2), ("a", 2), ("b", 1), ("b", 2), ("c", 1)]  # the first punctuation came with the first record
     assert driver.store("word-counts").get("a") == 2
+    assert list(app.subtopologies) == ["count"]
+
+
+def test_a_second_processor_reads_the_store_its_sibling_wrote_for_the_same_record():
+    class EveryTwo(Milestones):
+        every = 2
+
+    app = app_()
+    app.add_source("sentences", "text", value_serde="string")
+    app.add_processor("count", WordCount, "sentences")
+    app.add_state_store(store("word-counts", key_serde="string", value_serde="long"), "count")
+    app.add_processor("milestones", EveryTwo, "sentences")
+    app.connect_processor_and_state_stores("milestones", "word-counts")
+    app.add_sink("reached", "reached", "milestones", value_serde="long")
+    app.add_sink("out", "word-counts", "count", value_serde="long")
+    driver = TopologyTestDriver(app)
+    driver.pipe_many("text", [(None, "a b a a", BASE), (None, "b a", BASE + 1), (None, "a a a", BASE + 2)])
+    assert [(r.key, r.value) for r in driver.read("reached")] == [("a", 2), ("b", 2), ("a", 4), ("a", 6)]
     assert list(app.subtopologies) == ["count"]
 
 
