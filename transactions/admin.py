@@ -253,6 +253,30 @@ class KafkaAdmin:
     def earliest_offsets(self, partitions: Iterable[TP], timeout: float = 30.0) -> dict[TP, int]:
         return self._list_offsets(partitions, OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED, timeout)
 
+    def offsets_for_time(self, partitions: Iterable[TP], timestamp_ms: int, timeout: float = 30.0) -> dict[TP, int]:
+        """Per partition, the first offset whose record's timestamp is at or after `timestamp_ms` (the end
+        offset when no record is that late)."""
+        partitions = list(partitions)
+        request = {TopicPartition(t, p): OffsetSpec.for_timestamp(timestamp_ms) for t, p in partitions}
+        if not request:
+            return {}
+        result = self._request("list_offsets by time", lambda: self._admin.list_offsets(
+            request, isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=timeout), timeout)
+        found = {(tp.topic, tp.partition): info.offset for tp, info in result.items()}
+        ends = self.end_offsets([tp for tp, offset in found.items() if offset < 0], committed=False, timeout=timeout)
+        return {tp: offset if offset >= 0 else ends[tp] for tp, offset in found.items()}
+
+    def group_members(self, group: str, timeout: float = 30.0) -> list[str]:
+        """The members of a consumer group (`client_id@host`), none for a group that does not exist."""
+        futures = self._admin.describe_consumer_groups([group], request_timeout=timeout)
+        try:
+            description = futures[group].result(timeout)
+        except KafkaException as exc:
+            if exc.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND:
+                return []
+            raise classify(exc, f"describe group {group}") from exc
+        return [f"{m.client_id}@{m.host}" for m in description.members]
+
     def partition_offsets(self, partitions: Iterable[TP], timeout: float = 30.0) -> dict[TP, PartitionOffsets]:
         partitions = list(partitions)
         low = self.earliest_offsets(partitions, timeout)

@@ -26,7 +26,7 @@ app.add_typer(store_app, name="store")
 
 
 def _register_commands() -> None:
-    from eos.cli import commands  # noqa: F401  (registers run / audit / demo / kafka on `app`)
+    from eos.cli import commands, reset  # noqa: F401  (register run / demo / reset / kafka / spark on `app`)
 
     for ep in entry_points(group="eos.cli"):
         app.add_typer(ep.load(), name=ep.name)
