@@ -26,6 +26,7 @@ from eos.processor import Cancellable, ProcessorContext, PunctuationType, Record
 from eos.records import Output
 from eos.serde import Serde
 from eos.streamtime import MARKER_HEADER, MARKER_KEY, STAMP_HEADER, encode_stamp
+from eos.tracing import TRACEPARENT, child_traceparent
 from eos.worker.topic_rules import OutputRejectedError, TopicRule
 from transactions import Message, ProducerRecord
 
@@ -135,6 +136,9 @@ class TaskContext(ProcessorContext):
         if headers is None:
             inherited = msg.headers() if msg is not None else None
             headers = [h for h in inherited if not h[0].startswith("eos.")] if inherited else []
+            if inherited and any(h[0] == TRACEPARENT for h in headers):
+                headers = [(n, child_traceparent(v, self._span_seed(msg)) if n == TRACEPARENT else v)
+                           for n, v in headers]
         else:
             headers = list(headers)
         if self._lineage:
@@ -161,6 +165,19 @@ class TaskContext(ProcessorContext):
             ts = None
         self._index += 1
         self._scope.append(_new_record(ProducerRecord, (target, partition, k, v, headers, ts)))
+
+    def _span_seed(self, msg: Message | None) -> bytes:
+        """What an output's span id is made of: its task, the input record it comes from (the application's
+        source record, with lineage on: a repartition topic's offsets move when a batch writing it aborts)
+        and its index among that record's outputs; the same when a batch is retried."""
+        assert msg is not None
+        if self._lineage:
+            if self._index == 0:
+                self._start_origin(msg)
+            return b"%s|%b%d|%d" % (self._task_bytes, self._origin_prefix, self._origin_offset,
+                                    self._index_base + self._index)
+        return b"%s|%s:%d:%d|%d" % (self._task_bytes, msg.topic().encode(), msg.partition(), msg.offset(),
+                                    self._index)
 
     def partition_count(self, topic: str) -> int:
         """How many partitions an output topic has (read once per worker process)."""
