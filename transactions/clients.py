@@ -75,9 +75,10 @@ def plain_producer(bootstrap_servers: str, **overrides: Any) -> Producer:
 
 def produce_pairs(bootstrap_servers: str, topic: str,
                   records: Iterable[tuple[bytes | None, bytes | None] | tuple[bytes | None, bytes | None, int | None]],
-                  *, timeout: float = 120.0) -> int:
-    """Produce (key, value) or (key, value, timestamp ms) records to `topic` and wait until every one is
-    acknowledged; returns the count. Raises RuntimeError if any record was not delivered."""
+                  *, timeout: float = 120.0, headers: list[tuple[str, str | bytes | None]] | None = None) -> int:
+    """Produce (key, value) or (key, value, timestamp ms) records to `topic`, each with `headers`, and wait
+    until every one is acknowledged; returns the count. Raises RuntimeError if any record was not
+    delivered."""
     producer = plain_producer(bootstrap_servers)
     failed: list[Any] = []
 
@@ -90,7 +91,8 @@ def produce_pairs(bootstrap_servers: str, topic: str,
         timestamp = stamp[0] if stamp and stamp[0] is not None else 0  # 0: the producer's clock
         while True:
             try:
-                producer.produce(topic, value=value, key=key, on_delivery=delivered, timestamp=timestamp)
+                producer.produce(topic, value=value, key=key, on_delivery=delivered, timestamp=timestamp,
+                                 headers=headers)
                 break
             except BufferError:
                 producer.poll(0.1)

@@ -100,11 +100,18 @@ def produce(topic: str = typer.Argument(..., help="Topic to write to"),
             timestamps: bool = typer.Option(False, "--timestamps", help=(
                 "Each line is timestamp<TAB>key<TAB>value: the record's timestamp in milliseconds since the "
                 "epoch, ISO-8601 (2026-05-01T10:00:00Z), or relative to now (now, -90s, -5m, -2h, -1d)")),
+            header: list[str] = typer.Option([], "--header", help="NAME=VALUE: a header on every record (repeatable)"),
             bootstrap_servers: str = bootstrap_option()) -> None:
     """Write `key<TAB>value` lines from stdin (a line without the separator is a value without a key)."""
     from eos.time import parse_time
     from transactions import produce_pairs
 
+    headers: list[tuple[str, str | bytes | None]] = []
+    for item in header:
+        name, sep, text = item.partition("=")
+        if not sep or not name:
+            fail(2, f"--header takes NAME=VALUE, got {item!r}")
+        headers.append((name, text.encode()))
     bootstrap_servers = resolve_bootstrap(bootstrap_servers)
     if topic not in _admin(bootstrap_servers).topic_names():
         fail(2, f"topic {topic!r} does not exist: create it first (`eos topics create {topic} --partitions N`, "
@@ -128,7 +135,7 @@ def produce(topic: str = typer.Argument(..., help="Topic to write to"),
             key, sep, value = line.partition(separator)
             yield (key.encode(), value.encode(), stamp) if sep else (None, line.encode(), stamp)
 
-    n = produce_pairs(bootstrap_servers, topic, records())
+    n = produce_pairs(bootstrap_servers, topic, records(), headers=headers or None)
     console.print(f"{n:,} record(s) written to {topic}")
 
 
@@ -137,6 +144,8 @@ def read(topic: str = typer.Argument(..., help="Topic to read"),
          key_serde: str = typer.Option("string", help="How to show keys: bytes, string, json, int, long, double"),
          value_serde: str = typer.Option("string", help="How to show values (count results: long)"),
          timestamps: bool = typer.Option(False, "--timestamps", help="Start each line with the record's timestamp"),
+         header: list[str] = typer.Option([], "--header", help="NAME: end each line with that header's value "
+                                                               "(`-` when the record has none; repeatable)"),
          separator: str = typer.Option("\t", help="Separates the fields of each line"),
          bootstrap_servers: str = bootstrap_option()) -> None:
     """Print the committed records of a topic, partition by partition, as `key<TAB>value` lines (a
@@ -161,6 +170,9 @@ def read(topic: str = typer.Argument(..., help="Topic to read"),
             fields = [_show(keys, msg.key()), _show(values, msg.value())]
             if timestamps:
                 fields.insert(0, str(msg.timestamp()[1]))
+            if header:
+                found = dict(msg.headers() or [])
+                fields += [(found[n] or b"").decode("utf-8", "backslashreplace") if n in found else "-" for n in header]
             sys.stdout.write(separator.join(fields) + "\n")
 
 

@@ -1,6 +1,7 @@
-"""`eos reset` on the README's job, run as the README says: a dry run changes nothing, a reset puts the
-inputs back to earliest and removes internal topics and local state, and the next run writes the same
-results again; a reset while the job runs is refused."""
+"""The README's "Reprocessing from scratch" and "Trace context" sections on its job, run verbatim: a dry
+run changes nothing, a reset puts the inputs back to earliest and removes internal topics and local state,
+the next run writes the same results again, a reset while the job runs is refused; a traced order's
+context is followed to its enriched record and to the total it updated."""
 
 from __future__ import annotations
 
@@ -107,3 +108,29 @@ def test_a_reset_plan_starts_each_input_where_it_is_told(kafka, topic_factory, t
         plan_reset(app, admin, inputs={"nowhere": "earliest"})
     with pytest.raises(ConfigError, match="not a timestamp"):
         plan_reset(app, admin, to="yesterday")
+
+
+def test_the_trace_context_example_follows_an_order_through_a_stateless_and_a_stateful_step(kafka, tmp_path):
+    from eos.tracing import parse_traceparent
+
+    for _ in run_readme_example("Writing a job", "job.py", kafka, tmp_path, APP, TOPICS):
+        pass
+    env = example_env(kafka, tmp_path)
+    text = README.read_text()
+    block = re.search(r"```bash\n(.*?)```", text[text.index("\n## Trace context\n"):], re.S)
+    assert block, "the README's trace section lost its commands"
+    shown = {}
+    for line in [line.split("  #")[0].strip() for line in block.group(1).splitlines() if line.strip()]:
+        done = subprocess.run(["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, f"`{line}`: {done.stderr}"
+        if line.startswith("eos topics read"):
+            shown[line.split()[3]] = [row.split("\t") for row in done.stdout.splitlines()]
+    spans = set()
+    for topic in ("orders-enriched", "customer-totals"):
+        (_, _, context), = [row for row in shown[topic] if row[0] == "carol"]
+        trace, span, flags = parse_traceparent(context.encode())
+        assert (trace, flags) == ("4bf92f3577b34da6a3ce929b0e0e4736", "01") and span != "00f067aa0ba902b7"
+        spans.add(span)
+        assert all(row[2] == "-" for row in shown[topic] if row[0] != "carol")  # untraced orders stay untraced
+    assert len(spans) == 2  # each output its own span
