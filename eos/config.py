@@ -49,6 +49,9 @@ class EosConfig:
     dead_letter_topic: str | None = None
     #: Add the `eos.origin` lineage header (input topic, partition, offset, index) to every output.
     lineage: bool = True
+    #: An OpenTelemetry span per task and batch, linked to the traces of its input records (`eos.tracing`;
+    #: needs opentelemetry-api, and an SDK configured where tasks run to export anything)
+    tracing: bool = False
     #: Where a partition starts when the group has no committed offset.
     auto_offset_reset: Literal["earliest", "latest"] = "earliest"
     #: Attempts of one batch inside one Spark task (abortable errors, recreated producers).
@@ -140,6 +143,12 @@ class EosConfig:
         _positive("batch_timeout", self.batch_timeout)
         _positive("max_batch_attempts", self.max_batch_attempts)
         _positive("standby_refresh_budget", self.standby_refresh_budget)
+        if self.tracing:
+            try:
+                import opentelemetry.trace  # noqa: F401
+            except ImportError:
+                raise ConfigError("tracing=True needs OpenTelemetry: pip install 'eos-spark-kafka[tracing]' "
+                                  "(opentelemetry-api; an SDK and exporter where the tasks run to see spans)") from None
         if self.acceptable_recovery_lag < 0:
             raise ConfigError(f"acceptable_recovery_lag must be >= 0 records, got {self.acceptable_recovery_lag}")
         if self.trigger_interval < 0:

@@ -7,14 +7,25 @@ caused it, a repartition topic carries it to the next step), gets a child contex
 flags, and a span id of its own, made of the task, the input record and the output's index, so that a
 retried batch writes the same ids. Outputs of punctuations (a window's final result, a scheduled emit)
 have no single input and carry no context. A malformed `traceparent` is passed on unchanged.
+
+With `tracing=True` (an application setting; OpenTelemetry's API installed), each task attempt of a batch
+is a span `eos.batch` (task, batch, attempt, records in and out) of the tracer `eos`, linked to the traces
+of its input records (the first `MAX_LINKS` distinct ones); where the tasks run, an OpenTelemetry SDK
+configured as usual (OTEL_* variables, `opentelemetry-instrument`) exports them. Off, nothing is imported
+and nothing is done.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
+from collections.abc import Iterable, Iterator
+from typing import Any
 
-__all__ = ["TRACEPARENT", "child_traceparent", "parse_traceparent"]
+__all__ = ["TRACEPARENT", "MAX_LINKS", "child_traceparent", "parse_traceparent", "batch_span", "link_inputs"]
+
+MAX_LINKS = 128
 
 TRACEPARENT = "traceparent"
 _FORMAT = re.compile(rb"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
@@ -39,3 +50,39 @@ def child_traceparent(value: bytes, seed: bytes) -> bytes:
     if span == "0" * 16:
         span = "0" * 15 + "1"
     return f"00-{trace}-{span}-{flags}".encode()
+
+
+@contextlib.contextmanager
+def batch_span(enabled: bool, task: str, batch: int, attempt: int) -> Iterator[Any]:
+    """The span of one task attempt of a batch (None when tracing is off); an exception ends it in error."""
+    if not enabled:
+        yield None
+        return
+    from opentelemetry import trace
+
+    tracer = trace.get_tracer("eos")
+    with tracer.start_as_current_span("eos.batch", kind=trace.SpanKind.CONSUMER, attributes={
+            "messaging.system": "kafka", "eos.task": task, "eos.batch": batch, "eos.attempt": attempt}) as span:
+        yield span
+
+
+def link_inputs(span: Any, headers: Iterable[Any]) -> int:
+    """Link `span` to the traces of the input records whose headers are given (distinct contexts, at most
+    `MAX_LINKS`); returns how many links were added."""
+    if span is None:
+        return 0
+    from opentelemetry.trace import SpanContext, TraceFlags
+
+    seen: set[bytes] = set()
+    for found in headers:
+        for name, value in found or ():
+            if name != TRACEPARENT or value in seen or len(seen) >= MAX_LINKS:
+                continue
+            parsed = parse_traceparent(value)
+            if parsed is None:
+                continue
+            seen.add(value)
+            trace_id, span_id, flags = parsed
+            span.add_link(SpanContext(int(trace_id, 16), int(span_id, 16), is_remote=True,
+                                      trace_flags=TraceFlags(int(flags, 16))))
+    return len(seen)

@@ -31,6 +31,7 @@ from eos.hooks import FaultPoint, HookPoint
 from eos.ledger import LedgerEntry, LedgerInput
 from eos.origin import lineage_origin
 from eos.topology import SubTopology
+from eos.tracing import batch_span, link_inputs
 from eos.worker.clients import TaskClients
 from eos.worker.dead_letters import dead_letter_error
 from eos.worker.executor import current_executor, executor_location
@@ -100,13 +101,19 @@ class BatchAttempt:
             return self.report()
         runtime = self.restore_state()
         try:
-            self.read_input()
-            self.process()
-            if self.plan.idle and not (self.outcome.outputs or self.changelog):
-                self.result.status = TaskStatus.NOOP  # punctuations ran (or were not due) and produced nothing
-            else:
-                self.commit()
-                self.apply_state()
+            with batch_span(self.config.tracing, str(self.task), self.plan.batch, self.batch_attempt) as span:
+                self.read_input()
+                link_inputs(span, (m.headers() for m in self.messages) if span is not None else ())
+                self.process()
+                if self.plan.idle and not (self.outcome.outputs or self.changelog):
+                    self.result.status = TaskStatus.NOOP  # punctuations ran (or were not due) and produced nothing
+                else:
+                    self.commit()
+                    self.apply_state()
+                if span is not None:
+                    span.set_attributes({"eos.records_in": self.outcome.records_in,
+                                         "eos.records_out": len(self.outcome.outputs),
+                                         "eos.dead_letters": len(self.outcome.dead_letters)})
         finally:
             runtime.release()
         return self.report()

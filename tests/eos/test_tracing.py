@@ -51,3 +51,49 @@ def test_span_ids_are_the_same_when_a_batch_is_retried_and_bad_contexts_pass_unc
         assert not crash or driver.crashes
         runs.append([(r.key, r.headers["traceparent"]) for t in ("seen", "counts") for r in driver.read(t)])
     assert runs[0] == runs[1] == runs[2] and len({h for _, h in runs[0]}) == len(runs[0])
+
+
+def test_with_tracing_on_each_task_batch_is_a_span_linked_to_its_inputs_traces():
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)  # the process's provider (set once: OpenTelemetry refuses a second)
+    if trace.get_tracer_provider() is not provider:
+        trace.get_tracer_provider().add_span_processor(SimpleSpanProcessor(exporter))  # type: ignore[attr-defined]
+    app = Application("spans", bootstrap_servers="unused:9092", tracing=True)
+    app.stream("orders").map_values(lambda o: o, name="copy").to("out")
+    driver = TopologyTestDriver(app)
+    other = b"00-" + b"1" * 32 + b"-" + b"2" * 16 + b"-01"
+    driver.pipe_records([("orders", "a", {}, BASE), ("orders", "b", {}, BASE + 1)])
+    driver.pipe("orders", "c", {}, timestamp=BASE + 2, headers=[("traceparent", PARENT)])
+    driver.pipe("orders", "d", {}, timestamp=BASE + 3, headers=[("traceparent", other)])
+    spans = [s for s in exporter.get_finished_spans() if s.name == "eos.batch"]
+    assert spans and all(s.attributes["eos.task"] == "copy-0" and s.attributes["messaging.system"] == "kafka"
+                         for s in spans)
+    linked = {format(link.context.trace_id, "032x") for s in spans for link in s.links}
+    assert linked == {TRACE, "1" * 32}
+    assert sum(s.attributes.get("eos.records_in", 0) for s in spans) == 4
+
+
+def test_tracing_without_opentelemetry_is_refused_with_what_to_install(monkeypatch):
+    import builtins
+
+    import pytest
+
+    from eos.errors import ConfigError
+
+    real_import = builtins.__import__
+
+    def no_otel(name, *args, **kwargs):
+        if name.startswith("opentelemetry"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_otel)
+    with pytest.raises(ConfigError, match=r"eos-spark-kafka\[tracing\]"):
+        Application("spans", bootstrap_servers="unused:9092", tracing=True)
