@@ -76,8 +76,12 @@ def test_a_reset_while_the_job_runs_is_refused(kafka, tmp_path):
         assert done.returncode == 2 and "is running" in done.stderr and "stop it first" in done.stderr, done.stderr
         assert admin.partition_counts([CHANGELOG])[CHANGELOG] is not None  # nothing was deleted
     finally:
-        job.send_signal(signal.SIGTERM)
+        job.send_signal(signal.SIGTERM)  # (during start-up this ends the process at once)
         job.wait(120)
+    stopped = time.monotonic()
+    while admin.group_members(f"{APP}.driver"):  # the lease goes with its holder, at the latest when its
+        assert time.monotonic() - stopped < 60, "the stopped driver still holds its lease"  # session expires
+        time.sleep(0.2)
 
 
 def test_a_reset_plan_starts_each_input_where_it_is_told(kafka, topic_factory, tmp_path):
