@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from eos.driver.reports import RunSummary
     from eos.driver.spark import ContextStart
     from eos.queries import StoreSnapshot
+    from eos.schema_registry import RegistrySerde
 
 __all__ = ["Application", "store"]
 
@@ -89,6 +90,34 @@ class Application(GraphMethods):
         """Override settings (None values are ignored); validated like the constructor's."""
         self.config = self.config.with_overrides(**changes)
         return self
+
+    # ------------------------------------------------------------------ Schema Registry serdes
+    def avro(self, schema: str | None = None, **options: Any) -> RegistrySerde:
+        """An Avro serde of the application's Schema Registry (`eos.schema_registry`): `schema` is the writer's
+        schema (JSON text); None reads with each record's writer schema. Options: subject_strategy
+        ("topic", "record", "topic_record"), auto_register, use_latest_version, to_dict, from_dict."""
+        return self._registry_serde("avro", schema, options)
+
+    def protobuf(self, message_type: Any, **options: Any) -> RegistrySerde:
+        """A Protobuf serde of the application's Schema Registry for the generated message class
+        `message_type` (values are instances of it)."""
+        return self._registry_serde("protobuf", message_type, options)
+
+    def json_schema(self, schema: str, **options: Any) -> RegistrySerde:
+        """A JSON Schema serde of the application's Schema Registry (`schema`: the JSON Schema text)."""
+        return self._registry_serde("json_schema", schema, options)
+
+    def _registry_serde(self, format: Any, schema: Any, options: dict[str, Any]) -> RegistrySerde:
+        from eos.schema_registry import RegistrySerde
+
+        cfg = self.config
+        if not cfg.schema_registry_url:
+            raise ConfigError(f"app.{'json_schema' if format == 'json_schema' else format}(...) needs the Schema "
+                              "Registry: Application(..., schema_registry_url='http://host:8081')")
+        registry = {"url": cfg.schema_registry_url}
+        if cfg.schema_registry_auth:
+            registry["basic.auth.user.info"] = cfg.schema_registry_auth
+        return RegistrySerde(format, schema, registry, **options)
 
     def describe(self) -> TopologyDescription:
         """The topology: sub-topologies with their source topics, step, stores and sink topics (`print()` it

@@ -100,6 +100,11 @@ class EosConfig:
     #: Serve Prometheus metrics on this port of the driver (None: off), bound to `metrics_host`.
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
+    #: The Schema Registry of `app.avro(...)`, `app.protobuf(...)`, `app.json_schema(...)` serdes (None: none;
+    #: "mock://name": confluent-kafka's in-memory registry of one process, for tests), and its basic auth
+    #: "user:password"
+    schema_registry_url: str | None = None
+    schema_registry_auth: str | None = None
     #: Logging: "auto" (console on a TTY, JSON otherwise), "json" or "console"; and the level.
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: str = "INFO"

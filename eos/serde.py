@@ -51,6 +51,11 @@ class Serde:
     def _loads(self, data: bytes) -> Any:
         raise NotImplementedError
 
+    def bind(self, topic: str, is_key: bool) -> Serde:
+        """This serde for the keys (`is_key`) or values of `topic`; the framework binds every serde where it
+        knows the topic (a Schema Registry serde names its subject after it). Most serdes ignore it."""
+        return self
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 

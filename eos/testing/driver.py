@@ -326,6 +326,11 @@ class TopologyTestDriver:
                             self.now if timestamp is None else int(timestamp))
 
     def _input_serdes(self, topic: str) -> tuple[Serde, Serde]:
+        """The serdes the step reading `topic` reads it with, bound to it."""
+        ks, vs = self._reading_serdes(topic)
+        return ks.bind(topic, True), vs.bind(topic, False)
+
+    def _reading_serdes(self, topic: str) -> tuple[Serde, Serde]:
         for sub in self.app.subtopologies.values():
             if topic in sub.per_topic:
                 ks, vs, _ = sub.per_topic[topic]
@@ -345,9 +350,10 @@ class TopologyTestDriver:
             if topic in sub.raw_outputs:
                 return BytesSerde(), BytesSerde()
             if topic in sub.output_serdes:
-                return sub.output_serdes[topic]
+                ks, vs = sub.output_serdes[topic]
+                return ks.bind(topic, True), vs.bind(topic, False)
             if topic in sub.output_topics:
-                return sub.output_key_serde, sub.output_value_serde
+                return sub.output_key_serde.bind(topic, True), sub.output_value_serde.bind(topic, False)
         try:
             return self._input_serdes(topic)
         except KeyError:

@@ -69,7 +69,8 @@ class TaskContext(ProcessorContext):
         self.application_id = application_id
         self._raw = raw_topics  # topics whose keys and values the processor serializes itself
         #: each sink's serializers by topic (other topics: the sub-topology's output serdes)
-        self._serializers = {t: (k.serialize, v.serialize) for t, (k, v) in (serdes or {}).items()}
+        self._serializers = {t: (k.bind(t, True).serialize, v.bind(t, False).serialize)
+                             for t, (k, v) in (serdes or {}).items()}
         self.subtopology = subtopology
         self.partition = partition
         self.task_id = f"{subtopology}-{partition}"
@@ -84,6 +85,8 @@ class TaskContext(ProcessorContext):
         self._stamped = stamped_topics
         self.stamp_sources: dict[str, tuple[int, int]] = {}
         self._output_topic = output_topic
+        if output_topic is not None:
+            key_serde, value_serde = key_serde.bind(output_topic, True), value_serde.bind(output_topic, False)
         self._serialize_key, self._serialize_value = key_serde.serialize, value_serde.serialize
         #: the current record's lineage origin: b"topic:partition:", offset, and the index its outputs start at
         self._origin_prefix = b""

@@ -55,6 +55,10 @@ class TaskRuntime:
         #: inputs whose records carry their sources' clocks (eos.streamtime)
         self.clocked = frozenset(sub.inputs) & job.clocked_topics
         self.processor = _create_processor(sub, self.context) if sub.processor_factory is not None else None
+        #: how each input topic is read: serdes bound to it (a Schema Registry serde's subject), timestamps
+        default = (sub.key_serde, sub.value_serde, sub.timestamp)
+        self.readings = {t: (ks.bind(t, True), vs.bind(t, False), ts or RECORD_TIME)
+                         for t in sub.inputs for ks, vs, ts in [sub.per_topic.get(t, default)]}
         self.reused = False  # whether a batch already ran on this runtime
 
     def ensure_restored(self, changelogs: ChangelogSource) -> tuple[float, int]:
@@ -112,8 +116,7 @@ class TaskRuntime:
             return run_processor(self.processor, ctx, messages, key_serde=sub.key_serde,
                                  value_serde=sub.value_serde, dlq=self.dlq, scoped=scoped,
                                  timestamp=sub.timestamp or RECORD_TIME,
-                                 per_topic={t: (ks, vs, ts or RECORD_TIME)
-                                            for t, (ks, vs, ts) in sub.per_topic.items()},
+                                 per_topic=self.readings,
                                  behind=behind if len(sub.inputs) > 1 else frozenset(), event_clock=clock)
         assert sub.batch_fn is not None
         outcome = run_batch_function(sub.batch_fn, sub.batch_format, messages, key_serde=sub.key_serde,

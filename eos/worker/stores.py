@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 import structlog
@@ -70,7 +71,8 @@ class TaskStores:
         self.config = config
         self.partition = partition
         self.task = TaskId(sub.name, partition)
-        self.specs = {spec.name: spec for spec in sub.stores}
+        # each store's serdes bound to its changelog topic (a Schema Registry serde's subject)
+        self.specs = {spec.name: _bound(spec, spec.changelog_topic(config.application_id)) for spec in sub.stores}
         self.views = {name: view_of(spec) for name, spec in self.specs.items()}
         self.changelogs = {name: spec.changelog_topic(config.application_id) for name, spec in self.specs.items()}
         self.in_memory = in_memory
@@ -152,3 +154,11 @@ class TaskStores:
         self._backends.clear()
         self._buffers.clear()
         self.directory.unlock()
+
+
+def _bound(spec: StoreSpec, changelog: str) -> StoreSpec:
+    """The spec with serdes bound to the changelog topic (`eos.serde.Serde.bind`; other serdes as they are)."""
+    key, value = (getattr(s, "bind", lambda t, k, s=s: s)(changelog, is_key)
+                  for s, is_key in ((spec.key_serde, True), (spec.value_serde, False)))
+    return spec if (key, value) == (spec.key_serde, spec.value_serde) else replace(spec, key_serde=key,
+                                                                                     value_serde=value)

@@ -1,0 +1,132 @@
+"""Schema Registry serdes through the test driver, with confluent-kafka's in-memory registry (`mock://`,
+one per process: the driver's workers run in this process): Avro, Protobuf and JSON Schema jobs (a map, a
+windowed aggregation whose store changelog is Avro, a stream-table join) read back with confluent-kafka's
+own deserializers; subjects per topic, record and topic-record; bad records are dead letters with the
+registry's reason."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from eos import Application
+from eos.errors import ConfigError
+from eos.schema_registry import registry_client
+from eos.testing import TopologyTestDriver
+from eos.windows import TumblingWindows
+
+BASE = 1_800_000_000_000
+ORDER = json.dumps({"type": "record", "name": "Order", "namespace": "shop", "fields": [
+    {"name": "id", "type": "int"}, {"name": "qty", "type": "int"}, {"name": "price", "type": "double"}]})
+TOTAL = json.dumps({"type": "record", "name": "Total", "namespace": "shop", "fields": [
+    {"name": "id", "type": "int"}, {"name": "total", "type": "double"}]})
+CUSTOMER = json.dumps({"type": "record", "name": "Customer", "namespace": "shop", "fields": [
+    {"name": "tier", "type": "string"}]})
+
+
+def app_(name: str) -> Application:
+    return Application("sr", bootstrap_servers="unused:9092", schema_registry_url=f"mock://{name}")
+
+
+def confluent_read(app: Application, topic: str, data: bytes) -> object:
+    """What a consumer using confluent-kafka's own Avro deserializer reads."""
+    client = registry_client({"url": app.config.schema_registry_url})
+    return AvroDeserializer(client)(data, SerializationContext(topic, MessageField.VALUE))
+
+
+def test_an_avro_map_a_windowed_aggregation_and_a_join_write_the_registry_wire_format():
+    app = app_("jobs")
+    orders = app.stream("orders", value_serde=app.avro(ORDER))
+    orders.map_values(lambda o: {"id": o["id"], "total": o["qty"] * o["price"]}, name="total") \
+        .to("totals", value_serde=app.avro(TOTAL))
+    orders.group_by_key().window(TumblingWindows(60_000)).aggregate(
+        lambda: {"id": 0, "total": 0.0}, lambda k, o, t: {"id": o["id"], "total": t["total"] + o["qty"] * o["price"]},
+        name="spent", aggregate_serde=app.avro(TOTAL)).to_stream().to("spent")
+    customers = app.table("customers", value_serde=app.avro(CUSTOMER))
+    orders.join(customers, lambda o, c: {"id": o["id"], "total": float(len(c["tier"]))}, name="tiered",
+                value_serde=app.avro(TOTAL)).to("tiered")
+    driver = TopologyTestDriver(app)
+    driver.pipe("customers", "ann", {"tier": "gold"}, timestamp=BASE)
+    driver.pipe_many("orders", [("ann", {"id": 1, "qty": 2, "price": 1.5}, BASE + 1),
+                                ("ann", {"id": 2, "qty": 1, "price": 4.0}, BASE + 2)])
+    assert [r.value for r in driver.read("totals")] == [{"id": 1, "total": 3.0}, {"id": 2, "total": 4.0}]
+    assert [r.value["total"] for r in driver.read("spent")] == [3.0, 7.0]
+    assert [r.value for r in driver.read("tiered")] == [{"id": 1, "total": 4.0}, {"id": 2, "total": 4.0}]
+    client = registry_client({"url": "mock://jobs"})
+    subjects = set(client.get_subjects())
+    assert {"orders-value", "totals-value", "customers-value", "spent-value", "tiered-value",
+            "sr-spent-store-changelog-value", "sr-tiered-customers-changelog-value"} <= subjects, subjects
+    committed = [m.value() for m in driver.cluster.records("totals")]
+    assert len(committed) == 2
+    for data in committed:
+        assert data[:1] == b"\x00" and struct.unpack(">i", data[1:5])[0] > 0  # magic byte, schema id
+    assert [confluent_read(app, "totals", data)["id"] for data in committed] == [1, 2]
+
+
+def test_subject_strategies_name_subjects_by_topic_record_or_both():
+    app = app_("subjects")
+    app.stream("a", value_serde=app.avro(ORDER, subject_strategy="record")).to(
+        "b", value_serde=app.avro(ORDER, subject_strategy="topic_record"))
+    driver = TopologyTestDriver(app)
+    driver.pipe("a", "k", {"id": 1, "qty": 1, "price": 1.0}, timestamp=BASE)
+    assert [r.value["id"] for r in driver.read("b")] == [1]
+    assert set(registry_client({"url": "mock://subjects"}).get_subjects()) == {"shop.Order", "b-shop.Order"}
+
+
+def test_protobuf_and_json_schema_jobs():
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    proto = descriptor_pb2.FileDescriptorProto(name="tests/order.proto", package="tests", syntax="proto3")
+    message = proto.message_type.add(name="Order")
+    message.field.add(name="id", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_INT32,
+                      label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    message.field.add(name="note", number=2, type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
+                      label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto)
+    order_type = message_factory.GetMessageClass(pool.FindMessageTypeByName("tests.Order"))
+    schema = json.dumps({"type": "object", "properties": {"id": {"type": "integer"}, "note": {"type": "string"}},
+                         "required": ["id", "note"]})
+
+    app = app_("formats")
+    app.stream("pb-in", value_serde=app.protobuf(order_type)) \
+        .map_values(lambda o: {"id": o.id, "note": o.note.upper()}, name="to_json") \
+        .to("json-out", value_serde=app.json_schema(schema))
+    driver = TopologyTestDriver(app)
+    driver.pipe("pb-in", "k", order_type(id=7, note="hi"), timestamp=BASE)
+    driver.pipe("pb-in", "k", order_type(id=8, note=""), timestamp=BASE + 1)
+    assert [r.value for r in driver.read("json-out")] == [{"id": 7, "note": "HI"}, {"id": 8, "note": ""}]
+    assert {"pb-in-value", "json-out-value"} <= set(registry_client({"url": "mock://formats"}).get_subjects())
+
+
+def test_bad_records_are_dead_letters_with_the_registrys_reason():
+    app = app_("bad")
+    app.stream("orders", value_serde=app.avro(ORDER)).map_values(
+        lambda o: {"id": o["id"]} if o["id"] == 3 else {"id": o["id"], "total": 1.0}, name="m") \
+        .to("totals", value_serde=app.avro(TOTAL))
+    driver = TopologyTestDriver(app)
+    driver.pipe("orders", "k", {"id": 1, "qty": 1, "price": 1.0}, timestamp=BASE)
+    driver.pipe("orders", b"k", b'{"id": 2}', timestamp=BASE + 1, serialized=True)  # plain JSON: no magic byte
+    driver.pipe("orders", b"k", b"\x00" + struct.pack(">i", 999) + b"\x02", timestamp=BASE + 2, serialized=True)
+    driver.pipe("orders", "k", {"id": 3, "qty": 1, "price": 1.0}, timestamp=BASE + 3)  # its output lacks "total"
+    assert [r.value["id"] for r in driver.read("totals")] == [1]
+    reasons = [d.error for d in driver.dead_letters()]
+    assert len(reasons) == 3, reasons
+    assert "not in the Schema Registry wire format" in reasons[0]
+    assert "the registry says" in reasons[1] and "404" in reasons[1]
+    assert "cannot serialize" in reasons[2] and "total" in reasons[2]
+
+
+def test_registry_serdes_need_the_registry_and_a_schema():
+    with pytest.raises(ConfigError, match="schema_registry_url="):
+        Application("sr", bootstrap_servers="unused:9092").avro(ORDER)
+    app = app_("conf")
+    with pytest.raises(ConfigError, match="needs its schema"):
+        app.json_schema(None)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="subject_strategy must be"):
+        app.avro(ORDER, subject_strategy="by-topic")
+    assert AvroSerializer  # (confluent's serializer is what the serde uses: imported here for the reader side)
