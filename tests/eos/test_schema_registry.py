@@ -130,3 +130,17 @@ def test_registry_serdes_need_the_registry_and_a_schema():
     with pytest.raises(ConfigError, match="subject_strategy must be"):
         app.avro(ORDER, subject_strategy="by-topic")
     assert AvroSerializer  # (confluent's serializer is what the serde uses: imported here for the reader side)
+
+
+def test_the_readme_schema_registry_example_runs_with_the_in_memory_registry(monkeypatch):
+    from tests.eos.test_readme_testing import readme_app
+
+    monkeypatch.setenv("SCHEMA_REGISTRY_URL", "mock://readme")
+    app = readme_app("Schema Registry")
+    driver = TopologyTestDriver(app)
+    driver.pipe_many("payments", [("ann", {"amount": 2.5, "currency": "EUR"}, BASE),
+                                  ("ann", {"amount": 9.0, "currency": "USD"}, BASE + 1),
+                                  ("ann", {"amount": 1.5, "currency": "EUR"}, BASE + 2)])
+    assert [r.value for r in driver.read("eur-per-minute")] == [{"payments": 1, "amount": 2.5},
+                                                                {"payments": 2, "amount": 4.0}]
+    assert "payments-per_minute-store-changelog-value" in registry_client({"url": "mock://readme"}).get_subjects()
