@@ -25,9 +25,16 @@ from typing import Any, Literal
 
 from eos.errors import ConfigError, SerdeError
 from eos.serde import Serde
-from transactions.schema_registry import FORMATS, RecordSchemaError, RegistryCodec, missing_extra, registry_client
+from transactions.schema_registry import (
+    FORMATS,
+    RecordSchemaError,
+    RegistryCodec,
+    missing_extra,
+    registry_client,
+    registry_problems,
+)
 
-__all__ = ["RegistrySerde", "Format", "SubjectStrategy", "registry_client"]
+__all__ = ["RegistrySerde", "Format", "SubjectStrategy", "registry_client", "check_registries"]
 
 Format = Literal["avro", "protobuf", "json_schema"]
 SubjectStrategy = Literal["topic", "record", "topic_record"]
@@ -87,3 +94,25 @@ class RegistrySerde(Serde):
             return self.codec.deserialize(data, self.topic, self.is_key, self.name)
         except RecordSchemaError as exc:
             raise SerdeError(str(exc)) from exc
+
+
+def check_registries(subtopologies: Mapping[str, Any], application_id: str) -> None:
+    """At start-up: every registry the job's serdes use answers, and every subject a sink writes without
+    auto-registration (topic strategy) has a schema; raises `ConfigError` saying what to change."""
+    writers: dict[tuple[tuple[str, str], ...], list[str]] = {}
+    for sub in subtopologies.values():
+        read = [(t, k, v) for t, (k, v, _) in sub.per_topic.items()] + [(t, sub.key_serde, sub.value_serde)
+                                                                        for t in sub.inputs]
+        written = [(t, k, v) for t, (k, v) in sub.output_serdes.items()]
+        stores = [(s.changelog_topic(application_id), s.key_serde, s.value_serde) for s in sub.stores]
+        for topic, key, value in read + written + stores:
+            for serde, is_key in ((key, True), (value, False)):
+                if not isinstance(serde, RegistrySerde):
+                    continue
+                codec = serde.codec
+                subjects = writers.setdefault(tuple(sorted(codec.registry.items())), [])
+                if (topic, key, value) in written and not codec.auto_register and codec.subject_strategy == "topic":
+                    subjects.append(f"{topic}-{'key' if is_key else 'value'}")
+    problems = [p for conf, subjects in writers.items() for p in registry_problems(dict(conf), subjects)]
+    if problems:
+        raise ConfigError("; ".join(dict.fromkeys(problems)))

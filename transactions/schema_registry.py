@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["RegistryCodec", "RecordSchemaError", "registry_client", "missing_extra", "FORMATS"]
+__all__ = ["RegistryCodec", "RecordSchemaError", "registry_client", "registry_problems", "missing_extra", "FORMATS"]
 
 FORMATS = ("avro", "protobuf", "json_schema")
 _CLIENTS: dict[tuple[tuple[str, str], ...], Any] = {}
@@ -148,3 +148,15 @@ def missing_extra(format: str) -> str | None:
     except ImportError as exc:
         return exc.name or "confluent_kafka.schema_registry"
     return None
+
+
+def registry_problems(conf: Mapping[str, str], subjects: list[str]) -> list[str]:
+    """What stops a job from using the registry at start-up: it does not answer, or a subject a writer
+    without auto-registration needs has no schema."""
+    try:
+        known = set(registry_client(conf).get_subjects())
+    except Exception as exc:  # any failure to answer: the job cannot write or read its records
+        return [f"the Schema Registry at {conf.get('url')} does not answer: {type(exc).__name__}: {exc}"]
+    return [f"subject {s!r} has no schema in the registry at {conf.get('url')}, and its writer does not register "
+            "one (auto_register=False): register it first, or let the serde register it" for s in subjects
+            if s not in known]

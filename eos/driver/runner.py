@@ -37,6 +37,7 @@ from eos.driver.spark import ContextStart, is_local_master, spark_conf, task_rdd
 from eos.errors import ConfigError, JobFailedError, stops_the_job
 from eos.ledger import ledger_topic
 from eos.logs import configure_logging
+from eos.schema_registry import check_registries
 from eos.topology import topic_groups
 from eos.worker.entry import SparkTaskFunction
 from eos.worker.plans import Job, StandbyPlan, StandbyResult, StandbyStatus, TaskPlan, TaskResult
@@ -89,6 +90,7 @@ class Runner:
         admin = KafkaAdmin(cfg.bootstrap_servers)
         create_repartition_topics(admin, cfg, self.app.internal_topics)
         counts = check_topics(admin, self.app.subtopologies)
+        check_registries(self.app.subtopologies, cfg.application_id)
         check_broker(admin, cfg)
         dlq_partitions = create_internal_topics(admin, cfg, self.app.subtopologies, counts)
         if cfg.driver_lease:

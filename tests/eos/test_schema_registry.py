@@ -10,6 +10,7 @@ import json
 import struct
 
 import pytest
+from confluent_kafka.schema_registry import Schema
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
@@ -144,3 +145,23 @@ def test_the_readme_schema_registry_example_runs_with_the_in_memory_registry(mon
     assert [r.value for r in driver.read("eur-per-minute")] == [{"payments": 1, "amount": 2.5},
                                                                 {"payments": 2, "amount": 4.0}]
     assert "payments-per_minute-store-changelog-value" in registry_client({"url": "mock://readme"}).get_subjects()
+
+
+def test_start_up_checks_that_the_registry_answers_and_that_unregistered_writers_have_a_subject():
+    import time
+
+    from eos.schema_registry import check_registries
+
+    app = app_("startup")
+    app.stream("orders", value_serde=app.avro(ORDER)).to("totals", value_serde=app.avro(ORDER, auto_register=False))
+    with pytest.raises(ConfigError, match=r"subject 'totals-value' has no schema .*\(auto_register=False\)"):
+        check_registries(app.subtopologies, "sr")
+    registry_client({"url": "mock://startup"}).register_schema("totals-value", Schema(ORDER, "AVRO"))
+    check_registries(app.subtopologies, "sr")  # now it has one
+
+    away = Application("sr", bootstrap_servers="unused:9092", schema_registry_url="http://127.0.0.1:9")
+    away.stream("orders", value_serde=away.avro(ORDER)).to("out")
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match=r"the Schema Registry at http://127.0.0.1:9 does not answer"):
+        check_registries(away.subtopologies, "sr")
+    assert time.monotonic() - started < 30
