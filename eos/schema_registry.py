@@ -20,6 +20,7 @@ Extras: `pip install 'eos-spark-kafka[avro]'` (fastavro), `[protobuf]`, `[json-s
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
@@ -48,8 +49,7 @@ class RegistrySerde(Serde):
     def __init__(self, format: Format, schema: Any, registry: Mapping[str, str], *,
                  subject_strategy: SubjectStrategy = "topic", auto_register: bool = True,
                  use_latest_version: bool = False, to_dict: Callable[[Any], Any] | None = None,
-                 from_dict: Callable[[Any], Any] | None = None, topic: str | None = None,
-                 is_key: bool = False, codec: RegistryCodec | None = None) -> None:
+                 from_dict: Callable[[Any], Any] | None = None) -> None:
         if format not in FORMATS:
             raise ConfigError(f"schema registry format must be avro, protobuf or json_schema, got {format!r}")
         if subject_strategy not in ("topic", "record", "topic_record"):
@@ -62,21 +62,21 @@ class RegistrySerde(Serde):
         missing = missing_extra(format)
         if missing is not None:
             raise ConfigError(f"the {format} serde needs {missing}: pip install 'eos-spark-kafka[{_EXTRA[format]}]'")
-        self.format, self.topic, self.is_key = format, topic, is_key
-        self.codec = codec or RegistryCodec(format, schema, registry, subject_strategy=subject_strategy,
-                                            auto_register=auto_register, use_latest_version=use_latest_version,
-                                            to_dict=to_dict, from_dict=from_dict)
-        self.name = f"{format} ({'key' if is_key else 'value'} of {topic or 'an unbound topic'})"
+        self.format = format
+        self.topic: str | None = None  # bound by `bind`
+        self.is_key = False
+        self.codec = RegistryCodec(format, schema, registry, subject_strategy=subject_strategy,
+                                   auto_register=auto_register, use_latest_version=use_latest_version,
+                                   to_dict=to_dict, from_dict=from_dict)
+        self.name = f"{format} (not bound to a topic yet)"
 
     def bind(self, topic: str, is_key: bool) -> RegistrySerde:
         if (topic, is_key) == (self.topic, self.is_key):
             return self
-        c = self.codec
-        return RegistrySerde(self.format, c.schema, c.registry, subject_strategy=c.subject_strategy,  # type: ignore[arg-type]
-                             topic=topic, is_key=is_key, codec=RegistryCodec(
-                                 c.format, c.schema, c.registry, subject_strategy=c.subject_strategy,
-                                 auto_register=c.auto_register, use_latest_version=c.use_latest_version,
-                                 to_dict=c.to_dict, from_dict=c.from_dict))
+        bound = copy.copy(self)  # a codec of its own: confluent's serializers keep per-subject state
+        bound.topic, bound.is_key, bound.codec = topic, is_key, copy.copy(self.codec)
+        bound.name = f"{self.format} ({'key' if is_key else 'value'} of {topic})"
+        return bound
 
     def __repr__(self) -> str:
         return f"RegistrySerde({self.format!r}, topic={self.topic!r}, key={self.is_key})"

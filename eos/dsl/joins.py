@@ -80,7 +80,9 @@ class JoinMethods(AggregationMethods):
         Stream sides are read with `key_serde`/`value_serde` (the right stream with `right_value_serde`,
         default the same) and `timestamp`; tables with their own. Late stream-stream records are dropped and
         counted, or dead-lettered with `late_records="dead_letter"`."""
-        left, right = _read_table(left), _read_table(right)
+        left_side: str | TableSource = _read_table(left)
+        right_side: str | TableSource | GlobalTable = _read_table(right)
+        left, right = left_side, right_side  # what the join reads: a DSL table as declared
         kind = _kind(left, right, windows)
         if foreign_key is not None:
             if kind != "table-table":
@@ -191,13 +193,13 @@ class JoinMethods(AggregationMethods):
         if not isinstance(table, Table | TableSource):
             raise TypeError(f"aggregate_table({name!r}) aggregates an app.table(...); for a stream topic use "
                             "app.aggregate(topic, ..., group_by=...)")
-        table = _read_table(table)
+        source: TableSource = _read_table(table)
         self._unused(name)
-        read = self.graph.add(SourceNode(f"{name}.repartition.source", (table.topic,), table.key_serde,
-                                         table.value_serde, table.timestamp)).name
-        node, _, _ = table_aggregation(self, name, read, table, group_by, initializer, adder,  # type: ignore[arg-type]
+        read = self.graph.add(SourceNode(f"{name}.repartition.source", (source.topic,), source.key_serde,
+                                         source.value_serde, source.timestamp)).name
+        node, _, _ = table_aggregation(self, name, read, source, group_by, initializer, adder,  # type: ignore[arg-type]
                                        subtractor, serde_for(key_serde), serde_for(value_serde),
-                                       serde_for(aggregate_serde), persistent and table.persistent)
+                                       serde_for(aggregate_serde), persistent and source.persistent)
         if output is not None:
             self.graph.add(SinkNode(f"{name}.sink", output, (node,), serde_for(key_serde), serde_for(aggregate_serde)))
         return self.subtopologies[name]
@@ -243,7 +245,7 @@ def _kind(left: Any, right: Any, windows: JoinWindows | None) -> JoinType:
                     "app.table(...) or app.global_table(...)")
 
 
-def _topic(side: Side) -> str:
+def _topic(side: str | TableSource | GlobalTable) -> str:
     return side if isinstance(side, str) else side.topic
 
 

@@ -61,23 +61,6 @@ class Table:
             self._node = self.app.table_source(self.source)
         return self._node
 
-    # What `app.join` and `app.aggregate_table` read of a table declared with `app.table`.
-    @property
-    def topic(self) -> str:
-        return self._read().topic
-
-    @property
-    def name(self) -> str:
-        return self._read().name
-
-    @property
-    def timestamp(self) -> Any:
-        return self._read().timestamp
-
-    @property
-    def persistent(self) -> bool:
-        return self._read().persistent
-
     def _read(self) -> TableSource:
         if self.source is None:
             raise TypeError(f"{self!r} is made by the DSL, not read from a topic: app.join and app.aggregate_table "

@@ -74,10 +74,8 @@ class Map:
         fn, emit = self.fn, fan_out(children)
 
         def step(key: Any, value: Any, timestamp: int, headers: Any) -> None:
-            pair = fn(key, value)
-            if type(pair) is not tuple or len(pair) != 2:
-                raise TypeError(f"map must return a (key, value) tuple, got {type(pair).__name__}")
-            emit(pair[0], pair[1], timestamp, headers)
+            new_key, new_value = _pair(fn(key, value), "map")
+            emit(new_key, new_value, timestamp, headers)
         return step
 
 
@@ -108,9 +106,8 @@ class FlatMap:
 
         def step(key: Any, value: Any, timestamp: int, headers: Any) -> None:
             for pair in _iterable(fn(key, value), "flat_map"):
-                if type(pair) is not tuple or len(pair) != 2:
-                    raise TypeError(f"flat_map must return (key, value) tuples, got a {type(pair).__name__}")
-                emit(pair[0], pair[1], timestamp, headers)
+                new_key, new_value = _pair(pair, "flat_map")
+                emit(new_key, new_value, timestamp, headers)
         return step
 
 
@@ -211,3 +208,10 @@ def _iterable(result: Any, what: str) -> Iterable[Any]:
 
 
 Operator = Filter | Map | MapValues | FlatMap | FlatMapValues | Peek | SelectKey | Branch | PassThrough
+
+
+def _pair(pair: Any, operator: str) -> tuple[Any, Any]:
+    """What a key-changing function returned, checked: a (key, value) tuple."""
+    if type(pair) is not tuple or len(pair) != 2:
+        raise TypeError(f"{operator} must return a (key, value) tuple, got {type(pair).__name__}")
+    return pair

@@ -17,6 +17,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -157,8 +158,13 @@ class TaskStores:
 
 
 def _bound(spec: StoreSpec, changelog: str) -> StoreSpec:
-    """The spec with serdes bound to the changelog topic (`eos.serde.Serde.bind`; other serdes as they are)."""
-    key, value = (getattr(s, "bind", lambda t, k, s=s: s)(changelog, is_key)
-                  for s, is_key in ((spec.key_serde, True), (spec.value_serde, False)))
+    """The spec with serdes bound to the changelog topic (`eos.serde.Serde.bind`; a serde without `bind` as
+    it is)."""
+    key, value = _bind(spec.key_serde, changelog, True), _bind(spec.value_serde, changelog, False)
     return spec if (key, value) == (spec.key_serde, spec.value_serde) else replace(spec, key_serde=key,
                                                                                      value_serde=value)
+
+
+def _bind(serde: Any, topic: str, is_key: bool) -> Any:
+    bind = getattr(serde, "bind", None)
+    return serde if bind is None else bind(topic, is_key)

@@ -1,7 +1,8 @@
 """Tables in the fluent DSL on the broker and Spark, SIGKILLed mid-batch (inside transactions too) and
 restarted. One job, three sub-topologies:
 
-* orders joined with a filtered table (gold customers) and with an aggregated table (each customer's
+* orders joined with a filtered table (gold customers, written to the partition a partitioner chooses) and
+  with an aggregated table (each customer's
   payments summed, no repartition needed), a table-table outer join (customers with addresses), the right
   side of a foreign-key join and the tier re-grouping, all in the task that reads the customers;
 * the foreign-key join's left side (accounts with their customer's tier);
@@ -15,8 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from collections import Counter
 from itertools import accumulate
@@ -24,8 +23,7 @@ from itertools import accumulate
 from confluent_kafka import Producer
 
 from eos.audit import audit_application
-from eos.cli.loader import load_application
-from integration_tests.engine.test_kill_restart import kill_job_repeatedly
+from integration_tests.streams.test_fused_topology import commit_copy, load_job, run_killed_then_caught_up
 from integration_tests.streams.test_time_and_rekey import committed_records
 
 JOB = """
@@ -40,7 +38,8 @@ app = Application(os.environ["APP"], timestamp="field:at", max_records_per_batch
 customers = app.table(os.environ["CUSTOMERS"])
 orders = app.stream(os.environ["ORDERS"])
 gold = customers.filter(lambda key, customer: customer["tier"] == "gold", name="gold")
-orders.join(gold, lambda order, customer: {"id": order["id"]}, name="vip").to(os.environ["VIP"])
+orders.join(gold, lambda order, customer: {"id": order["id"]}, name="vip").to(
+    os.environ["VIP"], partitioner=lambda key, order, partitions: order["id"] % partitions)
 spent = app.stream(os.environ["PAYMENTS"]).group_by_key().sum(lambda payment: payment["amount"], name="spent")
 orders.left_join(spent, lambda order, total: {"id": order["id"], "spent": total},
                  name="with_spent").to(os.environ["SPENT"])
@@ -113,24 +112,19 @@ def test_table_dsl_joins_and_aggregations_are_exactly_once_across_sigkills(
             producer.poll(0)
     assert producer.flush(60) == 0
 
-    (tmp_path / "job.py").write_text(JOB)
     marks = tmp_path / "marks"
     marks.mkdir()
-    app_id = unique_name("app")
-    env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": bootstrap, "APP": app_id, "STATE": str(tmp_path / "state"),
-           "MARKS": str(marks), "BATCH": "250", **{n.upper(): t for n, t in topics.items()}}
-    in_txn = kill_job_repeatedly(tmp_path, env, 3, marks, seed=31, pause=(5.0, 10.0))
-    assert in_txn >= 1
-    env.pop("MARKS")
-    done = subprocess.run([sys.executable, "-m", "eos.cli", "run", "job.py", "--until-caught-up"], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": bootstrap, "APP": unique_name("app"),
+           "STATE": str(tmp_path / "state"), "MARKS": str(marks), "BATCH": "250",
+           **{n.upper(): t for n, t in topics.items()}}
+    run_killed_then_caught_up(tmp_path, JOB, env, seed=31)
 
     # Every order once, joined with the tables as they stood at its time (every table change comes later).
     initial = {k: v for k, v in data["customers"] if v is not None and v["at"] < BASE}
     orders = data["orders"]
-    vip = Counter(json.loads(v)["id"] for _, v, _ in committed_records(bootstrap, topics["vip"]))
-    assert vip == Counter(o["id"] for k, o in orders if initial[k]["tier"] == "gold")
+    vip = Counter((json.loads(v)["id"], p) for _, v, _, p in committed_records(bootstrap, topics["vip"],
+                                                                             partition=True))
+    assert vip == Counter((o["id"], o["id"] % PARTITIONS) for k, o in orders if initial[k]["tier"] == "gold")
     paid: dict[str, list[tuple[int, int]]] = {}
     for key, p in data["payments"]:
         paid.setdefault(key, []).append(p["at"])
@@ -159,14 +153,7 @@ def test_table_dsl_joins_and_aggregations_are_exactly_once_across_sigkills(
         tiers[key.decode()] = int.from_bytes(value, "big")
     assert tiers == counts
 
-    for key, value in env.items():
-        if key in {"APP", "STATE", "BATCH", "EOS_BOOTSTRAP_SERVERS", *(n.upper() for n in names)}:
-            monkeypatch.setenv(key, value)
-    sys.path.insert(0, str(tmp_path))
-    try:
-        app = load_application(str(tmp_path / "job.py"))
-    finally:
-        sys.path.remove(str(tmp_path))
+    app = load_job(tmp_path, env, monkeypatch)
     assert len(app.subtopologies) == 3
     assert dict(app.store_view("tiers-store").all()) == dict(counts)
     reports = audit_application(app)
@@ -175,11 +162,6 @@ def test_table_dsl_joins_and_aggregations_are_exactly_once_across_sigkills(
     assert sorted(r.join.kind for r in reports if r.mode == "join") == ["foreign-key", "table-table"]
 
     # A profile committed twice (a broken writer): the lineage audit of its task says FAIL.
-    key, value, _ = committed_records(bootstrap, topics["profiles"])[0]
-    copy = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"copy-{time.time_ns()}"})
-    copy.init_transactions(30)
-    copy.begin_transaction()
-    copy.produce(topics["profiles"], key=key, value=value)
-    copy.commit_transaction(30)
+    commit_copy(bootstrap, topics["profiles"], *committed_records(bootstrap, topics["profiles"])[0][:2])
     failed = [(r.mode, r.outputs) for r in audit_application(app) if r.verdict != "PASS"]
     assert "lineage" in [mode for mode, _ in failed] and all(topics["profiles"] in o for _, o in failed), failed

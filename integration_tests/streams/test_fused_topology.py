@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 from confluent_kafka import Producer
 
@@ -72,6 +73,39 @@ if os.environ.get("MARKS"):
     app.fault_hooks.on("before_commit", MarkWhile(os.environ["MARKS"], seconds=0.3))
 """
 
+def run_killed_then_caught_up(tmp_path, job: str, env: dict[str, str], *, seed: int) -> None:
+    """Write `job` to job.py, SIGKILL its `eos run` three times (at least once inside a transaction; the job
+    marks its transactions in `env["MARKS"]`), then run it until caught up."""
+    (tmp_path / "job.py").write_text(job)
+    in_txn = kill_job_repeatedly(tmp_path, env, 3, Path(env["MARKS"]), seed=seed, pause=(5.0, 10.0))
+    assert in_txn >= 1
+    env = {k: v for k, v in env.items() if k != "MARKS"}
+    done = subprocess.run([sys.executable, "-m", "eos.cli", "run", "job.py", "--until-caught-up"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def load_job(tmp_path, env: dict[str, str], monkeypatch):
+    """The Application of tmp_path/job.py, its environment (topics, application id) as the run had it."""
+    for key, value in env.items():
+        if key != "MARKS" and os.environ.get(key) != value:
+            monkeypatch.setenv(key, value)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        return load_application(str(tmp_path / "job.py"))
+    finally:
+        sys.path.remove(str(tmp_path))
+
+
+def commit_copy(bootstrap: str, topic: str, key: bytes | None, value: bytes | None) -> None:
+    """A broken writer: commit one more copy of a record in a transaction of its own."""
+    copy = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"copy-{time.time_ns()}"})
+    copy.init_transactions(30)
+    copy.begin_transaction()
+    copy.produce(topic, key=key, value=value)
+    copy.commit_transaction(30)
+
+
 PARTITIONS, PER_PARTITION, STEP_MS = 2, 1200, 2_500
 BASE = (int(time.time()) // 3600 - 4) * 3_600_000
 PAGES = ["Home", "cart", "Checkout", "search", "HELP"]
@@ -103,18 +137,12 @@ def test_a_fused_pipeline_and_a_processor_api_word_count_are_exactly_once_across
     # One partition: the word count (as the seeds' example) counts per task, and the store view merges tasks.
     produce(bootstrap, topics["text"], [(None, s.encode()) for s in sentences], partition_of=lambda n, key: 0)
 
-    (tmp_path / "job.py").write_text(JOB)
     marks = tmp_path / "marks"
     marks.mkdir()
-    app_id = unique_name("app")
-    env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": bootstrap, "APP": app_id, "STATE": str(tmp_path / "state"),
-           "MARKS": str(marks), "BATCH": "300", **{n.upper(): t for n, t in topics.items()}}
-    in_txn = kill_job_repeatedly(tmp_path, env, 3, marks, seed=27, pause=(5.0, 10.0))
-    assert in_txn >= 1
-    env.pop("MARKS")
-    final = subprocess.run([sys.executable, "-m", "eos.cli", "run", "job.py", "--until-caught-up"], cwd=tmp_path,
-                           env=env, capture_output=True, text=True, timeout=600)
-    assert final.returncode == 0, final.stderr[-3000:]
+    env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": bootstrap, "APP": unique_name("app"),
+           "STATE": str(tmp_path / "state"), "MARKS": str(marks), "BATCH": "300",
+           **{n.upper(): t for n, t in topics.items()}}
+    run_killed_then_caught_up(tmp_path, JOB, env, seed=27)
 
     humans = [c for c in data if not c.get("bot") and c["page"] != "end"]
     checkouts = Counter((c["id"], tiers.get(c["user"])) for c in humans if c["page"] == "Checkout")
@@ -149,14 +177,7 @@ def test_a_fused_pipeline_and_a_processor_api_word_count_are_exactly_once_across
                                                                                              topics["milestones"]))
     assert reached == Counter((w, n) for w, total in totals.items() for n in range(100, total + 1, 100))
 
-    for key, value in env.items():
-        if key in {"APP", "STATE", "BATCH", "EOS_BOOTSTRAP_SERVERS", *(n.upper() for n in names)}:
-            monkeypatch.setenv(key, value)
-    sys.path.insert(0, str(tmp_path))
-    try:
-        app = load_application(str(tmp_path / "job.py"))
-    finally:
-        sys.path.remove(str(tmp_path))
+    app = load_job(tmp_path, env, monkeypatch)
     assert sorted(app.subtopologies) == ["humans", "pages", "people", "words"]
     assert dict(app.store_view("word-counts").all()) == dict(totals)
     reports = audit_application(app)
@@ -166,12 +187,7 @@ def test_a_fused_pipeline_and_a_processor_api_word_count_are_exactly_once_across
 
     # A final result committed twice (a broken writer): `audit_application` alone says FAIL, twice: the lineage
     # audit of the fused step (a derived output's id committed twice) and its window audit (a second result).
-    key, value, _ = committed_records(bootstrap, topics["users"])[0]
-    copy = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"copy-{time.time_ns()}"})
-    copy.init_transactions(30)
-    copy.begin_transaction()
-    copy.produce(topics["users"], key=key, value=value)
-    copy.commit_transaction(30)
+    commit_copy(bootstrap, topics["users"], *committed_records(bootstrap, topics["users"])[0][:2])
     reports = audit_application(app)
     failed = [(r.mode, r.outputs) for r in reports if r.verdict != "PASS"]
     assert [mode for mode, _ in failed] == ["lineage", "window"], failed

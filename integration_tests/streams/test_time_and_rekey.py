@@ -19,9 +19,9 @@ from integration_tests.userpath.test_audit_truth import inject
 from transactions import KafkaAdmin
 
 
-def committed_records(bootstrap: str, topic: str, *, headers: bool = False) -> list[tuple]:
+def committed_records(bootstrap: str, topic: str, *, headers: bool = False, partition: bool = False) -> list[tuple]:
     """(key, value, timestamp) of every committed record, partition by partition; with `headers`, the
-    record's headers (a dict) come fourth."""
+    record's headers (a dict) come next, with `partition` its partition last."""
     admin = KafkaAdmin(bootstrap)
     ends = admin.end_offsets(admin.topic_partitions(topic))
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "reader", "enable.auto.commit": False,
@@ -34,8 +34,9 @@ def committed_records(bootstrap: str, topic: str, *, headers: bool = False) -> l
         if msg.error():
             pending.discard(msg.partition())
             continue
-        record = (msg.key(), msg.value(), msg.timestamp()[1])
-        out.append((*record, dict(msg.headers() or ())) if headers else record)
+        record = (msg.key(), msg.value(), msg.timestamp()[1], *([dict(msg.headers() or ())] if headers else []),
+                  *([msg.partition()] if partition else []))
+        out.append(record)
     consumer.close()
     return out
 
