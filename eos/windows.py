@@ -195,6 +195,11 @@ class WindowedSerde(Serde):
         self.inner, self.format = inner, format
         self.name = f"windowed {format} of {inner.name}"
 
+    def bind(self, topic: str, is_key: bool) -> Serde:
+        """The inner key's serde bound too (a Schema Registry key names its subject after the topic)."""
+        inner = self.inner.bind(topic, is_key)
+        return self if inner is self.inner else WindowedSerde(inner, self.format)
+
     def _dumps(self, obj: Any) -> bytes:
         if not isinstance(obj, Windowed):
             raise SerdeError(f"expected a Windowed key, got {type(obj).__name__}")

@@ -1,7 +1,8 @@
 """Fixtures for integration tests: a real Kafka cluster and real Spark.
 
 Kafka (session-scoped), in this order: the cluster named by EOS_BOOTSTRAP_SERVERS; a testcontainers
-container when a Docker daemon answers a ping; a local KRaft cluster from the Maven jars.
+container when a Docker daemon answers a ping; a local KRaft cluster from the Maven jars. A Schema Registry
+likewise (`localkafka.registry`), for the tests that ask for one.
 Every test gets unique topic and group names.
 """
 
@@ -19,6 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from eos.driver.spark import DEFAULT_MASTER, build_spark_context
 from localkafka.cluster import JVM_OPTIONS_ENV
 from localkafka.provision import KafkaEndpoint, provide_kafka
+from localkafka.registry import RegistryEndpoint, provide_registry
 
 # The suite's JVMs compile with C1 only: it starts many that live seconds to minutes, and on two cores the
 # CPU C2 spends compiling their start-up paths is the suite's time. Spark's (drivers, executors, jobs in
@@ -46,6 +48,14 @@ def kafka() -> Iterator[KafkaEndpoint]:
 def kafka3() -> Iterator[KafkaEndpoint]:
     """A local 3-node KRaft cluster (RF 3, min ISR 2) with per-broker fault controls."""
     with provide_kafka(brokers=3) as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(scope="session")
+def schema_registry() -> Iterator[RegistryEndpoint]:
+    """A Schema Registry every process of a job shares: EOS_SCHEMA_REGISTRY_URL's, an Apicurio container
+    where Docker answers, else the in-memory one of `localkafka.registry` in a process of its own."""
+    with provide_registry() as endpoint:
         yield endpoint
 
 

@@ -68,6 +68,27 @@ def test_an_avro_map_a_windowed_aggregation_and_a_join_write_the_registry_wire_f
     assert [confluent_read(app, "totals", data)["id"] for data in committed] == [1, 2]
 
 
+def test_avro_keys_through_a_windowed_aggregation_keep_their_subject_in_both_windowed_key_layouts():
+    """A windowed result's key wraps the input's key serde, bound to the output topic like any other."""
+    app = app_("windowed-keys")
+    key = app.avro('"string"')
+    orders = app.stream("orders", key_serde=key, value_serde=app.avro(ORDER))
+    for layout in ("binary", "json"):
+        orders.group_by_key().window(TumblingWindows(60_000), windowed_key=layout).count(name=f"n-{layout}") \
+            .to_stream().to(f"counts-{layout}")
+    driver = TopologyTestDriver(app)
+    driver.pipe("orders", "ann", {"id": 1, "qty": 1, "price": 1.0}, timestamp=BASE)
+    driver.pipe("orders", "ann", {"id": 2, "qty": 1, "price": 1.0}, timestamp=BASE + 1)
+    assert [(r.key.key, r.key.start, r.value) for r in driver.read("counts-binary")] == [("ann", BASE, 1),
+                                                                                        ("ann", BASE, 2)]
+    (raw, *_), client = [m.key() for m in driver.cluster.records("counts-binary")], registry_client(
+        {"url": "mock://windowed-keys"})
+    ctx = SerializationContext("counts-binary", MessageField.KEY)
+    assert AvroDeserializer(client)(raw[:-16], ctx) == "ann" and int.from_bytes(raw[-8:], "big") == BASE
+    assert json.loads(driver.cluster.records("counts-json")[0].key())["key"] == "ann"
+    assert {"orders-key", "counts-binary-key"} <= set(client.get_subjects())
+
+
 def test_subject_strategies_name_subjects_by_topic_record_or_both():
     app = app_("subjects")
     app.stream("a", value_serde=app.avro(ORDER, subject_strategy="record")).to(
