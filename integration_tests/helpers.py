@@ -42,9 +42,17 @@ def produce(bootstrap: str, topic: str, records, *, partition_of=None, timestamp
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
+    failed: list[str] = []
+
+    def delivered(err, msg) -> None:
+        if err is not None and len(failed) < 3:
+            failed.append(str(err))
+
     n = 0
     for key, value in records:
-        kwargs = {} if partition_of is None else {"partition": partition_of(n, key)}
+        kwargs = {"on_delivery": delivered}
+        if partition_of is not None:
+            kwargs["partition"] = partition_of(n, key)
         if timestamp_of is not None:
             kwargs["timestamp"] = timestamp_of(n, key)
         while True:
@@ -57,6 +65,7 @@ def produce(bootstrap: str, topic: str, records, *, partition_of=None, timestamp
         if n % 20_000 == 0:
             producer.poll(0)
     assert producer.flush(60) == 0, "input not fully delivered"
+    assert not failed, f"the broker refused input records: {failed}"  # e.g. a timestamp too far ahead
     return n
 
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import runpy
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from integration_tests.helpers import read_values
@@ -17,16 +19,17 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 
 
-def readme_blocks(section: str) -> tuple[str, str]:
-    """The first ```python and the first ```bash block under the README heading `section`."""
+def readme_blocks(section: str, *, commands: bool = True) -> tuple[str, str]:
+    """The first ```python and the first ```bash block under the README heading `section` (`commands`:
+    the section must have both)."""
     text = README.read_text()
     start = text.index(f"\n## {section}\n")
     end = text.find("\n## ", start + 1)
     body = text[start:end if end > 0 else None]
     python = re.search(r"```python\n(.*?)```", body, re.S)
     bash = re.search(r"```bash\n(.*?)```", body, re.S)
-    assert python and bash, f"README section {section!r} lost its examples"
-    return python.group(1), bash.group(1)
+    assert python and (bash or not commands), f"README section {section!r} lost its examples"
+    return python.group(1), bash.group(1) if bash else ""
 
 
 def clean_slate(bootstrap: str, app_id: str, topics: list[str]) -> None:
@@ -129,3 +132,38 @@ def test_the_tables_and_joins_example_runs_verbatim(kafka, tmp_path):
     assert dict(printed["subscriptions-with-tier"]) == {"s1": {"customer": "bob", "plan": "pro", "tier": "basic"},
                                                          "s2": {"customer": "cy", "plan": "pro", "tier": None}}
     assert dict(printed["customers-per-tier"]) == {"gold": 1, "basic": 1}
+
+
+def test_the_schema_registry_example_runs_on_the_broker_with_a_registry_its_workers_share(
+        kafka, schema_registry, tmp_path, monkeypatch):
+    """The section's job, verbatim, on Spark: Avro payments in, Avro totals out (its store's changelog Avro
+    too), written and read back by confluent-kafka's serializers with the suite's registry."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from integration_tests.helpers import produce
+    from transactions import TopicSpec
+
+    job, _ = readme_blocks("Schema Registry", commands=False)
+    (tmp_path / "payments.py").write_text(job)
+    bootstrap, registry = kafka.bootstrap_servers, SchemaRegistryClient({"url": schema_registry.url})
+    clean_slate(bootstrap, "payments", ["payments", "eur-per-minute"])
+    KafkaAdmin(bootstrap).create_topics([TopicSpec("payments", 1), TopicSpec("eur-per-minute", 1)])
+    monkeypatch.setenv("SCHEMA_REGISTRY_URL", schema_registry.url)
+    write = AvroSerializer(registry, runpy.run_path(str(tmp_path / "payments.py"))["PAYMENT"])  # the job's schema
+    ctx = SerializationContext("payments", MessageField.VALUE)
+    minute = (int(time.time()) // 60 - 10) * 60_000  # minutes ago: the broker refuses times far ahead
+    payments = [(2.5, "EUR", minute), (9.0, "USD", minute + 1), (1.5, "EUR", minute + 2), (4.0, "EUR", minute + 60_000)]
+    produce(bootstrap, "payments", [(b"ann", write({"amount": a, "currency": c}, ctx)) for a, c, _ in payments],
+            timestamp_of=lambda n, key: payments[n][2])
+    env = {**example_env(kafka, tmp_path), "SCHEMA_REGISTRY_URL": schema_registry.url}
+    done = subprocess.run(["eos", "run", "payments.py", "--until-caught-up"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    read = AvroDeserializer(registry)
+    totals = [read(v, SerializationContext("eur-per-minute", MessageField.VALUE)) for v in
+              read_values(bootstrap, "eur-per-minute")]
+    assert totals == [{"payments": 1, "amount": 2.5}, {"payments": 2, "amount": 4.0}, {"payments": 1, "amount": 4.0}]
+    assert {"payments-value", "eur-per-minute-value", "payments-per_minute-store-changelog-value"} <= set(
+        registry.get_subjects())
