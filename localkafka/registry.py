@@ -282,7 +282,13 @@ def main(argv: list[str] | None = None) -> None:
         sys.stdout.write(f"listening on {url}\n")
         sys.stdout.flush()
 
-    serve(args.host, args.port, ready=ready)
+    try:
+        serve(args.host, args.port, ready=ready)
+    except OSError as exc:  # the port is taken, the host is not this machine's
+        parser.exit(2, f"cannot listen on {args.host}:{args.port}: {exc.strerror}; pick another with --port "
+                       "(0: any free port)\n")
+    except KeyboardInterrupt:
+        pass
 
 
 if __name__ == "__main__":

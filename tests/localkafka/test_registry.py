@@ -77,3 +77,10 @@ def test_it_ends_with_its_block():
     with local_registry() as url:
         assert registry_answers(url)
     assert not registry_answers(url)
+
+
+def test_a_taken_port_is_refused_saying_what_to_do(url):
+    port = url.rsplit(":", 1)[1]
+    done = subprocess.run([sys.executable, "-m", "localkafka.registry", "--port", port], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2 and "pick another with --port" in done.stderr, done.stderr
