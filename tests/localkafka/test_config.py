@@ -10,6 +10,7 @@ from localkafka import ToolMissingError, kafka_version
 from localkafka.cluster import JVM_OPTIONS_ENV, _new_cluster_id, broker_jvm_options
 from localkafka.config import ClusterSettings, NodeSpec, render_node_properties
 from localkafka.jars import check_java, ensure_kafka_jars
+from localkafka.registry import APICURIO_IMAGE
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -87,6 +88,8 @@ def test_missing_maven_is_a_clear_error(monkeypatch, tmp_path):
 
 def test_docker_compose_matches_the_local_cluster_settings():
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    registry = compose["services"].pop("schema-registry")  # the registry the testcontainers path starts too
+    assert registry["image"] == APICURIO_IMAGE and all(p.startswith("127.0.0.1:") for p in registry["ports"])
     services = compose["services"]
     assert len(services) == 3
     envs = [s["environment"] for s in services.values()]
