@@ -71,6 +71,9 @@ class SubTopology:
     #: The windowed aggregations the window audit can replay (eos.windows.Windowing, each with the topic its
     #: results go to)
     windowings: tuple[Any, ...] = ()
+    #: The windowed aggregations the window audit cannot replay, each (its name, why): the lineage audit
+    #: proves their results (each once, derived from committed inputs); `audit_application` says so
+    unreplayed_windows: tuple[tuple[str, str], ...] = ()
     #: Inputs read with other serdes or timestamps than the sub-topology's (a join's two sides):
     #: topic -> (key serde, value serde, timestamp extractor or None for the record's own timestamp).
     per_topic: Mapping[str, tuple[Serde, Serde, Callable[[Any], int] | None]] = field(default_factory=dict)

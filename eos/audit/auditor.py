@@ -175,7 +175,8 @@ def audit_application(app: Application, *, bootstrap_servers: str | None = None,
     """Everything a framework job commits, each by the audit that can prove it: a lineage audit of every
     sub-topology (derived outputs, such as punctuations' and final window results, each once), then the
     window audit of every windowed aggregation and the join audit of every join. A window audit that cannot
-    run (its input was purged or deleted) is reported as skipped, with the reason."""
+    run (its input was purged or deleted, or the aggregation is fused with another source) is reported as
+    skipped, with the reason."""
     reports = _lineage_reports(app, bootstrap_servers, max_samples, progress)
     bootstrap = bootstrap_servers or app.config.bootstrap_servers
     for name, sub in app.subtopologies.items():
@@ -187,6 +188,10 @@ def audit_application(app: Application, *, bootstrap_servers: str | None = None,
                 reports.append(AuditReport("window", bootstrap, list(sub.inputs), [w.topic or sub.output or ""],
                                            app.config.dlq_topic, app.config.group_id, "read_committed",
                                            window=WindowAuditResult(), skipped=str(exc)))
+        for window, why in sub.unreplayed_windows:
+            reports.append(AuditReport("window", bootstrap, list(sub.inputs), [], app.config.dlq_topic,
+                                       app.config.group_id, "read_committed", window=WindowAuditResult(),
+                                       skipped=f"{window}: {why}"))
     if any(sub.joins for sub in app.subtopologies.values()):
         reports += audit_joins(app, bootstrap_servers=bootstrap, max_samples=max_samples)
     return reports

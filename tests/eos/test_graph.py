@@ -287,6 +287,8 @@ def test_the_window_audit_replays_the_operators_before_a_fused_window_branch_inc
         .to_stream().to("out")
     (merged,) = other.subtopologies.values()
     assert merged.windowings == ()  # two inputs: the window audit cannot replay it (lineage still audits it)
+    assert [name for name, _ in merged.unreplayed_windows] == ["c"]  # and `audit_application` says so
+    assert "lineage audit alone" in merged.unreplayed_windows[0][1] and sub.unreplayed_windows == ()
 
 
 def test_user_mistakes_in_operators_dead_letter_the_record_with_what_went_wrong():
