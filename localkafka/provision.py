@@ -26,7 +26,8 @@ from typing import Literal
 from localkafka.cluster import LocalCluster
 from localkafka.readiness import live_broker_ids, wait_ready
 
-__all__ = ["KafkaEndpoint", "provide_kafka", "docker_daemon_answers", "exit_on_sigterm", "ENV_BOOTSTRAP"]
+__all__ = ["KafkaEndpoint", "provide_kafka", "docker_daemon_answers", "docker_wanted", "exit_on_sigterm",
+           "ENV_BOOTSTRAP"]
 
 ENV_BOOTSTRAP = "EOS_BOOTSTRAP_SERVERS"
 TESTCONTAINERS_IMAGE = os.environ.get("EOS_TESTCONTAINERS_IMAGE", "confluentinc/cp-kafka:7.9.0")
@@ -53,12 +54,17 @@ def docker_daemon_answers(timeout: float = 3.0) -> bool:
         return False
 
 
+def docker_wanted() -> bool:
+    """Containers for the tests: a Docker daemon answers and `EOS_NO_DOCKER=1` does not turn them off."""
+    return os.environ.get("EOS_NO_DOCKER") != "1" and docker_daemon_answers()
+
+
 @contextmanager
 def provide_kafka(brokers: int = 1, root: str | Path | None = None) -> Iterator[KafkaEndpoint]:
     if brokers == 1 and (env := os.environ.get(ENV_BOOTSTRAP)):
         yield KafkaEndpoint(env, "environment", _count_brokers(env))
         return
-    if brokers == 1 and os.environ.get("EOS_NO_DOCKER") != "1" and docker_daemon_answers():
+    if brokers == 1 and docker_wanted():
         with _testcontainers_kafka() as bootstrap:
             yield KafkaEndpoint(bootstrap, "testcontainers", 1)
         return

@@ -37,7 +37,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 from urllib.parse import parse_qs, unquote, urlsplit
 
-__all__ = ["RegistryEndpoint", "provide_registry", "serve", "registry_answers", "ENV_REGISTRY"]
+__all__ = ["RegistryEndpoint", "provide_registry", "local_registry", "serve", "registry_answers", "ENV_REGISTRY"]
 
 ENV_REGISTRY = "EOS_SCHEMA_REGISTRY_URL"
 APICURIO_IMAGE = os.environ.get("EOS_TESTCONTAINERS_REGISTRY_IMAGE", "apicurio/apicurio-registry:3.0.9")
@@ -54,9 +54,9 @@ def provide_registry() -> Iterator[RegistryEndpoint]:
     if env := os.environ.get(ENV_REGISTRY):
         yield RegistryEndpoint(env, "environment")
         return
-    from localkafka.provision import docker_daemon_answers
+    from localkafka.provision import docker_wanted
 
-    if os.environ.get("EOS_NO_DOCKER") != "1" and docker_daemon_answers():
+    if docker_wanted():
         with _apicurio_container() as url:
             yield RegistryEndpoint(url, "testcontainers")
         return
@@ -161,6 +161,18 @@ class _Store:
                 raise _Error(404, 40403, "Schema not found")
             return dict(self.schemas[schema_id - 1])
 
+    def subject_names(self, prefix: str = "") -> list[str]:
+        with self.lock:
+            return [s for s in self.subjects if s.startswith(prefix)]
+
+    def versions(self, subject: str) -> list[int]:
+        with self.lock:
+            return list(range(1, len(self._versions(subject)) + 1))
+
+    def delete(self, subject: str) -> list[int]:
+        with self.lock:
+            return list(range(1, len(self.subjects.pop(subject, [])) + 1))
+
     def _versions(self, subject: str) -> list[int]:
         if subject not in self.subjects:
             raise _Error(404, 40401, f"Subject '{subject}' not found.")
@@ -180,10 +192,9 @@ class _Routes:
         store = self.store
         match method, parts:
             case "GET", ["subjects"]:
-                prefix = query.get("subjectPrefix", "")
-                return [s for s in store.subjects if s.startswith(prefix)]
+                return store.subject_names(query.get("subjectPrefix", ""))
             case "GET", ["subjects", subject, "versions"]:
-                return list(range(1, store.version(subject, "latest")["version"] + 1))
+                return store.versions(subject)
             case "GET", ["subjects", subject, "versions", version]:
                 return store.version(subject, version)
             case "POST", ["subjects", subject, "versions"]:
@@ -191,8 +202,7 @@ class _Routes:
             case "POST", ["subjects", subject]:
                 return store.lookup(subject, body)
             case "DELETE", ["subjects", subject]:
-                with store.lock:
-                    return list(range(1, len(store.subjects.pop(subject, [])) + 1))
+                return store.delete(subject)
             case "GET", ["schemas", "ids", schema_id]:
                 return store.schema(int(schema_id))
             case "GET", ["schemas", "types"]:

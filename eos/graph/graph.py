@@ -188,7 +188,7 @@ def _subtopology(part: GraphPart, stores: Mapping[str, StoreSpec], default_times
     out_ks = main.key_serde if main else key_serde
     out_vs = main.value_serde if main else value_serde
     raw = frozenset(s.topic for s in part.sinks if s.raw)
-    windowed = [p for p in part.processors if p.windowing is not None]
+    windowed = {p.name: _audited_window(part, p) for p in part.processors if p.windowing is not None}
     joins = [p for p in part.processors if p.join is not None]
     used = [s for p in part.processors for s in part.stores[p.name]]
     vectorized = batch[0].batch if batch else None
@@ -199,8 +199,8 @@ def _subtopology(part: GraphPart, stores: Mapping[str, StoreSpec], default_times
         output_key_serde=out_ks, output_value_serde=out_vs, extra_outputs=tuple(topics[1:]),
         timestamp=timestamp, stores=tuple(stores[s] for s in dict.fromkeys(used)),
         may_punctuate=any(p.may_punctuate for p in part.processors),
-        windowings=tuple(w for w in (_audited_window(part, n) for n in windowed) if w is not None),
-        unreplayed_windows=tuple((n.name, _UNREPLAYED_WINDOW) for n in windowed if _audited_window(part, n) is None),
+        windowings=tuple(w for w in windowed.values() if w is not None),
+        unreplayed_windows=tuple((n, _UNREPLAYED_WINDOW) for n, w in windowed.items() if w is None),
         joins=tuple(j for j in (_audited_join(part, n) for n in joins) if j is not None),
         per_topic={t: r for t, r in readings.items() if r != (key_serde, value_serde, timestamp)},
         global_tables=tuple(dict.fromkeys(g for p in part.processors for g in p.global_tables)),
