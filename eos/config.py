@@ -61,6 +61,10 @@ class EosConfig:
     max_failed_batches: int = 5
     #: Local state directory (stores live in <state_dir>/<application_id>/<task>/<store>).
     state_dir: str = "~/.eos/state"
+    #: Kafka Streams' record cache (statestore.cache.max.bytes), per task: keyed, windowed (emit="update")
+    #: and table aggregations forward the latest value per key once per batch, or when the cache is full,
+    #: instead of every update (`eos.cache`: fewer outputs, a change of semantics). 0: off.
+    cache_max_bytes: int = 0
     #: Extra copies of each task's persistent stores on other executors, refreshed from the changelogs.
     num_standby_replicas: int = 0
     #: Longest a standby copy replays its changelogs in one batch (s); a copy further behind catches up
@@ -164,6 +168,9 @@ class EosConfig:
                 f"{self.batch_timeout}s: the broker would abort transactions that are still committing. "
                 f"Raise transaction_timeout_ms to at least {int(self.batch_timeout * 1000)} (2x is a good margin), "
                 "or lower batch_timeout and max_records_per_batch.")
+        if self.cache_max_bytes < 0:
+            raise ConfigError(f"cache_max_bytes must be >= 0 bytes (0: no record cache; Kafka Streams' default is "
+                              f"10485760), got {self.cache_max_bytes}")
         if self.num_standby_replicas < 0:
             raise ConfigError(f"num_standby_replicas must be >= 0, got {self.num_standby_replicas}")
         if self.dead_letter_topic is not None and not _NAME.match(self.dead_letter_topic):

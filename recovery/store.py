@@ -75,6 +75,8 @@ class StoreView:
         self._serialize_key = spec.key_serde.serialize
         self._serialize_value, self._deserialize_value = spec.value_serde.serialize, spec.value_serde.deserialize
         self._timestamped = spec.timestamped
+        #: the serialized key and the bytes (key and value) of this view's last `put` (the record cache's)
+        self.last_written: tuple[bytes, int] = (b"", 0)
 
     def attach(self, buffer: WriteBuffer | None) -> None:
         """Called by the task runtime: the batch's write buffer this view reads and writes (None: detached)."""
@@ -119,7 +121,10 @@ class KeyValueStore(StoreView):
 
     def put(self, key: Any, value: Any, timestamp: int = -1) -> None:
         """Store `value` (None deletes the key), with `timestamp` in a timestamped store."""
-        self._buf().put(self._key(key), None if value is None else self._encode(value, timestamp))
+        raw_key = self._key(key)
+        raw = None if value is None else self._encode(value, timestamp)
+        self._buf().put(raw_key, raw)
+        self.last_written = (raw_key, len(raw_key) + (len(raw) if raw else 0))
 
     def put_if_absent(self, key: Any, value: Any) -> Any:
         current = self.get(key)

@@ -37,8 +37,10 @@ class WindowStore(StoreView):
 
     def put(self, key: Any, window_start: int, value: Any, timestamp: int = -1) -> None:
         """Store the window's value (None deletes it)."""
-        raw = self._key(key)
-        self._buf().put(_time(window_start) + raw, None if value is None else self._encode(value, timestamp))
+        stored_key = _time(window_start) + self._key(key)
+        raw = None if value is None else self._encode(value, timestamp)
+        self._buf().put(stored_key, raw)
+        self.last_written = (stored_key, len(stored_key) + (len(raw) if raw else 0))
 
     def delete(self, key: Any, window_start: int) -> None:
         self._buf().put(_time(window_start) + self._key(key), None)

@@ -65,6 +65,8 @@ class AggregateSpec:
     output_value: Callable[[bytes | None], Any]
     #: Input records the job aggregates (e.g. not those it dead-letters); default: all.
     accept: Callable[[bytes | None], bool] | None = None
+    #: The job ran with a record cache (`cache_max_bytes` > 0): it committed some of the running values
+    cached: bool = False
 
 
 @dataclass
@@ -161,7 +163,7 @@ def audit(bootstrap_servers: str, *, inputs: list[str], outputs: list[str], dead
         report.aggregate = audit_aggregate(bootstrap_servers, inputs, outputs, kind=aggregate.kind,
                                            input_value=aggregate.input_value, output_value=aggregate.output_value,
                                            accept=aggregate.accept, group=group, admin=admin, max_samples=max_samples,
-                                           progress=progress)
+                                           progress=progress, cached=aggregate.cached)
     topics = [*outputs, *([dead_letter_topic] if dead_letter_topic else []), *extra_topics]
     report.transactions = check_open_transactions(admin, topics, max_samples)
     report.offsets = check_offsets(admin, inputs, group, groups)
@@ -254,7 +256,7 @@ def audit_windowed(app: Application, *, bootstrap_servers: str | None = None, su
         report.window = audit_windows(report.bootstrap_servers, sub, group=groups[sub.inputs[0]], admin=admin,
                                       dead_letters=app.config.dlq_topic, max_samples=max_samples,
                                       progress=progress, clocked=frozenset(sub.inputs) & app.clocked_topics,
-                                      window=w)
+                                      window=w, cached=app.config.cache_max_bytes > 0)
 
     return _audit_each(app, "window", "windowed aggregation",
                        lambda s: [w for w in s.windowings if only is None or w is only],

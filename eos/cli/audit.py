@@ -102,6 +102,8 @@ def aggregate(bootstrap_servers: str = Bootstrap, inputs: list[str] = Inputs, ou
               input_field: str = typer.Option(None, help="Field of a JSON input value to aggregate"),
               output_format: str = typer.Option("json", help="Serde of output values"),
               output_field: str = typer.Option(None, help="Field of a JSON output value holding the aggregate"),
+              cached: bool = typer.Option(False, "--cached", help="The job ran with a record cache "
+                                          "(cache_max_bytes > 0): some running values, in order, once, and the last"),
               group: str = Group, json_path: Path = JsonPath, samples: int = Samples) -> None:
     """Per key: last committed output = aggregate recomputed from the input; no step repeated or skipped."""
     from eos.audit import AggregateSpec, audit
@@ -109,7 +111,8 @@ def aggregate(bootstrap_servers: str = Bootstrap, inputs: list[str] = Inputs, ou
     if kind not in ("count", "sum", "min", "max"):
         err.print("[red]--kind must be count, sum, min or max[/red]")
         raise typer.Exit(2)
-    spec = AggregateSpec(kind, _extractor(input_format, input_field), _extractor(output_format, output_field))  # type: ignore[arg-type]
+    spec = AggregateSpec(kind, _extractor(input_format, input_field), _extractor(output_format, output_field),  # type: ignore[arg-type]
+                         cached=cached)
     require_reachable(bootstrap_servers)
     with _progress() as progress:
         report = audit(bootstrap_servers, inputs=inputs, outputs=outputs, group=group, aggregate=spec,

@@ -161,6 +161,7 @@ class NodeContext(ProcessorContext):
         self._emits = [_call(c) for c in children.values() if not (isinstance(c, Sink) and c.node.named)]
         self._sinks = {c.topic: c for c in children.values() if isinstance(c, Sink)}
         self._stores = stores
+        self.record_cache = getattr(task, "record_cache", None)
         self._ts: int = -1
         self._headers: Any = None
         self._in = False  # while a record is being processed by this node
@@ -216,6 +217,12 @@ class NodeContext(ProcessorContext):
             return
         for emit in self._emits:
             emit(key, value, ts, headers)
+
+    def cached_headers(self) -> list[tuple[str, bytes]]:
+        """The headers the current record's outputs would carry (kept by the record cache with an update)."""
+        if self._in and self._headers is not None:
+            return list(self._headers)
+        return self._task.cached_headers()  # type: ignore[attr-defined]
 
     def store(self, name: str) -> Any:
         if name not in self._stores:

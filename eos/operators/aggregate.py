@@ -5,7 +5,8 @@ its partition. Tombstones (null values) are ignored, as Kafka Streams' aggregati
 without a key are bad records (dead-letter topic). To aggregate by another key, first write the records
 re-keyed to a topic (a stateless sub-topology) and aggregate that topic. Every update is emitted (the
 output is the aggregate's changelog stream, like a KTable's), so the committed output holds each key's
-running value in order.
+running value in order; with a record cache (`cache_max_bytes`, `eos.cache`), the latest one per key per
+batch.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from eos.cache import updates
 from eos.processor import Processor, ProcessorContext
 from eos.records import Record
 
@@ -28,6 +30,7 @@ class AggregateProcessor(Processor):
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
         self.store = context.store(self.store_name)
+        self.emit = updates(context, self.store)
 
     def process(self, record: Record) -> None:
         if record.value is None:
@@ -41,7 +44,7 @@ class AggregateProcessor(Processor):
             aggregate, timestamp = current[0], max(current[1], record.timestamp)
         updated = self.aggregator(record.key, record.value, aggregate)
         self.store.put(record.key, updated, timestamp)
-        self.context.forward(record.key, updated, timestamp=timestamp)  # the largest timestamp aggregated
+        self.emit(record.key, updated, timestamp)  # the largest timestamp aggregated
 
 
 class Aggregation(NamedTuple):

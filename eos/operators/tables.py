@@ -29,6 +29,7 @@ import struct
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from eos.cache import updates
 from eos.operators.joins import topic_set
 from eos.processor import Processor, ProcessorContext
 from eos.records import Output, Record
@@ -260,6 +261,7 @@ class TableAggregate(Processor):
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
         self.store: KeyValueStore = context.store(self.store_name)
+        self.emit = updates(context, self.store)  # through the record cache, if the task has one
 
     def process(self, record: Record) -> None:
         change = decode_change(record.value)
@@ -271,4 +273,4 @@ class TableAggregate(Processor):
         if change.new is not None:
             aggregate = self.adder(record.key, self.vs.deserialize(change.new), aggregate)
         self.store.put(record.key, aggregate, timestamp)
-        self.context.forward(record.key, aggregate, timestamp=timestamp)  # None: the group is gone
+        self.emit(record.key, aggregate, timestamp)  # None: the group is gone

@@ -15,6 +15,7 @@ import heapq
 from collections.abc import Callable
 from typing import Any, Literal
 
+from eos.cache import updates
 from eos.processor import Processor, ProcessorContext
 from eos.records import Record
 from eos.windows import HoppingWindows, SessionWindows, SlidingWindows, TimeWindow, Windowed
@@ -91,6 +92,7 @@ class TimeWindowAggregate(_WindowedAggregate):
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
         self.store: WindowStore = context.store(self.store_name)
+        self.emit_update = updates(context, self.store)  # through the record cache, if the task has one
 
     def process(self, record: Record) -> None:
         if record.value is None:
@@ -116,7 +118,7 @@ class TimeWindowAggregate(_WindowedAggregate):
         aggregate = self.aggregator(record.key, record.value, aggregate)
         self.store.put(record.key, window.start, aggregate, timestamp)
         if self.emit == "update":
-            self.context.forward(Windowed(record.key, window.start, window.end), aggregate, timestamp=timestamp)
+            self.emit_update(Windowed(record.key, window.start, window.end), aggregate, timestamp)
 
     def on_stream_time(self, stream_time: int) -> None:
         size, grace = self.windows.size_ms, self.windows.grace_ms

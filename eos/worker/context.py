@@ -19,6 +19,7 @@ from typing import Any
 
 import structlog
 
+from eos.cache import RecordCache
 from eos.clock import wall_ms
 from eos.errors import OutputSerializationError, SerdeError
 from eos.origin import DERIVED_HEADER, ORIGIN_HEADER, lineage_source
@@ -65,8 +66,11 @@ class TaskContext(ProcessorContext):
                  stream_time: int = -1, topic_rules: Callable[[str], TopicRule] | None = None,
                  transitive_topics: frozenset[str] = frozenset(), raw_topics: frozenset[str] = frozenset(),
                  stamped_topics: frozenset[str] = frozenset(),
-                 serdes: Mapping[str, tuple[Serde, Serde]] | None = None) -> None:
+                 serdes: Mapping[str, tuple[Serde, Serde]] | None = None,
+                 record_cache: RecordCache | None = None) -> None:
         self.application_id = application_id
+        #: the task's record cache (eos.cache), None without one
+        self.record_cache = record_cache
         self._raw = raw_topics  # topics whose keys and values the processor serializes itself
         #: each sink's serializers by topic (other topics: the sub-topology's output serdes)
         self._serializers = {t: (k.bind(t, True).serialize, v.bind(t, False).serialize)
@@ -136,14 +140,7 @@ class TaskContext(ProcessorContext):
         except SerdeError as exc:
             raise OutputSerializationError(str(exc)) from exc
         msg = self._current
-        if headers is None:
-            inherited = msg.headers() if msg is not None else None
-            headers = [h for h in inherited if not h[0].startswith("eos.")] if inherited else []
-            if inherited and any(h[0] == TRACEPARENT for h in headers):
-                headers = [(n, child_traceparent(v, self._span_seed(msg)) if n == TRACEPARENT else v)
-                           for n, v in headers]
-        else:
-            headers = list(headers)
+        headers = self.cached_headers() if headers is None else list(headers)
         if self._lineage:
             if msg is None:
                 headers.append((DERIVED_HEADER, self._derived_id()))
@@ -168,6 +165,19 @@ class TaskContext(ProcessorContext):
             ts = None
         self._index += 1
         self._scope.append(_new_record(ProducerRecord, (target, partition, k, v, headers, ts)))
+
+    def cached_headers(self) -> list[tuple[str, bytes]]:
+        """The headers an output of the current record inherits: the record's own but the framework's, with a
+        child span of its trace context (none in a scope without a record). The record cache keeps them with
+        an update, for when it is forwarded."""
+        msg = self._current
+        inherited = msg.headers() if msg is not None else None
+        if not inherited:
+            return []
+        headers = [h for h in inherited if not h[0].startswith("eos.")]
+        if any(h[0] == TRACEPARENT for h in headers):
+            headers = [(n, child_traceparent(v, self._span_seed(msg)) if n == TRACEPARENT else v) for n, v in headers]
+        return headers
 
     def _span_seed(self, msg: Message | None) -> bytes:
         """What an output's span id is made of: its task, the input record it comes from (the application's

@@ -167,6 +167,7 @@ def run_processor(processor: Processor, ctx: TaskContext, messages: list[Message
         ctx.stream_time = ctx.clock_time = event_clock.stream_time
     outcome = BatchOutcome(stream_time=ctx.stream_time)
     scoped = list(scoped)
+    cache = ctx.record_cache
     process, outputs, filtered = processor.process, outcome.outputs, outcome.filtered
     enter, leave = ctx.enter_record, ctx.leave_record
     parts = by_partition(messages)
@@ -242,6 +243,8 @@ def run_processor(processor: Processor, ctx: TaskContext, messages: list[Message
                 if ctx.dropped_reason == "late":
                     outcome.late.append(msg)
                 ctx.dropped_reason = None
+        if cache is not None and cache.over:
+            _in_scope(ctx, scoped, outcome, outcome.stream_time, cache.evict, b"cache-evict")
         if punctuating:
             _punctuate_due(ctx, scoped, outcome, clock)
         if ctx.commit_requested or (remaining and not remaining[tp] and tp in behind and unprocessed):
@@ -253,7 +256,9 @@ def run_processor(processor: Processor, ctx: TaskContext, messages: list[Message
             break
     outcome.records_in, outcome.bytes_in = records_in, sizes[0]
     _punctuate_due(ctx, scoped, outcome, clock)
+    _flush(ctx, scoped, outcome)
     _in_scope(ctx, scoped, outcome, outcome.stream_time, processor.punctuate, b"end")  # the batch-end hook
+    _flush(ctx, scoped, outcome, b"cache-flush-end")  # what the hook put in the cache
     outcome.dropped, ctx.dropped = ctx.dropped, {}
     if event_clock is not None:
         outcome.clocks, outcome.sources_idle = event_clock.encode(), event_clock.all_idle()
@@ -265,8 +270,16 @@ def punctuate_idle(processor: Processor, ctx: TaskContext, scoped: Iterable[Reco
     """A batch without input: the wall-clock punctuations that are due (the driver plans such a batch for
     an idle task whose punctuation is due)."""
     outcome = BatchOutcome(stream_time=ctx.stream_time)
-    _punctuate_due(ctx, list(scoped), outcome, clock)
+    scoped = list(scoped)
+    _punctuate_due(ctx, scoped, outcome, clock)
+    _flush(ctx, scoped, outcome)
     return outcome
+
+
+def _flush(ctx: TaskContext, scoped: list[RecordScoped], outcome: BatchOutcome, label: bytes = b"cache-flush") -> None:
+    """Forward what the task's record cache holds (eos.cache), before the batch's outputs are produced."""
+    if ctx.record_cache is not None and len(ctx.record_cache):
+        _in_scope(ctx, scoped, outcome, outcome.stream_time, ctx.record_cache.flush, label)
 
 
 def _punctuate_due(ctx: TaskContext, scoped: list[RecordScoped], outcome: BatchOutcome,
@@ -299,7 +312,9 @@ def _in_scope(ctx: TaskContext, scoped: list[RecordScoped], outcome: BatchOutcom
         raise
     except Exception as exc:
         name = getattr(callback, "__qualname__", repr(callback)).rpartition("<locals>.")[2]
-        raise TaskFailedError(f"task {ctx.task_id}: the punctuation {name} of sub-topology {ctx.subtopology!r} "
+        what = (f"a record the record cache forwarded ({label.decode()}: eos.cache)" if label.startswith(b"cache")
+                else f"the punctuation {name}")
+        raise TaskFailedError(f"task {ctx.task_id}: {what} of sub-topology {ctx.subtopology!r} "
                               f"failed at time {timestamp}: {type(exc).__name__}: {exc}", task=ctx.task_id,
                               cause_type=type(exc).__name__, detail=traceback.format_exc()) from exc
     for s in scoped:

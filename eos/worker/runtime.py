@@ -11,6 +11,7 @@ from __future__ import annotations
 import traceback
 from collections.abc import Callable
 
+from eos.cache import RecordCache
 from eos.errors import TaskFailedError
 from eos.processor import Processor
 from eos.streamtime import EventClock, is_marker
@@ -21,7 +22,7 @@ from eos.worker.context import TaskContext
 from eos.worker.dead_letters import DeadLetterPolicy
 from eos.worker.global_tables import GlobalCopy, GlobalTableView
 from eos.worker.plans import Job, StampPlan
-from eos.worker.processing import NOT_A_BAD_RECORD, BatchOutcome, punctuate_idle, run_processor
+from eos.worker.processing import NOT_A_BAD_RECORD, BatchOutcome, RecordScoped, punctuate_idle, run_processor
 from eos.worker.stores import TaskStores
 from eos.worker.topic_rules import TopicRule
 from eos.worker.vectorized import run_batch_function
@@ -45,13 +46,15 @@ class TaskRuntime:
         self.lineage = cfg.lineage
         self.stores = TaskStores(cfg, sub, partition, in_memory=in_memory) if sub.stores else None
         self.globals = {g.name: GlobalTableView(g) for g in sub.global_tables}
+        self.cache = RecordCache(cfg.cache_max_bytes) if cfg.cache_max_bytes and sub.stores else None
         self.context = TaskContext(application_id=cfg.application_id, subtopology=sub.name, partition=partition,
                                    output_topic=sub.output, key_serde=sub.output_key_serde,
                                    value_serde=sub.output_value_serde, lineage=cfg.lineage,
                                    stores={**(self.stores.views if self.stores else {}), **self.globals},
                                    topic_rules=topic_rules, transitive_topics=job.transitive_topics,
                                    raw_topics=sub.raw_outputs, serdes=sub.output_serdes,
-                                   stamped_topics=frozenset(sub.output_topics) & job.clocked_topics)
+                                   stamped_topics=frozenset(sub.output_topics) & job.clocked_topics,
+                                   record_cache=self.cache)
         #: inputs whose records carry their sources' clocks (eos.streamtime)
         self.clocked = frozenset(sub.inputs) & job.clocked_topics
         self.processor = _create_processor(sub, self.context) if sub.processor_factory is not None else None
@@ -103,7 +106,9 @@ class TaskRuntime:
             ctx.adopt_punctuation_state(punctuation)
             ctx.begin_batch()
             self.reused = True
-            scoped = self.stores.scoped() if self.stores else ()
+            scoped: list[RecordScoped] = [*self.stores.scoped()] if self.stores else []
+            if self.cache is not None:
+                scoped.append(self.cache)
             clock = None
             if self.clocked:  # the committed clocks are the truth, whatever this runtime saw before
                 clock = EventClock(self.clocked, direct=len(self.clocked) < len(sub.inputs), stream_time=stream_time)

@@ -1,0 +1,145 @@
+"""The record cache (`cache_max_bytes`, eos.cache), through the test driver: the latest value per key per
+batch, evictions of the least recently updated when full, record scopes, windows, table aggregations,
+headers, and exactly-once under crashes."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from eos import Application
+from eos.cache import ENTRY_OVERHEAD, RecordCache
+from eos.errors import ConfigError
+from eos.testing import TopologyTestDriver
+from eos.windows import TumblingWindows
+
+
+def counts_app(cache: int, **settings) -> Application:
+    app = Application("cached", cache_max_bytes=cache, **settings)
+    app.stream("in").group_by_key().count(name="counts").to_stream().to("out")
+    return app
+
+
+def stream_of(keys: int, n: int, seed: int = 3) -> list[tuple[str, dict]]:
+    rng = random.Random(seed)
+    return [(f"k{rng.randrange(keys)}", {"i": i}) for i in range(n)]
+
+
+def is_subsequence(values: list, of: list) -> bool:
+    it = iter(of)
+    return all(any(v == w for w in it) for v in values)
+
+
+def test_a_batch_forwards_the_latest_count_of_each_key_once_in_the_order_of_their_last_update():
+    driver = TopologyTestDriver(counts_app(10 * 1024 * 1024))
+    driver.pipe_many("in", [("a", {}), ("b", {}), ("a", {}), ("c", {}), ("b", {}), ("a", {})])
+    assert [(r.key, r.value) for r in driver.read("out")] == [("c", 1), ("b", 2), ("a", 3)]
+    driver.pipe_many("in", [("c", {}), ("c", {})])  # the next batch: only what it changed
+    assert [(r.key, r.value) for r in driver.read("out")] == [("c", 3)]
+    assert driver.store("counts-store").get("a") == 3
+
+
+def test_without_a_cache_every_update_is_forwarded():
+    driver = TopologyTestDriver(counts_app(0))
+    driver.pipe_many("in", [("a", {}), ("b", {}), ("a", {})])
+    assert [(r.key, r.value) for r in driver.read("out")] == [("a", 1), ("b", 1), ("a", 2)]
+
+
+def test_a_full_cache_evicts_the_least_recently_updated_and_the_output_stays_a_true_history():
+    inputs = stream_of(keys=40, n=600)
+    entry = len(b"k10") + 8 + 8 + ENTRY_OVERHEAD  # a key, a timestamped long
+    driver = TopologyTestDriver(counts_app(10 * entry))  # room for about ten keys of forty
+    driver.pipe_many("in", inputs)
+    out = driver.read("out")
+    assert 40 < len(out) < 600  # evictions forwarded some updates early, the cache absorbed the rest
+    running: dict[str, list[int]] = {}
+    for key, _ in inputs:
+        running.setdefault(key, []).append(len(running.get(key, [])) + 1)
+    got: dict[str, list[int]] = {}
+    for r in out:
+        got.setdefault(r.key, []).append(r.value)
+    for key, history in running.items():
+        assert got[key][-1] == history[-1]  # the batch's last value of every key is there
+        assert got[key] == sorted(set(got[key])) and is_subsequence(got[key], history)
+
+
+def test_a_record_that_fails_after_updating_the_cache_takes_its_update_out_again():
+    app = Application("cached", cache_max_bytes=1 << 20)
+    orders = app.stream("in")
+    orders.group_by_key().count(name="counts").to_stream().to("counts")
+    orders.map_values(lambda v: 10 // v["qty"], name="per_unit").to("per-unit")  # qty 0 raises
+    driver = TopologyTestDriver(app)
+    driver.pipe_many("in", [("a", {"qty": 1}), ("a", {"qty": 0}), ("b", {"qty": 2}), ("a", {"qty": 5})])
+    assert [(r.key, r.value) for r in driver.read("counts")] == [("b", 1), ("a", 2)]  # the failed one not counted
+    assert [r.value for r in driver.read("per-unit")] == [10, 5, 2]
+    (letter,) = driver.dead_letters()
+    assert letter.error.startswith("ZeroDivisionError")
+
+
+def test_windowed_updates_are_cached_per_window():
+    app = Application("cached", cache_max_bytes=1 << 20)
+    (app.stream("in").group_by_key().window(TumblingWindows(1000)).count(name="per_second")
+        .to_stream().to("out"))
+    driver = TopologyTestDriver(app)
+    driver.pipe_records([("in", "a", {}, 100), ("in", "a", {}, 200), ("in", "a", {}, 1100), ("in", "b", {}, 1200),
+                         ("in", "a", {}, 1300)])
+    assert [(r.key.key, r.key.start, r.value, r.timestamp) for r in driver.read("out")] == [
+        ("a", 0, 2, 200), ("b", 1000, 1, 1200), ("a", 1000, 2, 1300)]
+
+
+def test_table_aggregations_forward_the_latest_total_per_group():
+    app = Application("cached", cache_max_bytes=1 << 20)
+    customers = app.table("customers")
+    customers.group_by(lambda key, c: (c["tier"], c)).count(name="tiers").to_stream().to("tiers")
+    driver = TopologyTestDriver(app)
+    driver.pipe_many("customers", [("ann", {"tier": "gold"}), ("bob", {"tier": "gold"}), ("ann", {"tier": "basic"})])
+    assert {r.key: r.value for r in driver.records("tiers")} == {"gold": 1, "basic": 1}
+    assert driver.store("tiers-store").get("gold") == 1
+
+
+def test_a_flushed_update_carries_the_headers_of_the_last_record_that_made_it():
+    driver = TopologyTestDriver(counts_app(1 << 20))
+    driver.pipe("in", "a", {}, headers=[("who", b"first")], timestamp=5)
+    driver.pipe_many("in", [])
+    driver.pipe_records([("in", "a", {}, 7)])
+    records = driver.records("out")
+    assert [dict(r.headers).get("who") for r in records] == [b"first", None]
+    assert all("eos.derived" in r.headers for r in records)  # not one input's output
+
+
+def test_the_cache_keeps_exactly_once_when_batches_crash():
+    inputs = [("in", key, value) for key, value in stream_of(keys=7, n=120, seed=9)]
+    report = TopologyTestDriver(counts_app(12 * (3 + 16 + ENTRY_OVERHEAD))).check_exactly_once(inputs, crashes=10)
+    assert report.crashes
+    final = Counter(key for _, key, _ in inputs)
+    driver = TopologyTestDriver(counts_app(1 << 20))
+    driver.pipe_records(inputs)
+    last = {r.key: r.value for r in driver.records("out")}
+    assert last == dict(final)
+
+
+def test_a_negative_cache_size_is_refused_with_what_to_set():
+    with pytest.raises(ConfigError, match=r"cache_max_bytes must be >= 0 .*10485760"):
+        Application("cached", cache_max_bytes=-1)
+
+
+def test_the_cache_takes_a_failed_records_updates_out_and_evicts_to_its_bound():
+    cache, sent = RecordCache(2 * (10 + ENTRY_OVERHEAD)), []
+
+    def forward(key, value, timestamp, headers):
+        sent.append((key, value))
+
+    for i, key in enumerate("abca"):
+        cache.begin_record()
+        cache.put("s", key.encode(), 10, forward, key, i, i, [])
+        (cache.rollback_record if key == "c" else cache.commit_record)()
+    assert len(cache) == 2 and not cache.over
+    cache.put("s", b"d", 10, forward, "d", 9, 9, [])
+    assert cache.over
+    cache.evict(0)
+    assert sent == [("b", 1)] and len(cache) == 2
+    cache.flush(0)
+    assert sent == [("b", 1), ("a", 3), ("d", 9)] and len(cache) == 0 and cache.size == 0
+    assert (cache.updates, cache.evicted, cache.flushed) == (4, 1, 2)
