@@ -91,7 +91,7 @@ def test_cached_aggregations_commit_a_true_history_of_each_key_across_sigkills(
     assert per_window.keys() == minutes.keys()
     assert all(is_history(per_window[w], minutes[w]) for w in minutes)
 
-    final_tiers = Counter(tier for tier in dict((k, v["tier"]) for k, v in moves).values())
+    final_tiers = Counter({k: v["tier"] for k, v in moves}.values())
     last: dict[str, int] = {}
     for key, value, _ in committed_records(bootstrap, topics["tiers"]):
         last[key.decode()] = int.from_bytes(value, "big")
