@@ -51,24 +51,24 @@ class RecordCache:
         self.max_bytes = max_bytes
         self._entries: OrderedDict[tuple[str, bytes], _Entry] = OrderedDict()  # least recently updated first
         self._bytes = 0
-        self._record: dict[tuple[str, bytes], _Entry] | None = None  # the current record's updates
+        #: while a record is processed: what its updates replaced (None: nothing yet), to put back if it fails
+        self._undo: list[tuple[tuple[str, bytes], _Entry | None]] | None = None
+        self._in_record = False
         #: updates taken, and records forwarded by flushes and by evictions (the task's metrics)
         self.updates = self.flushed = self.evicted = 0
 
     def put(self, store: str, identity: bytes, size: int, forward: Forward, key: Any, value: Any, timestamp: int,
             headers: Any) -> None:
         """Hold `value` as the latest of (`store`, `identity`); `forward` passes it on when it leaves."""
-        entry = (forward, key, value, timestamp, headers, size + ENTRY_OVERHEAD)
-        if self._record is not None:
-            self._record[(store, identity)] = entry
-        else:
-            self._insert((store, identity), entry)
-
-    def _insert(self, slot: tuple[str, bytes], entry: _Entry) -> None:
+        slot = (store, identity)
         old = self._entries.pop(slot, None)
         if old is not None:
             self._bytes -= old[5]
-        self._entries[slot] = entry
+        if self._in_record:
+            if self._undo is None:
+                self._undo = []
+            self._undo.append((slot, old))
+        entry = self._entries[slot] = (forward, key, value, timestamp, headers, size + ENTRY_OVERHEAD)
         self._bytes += entry[5]
         self.updates += 1
 
@@ -86,21 +86,26 @@ class RecordCache:
 
     # ------------------------------------------------------------------ record scopes (RecordScoped)
     def begin_record(self) -> None:
-        self._record = {}
+        self._in_record, self._undo = True, None
 
     def commit_record(self) -> None:
-        if self._record:
-            for slot, entry in self._record.items():
-                self._insert(slot, entry)
-        self._record = None
+        self._in_record, self._undo = False, None
 
     def rollback_record(self) -> None:
-        self._record = None
+        """Put back what the record's updates replaced, latest first (an entry it added goes)."""
+        for slot, old in reversed(self._undo or ()):
+            entry = self._entries.pop(slot)
+            self._bytes -= entry[5]
+            self.updates -= 1
+            if old is not None:
+                self._entries[slot] = old  # (as the most recently updated: the order is the cache's, not output's)
+                self._bytes += old[5]
+        self._in_record, self._undo = False, None
 
     # ------------------------------------------------------------------ leaving the cache (in a scope of their own)
     def evict(self, timestamp: int) -> None:
         """Forward the least recently updated entries until the cache is within its bound."""
-        self._record = None  # what the forwarded records cause downstream is held directly
+        self._in_record = False  # what the forwarded records cause downstream is held directly
         while self._bytes > self.max_bytes and self._entries:
             self._forward(self._entries.popitem(last=False)[1])
             self.evicted += 1
@@ -108,7 +113,7 @@ class RecordCache:
     def flush(self, timestamp: int) -> None:
         """Forward every entry, least recently updated first; entries a forwarded record puts into the
         cache (a cached step after a cached step) are forwarded in the same flush."""
-        self._record = None
+        self._in_record = False
         while self._entries:
             self._forward(self._entries.popitem(last=False)[1])
             self.flushed += 1
@@ -120,7 +125,7 @@ class RecordCache:
 
     def clear(self) -> None:
         self._entries.clear()
-        self._bytes, self._record = 0, None
+        self._bytes, self._in_record, self._undo = 0, False, None
 
 
 def updates(context: Any, store: Any) -> Callable[[Any, Any, int], None]:

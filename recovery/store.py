@@ -23,6 +23,8 @@ DAY_MS = 86_400_000
 
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 _TS = struct.Struct(">q")
+_NO_KEY = object()
+_IMMUTABLE = frozenset({str, bytes, int})
 
 
 class Serde(Protocol):
@@ -77,6 +79,8 @@ class StoreView:
         self._timestamped = spec.timestamped
         #: the serialized key and the bytes (key and value) of this view's last `put` (the record cache's)
         self.last_written: tuple[bytes, int] = (b"", 0)
+        self._last_key: Any = _NO_KEY  # the last key serialized, and its bytes
+        self._last_raw = b""
 
     def attach(self, buffer: WriteBuffer | None) -> None:
         """Called by the task runtime: the batch's write buffer this view reads and writes (None: detached)."""
@@ -88,9 +92,13 @@ class StoreView:
         return self._buffer
 
     def _key(self, key: Any) -> bytes:
+        if key is self._last_key:  # an aggregation reads, then writes, the same key object
+            return self._last_raw
         raw = self._serialize_key(key)
         if raw is None:
             raise ValueError(f"store {self.name!r}: keys cannot be None")
+        if type(key) in _IMMUTABLE:  # (a dict key may change between two calls; holding the object keeps its id)
+            self._last_key, self._last_raw = key, raw
         return raw
 
     def _encode(self, value: Any, timestamp: int) -> bytes:

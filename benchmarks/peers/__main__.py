@@ -1,13 +1,18 @@
 """Peers benchmark: the same two exactly-once jobs on this framework, Kafka Streams (exactly_once_v2),
 Quix Streams and a bare confluent-kafka transactional copy loop, side by side on one broker.
 
-    python -m benchmarks.peers [--records 1000000] [--rounds 3] [--keys 10000] [--jobs stateless,count]
-                               [--peers eos,kstreams,kstreams-cache,quix,copy] [--latency-rate 2000]
+    python -m benchmarks.peers [--records 1000000] [--rounds 3] [--keys 10000]
+                               [--jobs stateless,count,stateless64]
+                               [--peers eos,eos-cache,kstreams,kstreams-cache,quix,copy] [--latency-rate 2000]
                                [--eos-settings '{"max_records_per_batch": 20000}']
 
 * stateless: parse each JSON order (~100 B), add `total`, write it; count: records per key, one output
-  per input (Kafka Streams with its record cache off; `kstreams-cache` runs it with the default cache,
-  which emits fewer outputs, and is reported separately). The copy loop runs the stateless job only.
+  per input (Kafka Streams with its record cache off). With record caches, `eos-cache` (cache_max_bytes:
+  Kafka Streams' default 10 MiB shared by the tasks) and `kstreams-cache` (its default cache) run the count
+  emitting the latest count per key per commit, and are compared with each other. stateless64: the
+  stateless job on an input of 64 partitions (each peer's default parallelism on this machine; a Kafka
+  task per partition). The copy loop runs the stateless jobs only.
+* CPU: the run's processes' CPU-seconds over the steady phase, divided by its wall time ("cores busy").
 * Interleaved: round 1 runs every peer once (A B C D), round 2 again, ...; medians over the rounds.
 * Each run reads the pre-loaded input from the start under a fresh group and writes a fresh topic.
   Progress is the group's committed input offsets, polled every 0.2 s: start-up = launch to the first
@@ -59,8 +64,16 @@ from transactions import KafkaAdmin, TopicSpec
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 PARTITIONS = 4
-console = Console()
-PEERS = ("eos", "kstreams", "kstreams-cache", "quix", "copy")
+WIDE_PARTITIONS = 64  # the stateless64 job's input
+console = Console(width=160)  # the tables are wide; a log file is no terminal
+PEERS = ("eos", "eos-cache", "kstreams", "kstreams-cache", "quix", "copy")
+JOBS = ("stateless", "count", "stateless64")
+#: the peers that run a job with a record cache: the count job only, one output per key per commit
+CACHED = ("eos-cache", "kstreams-cache")
+#: each peer's ratio is taken against this Kafka Streams peer
+KSTREAMS_PEER = {"eos-cache": "kstreams-cache"}
+#: Kafka Streams' statestore.cache.max.bytes default; the framework's cache is per task, so it gets a share
+KSTREAMS_CACHE_BYTES = 10 * 1024 * 1024
 QUIX_REQUIREMENT = "quixstreams>=3.10,<4"
 
 
@@ -76,6 +89,9 @@ class Run:
     peak_pss_mib: float = 0.0
     #: each role's PSS (MiB) in the sample of the largest summed PSS
     peak_processes: dict[str, float] = field(default_factory=dict)
+    #: CPU-seconds of the run's processes per second of the steady phase (2.0: both cores busy)
+    cores_busy: float = 0.0
+    cpu_s_per_m: float = 0.0  # CPU-seconds per million records, steady phase
     outputs: int = 0
     verified: str = ""
     notes: list[str] = field(default_factory=list)
@@ -172,10 +188,12 @@ class Memory:
     rss_mib: float = 0.0
     pss_mib: float = 0.0
     processes: dict[str, float] = field(default_factory=dict)  # role (and how many) -> PSS MiB
+    cpu_s: float = 0.0  # user + system CPU-seconds of the processes alive now
 
 
 def _memory(session: int) -> Memory:
     procs: dict[int, tuple[int, str, int, int]] = {}  # pid -> (ppid, command line, RSS KiB, PSS KiB)
+    ticks = 0
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -187,15 +205,20 @@ def _memory(session: int) -> Memory:
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
             procs[int(proc.name)] = (int(fields[1]), cmdline, int(rollup["Rss"].split()[0]),
                                      int(rollup["Pss"].split()[0]))
+            ticks += int(fields[11]) + int(fields[12])  # fields 14 and 15: utime, stime
         except (OSError, ValueError, IndexError, KeyError):
             continue
-    sample = Memory(sum(p[2] for p in procs.values()) / 1024, sum(p[3] for p in procs.values()) / 1024)
+    sample = Memory(sum(p[2] for p in procs.values()) / 1024, sum(p[3] for p in procs.values()) / 1024,
+                    cpu_s=ticks / CLOCK_TICKS)
     roles: dict[str, list[int]] = {}
     for ppid, cmdline, _rss, pss in procs.values():
         roles.setdefault(_role(cmdline, forked=ppid in procs and procs[ppid][1] == cmdline), []).append(pss)
     sample.processes = {f"{role} x{len(pss)}" if len(pss) > 1 else role: sum(pss) / 1024
                         for role, pss in roles.items()}
     return sample
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _role(cmdline: str, forked: bool) -> str:
@@ -216,10 +239,15 @@ def _shares(processes: dict[str, float]) -> str:
 def command(peer: str, job: str, bootstrap: str, source: str, sink: str, group: str, scratch: Path,
             kstreams: list[str], quix: str | None) -> tuple[list[str], dict[str, str]]:
     env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": bootstrap}
-    if peer == "eos":
+    job = "count" if job == "count" else "stateless"  # stateless64 is the stateless job on another input
+    if peer.startswith("eos"):
         env |= {"PEER_APP": group, "PEER_JOB": job, "PEER_INPUT": source, "PEER_OUTPUT": sink,
                 "PEER_STATE": str(scratch / "state")}
-        return [sys.executable, "-m", "eos.cli", "run", str(HERE / "eos_job.py"), "--no-live"], env
+        if peer == "eos-cache":  # Kafka Streams' default cache, shared by its tasks as its threads share it
+            settings = json.loads(env.get("PEER_SETTINGS") or "{}")
+            env["PEER_SETTINGS"] = json.dumps({"cache_max_bytes": KSTREAMS_CACHE_BYTES // PARTITIONS, **settings})
+        master = ["--master", env["PEER_MASTER"]] if env.get("PEER_MASTER") else []  # --eos-master
+        return [sys.executable, "-m", "eos.cli", "run", str(HERE / "eos_job.py"), "--no-live", *master], env
     if peer.startswith("kstreams"):
         cache = "on" if peer == "kstreams-cache" else "off"
         # its state directory goes under java.io.tmpdir: the scratch directory, removed after the run
@@ -259,6 +287,7 @@ def run_once(peer: str, job: str, rnd: int, bootstrap: str, admin: KafkaAdmin, s
     cmd, env = command(peer, job, bootstrap, source, sink, group, scratch, kstreams, quix)
     first: tuple[float, int] | None = None
     done_at = None
+    cpu_first = cpu_done = 0.0
     with launched(cmd, env, scratch) as proc:
         launched_at = time.monotonic()
         while time.monotonic() - launched_at < timeout:
@@ -272,15 +301,18 @@ def run_once(peer: str, job: str, rnd: int, bootstrap: str, admin: KafkaAdmin, s
             committed = sum(o or 0 for o in admin.group_offsets(group, tps, stable=False).values())
             now = time.monotonic()
             if committed and first is None:
-                first = (now, committed)
+                first, cpu_first = (now, committed), sample.cpu_s
             if committed >= n:
-                done_at = now
+                done_at, cpu_done = now, _memory(proc.pid).cpu_s
                 break
         if done_at is None or first is None:
             raise RuntimeError(f"{peer} did not finish {job} in {timeout:.0f} s; see {scratch / 'run.log'}")
     run.startup_s = first[0] - launched_at
     run.total_s = done_at - launched_at
     run.steady_rps = (n - first[1]) / (done_at - first[0]) if done_at > first[0] else float("nan")
+    if done_at > first[0] and n > first[1]:
+        run.cores_busy = (cpu_done - cpu_first) / (done_at - first[0])
+        run.cpu_s_per_m = (cpu_done - cpu_first) / (n - first[1]) * 1e6
     if first[1] > n / 2:
         run.notes.append(f"the first commit held {first[1]:,} of {n:,} records: the steady rate is rough")
     if run.startup_s > SLOW_STARTUP_S:
@@ -374,7 +406,7 @@ def _number(raw: bytes) -> int:
 
 def verify(run: Run, bootstrap: str, admin: KafkaAdmin, sink: str, n: int, per_key: Counter[str]) -> None:
     """Exactly-once of the committed output, or RuntimeError."""
-    if run.job == "stateless":
+    if run.job != "count":
         ids: Counter[int] = Counter()
         for batch in scan_topic(bootstrap, sink, admin=admin):
             for msg in batch:
@@ -389,16 +421,19 @@ def verify(run: Run, bootstrap: str, admin: KafkaAdmin, sink: str, n: int, per_k
         run.verified = f"{n:,} ids once each"
         return
     last: dict[str, int] = {}
-    outputs = 0
+    outputs = backwards = 0
     for batch in scan_topic(bootstrap, sink, admin=admin):
         for msg in batch:
-            last[msg.key().decode()] = _number(msg.value())
+            key, count = msg.key().decode(), _number(msg.value())
+            backwards += count <= last.get(key, 0)  # a count repeated or going back: a duplicate
+            last[key] = count
             outputs += 1
     run.outputs = outputs
     wrong = sum(1 for k, c in per_key.items() if last.get(k) != c)
-    if wrong or len(last) != len(per_key):
-        raise RuntimeError(f"{run.peer} count: {wrong:,} of {len(per_key):,} keys with a wrong final count")
-    if run.peer != "kstreams-cache" and outputs != n:
+    if wrong or len(last) != len(per_key) or backwards:
+        raise RuntimeError(f"{run.peer} count: {wrong:,} of {len(per_key):,} keys with a wrong final count, "
+                           f"{backwards:,} counts repeated or going back")
+    if run.peer not in CACHED and outputs != n:
         raise RuntimeError(f"{run.peer} count: {outputs:,} outputs for {n:,} inputs (one per input expected)")
     run.verified = f"{len(per_key):,} final counts exact, {outputs:,} outputs"
 
@@ -411,22 +446,33 @@ def report(runs: list[Run], latencies: list[Latency], n: int) -> dict:
         values = [getattr(r, attr) for r in runs if r.peer == peer and r.job == job]
         return statistics.median(values) if values else None
 
+    def spread(peer: str, job: str, attr: str) -> str:
+        values = [getattr(r, attr) for r in runs if r.peer == peer and r.job == job]
+        return f"{min(values):,.{1 if attr == 'startup_s' else 0}f}-{max(values):,.{1 if attr == 'startup_s' else 0}f}"
+
     summary: dict = {}
-    for job in ("stateless", "count"):
-        attrs = ("steady_rps", "startup_s", "peak_rss_mib", "peak_pss_mib")
+    for job in JOBS:
+        attrs = ("steady_rps", "startup_s", "peak_rss_mib", "peak_pss_mib", "cores_busy", "cpu_s_per_m")
         rows = {p: {a: median(p, job, a) for a in attrs} for p in PEERS if median(p, job, "steady_rps") is not None}
         if not rows:
             continue
-        table = Table(title=f"{job}: {n:,} records, medians of {max(r.round for r in runs)} interleaved rounds")
+        table = Table(title=f"{job}: {n:,} records, medians (min-max) of {max(r.round for r in runs)} interleaved "
+                            "rounds")
         for column in ("peer", "steady rec/s", "vs Kafka Streams", "vs copy loop", "start-up to 1st commit",
-                       "peak memory (RSS)", "peak PSS"):
+                       "peak PSS", "peak RSS", "cores busy", "CPU-s per 1M"):
             table.add_column(column, justify="left" if column == "peer" else "right")
-        ks, copy = rows.get("kstreams", {}).get("steady_rps"), rows.get("copy", {}).get("steady_rps")
+        copy = rows.get("copy", {}).get("steady_rps")
         for peer, row in rows.items():
             rate = row["steady_rps"]
-            table.add_row(peer, f"{rate:,.0f}", f"{rate / ks:.2f}x" if ks else "-",
-                          f"{rate / copy:.2f}x" if copy else "-", f"{row['startup_s']:.1f} s",
-                          f"{row['peak_rss_mib']:,.0f} MiB", f"{row['peak_pss_mib']:,.0f} MiB")
+            ks_row = rows.get(KSTREAMS_PEER.get(peer, "kstreams"), {})
+            row["vs_kstreams"] = {a: row[a] / ks_row[a] for a in ("steady_rps", "startup_s", "peak_pss_mib")
+                                  if ks_row.get(a)}
+            ratio = row["vs_kstreams"].get("steady_rps")
+            table.add_row(peer, f"{rate:,.0f} ({spread(peer, job, 'steady_rps')})",
+                          f"{ratio:.2f}x" if ratio else "-", f"{rate / copy:.2f}x" if copy else "-",
+                          f"{row['startup_s']:.1f} s ({spread(peer, job, 'startup_s')})",
+                          f"{row['peak_pss_mib']:,.0f} MiB ({spread(peer, job, 'peak_pss_mib')})",
+                          f"{row['peak_rss_mib']:,.0f} MiB", f"{row['cores_busy']:.2f}", f"{row['cpu_s_per_m']:.1f}")
         console.print(table)
         summary[job] = rows
     if latencies:
@@ -450,7 +496,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--keys", type=int, default=10_000)
-    parser.add_argument("--jobs", default="stateless,count")
+    parser.add_argument("--jobs", default=",".join(JOBS))
     parser.add_argument("--peers", default=",".join(PEERS))
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds one run may take")
     parser.add_argument("--latency-rate", type=int, default=2000,
@@ -459,7 +505,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--latency-seconds", type=int, default=20, help="seconds of measured latencies")
     parser.add_argument("--eos-settings", default="", metavar="JSON",
                         help='the framework\'s Application settings to try, e.g. \'{"max_records_per_batch": 20000}\'')
+    parser.add_argument("--eos-master", default="", help="the Spark master of the framework's runs (default: "
+                        "the framework's own default, local[2,4])")
     args = parser.parse_args(argv)
+    if args.eos_master:
+        os.environ["PEER_MASTER"] = args.eos_master
     if args.eos_settings:
         try:
             if not isinstance(json.loads(args.eos_settings), dict):
@@ -469,37 +519,41 @@ def main(argv: list[str] | None = None) -> None:
         os.environ["PEER_SETTINGS"] = args.eos_settings  # the framework's job reads it (eos_job.py)
     jobs, peers = args.jobs.split(","), [p for p in args.peers.split(",") if p]
     unknown = set(peers) - set(PEERS)
-    if unknown or not set(jobs) <= {"stateless", "count"}:
-        parser.error(f"peers are {', '.join(PEERS)}; jobs are stateless, count")
+    if unknown or not set(jobs) <= set(JOBS):
+        parser.error(f"peers are {', '.join(PEERS)}; jobs are {', '.join(JOBS)}")
     kstreams = build_kstreams() if any(p.startswith("kstreams") for p in peers) else []
     quix = quix_python() if "quix" in peers else None
-    if "eos" in peers:
+    if any(p.startswith("eos") for p in peers):
         class_data_archive()
     runs: list[Run] = []
     latencies: list[Latency] = []
     with provide_kafka(brokers=1) as kafka, contextlib.ExitStack() as stack:
         admin = KafkaAdmin(kafka.bootstrap_servers)
         stack.callback(admin.close)  # its group readers, before the broker stops (or they log reconnects)
-        source = f"peers-orders-{uuid.uuid4().hex[:8]}"
-        admin.create_topics([TopicSpec(source, PARTITIONS)])
-        t0 = time.monotonic()
-        per_key = preload(kafka.bootstrap_servers, source, args.records, args.keys)
-        console.print(f"loaded {args.records:,} orders on {len(per_key):,} keys in {time.monotonic() - t0:.1f} s")
+        sources: dict[str, str] = {}
+        for partitions in sorted({WIDE_PARTITIONS if job == "stateless64" else PARTITIONS for job in jobs}):
+            source = sources[str(partitions)] = f"peers-orders-{partitions}-{uuid.uuid4().hex[:8]}"
+            admin.create_topics([TopicSpec(source, partitions)])
+            t0 = time.monotonic()
+            per_key = preload(kafka.bootstrap_servers, source, args.records, args.keys)
+            console.print(f"loaded {args.records:,} orders on {len(per_key):,} keys into {partitions} partitions "
+                          f"in {time.monotonic() - t0:.1f} s")
         for rnd in range(1, args.rounds + 1):
             for job in jobs:
                 for peer in peers:
-                    if (peer == "copy" and job != "stateless") or (peer == "kstreams-cache" and job != "count"):
+                    if (peer == "copy" and job == "count") or (peer in CACHED and job != "count"):
                         continue
+                    source = sources[str(WIDE_PARTITIONS if job == "stateless64" else PARTITIONS)]
                     run = run_once(peer, job, rnd, kafka.bootstrap_servers, admin, source, args.records, per_key,
                                    kstreams, quix, args.timeout)
                     runs.append(run)
-                    console.print(f"round {rnd} {job:9} {peer:14} {run.steady_rps:>10,.0f} rec/s  start-up "
+                    console.print(f"round {rnd} {job:11} {peer:14} {run.steady_rps:>10,.0f} rec/s  start-up "
                                   f"{run.startup_s:5.1f} s  peak {run.peak_rss_mib:7,.0f} MiB RSS, "
-                                  f"{run.peak_pss_mib:,.0f} PSS "
+                                  f"{run.peak_pss_mib:,.0f} PSS, {run.cores_busy:.2f} cores busy "
                                   f"({_shares(run.peak_processes)})  {run.verified}"
                                   + (f"  ({'; '.join(run.notes)})" if run.notes else ""))
             for peer in peers if args.latency_rate > 0 else []:
-                if peer == "kstreams-cache":
+                if peer in CACHED:
                     continue
                 lat = latency_once(peer, rnd, kafka.bootstrap_servers, admin, args.latency_rate, args.latency_warmup,
                                    args.latency_seconds, args.keys, kstreams, quix)

@@ -143,3 +143,18 @@ def test_the_cache_takes_a_failed_records_updates_out_and_evicts_to_its_bound():
     cache.flush(0)
     assert sent == [("b", 1), ("a", 3), ("d", 9)] and len(cache) == 0 and cache.size == 0
     assert (cache.updates, cache.evicted, cache.flushed) == (4, 1, 2)
+
+
+def test_a_store_serializes_a_repeated_immutable_key_once_and_a_changed_dict_key_again():
+    from eos.serde import JsonSerde
+    from recovery import KeyValueStore, MemoryBackend, StoreSpec, WriteBuffer
+
+    view = KeyValueStore(StoreSpec("s", JsonSerde(), JsonSerde(), persistent=False))
+    view.attach(WriteBuffer(MemoryBackend()))
+    key = {"user": 1}
+    view.put(key, "one")
+    key["user"] = 2  # the same object, another key
+    view.put(key, "two")
+    assert view.get({"user": 1}) == "one" and view.get({"user": 2}) == "two"
+    view.put("k", 1)
+    assert view.last_written[0] == b'"k"' and view.get("k") == 1
