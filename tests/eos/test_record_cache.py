@@ -158,3 +158,11 @@ def test_a_store_serializes_a_repeated_immutable_key_once_and_a_changed_dict_key
     assert view.get({"user": 1}) == "one" and view.get({"user": 2}) == "two"
     view.put("k", 1)
     assert view.last_written[0] == b'"k"' and view.get("k") == 1
+
+
+def test_the_readme_record_cache_example_counts_once_per_batch_as_it_says():
+    from tests.eos.test_readme_testing import readme_app
+
+    driver = TopologyTestDriver(readme_app("The record cache"))
+    driver.pipe_many("orders", [("ann", {"qty": 1})] * 10 + [("bob", {"qty": 2})])
+    assert [(r.key, r.value) for r in driver.read("orders-per-customer")] == [("ann", 10), ("bob", 1)]
