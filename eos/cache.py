@@ -54,8 +54,6 @@ class RecordCache:
         #: while a record is processed: what its updates replaced (None: nothing yet), to put back if it fails
         self._undo: list[tuple[tuple[str, bytes], _Entry | None]] | None = None
         self._in_record = False
-        #: updates taken, and records forwarded by flushes and by evictions (the task's metrics)
-        self.updates = self.flushed = self.evicted = 0
 
     def put(self, store: str, identity: bytes, size: int, forward: Forward, key: Any, value: Any, timestamp: int,
             headers: Any) -> None:
@@ -70,7 +68,6 @@ class RecordCache:
             self._undo.append((slot, old))
         entry = self._entries[slot] = (forward, key, value, timestamp, headers, size + ENTRY_OVERHEAD)
         self._bytes += entry[5]
-        self.updates += 1
 
     @property
     def size(self) -> int:
@@ -96,7 +93,6 @@ class RecordCache:
         for slot, old in reversed(self._undo or ()):
             entry = self._entries.pop(slot)
             self._bytes -= entry[5]
-            self.updates -= 1
             if old is not None:
                 self._entries[slot] = old  # (as the most recently updated: the order is the cache's, not output's)
                 self._bytes += old[5]
@@ -108,7 +104,6 @@ class RecordCache:
         self._in_record = False  # what the forwarded records cause downstream is held directly
         while self._bytes > self.max_bytes and self._entries:
             self._forward(self._entries.popitem(last=False)[1])
-            self.evicted += 1
 
     def flush(self, timestamp: int) -> None:
         """Forward every entry, least recently updated first; entries a forwarded record puts into the
@@ -116,16 +111,11 @@ class RecordCache:
         self._in_record = False
         while self._entries:
             self._forward(self._entries.popitem(last=False)[1])
-            self.flushed += 1
 
     def _forward(self, entry: _Entry) -> None:
         forward, key, value, timestamp, headers, size = entry
         self._bytes -= size
         forward(key, value, timestamp, headers)
-
-    def clear(self) -> None:
-        self._entries.clear()
-        self._bytes, self._in_record, self._undo = 0, False, None
 
 
 def updates(context: Any, store: Any) -> Callable[[Any, Any, int], None]:

@@ -3,7 +3,7 @@ and restarted: a count and a windowed count (emit="update") fused in one task, a
 with a cache small enough to evict. Each key's (window's) committed values are values its aggregate had, in
 order, once each, ending with the reference's final value; `audit_application` (lineage, with the cache's
 derived outputs, and the window audit) and the aggregate audit say PASS; a copy committed by a broken writer
-fails the aggregate audit."""
+fails the aggregate audit and `audit_application`."""
 
 from __future__ import annotations
 
@@ -114,3 +114,5 @@ def test_cached_aggregations_commit_a_true_history_of_each_key_across_sigkills(
     commit_copy(bootstrap, topics["counts"], key, value)  # an old count committed again: a step repeated
     report = count_audit()
     assert report.verdict == "FAIL" and report.aggregate is not None and report.aggregate.sequence_mismatches >= 1
+    failed = [(r.mode, r.outputs) for r in audit_application(app) if r.verdict != "PASS"]  # eos audit app alone
+    assert [mode for mode, _ in failed] == ["lineage"] and topics["counts"] in failed[0][1], failed
