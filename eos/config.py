@@ -39,6 +39,10 @@ class EosConfig:
     first_batch_max_records: int = 5_000
     #: Seconds between the starts of two batches (a batch that takes longer is followed at once).
     trigger_interval: float = 1.0
+    #: A task reading one input partition through a processor streams its batch: it reads, processes and
+    #: produces it in slices, handing the producer its outputs (and dead letters) whenever this many have
+    #: gathered, so a batch is never held whole. 0: every batch is read whole, then processed, then produced.
+    batch_slice_records: int = 5_000
     #: Longest time a task may need to produce and commit one batch. Must stay below the transaction timeout.
     batch_timeout: float = 30.0
     #: transaction.timeout.ms of the task producers; the broker aborts a transaction open longer than this.
@@ -168,6 +172,9 @@ class EosConfig:
                 f"{self.batch_timeout}s: the broker would abort transactions that are still committing. "
                 f"Raise transaction_timeout_ms to at least {int(self.batch_timeout * 1000)} (2x is a good margin), "
                 "or lower batch_timeout and max_records_per_batch.")
+        if self.batch_slice_records < 0:
+            raise ConfigError(f"batch_slice_records must be >= 0 records (0: batches held whole, not streamed), got "
+                              f"{self.batch_slice_records}")
         if self.cache_max_bytes < 0:
             raise ConfigError(f"cache_max_bytes must be >= 0 bytes (0: no record cache; Kafka Streams' default is "
                               f"10485760), got {self.cache_max_bytes}")

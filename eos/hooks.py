@@ -4,7 +4,9 @@ A hook is a picklable callable `hook(point: FaultPoint) -> None` registered on t
 (`app.fault_hooks.on("before_commit", fn)`). It runs inside the Spark task at that point and may raise,
 sleep, SIGSTOP or SIGKILL its own process. Points, in protocol order (`eos.worker.attempt`):
 
-* `after_read`     records read, nothing produced yet
+* `after_slice`    a slice of a streamed batch's outputs produced inside the open transaction, more input to
+                   come (a task reading one input partition reads, processes and produces in slices)
+* `after_read`     records read and processed; nothing produced yet, or (streamed) every slice but the last
 * `after_produce`  outputs produced inside the open transaction, offsets not yet added
 * `before_commit`  offsets added, `commit_transaction()` not yet called
 * `after_commit`   the transaction committed, local state not yet updated
@@ -20,6 +22,7 @@ __all__ = ["FaultHooks", "FaultPoint", "HookPoint"]
 
 
 class HookPoint(enum.StrEnum):
+    AFTER_SLICE = "after_slice"
     AFTER_READ = "after_read"
     AFTER_PRODUCE = "after_produce"
     BEFORE_COMMIT = "before_commit"

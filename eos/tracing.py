@@ -66,14 +66,16 @@ def batch_span(enabled: bool, task: str, batch: int, attempt: int) -> Iterator[A
         yield span
 
 
-def link_inputs(span: Any, headers: Iterable[Any]) -> int:
+def link_inputs(span: Any, headers: Iterable[Any], seen: set[bytes] | None = None) -> int:
     """Link `span` to the traces of the input records whose headers are given (distinct contexts, at most
-    `MAX_LINKS`); returns how many links were added."""
+    `MAX_LINKS`); returns how many links were added. `seen`: the contexts linked by earlier calls for the
+    same span (a batch read in slices), updated."""
     if span is None:
         return 0
     from opentelemetry.trace import SpanContext, TraceFlags
 
-    seen: set[bytes] = set()
+    seen = set() if seen is None else seen
+    before = len(seen)
     for found in headers:
         for name, value in found or ():
             if name != TRACEPARENT or value in seen or len(seen) >= MAX_LINKS:
@@ -85,4 +87,4 @@ def link_inputs(span: Any, headers: Iterable[Any]) -> int:
             trace_id, span_id, flags = parsed
             span.add_link(SpanContext(int(trace_id, 16), int(span_id, 16), is_remote=True,
                                       trace_flags=TraceFlags(int(flags, 16))))
-    return len(seen)
+    return len(seen) - before

@@ -52,7 +52,8 @@ def read_ranges(consumer: Consumer, ranges: list[OffsetRange], *, timeout: float
     """Yield lists of visible records with `start <= offset < end`, partition by partition in offset order.
 
     The consumer is assigned exactly these partitions for the duration of the read, then unassigned.
-    Raises `RetriableKafkaError` if the ranges are not read within `timeout` seconds.
+    Raises `RetriableKafkaError` if the ranges are not read within `timeout` seconds; the time the caller
+    spends between two lists (processing a slice of a streamed batch) does not count.
     """
     todo = {(r.topic, r.partition): r for r in ranges if not r.empty}
     if not todo:
@@ -70,7 +71,9 @@ def read_ranges(consumer: Consumer, ranges: list[OffsetRange], *, timeout: float
             want = max(1, min(batch_size, sum(r.end - _position(consumer, r) for r in todo.values())))
             batch = _visible(consumer.consume(want, 0.05), todo)
             if batch:
+                handed = time.monotonic()
                 yield batch
+                deadline += time.monotonic() - handed
             _finish_reached(consumer, todo)
     finally:
         # librdkafka keeps a partition's pause across unassign/assign: resume, or a reused consumer stalls.

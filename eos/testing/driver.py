@@ -46,7 +46,7 @@ from transactions.memory import MemoryAdmin, MemoryCluster, MemoryMessage
 
 __all__ = ["TopologyTestDriver", "TestRecord", "DeadLetter", "CrashPoint", "SimulatedCrash", "ExactlyOnceReport"]
 
-Step = Literal["after_read", "after_produce", "before_commit", "after_commit"]
+Step = Literal["after_slice", "after_read", "after_produce", "before_commit", "after_commit"]
 
 
 @dataclass(frozen=True)
@@ -120,6 +120,8 @@ class TopologyTestDriver:
         self.batch = 0
         self.results: list[TaskResult] = []
         self.crashes: list[tuple[CrashPoint, FaultPoint]] = []
+        #: the steps batches have reached so far (`after_slice` only in batches big enough to be sliced)
+        self.steps_reached: set[str] = set()
         self._armed: list[CrashPoint] = []
         self._read_to: dict[str, int] = {}
         with self._clock():
@@ -288,6 +290,7 @@ class TopologyTestDriver:
             return result  # (a stale plan comes back DEFERRED: it is planned again next round)
 
     def _maybe_crash(self, point: FaultPoint) -> None:
+        self.steps_reached.add(point.name.value)
         for armed in self._armed:
             if armed.matches(point):
                 self._armed.remove(armed)

@@ -9,8 +9,13 @@
 3. `restore_state()`     open the task's stores and bring them up to their changelogs' end;
 4. `read_input()`        read `[committed, end)` with read_committed, finishing on consumer position;
 5. `process()`           run the processor; state writes go to in-memory write buffers;
+   or, for a task reading one partition through a processor, 4 and 5 together:
+4-5. `stream()`          read, process and produce in slices: the transaction begins with the first slice's
+                         outputs, so the batch is never held whole (at most `batch_slice_records` outputs
+                         and one consumer chunk of records are);
 6. `commit()`            one transaction: outputs, changelog records, dead letters, and the input offsets
-                         (always the planned end, never "last record + 1"), then `commit_transaction()`;
+                         (always the planned end, never "last record + 1", or where a streamed batch stopped
+                         to keep its transaction short), then `commit_transaction()`;
 7. `apply_state()`       only after the commit: the write buffers reach the local stores, atomically with
                          the changelog offsets they reflect;
 8. `report()`            the task's result and metrics for the driver.
@@ -23,6 +28,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Iterator
 
 import structlog
 from pyroaring import BitMap64
@@ -93,6 +99,7 @@ class BatchAttempt:
         self.messages: list[Message] = []
         self.outcome = BatchOutcome()
         self.changelog: list[ProducerRecord] = []
+        self.begun_at: float | None = None  # when this attempt's transaction began
 
     def run(self) -> TaskResult:
         self.acquire_producer()
@@ -102,9 +109,12 @@ class BatchAttempt:
         runtime = self.restore_state()
         try:
             with batch_span(self.config.tracing, str(self.task), self.plan.batch, self.batch_attempt) as span:
-                self.read_input()
-                link_inputs(span, (m.headers() for m in self.messages) if span is not None else ())
-                self.process()
+                if runtime.streams and len(self.ranges) == 1 and not self.plan.idle:
+                    self.stream(span)
+                else:
+                    self.read_input()
+                    link_inputs(span, (m.headers() for m in self.messages) if span is not None else ())
+                    self.process()
                 if self.plan.idle and not (self.outcome.outputs or self.changelog):
                     self.result.status = TaskStatus.NOOP  # punctuations ran (or were not due) and produced nothing
                 else:
@@ -112,8 +122,8 @@ class BatchAttempt:
                     self.apply_state()
                 if span is not None:
                     span.set_attributes({"eos.records_in": self.outcome.records_in,
-                                         "eos.records_out": len(self.outcome.outputs),
-                                         "eos.dead_letters": len(self.outcome.dead_letters)})
+                                         "eos.records_out": self.outcome.output_count,
+                                         "eos.dead_letters": self.outcome.dead_letter_count})
         finally:
             runtime.release()
         return self.report()
@@ -235,14 +245,92 @@ class BatchAttempt:
         self.result.process_ms = (time.monotonic() - t0) * 1000
         return self.outcome
 
+    # ------------------------------------------------------------------ 4-5
+    def stream(self, span: object) -> None:
+        """Read, process and produce the batch in slices (one input partition, a processor): each chunk the
+        consumer hands over is processed at once, and whenever `batch_slice_records` outputs have gathered they are
+        produced into the transaction, which begins with the first of them. A range without a visible record
+        is an empty batch (`process` with no records)."""
+        assert self.runtime is not None
+        read = self.clients.reader(self.config)
+        chunks = read(list(self.ranges), self.config.batch_timeout)
+        try:
+            t0 = time.monotonic()
+            first = self._next_chunk(chunks)
+            self.result.read_ms = (time.monotonic() - t0) * 1000
+            if first is None:
+                self._fire(HookPoint.AFTER_READ)
+                self.process()
+                return
+            seen: set[bytes] = set()
+            link_inputs(span, (m.headers() for m in first), seen)
+            tp = (self.ranges[0].topic, self.ranges[0].partition)
+            first_read, t0 = self.result.read_ms, time.monotonic()
+            self.outcome = self.runtime.process({tp: self._records(first, chunks, span, seen)}, self.stream_time,
+                                                self.punctuation, self.plan.behind, self.clocks, self.plan.stamps,
+                                                drain=self._drain)
+        finally:
+            close = getattr(chunks, "close", None)  # a batch that stopped early leaves the rest unread: closing
+            if close is not None:  # the reader (a generator: read_ranges) unassigns the consumer now
+                close()
+        self.changelog = self.runtime.changelog_records()
+        self.result.process_ms = ((time.monotonic() - t0) * 1000 - (self.result.read_ms - first_read)
+                                  - self.result.produce_ms)
+        self._fire(HookPoint.AFTER_READ)
+
+    def _next_chunk(self, chunks: Iterator[list[Message]]) -> list[Message] | None:
+        try:
+            return next(chunks, None)
+        except OffsetOutOfRangeError as exc:
+            raise StalePlanError(f"the planned input is gone ({exc}); planning again") from exc
+
+    def _records(self, first: list[Message], chunks: Iterator[list[Message]], span: object,
+                 seen: set[bytes]) -> Iterator[Message]:
+        """The streamed batch's records, chunk by chunk as the consumer hands them over (read time measured)."""
+        chunk: list[Message] | None = first
+        while chunk is not None:
+            yield from chunk
+            t0 = time.monotonic()
+            chunk = self._next_chunk(chunks)
+            self.result.read_ms += (time.monotonic() - t0) * 1000
+            if chunk is not None and span is not None:
+                link_inputs(span, (m.headers() for m in chunk), seen)
+
+    def _drain(self, outcome: BatchOutcome) -> bool:
+        """Produce a streamed batch's outputs and dead letters so far into the open transaction. True (stop
+        after this record, commit what was processed) once the transaction has been open for as long as the
+        transaction timeout allows before the commit's own `batch_timeout`."""
+        assert self.producer is not None
+        t0 = time.monotonic()
+        self._begin()
+        outputs, dead_letters = outcome.drained()
+        self.result.bytes_out += self.producer.produce_all(outputs)
+        self.producer.produce_all(dead_letters)
+        self.result.produce_ms += (time.monotonic() - t0) * 1000
+        self._fire(HookPoint.AFTER_SLICE)
+        assert self.begun_at is not None
+        return time.monotonic() - self.begun_at > self._open_budget()
+
+    def _open_budget(self) -> float:
+        """How long a streamed batch may keep its transaction open while it processes: the transaction
+        timeout less the commit's `batch_timeout`, or half the timeout when the two are close."""
+        timeout = self.config.transaction_timeout_ms / 1000
+        return max(timeout - self.config.batch_timeout, timeout / 2)
+
+    def _begin(self) -> None:
+        assert self.producer is not None
+        if self.begun_at is None:
+            self.producer.begin()
+            self.begun_at = time.monotonic()
+
     # ------------------------------------------------------------------ 6
     def commit(self) -> None:
         """One transaction: outputs, changelog records, dead letters and the input offsets, then commit."""
         assert self.producer is not None
         producer, outcome, cfg = self.producer, self.outcome, self.config
         t0 = time.monotonic()
-        producer.begin()
-        self.result.bytes_out = producer.produce_all(outcome.outputs)
+        self._begin()
+        self.result.bytes_out += producer.produce_all(outcome.outputs)
         producer.produce_all(self.changelog, track=True)  # the stores record the changelog offsets
         producer.produce_all(outcome.dead_letters)
         if cfg.lineage and not self.plan.idle:  # an idle batch consumed nothing: nothing for the ledger
@@ -260,7 +348,7 @@ class BatchAttempt:
         for consumer, tps in self._by_group(list(by_tp)):
             producer.send_offsets([by_tp[tp] for tp in tps], consumer.consumer_group_metadata(),
                                   timeout=cfg.batch_timeout)
-        self.result.produce_ms = (time.monotonic() - t0) * 1000
+        self.result.produce_ms += (time.monotonic() - t0) * 1000
         self._fire(HookPoint.BEFORE_COMMIT)
         self.result.commit_ms = producer.commit(timeout=cfg.batch_timeout) * 1000
         self.result.committed_at = time.time()
@@ -304,15 +392,16 @@ class BatchAttempt:
     def report(self) -> TaskResult:
         r, outcome = self.result, self.outcome
         r.records_in, r.bytes_in = outcome.records_in, outcome.bytes_in
-        r.records_out, r.dead_letters = len(outcome.outputs), len(outcome.dead_letters)
+        r.records_out, r.dead_letters = outcome.output_count, outcome.dead_letter_count
         r.changelog_records = len(self.changelog)
         r.punctuations = outcome.punctuations
         r.dropped = outcome.dropped
         if self.runtime is not None:
             r.punctuation = self.runtime.punctuation_state()
             r.next_wall_clock = self.runtime.next_wall_clock()
-        if outcome.dead_letters:
-            r.first_dead_letter_error = dead_letter_error(outcome.dead_letters[0])
+        first = outcome.first_dead_letter or (outcome.dead_letters[0] if outcome.dead_letters else None)
+        if first is not None:
+            r.first_dead_letter_error = dead_letter_error(first)
         if r.status is TaskStatus.COMMITTED:
             log.debug("batch committed", records_in=r.records_in, records_out=r.records_out,
                       dead_letters=r.dead_letters, commit_ms=round(r.commit_ms, 1))

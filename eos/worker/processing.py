@@ -11,13 +11,18 @@ Co-partitioned inputs are processed in timestamp order across partitions, never 
 time is the largest timestamp seen. Punctuations run between records as soon as they are due: stream-time
 ones when stream time passes their time, wall-clock ones when the clock does; then at the end of the
 batch, and last the processor's batch-end `punctuate(stream_time)`.
+
+A batch of one input partition can be streamed: its records come from an iterator as they are read, and
+every `drain_at` outputs and dead letters the caller's `drain` produces them into the open transaction
+(`eos.worker.attempt`), so the batch is never held whole. Outputs reach `outcome.outputs` only when their
+record's scope committed, so what is drained is final for the batch.
 """
 
 from __future__ import annotations
 
 import heapq
 import traceback
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -33,7 +38,8 @@ from eos.worker.dead_letters import DeadLetterPolicy, Stage
 from recovery import StoreError
 from transactions import Message, ProducerRecord
 
-__all__ = ["BatchOutcome", "RecordScoped", "run_processor", "NOT_A_BAD_RECORD", "Entry", "entries", "InputReading"]
+__all__ = ["BatchOutcome", "RecordScoped", "run_processor", "NOT_A_BAD_RECORD", "Entry", "entries", "InputReading",
+           "Drain"]
 
 #: Exceptions that fail the task instead of dead-lettering the record being processed.
 NOT_A_BAD_RECORD = (MemoryError, BadRecordError, FrameworkError, StoreError)
@@ -71,6 +77,35 @@ class BatchOutcome:
     #: whether every one of those sources is idle (None: the task reads no such topic)
     clocks: str = ""
     sources_idle: bool | None = None
+    #: outputs and dead letters a streamed batch already produced (no longer in the lists above), and its
+    #: first dead letter (the one a report shows)
+    drained_outputs: int = 0
+    drained_dead_letters: int = 0
+    first_dead_letter: ProducerRecord | None = None
+
+    @property
+    def output_count(self) -> int:
+        return self.drained_outputs + len(self.outputs)
+
+    @property
+    def dead_letter_count(self) -> int:
+        return self.drained_dead_letters + len(self.dead_letters)
+
+    def drained(self) -> tuple[list[ProducerRecord], list[ProducerRecord]]:
+        """Take the outputs and dead letters gathered so far out of the outcome (they are being produced)."""
+        outputs, dead = self.outputs[:], self.dead_letters[:]
+        if dead and self.first_dead_letter is None:
+            self.first_dead_letter = dead[0]
+        self.drained_outputs += len(outputs)
+        self.drained_dead_letters += len(dead)
+        self.outputs.clear()  # in place: the processing loop holds the lists
+        self.dead_letters.clear()
+        return outputs, dead
+
+
+#: Produces what a streamed batch's outcome gathered (`BatchOutcome.drained`); returns True when the batch
+#: should stop after the current record and commit what it processed (its transaction is open long enough).
+Drain = Callable[[BatchOutcome], bool]
 
 
 #: (message, record or the reason it is a bad record, its timestamp; -1 for a bad record, which is thus
@@ -117,7 +152,7 @@ def entries(messages: Iterable[Message], key_serde: Serde, value_serde: Serde,
 InputReading = tuple[Serde, Serde, Callable[[Record], int]]
 
 
-def in_time_order(parts: Mapping[tuple[str, int], list[Message]], key_serde: Serde, value_serde: Serde,
+def in_time_order(parts: Mapping[tuple[str, int], Iterable[Message]], key_serde: Serde, value_serde: Serde,
                   timestamp: Callable[[Record], int],
                   per_topic: Mapping[str, InputReading] | None = None,
                   sizes: list[int] | None = None) -> Iterator[Entry]:
@@ -131,7 +166,7 @@ def in_time_order(parts: Mapping[tuple[str, int], list[Message]], key_serde: Ser
     return heapq.merge(*streams, key=_entry_time)
 
 
-def by_partition(messages: list[Message]) -> dict[tuple[str, int], list[Message]]:
+def by_partition(messages: Iterable[Message]) -> dict[tuple[str, int], list[Message]]:
     """`messages` split by partition, each in its original order."""
     parts: dict[tuple[str, int], list[Message]] = {}
     for msg in messages:
@@ -147,16 +182,22 @@ def _entry_time(entry: Entry) -> int:
     return entry[2]
 
 
-def run_processor(processor: Processor, ctx: TaskContext, messages: list[Message], *, key_serde: Serde,
+def run_processor(processor: Processor, ctx: TaskContext,
+                  messages: Sequence[Message] | Mapping[tuple[str, int], Iterable[Message]], *, key_serde: Serde,
                   value_serde: Serde, dlq: DeadLetterPolicy, scoped: Iterable[RecordScoped] = (),
                   timestamp: Callable[[Record], int] = RECORD_TIME,
                   clock: Callable[[], float] = wall_time,
                   per_topic: Mapping[str, InputReading] | None = None,
                   behind: frozenset[tuple[str, int]] = frozenset(),
-                  event_clock: EventClock | None = None) -> BatchOutcome:
+                  event_clock: EventClock | None = None, drain: Drain | None = None,
+                  drain_at: int = 5_000) -> BatchOutcome:
     """Process `messages`, one record scope each, with punctuations in between and at the end. When a
     partition of `behind` (one with more input than the batch holds) runs out while other partitions have
     records left, processing stops there: those records are later in time than what it has not read yet.
+
+    `messages` is the batch, or its records by partition; one partition's may be an iterator of records
+    still being read (a streamed batch), with `drain` to produce the outputs whenever `drain_at` outputs and
+    dead letters have gathered.
 
     Stream time is the largest timestamp seen, unless `event_clock` keeps the clocks of the sources of
     inputs another step writes (eos.streamtime). A record that goes to the dead-letter topic does not move it."""
@@ -170,15 +211,19 @@ def run_processor(processor: Processor, ctx: TaskContext, messages: list[Message
     cache = ctx.record_cache
     process, outputs, filtered = processor.process, outcome.outputs, outcome.filtered
     enter, leave = ctx.enter_record, ctx.leave_record
-    parts = by_partition(messages)
+    parts = messages if isinstance(messages, Mapping) else by_partition(messages)
+    streamed = any(not isinstance(ms, Sequence) for ms in parts.values())
+    if streamed and len(parts) > 1:
+        raise FrameworkError("only a batch of one input partition can be streamed")
     sizes = [0]
     processed: dict[tuple[str, int], int] = {}
     punctuating = bool(ctx.schedules)
-    remaining = {tp: len(ms) for tp, ms in parts.items()} if behind else {}
+    remaining = {tp: len(ms) for tp, ms in parts.items() if isinstance(ms, Sequence)} if behind else {}
     # Where processing stands in each partition is tracked per record only when several partitions (or
     # stopping when one runs out) make it necessary; with one, the current record says it.
     track = len(parts) > 1 or bool(remaining) or bool(clocked)
-    unprocessed = len(messages)
+    unprocessed = sum(remaining.values())
+    dead_letters = outcome.dead_letters
     records_in = 0
     tp = ("", -1)
     for msg, record, ts in in_time_order(parts, key_serde, value_serde, timestamp, per_topic, sizes):
@@ -247,11 +292,13 @@ def run_processor(processor: Processor, ctx: TaskContext, messages: list[Message
             _in_scope(ctx, scoped, outcome, outcome.stream_time, cache.evict, b"cache-evict")
         if punctuating:
             _punctuate_due(ctx, scoped, outcome, clock)
+        if drain is not None and len(outputs) + len(dead_letters) >= drain_at and drain(outcome):
+            ctx.commit_requested = True
         if ctx.commit_requested or (remaining and not remaining[tp] and tp in behind and unprocessed):
             ctx.commit_requested = False
             if not track:
                 processed = {(msg.topic(), msg.partition()): msg.offset() + 1}
-            outcome.stopped_at = {**_first_offsets(messages), **processed}
+            outcome.stopped_at = {**({} if streamed else _first_offsets(parts)), **processed}
             outcome.finished = {p for p, n in remaining.items() if not n}
             break
     outcome.records_in, outcome.bytes_in = records_in, sizes[0]
@@ -322,9 +369,7 @@ def _in_scope(ctx: TaskContext, scoped: list[RecordScoped], outcome: BatchOutcom
     outcome.outputs.extend(ctx.leave_record())
 
 
-def _first_offsets(messages: list[Message]) -> dict[tuple[str, int], int]:
+def _first_offsets(parts: Mapping[tuple[str, int], Iterable[Message]]) -> dict[tuple[str, int], int]:
     """Where each partition of the batch starts: its offset to commit if none of its records was reached."""
-    first: dict[tuple[str, int], int] = {}
-    for msg in messages:
-        first.setdefault((msg.topic(), msg.partition()), msg.offset())
-    return first
+    firsts = {tp: next(iter(ms), None) for tp, ms in parts.items()}
+    return {tp: msg.offset() for tp, msg in firsts.items() if msg is not None}

@@ -9,7 +9,7 @@ and reads its changelogs and global tables through what it is given (`recovery.C
 from __future__ import annotations
 
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 
 from eos.cache import RecordCache
 from eos.errors import TaskFailedError
@@ -22,7 +22,7 @@ from eos.worker.context import TaskContext
 from eos.worker.dead_letters import DeadLetterPolicy
 from eos.worker.global_tables import GlobalCopy, GlobalTableView
 from eos.worker.plans import Job, StampPlan
-from eos.worker.processing import NOT_A_BAD_RECORD, BatchOutcome, RecordScoped, punctuate_idle, run_processor
+from eos.worker.processing import NOT_A_BAD_RECORD, BatchOutcome, Drain, RecordScoped, punctuate_idle, run_processor
 from eos.worker.stores import TaskStores
 from eos.worker.topic_rules import TopicRule
 from eos.worker.vectorized import run_batch_function
@@ -79,27 +79,33 @@ class TaskRuntime:
             view.copy = copy
         return records
 
-    def process(self, messages: list[Message], stream_time: int, punctuation: dict[int, int],
-                behind: frozenset[tuple[str, int]] = frozenset(), clocks: str = "",
-                stamps: StampPlan | None = None) -> BatchOutcome:
+    @property
+    def streams(self) -> bool:
+        """Whether a batch can be streamed through this runtime (`eos.worker.processing`): a processor (not a
+        batch function, which takes its batch whole) reading one input topic, so one partition per task."""
+        return self.processor is not None and len(self.sub.inputs) == 1 and self.job_config.batch_slice_records > 0
+
+    def process(self, messages: list[Message] | Mapping[tuple[str, int], Iterable[Message]], stream_time: int,
+                punctuation: dict[int, int], behind: frozenset[tuple[str, int]] = frozenset(), clocks: str = "",
+                stamps: StampPlan | None = None, drain: Drain | None = None) -> BatchOutcome:
         """Process a batch starting at `stream_time` and the sources' `clocks` (from the committed offsets'
         metadata), with the punctuation schedule the driver last heard of. An empty batch runs only the
         punctuations due. With `stamps`, the batch ends with this task's clock sent to every partition of
-        the clocked topics it writes (eos.streamtime)."""
-        outcome = self._process(messages, stream_time, punctuation, behind, clocks, stamps)
+        the clocked topics it writes (eos.streamtime). `messages`: the batch, or (streamed, when `streams`)
+        its one partition's records as they are read, with `drain` producing outputs as they gather."""
+        outcome = self._process(messages, stream_time, punctuation, behind, clocks, stamps, drain)
         if stamps is not None and self.context._stamped:
             self.context.stream_time = max(self.context.stream_time, outcome.stream_time)
             outcome.outputs.extend(self.context.markers({t: n for t, (n, _, _) in stamps.topics.items()},
                                                         idle=said_idle(stamps, outcome)))
         return outcome
 
-    def _process(self, messages: list[Message], stream_time: int, punctuation: dict[int, int],
-                 behind: frozenset[tuple[str, int]], clocks: str, stamps: StampPlan | None) -> BatchOutcome:
+    def _process(self, messages: list[Message] | Mapping[tuple[str, int], Iterable[Message]], stream_time: int,
+                 punctuation: dict[int, int], behind: frozenset[tuple[str, int]], clocks: str,
+                 stamps: StampPlan | None, drain: Drain | None) -> BatchOutcome:
         sub = self.sub
         self.context.stamp_sources = {t: (first + self.task.partition, total)
                                       for t, (_, first, total) in (stamps.topics if stamps else {}).items()}
-        if self.clocked and self.processor is None:  # a vectorized step keeps no clock: markers are not records
-            messages = [m for m in messages if m.topic() not in self.clocked or not is_marker(m.headers())]
         if self.processor is not None:
             ctx = self.context
             ctx.stream_time = max(ctx.stream_time, stream_time) if self.reused else stream_time
@@ -122,8 +128,11 @@ class TaskRuntime:
                                  value_serde=sub.value_serde, dlq=self.dlq, scoped=scoped,
                                  timestamp=sub.timestamp or RECORD_TIME,
                                  per_topic=self.readings,
-                                 behind=behind if len(sub.inputs) > 1 else frozenset(), event_clock=clock)
-        assert sub.batch_fn is not None
+                                 behind=behind if len(sub.inputs) > 1 else frozenset(), event_clock=clock,
+                                 drain=drain, drain_at=self.job_config.batch_slice_records)
+        assert sub.batch_fn is not None and isinstance(messages, list)
+        if self.clocked:  # a vectorized step keeps no clock: markers are not records
+            messages = [m for m in messages if m.topic() not in self.clocked or not is_marker(m.headers())]
         outcome = run_batch_function(sub.batch_fn, sub.batch_format, messages, key_serde=sub.key_serde,
                                      value_serde=sub.value_serde, out_key_serde=sub.output_key_serde,
                                      out_value_serde=sub.output_value_serde, output_topic=sub.output,
