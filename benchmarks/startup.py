@@ -12,7 +12,8 @@ polled every 0.1 s), then the run is stopped. Variants:
 * no-archive: without the driver JVM's class-data archive (`spark.eos.classDataArchive=false`);
 * zip-daemon: Spark's own Python daemon, importing pyspark from its zip (`spark.python.daemon.module=
   pyspark.daemon`);
-* full-first-batch: the first batch as large as the others (`first_batch_max_records=50000`).
+* full-first-batch: the first batch as large as the others (`first_batch_max_records=50000`);
+* full-jit: the driver JVM with its JIT's optimizing tier (`spark.eos.quickJit=false`).
 
 (The JVM starting while the driver prepares Kafka has no switch.) Rounds run the variants in turn
 (A B C D, A B C D, ...); the table has each variant's median and its difference to "shipped". Writes
@@ -45,6 +46,7 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
     "no-archive": (["--spark-conf", "spark.eos.classDataArchive=false"], {}),
     "zip-daemon": (["--spark-conf", "spark.python.daemon.module=pyspark.daemon"], {}),
     "full-first-batch": ([], {"PEER_SETTINGS": '{"first_batch_max_records": 50000}'}),
+    "full-jit": (["--spark-conf", "spark.eos.quickJit=false"], {}),
 }
 
 

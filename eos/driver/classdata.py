@@ -32,7 +32,7 @@ from typing import Any
 import structlog
 
 __all__ = ["Classpath", "classpath", "archive_path", "driver_java_options", "build_archive", "DISABLE_KEY",
-           "ArchiveBuildError"]
+           "ArchiveBuildError", "user_java_options"]
 
 log = structlog.get_logger(__name__)
 
@@ -123,7 +123,7 @@ def archive_path(cp: Classpath | None = None) -> Path | None:
     return cache_root() / f"spark-driver-{cp.digest}.jsa" if cp.digest else None
 
 
-def _user_options(conf: Any) -> str:
+def user_java_options(conf: Any) -> str:
     """The driver JVM options the user gave (settings, or spark-submit arguments through PySpark)."""
     return f"{conf.get('spark.driver.extraJavaOptions', '') or ''} {os.environ.get('PYSPARK_SUBMIT_ARGS', '')}"
 
@@ -133,7 +133,7 @@ def driver_java_options(conf: Any) -> str | None:
     None when there is no archive for it, or it would not fit, or the user chose otherwise."""
     if str(conf.get(DISABLE_KEY, "true")).lower() == "false":
         return None
-    if any(s in _user_options(conf) for s in _OWN_SETTINGS) or conf.get("spark.driver.extraClassPath"):
+    if any(s in user_java_options(conf) for s in _OWN_SETTINGS) or conf.get("spark.driver.extraClassPath"):
         return None
     try:
         cp = classpath()

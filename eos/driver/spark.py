@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from eos.driver.classdata import driver_java_options
+from eos.driver.classdata import driver_java_options, user_java_options
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = ["build_spark_context", "ContextStart", "build_spark_session", "spark_context_of", "DEFAULT_MASTER",
            "live_executors", "executor_locations", "located_rdd", "task_rdd", "spark_conf", "is_local",
-           "resolve_master", "is_local_master"]
+           "resolve_master", "is_local_master", "QUICK_JIT_KEY"]
 
 # local[N,F]: N worker threads and F attempts per task (plain local[N] never retries a failed task).
 DEFAULT_MASTER = "local[2,4]"
@@ -38,6 +38,18 @@ _BASE_CONF = {
     # A crash in native code (RocksDB, a client call) on a Python worker thread reports its Python stack.
     "spark.python.worker.faulthandler.enabled": "true",
 }
+
+
+#: Spark setting that keeps the HotSpot JIT's optimizing tier in a job's driver JVM
+#: (`--spark-conf spark.eos.quickJit=false`)
+QUICK_JIT_KEY = "spark.eos.quickJit"
+#: The driver JVM a job starts compiles with the JIT's quick tier only (C1). The JVM schedules tasks and
+#: carries their small results; records never pass through it (the Python workers read and write Kafka),
+#: so the optimizing tier (C2) buys nothing there, while its compilations take CPU from the first batches
+#: on a small machine: start-up to the first commit 4.42 -> 3.56 s (docs/measurements.md).
+_QUICK_JIT = "-XX:TieredStopAtLevel=1"
+#: JIT options of the user's that the framework leaves alone
+_USER_JIT = ("TieredStopAtLevel", "TieredCompilation", "CompileThreshold")
 
 
 #: Spark's setting of the module its Python daemon runs, and the framework's for local masters
@@ -148,10 +160,14 @@ def _environment(name: str, value: str | None) -> Iterator[None]:
 
 
 def build_spark_context(master: str | None = None, app_name: str = "eos",
-                        conf: dict[str, str] | None = None) -> SparkContext:
+                        conf: dict[str, str] | None = None, *, for_job: bool = False) -> SparkContext:
     """Create (or return the running) SparkContext with EOS-safe settings, on `resolve_master(master)`.
     Settings spark-submit or spark-defaults.conf already made are kept (the EOS checks refuse unsafe ones);
-    `conf` overrides both. `local-cluster[N,cores,MB]` masters start N executor JVMs on this machine."""
+    `conf` overrides both. `local-cluster[N,cores,MB]` masters start N executor JVMs on this machine.
+
+    `for_job`: the context runs an application (`Application.run`, `eos run`), whose driver JVM gets the
+    JIT's quick tier only (`QUICK_JIT_KEY`) when this process starts it; other contexts (a Spark scan of the
+    auditor, the user's own SQL) keep the JVM's defaults."""
     from pyspark import SparkConf, SparkContext
 
     active = SparkContext._active_spark_context
@@ -168,10 +184,13 @@ def build_spark_context(master: str | None = None, app_name: str = "eos",
         spark_conf.setIfMissing(key, value)
     for key, value in (conf or {}).items():
         spark_conf.set(key, value)
-    if SparkContext._gateway is None and not _submitted() and (options := driver_java_options(spark_conf)):
+    if SparkContext._gateway is None and not _submitted():
         # this process starts the driver's JVM: let it map the class-data archive (eos.driver.classdata)
-        user = spark_conf.get("spark.driver.extraJavaOptions")
-        spark_conf.set("spark.driver.extraJavaOptions", f"{user} {options}" if user else options)
+        options = " ".join(filter(None, [driver_java_options(spark_conf),
+                                         _QUICK_JIT if for_job and _quick_jit(spark_conf) else None]))
+        if options:
+            user = spark_conf.get("spark.driver.extraJavaOptions")
+            spark_conf.set("spark.driver.extraJavaOptions", f"{user} {options}" if user else options)
     executors_python = spark_conf.get("spark.pyspark.python")
     if (is_local_master(master) and not _submitted()
             and os.path.abspath(executors_python or os.environ.get("PYSPARK_PYTHON") or sys.executable)
@@ -189,6 +208,13 @@ def build_spark_context(master: str | None = None, app_name: str = "eos",
         sc = SparkContext.getOrCreate(spark_conf)
     sc.setLogLevel("WARN")
     return sc
+
+
+def _quick_jit(conf: Any) -> bool:
+    """Whether a job's driver JVM gets the quick JIT tier: not when the user turned it off or chose JIT options."""
+    if str(conf.get(QUICK_JIT_KEY, "true")).lower() == "false":
+        return False
+    return not any(option in user_java_options(conf) for option in _USER_JIT)
 
 
 class ContextStart:
@@ -210,7 +236,7 @@ class ContextStart:
 
     def _build(self, master: str | None, app_name: str, conf: dict[str, str] | None) -> None:
         try:
-            sc = build_spark_context(master, app_name, conf)
+            sc = build_spark_context(master, app_name, conf, for_job=True)
         except BaseException as exc:  # handed to the thread that asks for the context
             self._error = exc
             return

@@ -1,5 +1,7 @@
 """`eos spark archive` makes a class-data archive that the driver JVMs the framework starts really map: the
-JVM's class-loading log names the archive ("shared objects file (top)") as the source of Spark's classes."""
+JVM's class-loading log names the archive ("shared objects file (top)") as the source of Spark's classes.
+A job's driver JVM (`ContextStart`, as `Application.run` and `eos run` start it) maps it too, with the JIT's
+quick tier only; other contexts, and a job given `spark.eos.quickJit=false`, keep the JVM's JIT."""
 
 from __future__ import annotations
 
@@ -11,19 +13,23 @@ from eos.driver.classdata import archive_path, classpath
 
 DRIVER = """
 import sys
-from eos.driver.spark import build_spark_context
-sc = build_spark_context("local[1]", conf={"spark.driver.extraJavaOptions": f"-Xlog:class+load=info:file={sys.argv[1]}",
-                                           "spark.eos.classDataArchive": sys.argv[2]})
+from eos.driver.spark import ContextStart, build_spark_context
+conf = {"spark.driver.extraJavaOptions": f"-Xlog:class+load=info:file={sys.argv[1]}",
+        "spark.eos.classDataArchive": sys.argv[2], **dict(kv.split("=", 1) for kv in sys.argv[4:])}
+job = sys.argv[3] == "job"
+sc = ContextStart("local[1]", conf=conf).context() if job else build_spark_context("local[1]", conf=conf)
 assert sc.parallelize([1, 2, 3], 1).map(lambda x: x * 2).collect() == [2, 4, 6]
+print(" ".join(sc._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()))
 sc.stop()
 """
 
 
-def _driver(tmp_path, env, archive: str) -> list[str]:
+def _driver(tmp_path, env, archive: str, kind: str = "context", *conf: str) -> tuple[list[str], str]:
+    """The driver JVM's class-loading log and its JVM arguments."""
     log = tmp_path / "classes.log"
-    subprocess.run([sys.executable, "-c", DRIVER, str(log), archive], env=env, check=True, timeout=240,
-                   capture_output=True)
-    return log.read_text().splitlines()
+    done = subprocess.run([sys.executable, "-c", DRIVER, str(log), archive, kind, *conf], env=env, check=True,
+                          timeout=240, capture_output=True, text=True)
+    return log.read_text().splitlines(), done.stdout
 
 
 def test_the_cli_makes_an_archive_the_next_driver_maps(tmp_path, monkeypatch):
@@ -41,8 +47,17 @@ def test_the_cli_makes_an_archive_the_next_driver_maps(tmp_path, monkeypatch):
                            capture_output=True, timeout=60)
     assert again.returncode == 0 and path.stat().st_mtime_ns == written  # made once
 
-    mapped = _driver(tmp_path, env, "true")
+    mapped, arguments = _driver(tmp_path, env, "true")
     from_archive = [line for line in mapped if "shared objects file (top)" in line]
     assert len(from_archive) > 1000, f"{len(from_archive)} of {len(mapped)} classes came from the archive"
     # "(top)": the dynamic archive on top of the JDK's own; without one no class can come from there
     assert any("org.apache.spark.SparkContext " in line for line in from_archive)
+    assert "TieredStopAtLevel" not in arguments  # not a job's context: the JVM's own JIT
+
+    mapped, arguments = _driver(tmp_path, env, "true", "job")
+    from_archive = [line for line in mapped if "shared objects file (top)" in line]
+    assert len(from_archive) > 1000, f"a job's driver: {len(from_archive)} of {len(mapped)} from the archive"
+    assert "-XX:TieredStopAtLevel=1" in arguments.split()
+
+    _, arguments = _driver(tmp_path, env, "true", "job", "spark.eos.quickJit=false")
+    assert "TieredStopAtLevel" not in arguments

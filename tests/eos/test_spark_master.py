@@ -18,3 +18,20 @@ def test_an_explicit_master_wins_then_spark_defaults_then_the_local_default(tmp_
 def test_local_masters_are_the_ones_on_this_machine():
     assert all(map(is_local_master, ["local", "local[2]", "local[2,4]", "local-cluster[2,1,1024]"]))
     assert not any(map(is_local_master, ["spark://h:7077", "yarn", "k8s://https://h:6443", "localhost"]))
+
+
+def test_a_jobs_driver_jvm_gets_the_quick_jit_unless_the_user_chose_jit_options_or_turned_it_off(monkeypatch):
+    from eos.driver.spark import QUICK_JIT_KEY, _quick_jit
+
+    class Conf(dict):
+        def get(self, key, default=None):  # SparkConf.get's signature
+            return super().get(key, default)
+
+    monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
+    assert _quick_jit(Conf())
+    assert _quick_jit(Conf({"spark.driver.extraJavaOptions": "-Xmx2g"}))
+    assert not _quick_jit(Conf({QUICK_JIT_KEY: "false"}))
+    assert not _quick_jit(Conf({QUICK_JIT_KEY: "FALSE"}))
+    assert not _quick_jit(Conf({"spark.driver.extraJavaOptions": "-XX:-TieredCompilation"}))
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--driver-java-options -XX:TieredStopAtLevel=4 pyspark-shell")
+    assert not _quick_jit(Conf())
