@@ -8,6 +8,7 @@ so the CLI and tests create a context. Users may pass either to `Application.run
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 from collections.abc import Iterator
@@ -117,11 +118,28 @@ def _defaults_file_master() -> str | None:
     return None
 
 
+#: the masters Spark accepts (its SparkSubmit and SparkContext), by form
+_MASTER_FORMS = re.compile(r"local|local\[(\d+|\*)(\s*,\s*\d+)?\]|local-cluster\[\s*\d+\s*,\s*\d+\s*,\s*\d+\s*\]"
+                           r"|yarn|(spark|k8s)://\S+")
+
+
+def check_master(master: str) -> str:
+    """`master`, if Spark accepts its form; else a ConfigError that lists the forms (before a JVM starts, whose
+    own error is a stack trace)."""
+    if not _MASTER_FORMS.fullmatch(master):
+        from eos.errors import ConfigError
+
+        raise ConfigError(f"Spark master {master!r} is not one Spark accepts: use local[N] or local[N,F] (N task "
+                          "threads, F attempts per task), local-cluster[N,cores,MB], spark://host:port, yarn or "
+                          "k8s://https://host:port")
+    return master
+
+
 def resolve_master(master: str | None = None) -> str:
     """The master to run on: the one given (`--master`, `app.run(master=)`); else the one spark-submit
     passed (`--master`, `--conf spark.master`) or spark-defaults.conf sets; else a local master."""
     if master:
-        return master
+        return check_master(master)
     if _submitted():
         from pyspark import SparkConf, SparkContext
 

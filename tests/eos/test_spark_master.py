@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from eos.driver.spark import DEFAULT_MASTER, is_local_master, resolve_master
+from eos.errors import ConfigError
 
 
 def test_an_explicit_master_wins_then_spark_defaults_then_the_local_default(tmp_path, monkeypatch):
@@ -35,3 +38,17 @@ def test_a_jobs_driver_jvm_gets_the_quick_jit_unless_the_user_chose_jit_options_
     assert not _quick_jit(Conf({"spark.driver.extraJavaOptions": "-XX:-TieredCompilation"}))
     monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--driver-java-options -XX:TieredStopAtLevel=4 pyspark-shell")
     assert not _quick_jit(Conf())
+
+
+@pytest.mark.parametrize("master", ["local", "local[1]", "local[*]", "local[2,4]", "local[*, 3]",
+                                    "local-cluster[2,1,1024]", "spark://10.0.0.1:7077", "yarn",
+                                    "k8s://https://k8s.example:6443"])
+def test_the_masters_spark_accepts_pass_the_check(master):
+    assert resolve_master(master) == master
+
+
+@pytest.mark.parametrize("master", ["probe", "local[two]", "locl[2]", "local-cluster[2,1]", "spark://",
+                                    "10.0.0.1:7077"])
+def test_a_master_spark_would_refuse_fails_before_a_jvm_starts_and_lists_the_forms(master):
+    with pytest.raises(ConfigError, match=r"is not one Spark accepts: use local\[N\]"):
+        resolve_master(master)
