@@ -1,15 +1,17 @@
-"""Peers benchmark: the same two exactly-once jobs on this framework, Kafka Streams (exactly_once_v2),
+"""Peers benchmark: the same exactly-once jobs on this framework, Kafka Streams (exactly_once_v2),
 Quix Streams and a bare confluent-kafka transactional copy loop, side by side on one broker.
 
     python -m benchmarks.peers [--records 1000000] [--rounds 3] [--keys 10000]
-                               [--jobs stateless,count,stateless64]
+                               [--jobs stateless,count,pipeline,stateless64]
                                [--peers eos,eos-cache,kstreams,kstreams-cache,quix,copy] [--latency-rate 2000]
                                [--eos-settings '{"max_records_per_batch": 20000}']
 
 * stateless: parse each JSON order (~100 B), add `total`, write it; count: records per key, one output
-  per input (Kafka Streams with its record cache off). With record caches, `eos-cache` (cache_max_bytes:
-  Kafka Streams' default 10 MiB shared by the tasks) and `kstreams-cache` (its default cache) run the count
-  emitting the latest count per key per commit, and are compared with each other. stateless64: the
+  per input (Kafka Streams with its record cache off). pipeline: four operators in one task, as each DSL
+  fuses them: keep the orders of qty >= 2, add `total`, group by key, sum the totals per key (one output
+  per kept input with the cache off). With record caches, `eos-cache` (cache_max_bytes: Kafka Streams'
+  default 10 MiB shared by the tasks) and `kstreams-cache` (its default cache) run count and pipeline
+  emitting the latest aggregate per key per commit, and are compared with each other. stateless64: the
   stateless job on an input of 64 partitions (each peer's default parallelism on this machine; a Kafka
   task per partition). The copy loop runs the stateless jobs only.
 * CPU: the run's processes' CPU-seconds over the steady phase, divided by its wall time ("cores busy").
@@ -20,8 +22,8 @@ Quix Streams and a bare confluent-kafka transactional copy loop, side by side on
   Peak memory = the largest summed RSS of the run's processes (JVMs, Python workers); the largest summed
   PSS (shared pages divided among the processes sharing them) is printed too, with each role's share.
 * Every run's output is verified before it counts: stateless, every input id exactly once in the
-  committed output; count, every key's last count exact (and, one output per input, as many outputs as
-  inputs). A failed verification stops the benchmark.
+  committed output; count and pipeline, every key's last aggregate exact, none repeated or going back
+  (and, one output per input, as many outputs as inputs kept). A failed verification stops the benchmark.
 * Latency (each round, stateless job, every peer but kstreams-cache): a fresh topic is fed at
   --latency-rate records/s; the time from handing a record to the harness's producer to receiving its
   output on a read_committed consumer, over the records fed after a warm-up that absorbs start-up.
@@ -36,11 +38,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import random
 import shutil
 import signal
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -67,8 +71,10 @@ PARTITIONS = 4
 WIDE_PARTITIONS = 64  # the stateless64 job's input
 console = Console(width=160)  # the tables are wide; a log file is no terminal
 PEERS = ("eos", "eos-cache", "kstreams", "kstreams-cache", "quix", "copy")
-JOBS = ("stateless", "count", "stateless64")
-#: the peers that run a job with a record cache: the count job only, one output per key per commit
+JOBS = ("stateless", "count", "pipeline", "stateless64")
+#: the jobs with state: the record-cache peers run these only, the copy loop none of them
+AGGREGATING = ("count", "pipeline")
+#: the peers that run the aggregating jobs with a record cache: one output per key per commit
 CACHED = ("eos-cache", "kstreams-cache")
 #: each peer's ratio is taken against this Kafka Streams peer
 KSTREAMS_PEER = {"eos-cache": "kstreams-cache"}
@@ -117,7 +123,10 @@ class Latency:
 def build_kstreams() -> list[str]:
     """The Kafka Streams peer's classpath (built with Maven once)."""
     project = HERE / "kstreams"
-    if not (project / "target" / "lib").is_dir() or not (project / "target" / "classes").is_dir():
+    built = project / "target" / "classes" / "eosbench" / "PeerJob.class"
+    sources = [project / "pom.xml", *(project / "src").rglob("*.java")]
+    if (not (project / "target" / "lib").is_dir() or not built.exists()
+            or max(s.stat().st_mtime for s in sources) > built.stat().st_mtime):  # built once, again when edited
         console.print("building the Kafka Streams peer (mvn package) ...")
         subprocess.run([shutil.which("mvn") or "mvn", "-q", "-B", "package", "-DskipTests"], cwd=project, check=True)
     return ["java", "-Xmx1g", "-cp", f"{project / 'target' / 'classes'}:{project / 'target' / 'lib'}/*",
@@ -146,18 +155,30 @@ def quix_python() -> str:
     return str(python)
 
 
-def preload(bootstrap: str, topic: str, n: int, keys: int, seed: int = 1) -> Counter[str]:
-    """n JSON orders of ~100 bytes on `keys` keys (murmur2-partitioned); returns the count per key."""
+@dataclass
+class Expected:
+    """What the aggregating jobs must end with, computed from the input as it was produced."""
+    counts: Counter[str] = field(default_factory=Counter)  # count: records per key
+    kept: Counter[str] = field(default_factory=Counter)  # pipeline: orders of qty >= 2 per key
+    revenue: dict[str, float] = field(default_factory=dict)  # pipeline: the sum of their totals, in key order
+
+
+def preload(bootstrap: str, topic: str, n: int, keys: int, seed: int = 1) -> Expected:
+    """n JSON orders of ~100 bytes on `keys` keys (murmur2-partitioned: a key's orders stay in order)."""
     rng = random.Random(seed)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
                          "enable.idempotence": True, "partitioner": "murmur2_random"})
-    per_key: Counter[str] = Counter()
+    expected = Expected()
     for i in range(n):
         key, value = order(rng, i, keys)
-        per_key[key] += 1
+        expected.counts[key] += 1
+        fields = json.loads(value)
+        if fields["qty"] >= 2:
+            expected.kept[key] += 1
+            expected.revenue[key] = expected.revenue.get(key, 0) + fields["qty"] * fields["price"]
         produce(producer, topic, key, value)
     assert producer.flush(300) == 0
-    return per_key
+    return expected
 
 
 def order(rng: random.Random, i: int, keys: int) -> tuple[str, bytes]:
@@ -239,7 +260,7 @@ def _shares(processes: dict[str, float]) -> str:
 def command(peer: str, job: str, bootstrap: str, source: str, sink: str, group: str, scratch: Path,
             kstreams: list[str], quix: str | None) -> tuple[list[str], dict[str, str]]:
     env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": bootstrap}
-    job = "count" if job == "count" else "stateless"  # stateless64 is the stateless job on another input
+    job = "stateless" if job == "stateless64" else job  # stateless64 is the stateless job on another input
     if peer.startswith("eos"):
         env |= {"PEER_APP": group, "PEER_JOB": job, "PEER_INPUT": source, "PEER_OUTPUT": sink,
                 "PEER_STATE": str(scratch / "state")}
@@ -277,7 +298,7 @@ def launched(cmd: list[str], env: dict[str, str], scratch: Path) -> Iterator[sub
 
 
 def run_once(peer: str, job: str, rnd: int, bootstrap: str, admin: KafkaAdmin, source: str, n: int,
-             per_key: Counter[str], kstreams: list[str], quix: str | None, timeout: float) -> Run:
+             expected: Expected, kstreams: list[str], quix: str | None, timeout: float) -> Run:
     run = Run(peer, job, rnd)
     tag = uuid.uuid4().hex[:8]
     sink, group = f"peers-{peer}-{job}-{tag}", f"peers-{peer}-{job}-{tag}"
@@ -317,7 +338,7 @@ def run_once(peer: str, job: str, rnd: int, bootstrap: str, admin: KafkaAdmin, s
         run.notes.append(f"the first commit held {first[1]:,} of {n:,} records: the steady rate is rough")
     if run.startup_s > SLOW_STARTUP_S:
         run.notes.append(f"start-up {run.startup_s:.1f} s: {keep_log(scratch, f'{peer}-{job}-round{rnd}-{tag}')}")
-    verify(run, bootstrap, admin, sink, n, per_key)
+    verify(run, bootstrap, admin, sink, n, expected)
     shutil.rmtree(scratch, ignore_errors=True)
     return run
 
@@ -400,13 +421,17 @@ def latency_once(peer: str, rnd: int, bootstrap: str, admin: KafkaAdmin, rate: i
     return result
 
 
-def _number(raw: bytes) -> int:
-    return int.from_bytes(raw, "big", signed=True) if len(raw) == 8 else int(json.loads(raw))
+def _number(peer: str, job: str, raw: bytes) -> float:
+    """An aggregate as the peer writes it: a count as a long (8 bytes, big-endian) or JSON (Quix); a revenue
+    as a double (Kafka Streams, 8 bytes) or JSON (the others)."""
+    if job == "count":
+        return int.from_bytes(raw, "big", signed=True) if len(raw) == 8 else int(json.loads(raw))
+    return struct.unpack(">d", raw)[0] if peer.startswith("kstreams") else float(json.loads(raw))
 
 
-def verify(run: Run, bootstrap: str, admin: KafkaAdmin, sink: str, n: int, per_key: Counter[str]) -> None:
+def verify(run: Run, bootstrap: str, admin: KafkaAdmin, sink: str, n: int, expected: Expected) -> None:
     """Exactly-once of the committed output, or RuntimeError."""
-    if run.job != "count":
+    if run.job not in AGGREGATING:
         ids: Counter[int] = Counter()
         for batch in scan_topic(bootstrap, sink, admin=admin):
             for msg in batch:
@@ -420,22 +445,29 @@ def verify(run: Run, bootstrap: str, admin: KafkaAdmin, sink: str, n: int, per_k
             raise RuntimeError(f"{run.peer} stateless: {len(ids):,} of {n:,} ids, {repeated:,} repeated")
         run.verified = f"{n:,} ids once each"
         return
-    last: dict[str, int] = {}
+    # every input adds to its key's aggregate (a count by one, a revenue by a positive total), so an
+    # aggregate repeated or going back is a record applied twice
+    want: dict[str, float] = dict(expected.counts if run.job == "count" else expected.revenue)
+    inputs = n if run.job == "count" else sum(expected.kept.values())
+    last: dict[str, float] = {}
     outputs = backwards = 0
     for batch in scan_topic(bootstrap, sink, admin=admin):
         for msg in batch:
-            key, count = msg.key().decode(), _number(msg.value())
-            backwards += count <= last.get(key, 0)  # a count repeated or going back: a duplicate
-            last[key] = count
+            key, value = msg.key().decode(), _number(run.peer, run.job, msg.value())
+            backwards += value <= last.get(key, 0)
+            last[key] = value
             outputs += 1
     run.outputs = outputs
-    wrong = sum(1 for k, c in per_key.items() if last.get(k) != c)
-    if wrong or len(last) != len(per_key) or backwards:
-        raise RuntimeError(f"{run.peer} count: {wrong:,} of {len(per_key):,} keys with a wrong final count, "
-                           f"{backwards:,} counts repeated or going back")
-    if run.peer not in CACHED and outputs != n:
-        raise RuntimeError(f"{run.peer} count: {outputs:,} outputs for {n:,} inputs (one per input expected)")
-    run.verified = f"{len(per_key):,} final counts exact, {outputs:,} outputs"
+    # the same additions in the same order: the sums agree to the last bit; the tolerance only spares
+    # a peer that adds in another order
+    wrong = sum(1 for k, v in want.items() if k not in last or not math.isclose(last[k], v, rel_tol=1e-9))
+    if wrong or len(last) != len(want) or backwards:
+        raise RuntimeError(f"{run.peer} {run.job}: {wrong:,} of {len(want):,} keys with a wrong final aggregate, "
+                           f"{len(last):,} keys in the output, {backwards:,} aggregates repeated or going back")
+    if run.peer not in CACHED and outputs != inputs:
+        raise RuntimeError(f"{run.peer} {run.job}: {outputs:,} outputs for {inputs:,} inputs (one per input "
+                           "expected)")
+    run.verified = f"{len(want):,} final aggregates exact, {outputs:,} outputs"
 
 
 # ---------------------------------------------------------------- the table
@@ -535,16 +567,16 @@ def main(argv: list[str] | None = None) -> None:
             source = sources[str(partitions)] = f"peers-orders-{partitions}-{uuid.uuid4().hex[:8]}"
             admin.create_topics([TopicSpec(source, partitions)])
             t0 = time.monotonic()
-            per_key = preload(kafka.bootstrap_servers, source, args.records, args.keys)
-            console.print(f"loaded {args.records:,} orders on {len(per_key):,} keys into {partitions} partitions "
-                          f"in {time.monotonic() - t0:.1f} s")
+            expected = preload(kafka.bootstrap_servers, source, args.records, args.keys)
+            console.print(f"loaded {args.records:,} orders on {len(expected.counts):,} keys into {partitions} "
+                          f"partitions in {time.monotonic() - t0:.1f} s")
         for rnd in range(1, args.rounds + 1):
             for job in jobs:
                 for peer in peers:
-                    if (peer == "copy" and job == "count") or (peer in CACHED and job != "count"):
+                    if (peer == "copy" and job in AGGREGATING) or (peer in CACHED and job not in AGGREGATING):
                         continue
                     source = sources[str(WIDE_PARTITIONS if job == "stateless64" else PARTITIONS)]
-                    run = run_once(peer, job, rnd, kafka.bootstrap_servers, admin, source, args.records, per_key,
+                    run = run_once(peer, job, rnd, kafka.bootstrap_servers, admin, source, args.records, expected,
                                    kstreams, quix, args.timeout)
                     runs.append(run)
                     console.print(f"round {rnd} {job:11} {peer:14} {run.steady_rps:>10,.0f} rec/s  start-up "

@@ -17,5 +17,13 @@ if os.environ["PEER_JOB"] == "stateless":
     def enrich(record):
         order = record.value
         return record.key, {**order, "total": order["qty"] * order["price"]}
+elif os.environ["PEER_JOB"] == "pipeline":
+    # four operators fused in one sub-topology: one task and one transaction per partition, no topic between
+    (app.stream(os.environ["PEER_INPUT"], key_serde="string", value_serde="json")
+        .filter(lambda key, order: order["qty"] >= 2, name="big")
+        .map_values(lambda order: {**order, "total": order["qty"] * order["price"]}, name="priced")
+        .group_by_key()
+        .sum(lambda order: order["total"], name="revenue")
+        .to_stream().to(os.environ["PEER_OUTPUT"]))
 else:
     app.count(os.environ["PEER_INPUT"], os.environ["PEER_OUTPUT"], name="counts")

@@ -13,6 +13,15 @@ outputs = app.topic(sink, key_serializer="str", value_serializer="json")
 sdf = app.dataframe(topic=inputs)
 if job == "stateless":
     sdf = sdf.apply(lambda order: {**order, "total": order["qty"] * order["price"]})
+elif job == "pipeline":
+    def revenue(order, state):
+        total = state.get("revenue", 0) + order["total"]
+        state.set("revenue", total)
+        return total
+
+    sdf = (sdf.filter(lambda order: order["qty"] >= 2)
+              .apply(lambda order: {**order, "total": order["qty"] * order["price"]})
+              .apply(revenue, stateful=True))
 else:
     def count(_value, state):
         n = state.get("n", 0) + 1

@@ -17,7 +17,9 @@ import org.apache.kafka.streams.state.KeyValueStore;
 /**
  * The peers benchmark's jobs on Kafka Streams, exactly_once_v2:
  * "stateless": parse each JSON value, add a field, write it; "count": records per key, one output per
- * input when the record cache is off (cache.max.bytes.buffering=0), fewer with the default cache.
+ * input when the record cache is off (cache.max.bytes.buffering=0), fewer with the default cache;
+ * "pipeline": filter (qty >= 2), add the total, group by key, sum the totals per key (one fused
+ * sub-topology, as the DSL builds it: no repartition, one task per partition).
  * Arguments: bootstrap job input output application-id threads commit-ms cache(on|off). Runs until killed.
  */
 public final class PeerJob {
@@ -54,6 +56,24 @@ public final class PeerJob {
                     }
                 })
                 .to(output, Produced.with(Serdes.String(), Serdes.ByteArray()));
+        } else if (job.equals("pipeline")) {
+            ObjectMapper json = new ObjectMapper();
+            builder.stream(input, Consumed.with(Serdes.String(), Serdes.ByteArray()))
+                .mapValues(raw -> {
+                    try {
+                        return (ObjectNode) json.readTree(raw);
+                    } catch (Exception e) {
+                        throw new RuntimeException(e);
+                    }
+                })
+                .filter((key, order) -> order.get("qty").asInt() >= 2)
+                .mapValues(order -> order.put("total", order.get("qty").asDouble() * order.get("price").asDouble()))
+                .groupByKey()
+                .aggregate(() -> 0.0, (key, order, total) -> total + order.get("total").asDouble(),
+                           Materialized.<String, Double, KeyValueStore<Bytes, byte[]>>as("revenue")
+                               .withKeySerde(Serdes.String()).withValueSerde(Serdes.Double()))
+                .toStream()
+                .to(output, Produced.with(Serdes.String(), Serdes.Double()));
         } else {
             builder.stream(input, Consumed.with(Serdes.String(), Serdes.ByteArray()))
                 .groupByKey()
