@@ -62,7 +62,11 @@ _CONSUMER_DEFAULTS: dict[str, Any] = {
     "enable.auto.offset.store": False,
     "enable.partition.eof": True,
     "auto.offset.reset": "earliest",
-    "fetch.wait.max.ms": 100,
+    # A consumer that reaches a partition's end sends a fetch the broker holds this long, and librdkafka
+    # sends a broker's next fetch only when it returns: a worker's consumer, reused from read to read, began
+    # each read after reaching an end (a caught-up input, a changelog past its commit marker) up to 100 ms
+    # late. Consumers are assigned only while they read, so the shorter wait costs no idle fetching.
+    "fetch.wait.max.ms": 10,
     "queued.min.messages": 100_000,
     # When a partition's prefetch queue is over queued.min.messages, librdkafka postpones its next fetch by
     # this much (1,000 ms by default), and a worker's consumer, reused from task to task, prefetches past the
