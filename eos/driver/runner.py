@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import structlog
+from py4j.protocol import Py4JError
 from pyspark import cloudpickle  # the pickler Spark itself uses for Python functions
 
 from eos.driver.checks import (
@@ -165,6 +166,13 @@ class Runner:
                         failures += 1
                         if stops_the_job(exc):
                             raise
+                        if self._stop.is_set():
+                            # A stop was asked for and the batch did not finish (a SIGTERM to the driver's
+                            # whole process group ends Spark's processes too): its transactions abort, and
+                            # the next start reads its input again.
+                            log.warning("stopped with a batch in flight; it did not commit and runs again at the "
+                                        "next start", batch=batch, error=root_cause(exc))
+                            break
                         if failures > cfg.max_failed_batches:
                             raise JobFailedError(f"{failures} batches in a row failed; the last error: "
                                                  f"{root_cause(exc)}") from exc
@@ -193,7 +201,10 @@ class Runner:
                         break
                     self._stop.wait(max(0.0, cfg.trigger_interval - (time.monotonic() - t0)))
             finally:
-                broadcast.unpersist()
+                try:
+                    broadcast.unpersist()
+                except (Py4JError, OSError):  # Spark's JVM is gone (see stop_context): nothing to unpersist
+                    pass
                 self._release()
         summary.elapsed_s = time.monotonic() - started
         if self.placer is not None:

@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+import structlog
+
 from eos.driver.classdata import driver_java_options, user_java_options
 
 if TYPE_CHECKING:
@@ -225,7 +227,25 @@ def build_spark_context(master: str | None = None, app_name: str = "eos",
         # spark-submit turns the setting into it. Set for this context only: a later one must not inherit it.
         sc = SparkContext.getOrCreate(spark_conf)
     sc.setLogLevel("WARN")
+    _quiet_accumulator_server(sc)
     return sc
+
+
+def _quiet_accumulator_server(sc: SparkContext) -> None:
+    """PySpark's accumulator server prints a traceback (EOFError) when Spark's JVM goes away with its connection
+    open, as a SIGTERM to the driver's process group makes it; a closed connection is all that says. Other
+    errors print as before."""
+    server = getattr(sc, "_accumulatorServer", None)
+    if server is None or getattr(server, "_eos_quiet", False):
+        return
+    original = server.handle_error
+
+    def handle_error(request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], (EOFError, ConnectionError)):
+            return
+        original(request, client_address)
+
+    server.handle_error, server._eos_quiet = handle_error, True
 
 
 def _quick_jit(conf: Any) -> bool:
@@ -261,7 +281,7 @@ class ContextStart:
         with self._lock:
             self._sc = sc
             if self._discarded:
-                sc.stop()
+                stop_context(sc)
 
     def context(self) -> SparkContext:
         self._thread.join()
@@ -275,7 +295,23 @@ class ContextStart:
         with self._lock:
             self._discarded = True
             if self._sc is not None:
-                self._sc.stop()
+                stop_context(self._sc)
+
+
+def stop_context(sc: SparkContext) -> None:
+    """Stop a context whose JVM may be gone already: a SIGTERM to the driver's whole process group (systemd's
+    default `KillMode=control-group`) ends Spark's JVM with the driver, and stopping it then raised a
+    connection error from Py4J after the run had ended cleanly. There is nothing left to stop then."""
+    from py4j.protocol import Py4JError
+
+    try:
+        sc.stop()
+    except (Py4JError, OSError) as exc:
+        structlog.get_logger(__name__).info("Spark's JVM had already exited", error=f"{type(exc).__name__}: {exc}")
+        from pyspark import SparkContext
+
+        with SparkContext._lock:  # what stop() does last, which it did not reach
+            SparkContext._active_spark_context = None
 
 
 def build_spark_session(master: str | None = None, app_name: str = "eos",

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
-import pytest
+import sys
 
-from eos.driver.spark import DEFAULT_MASTER, is_local_master, resolve_master
+import pytest
+from py4j.protocol import Py4JNetworkError
+
+from eos.driver.spark import (
+    DEFAULT_MASTER,
+    _quiet_accumulator_server,
+    is_local_master,
+    resolve_master,
+    stop_context,
+)
 from eos.errors import ConfigError
 
 
@@ -52,3 +61,43 @@ def test_the_masters_spark_accepts_pass_the_check(master):
 def test_a_master_spark_would_refuse_fails_before_a_jvm_starts_and_lists_the_forms(master):
     with pytest.raises(ConfigError, match=r"is not one Spark accepts: use local\[N\]"):
         resolve_master(master)
+
+
+class _GoneContext:
+    """A SparkContext whose JVM was killed: stopping it fails in Py4J as it did after a SIGTERM to the group."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error, self.stops = error, 0
+
+    def stop(self) -> None:
+        self.stops += 1
+        raise self.error
+
+
+@pytest.mark.parametrize("error", [ConnectionRefusedError(111, "Connection refused"),
+                                   Py4JNetworkError("Answer from Java side is empty")])
+def test_stopping_a_context_whose_jvm_is_gone_is_not_an_error(error, monkeypatch):
+    from pyspark import SparkContext
+
+    sc = _GoneContext(error)
+    monkeypatch.setattr(SparkContext, "_active_spark_context", sc)
+    stop_context(sc)  # type: ignore[arg-type]
+    assert sc.stops == 1 and SparkContext._active_spark_context is None  # a new context may start
+
+
+def test_the_accumulator_server_keeps_quiet_about_a_closed_connection_only():
+    printed = []
+
+    class Server:
+        def handle_error(self, request, client_address):
+            printed.append(sys.exc_info()[0])
+
+    sc = type("Context", (), {"_accumulatorServer": Server()})()
+    _quiet_accumulator_server(sc)  # type: ignore[arg-type]
+    _quiet_accumulator_server(sc)  # type: ignore[arg-type]  # (once only)
+    for error in (EOFError(), ConnectionResetError(), ValueError("a real error")):
+        try:
+            raise error
+        except Exception:
+            sc._accumulatorServer.handle_error(None, ("127.0.0.1", 1))
+    assert printed == [ValueError]
