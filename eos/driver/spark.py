@@ -310,7 +310,11 @@ def stop_context(sc: SparkContext) -> None:
         structlog.get_logger(__name__).info("Spark's JVM had already exited", error=f"{type(exc).__name__}: {exc}")
         from pyspark import SparkContext
 
-        with SparkContext._lock:  # what stop() does last, which it did not reach
+        server = getattr(sc, "_accumulatorServer", None)  # what stop() does after the JVM, which it did not reach
+        if server is not None:
+            server.shutdown()
+            sc._accumulatorServer = None  # type: ignore[assignment]
+        with SparkContext._lock:
             SparkContext._active_spark_context = None
 
 

@@ -68,6 +68,11 @@ class _GoneContext:
 
     def __init__(self, error: BaseException) -> None:
         self.error, self.stops = error, 0
+        self.server_stopped = False
+        self._accumulatorServer = self
+
+    def shutdown(self) -> None:  # (its accumulator server's)
+        self.server_stopped = True
 
     def stop(self) -> None:
         self.stops += 1
@@ -83,6 +88,7 @@ def test_stopping_a_context_whose_jvm_is_gone_is_not_an_error(error, monkeypatch
     monkeypatch.setattr(SparkContext, "_active_spark_context", sc)
     stop_context(sc)  # type: ignore[arg-type]
     assert sc.stops == 1 and SparkContext._active_spark_context is None  # a new context may start
+    assert sc.server_stopped and sc._accumulatorServer is None  # its accumulator thread does not linger
 
 
 def test_the_accumulator_server_keeps_quiet_about_a_closed_connection_only():
