@@ -52,6 +52,11 @@ _PRODUCER_DEFAULTS: dict[str, Any] = {
     "batch.num.messages": 10000,
     "queue.buffering.max.messages": 1_000_000,
     "queue.buffering.max.kbytes": 1_048_576,
+    # librdkafka waits this long before it connects to a broker it has just learned of (the bootstrap
+    # connection is dropped once metadata names the broker): every new producer waited it out before its
+    # init_transactions() could go on. 100 ms (the default) -> 10: an init took 60-65 -> 20-25 ms on a local
+    # broker. A broker that stays down is retried exponentially up to reconnect.backoff.max.ms as before.
+    "reconnect.backoff.ms": 10,
     # Same partitioner as the Java client and Kafka Streams (librdkafka's default is CRC32-based).
     "partitioner": "murmur2_random",
 }

@@ -16,6 +16,9 @@ class FencedClient:
     def __init__(self, settings):
         self.polls = 0
 
+    def list_topics(self, timeout):
+        pass
+
     def init_transactions(self, timeout):
         pass
 
@@ -78,6 +81,9 @@ class RecordingClient:
         self.callbacks: list[object] = []
         self.commits = 0
 
+    def list_topics(self, timeout):
+        pass
+
     def init_transactions(self, timeout):
         pass
 
@@ -131,3 +137,26 @@ def test_outputs_go_without_delivery_reports_until_a_transaction_fails_without_s
     producer.begin()
     producer.produce_all(records)
     assert client.callbacks == [None, None]
+
+
+class MetadataFirstClient(RecordingClient):
+    """Records the order of the calls init() makes; its metadata request fails like an unreachable cluster's."""
+
+    def __init__(self, settings):
+        super().__init__(settings)
+        self.calls: list[str] = []
+
+    def list_topics(self, timeout):
+        self.calls.append("list_topics")
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT, "all brokers down"))
+
+    def init_transactions(self, timeout):
+        self.calls.append("init_transactions")
+
+
+def test_init_asks_for_metadata_first_and_leaves_errors_to_init_transactions(monkeypatch):
+    monkeypatch.setattr(transactions.producer, "Producer", MetadataFirstClient)
+    producer = TransactionalProducer("127.0.0.1:1", "task-0", transaction_timeout_ms=10_000)
+    producer.init(timeout=5)
+    assert producer._producer.calls == ["list_topics", "init_transactions"]
+    assert producer.state is TxnState.READY
