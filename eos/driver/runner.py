@@ -1,5 +1,6 @@
-"""The driver loop: plan a batch, run one Spark job with one Spark partition per planned task, collect the
-task results, repeat at the trigger interval. Graceful stop finishes the current batch first.
+"""The driver loop: plan a batch, run one Spark job whose Spark tasks share out the planned tasks
+(`eos.driver.groups`), collect one result per task, repeat at the trigger interval. Graceful stop finishes
+the current batch first.
 
 The job definition (config, sub-topologies, hooks) goes to the workers once per run as a broadcast.
 Whether a failed batch stops the job is decided by the error's type (`eos.errors.stops_the_job`): bad
@@ -27,6 +28,7 @@ from eos.driver.checks import (
     create_internal_topics,
     create_repartition_topics,
 )
+from eos.driver.groups import one_result_per_task, share_out
 from eos.driver.lease import acquire_driver_lease, check_driver_lease
 from eos.driver.metrics import DriverMetrics
 from eos.driver.placement import Placer
@@ -34,7 +36,7 @@ from eos.driver.planner import Planner
 from eos.driver.purge import PURGE_INTERVAL_S, RepartitionPurger
 from eos.driver.reports import BatchReport, LatenessWatch, RunSummary, to_json
 from eos.driver.shipping import ship_framework
-from eos.driver.spark import ContextStart, is_local_master, spark_conf, task_rdd
+from eos.driver.spark import ContextStart, is_local_master, spark_conf, task_rdd, task_slots
 from eos.errors import ConfigError, JobFailedError, stops_the_job
 from eos.ledger import ledger_topic
 from eos.logs import configure_logging
@@ -224,12 +226,15 @@ class Runner:
 
     def _execute(self, tasks_fn: SparkTaskFunction, plans: list[TaskPlan | StandbyPlan],
                  batch: int) -> list[TaskResult | StandbyResult]:
-        """One Spark job: one partition per plan, at its preferred executor. A task that reports a
-        deterministic failure raises it here (its kind of error), after the placer has seen the results."""
+        """One Spark job: the tasks planned on each executor shared out among as many Spark tasks as it runs at
+        once (`eos.driver.groups`), each standby one Spark task. A task that reports a deterministic failure
+        raises it here (its kind of error), after the placer has seen the results."""
+        items = share_out(plans, task_slots(self.sc))
         self.sc.setJobGroup(f"{self.config.application_id}-batch-{batch}",
-                            f"eos {self.config.application_id} batch {batch} ({len(plans)} tasks)", True)
-        rdd = task_rdd(self.sc, plans, [p.preferred_location for p in plans])
-        results: list[TaskResult | StandbyResult] = rdd.mapPartitions(tasks_fn).collect()
+                            f"eos {self.config.application_id} batch {batch} ({len(plans)} tasks in {len(items)} "
+                            "Spark tasks)", True)
+        rdd = task_rdd(self.sc, items, [p.preferred_location for p in items])
+        results = one_result_per_task(plans, rdd.mapPartitions(tasks_fn).collect())
         if self.placer is not None:
             self.placer.observe(results)
         for r in results:

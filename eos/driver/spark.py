@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = ["build_spark_context", "ContextStart", "build_spark_session", "spark_context_of", "DEFAULT_MASTER",
-           "live_executors", "executor_locations", "located_rdd", "task_rdd", "spark_conf", "is_local",
+           "live_executors", "executor_locations", "task_slots", "located_rdd", "task_rdd", "spark_conf", "is_local",
            "resolve_master", "is_local_master", "QUICK_JIT_KEY"]
 
 # local[N,F]: N worker threads and F attempts per task (plain local[N] never retries a failed task).
@@ -347,13 +347,25 @@ def live_executors(sc: Any) -> list[str]:
 def executor_locations(sc: Any) -> dict[str, str]:
     """Spark's location string (`executor_<host>_<id>`) of each executor Spark's status store knows, so that
     executors no task has run on yet can hold tasks and standbys too."""
-    out = {}
+    return {executor: location for executor, location, _ in _executor_infos(sc)}
+
+
+def _executor_infos(sc: Any) -> Iterator[tuple[str, str, int]]:
+    """(id, location string, cores) of each executor in Spark's status store."""
     executors = sc._jsc.sc().statusStore().executorList(True).iterator()
     while executors.hasNext():
         info = executors.next()
         if info.id() != "driver":
-            out[info.id()] = f"executor_{info.hostPort().rsplit(':', 1)[0]}_{info.id()}"
-    return out
+            yield info.id(), f"executor_{info.hostPort().rsplit(':', 1)[0]}_{info.id()}", int(info.totalCores())
+
+
+def task_slots(sc: Any) -> dict[str | None, int]:
+    """How many tasks Spark runs at once where: a local master's threads (under None), else each executor's
+    cores over `spark.task.cpus`, by location string."""
+    if is_local(sc):
+        return {None: max(1, int(sc.defaultParallelism))}
+    per_task = max(1, int(sc.getConf().get("spark.task.cpus", "1")))
+    return {location: max(1, cores // per_task) for _, location, cores in _executor_infos(sc)}
 
 
 def located_rdd(sc: Any, items: list[Any], locations: list[str | None]) -> Any:

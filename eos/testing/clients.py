@@ -40,6 +40,9 @@ class MemoryClients:
         self._producers[transactional_id] = producer
         return producer, True
 
+    def holds_producer(self, transactional_id: str) -> bool:
+        return transactional_id in self._producers
+
     def drop_producer(self, transactional_id: str) -> None:
         self._producers.pop(transactional_id, None)
 

@@ -33,10 +33,11 @@ from eos.errors import (
 )
 from eos.logs import configure_logging
 from eos.worker.attempt import BatchAttempt, StalePlanError, result_of
+from eos.worker.claims import TaskClaims, claim_order
 from eos.worker.clients import CLIENTS, TaskClients
 from eos.worker.collection import fewer_collections
 from eos.worker.executor import executor_location
-from eos.worker.plans import Job, StandbyPlan, StandbyResult, TaskPlan, TaskResult, TaskStatus
+from eos.worker.plans import GroupMember, Job, StandbyPlan, StandbyResult, TaskPlan, TaskResult, TaskStatus
 from eos.worker.runtime import RUNTIMES, RuntimeCache
 from eos.worker.standby import run_standby
 from eos.worker.stores import state_root
@@ -51,7 +52,7 @@ from transactions import (
     TransactionAbortableError,
 )
 
-__all__ = ["SparkTaskFunction", "run_task"]
+__all__ = ["SparkTaskFunction", "run_task", "run_member"]
 
 log = structlog.get_logger(__name__)
 
@@ -66,7 +67,7 @@ class SparkTaskFunction:
         self.job_broadcast = job_broadcast
         self.token = uuid.uuid4().hex  # identifies this run's job in the worker's cache
 
-    def __call__(self, plans: Iterator[TaskPlan | StandbyPlan]) -> Iterator[TaskResult | StandbyResult]:
+    def __call__(self, items: Iterator[TaskPlan | GroupMember | StandbyPlan]) -> Iterator[TaskResult | StandbyResult]:
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
@@ -74,14 +75,20 @@ class SparkTaskFunction:
         try:
             job = self._job()
         except Exception as exc:  # e.g. the job's module cannot be imported on this executor
-            for plan in plans:
-                if isinstance(plan, TaskPlan):
-                    yield _failed(plan, attempt, FailureKind.JOB_LOAD, exc,
-                                  "the job definition cannot be loaded on this executor "
-                                  f"({executor_location() or 'local'}): {type(exc).__name__}: {exc}")
+            for item in items:
+                for plan in item.group.plans if isinstance(item, GroupMember) else [item]:
+                    if isinstance(plan, TaskPlan):
+                        yield _failed(plan, attempt, FailureKind.JOB_LOAD, exc,
+                                      "the job definition cannot be loaded on this executor "
+                                      f"({executor_location() or 'local'}): {type(exc).__name__}: {exc}")
             return
-        for plan in plans:
-            yield run_standby(plan, job) if isinstance(plan, StandbyPlan) else run_task(plan, job, attempt)
+        for item in items:
+            if isinstance(item, StandbyPlan):
+                yield run_standby(item, job)
+            elif isinstance(item, GroupMember):
+                yield from run_member(item, job, attempt, self.token)
+            else:
+                yield run_task(item, job, attempt)
 
     def _job(self) -> Job:
         job = _JOBS.get(self.token)
@@ -118,6 +125,30 @@ def run_task(plan: TaskPlan, job: Job, spark_attempt: int = 0, clients: TaskClie
             return _failed(plan, spark_attempt, FailureKind.BAD_RECORD, exc, str(exc))
         except TaskFailedError as exc:
             return _failed(plan, spark_attempt, FailureKind.USER_CODE, exc, str(exc), exc.detail)
+
+
+def run_member(member: GroupMember, job: Job, spark_attempt: int, token: str, clients: TaskClients = CLIENTS,
+               runtimes: RuntimeCache = RUNTIMES, *, in_memory: bool = False) -> Iterator[TaskResult]:
+    """One member's share of a task group (`eos.worker.claims`): every task of the group it claims, the ones
+    this worker holds first. Each result is stored with the claim before it is reported. `clients`, `runtimes`
+    and `in_memory` as for `run_task`."""
+    claims = TaskClaims(state_root(job.config), token, member)
+    app = job.config.application_id
+
+    def held(plan: TaskPlan) -> bool:
+        txn_id = plan.task.transactional_id(app)
+        return clients.holds_producer(txn_id) or runtimes.get(txn_id, job.run_id) is not None
+
+    for plan in claim_order(member.group.plans, held):
+        with claims.claim(plan) as claim:
+            if claim is None:
+                continue  # a sibling runs it or has reported it
+            if claim.earlier is not None:
+                yield claim.earlier  # this member ran it before Spark retried the member
+                continue
+            result = run_task(plan, job, spark_attempt, clients, runtimes, in_memory=in_memory)
+            claim.done(result)
+        yield result
 
 
 def _attempts(plan: TaskPlan, job: Job, spark_attempt: int, clients: TaskClients, runtimes: RuntimeCache,

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from eos.hooks import FaultHooks
     from eos.topology import SubTopology
 
-__all__ = ["Job", "TaskPlan", "StampPlan", "TaskResult", "TaskStatus", "StandbyPlan", "StandbyResult", "StandbyStatus",
+__all__ = ["Job", "TaskPlan", "TaskGroup", "GroupMember", "StampPlan",
+           "TaskResult", "TaskStatus", "StandbyPlan", "StandbyResult", "StandbyStatus",
            "OffsetReset", "SkipReason"]
 
 TopicPartition = tuple[str, int]
@@ -108,6 +109,32 @@ class TaskPlan:
     behind: frozenset[TopicPartition] = frozenset()
     #: The task writes repartition topics: how its clock goes with its records.
     stamps: StampPlan | None = None
+
+
+@dataclass(frozen=True)
+class TaskGroup:
+    """The tasks of one batch planned on one executor, shared out among `members` Spark tasks there: each member
+    claims the tasks whose producers its worker process holds first (`eos.worker.claims`). Spark hands a task
+    any idle Python worker, so one Spark task per Kafka task moved tasks between workers at random."""
+
+    plans: tuple[TaskPlan, ...]
+    batch: int
+    #: names the group's claims (its executor's location, or "local")
+    key: str
+    members: int
+    preferred_location: str | None = None
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    """What one Spark task of a `TaskGroup` runs: its share of the group, claimed as it goes."""
+
+    group: TaskGroup
+    member: int
+
+    @property
+    def preferred_location(self) -> str | None:
+        return self.group.preferred_location
 
 
 @dataclass

@@ -1,0 +1,60 @@
+"""Task groups (driver side): the batch's tasks planned on one executor go to as many Spark tasks as it has
+task slots, which share them out by claims (`eos.worker.claims`), instead of one Spark task per Kafka task.
+The results come back one per task, whichever member ran it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import structlog
+
+from eos.topology import TaskId
+from eos.worker.plans import GroupMember, StandbyPlan, StandbyResult, TaskGroup, TaskPlan, TaskResult, TaskStatus
+
+__all__ = ["share_out", "one_result_per_task"]
+
+log = structlog.get_logger(__name__)
+
+#: which of two results of one task the batch keeps (members on executors that do not share a disk may both
+#: run a task: one of them commits, the other finds it done or is fenced)
+_RANK = {TaskStatus.FAILED: 0, TaskStatus.COMMITTED: 1, TaskStatus.NOOP: 2, TaskStatus.DEFERRED: 3,
+         TaskStatus.FENCED: 4}
+
+
+def share_out(plans: Sequence[TaskPlan | StandbyPlan],
+              slots: Mapping[str | None, int]) -> list[TaskPlan | GroupMember | StandbyPlan]:
+    """The Spark partitions of a batch: for each location in `slots` (an executor's location string, or None
+    for a local master's), its tasks as one group with a member per slot (at most one per task); the tasks of
+    other locations and the standbys one partition each, as before."""
+    located: dict[str | None, list[TaskPlan]] = {}
+    rest: list[TaskPlan | GroupMember | StandbyPlan] = []
+    for plan in plans:
+        if isinstance(plan, TaskPlan) and plan.preferred_location in slots:
+            located.setdefault(plan.preferred_location, []).append(plan)
+        else:
+            rest.append(plan)
+    members: list[TaskPlan | GroupMember | StandbyPlan] = []
+    for location, group_plans in located.items():
+        group = TaskGroup(tuple(group_plans), group_plans[0].batch, location or "local",
+                          max(1, min(len(group_plans), slots[location])), location)
+        members.extend(GroupMember(group, m) for m in range(group.members))
+    return members + rest
+
+
+def one_result_per_task(plans: Sequence[TaskPlan | StandbyPlan],
+                        results: Sequence[TaskResult | StandbyResult]) -> list[TaskResult | StandbyResult]:
+    """One result per planned task (a failure first, then a commit, ...), and every standby result. A task
+    without a result (which claims rule out on one disk) is logged: its progress is in the committed offsets,
+    which the next plan reads."""
+    best: dict[TaskId, TaskResult] = {}
+    out: list[TaskResult | StandbyResult] = []
+    for r in results:
+        if isinstance(r, StandbyResult):
+            out.append(r)
+        elif r.task not in best or _RANK[r.status] < _RANK[best[r.task].status]:
+            best[r.task] = r
+    missing = [str(p.task) for p in plans if isinstance(p, TaskPlan) and p.task not in best]
+    if missing:
+        log.warning("tasks of the batch reported no result; the next batch reads their progress from Kafka",
+                    tasks=missing)
+    return [*best.values(), *out]

@@ -1,0 +1,115 @@
+"""Claims: how the Spark tasks of a `TaskGroup` share out its Kafka tasks on one executor.
+
+Spark hands a task any idle Python worker, so with one Spark task per Kafka task a task moved between the
+workers of an executor at random, and each move cost the worker it came to a new producer
+(`init_transactions()`) and a runtime, and the worker it left a retried batch with its stale cached producer.
+A group's members instead run through all of its tasks, each claiming a task before running it: first the
+tasks whose producer or runtime this worker process holds (in plan order), then the others from the far end
+of the list, where a sibling that holds them reaches last.
+
+A claim is an exclusive `flock` on one file per task and batch on the executor's disk. The kernel releases it
+when the process dies, so the task of a member that died is claimed again (by the member's retry, or a
+sibling). Before letting go, the member that ran a task writes its result into the file: siblings then skip
+the task (that member reports it), and the member's own retry reports the stored result instead of running
+the batch again.
+
+Claims decide only who runs a task. The exactly-once argument is the same whoever runs it: a fresh
+producer's `init_transactions()` fences every older attempt, and the committed offsets say what is done. Two
+members that run one task at once (their executors do not share a disk) are safe: one of them is fenced.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pickle
+import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from eos.worker.plans import GroupMember, TaskPlan, TaskResult
+
+__all__ = ["Claim", "TaskClaims", "claim_order"]
+
+_DIRECTORY = ".claims"
+
+
+class Claim:
+    """A task this member may report: run it and record the result (`done`), or report `earlier`, the result
+    an earlier attempt of this member stored."""
+
+    def __init__(self, fd: int, member: int, earlier: TaskResult | None) -> None:
+        self._fd, self._member, self.earlier = fd, member, earlier
+
+    def done(self, result: TaskResult) -> None:
+        data = pickle.dumps((self._member, result))
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, data, 0)
+
+
+class TaskClaims:
+    """The claims of one group's batch, for one member. `root`: the directory of the run's claims (one per
+    application and executor: `eos.worker.stores.state_root`); `token`: the run."""
+
+    def __init__(self, root: Path, token: str, member: GroupMember) -> None:
+        self.member = member.member
+        run = root / _DIRECTORY / token
+        self.directory = run / f"{member.group.batch}-{member.group.key}"
+        if not self.directory.is_dir():
+            self.directory.mkdir(parents=True, exist_ok=True)
+            _prune(root / _DIRECTORY, token, member.group.batch)
+
+    @contextmanager
+    def claim(self, plan: TaskPlan) -> Iterator[Claim | None]:
+        """The claim of `plan`'s task, held for the block; None when a live sibling runs it now or another member
+        has reported it."""
+        fd = os.open(self.directory / f"{plan.task}.claim", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield None
+                return
+            stored = _stored(fd)
+            if stored is not None and stored[0] != self.member:
+                yield None
+                return
+            yield Claim(fd, self.member, stored[1] if stored is not None else None)
+        finally:
+            os.close(fd)  # (releases the lock)
+
+
+def _stored(fd: int) -> tuple[int, TaskResult] | None:
+    size = os.fstat(fd).st_size
+    if not size:
+        return None
+    member, result = pickle.loads(os.pread(fd, size, 0))
+    return int(member), result
+
+
+def _prune(directory: Path, token: str, batch: int) -> None:
+    """Remove other runs' claims and this run's claims of batches before the previous one (the driver starts a
+    batch only after every task of the one before reported)."""
+    stale = [e for e in _entries(directory) if e.name != token]
+    for entry in _entries(directory / token):
+        head = entry.name.split("-", 1)[0]
+        if head.isdigit() and int(head) < batch - 1:
+            stale.append(entry)
+    for entry in stale:
+        shutil.rmtree(entry, ignore_errors=True)  # (a sibling may be removing it too)
+
+
+def _entries(directory: Path) -> list[Path]:
+    try:
+        return list(directory.iterdir())
+    except FileNotFoundError:
+        return []
+
+
+def claim_order(plans: tuple[TaskPlan, ...], held: Callable[[TaskPlan], bool]) -> list[TaskPlan]:
+    """The order a member tries its group's tasks in: the ones this worker holds in plan order, then the rest
+    from the end, so that two members meet only once each has run its own."""
+    own = [p for p in plans if held(p)]
+    rest = [p for p in reversed(plans) if not held(p)]
+    return own + rest

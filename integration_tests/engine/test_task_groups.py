@@ -1,0 +1,55 @@
+"""Task groups on a real broker and real Spark: a batch's tasks shared out among one Spark task per slot, by
+claims (`eos.worker.claims`). A worker killed while it holds a claim loses nothing and duplicates nothing, and
+tasks stay in the worker process that holds their producers."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from eos.testing import CrashWorker, Match
+from integration_tests.engine.test_exactly_once import numbers, transform_app
+from integration_tests.helpers import assert_exactly_once, produce
+
+PARTITIONS = 8
+
+
+def test_a_worker_killed_holding_a_claim_mid_group_loses_and_duplicates_nothing(kafka, spark, topic_factory,
+                                                                                unique_name):
+    src, dst = topic_factory("in", partitions=PARTITIONS), topic_factory("out", partitions=PARTITIONS)
+    produce(kafka.bootstrap_servers, src, numbers(40_000))
+    app = transform_app(unique_name("app"), kafka.bootstrap_servers, src, dst, max_records_per_batch=2_000)
+    # Batch 1: the worker that runs task 5 exits after producing, its transaction open and its claim held,
+    # with tasks of its share done before (their results stored with their claims) and others still to come.
+    app.fault_hooks.on("after_produce", CrashWorker(Match(partition=5, spark_attempt=0, batch=1)))
+    summary = app.run(spark, until_caught_up=True, keep_task_results=True)
+
+    per_batch = Counter((r.batch, r.task.partition) for r in summary.task_results)
+    assert set(per_batch.values()) == {1}, "a task reported twice in one batch"
+    batches = {b for b, _ in per_batch}
+    assert all({p for b, p in per_batch if b == batch} == set(range(PARTITIONS)) for batch in batches)
+    crashed = [r for r in summary.task_results if r.batch == 1 and r.task.partition == 5]
+    assert crashed[0].spark_attempt > 0 and crashed[0].status == "committed"
+    result = assert_exactly_once(kafka.bootstrap_servers, inputs=[src], outputs=[dst], group=app.config.group_id,
+                                 expected_inputs=40_000)
+    assert result.output_records == 40_000
+
+
+def test_tasks_stay_in_the_worker_that_holds_their_producers(kafka, spark, topic_factory, unique_name):
+    src, dst = topic_factory("in", partitions=PARTITIONS), topic_factory("out", partitions=PARTITIONS)
+    produce(kafka.bootstrap_servers, src, numbers(48_000))
+    app = transform_app(unique_name("app"), kafka.bootstrap_servers, src, dst, max_records_per_batch=1_000)
+    summary = app.run(spark, until_caught_up=True, keep_task_results=True)
+
+    runs = sorted(summary.task_results, key=lambda r: (r.batch, r.task.partition))
+    last: dict[int, int] = {}
+    moves = 0
+    for r in runs:
+        moves += r.task.partition in last and last[r.task.partition] != r.pid
+        last[r.task.partition] = r.pid
+    assert len(runs) >= 6 * PARTITIONS
+    # One Spark task per Kafka task moved 30-60% of them between the two workers (Spark hands a task any idle
+    # worker): each move a producer init, and a retried batch on the stale one. A move now happens only when
+    # one worker runs out of its own tasks and takes over another's.
+    assert moves <= len(runs) // 8, f"{moves} of {len(runs)} task runs moved to another worker"
+    assert_exactly_once(kafka.bootstrap_servers, inputs=[src], outputs=[dst], group=app.config.group_id,
+                        expected_inputs=48_000)

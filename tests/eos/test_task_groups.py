@@ -1,0 +1,157 @@
+"""Task groups: a batch's tasks on one executor shared out among as many Spark tasks as it has slots, by claims
+(driver side `eos.driver.groups`, worker side `eos.worker.claims` and `eos.worker.entry.run_member`)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+
+import pytest
+from structlog.testing import capture_logs
+
+from eos import Application
+from eos.driver.groups import one_result_per_task, share_out
+from eos.testing import TopologyTestDriver
+from eos.testing.clients import MemoryWorker
+from eos.topology import TaskId
+from eos.worker.claims import TaskClaims, claim_order
+from eos.worker.entry import run_member
+from eos.worker.plans import GroupMember, StandbyPlan, TaskGroup, TaskPlan, TaskResult, TaskStatus
+
+
+def plan(partition: int, location: str | None = None, batch: int = 0) -> TaskPlan:
+    return TaskPlan(TaskId("count", partition), batch, (), preferred_location=location)
+
+
+def group_of(*partitions: int, batch: int = 0, members: int = 2) -> TaskGroup:
+    return TaskGroup(tuple(plan(p, batch=batch) for p in partitions), batch, "local", members)
+
+
+# ---------------------------------------------------------------- driver side
+
+
+def test_a_local_masters_tasks_go_to_one_group_with_a_member_per_slot_and_standbys_stay_alone():
+    standby = StandbyPlan(TaskId("count", 0), 0, None, lag=5, budget=1.0)
+    items = share_out([plan(0), plan(1), plan(2), plan(3), standby], {None: 2})
+    members = [i for i in items if isinstance(i, GroupMember)]
+    assert [m.member for m in members] == [0, 1]
+    assert members[0].group is members[1].group
+    assert [p.task.partition for p in members[0].group.plans] == [0, 1, 2, 3]
+    assert standby in items and len(items) == 3
+
+
+def test_each_executor_gets_its_own_group_at_most_one_member_per_task_and_unplaced_tasks_run_alone():
+    a, b = "executor_h_1", "executor_h_2"
+    items = share_out([plan(0, a), plan(1, b), plan(2, a), plan(3, None)], {a: 4, b: 4})
+    groups = {i.group.key: i.group for i in items if isinstance(i, GroupMember)}
+    assert {k: [p.task.partition for p in g.plans] for k, g in groups.items()} == {a: [0, 2], b: [1]}
+    assert groups[a].members == 2 and groups[b].members == 1  # no more members than tasks
+    assert all(m.preferred_location == m.group.key for m in items if isinstance(m, GroupMember))
+    assert [i for i in items if isinstance(i, TaskPlan)] == [plan(3, None)]  # no location on a cluster
+
+
+def result(partition: int, status: TaskStatus) -> TaskResult:
+    return TaskResult(TaskId("count", partition), 0, status)
+
+
+def test_one_result_per_task_keeps_a_failure_then_a_commit_and_names_tasks_without_one():
+    plans = [plan(0), plan(1), plan(2)]
+    results = [result(0, TaskStatus.FENCED), result(0, TaskStatus.COMMITTED), result(1, TaskStatus.NOOP),
+               result(1, TaskStatus.FAILED)]
+    with capture_logs() as logs:
+        kept = one_result_per_task(plans, results)
+    assert sorted((r.task.partition, r.status) for r in kept) == [(0, TaskStatus.COMMITTED), (1, TaskStatus.FAILED)]
+    assert [e["tasks"] for e in logs if "no result" in e["event"]] == [["count-2"]]
+
+
+# ---------------------------------------------------------------- worker side: claims
+
+
+def test_a_member_tries_the_tasks_its_worker_holds_first_then_the_rest_from_the_far_end():
+    plans = tuple(plan(p) for p in range(6))
+    held = {1, 4}
+    order = claim_order(plans, lambda p: p.task.partition in held)
+    assert [p.task.partition for p in order] == [1, 4, 5, 3, 2, 0]
+
+
+def test_a_claimed_task_is_skipped_by_siblings_while_held_and_after_it_is_reported(tmp_path):
+    group = group_of(0, 1)
+    first, second = TaskClaims(tmp_path, "run", GroupMember(group, 0)), TaskClaims(tmp_path, "run",
+                                                                                   GroupMember(group, 1))
+    done = result(0, TaskStatus.COMMITTED)
+    with first.claim(group.plans[0]) as claim:
+        assert claim is not None and claim.earlier is None
+        with second.claim(group.plans[0]) as other:
+            assert other is None  # held right now
+        claim.done(done)
+    with second.claim(group.plans[0]) as other:
+        assert other is None  # member 0 reported it
+    with first.claim(group.plans[0]) as again:  # member 0's retry reports what it stored
+        assert again is not None and again.earlier == done
+    with second.claim(group.plans[1]) as free:
+        assert free is not None and free.earlier is None
+
+
+def _claim_and_die(root: str, report: bool) -> None:
+    group = group_of(0, 1)
+    claims = TaskClaims(__import__("pathlib").Path(root), "run", GroupMember(group, 0))
+    with claims.claim(group.plans[0]) as claim:
+        assert claim is not None
+        if report:
+            claim.done(result(0, TaskStatus.COMMITTED))
+        os._exit(0)  # as a killed worker: the claim is never let go of by the process itself
+
+
+@pytest.mark.parametrize("reported", [False, True])
+def test_a_dead_workers_claim_is_free_again_and_only_what_it_reported_stays_its_own(tmp_path, reported):
+    child = multiprocessing.get_context("fork").Process(target=_claim_and_die, args=(str(tmp_path), reported))
+    child.start()
+    child.join(30)
+    assert child.exitcode == 0
+    group = group_of(0, 1)
+    sibling = TaskClaims(tmp_path, "run", GroupMember(group, 1))
+    retry = TaskClaims(tmp_path, "run", GroupMember(group, 0))
+    with sibling.claim(group.plans[0]) as claim:
+        assert (claim is None) is reported  # reported: the dead member's retry reports it; else anyone runs it
+    if reported:
+        with retry.claim(group.plans[0]) as claim:
+            assert claim is not None and claim.earlier == result(0, TaskStatus.COMMITTED)
+
+
+def test_claims_of_other_runs_and_of_batches_before_the_previous_one_are_removed(tmp_path):
+    for batch in range(4):
+        TaskClaims(tmp_path, "old-run", GroupMember(group_of(0, batch=batch), 0))
+    for batch in range(4):
+        TaskClaims(tmp_path, "run", GroupMember(group_of(0, batch=batch), 0))
+    assert sorted(p.name for p in (tmp_path / ".claims").iterdir()) == ["run"]
+    assert sorted(p.name for p in (tmp_path / ".claims" / "run").iterdir()) == ["2-local", "3-local"]
+
+
+# ---------------------------------------------------------------- worker side: members running a batch
+
+
+def counting_app(state_dir) -> Application:
+    app = Application("groups", "memory:0", state_dir=str(state_dir))
+    app.count("clicks", "clicks-per-user", name="clicks")
+    return app
+
+
+def test_members_run_every_task_once_and_a_retried_member_reports_its_results_without_running_again(tmp_path):
+    with TopologyTestDriver(counting_app(tmp_path), partitions=4) as driver:
+        driver.pipe_records([("clicks", f"user{i % 8}", b"click") for i in range(40)], process=False)
+        plans = tuple(driver.planner.plan(0))
+        assert len(plans) == 4
+        group = TaskGroup(plans, 0, "local", 2)
+        job, a, b = driver.job, driver.worker, MemoryWorker(driver.cluster)
+
+        ran = list(run_member(GroupMember(group, 0), job, 0, "run", a.clients, a.runtimes, in_memory=True))
+        assert sorted(r.task.partition for r in ran) == [0, 1, 2, 3]  # no sibling took any meanwhile
+        assert {r.status for r in ran} == {TaskStatus.COMMITTED} and sum(r.records_in for r in ran) == 40
+        assert list(run_member(GroupMember(group, 1), job, 0, "run", b.clients, b.runtimes, in_memory=True)) == []
+
+        outputs = len(driver.records("clicks-per-user"))
+        retried = list(run_member(GroupMember(group, 0), job, 1, "run", b.clients, b.runtimes, in_memory=True))
+        assert retried == ran  # reported from the claims: nothing ran again
+        assert len(driver.records("clicks-per-user")) == outputs == 40
+        counts = {r.key: r.value for r in driver.read("clicks-per-user")}
+        assert counts == {f"user{u}": 5 for u in range(8)}
