@@ -7,7 +7,9 @@ A group's members instead run through all of its tasks, each claiming a task bef
 tasks whose producer or runtime this worker process holds (in plan order), then the others from the far end
 of the list, where a sibling that holds them reaches last.
 
-A claim is an exclusive `flock` on one file per task and batch on the executor's disk. The kernel releases it
+A claim is an exclusive `flock` on one file per task and batch in the executor's temporary directory (not the
+state directory: a stateless job needs none, and a state directory a task cannot use is reported by the task's
+stores as the configuration error it is). The kernel releases it
 when the process dies, so the task of a member that died is claimed again (by the member's retry, or a
 sibling). Before letting go, the member that ran a task writes its result into the file: siblings then skip
 the task (that member reports it), and the member's own retry reports the stored result instead of running
@@ -24,15 +26,14 @@ import fcntl
 import os
 import pickle
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from eos.worker.plans import GroupMember, TaskPlan, TaskResult
 
-__all__ = ["Claim", "TaskClaims", "claim_order"]
-
-_DIRECTORY = ".claims"
+__all__ = ["Claim", "TaskClaims", "claim_order", "claims_root"]
 
 
 class Claim:
@@ -48,17 +49,26 @@ class Claim:
         os.pwrite(self._fd, data, 0)
 
 
+def claims_root(application_id: str) -> Path:
+    """This user's directory of an application's claims, in the temporary directory ($TMPDIR, /tmp) that the
+    processes of an executor share; the group's key (its executor) tells executors on one host apart."""
+    base = Path(tempfile.gettempdir()) / f"eos-claims-{os.getuid()}"
+    base.mkdir(mode=0o700, exist_ok=True)
+    if base.stat().st_uid != os.getuid():
+        raise PermissionError(f"{base} belongs to another user: claims cannot be kept there (set TMPDIR)")
+    return base / application_id
+
+
 class TaskClaims:
-    """The claims of one group's batch, for one member. `root`: the directory of the run's claims (one per
-    application and executor: `eos.worker.stores.state_root`); `token`: the run."""
+    """The claims of one group's batch, for one member. `root`: the application's claims (`claims_root`);
+    `token`: the run."""
 
     def __init__(self, root: Path, token: str, member: GroupMember) -> None:
         self.member = member.member
-        run = root / _DIRECTORY / token
-        self.directory = run / f"{member.group.batch}-{member.group.key}"
+        self.directory = root / token / f"{member.group.batch}-{member.group.key}"
         if not self.directory.is_dir():
             self.directory.mkdir(parents=True, exist_ok=True)
-            _prune(root / _DIRECTORY, token, member.group.batch)
+            _prune(root, token, member.group.batch)
 
     @contextmanager
     def claim(self, plan: TaskPlan) -> Iterator[Claim | None]:

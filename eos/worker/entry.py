@@ -33,7 +33,7 @@ from eos.errors import (
 )
 from eos.logs import configure_logging
 from eos.worker.attempt import BatchAttempt, StalePlanError, result_of
-from eos.worker.claims import TaskClaims, claim_order
+from eos.worker.claims import TaskClaims, claim_order, claims_root
 from eos.worker.clients import CLIENTS, TaskClients
 from eos.worker.collection import fewer_collections
 from eos.worker.executor import executor_location
@@ -132,7 +132,14 @@ def run_member(member: GroupMember, job: Job, spark_attempt: int, token: str, cl
     """One member's share of a task group (`eos.worker.claims`): every task of the group it claims, the ones
     this worker holds first. Each result is stored with the claim before it is reported. `clients`, `runtimes`
     and `in_memory` as for `run_task`."""
-    claims = TaskClaims(state_root(job.config), token, member)
+    try:
+        claims = TaskClaims(claims_root(job.config.application_id), token, member)
+    except OSError as exc:
+        error = ConfigError(f"the executor cannot keep its task claims ({exc}): set TMPDIR for the executors "
+                            "(spark.executorEnv.TMPDIR) to a local directory they can write")
+        for plan in member.group.plans:
+            yield _failed(plan, spark_attempt, FailureKind.CONFIG, error, str(error))
+        return
     app = job.config.application_id
 
     def held(plan: TaskPlan) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import tempfile
 
 import pytest
 from structlog.testing import capture_logs
@@ -123,8 +124,8 @@ def test_claims_of_other_runs_and_of_batches_before_the_previous_one_are_removed
         TaskClaims(tmp_path, "old-run", GroupMember(group_of(0, batch=batch), 0))
     for batch in range(4):
         TaskClaims(tmp_path, "run", GroupMember(group_of(0, batch=batch), 0))
-    assert sorted(p.name for p in (tmp_path / ".claims").iterdir()) == ["run"]
-    assert sorted(p.name for p in (tmp_path / ".claims" / "run").iterdir()) == ["2-local", "3-local"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["2-local", "3-local"]
 
 
 # ---------------------------------------------------------------- worker side: members running a batch
@@ -136,7 +137,10 @@ def counting_app(state_dir) -> Application:
     return app
 
 
-def test_members_run_every_task_once_and_a_retried_member_reports_its_results_without_running_again(tmp_path):
+def test_members_run_every_task_once_and_a_retried_member_reports_its_results_without_running_again(tmp_path,
+                                                                                                   monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # where the claims go
+    monkeypatch.setattr(tempfile, "tempdir", None)
     with TopologyTestDriver(counting_app(tmp_path), partitions=4) as driver:
         driver.pipe_records([("clicks", f"user{i % 8}", b"click") for i in range(40)], process=False)
         plans = tuple(driver.planner.plan(0))
@@ -155,3 +159,18 @@ def test_members_run_every_task_once_and_a_retried_member_reports_its_results_wi
         assert len(driver.records("clicks-per-user")) == outputs == 40
         counts = {r.key: r.value for r in driver.read("clicks-per-user")}
         assert counts == {f"user{u}": 5 for u in range(8)}
+    assert [p.name for p in (tmp_path / f"eos-claims-{os.getuid()}" / "groups" / "run").iterdir()] == ["0-local"]
+
+
+def test_a_temporary_directory_the_executor_cannot_use_is_a_configuration_error(tmp_path, monkeypatch):
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(blocker))
+    with TopologyTestDriver(counting_app(tmp_path), partitions=2) as driver:
+        driver.pipe_records([("clicks", "ann", b"click")], process=False)
+        group = TaskGroup(tuple(driver.planner.plan(0)), 0, "local", 1)
+        worker = driver.worker
+        results = list(run_member(GroupMember(group, 0), driver.job, 0, "run", worker.clients, worker.runtimes,
+                                  in_memory=True))
+    assert group.plans and [r.status for r in results] == [TaskStatus.FAILED] * len(group.plans)
+    assert all(r.failure is not None and "spark.executorEnv.TMPDIR" in r.failure.message for r in results)
