@@ -99,8 +99,10 @@ def test_crash_after_commit_before_local_apply_is_not_applied_twice(kafka, spark
     # before the write buffer reaches the local store.
     app.fault_hooks.on("after_commit", CrashWorker(Match(partition=0, batch=1, spark_attempt=0)))
     summary = app.run(spark, until_caught_up=True, keep_task_results=True)
-    retried = [r for r in summary.task_results if str(r.task) == "totals-0" and r.batch == 1 and r.spark_attempt > 0]
-    assert [r.status for r in retried] == ["noop"]  # the retry found the batch committed
+    # The crashed attempt reported nothing. The task ran again, in the batch's other Spark task (which claims
+    # it once the dead worker's claim is free) or in Spark's retry of the crashed one, and found it committed.
+    again = [r for r in summary.task_results if str(r.task) == "totals-0" and r.batch == 1]
+    assert [r.status for r in again] == ["noop"]
     assert sum(r.restored_records for r in summary.task_results if str(r.task) == "totals-0") > 0  # caught up
     assert_totals_exact(kafka.bootstrap_servers, inputs=[src], totals=[out], group=app_id)
     assert local_store(state, app_id, 2) == expected_totals()
