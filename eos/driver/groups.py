@@ -4,6 +4,7 @@ The results come back one per task, whichever member ran it."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 
 import structlog
@@ -23,9 +24,9 @@ _RANK = {TaskStatus.FAILED: 0, TaskStatus.COMMITTED: 1, TaskStatus.NOOP: 2, Task
 
 def share_out(plans: Sequence[TaskPlan | StandbyPlan],
               slots: Mapping[str | None, int]) -> list[TaskPlan | GroupMember | StandbyPlan]:
-    """The Spark partitions of a batch: for each location in `slots` (an executor's location string, or None
-    for a local master's), its tasks as one group with a member per slot (at most one per task); the tasks of
-    other locations and the standbys one partition each, as before."""
+    """The Spark partitions of one Spark job of a batch: for each location in `slots` (an executor's location
+    string, or None for a local master's), its tasks as one group with a member per slot (at most one per
+    task) and claims of its own; the tasks of other locations and the standbys one partition each."""
     located: dict[str | None, list[TaskPlan]] = {}
     rest: list[TaskPlan | GroupMember | StandbyPlan] = []
     for plan in plans:
@@ -34,8 +35,9 @@ def share_out(plans: Sequence[TaskPlan | StandbyPlan],
         else:
             rest.append(plan)
     members: list[TaskPlan | GroupMember | StandbyPlan] = []
+    job = uuid.uuid4().hex[:12]  # this Spark job's claims (a failed batch is planned again under its number)
     for location, group_plans in located.items():
-        group = TaskGroup(tuple(group_plans), group_plans[0].batch, location or "local",
+        group = TaskGroup(tuple(group_plans), group_plans[0].batch, f"{location or 'local'}-{job}",
                           max(1, min(len(group_plans), slots[location])), location)
         members.extend(GroupMember(group, m) for m in range(group.members))
     return members + rest

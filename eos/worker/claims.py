@@ -7,13 +7,13 @@ A group's members instead run through all of its tasks, each claiming a task bef
 tasks whose producer or runtime this worker process holds (in plan order), then the others from the far end
 of the list, where a sibling that holds them reaches last.
 
-A claim is an exclusive `flock` on one file per task and batch in the executor's temporary directory (not the
-state directory: a stateless job needs none, and a state directory a task cannot use is reported by the task's
-stores as the configuration error it is). The kernel releases it
-when the process dies, so the task of a member that died is claimed again (by the member's retry, or a
-sibling). Before letting go, the member that ran a task writes its result into the file: siblings then skip
-the task (that member reports it), and the member's own retry reports the stored result instead of running
-the batch again.
+A claim is an exclusive `flock` on one file per task and Spark job of a batch (a batch planned again after a
+failed job gets new claims), in the executor's temporary directory: not the state directory, which a
+stateless job needs none of, and which a task's stores report as a configuration error when it is unusable.
+The kernel releases a claim when its process dies, so the task of a member that died is claimed again (by
+the member's retry, or a sibling). Before letting go, the member that ran a task writes its result into the
+file: siblings then skip the task (that member reports it), and the member's own retry reports the stored
+result instead of running the batch again.
 
 Claims decide only who runs a task. The exactly-once argument is the same whoever runs it: a fresh
 producer's `init_transactions()` fences every older attempt, and the committed offsets say what is done. Two
@@ -51,7 +51,8 @@ class Claim:
 
 def claims_root(application_id: str) -> Path:
     """This user's directory of an application's claims, in the temporary directory ($TMPDIR, /tmp) that the
-    processes of an executor share; the group's key (its executor) tells executors on one host apart."""
+    processes of an executor share; the group's key (its executor and Spark job) tells executors on one host
+    apart."""
     base = Path(tempfile.gettempdir()) / f"eos-claims-{os.getuid()}"
     base.mkdir(mode=0o700, exist_ok=True)
     if base.stat().st_uid != os.getuid():

@@ -119,7 +119,8 @@ class TaskGroup:
 
     plans: tuple[TaskPlan, ...]
     batch: int
-    #: names the group's claims (its executor's location, or "local")
+    #: names the group's claims: its executor (location, or "local") and its Spark job. A batch whose job
+    #: failed is planned again under the same number; its new members must not take the old job's claims.
     key: str
     members: int
     preferred_location: str | None = None

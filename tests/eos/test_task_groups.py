@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import tempfile
+from pathlib import Path
 
 import pytest
 from structlog.testing import capture_logs
@@ -44,10 +45,10 @@ def test_a_local_masters_tasks_go_to_one_group_with_a_member_per_slot_and_standb
 def test_each_executor_gets_its_own_group_at_most_one_member_per_task_and_unplaced_tasks_run_alone():
     a, b = "executor_h_1", "executor_h_2"
     items = share_out([plan(0, a), plan(1, b), plan(2, a), plan(3, None)], {a: 4, b: 4})
-    groups = {i.group.key: i.group for i in items if isinstance(i, GroupMember)}
+    groups = {i.preferred_location: i.group for i in items if isinstance(i, GroupMember)}
     assert {k: [p.task.partition for p in g.plans] for k, g in groups.items()} == {a: [0, 2], b: [1]}
     assert groups[a].members == 2 and groups[b].members == 1  # no more members than tasks
-    assert all(m.preferred_location == m.group.key for m in items if isinstance(m, GroupMember))
+    assert groups[a].key.startswith(a) and groups[a].key != groups[b].key
     assert [i for i in items if isinstance(i, TaskPlan)] == [plan(3, None)]  # no location on a cluster
 
 
@@ -95,7 +96,7 @@ def test_a_claimed_task_is_skipped_by_siblings_while_held_and_after_it_is_report
 
 def _claim_and_die(root: str, report: bool) -> None:
     group = group_of(0, 1)
-    claims = TaskClaims(__import__("pathlib").Path(root), "run", GroupMember(group, 0))
+    claims = TaskClaims(Path(root), "run", GroupMember(group, 0))
     with claims.claim(group.plans[0]) as claim:
         assert claim is not None
         if report:
@@ -160,6 +161,23 @@ def test_members_run_every_task_once_and_a_retried_member_reports_its_results_wi
         counts = {r.key: r.value for r in driver.read("clicks-per-user")}
         assert counts == {f"user{u}": 5 for u in range(8)}
     assert [p.name for p in (tmp_path / f"eos-claims-{os.getuid()}" / "groups" / "run").iterdir()] == ["0-local"]
+
+
+def test_a_batch_planned_again_after_its_spark_job_failed_runs_its_tasks_instead_of_reporting_the_old_jobs(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
+    with TopologyTestDriver(counting_app(tmp_path / "state"), partitions=2) as driver:
+        driver.pipe_records([("clicks", f"user{i}", b"click") for i in range(10)], process=False)
+        plans = driver.planner.plan(0)
+        worker = driver.worker
+        failed_job = next(i for i in share_out(plans, {None: 1}) if isinstance(i, GroupMember))
+        first = list(run_member(failed_job, driver.job, 0, "run", worker.clients, worker.runtimes, in_memory=True))
+        assert {r.status for r in first} == {TaskStatus.COMMITTED}
+        # The job failed (another Spark task, say), and a new job runs batch 0 again (planned as before).
+        again = next(i for i in share_out(plans, {None: 1}) if isinstance(i, GroupMember))
+        rerun = list(run_member(again, driver.job, 0, "run", worker.clients, worker.runtimes, in_memory=True))
+    assert sorted(r.task.partition for r in rerun) == sorted(r.task.partition for r in first)
+    assert {r.status for r in rerun} == {TaskStatus.NOOP}  # ran: found committed; not the old job's results
 
 
 def test_a_temporary_directory_the_executor_cannot_use_is_a_configuration_error(tmp_path, monkeypatch):
