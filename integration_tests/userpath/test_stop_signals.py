@@ -27,7 +27,7 @@ import os
 
 from eos import Application
 
-app = Application("stop-signals", trigger_interval=0.5, max_records_per_batch=4_000, state_dir=os.environ["STATE"])
+app = Application("stop-signals", trigger_interval=0.5, max_records_per_batch=1_000, state_dir=os.environ["STATE"])
 
 @app.process(input="stop-in", output="stop-out", key_serde="string", value_serde="json")
 def tag(record):
@@ -55,6 +55,8 @@ def test_a_sigterm_to_the_process_group_stops_cleanly_and_loses_nothing(kafka, t
     env = {**example_env(kafka, tmp_path), "STATE": str(tmp_path / "state")}
     partitions = admin.topic_partitions("stop-in")
 
+    # Batches of 1,000 records per partition at most one per 0.5 s: each run stops with thousands of records
+    # per partition left, however fast the machine (with 4,000 a quick second run finished the input).
     for _ in range(2):  # stopped twice, each time soon after a commit: mid-batch, or between two
         before = _committed(admin, partitions)
         job = subprocess.Popen([sys.executable, "-m", "eos.cli", "run", "job.py", "--no-live"], cwd=tmp_path,
