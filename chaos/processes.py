@@ -74,15 +74,17 @@ def _arg(args: list[str], flag: str) -> str | None:
 
 
 #: How a Python daemon's command line names it: PySpark's own, or the framework's for local masters
-#: (`python -m eos.worker.daemon`, see eos/worker/daemon.py)
-DAEMONS = ("pyspark.daemon", "pyspark/daemon.py", LOCAL_DAEMON_MODULE)
+#: (`python -m eos.worker.daemon`, see eos/worker/daemon.py, or a daemon forked from its zygote,
+#: eos/worker/zygote.py, which keeps the zygote's command line)
+DAEMONS = ("pyspark.daemon", "pyspark/daemon.py", LOCAL_DAEMON_MODULE, "eos.worker.zygote")
 
 
 def python_workers(pgid: int) -> list[Proc]:
-    """Forked Python workers (children of a pyspark daemon), not the daemons themselves."""
+    """Forked Python workers, not the daemons themselves: PySpark's daemon loop leads a process group of its
+    own, and the workers it forks are in it."""
     procs = job_processes(pgid)
-    daemons = {p.pid for p in procs if any(name in p.cmdline for name in DAEMONS)}
-    return [p for p in procs if p.ppid in daemons]
+    daemons = {p.pid for p in procs if p.pgid == p.pid and any(name in p.cmdline for name in DAEMONS)}
+    return [p for p in procs if p.ppid in daemons and p.pgid == p.ppid]
 
 
 def alive(pid: int) -> bool:

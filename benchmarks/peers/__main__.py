@@ -248,8 +248,8 @@ def _role(cmdline: str, forked: bool) -> str:
         return "JVM"
     if forked:
         return "python workers"
-    if " -m eos.worker.daemon" in cmdline or " -m pyspark.daemon" in cmdline:
-        return "python daemon"
+    if " -m eos.worker.daemon" in cmdline or " -m pyspark.daemon" in cmdline or " -m eos.worker.zygote" in cmdline:
+        return "python daemon"  # (a daemon forked from the zygote counts as forked: among the workers)
     return "python main"
 
 

@@ -58,6 +58,10 @@ _USER_JIT = ("TieredStopAtLevel", "TieredCompilation", "CompileThreshold")
 #: Spark's setting of the module its Python daemon runs, and the framework's for local masters
 DAEMON_MODULE_KEY = "spark.python.daemon.module"
 LOCAL_DAEMON_MODULE = "eos.worker.daemon"
+#: Spark setting: whether a local master's daemon is forked from a zygote started with the JVM
+#: (`eos.worker.zygote`; `--spark-conf spark.eos.daemonZygote=false` turns it off)
+ZYGOTE_KEY = "spark.eos.daemonZygote"
+_ZYGOTES: list[Any] = []  # the zygotes this process started (each exits after serving its daemon)
 
 
 # Local masters: everything on this machine, so everything listens on loopback only, the UI too (off).
@@ -179,6 +183,20 @@ def _environment(name: str, value: str | None) -> Iterator[None]:
             os.environ[name] = before
 
 
+def _start_zygote(master: str, spark_conf: Any) -> None:
+    """Before this process launches the JVM of a `local`/`local[...]` master whose daemon is the framework's:
+    a zygote that imports the daemon's modules while the JVM starts (eos.worker.zygote)."""
+    from pyspark import SparkContext
+
+    from eos.worker.zygote import start_zygote
+
+    _ZYGOTES[:] = [z for z in _ZYGOTES if z.poll() is None]  # (reaps those that are done)
+    if (SparkContext._gateway is None and not _submitted() and (master == "local" or master.startswith("local["))
+            and spark_conf.get(DAEMON_MODULE_KEY) == LOCAL_DAEMON_MODULE
+            and str(spark_conf.get(ZYGOTE_KEY, "true")).lower() != "false"):
+        _ZYGOTES.append(start_zygote())
+
+
 def build_spark_context(master: str | None = None, app_name: str = "eos",
                         conf: dict[str, str] | None = None, *, for_job: bool = False) -> SparkContext:
     """Create (or return the running) SparkContext with EOS-safe settings, on `resolve_master(master)`.
@@ -222,6 +240,7 @@ def build_spark_context(master: str | None = None, app_name: str = "eos",
         # inherited from an earlier local context of this JVM (its settings are the JVM's system properties):
         # these executors may not have the framework installed, so they get PySpark's own daemon
         spark_conf.set(DAEMON_MODULE_KEY, "pyspark.daemon")
+    _start_zygote(master, spark_conf)
     with _environment("PYSPARK_PYTHON", executors_python if executors_python and not _submitted() else None):
         # PySpark takes the executors' Python from $PYSPARK_PYTHON when the context is created; only
         # spark-submit turns the setting into it. Set for this context only: a later one must not inherit it.

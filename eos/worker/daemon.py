@@ -18,6 +18,8 @@ import os
 import sys
 import zipfile
 
+from eos.worker.zygote import ZYGOTE_ENV, request_daemon, wait_for
+
 __all__ = ["prefer_installed_pyspark", "preload", "main", "PRELOADED"]
 
 #: (module, file compared between the zip and the installed copy, zip name test)
@@ -73,6 +75,12 @@ def preload() -> None:
 
 def main() -> None:
     sys.path[:] = prefer_installed_pyspark(sys.path)
+    zygote = os.environ.get(ZYGOTE_ENV)
+    if zygote:  # a warm copy of this daemon is waiting (eos.worker.zygote): it runs as this daemon instead
+        pid = request_daemon(zygote, sys.path)
+        if pid is not None:
+            wait_for(pid)
+            return
     from pyspark import daemon
 
     preload()

@@ -31,3 +31,40 @@ def test_a_later_context_on_another_master_does_not_inherit_the_local_daemon(spa
         assert sc.getConf().get("spark.python.daemon.module") == "pyspark.daemon"
     finally:
         sc.stop()
+
+
+FRESH_DRIVER = """
+import json, os, sys
+from eos.driver.spark import build_spark_context
+
+def lineage(_):
+    import os
+    daemon = os.getppid()
+    with open(f"/proc/{daemon}/cmdline", "rb") as f:
+        return os.getpid(), f.read().replace(b"\\0", b" ").decode()
+
+sc = build_spark_context("local[2]", "zygote", dict(kv.split("=", 1) for kv in sys.argv[1:]), for_job=True)
+first = sc.parallelize(range(4), 2).map(lineage).collect()
+print(json.dumps({"workers": first, "again": sc.parallelize(range(4), 2).map(lambda x: x * 2).collect()}))
+sc.stop()
+"""
+
+
+def _fresh_driver(*conf: str) -> dict:
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", FRESH_DRIVER, *conf], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_fresh_drivers_daemon_is_forked_from_the_zygote_started_with_its_jvm_and_can_be_turned_off():
+    # eos.worker.zygote: the daemon Spark launches hands over to a process that imported its modules while the
+    # JVM was starting; its workers run the job's tasks as any daemon's do
+    warm = _fresh_driver()
+    assert all("-m eos.worker.zygote" in daemon for _pid, daemon in warm["workers"]), warm
+    assert warm["again"] == [0, 2, 4, 6]
+    cold = _fresh_driver("spark.eos.daemonZygote=false")
+    assert all("-m eos.worker.daemon" in daemon for _pid, daemon in cold["workers"]), cold

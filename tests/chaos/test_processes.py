@@ -86,3 +86,36 @@ def test_python_workers_are_the_children_of_either_daemon(module):
         for p in job_processes(leader.pid):
             os.kill(p.pid, signal.SIGKILL)
         leader.wait()
+
+
+# A driver that starts a zygote, which forks a daemon (a process group of its own, as PySpark's daemon loop
+# makes one) that forks two workers: all four Python processes but the driver carry the zygote's command line.
+ZYGOTE = """
+import os, sys, time
+if os.fork() == 0:
+    os.setpgid(0, 0)
+    for _ in range(2):
+        if os.fork() == 0:
+            time.sleep(60)
+    time.sleep(60)
+time.sleep(60)
+"""
+
+
+def test_python_workers_of_a_daemon_forked_from_the_zygote_are_the_daemons_children_only():
+    # (the driver's own command line must not name the zygote, as `eos run`'s does not)
+    driver = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time\n"
+                               f"subprocess.Popen([sys.executable, '-c', {ZYGOTE!r}, '-m', 'eos.worker.' + 'zygote', "
+                               "'s'])\ntime.sleep(60)"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while len(workers := python_workers(driver.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        procs = {p.pid: p for p in job_processes(driver.pid)}
+        daemon = next(p for p in procs.values() if p.pgid == p.pid and p.pid != driver.pid)
+        assert len(workers) == 2 and all(w.ppid == daemon.pid for w in workers)
+        assert procs[daemon.ppid].ppid == driver.pid  # the zygote: neither a daemon nor a worker
+    finally:
+        for p in job_processes(driver.pid):
+            os.kill(p.pid, signal.SIGKILL)
+        driver.wait()

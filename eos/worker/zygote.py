@@ -1,0 +1,226 @@
+"""A warm start for the Python daemon of a local master: a process that imports what the daemon imports
+while Spark's JVM is still starting, and forks the daemon when Spark launches it.
+
+Spark starts its Python daemon (`eos.worker.daemon` on local masters) when the first Python task runs: after
+the driver's JVM and SparkContext are up. Its imports (PySpark's worker loop and the framework's task code,
+~0.4-0.6 s of CPU) then sit between the context and the first task. The driver of a local master starts this
+zygote beside the JVM (`python -m eos.worker.zygote SOCKET`, `start_zygote`) and names its socket in
+`$EOS_DAEMON_ZYGOTE`, which the JVM and so the daemon Spark launches inherit. That daemon, instead of
+importing, hands the zygote what Spark gave it (its stdin, stdout and stderr, environment, arguments, working
+directory and module path) and the zygote forks; the child takes them on and runs PySpark's daemon loop,
+which forks the workers as always. The launched process stays as the daemon Spark knows: it passes Spark's
+signals on to the child and exits when the child does.
+
+The zygote serves one daemon, and exits when the driver does (its stdin closes). It refuses a
+request (the daemon then imports by itself, as without it) when the two would not import the same code:
+another Python, another `pyspark` or `eos` than the one the zygote loaded, or other settings read only when
+Python starts (hash seed, unbuffered output, bytecode writing), which the driver gives the zygote as PySpark
+gives its workers. Like the daemon's own preload, nothing the zygote imports starts a thread, so the fork
+copies a whole process.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+__all__ = ["ZYGOTE_ENV", "STARTUP_ENV", "start_zygote", "request_daemon", "wait_for", "serve"]
+
+#: the zygote's socket, for the daemon Spark launches
+ZYGOTE_ENV = "EOS_DAEMON_ZYGOTE"
+#: settings Python reads only when it starts: a daemon forked from the zygote must have them as the zygote
+STARTUP_ENV = ("PYTHONHASHSEED", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE")
+_MAX_REQUEST = 1 << 20
+
+
+def _module_file(name: str, path: list[str]) -> str | None:
+    """Where `name` (a top-level package) would be imported from on `path`, without importing it."""
+    saved = sys.path[:]
+    try:
+        sys.path[:] = path
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    finally:
+        sys.path[:] = saved
+    return spec.origin if spec is not None else None
+
+
+def _identity(path: list[str]) -> dict[str, Any]:
+    """What must be equal between the daemon and the zygote for the zygote's imports to be the daemon's."""
+    return {"executable": os.path.realpath(sys.executable),
+            "pyspark": _module_file("pyspark", path), "eos": _module_file("eos", path),
+            "startup": {key: os.environ.get(key) for key in STARTUP_ENV}}
+
+
+# ---------------------------------------------------------------------------------------------- the driver side
+def start_zygote() -> subprocess.Popen[bytes]:
+    """Start a zygote for the daemon of the local master whose JVM this process is about to launch, and name
+    its socket in this process's environment, which the JVM inherits. The zygote gets Python's start-up
+    settings as PySpark gives them to its daemon and workers."""
+    directory = tempfile.mkdtemp(prefix="eos-zygote-")
+    socket_path = os.path.join(directory, "socket")
+    env = {**os.environ, "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0"), "PYTHONUNBUFFERED": "YES",
+           "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop(ZYGOTE_ENV, None)
+    zygote = subprocess.Popen([sys.executable, "-m", "eos.worker.zygote", socket_path], stdin=subprocess.PIPE,
+                              env=env)
+    os.environ[ZYGOTE_ENV] = socket_path
+    return zygote
+
+
+# ---------------------------------------------------------------------------------------------- the daemon side
+def request_daemon(socket_path: str, path: list[str], timeout: float = 30.0) -> int | None:
+    """Ask the zygote at `socket_path` to fork this daemon, with this process's stdin, stdout, stderr,
+    environment, arguments, working directory and module path `path`. Returns the forked daemon's pid, or
+    None when the zygote is not there or refused (the caller then runs the daemon itself)."""
+    env = {k: v for k, v in os.environ.items() if k != ZYGOTE_ENV}  # a daemon launched again goes alone
+    request = json.dumps({"identity": _identity(path), "env": env, "argv": sys.argv,
+                          "cwd": os.getcwd(), "path": path}).encode()
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(timeout)
+            conn.connect(socket_path)
+            socket.send_fds(conn, [len(request).to_bytes(4, "big") + request], [0, 1, 2])
+            reply = conn.recv(64).decode()
+    except OSError:
+        return None
+    return int(reply[3:]) if reply.startswith("ok ") else None
+
+
+def wait_for(pid: int) -> None:
+    """Stand for the daemon `pid` (the zygote's child, not this process's): pass Spark's SIGTERM on to it, and
+    return when it has exited. Like PySpark's daemon, this process leaves the driver's process group first,
+    so that a Ctrl-C at the driver's terminal reaches neither."""
+    os.setpgid(0, 0)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda number, frame: _signal(pid, number))
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:  # gone already
+        return
+    try:
+        while not select.select([fd], [], [], 1.0)[0]:
+            pass
+    finally:
+        os.close(fd)
+
+
+def _signal(pid: int, number: int) -> None:
+    try:
+        os.kill(pid, number)
+    except OSError:
+        pass
+
+
+# ---------------------------------------------------------------------------------------------- the zygote side
+def serve(socket_path: str) -> None:
+    """Import the daemon's modules, fork one daemon for the first request that can use them, then wait for the
+    driver to exit (stdin, a pipe from the driver, closes), so that the daemon stays among the driver's
+    descendants, where tools that look for a job's processes find it (`chaos.processes`)."""
+    from eos.worker.daemon import prefer_installed_pyspark, preload
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C at the driver's terminal is the driver's to handle
+    served = False
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(socket_path)  # before importing: a daemon that comes early waits instead of going alone
+        listener.listen(8)
+        try:
+            sys.path[:] = prefer_installed_pyspark(sys.path)
+            from pyspark import daemon  # noqa: F401  (what the forked daemon runs)
+
+            preload()
+            own = _identity(sys.path)
+            while not served:
+                ready = select.select([listener, sys.stdin], [], [])[0]
+                if sys.stdin in ready and not os.read(sys.stdin.fileno(), 1024):
+                    return  # the driver is gone
+                if listener in ready:
+                    conn, _ = listener.accept()
+                    with conn:
+                        served = _fork_daemon(conn, own, listener)
+        finally:
+            try:
+                os.unlink(socket_path)  # a daemon Spark launches again goes alone
+                os.rmdir(os.path.dirname(socket_path))
+            except OSError:
+                pass
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the daemon is reaped when it exits
+    while os.read(sys.stdin.fileno(), 1024):
+        pass
+
+
+def _fork_daemon(conn: socket.socket, own: dict[str, Any], listener: socket.socket) -> bool:
+    """Serve one request; True when a daemon was forked (in this, the zygote's, process)."""
+    conn.settimeout(10)
+    try:
+        data, fds, _flags, _addr = socket.recv_fds(conn, _MAX_REQUEST, 3)
+        size = int.from_bytes(data[:4], "big")
+        while len(data) < size + 4:
+            more = conn.recv(_MAX_REQUEST)
+            if not more:
+                raise OSError("the daemon's request ended early")
+            data += more
+        request = json.loads(data[4:size + 4])
+    except (OSError, ValueError):
+        return False
+    try:
+        if len(fds) != 3 or request.get("identity") != own:
+            conn.sendall(b"no")
+            return False
+        pid = os.fork()
+        if pid == 0:
+            listener.close()
+            conn.close()
+            _become_daemon(request, fds)  # never returns
+        conn.sendall(f"ok {pid}".encode())
+        return True
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _become_daemon(request: dict[str, Any], fds: list[int]) -> None:
+    """In the forked child: take on the launched daemon's descriptors, environment, arguments, directory and
+    path, then run PySpark's daemon loop."""
+    code = 1
+    try:
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        for fd in fds:
+            os.close(fd)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.chdir(request["cwd"])
+        sys.argv[:] = request["argv"]
+        sys.path[:] = request["path"]
+        # (sys.stdin, stdout and stderr are the zygote's objects, unbuffered as PySpark starts its daemon, on
+        # descriptors 0-2, which now are Spark's pipes)
+        from pyspark import daemon
+
+        daemon.manager()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # reported on the daemon's stderr, which Spark logs
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def main() -> None:
+    serve(sys.argv[1])
+
+
+if __name__ == "__main__":
+    main()

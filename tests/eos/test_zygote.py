@@ -1,0 +1,137 @@
+"""The daemon zygote (eos.worker.zygote): a daemon launched as Spark launches it is forked from the zygote with
+the launched process's pipes, environment and arguments, and answers on them as PySpark's daemon does; the
+launched process stands for it until it exits. A zygote that would not import the same code refuses, and the
+daemon runs by itself. No Spark here: the test plays the JVM's part (reads the daemon's port from its stdout,
+closes its stdin to stop it)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+import pytest
+
+from eos.worker.zygote import ZYGOTE_ENV, start_zygote
+
+SPARK_ENV = {"PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "YES", "PYTHONDONTWRITEBYTECODE": "1",
+             "SPARK_REUSE_WORKER": "1", "PYTHON_WORKER_FACTORY_SECRET": "secret"}
+
+
+@pytest.fixture
+def zygote(monkeypatch):
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    monkeypatch.delenv(ZYGOTE_ENV, raising=False)
+    proc = start_zygote()
+    path = os.environ[ZYGOTE_ENV]
+    monkeypatch.delenv(ZYGOTE_ENV)  # (start_zygote names it in this process's environment, for the JVM)
+    deadline = time.monotonic() + 30
+    while not os.path.exists(path):
+        assert proc.poll() is None and time.monotonic() < deadline, "the zygote did not listen"
+        time.sleep(0.01)
+    yield proc, path
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+
+
+def _launch(socket_path: str, **env: str) -> subprocess.Popen[bytes]:
+    """`python -m eos.worker.daemon pyspark.worker`, as Spark launches a local master's daemon."""
+    return subprocess.Popen([sys.executable, "-m", "eos.worker.daemon", "pyspark.worker"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, env={**os.environ, **SPARK_ENV, ZYGOTE_ENV: socket_path, **env})
+
+
+def _port(daemon: subprocess.Popen[bytes]) -> int:
+    assert daemon.stdout is not None
+    return struct.unpack(">i", daemon.stdout.read(4))[0]
+
+
+def _daemon_pid(port: int) -> int:
+    """The pid of the process listening on `port` (the daemon loop that wrote it)."""
+    inode = next(line.split()[9] for name in ("/proc/net/tcp",) for line in open(name).readlines()[1:]
+                 if int(line.split()[1].split(":")[1], 16) == port and line.split()[3] == "0A")
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}") == f"socket:[{inode}]" for fd in os.listdir(f"/proc/{pid}/fd")):
+                return int(pid)
+        except OSError:
+            continue
+    raise AssertionError(f"no process listens on {port}")
+
+
+def _worker_answers(port: int, secret: bytes = b"secret") -> bytes:
+    """Ask the daemon for a worker as the JVM does and authenticate; the worker's answer."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        stream = conn.makefile("rwb")
+        struct.unpack(">i", stream.read(4))  # the worker's pid
+        stream.write(struct.pack(">i", len(secret)) + secret)
+        stream.flush()
+        return stream.read(struct.unpack(">i", stream.read(4))[0])
+
+
+def _parent(pid: int) -> int:
+    return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+
+
+def test_the_launched_daemon_is_forked_from_the_zygote_and_stops_when_spark_closes_its_stdin(zygote):
+    proc, path = zygote
+    launched = _launch(path)
+    port = _port(launched)
+    daemon = _daemon_pid(port)
+    assert daemon != launched.pid and _parent(daemon) == proc.pid  # the zygote's fork runs the daemon loop
+    assert _worker_answers(port) == b"ok"  # its worker knows Spark's secret: the environment is the launched one
+    assert not os.path.exists(path)  # one daemon served: a daemon Spark launches again goes alone
+    assert proc.poll() is None  # until the driver exits, the daemon stays among its descendants
+    assert launched.poll() is None  # it stands for the daemon
+    assert launched.stdin is not None
+    launched.stdin.close()  # how Spark stops its daemon
+    assert launched.wait(10) == 0
+    assert not os.path.exists(f"/proc/{daemon}") or open(f"/proc/{daemon}/stat").read().split()[2] == "Z"
+
+
+def test_spark_destroying_the_launched_daemon_ends_the_forked_one(zygote):
+    _proc, path = zygote
+    launched = _launch(path)
+    daemon = _daemon_pid(_port(launched))
+    launched.send_signal(signal.SIGTERM)  # Process.destroy()
+    launched.wait(10)
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{daemon}") and open(f"/proc/{daemon}/stat").read().split()[2] != "Z":
+        assert time.monotonic() < deadline, "the forked daemon outlived the destroyed one"
+        time.sleep(0.05)
+
+
+def test_a_killed_forked_daemon_ends_the_launched_one(zygote):
+    _proc, path = zygote
+    launched = _launch(path)
+    os.kill(_daemon_pid(_port(launched)), signal.SIGKILL)
+    assert launched.wait(10) == 0  # Spark sees its daemon gone, and launches another
+
+
+def test_a_daemon_with_other_start_up_settings_runs_by_itself_and_the_zygote_waits(zygote):
+    proc, path = zygote
+    launched = _launch(path, PYTHONHASHSEED="7")  # the zygote's string hashes would not be this daemon's
+    assert _daemon_pid(_port(launched)) == launched.pid
+    assert proc.poll() is None and os.path.exists(path)
+    assert launched.stdin is not None
+    launched.stdin.close()
+    launched.wait(10)  # (PySpark's daemon loop exits with status 1 when its stdin closes)
+
+
+def test_no_zygote_there_and_the_daemon_runs_by_itself(tmp_path):
+    launched = _launch(str(tmp_path / "gone"))
+    assert _daemon_pid(_port(launched)) == launched.pid
+    assert launched.stdin is not None
+    launched.stdin.close()
+    launched.wait(10)
+
+
+def test_the_zygote_exits_with_the_driver(zygote):
+    proc, path = zygote
+    assert proc.stdin is not None
+    proc.stdin.close()  # the driver's end of the pipe: closed when the driver exits
+    assert proc.wait(10) == 0 and not os.path.exists(path)
