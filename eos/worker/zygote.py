@@ -30,14 +30,18 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Any
 
-__all__ = ["ZYGOTE_ENV", "STARTUP_ENV", "start_zygote", "request_daemon", "wait_for", "serve"]
+__all__ = ["ZYGOTE_ENV", "start_zygote", "request_daemon", "wait_for", "serve"]
 
 #: the zygote's socket, for the daemon Spark launches
 ZYGOTE_ENV = "EOS_DAEMON_ZYGOTE"
-#: settings Python reads only when it starts: a daemon forked from the zygote must have them as the zygote
-STARTUP_ENV = ("PYTHONHASHSEED", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE")
+def _pyspark_startup() -> dict[str, str]:
+    """Settings Python reads only when it starts (a daemon forked from the zygote must have them as the zygote
+    has), as PySpark gives them to its daemon and workers."""
+    return {"PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0"), "PYTHONUNBUFFERED": "YES",
+            "PYTHONDONTWRITEBYTECODE": "1"}
 _MAX_REQUEST = 1 << 20
 
 
@@ -58,7 +62,7 @@ def _identity(path: list[str]) -> dict[str, Any]:
     """What must be equal between the daemon and the zygote for the zygote's imports to be the daemon's."""
     return {"executable": os.path.realpath(sys.executable),
             "pyspark": _module_file("pyspark", path), "eos": _module_file("eos", path),
-            "startup": {key: os.environ.get(key) for key in STARTUP_ENV}}
+            "startup": {key: os.environ.get(key) for key in _pyspark_startup()}}
 
 
 # ---------------------------------------------------------------------------------------------- the driver side
@@ -68,8 +72,7 @@ def start_zygote() -> subprocess.Popen[bytes]:
     settings as PySpark gives them to its daemon and workers."""
     directory = tempfile.mkdtemp(prefix="eos-zygote-")
     socket_path = os.path.join(directory, "socket")
-    env = {**os.environ, "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0"), "PYTHONUNBUFFERED": "YES",
-           "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {**os.environ, **_pyspark_startup()}
     env.pop(ZYGOTE_ENV, None)
     zygote = subprocess.Popen([sys.executable, "-m", "eos.worker.zygote", socket_path], stdin=subprocess.PIPE,
                               env=env)
@@ -78,7 +81,7 @@ def start_zygote() -> subprocess.Popen[bytes]:
 
 
 # ---------------------------------------------------------------------------------------------- the daemon side
-def request_daemon(socket_path: str, path: list[str], timeout: float = 30.0) -> int | None:
+def request_daemon(socket_path: str, path: list[str], timeout: float = 10.0) -> int | None:
     """Ask the zygote at `socket_path` to fork this daemon, with this process's stdin, stdout, stderr,
     environment, arguments, working directory and module path `path`. Returns the forked daemon's pid, or
     None when the zygote is not there or refused (the caller then runs the daemon itself)."""
@@ -105,13 +108,27 @@ def wait_for(pid: int) -> None:
         signal.signal(sig, lambda number, frame: _signal(pid, number))
     try:
         fd = os.pidfd_open(pid)
-    except OSError:  # gone already
+    except ProcessLookupError:  # gone already
+        return
+    except (AttributeError, OSError):  # no pidfds here (not Linux, or a kernel before 5.3): look every 0.2 s
+        while _exists(pid):
+            time.sleep(0.2)
         return
     try:
         while not select.select([fd], [], [], 1.0)[0]:
             pass
     finally:
         os.close(fd)
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _signal(pid: int, number: int) -> None:

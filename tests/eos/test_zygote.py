@@ -135,3 +135,21 @@ def test_the_zygote_exits_with_the_driver(zygote):
     assert proc.stdin is not None
     proc.stdin.close()  # the driver's end of the pipe: closed when the driver exits
     assert proc.wait(10) == 0 and not os.path.exists(path)
+
+
+def test_without_pidfds_the_launched_daemon_still_waits_for_the_forked_one(monkeypatch):
+    import threading
+
+    from eos.worker import zygote
+
+    def no_pidfds(pid: int) -> int:
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(os, "pidfd_open", no_pidfds)
+    monkeypatch.setattr(os, "setpgid", lambda pid, pgid: None)  # (this test process keeps its group)
+    monkeypatch.setattr(signal, "signal", lambda sig, handler: None)
+    daemon = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.8)"])
+    threading.Thread(target=daemon.wait, daemon=True).start()  # reaped at exit, as the zygote's SIGCHLD does
+    started = time.monotonic()
+    zygote.wait_for(daemon.pid)
+    assert daemon.returncode == 0 and time.monotonic() - started >= 0.5
