@@ -61,7 +61,7 @@ LOCAL_DAEMON_MODULE = "eos.worker.daemon"
 #: Spark setting: whether a local master's daemon is forked from a zygote started with the JVM
 #: (`eos.worker.zygote`; `--spark-conf spark.eos.daemonZygote=false` turns it off)
 ZYGOTE_KEY = "spark.eos.daemonZygote"
-_ZYGOTES: list[Any] = []  # the zygotes this process started (each exits after serving its daemon)
+_ZYGOTES: list[Any] = []  # the zygotes this process started (each lives until this process exits)
 
 
 # Local masters: everything on this machine, so everything listens on loopback only, the UI too (off).
@@ -185,16 +185,20 @@ def _environment(name: str, value: str | None) -> Iterator[None]:
 
 def _start_zygote(master: str, spark_conf: Any) -> None:
     """Before this process launches the JVM of a `local`/`local[...]` master whose daemon is the framework's:
-    a zygote that imports the daemon's modules while the JVM starts (eos.worker.zygote)."""
+    a zygote that imports the daemon's modules while the JVM starts (eos.worker.zygote). A JVM launched
+    without one does not inherit the socket of an earlier context's zygote either."""
     from pyspark import SparkContext
 
-    from eos.worker.zygote import start_zygote
+    from eos.worker.zygote import ZYGOTE_ENV, start_zygote
 
     _ZYGOTES[:] = [z for z in _ZYGOTES if z.poll() is None]  # (reaps those that are done)
-    if (SparkContext._gateway is None and not _submitted() and (master == "local" or master.startswith("local["))
-            and spark_conf.get(DAEMON_MODULE_KEY) == LOCAL_DAEMON_MODULE
+    if SparkContext._gateway is not None or _submitted():
+        return  # no JVM is launched here
+    if ((master == "local" or master.startswith("local[")) and spark_conf.get(DAEMON_MODULE_KEY) == LOCAL_DAEMON_MODULE
             and str(spark_conf.get(ZYGOTE_KEY, "true")).lower() != "false"):
         _ZYGOTES.append(start_zygote())
+    else:
+        os.environ.pop(ZYGOTE_ENV, None)
 
 
 def build_spark_context(master: str | None = None, app_name: str = "eos",

@@ -37,12 +37,15 @@ __all__ = ["ZYGOTE_ENV", "start_zygote", "request_daemon", "wait_for", "serve"]
 
 #: the zygote's socket, for the daemon Spark launches
 ZYGOTE_ENV = "EOS_DAEMON_ZYGOTE"
+#: the largest request a daemon sends (its environment, arguments and path, as JSON)
+_MAX_REQUEST = 1 << 20
+
+
 def _pyspark_startup() -> dict[str, str]:
     """Settings Python reads only when it starts (a daemon forked from the zygote must have them as the zygote
     has), as PySpark gives them to its daemon and workers."""
     return {"PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0"), "PYTHONUNBUFFERED": "YES",
             "PYTHONDONTWRITEBYTECODE": "1"}
-_MAX_REQUEST = 1 << 20
 
 
 def _module_file(name: str, path: list[str]) -> str | None:

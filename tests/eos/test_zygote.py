@@ -153,3 +153,20 @@ def test_without_pidfds_the_launched_daemon_still_waits_for_the_forked_one(monke
     started = time.monotonic()
     zygote.wait_for(daemon.pid)
     assert daemon.returncode == 0 and time.monotonic() - started >= 0.5
+
+
+@pytest.mark.parametrize("master, conf", [
+    ("local[2]", {"spark.python.daemon.module": "eos.worker.daemon", "spark.eos.daemonZygote": "false"}),
+    ("local[2]", {"spark.python.daemon.module": "pyspark.daemon"}),
+    ("local-cluster[2,1,1024]", {"spark.python.daemon.module": "eos.worker.daemon"}),
+])
+def test_a_jvm_launched_without_a_zygote_does_not_inherit_an_earlier_ones_socket(monkeypatch, master, conf):
+    from pyspark import SparkContext
+
+    from eos.driver import spark
+
+    monkeypatch.setattr(SparkContext, "_gateway", None)
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    monkeypatch.setenv(ZYGOTE_ENV, "/tmp/an-earlier-contexts-zygote/socket")
+    spark._start_zygote(master, conf)
+    assert ZYGOTE_ENV not in os.environ
