@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import sys
 import threading
 from collections.abc import Iterator
@@ -255,20 +256,35 @@ def build_spark_context(master: str | None = None, app_name: str = "eos",
 
 
 def _quiet_accumulator_server(sc: SparkContext) -> None:
-    """PySpark's accumulator server prints a traceback (EOFError) when Spark's JVM goes away with its connection
-    open, as a SIGTERM to the driver's process group makes it; a closed connection is all that says. Other
-    errors print as before."""
+    """PySpark's accumulator server prints a traceback when Spark's JVM goes away with its connection open, as
+    a SIGTERM to the driver's process group makes it: an EOFError, or, when the JVM was interrupted while
+    writing its authentication token, a ValueError that the token is not correct (the JVM logs
+    ClosedByInterruptException). A closed connection is all either says. Other errors print as before, and so
+    does a wrong token on a connection still open."""
     server = getattr(sc, "_accumulatorServer", None)
     if server is None or getattr(server, "_eos_quiet", False):
         return
     original = server.handle_error
 
     def handle_error(request: Any, client_address: Any) -> None:
-        if isinstance(sys.exc_info()[1], (EOFError, ConnectionError)):
+        error = sys.exc_info()[1]
+        if isinstance(error, (EOFError, ConnectionError)):
+            return
+        if isinstance(error, ValueError) and "token" in str(error) and _closed_by_peer(request):
             return
         original(request, client_address)
 
     server.handle_error, server._eos_quiet = handle_error, True
+
+
+def _closed_by_peer(connection: Any) -> bool:
+    """Whether the other end has closed `connection` (a socket) with nothing left to read."""
+    try:
+        return bool(connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"")
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
 
 
 def _quick_jit(conf: Any) -> bool:

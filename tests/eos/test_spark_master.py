@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 
 import pytest
@@ -107,3 +108,29 @@ def test_the_accumulator_server_keeps_quiet_about_a_closed_connection_only():
         except Exception:
             sc._accumulatorServer.handle_error(None, ("127.0.0.1", 1))
     assert printed == [ValueError]
+
+
+def test_a_token_cut_off_by_a_dying_jvm_is_quiet_and_a_wrong_one_on_an_open_connection_is_not():
+    """The JVM interrupted while writing its token leaves a short token and a closed connection: PySpark's
+    handler raises that the token is not correct."""
+    printed = []
+
+    class Server:
+        def handle_error(self, request, client_address):
+            printed.append(sys.exc_info()[0])
+
+    sc = type("Context", (), {"_accumulatorServer": Server()})()
+    _quiet_accumulator_server(sc)  # type: ignore[arg-type]
+    wrong_token = ValueError("The value of the provided token to the AccumulatorServer is not correct.")
+    for closed in (True, False):
+        server_end, jvm_end = socket.socketpair()
+        with server_end, jvm_end:
+            jvm_end.sendall(b"abc")
+            server_end.recv(3)  # (what the handler read of the token)
+            if closed:
+                jvm_end.close()
+            try:
+                raise wrong_token
+            except ValueError:
+                sc._accumulatorServer.handle_error(server_end, ("127.0.0.1", 1))
+    assert printed == [ValueError]  # the open connection's only
