@@ -75,7 +75,8 @@ def test_cli_three_broker_cluster_survives_a_killed_broker(tmp_path):
     assert not root.exists()
 
 
-# Reads a group's committed offsets through KafkaAdmin in a loop until the stop file appears.
+# Reads a group's committed offsets through KafkaAdmin in a loop until the stop file appears; says "ready"
+# after its first read.
 READER = """
 import os, sys, time
 from transactions import KafkaAdmin
@@ -85,6 +86,8 @@ while not os.path.exists(stop):
     got = admin.group_offsets(group, [("rf3", p) for p in range(3)], stable=False, timeout=10)
     assert got == {("rf3", p): 7 for p in range(3)}, got
     reads += 1
+    if reads == 1:
+        print("ready", flush=True)
     time.sleep(0.02)
 print("reads", reads)
 """
@@ -92,7 +95,10 @@ print("reads", reads)
 
 def group_offsets_survive_a_coordinator_move(root: Path, bootstrap: str, admin: AdminClient) -> None:
     """The group's coordinator is stopped cleanly and started again while its offsets are read: the broker
-    answers NOT_COORDINATOR meanwhile, which crashed readers using the admin API (librdkafka #5040)."""
+    answers NOT_COORDINATOR meanwhile, which crashed readers using the admin API (librdkafka #5040), and
+    which librdkafka 2.16 reports as "nothing committed". `KafkaAdmin` asks again for offsets it has seen
+    committed, so the reader reads once before the move: a reader whose first read falls in the move is not
+    covered (README, "Known limits")."""
     group = "coordinator-move"
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
     consumer.commit(offsets=[TopicPartition("rf3", p, 7) for p in range(3)], asynchronous=False)
@@ -102,8 +108,10 @@ def group_offsets_survive_a_coordinator_move(root: Path, bootstrap: str, admin: 
     reader = subprocess.Popen([sys.executable, "-c", READER, bootstrap, group, str(stop)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        eos("cluster", "stop", str(coordinator), "--dir", str(root))
-        eos("cluster", "start", str(coordinator), "--dir", str(root))
+        assert reader.stdout is not None
+        if reader.stdout.readline().strip() == "ready":  # (else it died: its exit status says why, below)
+            eos("cluster", "stop", str(coordinator), "--dir", str(root))
+            eos("cluster", "start", str(coordinator), "--dir", str(root))
     finally:
         stop.touch()
         out, err = reader.communicate(timeout=120)
