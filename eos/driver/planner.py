@@ -130,7 +130,7 @@ class Planner:
                                           topic_ids={t: self.topic_ids.get(t) for t in sub.inputs},
                                           resets=resets, idle=not busy, behind=frozenset(behind),
                                           global_pins={g.topic: pins[g.topic] for g in sub.global_tables},
-                                          stamps=stamps))
+                                          stamps=stamps, last_producer=_last_producer(committed)))
         self._first_plan = False
         return plans
 
@@ -245,3 +245,10 @@ class Planner:
         topics = sorted({t for sub in self.subtopologies.values() for t in sub.inputs})
         self.topic_ids = self.admin.topic_ids(topics, timeout=10)
         self._ids_read = time.monotonic()
+
+
+def _last_producer(committed: list[Committed | None]) -> str | None:
+    """The token of the producer that last committed a task's input offsets (one transaction commits them all),
+    or None when nothing says (nothing committed, or offsets committed by another client)."""
+    tokens = {CommitMetadata.decode(c.metadata).producer for c in committed if c is not None and c.offset is not None}
+    return tokens.pop() if len(tokens) == 1 else None

@@ -40,8 +40,8 @@ class MemoryClients:
         self._producers[transactional_id] = producer
         return producer, True
 
-    def holds_producer(self, transactional_id: str) -> bool:
-        return transactional_id in self._producers
+    def cached_producer(self, transactional_id: str) -> OutputProducer | None:
+        return self._producers.get(transactional_id)
 
     def drop_producer(self, transactional_id: str) -> None:
         self._producers.pop(transactional_id, None)

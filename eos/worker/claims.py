@@ -5,7 +5,9 @@ workers of an executor at random, and each move cost the worker it came to a new
 (`init_transactions()`) and a runtime, and the worker it left a retried batch with its stale cached producer.
 A group's members instead run through all of its tasks, each claiming a task before running it: first the
 tasks whose producer or runtime this worker process holds (in plan order), then the others from the far end
-of the list, where a sibling that holds them reaches last.
+of the list, where a sibling that holds them reaches last. A producer that another worker has fenced since
+(the plan names the producer of the task's last commit, `TaskPlan.last_producer`) is dropped, not held: else
+a task taken over once would have two workers that both take it for their own, and move every other batch.
 
 A claim is an exclusive `flock` on one file per task and Spark job of a batch (a batch planned again after a
 failed job gets new claims), in the executor's temporary directory: not the state directory, which a

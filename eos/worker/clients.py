@@ -45,7 +45,7 @@ class TaskClients(Protocol):
     global tables and the rules of the topics it writes."""
 
     def producer(self, transactional_id: str, config: EosConfig) -> tuple[OutputProducer, bool]: ...
-    def holds_producer(self, transactional_id: str) -> bool: ...
+    def cached_producer(self, transactional_id: str) -> OutputProducer | None: ...
     def drop_producer(self, transactional_id: str) -> None: ...
     def consumer(self, config: EosConfig, purpose: str = "input", group: str | None = None) -> Consumer: ...
     def drop_consumers(self, config: EosConfig) -> None: ...
@@ -112,9 +112,9 @@ class WorkerClients:
         self._producers[transactional_id] = producer
         return producer, True
 
-    def holds_producer(self, transactional_id: str) -> bool:
-        """Whether this worker has a producer of `transactional_id` (from an earlier batch here)."""
-        return transactional_id in self._producers
+    def cached_producer(self, transactional_id: str) -> OutputProducer | None:
+        """This worker's producer of `transactional_id` (from an earlier batch here), if it has one."""
+        return self._producers.get(transactional_id)
 
     def drop_producer(self, transactional_id: str) -> None:
         producer = self._producers.pop(transactional_id, None)

@@ -144,7 +144,15 @@ def run_member(member: GroupMember, job: Job, spark_attempt: int, token: str, cl
 
     def held(plan: TaskPlan) -> bool:
         txn_id = plan.task.transactional_id(app)
-        return clients.holds_producer(txn_id) or runtimes.get(txn_id, job.run_id) is not None
+        producer = clients.cached_producer(txn_id)
+        if producer is not None and producer.commits and plan.last_producer not in (None, producer.token):
+            # Another worker committed the task since this producer did, so it is fenced and the runtime
+            # behind: both go now. Kept, they would make this worker claim the task first every batch, and
+            # the task would move back and forth between two workers that both take it for their own.
+            clients.drop_producer(txn_id)
+            runtimes.drop(txn_id)
+            return False
+        return producer is not None or runtimes.get(txn_id, job.run_id) is not None
 
     for plan in claim_order(member.group.plans, held):
         with claims.claim(plan) as claim:

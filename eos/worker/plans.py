@@ -109,6 +109,10 @@ class TaskPlan:
     behind: frozenset[TopicPartition] = frozenset()
     #: The task writes repartition topics: how its clock goes with its records.
     stamps: StampPlan | None = None
+    #: The token of the producer whose transaction last committed the task's offsets, as the planner read them
+    #: (None: unknown). A worker whose cached producer has committed under another token was fenced since, so
+    #: it does not claim the task as its own (`eos.worker.claims`).
+    last_producer: str | None = None
 
 
 @dataclass(frozen=True)

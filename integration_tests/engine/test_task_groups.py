@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 
 from eos.testing import CrashWorker, Match
+from eos.worker.plans import TaskStatus
 from integration_tests.engine.test_exactly_once import numbers, transform_app
 from integration_tests.helpers import assert_exactly_once, produce
 
@@ -40,16 +41,24 @@ def test_tasks_stay_in_the_worker_that_holds_their_producers(kafka, spark, topic
     app = transform_app(unique_name("app"), kafka.bootstrap_servers, src, dst, max_records_per_batch=1_000)
     summary = app.run(spark, until_caught_up=True, keep_task_results=True)
 
-    runs = sorted(summary.task_results, key=lambda r: (r.batch, r.task.partition))
-    last: dict[int, int] = {}
+    runs = sorted(summary.task_results, key=lambda r: (r.batch, r.committed_at))
+    assert len(runs) >= 6 * PARTITIONS and {r.status for r in runs} == {TaskStatus.COMMITTED}
+    last: dict[int, int] = {}  # partition -> the worker process that ran its last batch
     moves = 0
-    for r in runs:
-        moves += r.task.partition in last and last[r.task.partition] != r.pid
-        last[r.task.partition] = r.pid
-    assert len(runs) >= 6 * PARTITIONS
+    for batch in sorted({r.batch for r in runs}):
+        ran = [r for r in runs if r.batch == batch]
+        for pid in {r.pid for r in ran}:
+            # A worker takes another's task only once it has run out of its own (tasks another worker has taken
+            # since are not its own: their producers are fenced).
+            own = [r.committed_at for r in ran if r.pid == pid and last.get(r.task.partition) == pid]
+            taken = [r.committed_at for r in ran if r.pid == pid and last.get(r.task.partition) not in (None, pid)]
+            assert not own or not taken or max(own) < min(taken), f"batch {batch}: worker {pid} took a task first"
+        moves += sum(r.task.partition in last and last[r.task.partition] != r.pid for r in ran)
+        last.update((r.task.partition, r.pid) for r in ran)
     # One Spark task per Kafka task moved 30-60% of them between the two workers (Spark hands a task any idle
-    # worker): each move a producer init, and a retried batch on the stale one. A move now happens only when
-    # one worker runs out of its own tasks and takes over another's.
-    assert moves <= len(runs) // 8, f"{moves} of {len(runs)} task runs moved to another worker"
+    # worker): each move a producer init, and a retried batch on the stale one. A move now happens only when a
+    # worker runs out of its own tasks first: quiet, 0-3 of 50 runs; beside the rest of the suite on a loaded
+    # machine, 7 of 50 were seen.
+    assert moves <= len(runs) // 4, f"{moves} of {len(runs)} task runs moved to another worker"
     assert_exactly_once(kafka.bootstrap_servers, inputs=[src], outputs=[dst], group=app.config.group_id,
                         expected_inputs=48_000)

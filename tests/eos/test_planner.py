@@ -105,3 +105,20 @@ def test_a_committed_offset_past_the_end_starts_over_per_auto_offset_reset():
     assert plan.ranges[0].start == 10 and plan.resets[("a", 0)].reason == SkipReason.RECREATED
     latest = Planner(admin, EosConfig("app", "b", auto_offset_reset="latest"), {"s": sub(["a"])}, {"a": 1}).plan(0)
     assert latest == []  # starts at the end: nothing to read yet
+
+
+def test_a_plan_names_the_producer_that_last_committed_its_task_when_its_inputs_agree():
+    def meta(token):
+        return CommitMetadata(producer=token).encode()
+
+    admin = FakeAdmin(committed={("a", 0): 5, ("b", 0): 5, ("a", 1): 5, ("b", 1): 5, ("a", 2): None, ("b", 2): 5},
+                      ends={(t, p): 9 for t in "ab" for p in range(3)}, earliest={},
+                      metadata={("a", 0): meta("tok0"), ("b", 0): meta("tok0"), ("a", 1): meta("tok1"),
+                                ("b", 1): meta("other"), ("b", 2): meta("tok2")})
+    plans = Planner(admin, EosConfig("app", "b"), {"s": sub(["a", "b"])}, {"a": 3, "b": 3}).plan(0)
+    # one transaction commits a task's inputs: two tokens mean offsets written by something else; nothing
+    # committed on one input leaves the other's token
+    assert [p.last_producer for p in plans] == ["tok0", None, "tok2"]
+    admin.metadata = {}
+    assert {p.last_producer for p in Planner(admin, EosConfig("app", "b"), {"s": sub(["a", "b"])},
+                                             {"a": 3, "b": 3}).plan(0)} == {None}

@@ -192,3 +192,41 @@ def test_a_temporary_directory_the_executor_cannot_use_is_a_configuration_error(
                                   in_memory=True))
     assert group.plans and [r.status for r in results] == [TaskStatus.FAILED] * len(group.plans)
     assert all(r.failure is not None and "spark.executorEnv.TMPDIR" in r.failure.message for r in results)
+
+
+def test_a_worker_whose_producer_another_worker_fenced_drops_it_and_no_longer_claims_the_task_first(tmp_path,
+                                                                                                     monkeypatch):
+    """A task that moved once (a sibling ran out of its own tasks and took it) must not move back and forth: the
+    worker it left still holds its fenced producer, and without the plan's `last_producer` both workers would
+    take the task for their own every batch, the loser paying a fenced attempt and a new producer."""
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
+    with TopologyTestDriver(counting_app(tmp_path / "state"), partitions=4) as driver:
+        job, a, b = driver.job, driver.worker, MemoryWorker(driver.cluster)
+
+        def batch(n: int, *shares: tuple[MemoryWorker, tuple[int, ...]],
+                  planned: dict[int, TaskPlan] | None = None) -> list[TaskResult]:
+            driver.pipe_records([("clicks", f"user{i % 8}", b"click") for i in range(40)], process=False)
+            plans = {p.task.partition: p for p in driver.planner.plan(n)}
+            (planned if planned is not None else {}).update(plans)
+            ran = []
+            for worker, partitions in shares:
+                group = TaskGroup(tuple(plans[p] for p in partitions), n, f"w{id(worker)}", 1)
+                ran += run_member(GroupMember(group, 0), job, 0, "run", worker.clients, worker.runtimes,
+                                  in_memory=True)
+            assert {r.status for r in ran} == {TaskStatus.COMMITTED}
+            return ran
+
+        batch(0, (a, (0, 1, 2, 3)))
+        batch(1, (b, (0,)), (a, (1, 2, 3)))  # b takes task 0 over: a's producer of it is fenced
+        planned: dict[int, TaskPlan] = {}
+        ran = batch(2, (a, (0, 1, 2, 3)), planned=planned)
+        txn0 = planned[0].task.transactional_id(job.config.application_id)
+        assert planned[0].last_producer == b.clients.cached_producer(txn0).token  # type: ignore[union-attr]
+        assert planned[1].last_producer == a.clients.cached_producer(planned[1].task.transactional_id(
+            job.config.application_id)).token  # type: ignore[union-attr]
+        assert [r.task.partition for r in ran] == [1, 2, 3, 0]  # its own first; task 0 is b's now
+        assert [r.batch_attempts for r in ran] == [1, 1, 1, 1]  # no attempt on the fenced producer
+        assert a.clients.cached_producer(txn0) is not b.clients.cached_producer(txn0)
+        b.close()
+        counts = {r.key: r.value for r in driver.read("clicks-per-user")}
+    assert counts == {f"user{u}": 15 for u in range(8)}
