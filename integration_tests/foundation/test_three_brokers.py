@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -68,7 +69,7 @@ def test_cli_three_broker_cluster_survives_a_killed_broker(tmp_path):
         eos("cluster", "start", "2", "--dir", str(root))  # rejoins
         assert "3 of 3 broker(s) live" in eos("cluster", "status", "--dir", str(root))
 
-        group_offsets_survive_a_coordinator_move(root, bootstrap, admin)
+        group_offsets_survive_a_coordinator_move(root, bootstrap)
     finally:
         eos("cluster", "down", "--dir", str(root))
     assert processes_in(root) == []
@@ -76,13 +77,16 @@ def test_cli_three_broker_cluster_survives_a_killed_broker(tmp_path):
 
 
 # Reads a group's committed offsets through KafkaAdmin in a loop until the stop file appears; says "ready"
-# after its first read.
+# after its first read. "fresh": every read is a new KafkaAdmin's first (a driver starting).
 READER = """
 import os, sys, time
 from transactions import KafkaAdmin
-bootstrap, group, stop = sys.argv[1:4]
+bootstrap, group, stop, mode = sys.argv[1:5]
 admin, reads = KafkaAdmin(bootstrap), 0
 while not os.path.exists(stop):
+    if mode == "fresh" and reads:
+        admin.close()
+        admin = KafkaAdmin(bootstrap)
     got = admin.group_offsets(group, [("rf3", p) for p in range(3)], stable=False, timeout=10)
     assert got == {("rf3", p): 7 for p in range(3)}, got
     reads += 1
@@ -93,19 +97,23 @@ print("reads", reads)
 """
 
 
-def group_offsets_survive_a_coordinator_move(root: Path, bootstrap: str, admin: AdminClient) -> None:
+def group_offsets_survive_a_coordinator_move(root: Path, bootstrap: str, mode: str = "reused") -> int:
     """The group's coordinator is stopped cleanly and started again while its offsets are read: the broker
-    answers NOT_COORDINATOR meanwhile, which crashed readers using the admin API (librdkafka #5040), and
-    which librdkafka 2.16 reports as "nothing committed". `KafkaAdmin` asks again for offsets it has seen
-    committed, so the reader reads once before the move: a reader whose first read falls in the move is not
-    covered (README, "Known limits")."""
+    answers NOT_COORDINATOR meanwhile, which crashed readers using the admin API (librdkafka #5040). A reader
+    through a consumer gets it as an error and asks again; once, a first read answered "nothing committed"
+    instead. `KafkaAdmin` asks again for offsets it has seen committed, so the reader reads once before the
+    move (a reader whose first read falls in the move: README, "Known limits"; "fresh" mode, the soak test).
+    Returns the reader's reads."""
     group = "coordinator-move"
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
     consumer.commit(offsets=[TopicPartition("rf3", p, 7) for p in range(3)], asynchronous=False)
     consumer.close()
-    coordinator = admin.describe_consumer_groups([group])[group].result(30).coordinator.id
+    # (a client of its own, kept until it answers: one that saw the last move may wait out its timeout first)
+    describer = AdminClient({"bootstrap.servers": bootstrap})
+    coordinator = describer.describe_consumer_groups([group], request_timeout=30)[group].result(60).coordinator.id
     stop = root.parent / "stop-reader"
-    reader = subprocess.Popen([sys.executable, "-c", READER, bootstrap, group, str(stop)],
+    stop.unlink(missing_ok=True)
+    reader = subprocess.Popen([sys.executable, "-c", READER, bootstrap, group, str(stop), mode],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert reader.stdout is not None
@@ -116,4 +124,24 @@ def group_offsets_survive_a_coordinator_move(root: Path, bootstrap: str, admin: 
         stop.touch()
         out, err = reader.communicate(timeout=120)
     assert reader.returncode == 0, f"the reader died (exit {reader.returncode}):\n{err[-3000:]}"
-    assert int(out.split()[-1]) > 0
+    reads = int(out.split()[-1])
+    assert reads > 0
+    return reads
+
+
+@pytest.mark.soak
+@pytest.mark.xfail(reason="README, Known limits: librdkafka 2.16 at times answers a first read during a coordinator "
+                          "move as nothing committed (2 of 4 runs on 2026-11-25)", strict=False)
+def test_first_reads_of_fresh_readers_across_coordinator_moves(tmp_path):
+    """The gap in README's "Known limits": a reader whose *first* read of a group falls in a coordinator move.
+    Hundreds of fresh readers read through each of eight moves; any "nothing committed" fails the test."""
+    root = tmp_path / "cluster"
+    eos("cluster", "up", "--brokers", "3", "--dir", str(root))
+    bootstrap = (root / "bootstrap.env").read_text().strip().split("=", 1)[1]
+    try:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("rf3", 3, 3, config={"min.insync.replicas": "2"})])["rf3"].result(60)
+        reads = [group_offsets_survive_a_coordinator_move(root, bootstrap, "fresh") for _ in range(8)]
+        assert min(reads) > 1, f"fresh first reads per move: {reads}"  # (each reader's first read checks)
+    finally:
+        eos("cluster", "down", "--dir", str(root))
