@@ -43,7 +43,7 @@ from eos.worker.dead_letters import dead_letter_error
 from eos.worker.executor import current_executor, executor_location
 from eos.worker.plans import Job, TaskPlan, TaskResult, TaskStatus
 from eos.worker.processing import BatchOutcome
-from eos.worker.progress import CommitMetadata
+from eos.worker.progress import CommitMetadata, fenced_since
 from eos.worker.runtime import RuntimeCache, TaskRuntime, said_idle
 from transactions import (
     Committed,
@@ -163,7 +163,7 @@ class BatchAttempt:
         self.stream_time = max((m.stream_time for m in decoded), default=-1)
         self.punctuation = next((m.punctuation for m in decoded if m.punctuation), {})
         self.clocks = next((m.clocks for m in decoded if m.clocks), "")
-        if self.producer.commits and any(m.producer not in (None, self.producer.token) for m in decoded):
+        if fenced_since(self.producer, (m.producer for m in decoded)):
             # Another worker committed this task since this cached producer's last commit, so it was fenced.
             raise ProducerFencedError(f"{self.txn_id}: another worker committed this task since; the cached "
                                       "producer is stale")

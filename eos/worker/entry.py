@@ -38,6 +38,7 @@ from eos.worker.clients import CLIENTS, TaskClients
 from eos.worker.collection import fewer_collections
 from eos.worker.executor import executor_location
 from eos.worker.plans import GroupMember, Job, StandbyPlan, StandbyResult, TaskPlan, TaskResult, TaskStatus
+from eos.worker.progress import fenced_since
 from eos.worker.runtime import RUNTIMES, RuntimeCache
 from eos.worker.standby import run_standby
 from eos.worker.stores import state_root
@@ -145,7 +146,7 @@ def run_member(member: GroupMember, job: Job, spark_attempt: int, token: str, cl
     def held(plan: TaskPlan) -> bool:
         txn_id = plan.task.transactional_id(app)
         producer = clients.cached_producer(txn_id)
-        if producer is not None and producer.commits and plan.last_producer not in (None, producer.token):
+        if producer is not None and fenced_since(producer, [plan.last_producer]):
             # Another worker committed the task since this producer did, so it is fenced and the runtime
             # behind: both go now. Kept, they would make this worker claim the task first every batch, and
             # the task would move back and forth between two workers that both take it for their own.

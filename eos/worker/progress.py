@@ -15,9 +15,12 @@ every batch: the committed offsets are the only record of progress, and this is 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-__all__ = ["CommitMetadata"]
+from transactions import OutputProducer
+
+__all__ = ["CommitMetadata", "fenced_since"]
 
 _VERSION = "eos1"
 
@@ -60,3 +63,9 @@ class CommitMetadata:
                 punctuation[int(index)] = int(due)
         return cls(stream_time, fields.get("p") or None, fields.get("t") or None, punctuation,
                    fields.get("c", ""), fields.get("i") == "1")
+
+
+def fenced_since(producer: OutputProducer, committers: Iterable[str | None]) -> bool:
+    """Whether another producer of the same transactional id committed after `producer` did (`committers`: the
+    tokens the last commits name), so that `producer` is fenced. A producer that has not committed cannot tell."""
+    return bool(producer.commits) and any(token not in (None, producer.token) for token in committers)

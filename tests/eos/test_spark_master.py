@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import sys
+from typing import Any
 
 import pytest
 from py4j.protocol import Py4JNetworkError
@@ -92,8 +93,9 @@ def test_stopping_a_context_whose_jvm_is_gone_is_not_an_error(error, monkeypatch
     assert sc.server_stopped and sc._accumulatorServer is None  # its accumulator thread does not linger
 
 
-def test_the_accumulator_server_keeps_quiet_about_a_closed_connection_only():
-    printed = []
+def _quieted_context() -> tuple[Any, list[type[BaseException] | None]]:
+    """A context whose accumulator server records the errors its handler lets through, once quieted."""
+    printed: list[type[BaseException] | None] = []
 
     class Server:
         def handle_error(self, request, client_address):
@@ -101,7 +103,12 @@ def test_the_accumulator_server_keeps_quiet_about_a_closed_connection_only():
 
     sc = type("Context", (), {"_accumulatorServer": Server()})()
     _quiet_accumulator_server(sc)  # type: ignore[arg-type]
-    _quiet_accumulator_server(sc)  # type: ignore[arg-type]  # (once only)
+    return sc, printed
+
+
+def test_the_accumulator_server_keeps_quiet_about_a_closed_connection_only():
+    sc, printed = _quieted_context()
+    _quiet_accumulator_server(sc)  # (once only)
     for error in (EOFError(), ConnectionResetError(), ValueError("a real error")):
         try:
             raise error
@@ -113,14 +120,7 @@ def test_the_accumulator_server_keeps_quiet_about_a_closed_connection_only():
 def test_a_token_cut_off_by_a_dying_jvm_is_quiet_and_a_wrong_one_on_an_open_connection_is_not():
     """The JVM interrupted while writing its token leaves a short token and a closed connection: PySpark's
     handler raises that the token is not correct."""
-    printed = []
-
-    class Server:
-        def handle_error(self, request, client_address):
-            printed.append(sys.exc_info()[0])
-
-    sc = type("Context", (), {"_accumulatorServer": Server()})()
-    _quiet_accumulator_server(sc)  # type: ignore[arg-type]
+    sc, printed = _quieted_context()
     wrong_token = ValueError("The value of the provided token to the AccumulatorServer is not correct.")
     for closed in (True, False):
         server_end, jvm_end = socket.socketpair()
