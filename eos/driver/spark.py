@@ -41,6 +41,10 @@ _BASE_CONF = {
     "spark.locality.wait": "10s",
     # A crash in native code (RocksDB, a client call) on a Python worker thread reports its Python stack.
     "spark.python.worker.faulthandler.enabled": "true",
+    # The JVM and its Python workers (and the driver's accumulator server) talk over Unix domain sockets, not
+    # loopback TCP: a batch's small Spark job ended ~20 ms sooner, a bare two-task job 80 -> 36 ms
+    # (docs/measurements.md). Executors and their Python workers always share a machine.
+    "spark.python.unix.domain.socket.enabled": "true",  # (UNIX_SOCKETS_KEY; check_socket_dir)
 }
 
 
@@ -227,6 +231,7 @@ def build_spark_context(master: str | None = None, app_name: str = "eos",
         spark_conf.setIfMissing(key, value)
     for key, value in (conf or {}).items():
         spark_conf.set(key, value)
+    check_socket_dir(spark_conf)
     if SparkContext._gateway is None and not _submitted():
         # this process starts the driver's JVM: let it map the class-data archive (eos.driver.classdata)
         options = " ".join(filter(None, [driver_java_options(spark_conf),
@@ -253,6 +258,38 @@ def build_spark_context(master: str | None = None, app_name: str = "eos",
     sc.setLogLevel("WARN")
     _quiet_accumulator_server(sc)
     return sc
+
+
+UNIX_SOCKETS_KEY = "spark.python.unix.domain.socket.enabled"
+UNIX_SOCKET_DIR_KEY = "spark.python.unix.domain.socket.dir"
+#: The longest path a Unix domain socket may have: sun_path holds 108 bytes on Linux, 104 on macOS and the BSDs,
+#: with the terminating NUL
+_SOCKET_PATH_MAX = 107 if sys.platform.startswith("linux") else 103
+#: Spark names each socket `.<uuid>.sock` in its directory
+_SOCKET_NAME = ".00000000-0000-0000-0000-000000000000.sock"
+_JAVA_TMPDIR = re.compile(r"-Djava\.io\.tmpdir=(\S+)")
+
+
+def check_socket_dir(conf: Any) -> None:
+    """With Unix domain sockets on, the driver's sockets go in `spark.python.unix.domain.socket.dir`, else in the
+    driver JVM's `java.io.tmpdir`. A directory too long for a socket's path would fail the context's start with
+    PySpark's "AF_UNIX path too long"; fail first, saying what to change."""
+    if str(conf.get(UNIX_SOCKETS_KEY, "false")).lower() != "true":
+        return
+    directory = conf.get(UNIX_SOCKET_DIR_KEY)
+    setting = UNIX_SOCKET_DIR_KEY
+    if directory is None:
+        found = _JAVA_TMPDIR.findall(user_java_options(conf))
+        directory, setting = (found[-1], "-Djava.io.tmpdir") if found else ("/tmp", "")
+    longest = len(os.fsencode(os.path.join(directory, _SOCKET_NAME)))
+    if longest > _SOCKET_PATH_MAX:
+        from eos.errors import ConfigError
+
+        raise ConfigError(
+            f"Spark's Python workers would listen on Unix domain sockets in {directory!r} ({setting}), but a "
+            f"socket's path there is {longest} bytes, over this system's {_SOCKET_PATH_MAX}: set "
+            f"{UNIX_SOCKET_DIR_KEY} to a directory of at most {_SOCKET_PATH_MAX - len(_SOCKET_NAME) - 1} characters "
+            f"(e.g. /tmp), or {UNIX_SOCKETS_KEY}=false for loopback TCP")
 
 
 def _quiet_accumulator_server(sc: SparkContext) -> None:

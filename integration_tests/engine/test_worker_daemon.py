@@ -3,6 +3,8 @@ every daemon start) and start with the framework's task code already loaded (eos
 
 from __future__ import annotations
 
+import pytest
+
 
 def _worker_state(_):
     import sys
@@ -41,7 +43,7 @@ def lineage(_):
     import os
     daemon = os.getppid()
     with open(f"/proc/{daemon}/cmdline", "rb") as f:
-        return os.getpid(), f.read().replace(b"\\0", b" ").decode()
+        return os.getpid(), f.read().replace(b"\\0", b" ").decode(), os.environ.get("PYTHON_UNIX_DOMAIN_ENABLED")
 
 sc = build_spark_context("local[2]", "zygote", dict(kv.split("=", 1) for kv in sys.argv[1:]), for_job=True)
 first = sc.parallelize(range(4), 2).map(lineage).collect()
@@ -64,7 +66,28 @@ def test_a_fresh_drivers_daemon_is_forked_from_the_zygote_started_with_its_jvm_a
     # eos.worker.zygote: the daemon Spark launches hands over to a process that imported its modules while the
     # JVM was starting; its workers run the job's tasks as any daemon's do
     warm = _fresh_driver()
-    assert all("-m eos.worker.zygote" in daemon for _pid, daemon in warm["workers"]), warm
+    assert all("-m eos.worker.zygote" in daemon for _pid, daemon, _uds in warm["workers"]), warm
     assert warm["again"] == [0, 2, 4, 6]
     cold = _fresh_driver("spark.eos.daemonZygote=false")
-    assert all("-m eos.worker.daemon" in daemon for _pid, daemon in cold["workers"]), cold
+    assert all("-m eos.worker.daemon" in daemon for _pid, daemon, _uds in cold["workers"]), cold
+
+
+@pytest.mark.parametrize("zygote", ["true", "false"])
+def test_workers_talk_to_the_jvm_over_unix_sockets_which_the_daemon_removes_at_the_stop(zygote):
+    # spark.python.unix.domain.socket.enabled (eos.driver.spark): a daemon forked from the zygote gets it through
+    # the environment it is handed, and removes its listening socket when the context stops
+    import tempfile
+    from pathlib import Path
+
+    sockets = Path(tempfile.mkdtemp(prefix="eos-uds-", dir="/tmp"))  # (a socket's path must stay short)
+    run = _fresh_driver(f"spark.eos.daemonZygote={zygote}", f"spark.python.unix.domain.socket.dir={sockets}")
+    assert {str(uds).lower() for _pid, _daemon, uds in run["workers"]} == {"true"}, run
+    assert run["again"] == [0, 2, 4, 6]
+    assert list(sockets.iterdir()) == []
+    sockets.rmdir()
+
+
+def test_loopback_tcp_stays_available_for_the_workers():
+    run = _fresh_driver("spark.python.unix.domain.socket.enabled=false")
+    assert {str(uds).lower() for _pid, _daemon, uds in run["workers"]} <= {"false", "none"}, run
+    assert run["again"] == [0, 2, 4, 6]

@@ -12,6 +12,7 @@ from py4j.protocol import Py4JNetworkError
 from eos.driver.spark import (
     DEFAULT_MASTER,
     _quiet_accumulator_server,
+    check_socket_dir,
     is_local_master,
     resolve_master,
     stop_context,
@@ -32,6 +33,21 @@ def test_an_explicit_master_wins_then_spark_defaults_then_the_local_default(tmp_
 def test_local_masters_are_the_ones_on_this_machine():
     assert all(map(is_local_master, ["local", "local[2]", "local[2,4]", "local-cluster[2,1,1024]"]))
     assert not any(map(is_local_master, ["spark://h:7077", "yarn", "k8s://https://h:6443", "localhost"]))
+
+
+def test_a_socket_directory_too_long_for_unix_sockets_fails_fast_and_says_what_to_change(monkeypatch):
+    monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
+    on = {"spark.python.unix.domain.socket.enabled": "true"}
+    check_socket_dir(on)  # the JVM's default java.io.tmpdir, /tmp
+    check_socket_dir({**on, "spark.python.unix.domain.socket.dir": "/tmp/eos-sockets"})
+    long_dir = "/tmp/" + "d" * 70
+    with pytest.raises(ConfigError) as error:
+        check_socket_dir({**on, "spark.python.unix.domain.socket.dir": long_dir})
+    assert "spark.python.unix.domain.socket.dir" in str(error.value) and "enabled=false" in str(error.value)
+    with pytest.raises(ConfigError, match=r"-Djava\.io\.tmpdir"):
+        check_socket_dir({**on, "spark.driver.extraJavaOptions": f"-Xmx1g -Djava.io.tmpdir={long_dir}"})
+    check_socket_dir({"spark.python.unix.domain.socket.enabled": "false",
+                      "spark.python.unix.domain.socket.dir": long_dir})  # loopback TCP: any directory
 
 
 def test_a_jobs_driver_jvm_gets_the_quick_jit_unless_the_user_chose_jit_options_or_turned_it_off(monkeypatch):
