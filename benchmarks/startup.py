@@ -15,7 +15,9 @@ polled every 0.1 s), then the run is stopped. Variants:
 * full-first-batch: the first batch as large as the others (`first_batch_max_records=50000`);
 * full-jit: the driver JVM with its JIT's optimizing tier (`spark.eos.quickJit=false`);
 * no-zygote: the daemon imports its modules when Spark launches it, not in a zygote started with the JVM
-  (`spark.eos.daemonZygote=false`).
+  (`spark.eos.daemonZygote=false`);
+* tcp-sockets: the JVM talks to the Python daemon, its workers and the driver's accumulator server over
+  loopback TCP rather than Unix domain sockets (`spark.python.unix.domain.socket.enabled=false`).
 
 (The JVM starting while the driver prepares Kafka has no switch.) Rounds run the variants in turn
 (A B C D, A B C D, ...); the table has each variant's median and its difference to "shipped". Writes
@@ -50,6 +52,7 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
     "full-first-batch": ([], {"PEER_SETTINGS": '{"first_batch_max_records": 50000}'}),
     "full-jit": (["--spark-conf", "spark.eos.quickJit=false"], {}),
     "no-zygote": (["--spark-conf", "spark.eos.daemonZygote=false"], {}),
+    "tcp-sockets": (["--spark-conf", "spark.python.unix.domain.socket.enabled=false"], {}),
 }
 
 

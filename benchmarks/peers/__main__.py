@@ -14,7 +14,8 @@ Quix Streams and a bare confluent-kafka transactional copy loop, side by side on
   emitting the latest aggregate per key per commit, and are compared with each other. stateless64: the
   stateless job on an input of 64 partitions (each peer's default parallelism on this machine; a Kafka
   task per partition). The copy loop runs the stateless jobs only.
-* CPU: the run's processes' CPU-seconds over the steady phase, divided by its wall time ("cores busy").
+* CPU: the run's processes' CPU-seconds over the steady phase, divided by its wall time ("cores busy"); and
+  the broker's, which every peer shares the two cores with ("broker cores", local brokers only).
 * Interleaved: round 1 runs every peer once (A B C D), round 2 again, ...; medians over the rounds.
 * Each run reads the pre-loaded input from the start under a fresh group and writes a fresh topic.
   Progress is the group's committed input offsets, polled every 0.2 s: start-up = launch to the first
@@ -98,6 +99,8 @@ class Run:
     #: CPU-seconds of the run's processes per second of the steady phase (2.0: both cores busy)
     cores_busy: float = 0.0
     cpu_s_per_m: float = 0.0  # CPU-seconds per million records, steady phase
+    #: the broker's CPU-seconds per second of the steady phase (NaN: a broker this benchmark did not start)
+    broker_cores: float = float("nan")
     outputs: int = 0
     verified: str = ""
     notes: list[str] = field(default_factory=list)
@@ -212,6 +215,20 @@ class Memory:
     cpu_s: float = 0.0  # user + system CPU-seconds of the processes alive now
 
 
+def _cpu_s(pids: list[int]) -> float:
+    """User + system CPU-seconds of the processes `pids` (NaN without any: a broker of another machine)."""
+    if not pids:
+        return float("nan")
+    ticks = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])
+        except (OSError, ValueError, IndexError):
+            return float("nan")
+    return ticks / CLOCK_TICKS
+
+
 def _memory(session: int) -> Memory:
     procs: dict[int, tuple[int, str, int, int]] = {}  # pid -> (ppid, command line, RSS KiB, PSS KiB)
     ticks = 0
@@ -298,7 +315,8 @@ def launched(cmd: list[str], env: dict[str, str], scratch: Path) -> Iterator[sub
 
 
 def run_once(peer: str, job: str, rnd: int, bootstrap: str, admin: KafkaAdmin, source: str, n: int,
-             expected: Expected, kstreams: list[str], quix: str | None, timeout: float) -> Run:
+             expected: Expected, kstreams: list[str], quix: str | None, timeout: float,
+             brokers: list[int] | None = None) -> Run:
     run = Run(peer, job, rnd)
     tag = uuid.uuid4().hex[:8]
     sink, group = f"peers-{peer}-{job}-{tag}", f"peers-{peer}-{job}-{tag}"
@@ -308,7 +326,7 @@ def run_once(peer: str, job: str, rnd: int, bootstrap: str, admin: KafkaAdmin, s
     cmd, env = command(peer, job, bootstrap, source, sink, group, scratch, kstreams, quix)
     first: tuple[float, int] | None = None
     done_at = None
-    cpu_first = cpu_done = 0.0
+    cpu_first = cpu_done = broker_first = broker_done = 0.0
     with launched(cmd, env, scratch) as proc:
         launched_at = time.monotonic()
         while time.monotonic() - launched_at < timeout:
@@ -322,9 +340,9 @@ def run_once(peer: str, job: str, rnd: int, bootstrap: str, admin: KafkaAdmin, s
             committed = sum(o or 0 for o in admin.group_offsets(group, tps, stable=False).values())
             now = time.monotonic()
             if committed and first is None:
-                first, cpu_first = (now, committed), sample.cpu_s
+                first, cpu_first, broker_first = (now, committed), sample.cpu_s, _cpu_s(brokers or [])
             if committed >= n:
-                done_at, cpu_done = now, _memory(proc.pid).cpu_s
+                done_at, cpu_done, broker_done = now, _memory(proc.pid).cpu_s, _cpu_s(brokers or [])
                 break
         if done_at is None or first is None:
             raise RuntimeError(f"{peer} did not finish {job} in {timeout:.0f} s; see {scratch / 'run.log'}")
@@ -334,6 +352,7 @@ def run_once(peer: str, job: str, rnd: int, bootstrap: str, admin: KafkaAdmin, s
     if done_at > first[0] and n > first[1]:
         run.cores_busy = (cpu_done - cpu_first) / (done_at - first[0])
         run.cpu_s_per_m = (cpu_done - cpu_first) / (n - first[1]) * 1e6
+        run.broker_cores = (broker_done - broker_first) / (done_at - first[0])
     if first[1] > n / 2:
         run.notes.append(f"the first commit held {first[1]:,} of {n:,} records: the steady rate is rough")
     if run.startup_s > SLOW_STARTUP_S:
@@ -484,14 +503,15 @@ def report(runs: list[Run], latencies: list[Latency], n: int) -> dict:
 
     summary: dict = {}
     for job in JOBS:
-        attrs = ("steady_rps", "startup_s", "peak_rss_mib", "peak_pss_mib", "cores_busy", "cpu_s_per_m")
+        attrs = ("steady_rps", "startup_s", "peak_rss_mib", "peak_pss_mib", "cores_busy", "cpu_s_per_m",
+                 "broker_cores")
         rows = {p: {a: median(p, job, a) for a in attrs} for p in PEERS if median(p, job, "steady_rps") is not None}
         if not rows:
             continue
         table = Table(title=f"{job}: {n:,} records, medians (min-max) of {max(r.round for r in runs)} interleaved "
                             "rounds")
         for column in ("peer", "steady rec/s", "vs Kafka Streams", "vs copy loop", "start-up to 1st commit",
-                       "peak PSS", "peak RSS", "cores busy", "CPU-s per 1M"):
+                       "peak PSS", "peak RSS", "cores busy", "CPU-s per 1M", "broker cores"):
             table.add_column(column, justify="left" if column == "peer" else "right")
         copy = rows.get("copy", {}).get("steady_rps")
         for peer, row in rows.items():
@@ -504,7 +524,8 @@ def report(runs: list[Run], latencies: list[Latency], n: int) -> dict:
                           f"{ratio:.2f}x" if ratio else "-", f"{rate / copy:.2f}x" if copy else "-",
                           f"{row['startup_s']:.1f} s ({spread(peer, job, 'startup_s')})",
                           f"{row['peak_pss_mib']:,.0f} MiB ({spread(peer, job, 'peak_pss_mib')})",
-                          f"{row['peak_rss_mib']:,.0f} MiB", f"{row['cores_busy']:.2f}", f"{row['cpu_s_per_m']:.1f}")
+                          f"{row['peak_rss_mib']:,.0f} MiB", f"{row['cores_busy']:.2f}", f"{row['cpu_s_per_m']:.1f}",
+                          "-" if math.isnan(row["broker_cores"]) else f"{row['broker_cores']:.2f}")
         console.print(table)
         summary[job] = rows
     if latencies:
@@ -562,6 +583,7 @@ def main(argv: list[str] | None = None) -> None:
     with provide_kafka(brokers=1) as kafka, contextlib.ExitStack() as stack:
         admin = KafkaAdmin(kafka.bootstrap_servers)
         stack.callback(admin.close)  # its group readers, before the broker stops (or they log reconnects)
+        brokers = [b.pid for b in kafka.cluster.status() if b.pid] if kafka.cluster is not None else []
         sources: dict[str, str] = {}
         for partitions in sorted({WIDE_PARTITIONS if job == "stateless64" else PARTITIONS for job in jobs}):
             source = sources[str(partitions)] = f"peers-orders-{partitions}-{uuid.uuid4().hex[:8]}"
@@ -577,11 +599,12 @@ def main(argv: list[str] | None = None) -> None:
                         continue
                     source = sources[str(WIDE_PARTITIONS if job == "stateless64" else PARTITIONS)]
                     run = run_once(peer, job, rnd, kafka.bootstrap_servers, admin, source, args.records, expected,
-                                   kstreams, quix, args.timeout)
+                                   kstreams, quix, args.timeout, brokers)
                     runs.append(run)
                     console.print(f"round {rnd} {job:11} {peer:14} {run.steady_rps:>10,.0f} rec/s  start-up "
                                   f"{run.startup_s:5.1f} s  peak {run.peak_rss_mib:7,.0f} MiB RSS, "
-                                  f"{run.peak_pss_mib:,.0f} PSS, {run.cores_busy:.2f} cores busy "
+                                  f"{run.peak_pss_mib:,.0f} PSS, {run.cores_busy:.2f} cores busy, broker "
+                                  f"{run.broker_cores:.2f} "
                                   f"({_shares(run.peak_processes)})  {run.verified}"
                                   + (f"  ({'; '.join(run.notes)})" if run.notes else ""))
             for peer in peers if args.latency_rate > 0 else []:
