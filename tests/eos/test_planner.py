@@ -122,3 +122,34 @@ def test_a_plan_names_the_producer_that_last_committed_its_task_when_its_inputs_
     admin.metadata = {}
     assert {p.last_producer for p in Planner(admin, EosConfig("app", "b"), {"s": sub(["a", "b"])},
                                              {"a": 3, "b": 3}).plan(0)} == {None}
+
+
+def test_a_batch_right_after_a_commit_is_planned_from_it_though_the_group_still_shows_the_offsets_before():
+    # The group coordinator takes a transaction's offsets in when its commit marker arrives, a moment after the
+    # producer's commit returned: a plan made at once may still read the offsets before the batch.
+    from eos.topology import TaskId
+    from eos.worker.plans import TaskResult, TaskStatus
+
+    admin = FakeAdmin(committed={("a", 0): 100, ("a", 1): 100}, ends={("a", 0): 1_000, ("a", 1): 300},
+                      earliest={}, topic_ids={"a": "id-1"})
+    planner = Planner(admin, EosConfig("app", "b", max_records_per_batch=200, first_batch_max_records=200),
+                      {"s": sub(["a"])}, {"a": 2})
+    planner.plan(0)
+
+    def committed(partition, offset, status=TaskStatus.COMMITTED):
+        return TaskResult(task=TaskId("s", partition), batch=0, status=status,
+                          committed_offsets={("a", partition): offset})
+
+    planner.observe([committed(0, 300), committed(1, 300)])
+    plans = planner.plan(1)  # the group still shows 100 for both
+    assert [(p.task.partition, p.ranges[0].start, p.ranges[0].end) for p in plans] == [(0, 300, 500)]
+    assert planner.lag == {("a", 0): 700, ("a", 1): 0}  # partition 1 is done: no task planned for it
+    admin.committed[("a", 0)] = 500  # once the group shows a later offset, it wins
+    assert planner.plan(2)[0].ranges[0].start == 500
+    # a batch that did not commit teaches nothing; nor does a commit to an earlier incarnation of the topic
+    planner.observe([committed(0, 900, TaskStatus.FENCED)])
+    assert planner.plan(3)[0].ranges[0].start == 500
+    planner.observe([committed(0, 900)])
+    admin.ids["a"] = "id-2"
+    planner.refresh_topic_ids()
+    assert planner.plan(4)[0].ranges[0].start == 500
