@@ -37,7 +37,8 @@ class EosConfig:
     #: starts Spark's Python workers and the Kafka clients; a small one makes the first outputs visible (and
     #: a restarted job's recovery) that much sooner.
     first_batch_max_records: int = 5_000
-    #: Seconds between the starts of two batches (a batch that takes longer is followed at once).
+    #: Seconds between the starts of two batches. A batch that takes longer, or that `max_records_per_batch`
+    #: capped (the input is behind), is followed at once.
     trigger_interval: float = 1.0
     #: A task reading one input partition through a processor streams its batch: it reads, processes and
     #: produces it in slices, handing the producer its outputs (and dead letters) whenever this many have
