@@ -7,6 +7,8 @@ from __future__ import annotations
 import itertools
 import time
 
+from eos.testing import CrashWorker, Match
+from eos.worker.plans import TaskStatus
 from integration_tests.engine.test_exactly_once import numbers, transform_app
 from integration_tests.helpers import assert_exactly_once, produce
 
@@ -37,3 +39,24 @@ def test_capped_batches_follow_at_once_and_a_caught_up_batch_waits_out_the_inter
     assert summary.records_in == summary.records_out == 6_000
     assert_exactly_once(kafka.bootstrap_servers, inputs=[src], outputs=[dst], group=app.config.group_id,
                         expected_inputs=6_000)
+
+
+def test_back_to_back_batches_lose_and_duplicate_nothing_when_a_worker_dies_between_produce_and_commit(
+        kafka, spark, topic_factory, unique_name):
+    # Batch 1's task 0 dies with its outputs produced and its transaction open; Spark runs it again, and the
+    # batches after it, planned at once from the offsets the batches before committed, read on from there.
+    src, dst = topic_factory("in", partitions=2), topic_factory("out", partitions=2)
+    produce(kafka.bootstrap_servers, src, numbers(12_000))
+    app = transform_app(unique_name("app"), kafka.bootstrap_servers, src, dst, max_records_per_batch=1_000,
+                        trigger_interval=INTERVAL)
+    app.fault_hooks.on("after_produce", CrashWorker(Match(partition=0, spark_attempt=0, batch=1)))
+    summary = app.run(spark, until_caught_up=True, keep_task_results=True)
+
+    assert summary.records_out == 12_000
+    assert {r.status for r in summary.task_results} == {TaskStatus.COMMITTED}, "a task was planned what it had done"
+    retried = [r for r in summary.task_results if r.batch == 1 and r.task.partition == 0]
+    assert retried[0].spark_attempt > 0
+    assert summary.elapsed_s < 6 * INTERVAL  # six capped batches of each partition, none waiting out the interval
+    result = assert_exactly_once(kafka.bootstrap_servers, inputs=[src], outputs=[dst], group=app.config.group_id,
+                                 expected_inputs=12_000)
+    assert result.output_records == 12_000
