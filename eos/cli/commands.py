@@ -81,7 +81,8 @@ def run(target: str = typer.Argument(..., help="module:app or path/to/job.py[:ap
         until_caught_up: bool = typer.Option(False, "--until-caught-up", help="Stop once every input is processed"),
         master: str = typer.Option(None, help="Spark master, e.g. local[2,4] or local-cluster[2,1,1024]"),
         bootstrap_servers: str = bootstrap_option(),
-        trigger_interval: float = typer.Option(None, help="Seconds between batch starts"),
+        trigger_interval: float = typer.Option(
+            None, help="Seconds between batch starts (a batch the record cap cut short is followed at once)"),
         max_records_per_batch: int = typer.Option(None, help="Records per input partition and batch"),
         max_batches: int = typer.Option(None, help="Stop after this many batches"),
         max_seconds: float = typer.Option(None, help="Stop after this many seconds"),
