@@ -52,8 +52,9 @@ class Planner:
         self._warned: dict[TP, OffsetReset] = {}
         #: records each input partition was behind when the last batch was planned
         self.lag: dict[TP, int] = {}
-        #: the offset each input partition's last committed batch committed, with the topic's id then
-        self._committed: dict[TP, tuple[int, str | None]] = {}
+        #: the offset each consumer group's last committed batch of an input partition committed, with the
+        #: topic's id then (a topic read by several sub-topologies has a group, and a progress, per reader)
+        self._committed: dict[tuple[str, TP], tuple[int, str | None]] = {}
         self.groups = offset_groups(self.subtopologies, config.group_id)
         #: the topics each sub-topology writes whose records carry their writers' clocks (eos.streamtime)
         self.clocked = clocked
@@ -113,7 +114,7 @@ class Planner:
                     start, reset = self._start(tp, commits[self.groups[(sub.name, topic)]].get(tp), earliest[tp],
                                                ends[tp])
                     if reset is None:
-                        start = self._not_before_last_commit(tp, start, ends[tp])
+                        start = self._not_before_last_commit(self.groups[(sub.name, topic)], tp, start, ends[tp])
                     self.lag[tp] = max(0, ends[tp] - start)
                     if reset is not None:
                         resets[tp] = reset
@@ -210,21 +211,23 @@ class Planner:
         for r in results:
             if r.status is TaskStatus.COMMITTED:
                 for tp, offset in r.committed_offsets.items():
-                    self._committed[tp] = (offset, self.topic_ids.get(tp[0]))
+                    group = self.groups.get((r.task.subtopology, tp[0]))
+                    if group is not None:
+                        self._committed[(group, tp)] = (offset, self.topic_ids.get(tp[0]))
             if r.status in (TaskStatus.COMMITTED, TaskStatus.NOOP):
                 if r.next_wall_clock is None:
                     self.wall_clock_due.pop(r.task, None)
                 else:
                     self.wall_clock_due[r.task] = r.next_wall_clock
 
-    def _not_before_last_commit(self, tp: TP, start: int, end: int) -> int:
+    def _not_before_last_commit(self, group: str, tp: TP, start: int, end: int) -> int:
         """`start`, or the offset the partition's last batch committed if that is later. The group coordinator
         takes a transaction's offsets in when the commit marker reaches it, a moment after the producer's
         commit returned, and the planner reads the group's offsets without waiting for pending ones (a
         crashed attempt's would hold it up): planned from the offsets before the last batch, a batch that
         follows at once found everything it was planned done, a no-op. The task reads the committed offset
         again (stable) in any case; this only keeps the plan from lagging one batch behind."""
-        last = self._committed.get(tp)
+        last = self._committed.get((group, tp))
         if last is None or last[1] != self.topic_ids.get(tp[0]) or not start < last[0] <= end:
             return start
         return last[0]

@@ -153,3 +153,21 @@ def test_a_batch_right_after_a_commit_is_planned_from_it_though_the_group_still_
     admin.ids["a"] = "id-2"
     planner.refresh_topic_ids()
     assert planner.plan(4)[0].ranges[0].start == 500
+
+
+def test_what_one_reader_of_a_topic_committed_never_moves_another_readers_plan():
+    # Two sub-topologies read topic "a", each committing its progress under its own group: the first reader's
+    # commit says nothing of the second's (planned from it, the second would find its partition done and stall)
+    from eos.topology import TaskId
+    from eos.worker.plans import TaskResult, TaskStatus
+
+    b = BytesSerde()
+    subs = {"s": SubTopology("s", ("a",), "x", b, b, b, b, processor_factory=object),
+            "t": SubTopology("t", ("a",), "y", b, b, b, b, processor_factory=object)}
+    admin = FakeAdmin(committed={("a", 0): 0}, ends={("a", 0): 500}, earliest={})
+    planner = Planner(admin, EosConfig("app", "b", max_records_per_batch=1_000), subs, {"a": 1})
+    assert [p.task.subtopology for p in planner.plan(0)] == ["s", "t"]
+    planner.observe([TaskResult(task=TaskId("s", 0), batch=0, status=TaskStatus.COMMITTED,
+                                committed_offsets={("a", 0): 500})])
+    [plan] = planner.plan(1)  # the group of "s" does not show 500 yet; "t" has committed nothing
+    assert (plan.task.subtopology, plan.ranges[0].start, plan.ranges[0].end) == ("t", 0, 500)
