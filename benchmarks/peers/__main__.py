@@ -215,6 +215,12 @@ class Memory:
     cpu_s: float = 0.0  # user + system CPU-seconds of the processes alive now
 
 
+def _ticks(stat: str) -> int:
+    """utime + stime (fields 14 and 15) of a /proc/<pid>/stat line."""
+    fields = stat.rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
 def _cpu_s(pids: list[int]) -> float:
     """User + system CPU-seconds of the processes `pids` (NaN without any: a broker of another machine)."""
     if not pids:
@@ -222,8 +228,7 @@ def _cpu_s(pids: list[int]) -> float:
     ticks = 0
     for pid in pids:
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            ticks += int(fields[11]) + int(fields[12])
+            ticks += _ticks(Path(f"/proc/{pid}/stat").read_text())
         except (OSError, ValueError, IndexError):
             return float("nan")
     return ticks / CLOCK_TICKS
@@ -236,14 +241,15 @@ def _memory(session: int) -> Memory:
         if not proc.name.isdigit():
             continue
         try:
-            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            stat = (proc / "stat").read_text()
+            fields = stat.rsplit(")", 1)[1].split()
             if int(fields[3]) != session:  # field 6: the session id
                 continue
             rollup = dict(line.split(":", 1) for line in (proc / "smaps_rollup").read_text().splitlines()[1:])
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
             procs[int(proc.name)] = (int(fields[1]), cmdline, int(rollup["Rss"].split()[0]),
                                      int(rollup["Pss"].split()[0]))
-            ticks += int(fields[11]) + int(fields[12])  # fields 14 and 15: utime, stime
+            ticks += _ticks(stat)
         except (OSError, ValueError, IndexError, KeyError):
             continue
     sample = Memory(sum(p[2] for p in procs.values()) / 1024, sum(p[3] for p in procs.values()) / 1024,

@@ -28,6 +28,10 @@ __all__ = ["build_spark_context", "ContextStart", "build_spark_session", "spark_
            "live_executors", "executor_locations", "task_slots", "located_rdd", "task_rdd", "spark_conf", "is_local",
            "resolve_master", "is_local_master", "QUICK_JIT_KEY"]
 
+#: Spark's settings of Unix domain sockets between its JVMs and their Python workers (`check_socket_dir`)
+UNIX_SOCKETS_KEY = "spark.python.unix.domain.socket.enabled"
+UNIX_SOCKET_DIR_KEY = "spark.python.unix.domain.socket.dir"
+
 # local[N,F]: N worker threads and F attempts per task (plain local[N] never retries a failed task).
 DEFAULT_MASTER = "local[2,4]"
 
@@ -44,7 +48,7 @@ _BASE_CONF = {
     # The JVM and its Python workers (and the driver's accumulator server) talk over Unix domain sockets, not
     # loopback TCP: a batch's small Spark job ended ~20 ms sooner, a bare two-task job 80 -> 36 ms
     # (docs/measurements.md). Executors and their Python workers always share a machine.
-    "spark.python.unix.domain.socket.enabled": "true",  # (UNIX_SOCKETS_KEY; check_socket_dir)
+    UNIX_SOCKETS_KEY: "true",
 }
 
 
@@ -260,8 +264,6 @@ def build_spark_context(master: str | None = None, app_name: str = "eos",
     return sc
 
 
-UNIX_SOCKETS_KEY = "spark.python.unix.domain.socket.enabled"
-UNIX_SOCKET_DIR_KEY = "spark.python.unix.domain.socket.dir"
 #: The longest path a Unix domain socket may have: sun_path holds 108 bytes on Linux, 104 on macOS and the BSDs,
 #: with the terminating NUL
 _SOCKET_PATH_MAX = 107 if sys.platform.startswith("linux") else 103
