@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import time
 
+from eos.audit import audit_application
 from eos.testing import CrashWorker, Match
 from eos.worker.plans import TaskStatus
 from integration_tests.engine.test_exactly_once import numbers, transform_app
@@ -60,3 +61,5 @@ def test_back_to_back_batches_lose_and_duplicate_nothing_when_a_worker_dies_betw
     result = assert_exactly_once(kafka.bootstrap_servers, inputs=[src], outputs=[dst], group=app.config.group_id,
                                  expected_inputs=12_000)
     assert result.output_records == 12_000
+    reports = audit_application(app)  # the auditor's lineage check of every output against its input agrees
+    assert reports and all(r.verdict == "PASS" for r in reports), [(r.mode, r.verdict) for r in reports]
