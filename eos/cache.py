@@ -69,6 +69,12 @@ class RecordCache:
         entry = self._entries[slot] = (forward, key, value, timestamp, headers, size + ENTRY_OVERHEAD)
         self._bytes += entry[5]
 
+    def held(self, store: str, identity: bytes, forward: Forward) -> tuple[Any, int] | None:
+        """The value and timestamp of (`store`, `identity`) if the cache holds an update of it that leaves
+        through `forward` (the caller's own, not written to its store yet: `eos.operators.aggregate`), else None."""
+        entry = self._entries.get((store, identity))
+        return (entry[2], entry[3]) if entry is not None and entry[0] is forward else None
+
     @property
     def size(self) -> int:
         """Bytes held (keys, values and the per-entry overhead)."""

@@ -91,6 +91,10 @@ class StoreView:
             raise StoreError(f"store {self.name!r} is only available while a batch is processed")
         return self._buffer
 
+    def key_bytes(self, key: Any) -> bytes:
+        """`key` serialized as this store keys it (what the record cache and the changelog see)."""
+        return self._key(key)
+
     def _key(self, key: Any) -> bytes:
         if key is self._last_key:  # an aggregation reads, then writes, the same key object
             return self._last_raw

@@ -224,6 +224,12 @@ class NodeContext(ProcessorContext):
             return list(self._headers)
         return self._task.cached_headers()  # type: ignore[attr-defined]
 
+    def sole_user_of(self, store: str) -> bool:
+        """Whether this processor is the only one of its sub-topology connected to `store` (so none other
+        reads what it writes there during a batch)."""
+        return store in self._stores and not any(store in names for node, names in self._graph.part.stores.items()
+                                                 if node != self.name)
+
     def store(self, name: str) -> Any:
         if name not in self._stores:
             try:

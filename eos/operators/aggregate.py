@@ -7,6 +7,16 @@ re-keyed to a topic (a stateless sub-topology) and aggregate that topic. Every u
 output is the aggregate's changelog stream, like a KTable's), so the committed output holds each key's
 running value in order; with a record cache (`cache_max_bytes`, `eos.cache`), the latest one per key per
 batch.
+
+With a record cache, an aggregate that is a number (an exact `int` or `float`, as count and sum make) of a
+key that is a `str`, `bytes` or `int` waits in the cache as it is, not serialized, and reaches the store
+(its write buffer, so the changelog) only when it leaves the cache, just before it is forwarded: per record
+there is no store read after the key's first in a batch, no serialization and no store write. What the
+batch forwards, writes and commits is what it is without this: each key's latest aggregate when the cache
+flushes or evicts it. It holds only where nothing else could see the store in between: the store is
+connected to this processor alone, and its aggregate serde surely serializes the number (JSON: any; "long" and
+"int": an `int` in their range; "double": a `float`), so that no update can fail later than its record. A
+number waiting in the cache counts for its key's bytes and `HELD_NUMBER_BYTES`.
 """
 
 from __future__ import annotations
@@ -14,11 +24,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from eos.cache import updates
+from eos.cache import RecordCache, updates
 from eos.processor import Processor, ProcessorContext
 from eos.records import Record
+from eos.serde import DoubleSerde, IntegerSerde, JsonSerde, LongSerde, Serde
 
-__all__ = ["AggregateProcessor", "Aggregation", "counter", "summer", "reducer"]
+__all__ = ["AggregateProcessor", "Aggregation", "counter", "summer", "reducer", "HELD_NUMBER_BYTES"]
+
+#: bytes a number waiting in the record cache counts for besides its key: its timestamp and the longest
+#: JSON of a 64-bit integer or a float
+HELD_NUMBER_BYTES = 8 + 24
+_HELD_KEYS = frozenset({str, bytes, int})  # (exact types: equal keys of these serialize alike, never bool)
+_NUMBERS = frozenset({int, float})
+_KEY_MEMO = 65_536  # serialized keys remembered for held updates (then forgotten all at once)
 
 
 class AggregateProcessor(Processor):
@@ -31,20 +49,75 @@ class AggregateProcessor(Processor):
         super().init(context)
         self.store = context.store(self.store_name)
         self.emit = updates(context, self.store)
+        cache: RecordCache | None = getattr(context, "record_cache", None)
+        sole_user = getattr(context, "sole_user_of", None)
+        holds = _holds(self.store.spec.value_serde)
+        self._cache: RecordCache | None = None
+        self._holds: Callable[[Any], bool] = _never
+        if cache is not None and holds is not None and sole_user is not None and sole_user(self.store_name):
+            self._cache, self._holds = cache, holds
+            self._keys: dict[Any, bytes] = {}
+            self._headers_of = context.cached_headers  # type: ignore[attr-defined]
+            self._held = self._write_and_forward  # one bound method: the cache tells its entries by it
 
     def process(self, record: Record) -> None:
         if record.value is None:
             return  # a tombstone: ignored by aggregations, as in Kafka Streams
-        if record.key is None:
+        key = record.key
+        if key is None:
             raise ValueError("records without a key cannot be aggregated by key")
-        current = self.store.get_with_timestamp(record.key)
+        cache = self._cache
+        if cache is None:
+            current = self.store.get_with_timestamp(key)
+        else:
+            identity = self._identity(key)
+            current = cache.held(self.store_name, identity, self._held)
+            if current is None:
+                current = self.store.get_with_timestamp(key)
         if current is None:
             aggregate, timestamp = self.initializer(), record.timestamp
         else:
             aggregate, timestamp = current[0], max(current[1], record.timestamp)
-        updated = self.aggregator(record.key, record.value, aggregate)
-        self.store.put(record.key, updated, timestamp)
-        self.emit(record.key, updated, timestamp)  # the largest timestamp aggregated
+        updated = self.aggregator(key, record.value, aggregate)
+        if cache is not None and type(key) in _HELD_KEYS and self._holds(updated):
+            cache.put(self.store_name, identity, len(identity) + HELD_NUMBER_BYTES, self._held, key, updated,
+                      timestamp, self._headers_of())
+            return
+        self.store.put(key, updated, timestamp)
+        self.emit(key, updated, timestamp)  # the largest timestamp aggregated
+
+    def _identity(self, key: Any) -> bytes:
+        """The key as the store and the cache know it (remembered for keys of the held types)."""
+        if type(key) not in _HELD_KEYS:
+            return self.store.key_bytes(key)
+        identity = self._keys.get(key)
+        if identity is None:
+            if len(self._keys) >= _KEY_MEMO:
+                self._keys.clear()
+            identity = self._keys[key] = self.store.key_bytes(key)
+        return identity
+
+    def _write_and_forward(self, key: Any, value: Any, timestamp: int, headers: Any) -> None:
+        """A held aggregate leaving the cache: into the store (the batch's write buffer), then on."""
+        self.store.put(key, value, timestamp)
+        self.context.forward(key, value, timestamp=timestamp, headers=headers)
+
+
+def _never(value: Any) -> bool:
+    return False
+
+
+def _holds(serde: Serde) -> Callable[[Any], bool] | None:
+    """Which aggregates may wait in the record cache unserialized: those `serde` surely serializes."""
+    kind = type(serde)
+    if kind is JsonSerde:
+        return lambda value: type(value) in _NUMBERS
+    if kind is LongSerde or kind is IntegerSerde:
+        low, high = (-(1 << 63), 1 << 63) if kind is LongSerde else (-(1 << 31), 1 << 31)
+        return lambda value: type(value) is int and low <= value < high
+    if kind is DoubleSerde:
+        return lambda value: type(value) is float
+    return None
 
 
 class Aggregation(NamedTuple):

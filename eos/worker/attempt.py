@@ -357,13 +357,9 @@ class BatchAttempt:
 
     def _ledger_entry(self) -> LedgerEntry:
         """What this batch consumed, per input partition, and which of its records produced nothing."""
-        filtered: dict[tuple[str, int], BitMap64] = {}
-        late: dict[tuple[str, int], BitMap64] = {}
         transitive = self.job.transitive_topics
-        for msgs, into in ((self.outcome.filtered, filtered), (self.outcome.late, late)):
-            for msg in msgs:
-                topic, partition, offset = lineage_origin(msg, transitive)
-                into.setdefault((topic, partition), BitMap64()).add(offset)
+        filtered = _offsets_by_partition(self.outcome.filtered, transitive)
+        late = _offsets_by_partition(self.outcome.late, transitive)
         inputs = []
         for r in self.ranges:
             reset = self.result.resets.get((r.topic, r.partition))
@@ -412,6 +408,23 @@ class BatchAttempt:
         if hooks.hooks:
             hooks.fire(FaultPoint(point, str(self.task), self.task.partition, self.plan.batch, self.spark_attempt,
                                   self.batch_attempt))
+
+
+def _offsets_by_partition(msgs: list[Message], transitive: frozenset[str]) -> dict[tuple[str, int], BitMap64]:
+    """The lineage origins of `msgs` as offsets per partition (each bitmap built at once from its offsets:
+    a cached aggregation's batch counts every input as filtered)."""
+    offsets: dict[tuple[str, int], list[int]] = {}
+    for msg in msgs:
+        if transitive and msg.topic() in transitive:
+            topic, partition, offset = lineage_origin(msg, transitive)
+            tp = (topic, partition)
+        else:
+            tp, offset = (msg.topic(), msg.partition()), msg.offset()
+        found = offsets.get(tp)
+        if found is None:
+            found = offsets[tp] = []
+        found.append(offset)
+    return {tp: BitMap64(found) for tp, found in offsets.items()}
 
 
 def result_of(plan: TaskPlan, status: TaskStatus, spark_attempt: int, batch_attempt: int) -> TaskResult:
