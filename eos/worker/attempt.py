@@ -48,6 +48,7 @@ from eos.worker.runtime import RuntimeCache, TaskRuntime, said_idle
 from transactions import (
     Committed,
     Consumer,
+    KafkaEosError,
     Message,
     OffsetOutOfRangeError,
     OffsetRange,
@@ -110,6 +111,7 @@ class BatchAttempt:
         try:
             with batch_span(self.config.tracing, str(self.task), self.plan.batch, self.batch_attempt) as span:
                 if runtime.streams and len(self.ranges) == 1 and not self.plan.idle:
+                    self.extend_to_stable_end()
                     self.stream(span)
                 else:
                     self.read_input()
@@ -221,6 +223,32 @@ class BatchAttempt:
         return runtime
 
     # ------------------------------------------------------------------ 4
+    def extend_to_stable_end(self) -> None:
+        """The late cut-off of a streamed batch: it reads its partition up to the last stable offset as it is
+        when the task begins reading, not only as it was when the driver planned the batch (and never more
+        than `max_records_per_batch` from its start). Records that arrived while the batch's Spark job
+        reached the worker, or while the worker ran its other tasks, are in this batch rather than the next.
+        The batch commits the end it read to, as it would the planned one. Not when the plan was capped (no
+        records to gain), reset a partition, or carries stream-time stamps, which speak of the planned end
+        (eos.streamtime); a failed look-up leaves the planned end."""
+        plan, (r,) = self.plan, self.ranges
+        if plan.behind or plan.resets or plan.stamps is not None or r.topic in self.job.clocked_topics:
+            return
+        limit = r.start + self.config.max_records_per_batch
+        if r.end >= limit:
+            return
+        try:
+            stable = self.clients.stable_end(self.config, r.topic, r.partition,
+                                             timeout=min(5.0, self.config.batch_timeout))
+        except KafkaEosError as exc:
+            log.debug("the last stable offset could not be read; the batch ends where it was planned",
+                      error=str(exc))
+            return
+        end = min(stable, limit)
+        if end > r.end:
+            self.result.extended = end - r.end
+            self.ranges = (OffsetRange(r.topic, r.partition, r.start, end),)
+
     def read_input(self) -> list[Message]:
         """The visible records of `[committed, end)`, read_committed, each partition in offset order
         (processing merges co-partitioned inputs in timestamp order, never reordering one partition)."""

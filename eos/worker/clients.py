@@ -53,6 +53,7 @@ class TaskClients(Protocol):
     def changelogs(self, config: EosConfig) -> ChangelogSource: ...
     def global_copy(self, config: EosConfig, table: GlobalTable) -> GlobalCopy: ...
     def topic_rules(self, config: EosConfig) -> TopicRules: ...
+    def stable_end(self, config: EosConfig, topic: str, partition: int, timeout: float) -> int: ...
 
 
 class KafkaChangelogs:
@@ -92,6 +93,10 @@ class WorkerClients:
         if rules is None:
             rules = self._rules[key] = TopicRules(lambda: self.admin(config), key[1])
         return rules
+
+    def stable_end(self, config: EosConfig, topic: str, partition: int, timeout: float) -> int:
+        """The partition's last stable offset now: how far read_committed reads reach."""
+        return self.admin(config).end_offsets([(topic, partition)], committed=True, timeout=timeout)[(topic, partition)]
 
     def producer(self, transactional_id: str, config: EosConfig) -> tuple[OutputProducer, bool]:
         """The cached producer, or a new one after `init_transactions()`. Returns (producer, fresh).

@@ -166,6 +166,8 @@ class TaskResult:
     committed_at: float = 0.0  # wall clock (time.time()) when the transaction committed
     #: Input offsets this task committed, per input partition.
     committed_offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    #: Offsets the batch read past its planned end (its partition's last stable offset when it began reading)
+    extended: int = 0
     executor: str | None = None
     location: str | None = None  # Spark preferred-location string of the executor it ran on
     pid: int = 0
