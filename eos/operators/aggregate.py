@@ -36,7 +36,7 @@ __all__ = ["AggregateProcessor", "Aggregation", "counter", "summer", "reducer", 
 HELD_NUMBER_BYTES = 8 + 24
 _HELD_KEYS = frozenset({str, bytes, int})  # (exact types: equal keys of these serialize alike, never bool)
 _NUMBERS = frozenset({int, float})
-_KEY_MEMO = 65_536  # serialized keys remembered for held updates (then forgotten all at once)
+_KEY_MEMO = 16_384  # serialized keys remembered for held updates, then forgotten all at once (~2 MiB)
 
 
 class AggregateProcessor(Processor):
