@@ -10,7 +10,9 @@ has it on by default; here it is off unless asked for.
 
 The state stores' changelogs are not what the cache saves: a batch's store writes already reach the
 changelog once per key (`recovery.WriteBuffer`). What it saves is the forwarding: serializing and producing
-an output per record, and every step after the aggregation running per record.
+an output per record, and every step after the aggregation running per record. A keyed aggregation whose
+aggregate is a number also leaves its store alone while the number is in the cache: the entry holds the
+number as it is and writes the store when it leaves (`held`, `eos.operators.aggregate`).
 
 Exactly-once holds as without the cache: the cache lives inside one batch of one task. It is empty when
 the batch begins and flushed before the batch's outputs are produced, so what it forwards is committed in
