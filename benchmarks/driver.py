@@ -1,6 +1,8 @@
-"""The test driver's speed (eos.testing.TopologyTestDriver): records per second through a stateless job and a
-windowed count in one process, piped in as a user's test would (serialized by the driver), next to the
-in-memory Kafka alone (the same records produced and read back, no processing): the driver's ceiling.
+"""The test driver's speed (eos.testing.TopologyTestDriver): records per second through a stateless job, a
+keyed count (10,000 keys) without and with a record cache, and a windowed count in one process, piped in as a
+user's test would (serialized by the driver), next to the in-memory Kafka alone (the same records produced
+and read back, no processing): the driver's ceiling. The counts run the worker's own processing code, so
+they show what a record costs there (the cached count: numbers held in the cache, `eos.operators.aggregate`).
 
     python -m benchmarks.driver [--records 100000] [--rounds 3]
 
@@ -35,6 +37,16 @@ def stateless(records: int) -> float:
     app.stream("in").map_values(lambda value: {**value, "seen": True}, name="enrich").to("out")
 
     return _timed(app, [("in", f"k{i % 1000}", {"n": i}, i) for i in range(records)])
+
+
+def count(records: int, cache_max_bytes: int = 0) -> float:
+    app = Application("bench-count", max_records_per_batch=100_000, cache_max_bytes=cache_max_bytes)
+    app.stream("in", value_serde="bytes").group_by_key().count(name="counts").to_stream().to("out")
+    return _timed(app, [("in", f"k{i * 7919 % 10_000}", b"{}", i) for i in range(records)])
+
+
+def cached_count(records: int) -> float:
+    return count(records, cache_max_bytes=10 * 1024 * 1024)
 
 
 def windowed_count(records: int) -> float:
@@ -73,6 +85,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     jobs: dict[str, Callable[[int], float]] = {"in-memory Kafka alone": ceiling, "stateless": stateless,
+                                                "count": count, "count, 10 MiB cache": cached_count,
                                                 "windowed count": windowed_count}
     rates: dict[str, list[float]] = {name: [] for name in jobs}
     for _ in range(args.rounds):
