@@ -30,6 +30,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from rich.console import Console
 from rich.table import Table
 
+from benchmarks.visible import visible
 from eos import Application
 from eos.driver.spark import DEFAULT_MASTER, build_spark_context
 from localkafka.provision import provide_kafka
@@ -123,7 +124,7 @@ def measure_latency(sc: Any, bootstrap: str, admin: KafkaAdmin, guarantee: str, 
                              "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
         consumer.assign([TopicPartition(dst, p, 0) for p in range(PARTITIONS)])
         while not stop.is_set():
-            for msg in consumer.consume(1000, 0.2):
+            for msg in visible(consumer):
                 if not msg.error():
                     latencies.append(time.time() * 1000 - msg.timestamp()[1])
         consumer.close()

@@ -62,6 +62,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from rich.console import Console
 from rich.table import Table
 
+from benchmarks.visible import visible
 from eos.audit.scan import scan_topic
 from localkafka.provision import provide_kafka
 from transactions import KafkaAdmin, TopicSpec
@@ -420,7 +421,7 @@ def latency_once(peer: str, rnd: int, bootstrap: str, admin: KafkaAdmin, rate: i
         feeder.start()
         deadline = time.monotonic() + warmup_s + seconds + 120
         while len(seen) < total and time.monotonic() < deadline:
-            for msg in observer.consume(1000, 0.1):
+            for msg in visible(observer):
                 if msg.error() is not None:
                     continue
                 now, i = time.time(), json.loads(msg.value())["id"]
