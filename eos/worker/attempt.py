@@ -110,8 +110,9 @@ class BatchAttempt:
         runtime = self.restore_state()
         try:
             with batch_span(self.config.tracing, str(self.task), self.plan.batch, self.batch_attempt) as span:
-                if runtime.streams and len(self.ranges) == 1 and not self.plan.idle:
+                if len(self.ranges) == 1 and not self.plan.idle:
                     self.extend_to_stable_end()
+                if runtime.streams and len(self.ranges) == 1 and not self.plan.idle:
                     self.stream(span)
                 else:
                     self.read_input()
@@ -224,7 +225,7 @@ class BatchAttempt:
 
     # ------------------------------------------------------------------ 4
     def extend_to_stable_end(self) -> None:
-        """The late cut-off of a streamed batch: it reads its partition up to the last stable offset as it is
+        """The late cut-off of a batch of one partition: it reads it up to the last stable offset as it is
         when the task begins reading, not only as it was when the driver planned the batch (and never more
         than `max_records_per_batch` from its start). Records that arrived while the batch's Spark job
         reached the worker, or while the worker ran its other tasks, are in this batch rather than the next.

@@ -9,8 +9,10 @@ import json
 import threading
 import time
 
+import pytest
 from confluent_kafka import Producer
 
+from eos import Application
 from eos.audit import audit_application
 from eos.testing import CrashWorker, Match
 from eos.worker.plans import TaskStatus
@@ -33,10 +35,22 @@ def feed(bootstrap: str, topic: str, seconds: float, produced: list[int]) -> Non
     produced.append(i)
 
 
+def vectorized_app(app_id: str, bootstrap: str, src: str, dst: str, **settings) -> Application:
+    """`transform_app` as a vectorized step (its batch read whole, then processed as one table)."""
+    app = Application(app_id, bootstrap, log_format="json", log_level="WARNING", **settings)
+
+    @app.process_batch(input=src, output=dst, key_serde="string", value_serde="json", format="pandas")
+    def transform(frame):
+        return frame.assign(value=frame.value.map(lambda v: {"id": v["id"], "square": v["n"] ** 2}))
+
+    return app
+
+
+@pytest.mark.parametrize("make_app", [transform_app, vectorized_app], ids=["streamed", "vectorized"])
 def test_batches_read_past_their_plan_and_stay_exactly_once_when_workers_die_before_commit(
-        kafka, spark, topic_factory, unique_name):
+        make_app, kafka, spark, topic_factory, unique_name):
     src, dst = topic_factory("in", partitions=2), topic_factory("out", partitions=2)
-    app = transform_app(unique_name("app"), kafka.bootstrap_servers, src, dst, trigger_interval=0.3)
+    app = make_app(unique_name("app"), kafka.bootstrap_servers, src, dst, trigger_interval=0.3)
     for batch in (3, 6):  # each kill lands on a batch that read past its plan (input arrives all the time)
         app.fault_hooks.on("before_commit", CrashWorker(Match(partition=batch % 2, spark_attempt=0, batch=batch)))
     produced: list[int] = []

@@ -92,3 +92,19 @@ def test_a_batch_killed_after_it_read_past_its_plan_is_done_again_exactly_once(m
     covered = [(i.start, i.end) for e in entries for i in e.inputs]
     assert covered == sorted(covered) and all(a[1] == b[0] for a, b in itertools.pairwise(covered))
     assert covered[0][0] == 0 and covered[-1][1] == 8
+
+
+def test_a_vectorized_step_and_an_unstreamed_batch_read_to_the_stable_end_too(monkeypatch):
+    vectorized = Application("late-vectorized")
+
+    @vectorized.process_batch(input="in", output="out", key_serde="string", value_serde="json", name="twice")
+    def twice(frame):
+        return frame.assign(value=frame.value.map(lambda v: v * 2))
+
+    for app in (vectorized, doubling_app(batch_slice_records=0)):
+        driver = TopologyTestDriver(app, partitions=1)
+        arriving(monkeypatch, driver, [[3]])
+        driver.pipe_many("in", [("k1", 1), ("k2", 2)])
+        (result,) = driver.results
+        assert result.extended == 1 and result.committed_offsets == {("in", 0): 3}
+        assert [r.value for r in driver.read("out")] == [2, 4, 6]
