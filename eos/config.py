@@ -31,8 +31,8 @@ class EosConfig:
     #: "exactly_once" (one transaction per task and batch) or "at_least_once" (flush outputs, then commit
     #: offsets outside a transaction: duplicates possible after failures; for comparison and lenient jobs).
     processing_guarantee: ProcessingGuarantee = "exactly_once"
-    #: Upper bound of records read from one input partition in one batch (a streamed batch that was not
-    #: capped reads on to the partition's last stable offset when its task starts reading, within it:
+    #: Upper bound of records read from one input partition in one batch (a batch of one partition that was
+    #: not capped reads on to its last stable offset when its task starts reading, within it:
     #: `BatchAttempt.extend_to_stable_end`).
     max_records_per_batch: int = 50_000
     #: Upper bound of the same in a run's first batch (at most max_records_per_batch). The first batch also
