@@ -58,6 +58,8 @@ def lineage_origin(msg: Message, transitive: frozenset[str] = frozenset()) -> tu
     """The origin a record's outputs name: the record itself, or, for a record of one of the application's
     repartition topics (`transitive`), the origin it carries. Lineage then reaches through the
     repartition hop, whose records are deleted once consumed, from the original input to the final output."""
+    if not transitive or msg.topic() not in transitive:
+        return msg.topic(), msg.partition(), msg.offset()  # (the common case, without an Origin per record)
     origin = lineage_source(msg, transitive)
     return origin.topic, origin.partition, origin.offset
 

@@ -40,6 +40,8 @@ _KEY_MEMO = 16_384  # serialized keys remembered for held updates, then forgotte
 
 
 class AggregateProcessor(Processor):
+    _holds: Callable[[Any], bool]  # (with a cache) which aggregates wait in it unserialized
+
     def __init__(self, store: str, initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any], Any]) -> None:
         self.store_name = store
         self.initializer = initializer
@@ -53,7 +55,6 @@ class AggregateProcessor(Processor):
         sole_user = getattr(context, "sole_user_of", None)
         holds = _holds(self.store.spec.value_serde)
         self._cache: RecordCache | None = None
-        self._holds: Callable[[Any], bool] = _never
         if cache is not None and holds is not None and sole_user is not None and sole_user(self.store_name):
             self._cache, self._holds = cache, holds
             self._keys: dict[Any, bytes] = {}
@@ -101,10 +102,6 @@ class AggregateProcessor(Processor):
         """A held aggregate leaving the cache: into the store (the batch's write buffer), then on."""
         self.store.put(key, value, timestamp)
         self.context.forward(key, value, timestamp=timestamp, headers=headers)
-
-
-def _never(value: Any) -> bool:
-    return False
 
 
 def _holds(serde: Serde) -> Callable[[Any], bool] | None:

@@ -110,9 +110,10 @@ class BatchAttempt:
         runtime = self.restore_state()
         try:
             with batch_span(self.config.tracing, str(self.task), self.plan.batch, self.batch_attempt) as span:
-                if len(self.ranges) == 1 and not self.plan.idle:
+                one_partition = len(self.ranges) == 1 and not self.plan.idle
+                if one_partition:
                     self.extend_to_stable_end()
-                if runtime.streams and len(self.ranges) == 1 and not self.plan.idle:
+                if runtime.streams and one_partition:
                     self.stream(span)
                 else:
                     self.read_input()
@@ -444,11 +445,8 @@ def _offsets_by_partition(msgs: list[Message], transitive: frozenset[str]) -> di
     a cached aggregation's batch counts every input as filtered)."""
     offsets: dict[tuple[str, int], list[int]] = {}
     for msg in msgs:
-        if transitive and msg.topic() in transitive:
-            topic, partition, offset = lineage_origin(msg, transitive)
-            tp = (topic, partition)
-        else:
-            tp, offset = (msg.topic(), msg.partition()), msg.offset()
+        topic, partition, offset = lineage_origin(msg, transitive)
+        tp = (topic, partition)
         found = offsets.get(tp)
         if found is None:
             found = offsets[tp] = []

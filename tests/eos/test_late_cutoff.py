@@ -59,13 +59,16 @@ def test_a_batch_reads_no_further_than_max_records_per_batch_from_its_start(monk
     assert [r.value for r in driver.read("out")] == [2, 4, 6, 8, 10, 12]
 
 
-def test_a_capped_plan_ends_where_it_was_planned(monkeypatch):
-    driver = TopologyTestDriver(doubling_app(max_records_per_batch=2), partitions=1)
-    driver.pipe_records([("in", f"k{v}", v) for v in (1, 2, 3)], process=False)
+def test_a_first_batch_capped_small_stays_small(monkeypatch):
+    # A run's first batch is capped by first_batch_max_records, below max_records_per_batch: it is behind, and
+    # reads no further than planned (its outputs come sooner for being small)
+    driver = TopologyTestDriver(doubling_app(max_records_per_batch=100, first_batch_max_records=2), partitions=1)
+    driver.planner._first_plan = True  # (the driver's start-up already planned once, with no input yet)
     arriving(monkeypatch, driver, [[4]])
+    driver.pipe_records([("in", f"k{v}", v) for v in (1, 2, 3)], process=False)
     driver.run_batch()
     (result,) = driver.results
-    assert result.records_in == 2 and result.extended == 0  # the plan was behind: the lookup is not even made
+    assert result.records_in == 2 and result.extended == 0 and result.committed_offsets == {("in", 0): 2}
 
 
 def test_a_failed_lookup_leaves_the_planned_end(monkeypatch):

@@ -247,7 +247,7 @@ def test_held_aggregates_commit_what_written_updates_commit(monkeypatch, seed):
     assert held["dead"] and any(v.endswith(b'"') for v in moods)  # bad records ran, and string aggregates
 
 
-def test_held_numbers_evict_within_the_bound_and_their_store_is_exact():
+def test_held_numbers_are_evicted_when_the_cache_is_full_and_their_store_is_exact():
     inputs = stream_of(keys=40, n=600)
     driver = TopologyTestDriver(counts_app(10 * (3 + 32 + ENTRY_OVERHEAD)))  # room for ten held counts of forty
     driver.pipe_many("in", inputs)
