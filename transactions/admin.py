@@ -63,11 +63,14 @@ class KafkaAdmin:
             if admin is not None and err.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
                 admin._replace = True
 
+        # reconnect.backoff.ms: as the producers' (transactions.settings), so a broker the client has just
+        # learned of is connected at once
         self._settings: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "error_cb": on_error,
-                                          **(overrides or {})}
+                                          "reconnect.backoff.ms": 10, **(overrides or {})}
         self._replace = False
         self.replacements = 0  # clients replaced so far (for logs and tests)
         self._admin = self._new_client()
+        self._learned = False  # whether the client has asked for the cluster's metadata (see _fresh)
         self._readers: dict[tuple[str, bool], Consumer] = {}
         self._seen: set[tuple[str, TP]] = set()  # (group, partition) seen with a committed offset
         weakref.finalize(self, _close_consumers, self._readers)
@@ -88,6 +91,10 @@ class KafkaAdmin:
             self._replace = False
             self.replacements += 1
             self._admin = self._new_client()
+            self._learned = False
+        if not self._learned:
+            self._learned = True
+            learn_brokers(self._admin)
         return self._admin
 
     def _request(self, operation: str, send: Callable[[], Mapping[K, concurrent.futures.Future]],
@@ -381,6 +388,25 @@ def check_reachable(bootstrap_servers: str, timeout: float = 10.0) -> frozenset[
         raise BrokerUnreachableError(f"no Kafka broker answers at {bootstrap_servers} within {timeout:.0f}s "
                                      f"({detail})") from None
     return frozenset(metadata.topics)
+
+
+#: Longest wait for a new client's first metadata; its first request goes ahead after it in any case
+LEARN_TIMEOUT_S = 2.0
+
+
+def learn_brokers(admin: AdminClient) -> None:
+    """Ask a new client for the cluster's metadata before its first admin request. librdkafka 2.16 drops
+    the bootstrap connection as soon as metadata names the broker behind it, and fails a request in flight on
+    it; a ListOffsets sent at once by a new client had its leader query failed that way, and librdkafka
+    asked again only on its timers: the call took 3.0 s instead of ~2 ms. It happened to a Spark worker's
+    first store restore in a job's first batch (the changelog's bounds) in 10 of 17 peers runs of the count
+    job, and the whole batch waited for that task. An application's metadata request is sent again at once
+    on the broker it learned, so after this one the client has a connection its requests can use. A cluster
+    that does not answer is left to the request itself, which reports it."""
+    try:
+        admin.list_topics(timeout=LEARN_TIMEOUT_S)
+    except KafkaException:
+        pass
 
 
 def _real_offsets(result: Mapping[TopicPartition, Any]) -> None:
