@@ -31,6 +31,7 @@ from recovery import (
     KeyValueStore,
     MemoryBackend,
     RecordBuffer,
+    RestoreResult,
     RocksDBBackend,
     SessionStore,
     StateDirectoryError,
@@ -81,6 +82,9 @@ class TaskStores:
         self._memory: dict[str, MemoryBackend] = {}  # in-memory stores live as long as this worker
         self._backends: dict[str, Backend] = {}
         self._buffers: dict[str, WriteBuffer] = {}
+        #: per store, the changelog offset just past the records this task's last commit wrote there: where
+        #: that transaction's commit marker went, unless another writer's records came first (see `open`)
+        self._own_marker: dict[str, int] = {}
 
     @property
     def persistent(self) -> bool:
@@ -109,18 +113,29 @@ class TaskStores:
                        else self._memory.setdefault(name, MemoryBackend()))
             self._backends[name] = backend
             tp = (self.changelogs[name], self.partition)
-            left = None if budget is None else max(0.0, budget - (time.monotonic() - started))
-            result = restore_store(backend, source.read, tp[0], tp[1], start_offset=bounds[tp][0],
-                                   end_offset=bounds[tp][1],
-                                   log=log, timeout=max(600.0, self.config.batch_timeout), budget=left)
-            replayed += result.records
-            if result.records:
-                log.info("store restored", store=name, records=result.records, seconds=round(result.seconds, 3),
-                         records_per_s=round(result.rate), wiped=result.wiped)
+            own_marker = self._own_marker.pop(name, None)
+            if own_marker is not None and own_marker == backend.changelog_offset() and bounds[tp][1] == own_marker + 1:
+                # The changelog ends one offset past the store: the marker of the store's own last commit (it
+                # follows the transaction's records, and any other writer's would end the changelog further
+                # on). Reading it would only wait for a record that never comes (docs/measurements.md).
+                backend.write({}, changelog_offset=own_marker + 1)
+            else:
+                left = None if budget is None else max(0.0, budget - (time.monotonic() - started))
+                result = restore_store(backend, source.read, tp[0], tp[1], start_offset=bounds[tp][0],
+                                       end_offset=bounds[tp][1], log=log,
+                                       timeout=max(600.0, self.config.batch_timeout), budget=left)
+                replayed += result.records
+                self._log_restored(name, result)
             buffer = WriteBuffer(backend)
             self._buffers[name] = buffer
             self.views[name].attach(buffer)
         return (time.monotonic() - started) * 1000, replayed
+
+    @staticmethod
+    def _log_restored(name: str, result: RestoreResult) -> None:
+        if result.records:
+            log.info("store restored", store=name, records=result.records, seconds=round(result.seconds, 3),
+                     records_per_s=round(result.rate), wiped=result.wiped)
 
     def offsets(self) -> dict[str, int]:
         """The changelog offset each open store reflects."""
@@ -145,6 +160,10 @@ class TaskStores:
             # Without a delivered offset the old (lower) offset stays: replaying from it is idempotent.
             self._backends[name].write(changes, None if last is None else last + 1)
             buffer.clear()
+            if last is None or self.config.processing_guarantee != "exactly_once":
+                self._own_marker.pop(name, None)  # (at least once: no transaction, no marker)
+            else:
+                self._own_marker[name] = last + 1
 
     def release(self) -> None:
         for view in self.views.values():
