@@ -34,7 +34,13 @@ class EosConfig:
     #: Upper bound of records read from one input partition in one batch (a batch of one partition that was
     #: not capped reads on to its last stable offset when its task starts reading, within it:
     #: `BatchAttempt.extend_to_stable_end`).
-    max_records_per_batch: int = 50_000
+    max_records_per_batch: int = 200_000
+    #: Behind a backlog, size batches to take about `trigger_interval` (as Kafka Streams commits every
+    #: `commit.interval.ms` while it works through one): from 50,000 records per partition (or
+    #: max_records_per_batch if smaller), scaled by how long the last backlog batch took, within
+    #: first_batch_max_records and max_records_per_batch. False, or a trigger_interval of 0: every batch
+    #: behind a backlog takes max_records_per_batch per partition.
+    size_backlog_batches: bool = True
     #: Upper bound of the same in a run's first batch (at most max_records_per_batch). The first batch also
     #: starts Spark's Python workers and the Kafka clients; a small one makes the first outputs visible (and
     #: a restarted job's recovery) that much sooner.

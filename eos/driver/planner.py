@@ -1,6 +1,7 @@
 """The micro-batch planner (driver): for each task, `start` = committed offset, `end` = last stable offset,
-capped by `max_records_per_batch` (in a run's first batch by `first_batch_max_records`, which is smaller);
-tasks with nothing to do are skipped.
+capped by `max_records_per_batch` (in a run's first batch by `first_batch_max_records`, which is smaller;
+behind a backlog by what takes about `trigger_interval`: `Planner.time_batch`); tasks with nothing to do are
+skipped.
 
 The committed offsets read here are a hint, read without RequireStable: after a crash, a stable read
 would wait for the broker to time out the crashed attempt's transaction. A hint can only be behind the
@@ -36,11 +37,23 @@ TOPIC_ID_REFRESH_S = 10.0
 TP = tuple[str, int]
 
 
+#: Records per input partition of the first batch behind a backlog, before any has been timed (at most
+#: max_records_per_batch)
+BACKLOG_START_RECORDS = 50_000
+
+
 class Planner:
     def __init__(self, admin: KafkaAdmin, config: EosConfig, subtopologies: Mapping[str, SubTopology],
-                 partition_counts: Mapping[str, int], clocked: frozenset[str] = frozenset()) -> None:
+                 partition_counts: Mapping[str, int], clocked: frozenset[str] = frozenset(), *,
+                 timed: bool = True) -> None:
+        """`timed`: batches behind a backlog are sized from how long the last ones took (`observe`); a test
+        driver, which runs no clock, plans with the configured bounds only."""
         self.admin = admin
         self.config = config
+        #: records per input partition and batch while the input is behind (`backlog_cap`)
+        self.backlog_records = min(BACKLOG_START_RECORDS, config.max_records_per_batch)
+        self._sized = timed and config.size_backlog_batches and config.trigger_interval > 0
+        self._last_plan_first = True  # whether the last plan was the run's first
         self.subtopologies = dict(subtopologies)
         self.partition_counts = dict(partition_counts)
         self.topic_ids: dict[str, str | None] = {}
@@ -101,7 +114,8 @@ class Planner:
                    for group, group_tps in self._by_group().items()}
         ends = self.admin.end_offsets(tps, committed=True, timeout=10)
         earliest = self.admin.earliest_offsets(tps, timeout=10)
-        cap = self.config.max_records_per_batch
+        cap = self.backlog_records if self._sized else self.config.max_records_per_batch
+        self._last_plan_first = self._first_plan
         if self._first_plan:  # the first batch starts the workers and clients: its outputs come sooner if small
             cap = min(cap, self.config.first_batch_max_records)
         pins = self._global_pins()
@@ -219,6 +233,21 @@ class Planner:
                     self.wall_clock_due.pop(r.task, None)
                 else:
                     self.wall_clock_due[r.task] = r.next_wall_clock
+
+    def time_batch(self, plans: list[TaskPlan], seconds: float) -> None:
+        """Size the next batches behind a backlog from this one, which took `seconds`: so that a batch takes
+        about `trigger_interval`, as Kafka Streams commits every `commit.interval.ms` while it works through a
+        backlog. Only a batch that the cap held back counts (a smaller one says nothing of the cap), and a
+        run's first (it starts the workers). At most doubled or halved per batch, within
+        `first_batch_max_records` and `max_records_per_batch`."""
+        if not self._sized or not any(p.behind for p in plans) or seconds <= 0:
+            return
+        if self._last_plan_first:
+            return
+        cfg = self.config
+        factor = min(2.0, max(0.5, cfg.trigger_interval / seconds))
+        low = min(cfg.first_batch_max_records, cfg.max_records_per_batch)
+        self.backlog_records = int(min(cfg.max_records_per_batch, max(low, self.backlog_records * factor)))
 
     def _not_before_last_commit(self, group: str, tp: TP, start: int, end: int) -> int:
         """`start`, or the offset the partition's last batch committed if that is later. The group coordinator

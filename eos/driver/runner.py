@@ -186,6 +186,7 @@ class Runner:
                     failures = 0
                     results = [r for r in everything if isinstance(r, TaskResult)]
                     planner.observe(results)
+                    planner.time_batch(plans, time.monotonic() - t0)
                     if self.purger is not None:
                         self.purger.maybe_purge()
                     report = self._report(batch, wall, time.monotonic() - t0, results, standbys, everything)

@@ -138,7 +138,8 @@ class TopologyTestDriver:
             self.job = Job(self.config, dict(app.subtopologies), hooks, dlq_partitions,
                            ledger_topic(self.config.application_id),
                            frozenset(t.name for t in app.internal_topics.values() if t.purge), app.clocked_topics)
-            self.planner = Planner(self.admin, self.config, app.subtopologies, counts, app.clocked_topics)
+            self.planner = Planner(self.admin, self.config, app.subtopologies, counts, app.clocked_topics,
+                                   timed=False)
             self.planner.refresh_topic_ids()
             self.planner.initialize_offsets()
         self.worker = MemoryWorker(self.cluster)

@@ -171,3 +171,44 @@ def test_what_one_reader_of_a_topic_committed_never_moves_another_readers_plan()
                                 committed_offsets={("a", 0): 500})])
     [plan] = planner.plan(1)  # the group of "s" does not show 500 yet; "t" has committed nothing
     assert (plan.task.subtopology, plan.ranges[0].start, plan.ranges[0].end) == ("t", 0, 500)
+
+
+def test_batches_behind_a_backlog_are_sized_to_take_the_trigger_interval():
+    admin = FakeAdmin(committed={("a", 0): 0, ("a", 1): 0}, ends={("a", 0): 10**9, ("a", 1): 10**9}, earliest={})
+    cfg = EosConfig("app", "b", trigger_interval=1.0, max_records_per_batch=300_000, first_batch_max_records=4_000)
+    planner = Planner(admin, cfg, {"s": sub(["a"])}, {"a": 2})
+
+    def sizes(batch: int, seconds: float) -> list[int]:
+        plans = planner.plan(batch)
+        planner.time_batch(plans, seconds)
+        return [r.end - r.start for p in plans for r in p.ranges]
+
+    assert sizes(0, 9.0) == [4_000, 4_000]  # the first batch starts the workers: its time does not count
+    assert sizes(1, 0.5) == [50_000, 50_000]  # no backlog batch timed yet
+    assert sizes(2, 0.1) == [100_000, 100_000]  # at most doubled per batch
+    assert sizes(3, 0.8) == [200_000, 200_000]
+    assert sizes(4, 1.0) == [250_000, 250_000]  # took the interval: kept
+    assert sizes(5, 0.2) == [250_000, 250_000]
+    assert sizes(6, 30.0) == [300_000, 300_000]  # never past max_records_per_batch
+    assert sizes(7, 30.0) == [150_000, 150_000]  # at most halved per batch
+    for batch in range(8, 16):
+        sizes(batch, 30.0)
+    assert planner.backlog_records == 4_000  # never below first_batch_max_records
+    # a batch the cap did not hold back says nothing of it
+    admin.ends = {("a", 0): 10, ("a", 1): 10}
+    admin.committed = {("a", 0): 0, ("a", 1): 0}
+    assert sizes(16, 0.001) == [10, 10] and planner.backlog_records == 4_000
+
+
+def test_fixed_backlog_batches_without_sizing_a_trigger_or_a_clock():
+    admin = FakeAdmin(committed={("a", 0): 0}, ends={("a", 0): 10**9}, earliest={})
+    for cfg, timed in [(EosConfig("app", "b", size_backlog_batches=False), True),
+                       (EosConfig("app", "b", trigger_interval=0), True),
+                       (EosConfig("app", "b"), False)]:  # (a test driver's planner)
+        planner = Planner(admin, cfg, {"s": sub(["a"])}, {"a": 1}, timed=timed)
+        planner.plan(0)
+        for batch in (1, 2):
+            plans = planner.plan(batch)
+            planner.time_batch(plans, 0.01)
+            assert [r.end - r.start for p in plans for r in p.ranges] == [cfg.max_records_per_batch]
+    assert EosConfig("app", "b").max_records_per_batch == 200_000
