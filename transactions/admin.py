@@ -25,6 +25,7 @@ from transactions.deadline import StuckClientError, call_with_deadline, close_or
 from transactions.errors import STALE_METADATA_CODES, KafkaEosError, RetriableKafkaError, classify
 from transactions.offsets import Committed, stable_committed
 from transactions.retry import DEFAULT_POLICY, call
+from transactions.settings import RECONNECT_BACKOFF_MS, learn_brokers
 
 __all__ = ["KafkaAdmin", "TopicSpec", "PartitionOffsets", "BrokerUnreachableError", "check_reachable"]
 
@@ -63,10 +64,9 @@ class KafkaAdmin:
             if admin is not None and err.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
                 admin._replace = True
 
-        # reconnect.backoff.ms: as the producers' (transactions.settings), so a broker the client has just
-        # learned of is connected at once
+        # reconnect.backoff.ms: as the producers', so a broker the client has just learned of is connected at once
         self._settings: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "error_cb": on_error,
-                                          "reconnect.backoff.ms": 10, **(overrides or {})}
+                                          "reconnect.backoff.ms": RECONNECT_BACKOFF_MS, **(overrides or {})}
         self._replace = False
         self.replacements = 0  # clients replaced so far (for logs and tests)
         self._admin = self._new_client()
@@ -94,7 +94,7 @@ class KafkaAdmin:
             self._learned = False
         if not self._learned:
             self._learned = True
-            learn_brokers(self._admin)
+            learn_brokers(self._admin, LEARN_TIMEOUT_S)
         return self._admin
 
     def _request(self, operation: str, send: Callable[[], Mapping[K, concurrent.futures.Future]],
@@ -392,21 +392,6 @@ def check_reachable(bootstrap_servers: str, timeout: float = 10.0) -> frozenset[
 
 #: Longest wait for a new client's first metadata; its first request goes ahead after it in any case
 LEARN_TIMEOUT_S = 2.0
-
-
-def learn_brokers(admin: AdminClient) -> None:
-    """Ask a new client for the cluster's metadata before its first admin request. librdkafka 2.16 drops
-    the bootstrap connection as soon as metadata names the broker behind it, and fails a request in flight on
-    it; a ListOffsets sent at once by a new client had its leader query failed that way, and librdkafka
-    asked again only on its timers: the call took 3.0 s instead of ~2 ms. It happened to a Spark worker's
-    first store restore in a job's first batch (the changelog's bounds) in 10 of 17 peers runs of the count
-    job, and the whole batch waited for that task. An application's metadata request is sent again at once
-    on the broker it learned, so after this one the client has a connection its requests can use. A cluster
-    that does not answer is left to the request itself, which reports it."""
-    try:
-        admin.list_topics(timeout=LEARN_TIMEOUT_S)
-    except KafkaException:
-        pass
 
 
 def _real_offsets(result: Mapping[TopicPartition, Any]) -> None:

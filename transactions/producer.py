@@ -42,7 +42,7 @@ from transactions.errors import (
 )
 from transactions.records import ProducerRecord
 from transactions.retry import DEFAULT_POLICY, RetryPolicy, call
-from transactions.settings import producer_settings
+from transactions.settings import learn_brokers, producer_settings
 
 __all__ = ["TransactionalProducer", "TxnState", "IllegalStateError"]
 
@@ -166,7 +166,7 @@ class TransactionalProducer:
         aborts) their open transaction before returning."""
         self._expect(TxnState.CREATED)
         started = time.monotonic()
-        self._learn_brokers(min(timeout / 2, 5.0))
+        learn_brokers(self._producer, min(timeout / 2, 5.0))  # (before it asks for its coordinator)
         timeout = max(1.0, timeout - (time.monotonic() - started))
         try:
             call("init_transactions", self._bounded, "init_transactions",
@@ -174,17 +174,6 @@ class TransactionalProducer:
         except KafkaEosError as exc:
             raise self._guard(exc) from exc
         self.state = TxnState.READY
-
-    def _learn_brokers(self, timeout: float) -> None:
-        """Metadata before `init_transactions()`. librdkafka 2.16 drops its bootstrap connection once metadata
-        names the broker behind it; an `init_transactions()` that asks for its coordinator in between finds no
-        broker and waits out a fixed 500 ms timer. On a local broker 14 of 42 inits took ~510 ms, the others
-        20-70 ms; after a metadata request none of 138 did (docs/measurements.md). Best effort: what is wrong
-        with the cluster, `init_transactions()` reports."""
-        try:
-            self._producer.list_topics(timeout=timeout)
-        except KafkaException:
-            pass
 
     def begin(self) -> None:
         self._expect(TxnState.READY)

@@ -33,6 +33,24 @@ PROTECTED: dict[str, tuple[object, str]] = {
                                 "auto_offset_reset instead"),
 }
 
+#: librdkafka's reconnect.backoff.ms for the framework's producers and admin clients (see the producers')
+RECONNECT_BACKOFF_MS = 10
+
+
+def learn_brokers(client: Any, timeout: float) -> None:
+    """Ask a new client (producer or admin) for the cluster's metadata before its first real request.
+    librdkafka 2.16 drops the bootstrap connection as soon as metadata names the broker behind it, and a
+    request that needs a broker in between waits on librdkafka's timers: a producer's
+    `init_transactions()` a fixed 500 ms (14 of 42 inits on a local broker; none of 138 after this), an admin
+    client's first ListOffsets 3.0 s, its leader query failed with the dropped connection (a Spark worker's
+    first store restore, in 10 of 17 peers runs of the count job; docs/measurements.md). An application's
+    metadata request is sent again at once on the broker it learned, so after it the client has a connection
+    its requests can use. Best effort: what is wrong with the cluster, the request itself reports."""
+    try:
+        client.list_topics(timeout=timeout)
+    except KafkaException:
+        pass
+
 _PRODUCER_DEFAULTS: dict[str, Any] = {
     "enable.idempotence": True,
     "acks": "all",
@@ -56,7 +74,7 @@ _PRODUCER_DEFAULTS: dict[str, Any] = {
     # connection is dropped once metadata names the broker): every new producer waited it out before its
     # init_transactions() could go on. 100 ms (the default) -> 10: an init took 60-65 -> 20-25 ms on a local
     # broker. A broker that stays down is retried exponentially up to reconnect.backoff.max.ms as before.
-    "reconnect.backoff.ms": 10,
+    "reconnect.backoff.ms": RECONNECT_BACKOFF_MS,
     # Same partitioner as the Java client and Kafka Streams (librdkafka's default is CRC32-based).
     "partitioner": "murmur2_random",
 }

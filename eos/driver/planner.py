@@ -46,11 +46,11 @@ class Planner:
     def __init__(self, admin: KafkaAdmin, config: EosConfig, subtopologies: Mapping[str, SubTopology],
                  partition_counts: Mapping[str, int], clocked: frozenset[str] = frozenset(), *,
                  timed: bool = True) -> None:
-        """`timed`: batches behind a backlog are sized from how long the last ones took (`observe`); a test
+        """`timed`: batches behind a backlog are sized from how long the last ones took (`time_batch`); a test
         driver, which runs no clock, plans with the configured bounds only."""
         self.admin = admin
         self.config = config
-        #: records per input partition and batch while the input is behind (`backlog_cap`)
+        #: records per input partition and batch while the input is behind (`time_batch`)
         self.backlog_records = min(BACKLOG_START_RECORDS, config.max_records_per_batch)
         self._sized = timed and config.size_backlog_batches and config.trigger_interval > 0
         self._last_plan_first = True  # whether the last plan was the run's first

@@ -1,4 +1,5 @@
-"""A new admin client asks for the cluster's metadata before its first request (see `learn_brokers`)."""
+"""A new admin client asks for the cluster's metadata before its first request
+(`transactions.settings.learn_brokers`)."""
 
 from __future__ import annotations
 

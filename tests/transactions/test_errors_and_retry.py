@@ -100,7 +100,7 @@ class _FakeAdminClient:
     def poll(self, timeout):
         return 0
 
-    def list_topics(self, timeout=-1):  # a new client's first metadata (transactions.admin.learn_brokers)
+    def list_topics(self, timeout=-1):  # a new client's first metadata (transactions.settings.learn_brokers)
         return None
 
     def list_offsets(self, request, **kwargs):
