@@ -40,7 +40,7 @@ from transactions.lease import GroupLease, LeaseState
 from transactions.offsets import Committed, stable_committed
 from transactions.producer import IllegalStateError, TransactionalProducer, TxnState
 from transactions.reader import OffsetRange, RangeReader, range_reader, read_ranges
-from transactions.records import Headers, OutputProducer, ProducerRecord
+from transactions.records import Headers, OutputProducer, ProducerRecord, issued_after, producer_token
 from transactions.retry import DEFAULT_POLICY, RetryPolicy, call
 from transactions.settings import (
     ClientPropertyError,
@@ -72,6 +72,8 @@ __all__ = [
     "PartitionOffsets",
     "ProducerFencedError",
     "ProducerRecord",
+    "issued_after",
+    "producer_token",
     "RecordRejectedError",
     "RecordTooLargeError",
     "RetriableKafkaError",

@@ -9,7 +9,6 @@ benchmarks and by jobs that accept duplicates; never the default.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,7 +16,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 from transactions.errors import DeliveryFailedError, classify
 from transactions.producer import TxnState
-from transactions.records import ProducerRecord
+from transactions.records import ProducerRecord, producer_token
 from transactions.retry import DEFAULT_POLICY, RetryPolicy, call
 from transactions.settings import producer_settings
 
@@ -40,7 +39,7 @@ class AtLeastOnceProducer:
         self._consumer = consumer
         self._offsets: list[TopicPartition] = []
         self._policy = policy
-        self.token = uuid.uuid4().hex[:12]
+        self.token = producer_token()
         self.commits = 0
         self.state = TxnState.READY
         self.usable = True

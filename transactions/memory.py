@@ -31,7 +31,7 @@ from confluent_kafka import TopicPartition
 
 from transactions.errors import ProducerFencedError, RetriableKafkaError
 from transactions.offsets import Committed
-from transactions.records import Headers, ProducerRecord
+from transactions.records import Headers, ProducerRecord, producer_token
 
 __all__ = ["MemoryCluster", "MemoryConsumer", "MemoryProducer", "MemoryAdmin", "MemoryMessage", "murmur2",
            "partition_for"]
@@ -306,7 +306,7 @@ class MemoryProducer:
 
     def __init__(self, cluster: MemoryCluster, transactional_id: str, transactional: bool = True) -> None:
         self.cluster, self.transactional_id, self.transactional = cluster, transactional_id, transactional
-        self.token = uuid.uuid4().hex[:12]
+        self.token = producer_token()
         self.commits = 0
         self.last_offsets: dict[TP, int] = {}
         self.epoch = 0

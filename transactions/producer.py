@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import enum
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -40,7 +39,7 @@ from transactions.errors import (
     TransactionAbortableError,
     classify,
 )
-from transactions.records import ProducerRecord
+from transactions.records import ProducerRecord, producer_token
 from transactions.retry import DEFAULT_POLICY, RetryPolicy, call
 from transactions.settings import learn_brokers, producer_settings
 
@@ -81,7 +80,7 @@ class TransactionalProducer:
                  overrides: Mapping[str, Any] | None = None, policy: RetryPolicy = DEFAULT_POLICY) -> None:
         self.transactional_id = transactional_id
         #: Identifies this producer instance (e.g. in offset-commit metadata, to tell who committed last).
-        self.token = uuid.uuid4().hex[:12]
+        self.token = producer_token()
         self.transaction_timeout_ms = transaction_timeout_ms
         self._policy = policy
         self._delivery_errors: list[KafkaError] = []

@@ -8,14 +8,37 @@ both implement it, so the batch protocol is written once.
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
 from confluent_kafka import TopicPartition
 
-__all__ = ["ProducerRecord", "OutputProducer", "Headers"]
+__all__ = ["ProducerRecord", "OutputProducer", "Headers", "producer_token", "issued_after"]
 
 Headers = list[tuple[str, bytes]]
+
+
+def producer_token() -> str:
+    """A new producer instance's token: the wall-clock microseconds it was made at (hexadecimal), then random
+    digits. Ordered by issue (`issued_after`), so that a worker can tell a producer of the same transactional
+    id made after its own (which fenced it) from an earlier one."""
+    return f"{time.time_ns() // 1000:014x}.{os.urandom(3).hex()}"
+
+
+def issued_after(token: str | None, other: str) -> bool:
+    """Whether `token` was issued after `other`. Tokens not made by `producer_token` (none, or another
+    client's) are issued after nothing. Clocks of different hosts may disagree: this only ever saves a
+    doomed attempt's work; what fences a producer is its epoch."""
+    if not token or token == other:
+        return False
+    issued, _, _ = token.partition(".")
+    before, _, _ = other.partition(".")
+    try:
+        return int(issued, 16) > int(before, 16) if len(issued) == 14 and len(before) == 14 else False
+    except ValueError:
+        return False
 
 
 class ProducerRecord(NamedTuple):
