@@ -45,6 +45,13 @@ class EosConfig:
     #: starts Spark's Python workers and the Kafka clients; a small one makes the first outputs visible (and
     #: a restarted job's recovery) that much sooner.
     first_batch_max_records: int = 5_000
+    #: How many tasks of a sub-topology share one transaction: partitions [k*n, (k+1)*n) are one unit, with one
+    #: transactional id (`<application_id>-<subtopology>-<first>x<n>`), run together by one worker and
+    #: committed by one transaction per batch (Kafka Streams' exactly_once_v2 commits all of a thread's tasks
+    #: in one). 1: a transaction per task. Fewer, larger transactions cost fewer commits and commit markers on
+    #: many partitions; a unit is also the smallest thing that moves between workers. A change takes effect
+    #: safely: a task first fences the transactional id that last committed it.
+    tasks_per_transaction: int = 1
     #: Seconds between the starts of two batches. A batch that takes longer, or that `max_records_per_batch`
     #: capped (the input is behind), is followed at once.
     trigger_interval: float = 1.0
@@ -164,6 +171,7 @@ class EosConfig:
         _positive("first_batch_max_records", self.first_batch_max_records)
         _positive("batch_timeout", self.batch_timeout)
         _positive("max_batch_attempts", self.max_batch_attempts)
+        _positive("tasks_per_transaction", self.tasks_per_transaction)
         _positive("standby_refresh_budget", self.standby_refresh_budget)
         if self.tracing:
             try:

@@ -3,7 +3,9 @@
 A sub-topology reads co-partitioned input topics, runs its part of the processor graph (eos.graph: one or
 many processors, record by record) and writes to its outputs.
 A task is one partition index of a sub-topology (Kafka Streams' model): task count = partition count of
-its inputs. Each task has the stable transactional id `<application_id>-<subtopology>-<partition>`.
+its inputs. Each task has the stable transactional id `<application_id>-<subtopology>-<partition>`, or, when
+`tasks_per_transaction` n > 1 tasks share a transaction, its unit's `<application_id>-<subtopology>-<first>x<n>`
+(partitions [first, first + n), first a multiple of n).
 """
 
 from __future__ import annotations
@@ -35,8 +37,13 @@ class TaskId:
     def __str__(self) -> str:
         return f"{self.subtopology}-{self.partition}"
 
-    def transactional_id(self, application_id: str) -> str:
-        return f"{application_id}-{self.subtopology}-{self.partition}"
+    def transactional_id(self, application_id: str, tasks_per_transaction: int = 1) -> str:
+        """The id of the transactions that commit this task: its own, or its unit's when `tasks_per_transaction`
+        tasks share one. A unit's id depends on n and its first partition only, never on the partition count."""
+        if tasks_per_transaction <= 1:
+            return f"{application_id}-{self.subtopology}-{self.partition}"
+        first = self.partition - self.partition % tasks_per_transaction
+        return f"{application_id}-{self.subtopology}-{first}x{tasks_per_transaction}"
 
     @classmethod
     def parse(cls, text: str) -> TaskId:

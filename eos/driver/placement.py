@@ -12,9 +12,10 @@ import structlog
 
 from eos.config import EosConfig
 from eos.driver.assignor import Move, MoveReason, TaskAssignor, TaskPlacement
+from eos.driver.groups import place_units_together
 from eos.driver.spark import executor_locations, live_executors
 from eos.topology import SubTopology, TaskId
-from eos.worker.plans import StandbyPlan, StandbyResult, StandbyStatus, TaskPlan, TaskResult, TaskStatus
+from eos.worker.plans import StandbyPlan, StandbyResult, StandbyStatus, TaskPlan, TaskResult, TaskStatus, unit_id
 from transactions import KafkaAdmin
 
 __all__ = ["Placer", "TaskMove"]
@@ -75,6 +76,8 @@ class Placer:
                 log.info("task moves", task=str(move.task), source=move.source, target=move.target,
                          reason=move.reason.value, lag=move.lag)
         located = [replace(p, preferred_location=assignor.location(assignor.active.get(p.task))) for p in plans]
+        if self.config.tasks_per_transaction > 1:
+            located = place_units_together(located, lambda plan: unit_id(plan.task, self.config))
         standbys = []
         for task in self.changelogs:
             for executor in assignor.standby_targets(task, alive, ends[task]):

@@ -149,7 +149,8 @@ class Planner:
                                           topic_ids={t: self.topic_ids.get(t) for t in sub.inputs},
                                           resets=resets, idle=not busy, behind=frozenset(behind),
                                           global_pins={g.topic: pins[g.topic] for g in sub.global_tables},
-                                          stamps=stamps, last_producer=_last_producer(committed)))
+                                          stamps=stamps, last_producer=_last_producer(committed),
+                                          last_groupings=_last_groupings(committed)))
         self._first_plan = False
         return plans
 
@@ -297,6 +298,13 @@ class Planner:
         topics = sorted({t for sub in self.subtopologies.values() for t in sub.inputs})
         self.topic_ids = self.admin.topic_ids(topics, timeout=10)
         self._ids_read = time.monotonic()
+
+
+def _last_groupings(committed: list[Committed | None]) -> frozenset[int]:
+    """The `tasks_per_transaction` of the commits that last committed a task's input offsets (none when nothing
+    committed them, or another client did)."""
+    decoded = [CommitMetadata.decode(c.metadata) for c in committed if c is not None and c.offset is not None]
+    return frozenset(m.grouping for m in decoded if m.producer)
 
 
 def _last_producer(committed: list[Committed | None]) -> str | None:

@@ -43,7 +43,7 @@ from eos.logs import configure_logging
 from eos.schema_registry import check_registries
 from eos.topology import topic_groups
 from eos.worker.entry import SparkTaskFunction
-from eos.worker.plans import Job, StandbyPlan, StandbyResult, StandbyStatus, TaskPlan, TaskResult
+from eos.worker.plans import Job, StandbyPlan, StandbyResult, StandbyStatus, TaskPlan, TaskResult, unit_id
 from transactions import GroupLease, KafkaAdmin
 
 if TYPE_CHECKING:
@@ -234,7 +234,7 @@ class Runner:
         """One Spark job: the tasks planned on each executor shared out among as many Spark tasks as it runs at
         once (`eos.driver.groups`), each standby one Spark task. A task that reports a deterministic failure
         raises it here (its kind of error), after the placer has seen the results."""
-        items = share_out(plans, task_slots(self.sc))
+        items = share_out(plans, task_slots(self.sc), lambda plan: unit_id(plan.task, self.config))
         self.sc.setJobGroup(f"{self.config.application_id}-batch-{batch}",
                             f"eos {self.config.application_id} batch {batch} ({len(plans)} tasks in {len(items)} "
                             "Spark tasks)", True)

@@ -2,7 +2,7 @@
 
 The driver creates the application's topics in a `transactions.memory.MemoryCluster` with the start-up code
 of a real run (repartition, dead-letter, ledger and changelog topics), then, whenever input arrives or the
-wall clock moves, plans batches with the real `Planner` and runs each with `eos.worker.entry.run_task`: the
+wall clock moves, plans batches with the real `Planner` and runs each unit with `eos.worker.entry.run_unit`: the
 same batch protocol, processors, serdes, stores, restores, windows, joins, punctuation, dead letters and
 stream-time clocks as a Spark task, against memory instead of a broker. Results are read back typed.
 
@@ -39,7 +39,7 @@ from eos.serde import Serde
 from eos.streamtime import is_marker
 from eos.testing.clients import MemoryWorker
 from eos.testing.crashes import ExactlyOnceReport, check_exactly_once
-from eos.worker.entry import run_task
+from eos.worker.entry import run_unit, units_of
 from eos.worker.plans import Job, TaskPlan, TaskResult
 from transactions import KafkaAdmin, TopicSpec
 from transactions.memory import MemoryAdmin, MemoryCluster, MemoryMessage
@@ -177,7 +177,7 @@ class TopologyTestDriver:
         without going on to what it leads to. Returns whether a batch ran."""
         with self._clock():
             plans = [p for p in self.planner.plan(self.batch) if task is None or str(p.task) == task]
-            results = [self._run_task(plan) for plan in plans]
+            results = self._run_plans(plans)
             self.planner.observe(results)
             self.results.extend(results)
             self.batch += 1
@@ -271,24 +271,29 @@ class TopologyTestDriver:
                 plans = self.planner.plan(self.batch)
                 if not plans:
                     return
-                results = [self._run_task(plan) for plan in plans]
+                results = self._run_plans(plans)
                 self.planner.observe(results)
                 self.results.extend(results)
                 self.batch += 1
             raise RuntimeError(f"the application did not settle within {self.max_rounds} batches (a processor "
                                "that forwards to its own input?)")
 
-    def _run_task(self, plan: TaskPlan) -> TaskResult:
+    def _run_plans(self, plans: list[TaskPlan]) -> list[TaskResult]:
+        """Each unit of `plans` (the tasks that share a transaction: `tasks_per_transaction`) in turn."""
+        return [result for unit in units_of(plans, self.config) for result in self._run_unit(unit)]
+
+    def _run_unit(self, unit: tuple[TaskPlan, ...]) -> list[TaskResult]:
         while True:
             try:
-                result = run_task(plan, self.job, 0, self.worker.clients, self.worker.runtimes, in_memory=True)
+                results = run_unit(unit, self.job, 0, self.worker.clients, self.worker.runtimes, in_memory=True)
             except SimulatedCrash:
                 self.worker.close()
                 self.worker = MemoryWorker(self.cluster)  # a new process: nothing of the old one survives
                 continue
-            if result.failure is not None:
-                raise result.failure.to_exception()
-            return result  # (a stale plan comes back DEFERRED: it is planned again next round)
+            for result in results:
+                if result.failure is not None:
+                    raise result.failure.to_exception()
+            return results  # (a stale plan comes back DEFERRED: it is planned again next round)
 
     def _maybe_crash(self, point: FaultPoint) -> None:
         self.steps_reached.add(point.name.value)

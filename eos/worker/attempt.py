@@ -1,11 +1,14 @@
-"""One attempt at one batch of one task: the micro-batch protocol (docs/design.md, section 4), in order.
+"""One attempt at one batch of a unit: the micro-batch protocol (docs/design.md, section 4), in order.
 
-`BatchAttempt.run()` calls the steps one after another; each step is one method:
+A unit is the tasks that share one transaction (`tasks_per_transaction`; one task alone is a unit of one).
+`UnitAttempt.run()` takes the unit's producer, runs each task's `BatchAttempt` through steps 2-6a in turn
+(each task's outputs go into the one transaction as it goes), then commits all of them at once:
 
-1. `acquire_producer()`  the worker's cached producer for the task, or a new one after
-                         `init_transactions()`, which fences every older attempt and completes its transaction;
-2. `read_progress()`     a stable read of the committed input offsets: where they already reach the planned
-                         end, an earlier attempt did the work (no-op);
+1. `Transaction.acquire()`  the worker's cached producer of the unit's transactional id, or a new one after
+                            `init_transactions()`, which fences every older attempt and completes its
+                            transaction;
+2. `read_progress()`     a stable read of the task's committed input offsets: where they already reach the
+                         planned end, an earlier attempt did the work (no-op);
 3. `restore_state()`     open the task's stores and bring them up to their changelogs' end;
 4. `read_input()`        read `[committed, end)` with read_committed, finishing on consumer position;
 5. `process()`           run the processor; state writes go to in-memory write buffers;
@@ -13,14 +16,16 @@
 4-5. `stream()`          read, process and produce in slices: the transaction begins with the first slice's
                          outputs, so the batch is never held whole (at most `batch_slice_records` outputs
                          and one consumer chunk of records are);
-6. `commit()`            one transaction: outputs, changelog records, dead letters, and the input offsets
-                         (always the planned end, never "last record + 1", or where a streamed batch stopped
-                         to keep its transaction short), then `commit_transaction()`;
+6a. `stage()`            the task's outputs, changelog records, dead letters and ledger entry into the
+                         transaction, and the offsets it commits (always the planned end, never "last record
+                         + 1", or where a streamed batch stopped to keep its transaction short);
+6b. `UnitAttempt.commit()`  every task's offsets, then one `commit_transaction()`;
 7. `apply_state()`       only after the commit: the write buffers reach the local stores, atomically with
                          the changelog offsets they reflect;
-8. `report()`            the task's result and metrics for the driver.
+8. `report()`            each task's result and metrics for the driver.
 
-What happens when a step fails (fenced, abortable, retriable, fatal) is decided by `eos.worker.entry`.
+What happens when a step fails (fenced, abortable, retriable, fatal) is decided by `eos.worker.entry`, for the
+unit as a whole: its tasks commit together or not at all.
 """
 
 from __future__ import annotations
@@ -28,11 +33,14 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import ExitStack
+from typing import Any
 
 import structlog
 from pyroaring import BitMap64
 
+from eos.config import EosConfig
 from eos.hooks import FaultPoint, HookPoint
 from eos.ledger import LedgerEntry, LedgerInput
 from eos.origin import lineage_origin
@@ -41,7 +49,7 @@ from eos.tracing import batch_span, link_inputs
 from eos.worker.clients import TaskClients
 from eos.worker.dead_letters import dead_letter_error
 from eos.worker.executor import current_executor, executor_location
-from eos.worker.plans import Job, TaskPlan, TaskResult, TaskStatus
+from eos.worker.plans import Job, TaskPlan, TaskResult, TaskStatus, runtime_key, unit_id
 from eos.worker.processing import BatchOutcome
 from eos.worker.progress import CommitMetadata, fenced_since
 from eos.worker.runtime import RuntimeCache, TaskRuntime, said_idle
@@ -61,7 +69,7 @@ from transactions import (
     stable_committed,
 )
 
-__all__ = ["BatchAttempt", "StalePlanError", "CACHED_PRODUCER_STABLE_WAIT"]
+__all__ = ["BatchAttempt", "UnitAttempt", "Transaction", "StalePlanError", "CACHED_PRODUCER_STABLE_WAIT"]
 
 log = structlog.get_logger(__name__)
 
@@ -77,21 +85,53 @@ class StalePlanError(Exception):
     back to the planner."""
 
 
+class Transaction:
+    """The one transaction of a unit's batch attempt: the producer of the unit's transactional id (cached by
+    the worker, or initialised for this attempt) and when the transaction began."""
+
+    def __init__(self, txn_id: str, clients: TaskClients, config: EosConfig) -> None:
+        self.txn_id, self.clients, self.config = txn_id, clients, config
+        self.producer: OutputProducer | None = None
+        self.fresh = False  # the producer was initialised by this attempt (not taken from the cache)
+        self.begun_at: float | None = None
+        self.fenced: set[str] = set()  # transactional ids of other groupings this attempt fenced
+
+    def acquire(self) -> OutputProducer:
+        """The cached producer of the unit's transactional id, or a fresh one: `init_transactions()` fences
+        every older attempt and completes (aborts) a transaction it left open."""
+        if self.producer is None:
+            self.producer, self.fresh = self.clients.producer(self.txn_id, self.config)
+        return self.producer
+
+    def begin(self) -> None:
+        assert self.producer is not None
+        if self.begun_at is None:
+            self.producer.begin()
+            self.begun_at = time.monotonic()
+
+    def open_for(self) -> float:
+        """Seconds since the transaction began (0 before it did)."""
+        return 0.0 if self.begun_at is None else time.monotonic() - self.begun_at
+
+
 class BatchAttempt:
+    """One task's part of a unit's batch attempt: steps 2-6a and 7-8 of the protocol for its task."""
+
     def __init__(self, plan: TaskPlan, job: Job, clients: TaskClients, runtimes: RuntimeCache, spark_attempt: int,
-                 batch_attempt: int, *, in_memory: bool = False) -> None:
+                 batch_attempt: int, *, in_memory: bool = False, txn: Transaction | None = None) -> None:
         """`clients`: Kafka (`eos.worker.clients`) or memory (`eos.testing`); `runtimes`: the worker's cache;
-        `in_memory`: a runtime this attempt builds keeps every store in memory (a test driver's worker)."""
+        `in_memory`: a runtime this attempt builds keeps every store in memory (a test driver's worker);
+        `txn`: the unit's transaction (the task's own when not given)."""
         self.plan, self.job, self.clients, self.runtimes = plan, job, clients, runtimes
         self.in_memory = in_memory
         self.config = job.config
         self.task = plan.task
         self.sub: SubTopology = job.subtopologies[plan.task.subtopology]
-        self.txn_id = self.task.transactional_id(self.config.application_id)
+        self.txn = txn if txn is not None else Transaction(unit_id(self.task, self.config), clients, self.config)
+        self.txn_id = self.txn.txn_id
         self.spark_attempt, self.batch_attempt = spark_attempt, batch_attempt
         self.result = result_of(plan, TaskStatus.COMMITTED, spark_attempt, batch_attempt)
-        self.producer: OutputProducer | None = None
-        self.fresh = False  # the producer was initialised by this attempt (not taken from the cache)
+        self.span: Any = None
         self.ranges: tuple[OffsetRange, ...] = plan.ranges
         self.stream_time = -1
         self.punctuation: dict[int, int] = {}  # the schedule as last committed
@@ -100,44 +140,45 @@ class BatchAttempt:
         self.messages: list[Message] = []
         self.outcome = BatchOutcome()
         self.changelog: list[ProducerRecord] = []
-        self.begun_at: float | None = None  # when this attempt's transaction began
 
-    def run(self) -> TaskResult:
-        self.acquire_producer()
+    @property
+    def producer(self) -> OutputProducer | None:
+        return self.txn.producer
+
+    @property
+    def fresh(self) -> bool:
+        return self.txn.fresh
+
+    def prepare(self, scope: ExitStack) -> bool:
+        """Steps 2-5: True when the batch has something to commit (then `stage` comes next). The task's runtime
+        is released, and its batch span ends, when `scope` closes (after the unit's commit)."""
         if not self.read_progress() and not self.plan.idle:
             self.result.status = TaskStatus.NOOP
-            return self.report()
+            return False
         runtime = self.restore_state()
-        try:
-            with batch_span(self.config.tracing, str(self.task), self.plan.batch, self.batch_attempt) as span:
-                one_partition = len(self.ranges) == 1 and not self.plan.idle
-                if one_partition:
-                    self.extend_to_stable_end()
-                if runtime.streams and one_partition:
-                    self.stream(span)
-                else:
-                    self.read_input()
-                    link_inputs(span, (m.headers() for m in self.messages) if span is not None else ())
-                    self.process()
-                if self.plan.idle and not (self.outcome.outputs or self.changelog):
-                    self.result.status = TaskStatus.NOOP  # punctuations ran (or were not due) and produced nothing
-                else:
-                    self.commit()
-                    self.apply_state()
-                if span is not None:
-                    span.set_attributes({"eos.records_in": self.outcome.records_in,
-                                         "eos.records_out": self.outcome.output_count,
-                                         "eos.dead_letters": self.outcome.dead_letter_count})
-        finally:
-            runtime.release()
-        return self.report()
+        scope.callback(runtime.release)
+        self.span = span = scope.enter_context(batch_span(self.config.tracing, str(self.task), self.plan.batch,
+                                                          self.batch_attempt))
+        scope.callback(self._end_span)
+        one_partition = len(self.ranges) == 1 and not self.plan.idle
+        if one_partition:
+            self.extend_to_stable_end()
+        if runtime.streams and one_partition:
+            self.stream(span)
+        else:
+            self.read_input()
+            link_inputs(span, (m.headers() for m in self.messages) if span is not None else ())
+            self.process()
+        if self.plan.idle and not (self.outcome.outputs or self.changelog):
+            self.result.status = TaskStatus.NOOP  # punctuations ran (or were not due) and produced nothing
+            return False
+        return True
 
-    # ------------------------------------------------------------------ 1
-    def acquire_producer(self) -> OutputProducer:
-        """The cached producer of this task's transactional id, or a fresh one: `init_transactions()` fences
-        every older attempt and completes (aborts) a transaction it left open."""
-        self.producer, self.fresh = self.clients.producer(self.txn_id, self.config)
-        return self.producer
+    def _end_span(self) -> None:
+        if self.span is not None:
+            self.span.set_attributes({"eos.records_in": self.outcome.records_in,
+                                      "eos.records_out": self.outcome.output_count,
+                                      "eos.dead_letters": self.outcome.dead_letter_count})
 
     # ------------------------------------------------------------------ 2
     def read_progress(self) -> bool:
@@ -146,6 +187,7 @@ class BatchAttempt:
         earlier attempt already committed everything planned."""
         assert self.producer is not None
         t0 = time.monotonic()
+        self._fence_other_groupings(self.plan.last_groupings)
         wait = min(self.config.batch_timeout, 20.0 if self.fresh else CACHED_PRODUCER_STABLE_WAIT)
         committed: dict[tuple[str, int], Committed] = {}
         try:
@@ -161,9 +203,12 @@ class BatchAttempt:
             # init_transactions() aborts that transaction now rather than after the transaction timeout.
             raise ProducerFencedError(f"{self.txn_id}: offsets still pending in another attempt's transaction "
                                       f"after {wait:.0f}s; the cached producer is stale") from exc
+        decoded = [CommitMetadata.decode(c.metadata) for c in committed.values()]
+        if self._fence_other_groupings(m.grouping for c, m in zip(committed.values(), decoded, strict=True)
+                                       if c.offset is not None and m.producer):
+            return self.read_progress()  # committed since the plan was made: what it committed counts
         self.ranges = tuple(self._range(r, committed[(r.topic, r.partition)]) for r in self.plan.ranges)
         self.result.offsets_ms = (time.monotonic() - t0) * 1000
-        decoded = [CommitMetadata.decode(c.metadata) for c in committed.values()]
         self.stream_time = max((m.stream_time for m in decoded), default=-1)
         self.punctuation = next((m.punctuation for m in decoded if m.punctuation), {})
         self.clocks = next((m.clocks for m in decoded if m.clocks), "")
@@ -172,6 +217,26 @@ class BatchAttempt:
             raise ProducerFencedError(f"{self.txn_id}: another worker committed this task since; the cached "
                                       "producer is stale")
         return not all(r.empty for r in self.ranges)
+
+    def _fence_other_groupings(self, groupings: Iterable[int]) -> bool:
+        """Fence the transactional ids that committed the task under another `tasks_per_transaction` (another
+        unit's id, or the task's own): each is fenced as a new attempt of it would be, `init_transactions()`
+        bumping its epoch and aborting what it left open, which would otherwise hold the task's offsets
+        pending until the transaction timeout. True when one was fenced. Each id once per attempt; exactly
+        once only (at least once keeps no transactions). A change of grouping is exactly-once when no attempt
+        of the previous run is still alive (docs/design.md, section 3)."""
+        if self.config.processing_guarantee != "exactly_once":
+            return False
+        stale = {self.task.transactional_id(self.config.application_id, g) for g in groupings
+                 if g != self.config.tasks_per_transaction} - self.txn.fenced - {self.txn_id}
+        for txn_id in sorted(stale):
+            log.info("fencing the transactional id that last committed the task under another "
+                     "tasks_per_transaction", fenced=txn_id, unit=self.txn_id)
+            self.clients.drop_producer(txn_id)
+            self.clients.producer(txn_id, self.config)  # init_transactions(): the id can commit no more
+            self.clients.drop_producer(txn_id)
+            self.txn.fenced.add(txn_id)
+        return bool(stale)
 
     def _by_group(self, partitions: list[tuple[str, int]]) -> list[tuple[Consumer, list[tuple[str, int]]]]:
         """The partitions grouped by the consumer group their progress is committed under (a topic another
@@ -206,11 +271,12 @@ class BatchAttempt:
     def restore_state(self) -> TaskRuntime:
         """The task's runtime (kept by the worker while the task stays here) with its stores open and
         restored to their changelogs' end. The caller releases it when the batch ends."""
-        runtime = self.runtimes.get(self.txn_id, self.job.run_id)
+        key = runtime_key(self.task, self.config)
+        runtime = self.runtimes.get(key, self.job.run_id)
         if runtime is None:
             runtime = TaskRuntime(self.job, self.sub, self.task.partition, self.clients.topic_rules(self.config),
                                   in_memory=self.in_memory)
-            self.runtimes.put(self.txn_id, self.job.run_id, runtime)
+            self.runtimes.put(key, self.job.run_id, runtime)
         self.runtime = runtime
         cfg, clients = self.config, self.clients
         try:
@@ -332,14 +398,13 @@ class BatchAttempt:
         transaction timeout allows before the commit's own `batch_timeout`."""
         assert self.producer is not None
         t0 = time.monotonic()
-        self._begin()
+        self.txn.begin()
         outputs, dead_letters = outcome.drained()
         self.result.bytes_out += self.producer.produce_all(outputs)
         self.producer.produce_all(dead_letters)
         self.result.produce_ms += (time.monotonic() - t0) * 1000
         self._fire(HookPoint.AFTER_SLICE)
-        assert self.begun_at is not None
-        return time.monotonic() - self.begun_at > self._open_budget()
+        return self.txn.open_for() > self._open_budget()
 
     def _open_budget(self) -> float:
         """How long a streamed batch may keep its transaction open while it processes: the transaction
@@ -347,43 +412,31 @@ class BatchAttempt:
         timeout = self.config.transaction_timeout_ms / 1000
         return max(timeout - self.config.batch_timeout, timeout / 2)
 
-    def _begin(self) -> None:
+    # ------------------------------------------------------------------ 6a
+    def stage(self) -> list[TopicPartition]:
+        """The task's share of the unit's transaction: outputs, changelog records, dead letters and ledger entry
+        produced into it. Returns the input offsets (with their metadata) the commit is to carry."""
         assert self.producer is not None
-        if self.begun_at is None:
-            self.producer.begin()
-            self.begun_at = time.monotonic()
-
-    # ------------------------------------------------------------------ 6
-    def commit(self) -> None:
-        """One transaction: outputs, changelog records, dead letters and the input offsets, then commit."""
-        assert self.producer is not None
-        producer, outcome, cfg = self.producer, self.outcome, self.config
+        producer, outcome = self.producer, self.outcome
         t0 = time.monotonic()
-        self._begin()
+        self.txn.begin()
         self.result.bytes_out += producer.produce_all(outcome.outputs)
         producer.produce_all(self.changelog, track=True)  # the stores record the changelog offsets
         producer.produce_all(outcome.dead_letters)
-        if cfg.lineage and not self.plan.idle:  # an idle batch consumed nothing: nothing for the ledger
+        if self.config.lineage and not self.plan.idle:  # an idle batch consumed nothing: nothing for the ledger
             producer.produce(self.job.ledger_topic, self._ledger_entry().encode(), str(self.task).encode(),
                              partition=0, track=False)
         self._fire(HookPoint.AFTER_PRODUCE)
         stream_time = max(self.stream_time, outcome.stream_time)
         punctuation = self.runtime.punctuation_state() if self.runtime is not None else {}
         idle = said_idle(self.plan.stamps, outcome)
+        grouping = self.config.tasks_per_transaction
         offsets = [TopicPartition(r.topic, r.partition, self._commit_offset(r),
                                   CommitMetadata(stream_time, producer.token, self.plan.topic_ids.get(r.topic),
-                                                 punctuation, outcome.clocks, idle).encode())
+                                                 punctuation, outcome.clocks, idle, grouping).encode())
                    for r in self.ranges]
-        by_tp = {(tp.topic, tp.partition): tp for tp in offsets}
-        for consumer, tps in self._by_group(list(by_tp)):
-            producer.send_offsets([by_tp[tp] for tp in tps], consumer.consumer_group_metadata(),
-                                  timeout=cfg.batch_timeout)
         self.result.produce_ms += (time.monotonic() - t0) * 1000
-        self._fire(HookPoint.BEFORE_COMMIT)
-        self.result.commit_ms = producer.commit(timeout=cfg.batch_timeout) * 1000
-        self.result.committed_at = time.time()
-        self.result.committed_offsets = {(tp.topic, tp.partition): tp.offset for tp in offsets}
-        self._fire(HookPoint.AFTER_COMMIT)
+        return offsets
 
     def _ledger_entry(self) -> LedgerEntry:
         """What this batch consumed, per input partition, and which of its records produced nothing."""
@@ -438,6 +491,68 @@ class BatchAttempt:
         if hooks.hooks:
             hooks.fire(FaultPoint(point, str(self.task), self.task.partition, self.plan.batch, self.spark_attempt,
                                   self.batch_attempt))
+
+
+class UnitAttempt:
+    """One attempt at one batch of a unit: each task through steps 2-6a in turn, then one commit for all.
+
+    A task's outputs go into the transaction as it goes, so the unit holds no more than one task's batch at a
+    time. Once the transaction has been open for as long as `_open_budget` allows, the tasks not yet run are
+    left for the next batch (DEFERRED: the planner plans them again), as a streamed batch stops early."""
+
+    def __init__(self, plans: Sequence[TaskPlan], job: Job, clients: TaskClients, runtimes: RuntimeCache,
+                 spark_attempt: int, batch_attempt: int, *, in_memory: bool = False) -> None:
+        self.config = job.config
+        self.txn = Transaction(unit_id(plans[0].task, self.config), clients, self.config)
+        self.members = [BatchAttempt(plan, job, clients, runtimes, spark_attempt, batch_attempt, in_memory=in_memory,
+                                     txn=self.txn) for plan in plans]
+
+    @property
+    def producer(self) -> OutputProducer | None:
+        return self.txn.producer
+
+    @property
+    def fresh(self) -> bool:
+        return self.txn.fresh
+
+    def run(self) -> list[TaskResult]:
+        self.txn.acquire()
+        with ExitStack() as scope:
+            staged: list[tuple[BatchAttempt, list[TopicPartition]]] = []
+            for member in self.members:
+                if self.txn.open_for() > member._open_budget():
+                    member.result.status = TaskStatus.DEFERRED
+                    continue
+                if member.prepare(scope):
+                    staged.append((member, member.stage()))
+            if staged:
+                self.commit(staged)
+                for member, _ in staged:
+                    member.apply_state()
+        return [member.report() for member in self.members]
+
+    # ------------------------------------------------------------------ 6b
+    def commit(self, staged: list[tuple[BatchAttempt, list[TopicPartition]]]) -> None:
+        """Every staged task's input offsets into the transaction (one request per consumer group), then the
+        one commit: all of the unit's batches become visible together, or none does."""
+        producer, cfg = self.txn.producer, self.config
+        assert producer is not None
+        t0 = time.monotonic()
+        by_tp = {(tp.topic, tp.partition): tp for _, offsets in staged for tp in offsets}
+        for consumer, tps in staged[0][0]._by_group(list(by_tp)):
+            producer.send_offsets([by_tp[tp] for tp in tps], consumer.consumer_group_metadata(),
+                                  timeout=cfg.batch_timeout)
+        offsets_ms = (time.monotonic() - t0) * 1000
+        for member, _ in staged:
+            member.result.produce_ms += offsets_ms
+            member._fire(HookPoint.BEFORE_COMMIT)
+        commit_ms = producer.commit(timeout=cfg.batch_timeout) * 1000
+        committed_at = time.time()
+        for member, offsets in staged:
+            member.result.commit_ms, member.result.committed_at = commit_ms, committed_at
+            member.result.committed_offsets = {(tp.topic, tp.partition): tp.offset for tp in offsets}
+        for member, _ in staged:
+            member._fire(HookPoint.AFTER_COMMIT)
 
 
 def _offsets_by_partition(msgs: list[Message], transitive: frozenset[str]) -> dict[tuple[str, int], BitMap64]:

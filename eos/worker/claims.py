@@ -1,4 +1,5 @@
-"""Claims: how the Spark tasks of a `TaskGroup` share out its Kafka tasks on one executor.
+"""Claims: how the Spark tasks of a `TaskGroup` share out its Kafka tasks on one executor, a unit at a time (the
+tasks that share a transaction, `tasks_per_transaction`; usually one task).
 
 Spark hands a task any idle Python worker, so with one Spark task per Kafka task a task moved between the
 workers of an executor at random, and each move cost the worker it came to a new producer
@@ -9,7 +10,7 @@ of the list, where a sibling that holds them reaches last. A producer that anoth
 (the plan names the producer of the task's last commit, `TaskPlan.last_producer`) is dropped, not held: else
 a task taken over once would have two workers that both take it for their own, and move every other batch.
 
-A claim is an exclusive `flock` on one file per task and Spark job of a batch (a batch planned again after a
+A claim is an exclusive `flock` on one file per unit and Spark job of a batch (a batch planned again after a
 failed job gets new claims), in the executor's temporary directory: not the state directory, which a
 stateless job needs none of, and which a task's stores report as a configuration error when it is unusable.
 The kernel releases a claim when its process dies, so the task of a member that died is claimed again (by
@@ -29,7 +30,7 @@ import os
 import pickle
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -39,14 +40,14 @@ __all__ = ["Claim", "TaskClaims", "claim_order", "claims_root"]
 
 
 class Claim:
-    """A task this member may report: run it and record the result (`done`), or report `earlier`, the result
-    an earlier attempt of this member stored."""
+    """A unit this member may report: run it and record its tasks' results (`done`), or report `earlier`, the
+    results an earlier attempt of this member stored."""
 
-    def __init__(self, fd: int, member: int, earlier: TaskResult | None) -> None:
+    def __init__(self, fd: int, member: int, earlier: list[TaskResult] | None) -> None:
         self._fd, self._member, self.earlier = fd, member, earlier
 
-    def done(self, result: TaskResult) -> None:
-        data = pickle.dumps((self._member, result))
+    def done(self, results: list[TaskResult]) -> None:
+        data = pickle.dumps((self._member, results))
         os.ftruncate(self._fd, 0)
         os.pwrite(self._fd, data, 0)
 
@@ -74,10 +75,10 @@ class TaskClaims:
             _prune(root, token, member.group.batch)
 
     @contextmanager
-    def claim(self, plan: TaskPlan) -> Iterator[Claim | None]:
-        """The claim of `plan`'s task, held for the block; None when a live sibling runs it now or another member
-        has reported it."""
-        fd = os.open(self.directory / f"{plan.task}.claim", os.O_RDWR | os.O_CREAT, 0o600)
+    def claim(self, unit: str) -> Iterator[Claim | None]:
+        """The claim of `unit` (its transactional id), held for the block; None when a live sibling runs it now or
+        another member has reported it."""
+        fd = os.open(self.directory / f"{unit}.claim", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -93,7 +94,7 @@ class TaskClaims:
             os.close(fd)  # (releases the lock)
 
 
-def _stored(fd: int) -> tuple[int, TaskResult] | None:
+def _stored(fd: int) -> tuple[int, list[TaskResult]] | None:
     size = os.fstat(fd).st_size
     if not size:
         return None
@@ -120,9 +121,10 @@ def _entries(directory: Path) -> list[Path]:
         return []
 
 
-def claim_order(plans: tuple[TaskPlan, ...], held: Callable[[TaskPlan], bool]) -> list[TaskPlan]:
-    """The order a member tries its group's tasks in: the ones this worker holds in plan order, then the rest
+def claim_order(units: Sequence[tuple[TaskPlan, ...]],
+                held: Callable[[tuple[TaskPlan, ...]], bool]) -> list[tuple[TaskPlan, ...]]:
+    """The order a member tries its group's units in: the ones this worker holds in plan order, then the rest
     from the end, so that two members meet only once each has run its own."""
-    own = [p for p in plans if held(p)]
-    rest = [p for p in reversed(plans) if not held(p)]
+    own = [u for u in units if held(u)]
+    rest = [u for u in reversed(units) if not held(u)]
     return own + rest

@@ -18,11 +18,12 @@ from __future__ import annotations
 import time
 import traceback
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import structlog
 
+from eos.config import EosConfig
 from eos.errors import (
     BadRecordError,
     BatchFailedError,
@@ -32,12 +33,22 @@ from eos.errors import (
     TaskFailure,
 )
 from eos.logs import configure_logging
-from eos.worker.attempt import BatchAttempt, StalePlanError, result_of
+from eos.worker.attempt import StalePlanError, UnitAttempt, result_of
 from eos.worker.claims import TaskClaims, claim_order, claims_root
 from eos.worker.clients import CLIENTS, TaskClients
 from eos.worker.collection import fewer_collections
 from eos.worker.executor import executor_location
-from eos.worker.plans import GroupMember, Job, StandbyPlan, StandbyResult, TaskPlan, TaskResult, TaskStatus
+from eos.worker.plans import (
+    GroupMember,
+    Job,
+    StandbyPlan,
+    StandbyResult,
+    TaskPlan,
+    TaskResult,
+    TaskStatus,
+    runtime_key,
+    unit_id,
+)
 from eos.worker.progress import fenced_since
 from eos.worker.runtime import RUNTIMES, RuntimeCache
 from eos.worker.standby import run_standby
@@ -53,7 +64,7 @@ from transactions import (
     TransactionAbortableError,
 )
 
-__all__ = ["SparkTaskFunction", "run_task", "run_member"]
+__all__ = ["SparkTaskFunction", "run_task", "run_unit", "run_member", "units_of"]
 
 log = structlog.get_logger(__name__)
 
@@ -102,30 +113,47 @@ class SparkTaskFunction:
 
 def run_task(plan: TaskPlan, job: Job, spark_attempt: int = 0, clients: TaskClients = CLIENTS,
              runtimes: RuntimeCache = RUNTIMES, *, in_memory: bool = False) -> TaskResult:
-    """Run one planned batch of one task; every log line inside names the application, task, batch and attempt.
-    `clients` and `runtimes`: this worker's (a test driver passes its own, in memory)."""
+    """Run one planned batch of one task (of a unit, with the unit's producer, alone); see `run_unit`."""
+    return run_unit((plan,), job, spark_attempt, clients, runtimes, in_memory=in_memory)[0]
+
+
+def run_unit(plans: Sequence[TaskPlan], job: Job, spark_attempt: int = 0, clients: TaskClients = CLIENTS,
+             runtimes: RuntimeCache = RUNTIMES, *, in_memory: bool = False) -> list[TaskResult]:
+    """Run one planned batch of a unit's tasks (`units_of`) in one transaction, one result per task; every log
+    line inside names the application, the tasks, batch and attempt. `clients` and `runtimes`: this worker's
+    (a test driver passes its own, in memory)."""
     cfg = job.config
     configure_logging(cfg.log_format, cfg.log_level)
-    with structlog.contextvars.bound_contextvars(app=cfg.application_id, task=str(plan.task), batch=plan.batch,
+    tasks = ",".join(str(plan.task) for plan in plans)
+    with structlog.contextvars.bound_contextvars(app=cfg.application_id, task=tasks, batch=plans[0].batch,
                                                  attempt=spark_attempt):
-        if not in_memory and _cold_retry(plan, job, spark_attempt):
+        if not in_memory and any(_cold_retry(plan, job, spark_attempt) for plan in plans):
             # Spark retried the task (its executor was lost) on an executor without a copy of its state: let
             # the driver plan it on the copy with the least lag instead of replaying the whole changelog here.
             log.info("retry landed on an executor without the task's state; deferring to the planner",
-                     planned=plan.preferred_location, here=executor_location())
-            return result_of(plan, TaskStatus.DEFERRED, spark_attempt, 0)
+                     planned=plans[0].preferred_location, here=executor_location())
+            return [result_of(plan, TaskStatus.DEFERRED, spark_attempt, 0) for plan in plans]
         started = time.monotonic()
         try:
             with fewer_collections():
-                result = _attempts(plan, job, spark_attempt, clients, runtimes, in_memory)
-            result.total_ms = (time.monotonic() - started) * 1000
-            return result
+                results = _attempts(plans, job, spark_attempt, clients, runtimes, in_memory)
+            for result in results:
+                result.total_ms = (time.monotonic() - started) * 1000
+            return results
         except ConfigError as exc:
-            return _failed(plan, spark_attempt, FailureKind.CONFIG, exc, str(exc))
+            return [_failed(plan, spark_attempt, FailureKind.CONFIG, exc, str(exc)) for plan in plans]
         except BadRecordError as exc:
-            return _failed(plan, spark_attempt, FailureKind.BAD_RECORD, exc, str(exc))
+            return [_failed(plan, spark_attempt, FailureKind.BAD_RECORD, exc, str(exc)) for plan in plans]
         except TaskFailedError as exc:
-            return _failed(plan, spark_attempt, FailureKind.USER_CODE, exc, str(exc), exc.detail)
+            return [_failed(plan, spark_attempt, FailureKind.USER_CODE, exc, str(exc), exc.detail) for plan in plans]
+
+
+def units_of(plans: Sequence[TaskPlan], config: EosConfig) -> list[tuple[TaskPlan, ...]]:
+    """`plans` by the transaction that commits them (`tasks_per_transaction`), in plan order."""
+    units: dict[str, list[TaskPlan]] = {}
+    for plan in plans:
+        units.setdefault(unit_id(plan.task, config), []).append(plan)
+    return [tuple(unit) for unit in units.values()]
 
 
 def run_member(member: GroupMember, job: Job, spark_attempt: int, token: str, clients: TaskClients = CLIENTS,
@@ -141,51 +169,63 @@ def run_member(member: GroupMember, job: Job, spark_attempt: int, token: str, cl
         for plan in member.group.plans:
             yield _failed(plan, spark_attempt, FailureKind.CONFIG, error, str(error))
         return
-    app = job.config.application_id
+    cfg = job.config
 
-    def held(plan: TaskPlan) -> bool:
-        txn_id = plan.task.transactional_id(app)
+    def held(unit: tuple[TaskPlan, ...]) -> bool:
+        txn_id = unit_id(unit[0].task, cfg)
+        keys = [runtime_key(plan.task, cfg) for plan in unit]
         producer = clients.cached_producer(txn_id)
-        if producer is not None and fenced_since(producer, [plan.last_producer]):
+        if producer is not None and fenced_since(producer, [plan.last_producer for plan in unit]):
             # Another worker committed the task since this producer did, so it is fenced and the runtime
             # behind: both go now. Kept, they would make this worker claim the task first every batch, and
             # the task would move back and forth between two workers that both take it for their own.
             clients.drop_producer(txn_id)
-            runtimes.drop(txn_id)
+            for key in keys:
+                runtimes.drop(key)
             return False
-        return producer is not None or runtimes.get(txn_id, job.run_id) is not None
+        return producer is not None or any(runtimes.get(key, job.run_id) is not None for key in keys)
 
-    for plan in claim_order(member.group.plans, held):
-        with claims.claim(plan) as claim:
+    for unit in claim_order(units_of(member.group.plans, cfg), held):
+        with claims.claim(unit_id(unit[0].task, cfg)) as claim:
             if claim is None:
                 continue  # a sibling runs it or has reported it
             if claim.earlier is not None:
-                yield claim.earlier  # this member ran it before Spark retried the member
+                yield from claim.earlier  # this member ran it before Spark retried the member
                 continue
-            result = run_task(plan, job, spark_attempt, clients, runtimes, in_memory=in_memory)
-            claim.done(result)
-        yield result
+            results = run_unit(unit, job, spark_attempt, clients, runtimes, in_memory=in_memory)
+            claim.done(results)
+        yield from results
 
 
-def _attempts(plan: TaskPlan, job: Job, spark_attempt: int, clients: TaskClients, runtimes: RuntimeCache,
-              in_memory: bool) -> TaskResult:
+def _attempts(plans: Sequence[TaskPlan], job: Job, spark_attempt: int, clients: TaskClients,
+              runtimes: RuntimeCache, in_memory: bool) -> list[TaskResult]:
     cfg = job.config
-    txn_id = plan.task.transactional_id(cfg.application_id)
+    txn_id = unit_id(plans[0].task, cfg)
+
+    def drop_runtimes() -> None:
+        for plan in plans:
+            runtimes.drop(runtime_key(plan.task, cfg))
+
+    def each(status: TaskStatus, batch_attempt: int) -> list[TaskResult]:
+        return [result_of(plan, status, spark_attempt, batch_attempt) for plan in plans]
+
     last: Exception | None = None
     for batch_attempt in range(1, cfg.max_batch_attempts + 1):
-        attempt = BatchAttempt(plan, job, clients, runtimes, spark_attempt, batch_attempt, in_memory=in_memory)
+        attempt = UnitAttempt(plans, job, clients, runtimes, spark_attempt, batch_attempt, in_memory=in_memory)
         try:
             return attempt.run()
         except StalePlanError as exc:
             log.info("the plan is stale; the batch goes back to the planner", reason=str(exc))
-            runtimes.drop(txn_id)
-            return result_of(plan, TaskStatus.DEFERRED, spark_attempt, batch_attempt)
+            if attempt.txn.begun_at is not None:  # (a streamed batch's slices, or another task's batch)
+                _abort_quietly(attempt.producer, clients, txn_id)
+            drop_runtimes()
+            return each(TaskStatus.DEFERRED, batch_attempt)
         except ProducerFencedError as exc:
             clients.drop_producer(txn_id)
-            runtimes.drop(txn_id)
+            drop_runtimes()
             if attempt.fresh:
                 log.warning("fenced: a newer attempt owns this task; this attempt stops", error=str(exc))
-                return result_of(plan, TaskStatus.FENCED, spark_attempt, batch_attempt)
+                return each(TaskStatus.FENCED, batch_attempt)
             log.info("cached producer was fenced (another worker ran this task); initialising a new one")
             last = exc
         except TransactionAbortableError as exc:
@@ -193,20 +233,21 @@ def _attempts(plan: TaskPlan, job: Job, spark_attempt: int, clients: TaskClients
             if isinstance(exc, DeliveryFailedError):  # a topic's rules may have changed: read again
                 clients.topic_rules(cfg).forget()
             _abort_quietly(attempt.producer, clients, txn_id)
-            runtimes.drop(txn_id)
+            drop_runtimes()
             last = exc
         except (RetriableKafkaError, FatalKafkaError, IllegalStateError) as exc:
             log.warning("batch attempt failed; recreating the clients", error=str(exc), kind=type(exc).__name__)
             _abort_quietly(attempt.producer, clients, txn_id)
             clients.drop_producer(txn_id)
-            runtimes.drop(txn_id)
+            drop_runtimes()
             clients.drop_consumers(cfg)
             last = exc
         except BaseException:
             _abort_quietly(attempt.producer, clients, txn_id)
-            runtimes.drop(txn_id)
+            drop_runtimes()
             raise
-    raise BatchFailedError(f"task {plan.task} batch {plan.batch} failed after {cfg.max_batch_attempts} attempts: "
+    tasks = ", ".join(str(plan.task) for plan in plans)
+    raise BatchFailedError(f"task {tasks} batch {plans[0].batch} failed after {cfg.max_batch_attempts} attempts: "
                            f"{last}")
 
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Job", "TaskPlan", "TaskGroup", "GroupMember", "StampPlan",
            "TaskResult", "TaskStatus", "StandbyPlan", "StandbyResult", "StandbyStatus",
-           "OffsetReset", "SkipReason"]
+           "OffsetReset", "SkipReason", "unit_id", "runtime_key"]
 
 TopicPartition = tuple[str, int]
 
@@ -113,6 +113,10 @@ class TaskPlan:
     #: (None: unknown). A worker whose cached producer has committed under another token was fenced since, so
     #: it does not claim the task as its own (`eos.worker.claims`).
     last_producer: str | None = None
+    #: The `tasks_per_transaction` its last commits were made under, as the planner read them (without waiting
+    #: for pending offsets). A task of another grouping now first fences the transactional id those name, so
+    #: that a transaction it left open no longer holds its offsets.
+    last_groupings: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -215,3 +219,12 @@ class StandbyResult:
     ms: float = 0.0
     store_offsets: dict[str, int] = field(default_factory=dict)
 
+
+def unit_id(task: TaskId, config: EosConfig) -> str:
+    """The transactional id that commits `task`: its unit's (`tasks_per_transaction`; the task's own at 1)."""
+    return task.transactional_id(config.application_id, config.tasks_per_transaction)
+
+
+def runtime_key(task: TaskId, config: EosConfig) -> str:
+    """Under what a worker keeps a task's runtime (`RuntimeCache`): the task's own id, whatever its unit."""
+    return task.transactional_id(config.application_id)

@@ -1,11 +1,13 @@
 """What a task keeps with its committed offsets (the offset-commit metadata), and reads back first thing in
 every batch: the committed offsets are the only record of progress, and this is the progress beyond them.
 
-    eos1;st=<stream time>;p=<producer token>;t=<topic id>;pu=<index>:<next due>,...;c=<clocks>;i=1
+    eos1;st=<stream time>;p=<producer token>;g=<tasks per transaction>;t=<topic id>;pu=<index>:<due>,...;c=<clocks>;i=1
 
 * stream time: the largest record timestamp the task has seen (Kafka Streams keeps partition time there
   too), so that windows and stream-time punctuation continue where they were after a restart;
 * the token of the producer instance that committed (to tell that another worker committed since);
+* how many tasks shared the committing transaction (`tasks_per_transaction`, when more than one), which
+  names the transactional id that committed (a task that commits under another grouping first fences it);
 * the id of the topic the offset belongs to (a topic deleted and created again has a new one);
 * the punctuation schedule: when each of the processor's schedules is next due, so that a punctuation
   committed once is not run again by a retried or moved task;
@@ -18,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from transactions import OutputProducer
+from transactions import OutputProducer, issued_after
 
 __all__ = ["CommitMetadata", "fenced_since"]
 
@@ -33,9 +35,12 @@ class CommitMetadata:
     punctuation: dict[int, int] = field(default_factory=dict)
     clocks: str = ""
     idle: bool = False
+    grouping: int = 1
 
     def encode(self) -> str:
         text = f"{_VERSION};st={self.stream_time};p={self.producer or ''}"
+        if self.grouping > 1:
+            text += f";g={self.grouping}"
         if self.topic_id:
             text += f";t={self.topic_id}"
         if self.punctuation:
@@ -61,11 +66,14 @@ class CommitMetadata:
             index, _, due = item.partition(":")
             if index.isdigit() and due.lstrip("-").isdigit():
                 punctuation[int(index)] = int(due)
+        grouping = fields.get("g", "1")
         return cls(stream_time, fields.get("p") or None, fields.get("t") or None, punctuation,
-                   fields.get("c", ""), fields.get("i") == "1")
+                   fields.get("c", ""), fields.get("i") == "1", int(grouping) if grouping.isdigit() else 1)
 
 
 def fenced_since(producer: OutputProducer, committers: Iterable[str | None]) -> bool:
-    """Whether another producer of the same transactional id committed after `producer` did (`committers`: the
-    tokens the last commits name), so that `producer` is fenced. A producer that has not committed cannot tell."""
-    return bool(producer.commits) and any(token not in (None, producer.token) for token in committers)
+    """Whether a producer of the same transactional id made after `producer` has committed (`committers`: the
+    tokens the last commits name), so that `producer` is fenced. A producer that has not committed cannot tell.
+    A task of a unit (`tasks_per_transaction`) that had no input for a while names an earlier producer of the
+    unit: that one is not newer, and says nothing."""
+    return bool(producer.commits) and any(issued_after(token, producer.token) for token in committers)

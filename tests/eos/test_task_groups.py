@@ -12,7 +12,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from eos import Application
-from eos.driver.groups import one_result_per_task, share_out
+from eos.driver.groups import one_result_per_task, place_units_together, share_out
 from eos.testing import TopologyTestDriver
 from eos.testing.clients import MemoryWorker
 from eos.topology import TaskId
@@ -52,6 +52,31 @@ def test_each_executor_gets_its_own_group_at_most_one_member_per_task_and_unplac
     assert [i for i in items if isinstance(i, TaskPlan)] == [plan(3, None)]  # no location on a cluster
 
 
+def test_a_unit_s_tasks_always_go_to_one_spark_task_and_a_group_has_no_more_members_than_units():
+    """`tasks_per_transaction` 2: units {0, 1} and {2, 3}. On a local master the group gets a member per unit
+    (not per task); tasks without a location on a cluster go one Spark task per unit."""
+    def unit(p: TaskPlan) -> str:
+        return p.task.transactional_id("app", 2)
+
+    items = share_out([plan(p) for p in range(4)] + [plan(4)], {None: 8}, unit)
+    groups = [i.group for i in items if isinstance(i, GroupMember)]
+    assert len(groups) == 3 and all(g is groups[0] for g in groups)
+    assert groups[0].members == 3  # units {0, 1}, {2, 3}, {4}
+    a = "executor_h_1"
+    items = share_out([plan(0, a), plan(1, None), plan(2, None), plan(3, None), plan(5, None)], {a: 4}, unit)
+    alone = {tuple(p.task.partition for p in i.group.plans) for i in items
+             if isinstance(i, GroupMember) and i.group.preferred_location is None}
+    assert alone == {(2, 3)}  # one Spark task for the unit; the partial units 1 and 5 are plain tasks
+    assert sorted(i.task.partition for i in items if isinstance(i, TaskPlan)) == [1, 5]
+
+
+def test_a_unit_s_tasks_are_placed_where_its_first_planned_task_is():
+    placed = place_units_together([plan(1, "e2"), plan(0, "e1"), plan(2, "e1"), plan(3, "e2")],
+                                  lambda p: p.task.transactional_id("app", 2))
+    assert [(p.task.partition, p.preferred_location) for p in placed] == [(1, "e2"), (0, "e2"), (2, "e1"),
+                                                                          (3, "e1")]
+
+
 def result(partition: int, status: TaskStatus) -> TaskResult:
     return TaskResult(TaskId("count", partition), 0, status)
 
@@ -70,37 +95,37 @@ def test_one_result_per_task_keeps_a_failure_then_a_commit_and_names_tasks_witho
 
 
 def test_a_member_tries_the_tasks_its_worker_holds_first_then_the_rest_from_the_far_end():
-    plans = tuple(plan(p) for p in range(6))
+    units = [(plan(p),) for p in range(6)]
     held = {1, 4}
-    order = claim_order(plans, lambda p: p.task.partition in held)
-    assert [p.task.partition for p in order] == [1, 4, 5, 3, 2, 0]
+    order = claim_order(units, lambda u: u[0].task.partition in held)
+    assert [u[0].task.partition for u in order] == [1, 4, 5, 3, 2, 0]
 
 
 def test_a_claimed_task_is_skipped_by_siblings_while_held_and_after_it_is_reported(tmp_path):
     group = group_of(0, 1)
     first, second = TaskClaims(tmp_path, "run", GroupMember(group, 0)), TaskClaims(tmp_path, "run",
                                                                                    GroupMember(group, 1))
-    done = result(0, TaskStatus.COMMITTED)
-    with first.claim(group.plans[0]) as claim:
+    done = [result(0, TaskStatus.COMMITTED)]
+    with first.claim(str(group.plans[0].task)) as claim:
         assert claim is not None and claim.earlier is None
-        with second.claim(group.plans[0]) as other:
+        with second.claim(str(group.plans[0].task)) as other:
             assert other is None  # held right now
         claim.done(done)
-    with second.claim(group.plans[0]) as other:
+    with second.claim(str(group.plans[0].task)) as other:
         assert other is None  # member 0 reported it
-    with first.claim(group.plans[0]) as again:  # member 0's retry reports what it stored
+    with first.claim(str(group.plans[0].task)) as again:  # member 0's retry reports what it stored
         assert again is not None and again.earlier == done
-    with second.claim(group.plans[1]) as free:
+    with second.claim(str(group.plans[1].task)) as free:
         assert free is not None and free.earlier is None
 
 
 def _claim_and_die(root: str, report: bool) -> None:
     group = group_of(0, 1)
     claims = TaskClaims(Path(root), "run", GroupMember(group, 0))
-    with claims.claim(group.plans[0]) as claim:
+    with claims.claim(str(group.plans[0].task)) as claim:
         assert claim is not None
         if report:
-            claim.done(result(0, TaskStatus.COMMITTED))
+            claim.done([result(0, TaskStatus.COMMITTED)])
         os._exit(0)  # as a killed worker: the claim is never let go of by the process itself
 
 
@@ -113,11 +138,11 @@ def test_a_dead_workers_claim_is_free_again_and_only_what_it_reported_stays_its_
     group = group_of(0, 1)
     sibling = TaskClaims(tmp_path, "run", GroupMember(group, 1))
     retry = TaskClaims(tmp_path, "run", GroupMember(group, 0))
-    with sibling.claim(group.plans[0]) as claim:
+    with sibling.claim(str(group.plans[0].task)) as claim:
         assert (claim is None) is reported  # reported: the dead member's retry reports it; else anyone runs it
     if reported:
-        with retry.claim(group.plans[0]) as claim:
-            assert claim is not None and claim.earlier == result(0, TaskStatus.COMMITTED)
+        with retry.claim(str(group.plans[0].task)) as claim:
+            assert claim is not None and claim.earlier == [result(0, TaskStatus.COMMITTED)]
 
 
 def test_claims_of_other_runs_and_of_batches_before_the_previous_one_are_removed(tmp_path):

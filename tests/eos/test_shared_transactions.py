@@ -1,0 +1,202 @@
+"""Tasks that share one transaction (`tasks_per_transaction`), through the test driver: a unit's tasks commit
+together in one transaction per batch, crashes anywhere in a unit leave results exactly once, the open-time
+budget leaves the rest of a unit for the next batch, and a change of grouping fences the transactional id
+that last committed each task first."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from eos import Application, ConfigError
+from eos.testing import TopologyTestDriver
+from eos.topology import TaskId
+from eos.worker.attempt import BatchAttempt
+from eos.worker.plans import TaskStatus
+from eos.worker.progress import CommitMetadata, fenced_since
+from transactions import ProducerFencedError, TopicPartition, issued_after, producer_token
+from transactions.memory import _COMMITTED, MemoryProducer
+
+PARTITIONS = 8
+SUB = "filter_1"  # the one sub-topology of counts_app, named after its first step
+
+
+def counts_app(**settings) -> Application:
+    app = Application("shared", **settings)
+    app.stream("in").filter(lambda k, v: v["n"] % 5 != 0).group_by_key().count(name="counts").to_stream().to("out")
+    return app
+
+
+def inputs(n: int, seed: int = 1, partitions: int = PARTITIONS) -> list[tuple]:
+    """(topic, key, value, timestamp, partition): keys spread over every partition."""
+    rng = random.Random(seed)
+    return [("in", f"k{k}", {"n": i}, None, k % partitions) for i in range(n) for k in [rng.randrange(40)]]
+
+
+def committed_transactions(driver: TopologyTestDriver) -> list[set[tuple[str, int]]]:
+    """The input partitions whose offsets each committed transaction carried."""
+    return [{(topic, p) for offsets in t.offsets.values() for topic, p in offsets}
+            for t in driver.cluster.txns.values() if t.state == _COMMITTED and t.offsets]
+
+
+def latest_counts(driver: TopologyTestDriver) -> dict[str, int]:
+    return {r.key: r.value for r in driver.records("out")}
+
+
+# ---------------------------------------------------------------- ids and metadata
+
+
+def test_a_unit_is_named_by_its_first_partition_and_size_never_by_the_partition_count():
+    assert TaskId("count", 5).transactional_id("app") == "app-count-5"
+    assert TaskId("count", 5).transactional_id("app", 1) == "app-count-5"
+    assert [TaskId("count", p).transactional_id("app", 4) for p in (0, 3, 4, 9)] == [
+        "app-count-0x4", "app-count-0x4", "app-count-4x4", "app-count-8x4"]
+
+
+def test_the_grouping_travels_with_the_committed_offsets():
+    text = CommitMetadata(12, "tok", grouping=4).encode()
+    assert ";g=4" in text and CommitMetadata.decode(text).grouping == 4
+    assert ";g=" not in CommitMetadata(12, "tok").encode()
+    assert CommitMetadata.decode("eos1;st=3;p=tok").grouping == 1  # written before units existed: its own id
+    assert CommitMetadata.decode("eos1;st=3;p=tok;g=x").grouping == 1
+
+
+@pytest.mark.parametrize("value", [0, -2])
+def test_a_grouping_below_one_is_refused_with_what_to_set(value):
+    with pytest.raises(ConfigError, match="tasks_per_transaction must be > 0"):
+        Application("bad", tasks_per_transaction=value)
+
+
+def test_producer_tokens_are_ordered_by_issue_and_others_are_issued_after_nothing():
+    first = producer_token()
+    later = producer_token()
+    assert issued_after(later, first) and not issued_after(first, later) and not issued_after(first, first)
+    assert not issued_after("3f2a9c1b0d4e", first)  # a token of an older version: says nothing
+    assert not issued_after(None, first)
+
+
+def test_a_cached_producer_is_fenced_only_by_a_producer_made_after_it():
+    """A unit's task that had no input for a while still names an earlier producer of the unit: that one did
+    not fence the cached producer, so the worker keeps it."""
+    earlier = MemoryProducer.__new__(MemoryProducer)
+    earlier.token = producer_token()
+    mine = MemoryProducer.__new__(MemoryProducer)
+    mine.token, mine.commits = producer_token(), 3
+    assert not fenced_since(mine, [earlier.token, mine.token, None])
+    assert fenced_since(mine, [mine.token, producer_token()])
+    mine.commits = 0
+    assert not fenced_since(mine, [producer_token()])  # it has not committed: it cannot tell
+
+
+# ---------------------------------------------------------------- one transaction per unit
+
+
+def test_a_unit_commits_its_tasks_in_one_transaction_with_the_results_of_one_per_task():
+    app = counts_app(tasks_per_transaction=4)
+    driver = TopologyTestDriver(app, partitions={"in": PARTITIONS, "out": PARTITIONS})
+    driver.pipe_records(inputs(400))
+    txns = committed_transactions(driver)
+    assert sorted(sorted(p for _, p in t) for t in txns if all(topic == "in" for topic, _ in t)) == [
+        [0, 1, 2, 3], [4, 5, 6, 7]]
+    assert set(driver.cluster.epochs) == {f"shared-{SUB}-0x4", f"shared-{SUB}-4x4"}
+    counted = [r for r in driver.results if r.status is TaskStatus.COMMITTED]
+    by_unit: dict[int, set[float]] = {}
+    for r in driver.results:
+        if r.status is TaskStatus.COMMITTED:
+            by_unit.setdefault(r.task.partition // 4, set()).add(r.committed_at)
+    assert counted and all(len(times) == 1 for times in by_unit.values())  # each unit: one commit
+
+    alone = TopologyTestDriver(counts_app(), partitions={"in": PARTITIONS, "out": PARTITIONS})
+    alone.pipe_records(inputs(400))
+    assert sorted((r.key, r.value) for r in driver.records("out")) == sorted(
+        (r.key, r.value) for r in alone.records("out"))
+    assert (len(committed_transactions(alone)), len(committed_transactions(driver))) == (PARTITIONS, 2)
+
+
+@pytest.mark.parametrize("grouping", [2, 3, 8])
+def test_crashes_anywhere_in_a_unit_leave_results_exactly_once(grouping):
+    driver = TopologyTestDriver(counts_app(tasks_per_transaction=grouping),
+                                partitions={"in": PARTITIONS, "out": PARTITIONS})
+    report = driver.check_exactly_once(inputs(600, seed=grouping), crashes=12, seed=grouping, chunk=37)
+    assert report.ok and len(report.crashes) >= 8
+
+
+def test_a_crash_before_the_commit_of_a_unit_s_second_task_shows_nothing_of_the_first():
+    driver = TopologyTestDriver(counts_app(tasks_per_transaction=2), partitions={"in": 2, "out": 1})
+    driver.crash_at("before_commit", task=f"{SUB}-1")
+    driver.pipe_records([("in", "a", {"n": 1}, None, 0), ("in", "b", {"n": 2}, None, 1)])
+    assert [c[1].task for c in driver.crashes] == [f"{SUB}-1"]
+    # the crashed attempt had produced both tasks' counts into the unit's transaction: aborted together,
+    # then both committed once by the next attempt
+    raw = [m for m in driver.cluster.logs["out"][0] if not m.marker]
+    assert len(raw) == 4
+    assert sorted((r.key, r.value) for r in driver.records("out")) == [("a", 1), ("b", 1)]
+    committed = [r for r in driver.results if r.status is TaskStatus.COMMITTED]
+    assert sorted(r.task.partition for r in committed) == [0, 1] and len({r.committed_at for r in committed}) == 1
+
+
+def test_a_unit_whose_transaction_is_open_too_long_leaves_its_other_tasks_to_the_next_batch(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no time left in the transaction, a unit runs its first task only (it stops after its first slice)
+    and defers the rest: every batch commits what it did, and the results are those of a plain run."""
+    monkeypatch.setattr(BatchAttempt, "_open_budget", lambda self: 0.0)
+    driver = TopologyTestDriver(counts_app(tasks_per_transaction=4, batch_slice_records=10),
+                                partitions={"in": 4, "out": 4})
+    driver.pipe_records(inputs(200, partitions=4))
+    assert any(r.status is TaskStatus.DEFERRED for r in driver.results)
+    alone = TopologyTestDriver(counts_app(), partitions={"in": 4, "out": 4})
+    alone.pipe_records(inputs(200, partitions=4))
+    assert latest_counts(driver) == latest_counts(alone)
+    assert sum(r.records_in for r in driver.results if r.task.subtopology == SUB) == 200
+
+
+# ---------------------------------------------------------------- a change of grouping
+
+
+def regroup(driver: TopologyTestDriver, grouping: int) -> None:
+    """The application started again with another tasks_per_transaction (on the same cluster)."""
+    config = driver.config.with_overrides(tasks_per_transaction=grouping)
+    driver.config = driver.job.config = driver.planner.config = config
+
+
+@pytest.mark.parametrize(("before", "after"), [(1, 2), (2, 1), (2, 4)])
+def test_a_new_grouping_fences_the_id_that_last_committed_a_task_before_committing_it(before, after):
+    """An attempt of the old grouping still alive (a previous run's, on an executor cut off from the driver)
+    holds an open transaction with the task's outputs and its offsets. Without the fence its commit would
+    land after the new run committed the same input: the count twice."""
+    driver = TopologyTestDriver(counts_app(tasks_per_transaction=before), partitions={"in": 4, "out": 4})
+    driver.pipe_records([("in", "a", {"n": 1}, None, 0)])
+    old_id = TaskId(SUB, 0).transactional_id("shared", before)
+    assert old_id in driver.cluster.epochs
+    # the old attempt is fenced by no one yet: it takes the next batch's input and keeps it open
+    zombie = MemoryProducer(driver.cluster, old_id)
+    zombie.init()
+    driver.pipe_records([("in", "a", {"n": 2}, None, 0)], process=False)
+    zombie.begin()
+    zombie.produce("out", b"zombie", b"a", partition=0)
+    offset = driver.cluster.last_stable("in", 0)
+    zombie.send_offsets([TopicPartition("in", 0, offset, CommitMetadata(0, zombie.token, grouping=before).encode())],
+                        driver.worker.clients.consumer(driver.config).consumer_group_metadata())
+    regroup(driver, after)
+    driver.pipe_records([])  # the new grouping's run: it fences the zombie's id, then commits
+    with pytest.raises(ProducerFencedError):
+        zombie.commit()
+    assert [(r.key, r.value) for r in driver.records("out")] == [("a", 1), ("a", 2)]
+    driver.pipe_records([("in", "a", {"n": 3}, None, 0)])
+    assert [(r.key, r.value) for r in driver.records("out")][-1] == ("a", 3)
+
+
+def test_the_fence_happens_once_per_grouping_change_not_every_batch():
+    driver = TopologyTestDriver(counts_app(), partitions={"in": 4, "out": 4})
+    driver.pipe_records(inputs(40, partitions=4))
+    regroup(driver, 2)
+    epochs = dict(driver.cluster.epochs)
+    driver.pipe_records(inputs(40, seed=2, partitions=4))
+    fenced = {t for t, e in driver.cluster.epochs.items() if t in epochs and e > epochs[t] and "x" not in t}
+    assert fenced == {f"shared-{SUB}-{p}" for p in range(4)}
+    epochs = dict(driver.cluster.epochs)
+    driver.pipe_records(inputs(40, seed=3, partitions=4))
+    assert {t: e for t, e in driver.cluster.epochs.items() if "x" not in t} == {
+        t: e for t, e in epochs.items() if "x" not in t}
+
