@@ -114,13 +114,14 @@ class Planner:
                    for group, group_tps in self._by_group().items()}
         ends = self.admin.end_offsets(tps, committed=True, timeout=10)
         earliest = self.admin.earliest_offsets(tps, timeout=10)
-        cap = self.backlog_records if self._sized else self.config.max_records_per_batch
+        batch_cap = self.backlog_records if self._sized else self.config.max_records_per_batch
         self._last_plan_first = self._first_plan
-        if self._first_plan:  # the first batch starts the workers and clients: its outputs come sooner if small
-            cap = min(cap, self.config.first_batch_max_records)
         pins = self._global_pins()
         plans = []
         for sub in self.subtopologies.values():
+            cap = batch_cap
+            if self._first_plan:  # the first batch starts the workers and clients: its outputs come sooner if small
+                cap = min(cap, self.first_batch_cap(sub))
             for partition in range(self.task_count(sub)):
                 ranges, resets, behind = [], {}, set()
                 for topic in sub.inputs:
@@ -153,6 +154,12 @@ class Planner:
                                           last_groupings=_last_groupings(committed)))
         self._first_plan = False
         return plans
+
+    def first_batch_cap(self, sub: SubTopology) -> int:
+        """Records per partition of a run's first batch: `first_batch_max_records`, shared among the tasks of a
+        unit (`tasks_per_transaction`), which commit together: the first outputs wait for all of them."""
+        unit = min(self.config.tasks_per_transaction, self.task_count(sub))
+        return max(1, -(-self.config.first_batch_max_records // unit))
 
     def _stamps(self, sub: SubTopology, caught_up: bool, announce: bool, wake: bool) -> StampPlan | None:
         topics = self.stamped.get(sub.name)

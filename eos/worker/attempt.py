@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from typing import Any
 
@@ -149,10 +149,11 @@ class BatchAttempt:
     def fresh(self) -> bool:
         return self.txn.fresh
 
-    def prepare(self, scope: ExitStack) -> bool:
+    def prepare(self, scope: ExitStack, read: Mapping[tuple[str, int], Committed] | None = None) -> bool:
         """Steps 2-5: True when the batch has something to commit (then `stage` comes next). The task's runtime
-        is released, and its batch span ends, when `scope` closes (after the unit's commit)."""
-        if not self.read_progress() and not self.plan.idle:
+        is released, and its batch span ends, when `scope` closes (after the unit's commit). `read`: as for
+        `read_progress`."""
+        if not self.read_progress(read) and not self.plan.idle:
             self.result.status = TaskStatus.NOOP
             return False
         runtime = self.restore_state()
@@ -181,28 +182,19 @@ class BatchAttempt:
                                       "eos.dead_letters": self.outcome.dead_letter_count})
 
     # ------------------------------------------------------------------ 2
-    def read_progress(self) -> bool:
+    def read_progress(self, read: Mapping[tuple[str, int], Committed] | None = None) -> bool:
         """Stable read of the committed offsets: the only source of truth for progress. Sets the ranges to
         read (from the committed offsets to the planned ends) and the task's stream time. False when an
-        earlier attempt already committed everything planned."""
+        earlier attempt already committed everything planned. `read`: the offsets the unit read for all its
+        tasks at once (`UnitAttempt.read_committed`; none but the unit's attempts commit them meanwhile)."""
         assert self.producer is not None
         t0 = time.monotonic()
-        self._fence_other_groupings(self.plan.last_groupings)
-        wait = min(self.config.batch_timeout, 20.0 if self.fresh else CACHED_PRODUCER_STABLE_WAIT)
-        committed: dict[tuple[str, int], Committed] = {}
-        try:
-            for consumer, partitions in self._by_group([(r.topic, r.partition) for r in self.plan.ranges]):
-                committed.update(stable_committed(consumer, partitions, timeout=wait,
-                                                  **({} if self.fresh else {"policy": _ONE_TRY})))
-        except RetriableKafkaError as exc:
-            if self.fresh:
-                raise
-            # Only attempts of this task write offsets of these partitions. A cached producer's own
-            # transactions are finished, so the pending offsets are another attempt's, one that initialised
-            # after this producer (and died, or hangs): this producer is fenced, and a fresh
-            # init_transactions() aborts that transaction now rather than after the transaction timeout.
-            raise ProducerFencedError(f"{self.txn_id}: offsets still pending in another attempt's transaction "
-                                      f"after {wait:.0f}s; the cached producer is stale") from exc
+        partitions = [(r.topic, r.partition) for r in self.plan.ranges]
+        if read is None:
+            self._fence_other_groupings(self.plan.last_groupings)
+            committed = self.read_committed(partitions)
+        else:
+            committed = {tp: read[tp] for tp in partitions}
         decoded = [CommitMetadata.decode(c.metadata) for c in committed.values()]
         if self._fence_other_groupings(m.grouping for c, m in zip(committed.values(), decoded, strict=True)
                                        if c.offset is not None and m.producer):
@@ -217,6 +209,25 @@ class BatchAttempt:
             raise ProducerFencedError(f"{self.txn_id}: another worker committed this task since; the cached "
                                       "producer is stale")
         return not all(r.empty for r in self.ranges)
+
+    def read_committed(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], Committed]:
+        """The committed offsets of `partitions`, stably: waiting while a transaction holds pending ones."""
+        wait = min(self.config.batch_timeout, 20.0 if self.fresh else CACHED_PRODUCER_STABLE_WAIT)
+        committed: dict[tuple[str, int], Committed] = {}
+        try:
+            for consumer, tps in self._by_group(partitions):
+                committed.update(stable_committed(consumer, tps, timeout=wait,
+                                                  **({} if self.fresh else {"policy": _ONE_TRY})))
+        except RetriableKafkaError as exc:
+            if self.fresh:
+                raise
+            # Only attempts of this unit write offsets of these partitions. A cached producer's own
+            # transactions are finished, so the pending offsets are another attempt's, one that initialised
+            # after this producer (and died, or hangs): this producer is fenced, and a fresh
+            # init_transactions() aborts that transaction now rather than after the transaction timeout.
+            raise ProducerFencedError(f"{self.txn_id}: offsets still pending in another attempt's transaction "
+                                      f"after {wait:.0f}s; the cached producer is stale") from exc
+        return committed
 
     def _fence_other_groupings(self, groupings: Iterable[int]) -> bool:
         """Fence the transactional ids that committed the task under another `tasks_per_transaction` (another
@@ -517,19 +528,31 @@ class UnitAttempt:
 
     def run(self) -> list[TaskResult]:
         self.txn.acquire()
+        t0 = time.monotonic()
+        read = self.read_committed() if len(self.members) > 1 else None
+        read_ms = (time.monotonic() - t0) * 1000
         with ExitStack() as scope:
             staged: list[tuple[BatchAttempt, list[TopicPartition]]] = []
             for member in self.members:
                 if self.txn.open_for() > member._open_budget():
                     member.result.status = TaskStatus.DEFERRED
                     continue
-                if member.prepare(scope):
+                if member.prepare(scope, read):
                     staged.append((member, member.stage()))
             if staged:
                 self.commit(staged)
                 for member, _ in staged:
                     member.apply_state()
+        self.members[0].result.offsets_ms += read_ms  # (the unit's one read, counted once)
         return [member.report() for member in self.members]
+
+    def read_committed(self) -> dict[tuple[str, int], Committed]:
+        """Step 2 for all the unit's tasks at once: one stable read of their committed offsets (per consumer
+        group) rather than one per task, after fencing the ids of other groupings their plans name."""
+        first = self.members[0]
+        for member in self.members:
+            member._fence_other_groupings(member.plan.last_groupings)
+        return first.read_committed([(r.topic, r.partition) for m in self.members for r in m.plan.ranges])
 
     # ------------------------------------------------------------------ 6b
     def commit(self, staged: list[tuple[BatchAttempt, list[TopicPartition]]]) -> None:
