@@ -13,7 +13,9 @@ Quix Streams and a bare confluent-kafka transactional copy loop, side by side on
   default 10 MiB shared by the tasks) and `kstreams-cache` (its default cache) run count and pipeline
   emitting the latest aggregate per key per commit, and are compared with each other. stateless64: the
   stateless job on an input of 64 partitions (each peer's default parallelism on this machine; a Kafka
-  task per partition). The copy loop runs the stateless jobs only.
+  task per partition); this framework's runs of it set tasks_per_transaction=32, so that its 64 tasks
+  commit in two transactions per batch as Kafka Streams' two stream threads commit theirs (exactly_once_v2),
+  unless --eos-settings sets it. The copy loop runs the stateless jobs only.
 * CPU: the run's processes' CPU-seconds over the steady phase, divided by its wall time ("cores busy"); and
   the broker's, which every peer shares the two cores with ("broker cores", local brokers only).
 * Interleaved: round 1 runs every peer once (A B C D), round 2 again, ...; medians over the rounds.
@@ -71,6 +73,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 PARTITIONS = 4
 WIDE_PARTITIONS = 64  # the stateless64 job's input
+KSTREAMS_THREADS = 2  # num.stream.threads: one per core, as this framework runs a task slot per core
 console = Console(width=160)  # the tables are wide; a log file is no terminal
 PEERS = ("eos", "eos-cache", "kstreams", "kstreams-cache", "quix", "copy")
 JOBS = ("stateless", "count", "pipeline", "stateless64")
@@ -284,20 +287,23 @@ def _shares(processes: dict[str, float]) -> str:
 def command(peer: str, job: str, bootstrap: str, source: str, sink: str, group: str, scratch: Path,
             kstreams: list[str], quix: str | None) -> tuple[list[str], dict[str, str]]:
     env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": bootstrap}
-    job = "stateless" if job == "stateless64" else job  # stateless64 is the stateless job on another input
+    wide, job = job == "stateless64", "stateless" if job == "stateless64" else job  # (another input)
     if peer.startswith("eos"):
         env |= {"PEER_APP": group, "PEER_JOB": job, "PEER_INPUT": source, "PEER_OUTPUT": sink,
                 "PEER_STATE": str(scratch / "state")}
+        settings = json.loads(env.get("PEER_SETTINGS") or "{}")
         if peer == "eos-cache":  # Kafka Streams' default cache, shared by its tasks as its threads share it
-            settings = json.loads(env.get("PEER_SETTINGS") or "{}")
-            env["PEER_SETTINGS"] = json.dumps({"cache_max_bytes": KSTREAMS_CACHE_BYTES // PARTITIONS, **settings})
+            settings = {"cache_max_bytes": KSTREAMS_CACHE_BYTES // PARTITIONS, **settings}
+        if wide:  # the 64 tasks commit in two transactions per batch, as Kafka Streams' two threads commit theirs
+            settings = {"tasks_per_transaction": WIDE_PARTITIONS // KSTREAMS_THREADS, **settings}
+        env["PEER_SETTINGS"] = json.dumps(settings)
         master = ["--master", env["PEER_MASTER"]] if env.get("PEER_MASTER") else []  # --eos-master
         return [sys.executable, "-m", "eos.cli", "run", str(HERE / "eos_job.py"), "--no-live", *master], env
     if peer.startswith("kstreams"):
         cache = "on" if peer == "kstreams-cache" else "off"
         # its state directory goes under java.io.tmpdir: the scratch directory, removed after the run
         return [kstreams[0], f"-Djava.io.tmpdir={scratch}", *kstreams[1:], bootstrap, job, source, sink, group,
-                "2", "1000", cache], env
+                str(KSTREAMS_THREADS), "1000", cache], env
     if peer == "quix":
         assert quix is not None
         return [quix, str(HERE / "quix_job.py"), bootstrap, job, source, sink, group, str(scratch / "quix")], env
