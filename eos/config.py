@@ -41,8 +41,8 @@ class EosConfig:
     #: first_batch_max_records and max_records_per_batch. False, or a trigger_interval of 0: every batch
     #: behind a backlog takes max_records_per_batch per partition.
     size_backlog_batches: bool = True
-    #: Upper bound of the same in a run's first batch (at most max_records_per_batch; shared among the tasks of
-    #: a unit, `tasks_per_transaction`, whose first outputs wait for all of them). The first batch also
+    #: Upper bound of the same in a run's first batch (at most max_records_per_batch; a unit of tasks sharing a
+    #: transaction, `tasks_per_transaction`, runs only its first task with input then). The first batch also
     #: starts Spark's Python workers and the Kafka clients; a small one makes the first outputs visible (and
     #: a restarted job's recovery) that much sooner.
     first_batch_max_records: int = 5_000

@@ -121,7 +121,7 @@ class Planner:
         for sub in self.subtopologies.values():
             cap = batch_cap
             if self._first_plan:  # the first batch starts the workers and clients: its outputs come sooner if small
-                cap = min(cap, self.first_batch_cap(sub))
+                cap = min(cap, self.config.first_batch_max_records)
             for partition in range(self.task_count(sub)):
                 ranges, resets, behind = [], {}, set()
                 for topic in sub.inputs:
@@ -151,15 +151,10 @@ class Planner:
                                           resets=resets, idle=not busy, behind=frozenset(behind),
                                           global_pins={g.topic: pins[g.topic] for g in sub.global_tables},
                                           stamps=stamps, last_producer=_last_producer(committed),
-                                          last_groupings=_last_groupings(committed)))
+                                          last_groupings=_last_groupings(committed),
+                                          first_batch=self._first_plan))
         self._first_plan = False
         return plans
-
-    def first_batch_cap(self, sub: SubTopology) -> int:
-        """Records per partition of a run's first batch: `first_batch_max_records`, shared among the tasks of a
-        unit (`tasks_per_transaction`), which commit together: the first outputs wait for all of them."""
-        unit = min(self.config.tasks_per_transaction, self.task_count(sub))
-        return max(1, -(-self.config.first_batch_max_records // unit))
 
     def _stamps(self, sub: SubTopology, caught_up: bool, announce: bool, wake: bool) -> StampPlan | None:
         topics = self.stamped.get(sub.name)

@@ -43,7 +43,7 @@ from eos.logs import configure_logging
 from eos.schema_registry import check_registries
 from eos.topology import topic_groups
 from eos.worker.entry import SparkTaskFunction
-from eos.worker.plans import Job, StandbyPlan, StandbyResult, StandbyStatus, TaskPlan, TaskResult, unit_id
+from eos.worker.plans import Job, StandbyPlan, StandbyResult, StandbyStatus, TaskPlan, TaskResult, TaskStatus, unit_id
 from transactions import GroupLease, KafkaAdmin
 
 if TYPE_CHECKING:
@@ -202,10 +202,12 @@ class Runner:
                     batch += 1
                     if max_batches is not None and batch >= max_batches:
                         break
-                    if not any(p.behind for p in plans):
+                    deferred = any(isinstance(r, TaskResult) and r.status is TaskStatus.DEFERRED for r in results)
+                    if not any(p.behind for p in plans) and not deferred:
                         # A batch that max_records_per_batch capped is followed at once, as Kafka Streams
                         # processes a backlog without pause between its commits: waiting out the interval
-                        # left the cores idle for what a shorter batch saved (docs/measurements.md).
+                        # left the cores idle for what a shorter batch saved (docs/measurements.md). So is one
+                        # whose tasks were left for the next batch (a unit's in a run's first batch).
                         self._stop.wait(max(0.0, cfg.trigger_interval - (time.monotonic() - t0)))
             finally:
                 try:

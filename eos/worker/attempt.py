@@ -509,7 +509,8 @@ class UnitAttempt:
 
     A task's outputs go into the transaction as it goes, so the unit holds no more than one task's batch at a
     time. Once the transaction has been open for as long as `_open_budget` allows, the tasks not yet run are
-    left for the next batch (DEFERRED: the planner plans them again), as a streamed batch stops early."""
+    left for the next batch (DEFERRED: the planner plans them again), as a streamed batch stops early; so are
+    all but the first task with input in a run's first batch."""
 
     def __init__(self, plans: Sequence[TaskPlan], job: Job, clients: TaskClients, runtimes: RuntimeCache,
                  spark_attempt: int, batch_attempt: int, *, in_memory: bool = False) -> None:
@@ -534,7 +535,7 @@ class UnitAttempt:
         with ExitStack() as scope:
             staged: list[tuple[BatchAttempt, list[TopicPartition]]] = []
             for member in self.members:
-                if self.txn.open_for() > member._open_budget():
+                if self.txn.open_for() > member._open_budget() or self._first_batch_done(member, staged):
                     member.result.status = TaskStatus.DEFERRED
                     continue
                 if member.prepare(scope, read):
@@ -545,6 +546,13 @@ class UnitAttempt:
                     member.apply_state()
         self.members[0].result.offsets_ms += read_ms  # (the unit's one read, counted once)
         return [member.report() for member in self.members]
+
+    @staticmethod
+    def _first_batch_done(member: BatchAttempt, staged: list[tuple[BatchAttempt, list[TopicPartition]]]) -> bool:
+        """In a run's first batch a unit commits after its first task with input: the first outputs come as
+        soon as one task's would, not after all the unit's tasks have started their clients and read. The
+        others (not a punctuation-only task) go to the next batch, which follows at once."""
+        return member.plan.first_batch and not member.plan.idle and any(not m.plan.idle for m, _ in staged)
 
     def read_committed(self) -> dict[tuple[str, int], Committed]:
         """Step 2 for all the unit's tasks at once: one stable read of their committed offsets (per consumer

@@ -117,6 +117,9 @@ class TaskPlan:
     #: for pending offsets). A task of another grouping now first fences the transactional id those name, so
     #: that a transaction it left open no longer holds its offsets.
     last_groupings: frozenset[int] = frozenset()
+    #: Planned in the run's first batch: a unit (`tasks_per_transaction`) then commits after its first task
+    #: with input and leaves the others to the next batch, so that its first outputs come as a task's would.
+    first_batch: bool = False
 
 
 @dataclass(frozen=True)

@@ -56,10 +56,9 @@ def test_a_runs_first_batch_is_capped_smaller_then_batches_take_the_full_cap():
     assert planner.plan(0)[0].ranges[0].end == 5_000
 
 
-def test_a_unit_shares_the_first_batch_cap_among_its_tasks_and_plans_name_the_grouping_last_committed():
-    """tasks_per_transaction 4: a unit's tasks commit together, so its first outputs wait for all four. The
-    first batch gives each a quarter of first_batch_max_records (a sub-topology of fewer partitions than that:
-    a share of as many as it has); later batches take the full cap."""
+def test_first_batch_plans_say_so_and_plans_name_the_grouping_last_committed():
+    """A run's first plans are marked (a unit then commits after its first task); each plan names the
+    `tasks_per_transaction` of its task's last commits, which a unit of another grouping fences first."""
     tps = [("a", p) for p in range(8)]
     admin = FakeAdmin(committed=dict.fromkeys(tps, 0), ends=dict.fromkeys(tps, 100_000), earliest={},
                       metadata={("a", 0): CommitMetadata(5, "tok", grouping=2).encode(),
@@ -68,12 +67,10 @@ def test_a_unit_shares_the_first_batch_cap_among_its_tasks_and_plans_name_the_gr
                     size_backlog_batches=False)
     planner = Planner(admin, cfg, {"s": sub(["a"])}, {"a": 8})
     first = planner.plan(0)
-    assert {p.ranges[0].end for p in first} == {750}
+    assert {p.ranges[0].end for p in first} == {3_000} and all(p.first_batch for p in first)
     assert [p.last_groupings for p in first[:4]] == [frozenset({2}), frozenset({1}), frozenset(), frozenset()]
-    assert {p.ranges[0].end for p in planner.plan(1)} == {20_000}
-    small = Planner(FakeAdmin(committed={}, ends={("a", 0): 9_000, ("a", 1): 9_000}, earliest={}), cfg,
-                    {"s": sub(["a"])}, {"a": 2})
-    assert {p.ranges[0].end for p in small.plan(0)} == {1_500}
+    second = planner.plan(1)
+    assert {p.ranges[0].end for p in second} == {20_000} and not any(p.first_batch for p in second)
 
 
 def test_co_partitioned_inputs_form_one_task_per_partition_index():

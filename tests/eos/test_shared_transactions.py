@@ -136,6 +136,19 @@ def test_a_crash_before_the_commit_of_a_unit_s_second_task_shows_nothing_of_the_
     assert sorted(r.task.partition for r in committed) == [0, 1] and len({r.committed_at for r in committed}) == 1
 
 
+def test_in_a_run_s_first_batch_a_unit_commits_after_its_first_task_with_input():
+    driver = TopologyTestDriver(counts_app(tasks_per_transaction=4), partitions={"in": PARTITIONS, "out": PARTITIONS})
+    # (the driver's own first plan found no input; a run started behind a backlog has it in its first)
+    driver.planner._first_plan = True
+    batch = driver.batch
+    driver.pipe_records(inputs(400))
+    first = [r for r in driver.results if r.batch == batch]
+    assert [(r.task.partition, r.status) for r in first] == [
+        (p, TaskStatus.COMMITTED if p % 4 == 0 else TaskStatus.DEFERRED) for p in range(PARTITIONS)]
+    assert {r.task.partition for r in driver.results if r.batch == batch + 1} == set(range(1, PARTITIONS)) - {4}
+    assert sum(r.records_in for r in driver.results) == 400
+
+
 def test_a_unit_whose_transaction_is_open_too_long_leaves_its_other_tasks_to_the_next_batch(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """With no time left in the transaction, a unit runs its first task only (it stops after its first slice)
