@@ -34,6 +34,8 @@ def load(bootstrap: str, topic: str, records: int) -> None:
                          value=json.dumps({"id": i, "qty": 2, "price": 1.5, "pad": "x" * 40}))
         if i % 10_000 == 0:
             producer.poll(0)
+        if i % 50_000 == 0:
+            producer.flush()  # (the producer's queue holds 100,000 messages)
     producer.flush()
 
 

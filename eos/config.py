@@ -36,10 +36,11 @@ class EosConfig:
     #: `BatchAttempt.extend_to_stable_end`).
     max_records_per_batch: int = 200_000
     #: Behind a backlog, size batches to take about `trigger_interval` (as Kafka Streams commits every
-    #: `commit.interval.ms` while it works through one): from 50,000 records per partition (or
-    #: max_records_per_batch if smaller), scaled by how long the last backlog batch took, within
-    #: first_batch_max_records and max_records_per_batch. False, or a trigger_interval of 0: every batch
-    #: behind a backlog takes max_records_per_batch per partition.
+    #: `commit.interval.ms` while it works through one): from 200,000 records a batch over the widest
+    #: sub-topology's partitions (50,000 each up to 4 partitions; at most max_records_per_batch each), scaled by
+    #: how long the last backlog batch took, within first_batch_max_records (per partition, shared the same way
+    #: past 4 partitions) and max_records_per_batch. False, or a trigger_interval of 0: every batch behind a
+    #: backlog takes max_records_per_batch per partition.
     size_backlog_batches: bool = True
     #: Upper bound of the same in a run's first batch (at most max_records_per_batch; a unit of tasks sharing a
     #: transaction, `tasks_per_transaction`, runs only its first task with input then). The first batch also

@@ -37,9 +37,11 @@ TOPIC_ID_REFRESH_S = 10.0
 TP = tuple[str, int]
 
 
-#: Records per input partition of the first batch behind a backlog, before any has been timed (at most
-#: max_records_per_batch)
-BACKLOG_START_RECORDS = 50_000
+#: Records of the first batch behind a backlog, before any has been timed: shared by the widest sub-topology's
+#: tasks (at least 4 shares: 50,000 records per partition up to 4 partitions). On 64 partitions 50,000 each
+#: made one batch of 3.2M records, ~13 s without a commit where Kafka Streams commits every second. The
+#: smallest backlog batch is shared the same way: first_batch_max_records per partition up to 4 partitions.
+BACKLOG_START_RECORDS = 200_000
 
 
 class Planner:
@@ -51,11 +53,15 @@ class Planner:
         self.admin = admin
         self.config = config
         #: records per input partition and batch while the input is behind (`time_batch`)
-        self.backlog_records = min(BACKLOG_START_RECORDS, config.max_records_per_batch)
         self._sized = timed and config.size_backlog_batches and config.trigger_interval > 0
         self._last_plan_first = True  # whether the last plan was the run's first
         self.subtopologies = dict(subtopologies)
         self.partition_counts = dict(partition_counts)
+        widest = max(4, *(self.task_count(sub) for sub in self.subtopologies.values()))
+        #: the fewest records per partition of a backlog batch (`time_batch`)
+        self.backlog_floor = max(1, min(config.first_batch_max_records, config.max_records_per_batch) * 4 // widest)
+        self.backlog_records = min(config.max_records_per_batch,
+                                   max(self.backlog_floor, BACKLOG_START_RECORDS // widest))
         self.topic_ids: dict[str, str | None] = {}
         self.wall_clock_due: dict[TaskId, int] = {}
         #: tasks that write clocked topics and had no input when last planned: since when (eos.clock)
@@ -241,16 +247,17 @@ class Planner:
         """Size the next batches behind a backlog from this one, which took `seconds`: so that a batch takes
         about `trigger_interval`, as Kafka Streams commits every `commit.interval.ms` while it works through a
         backlog. Only a batch that the cap held back counts (a smaller one says nothing of the cap), and a
-        run's first (it starts the workers). At most doubled or halved per batch, within
-        `first_batch_max_records` and `max_records_per_batch`."""
+        run's first (it starts the workers). At most doubled or halved per batch, within `backlog_floor`
+        (`first_batch_max_records`, shared over the widest sub-topology's partitions past 4) and
+        `max_records_per_batch`."""
         if not self._sized or not any(p.behind for p in plans) or seconds <= 0:
             return
         if self._last_plan_first:
             return
         cfg = self.config
         factor = min(2.0, max(0.5, cfg.trigger_interval / seconds))
-        low = min(cfg.first_batch_max_records, cfg.max_records_per_batch)
-        self.backlog_records = int(min(cfg.max_records_per_batch, max(low, self.backlog_records * factor)))
+        self.backlog_records = int(min(cfg.max_records_per_batch, max(self.backlog_floor,
+                                                                      self.backlog_records * factor)))
 
     def _not_before_last_commit(self, group: str, tp: TP, start: int, end: int) -> int:
         """`start`, or the offset the partition's last batch committed if that is later. The group coordinator

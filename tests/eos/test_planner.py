@@ -217,6 +217,19 @@ def test_batches_behind_a_backlog_are_sized_to_take_the_trigger_interval():
     assert sizes(16, 0.001) == [10, 10] and planner.backlog_records == 4_000
 
 
+def test_the_first_backlog_batch_shares_200000_records_over_the_widest_sub_topologys_partitions():
+    """50,000 records per partition up to 4 partitions; on 64, 3,125 each: 200,000 records, not 3.2M in one
+    batch without a commit. The floor (first_batch_max_records per partition) is shared the same way."""
+    def planner(partitions: int, **settings) -> Planner:
+        return Planner(FakeAdmin({}, {}, {}), EosConfig("app", "b", **settings), {"s": sub(["a"])},
+                       {"a": partitions})
+
+    assert [planner(p).backlog_records for p in (1, 4, 8, 64)] == [50_000, 50_000, 25_000, 3_125]
+    assert [planner(p).backlog_floor for p in (1, 4, 8, 64)] == [5_000, 5_000, 2_500, 312]
+    assert planner(64, first_batch_max_records=100_000).backlog_records == 6_250  # the floor
+    assert planner(4, max_records_per_batch=20_000).backlog_records == 20_000
+
+
 def test_fixed_backlog_batches_without_sizing_a_trigger_or_a_clock():
     admin = FakeAdmin(committed={("a", 0): 0}, ends={("a", 0): 10**9}, earliest={})
     for cfg, timed in [(EosConfig("app", "b", size_backlog_batches=False), True),
