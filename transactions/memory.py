@@ -252,6 +252,9 @@ class MemoryConsumer:
         self._positions.clear()
         self._paused.clear()
 
+    def assignment(self) -> list[TopicPartition]:
+        return [TopicPartition(t, p) for t, p in self._positions]
+
     def pause(self, partitions: Sequence[TopicPartition]) -> None:
         self._paused.update((tp.topic, tp.partition) for tp in partitions)
 

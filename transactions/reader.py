@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from transactions.clients import Message
 from transactions.errors import RetriableKafkaError, classify
 
-__all__ = ["OffsetRange", "read_ranges", "RangeReader", "range_reader"]
+__all__ = ["OffsetRange", "read_ranges", "RangeReader", "range_reader", "prefetch_ranges"]
 
 #: How long one consume() waits for the records it asks for. A range that ends at a transaction marker (every
 #: changelog and every topic another step writes) holds fewer records than offsets, so its last consume()
@@ -53,20 +53,43 @@ def range_reader(consumer: Consumer) -> RangeReader:
     return lambda ranges, timeout: read_ranges(consumer, ranges, timeout=timeout)
 
 
+def prefetch_ranges(consumer: Consumer, ranges: list[OffsetRange], timeout: float) -> RangeReader:
+    """Assign `ranges` to the consumer now, so that librdkafka fetches them in the background while the caller
+    does something else (runs the task before), and return the reader that reads them later: ranges that
+    start where these start (their ends may have moved on since) are read from what was fetched; any others
+    as `read_ranges` reads them."""
+    todo = [r for r in ranges if not r.empty]
+    starts = {(r.topic, r.partition): r.start for r in todo}
+    if todo:
+        _know_leaders(consumer, {r.topic for r in todo}, timeout)
+        consumer.assign([TopicPartition(r.topic, r.partition, r.start) for r in todo])
+
+    def read(later: list[OffsetRange], read_timeout: float) -> Iterator[list[Message]]:
+        same = bool(starts) and {(r.topic, r.partition): r.start for r in later if not r.empty} == starts
+        if not same:
+            consumer.unassign()
+        starts.clear()  # what was fetched is read once: a second read assigns again
+        return read_ranges(consumer, later, timeout=read_timeout, assigned=same)
+
+    return read
+
+
 def read_ranges(consumer: Consumer, ranges: list[OffsetRange], *, timeout: float = 60.0,
-                batch_size: int = 10_000) -> Generator[list[Message], None, None]:
+                batch_size: int = 10_000, assigned: bool = False) -> Generator[list[Message], None, None]:
     """Yield lists of visible records with `start <= offset < end`, partition by partition in offset order.
 
-    The consumer is assigned exactly these partitions for the duration of the read, then unassigned.
+    The consumer is assigned exactly these partitions for the duration of the read, then unassigned
+    (`assigned`: it already is, at their starts, by `prefetch_ranges`).
     Raises `RetriableKafkaError` if the ranges are not read within `timeout` seconds; the time the caller
     spends between two lists (processing a slice of a streamed batch) does not count.
     """
     todo = {(r.topic, r.partition): r for r in ranges if not r.empty}
     if not todo:
         return
-    assigned = [TopicPartition(r.topic, r.partition, r.start) for r in todo.values()]
-    _know_leaders(consumer, {r.topic for r in todo.values()}, timeout)
-    consumer.assign(assigned)
+    assignment = [TopicPartition(r.topic, r.partition, r.start) for r in todo.values()]
+    if not assigned:
+        _know_leaders(consumer, {r.topic for r in todo.values()}, timeout)
+        consumer.assign(assignment)
     deadline = time.monotonic() + timeout
     try:
         while todo:
@@ -84,7 +107,7 @@ def read_ranges(consumer: Consumer, ranges: list[OffsetRange], *, timeout: float
             _finish_reached(consumer, todo)
     finally:
         # librdkafka keeps a partition's pause across unassign/assign: resume, or a reused consumer stalls.
-        consumer.resume(assigned)
+        consumer.resume(assignment)
         consumer.unassign()
 
 

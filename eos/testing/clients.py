@@ -13,7 +13,7 @@ from eos.worker.global_tables import GlobalCopy
 from eos.worker.runtime import RuntimeCache
 from eos.worker.topic_rules import TopicRules
 from recovery import ChangelogSource
-from transactions import Consumer, KafkaAdmin, OutputProducer, RangeReader, range_reader
+from transactions import Consumer, KafkaAdmin, OffsetRange, OutputProducer, RangeReader, prefetch_ranges, range_reader
 from transactions.memory import MemoryAdmin, MemoryCluster, MemoryConsumer, MemoryProducer
 
 __all__ = ["MemoryClients", "MemoryWorker"]
@@ -58,6 +58,9 @@ class MemoryClients:
 
     def reader(self, config: EosConfig, purpose: str = "input") -> RangeReader:
         return range_reader(self.consumer(config, purpose))
+
+    def prefetch(self, config: EosConfig, ranges: list[OffsetRange], purpose: str) -> RangeReader:
+        return prefetch_ranges(self.consumer(config, purpose), ranges, config.batch_timeout)
 
     def changelogs(self, config: EosConfig) -> ChangelogSource:
         return KafkaChangelogs(cast(KafkaAdmin, self.admin), self.consumer(config, purpose="restore"))

@@ -63,6 +63,7 @@ from transactions import (
     OutputProducer,
     ProducerFencedError,
     ProducerRecord,
+    RangeReader,
     RetriableKafkaError,
     RetryPolicy,
     TopicPartition,
@@ -132,6 +133,9 @@ class BatchAttempt:
         self.spark_attempt, self.batch_attempt = spark_attempt, batch_attempt
         self.result = result_of(plan, TaskStatus.COMMITTED, spark_attempt, batch_attempt)
         self.span: Any = None
+        #: what reads the task's input: the worker's consumer for `slot`, or one that prefetched it
+        self.slot = "input"
+        self.reader: RangeReader | None = None
         self.ranges: tuple[OffsetRange, ...] = plan.ranges
         self.stream_time = -1
         self.punctuation: dict[int, int] = {}  # the schedule as last committed
@@ -153,9 +157,17 @@ class BatchAttempt:
         """Steps 2-5: True when the batch has something to commit (then `stage` comes next). The task's runtime
         is released, and its batch span ends, when `scope` closes (after the unit's commit). `read`: as for
         `read_progress`."""
+        return self.progress(read) and self.work(scope)
+
+    def progress(self, read: Mapping[tuple[str, int], Committed] | None = None) -> bool:
+        """Step 2: whether the task has a batch to run (input, or an idle plan's due punctuations)."""
         if not self.read_progress(read) and not self.plan.idle:
             self.result.status = TaskStatus.NOOP
             return False
+        return True
+
+    def work(self, scope: ExitStack) -> bool:
+        """Steps 3-5 (see `prepare`)."""
         runtime = self.restore_state()
         scope.callback(runtime.release)
         self.span = span = scope.enter_context(batch_span(self.config.tracing, str(self.task), self.plan.batch,
@@ -332,7 +344,7 @@ class BatchAttempt:
         """The visible records of `[committed, end)`, read_committed, each partition in offset order
         (processing merges co-partitioned inputs in timestamp order, never reordering one partition)."""
         t0 = time.monotonic()
-        read = self.clients.reader(self.config)
+        read = self.reader or self.clients.reader(self.config, self.slot)
         try:
             self.messages = [m for chunk in read(list(self.ranges), self.config.batch_timeout) for m in chunk]
         except OffsetOutOfRangeError as exc:
@@ -359,7 +371,7 @@ class BatchAttempt:
         produced into the transaction, which begins with the first of them. A range without a visible record
         is an empty batch (`process` with no records)."""
         assert self.runtime is not None
-        read = self.clients.reader(self.config)
+        read = self.reader or self.clients.reader(self.config, self.slot)
         chunks = read(list(self.ranges), self.config.batch_timeout)
         try:
             t0 = time.monotonic()
@@ -529,16 +541,23 @@ class UnitAttempt:
 
     def run(self) -> list[TaskResult]:
         self.txn.acquire()
-        t0 = time.monotonic()
-        read = self.read_committed() if len(self.members) > 1 else None
-        read_ms = (time.monotonic() - t0) * 1000
+        if len(self.members) == 1:
+            runnable = self.members
+            read_ms = 0.0
+        else:  # step 2 for all the unit's tasks at once: which have work, and where their input starts
+            t0 = time.monotonic()
+            read = self.read_committed()
+            read_ms = (time.monotonic() - t0) * 1000
+            runnable = self._runnable([m for m in self.members if m.progress(read)])
         with ExitStack() as scope:
             staged: list[tuple[BatchAttempt, list[TopicPartition]]] = []
-            for member in self.members:
-                if self.txn.open_for() > member._open_budget() or self._first_batch_done(member, staged):
+            for i, member in enumerate(runnable):
+                if self.txn.open_for() > member._open_budget():
                     member.result.status = TaskStatus.DEFERRED
                     continue
-                if member.prepare(scope, read):
+                if i + 1 < len(runnable):
+                    self._prefetch(runnable[i + 1], member)
+                if (member.work(scope) if len(self.members) > 1 else member.prepare(scope)):
                     staged.append((member, member.stage()))
             if staged:
                 self.commit(staged)
@@ -548,11 +567,26 @@ class UnitAttempt:
         return [member.report() for member in self.members]
 
     @staticmethod
-    def _first_batch_done(member: BatchAttempt, staged: list[tuple[BatchAttempt, list[TopicPartition]]]) -> bool:
-        """In a run's first batch a unit commits after its first task with input: the first outputs come as
-        soon as one task's would, not after all the unit's tasks have started their clients and read. The
-        others (not a punctuation-only task) go to the next batch, which follows at once."""
-        return member.plan.first_batch and not member.plan.idle and any(not m.plan.idle for m, _ in staged)
+    def _runnable(members: list[BatchAttempt]) -> list[BatchAttempt]:
+        """The tasks with work to run now. In a run's first batch a unit commits after its first task with
+        input: the first outputs come as soon as one task's would, not after all the unit's tasks have
+        started their clients and read. The others (not a punctuation-only task) go to the next batch, which
+        follows at once."""
+        runnable: list[BatchAttempt] = []
+        for member in members:
+            if member.plan.first_batch and not member.plan.idle and any(not m.plan.idle for m in runnable):
+                member.result.status = TaskStatus.DEFERRED
+            else:
+                runnable.append(member)
+        return runnable
+
+    def _prefetch(self, member: BatchAttempt, running: BatchAttempt) -> None:
+        """Start fetching `member`'s input on the worker's other input consumer while `running` runs, so that
+        its read does not begin with a fetch's round trip (a unit's tasks read one after another)."""
+        if member.plan.idle or all(r.empty for r in member.ranges):
+            return
+        member.slot = "input-ahead" if running.slot == "input" else "input"
+        member.reader = member.clients.prefetch(self.config, list(member.ranges), member.slot)
 
     def read_committed(self) -> dict[tuple[str, int], Committed]:
         """Step 2 for all the unit's tasks at once: one stable read of their committed offsets (per consumer

@@ -31,6 +31,7 @@ from transactions import (
     TransactionalProducer,
     close_or_park,
     input_consumer,
+    prefetch_ranges,
     range_reader,
 )
 
@@ -50,6 +51,7 @@ class TaskClients(Protocol):
     def consumer(self, config: EosConfig, purpose: str = "input", group: str | None = None) -> Consumer: ...
     def drop_consumers(self, config: EosConfig) -> None: ...
     def reader(self, config: EosConfig, purpose: str = "input") -> RangeReader: ...
+    def prefetch(self, config: EosConfig, ranges: list[OffsetRange], purpose: str) -> RangeReader: ...
     def changelogs(self, config: EosConfig) -> ChangelogSource: ...
     def global_copy(self, config: EosConfig, table: GlobalTable) -> GlobalCopy: ...
     def topic_rules(self, config: EosConfig) -> TopicRules: ...
@@ -135,12 +137,16 @@ class WorkerClients:
         if consumer is None:
             consumer = self._consumers[key] = input_consumer(
                 config.bootstrap_servers, group or config.group_id, config.consumer_config,
-                out_of_range="error" if purpose == "input" else "earliest")
+                out_of_range="error" if purpose.startswith("input") else "earliest")
         return consumer
 
     def reader(self, config: EosConfig, purpose: str = "input") -> RangeReader:
         """Reads offset ranges read_committed with this worker's consumer for `purpose`."""
         return range_reader(self.consumer(config, purpose))
+
+    def prefetch(self, config: EosConfig, ranges: list[OffsetRange], purpose: str) -> RangeReader:
+        """Starts fetching `ranges` now with this worker's consumer for `purpose`; returns the reader of them."""
+        return prefetch_ranges(self.consumer(config, purpose), ranges, min(10.0, config.batch_timeout))
 
     def changelogs(self, config: EosConfig) -> ChangelogSource:
         return KafkaChangelogs(self.admin(config), self.consumer(config, purpose="restore"))

@@ -149,6 +149,29 @@ def test_in_a_run_s_first_batch_a_unit_commits_after_its_first_task_with_input()
     assert sum(r.records_in for r in driver.results) == 400
 
 
+def test_each_task_of_a_unit_after_the_first_reads_what_was_prefetched_while_the_one_before_ran(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import eos.testing.clients as memory_clients
+
+    prefetched: list[tuple[int, str]] = []
+    real = memory_clients.MemoryClients.prefetch
+
+    def spy(self, config, ranges, purpose):
+        prefetched.append((ranges[0].partition, purpose))
+        return real(self, config, ranges, purpose)
+
+    monkeypatch.setattr(memory_clients.MemoryClients, "prefetch", spy)
+    driver = TopologyTestDriver(counts_app(tasks_per_transaction=4), partitions={"in": PARTITIONS, "out": PARTITIONS})
+    driver.pipe_records(inputs(400))
+    # the first task of each unit reads with the worker's input consumer, the next ones alternate
+    assert prefetched == [(1, "input-ahead"), (2, "input"), (3, "input-ahead"),
+                          (5, "input-ahead"), (6, "input"), (7, "input-ahead")]
+    alone = TopologyTestDriver(counts_app(), partitions={"in": PARTITIONS, "out": PARTITIONS})
+    alone.pipe_records(inputs(400))
+    assert sorted((r.key, r.value) for r in driver.records("out")) == sorted(
+        (r.key, r.value) for r in alone.records("out"))
+
+
 def test_a_unit_whose_transaction_is_open_too_long_leaves_its_other_tasks_to_the_next_batch(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """With no time left in the transaction, a unit runs its first task only (it stops after its first slice)
