@@ -1,8 +1,9 @@
 """One attempt at one batch of a unit: the micro-batch protocol (docs/design.md, section 4), in order.
 
 A unit is the tasks that share one transaction (`tasks_per_transaction`; one task alone is a unit of one).
-`UnitAttempt.run()` takes the unit's producer, runs each task's `BatchAttempt` through steps 2-6a in turn
-(each task's outputs go into the one transaction as it goes), then commits all of them at once:
+`UnitAttempt.run()` takes the unit's producer, reads every task's progress (2, one read for the unit), runs
+each task's `BatchAttempt` through steps 3-6a in turn (each task's outputs go into the one transaction as it
+goes; the next task's input is prefetched meanwhile), then commits all of them at once:
 
 1. `Transaction.acquire()`  the worker's cached producer of the unit's transactional id, or a new one after
                             `init_transactions()`, which fences every older attempt and completes its
@@ -153,21 +154,17 @@ class BatchAttempt:
     def fresh(self) -> bool:
         return self.txn.fresh
 
-    def prepare(self, scope: ExitStack, read: Mapping[tuple[str, int], Committed] | None = None) -> bool:
-        """Steps 2-5: True when the batch has something to commit (then `stage` comes next). The task's runtime
-        is released, and its batch span ends, when `scope` closes (after the unit's commit). `read`: as for
-        `read_progress`."""
-        return self.progress(read) and self.work(scope)
-
     def progress(self, read: Mapping[tuple[str, int], Committed] | None = None) -> bool:
-        """Step 2: whether the task has a batch to run (input, or an idle plan's due punctuations)."""
+        """Step 2: whether the task has a batch to run (input, or an idle plan's due punctuations). `read`: as
+        for `read_progress`."""
         if not self.read_progress(read) and not self.plan.idle:
             self.result.status = TaskStatus.NOOP
             return False
         return True
 
     def work(self, scope: ExitStack) -> bool:
-        """Steps 3-5 (see `prepare`)."""
+        """Steps 3-5: True when the batch has something to commit (then `stage` comes next). The task's runtime
+        is released, and its batch span ends, when `scope` closes (after the unit's commit)."""
         runtime = self.restore_state()
         scope.callback(runtime.release)
         self.span = span = scope.enter_context(batch_span(self.config.tracing, str(self.task), self.plan.batch,
@@ -517,7 +514,8 @@ class BatchAttempt:
 
 
 class UnitAttempt:
-    """One attempt at one batch of a unit: each task through steps 2-6a in turn, then one commit for all.
+    """One attempt at one batch of a unit: step 2 for all its tasks, then each through steps 3-6a in turn,
+    then one commit for all.
 
     A task's outputs go into the transaction as it goes, so the unit holds no more than one task's batch at a
     time. Once the transaction has been open for as long as `_open_budget` allows, the tasks not yet run are
@@ -541,14 +539,10 @@ class UnitAttempt:
 
     def run(self) -> list[TaskResult]:
         self.txn.acquire()
-        if len(self.members) == 1:
-            runnable = self.members
-            read_ms = 0.0
-        else:  # step 2 for all the unit's tasks at once: which have work, and where their input starts
-            t0 = time.monotonic()
-            read = self.read_committed()
-            read_ms = (time.monotonic() - t0) * 1000
-            runnable = self._runnable([m for m in self.members if m.progress(read)])
+        t0 = time.monotonic()  # step 2 for all the unit's tasks at once: which have work, where their input starts
+        read = self.read_committed() if len(self.members) > 1 else None  # (a task alone reads its own)
+        read_ms = (time.monotonic() - t0) * 1000
+        runnable = self._runnable([m for m in self.members if m.progress(read)])
         with ExitStack() as scope:
             staged: list[tuple[BatchAttempt, list[TopicPartition]]] = []
             for i, member in enumerate(runnable):
@@ -557,7 +551,7 @@ class UnitAttempt:
                     continue
                 if i + 1 < len(runnable):
                     self._prefetch(runnable[i + 1], member)
-                if (member.work(scope) if len(self.members) > 1 else member.prepare(scope)):
+                if member.work(scope):
                     staged.append((member, member.stage()))
             if staged:
                 self.commit(staged)
