@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,18 @@ def processes_in(directory: Path) -> list[str]:
     return found
 
 
+def wait_until_stable(admin: KafkaAdmin, topic: str, timeout: float) -> None:
+    """Until every partition's last stable offset reaches its high watermark (no transaction pending)."""
+    partitions = admin.topic_partitions(topic)
+    deadline = time.monotonic() + timeout
+    while True:
+        stable, ends = admin.end_offsets(partitions), admin.end_offsets(partitions, committed=False)
+        if stable == ends:
+            return
+        assert time.monotonic() < deadline, f"{topic}: last stable offsets {stable} never reached {ends}"
+        time.sleep(0.2)
+
+
 def test_cli_three_broker_cluster_survives_a_killed_broker(tmp_path):
     root = tmp_path / "cluster"
     out = eos("cluster", "up", "--brokers", "3", "--dir", str(root))
@@ -62,6 +75,10 @@ def test_cli_three_broker_cluster_survives_a_killed_broker(tmp_path):
         # a job (re)started now must not take the outage for a misconfiguration: the transaction log exists
         check_broker(KafkaAdmin(bootstrap), EosConfig(application_id="rf3", bootstrap_servers=bootstrap))
 
+        # A commit or abort returns once the coordinator has logged it; it writes the partitions' markers after,
+        # and a marker for a partition whose leader was just killed waits for the new leader. Until then the
+        # partition's last stable offset stays below the transaction, and a read_committed reader ends there.
+        wait_until_stable(KafkaAdmin(bootstrap), "rf3", timeout=60)
         values = read_values(bootstrap, "rf3", isolation="read_committed", timeout=60)
         assert sorted(values) == sorted(b"committed-%d%s" % (i, tag) for i in range(5)
                                         for tag in (b"-first", b"-second"))
