@@ -120,16 +120,16 @@ class BatchAttempt:
     """One task's part of a unit's batch attempt: steps 2-6a and 7-8 of the protocol for its task."""
 
     def __init__(self, plan: TaskPlan, job: Job, clients: TaskClients, runtimes: RuntimeCache, spark_attempt: int,
-                 batch_attempt: int, *, in_memory: bool = False, txn: Transaction | None = None) -> None:
+                 batch_attempt: int, txn: Transaction, *, in_memory: bool = False) -> None:
         """`clients`: Kafka (`eos.worker.clients`) or memory (`eos.testing`); `runtimes`: the worker's cache;
-        `in_memory`: a runtime this attempt builds keeps every store in memory (a test driver's worker);
-        `txn`: the unit's transaction (the task's own when not given)."""
+        `txn`: the unit's transaction; `in_memory`: a runtime this attempt builds keeps every store in memory
+        (a test driver's worker)."""
         self.plan, self.job, self.clients, self.runtimes = plan, job, clients, runtimes
         self.in_memory = in_memory
         self.config = job.config
         self.task = plan.task
         self.sub: SubTopology = job.subtopologies[plan.task.subtopology]
-        self.txn = txn if txn is not None else Transaction(unit_id(self.task, self.config), clients, self.config)
+        self.txn = txn
         self.txn_id = self.txn.txn_id
         self.spark_attempt, self.batch_attempt = spark_attempt, batch_attempt
         self.result = result_of(plan, TaskStatus.COMMITTED, spark_attempt, batch_attempt)
@@ -526,16 +526,8 @@ class UnitAttempt:
                  spark_attempt: int, batch_attempt: int, *, in_memory: bool = False) -> None:
         self.config = job.config
         self.txn = Transaction(unit_id(plans[0].task, self.config), clients, self.config)
-        self.members = [BatchAttempt(plan, job, clients, runtimes, spark_attempt, batch_attempt, in_memory=in_memory,
-                                     txn=self.txn) for plan in plans]
-
-    @property
-    def producer(self) -> OutputProducer | None:
-        return self.txn.producer
-
-    @property
-    def fresh(self) -> bool:
-        return self.txn.fresh
+        self.members = [BatchAttempt(plan, job, clients, runtimes, spark_attempt, batch_attempt, self.txn,
+                                     in_memory=in_memory) for plan in plans]
 
     def run(self) -> list[TaskResult]:
         self.txn.acquire()

@@ -217,13 +217,13 @@ def _attempts(plans: Sequence[TaskPlan], job: Job, spark_attempt: int, clients: 
         except StalePlanError as exc:
             log.info("the plan is stale; the batch goes back to the planner", reason=str(exc))
             if attempt.txn.begun_at is not None:  # (a streamed batch's slices, or another task's batch)
-                _abort_quietly(attempt.producer, clients, txn_id)
+                _abort_quietly(attempt.txn.producer, clients, txn_id)
             drop_runtimes()
             return each(TaskStatus.DEFERRED, batch_attempt)
         except ProducerFencedError as exc:
             clients.drop_producer(txn_id)
             drop_runtimes()
-            if attempt.fresh:
+            if attempt.txn.fresh:
                 log.warning("fenced: a newer attempt owns this task; this attempt stops", error=str(exc))
                 return each(TaskStatus.FENCED, batch_attempt)
             log.info("cached producer was fenced (another worker ran this task); initialising a new one")
@@ -232,18 +232,18 @@ def _attempts(plans: Sequence[TaskPlan], job: Job, spark_attempt: int, clients: 
             log.warning("transaction aborted; running the batch again", error=str(exc))
             if isinstance(exc, DeliveryFailedError):  # a topic's rules may have changed: read again
                 clients.topic_rules(cfg).forget()
-            _abort_quietly(attempt.producer, clients, txn_id)
+            _abort_quietly(attempt.txn.producer, clients, txn_id)
             drop_runtimes()
             last = exc
         except (RetriableKafkaError, FatalKafkaError, IllegalStateError) as exc:
             log.warning("batch attempt failed; recreating the clients", error=str(exc), kind=type(exc).__name__)
-            _abort_quietly(attempt.producer, clients, txn_id)
+            _abort_quietly(attempt.txn.producer, clients, txn_id)
             clients.drop_producer(txn_id)
             drop_runtimes()
             clients.drop_consumers(cfg)
             last = exc
         except BaseException:
-            _abort_quietly(attempt.producer, clients, txn_id)
+            _abort_quietly(attempt.txn.producer, clients, txn_id)
             drop_runtimes()
             raise
     tasks = ", ".join(str(plan.task) for plan in plans)

@@ -2,7 +2,8 @@
 stateless step, 8 partitions in units of 4. Workers die inside a unit's transaction (before the commit of
 its third task; after a streamed slice of its first), and the whole job is SIGKILLed three times and
 restarted. Each key's committed counts are 1, 2, ..., its reference total, once each; every input is mapped
-once; the auditor says PASS; and each batch of a unit commits in one transaction."""
+once; the auditor says PASS, and FAIL once a broken writer commits a result again; and each batch of a unit
+commits in one transaction."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from eos.audit import audit_application
 from eos.testing import CrashWorker, Match
 from eos.worker.plans import TaskStatus
 from integration_tests.helpers import produce
-from integration_tests.streams.test_fused_topology import load_job, run_killed_then_caught_up
+from integration_tests.streams.test_fused_topology import commit_copy, load_job, run_killed_then_caught_up
 from integration_tests.streams.test_time_and_rekey import committed_records
 
 PARTITIONS, UNIT, KEYS = 8, 4, 50
@@ -107,5 +108,10 @@ def test_a_job_of_units_sigkilled_and_restarted_commits_every_result_once(kafka,
     run_killed_then_caught_up(tmp_path, JOB, env, seed=43)
 
     check(bootstrap, inputs, topics["counts"], topics["mapped"])
-    reports = audit_application(load_job(tmp_path, env, monkeypatch))
+    app = load_job(tmp_path, env, monkeypatch)
+    reports = audit_application(app)
     assert reports and all(r.verdict == "PASS" for r in reports), [(r.mode, r.verdict) for r in reports]
+    key, value, _ = committed_records(bootstrap, topics["mapped"])[0]
+    commit_copy(bootstrap, topics["mapped"], key, value)  # a broken writer: one result twice
+    failed = [(r.mode, r.outputs) for r in audit_application(app) if r.verdict != "PASS"]
+    assert [mode for mode, _ in failed] == ["lineage"] and topics["mapped"] in failed[0][1], failed
