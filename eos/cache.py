@@ -77,6 +77,10 @@ class RecordCache:
         entry = self._entries.get((store, identity))
         return (entry[2], entry[3]) if entry is not None and entry[0] is forward else None
 
+    def has(self, store: str, identity: bytes) -> bool:
+        """Whether the cache holds an update of (`store`, `identity`), whoever's."""
+        return (store, identity) in self._entries
+
     @property
     def size(self) -> int:
         """Bytes held (keys, values and the per-entry overhead)."""

@@ -65,6 +65,8 @@ class RunSummary:
     records_out: int = 0
     dead_letters: int = 0
     changelog_records: int = 0
+    #: of records_in, those folded into a keyed aggregation in one loop (eos.worker.folding)
+    records_folded: int = 0
     bytes_in: int = 0
     bytes_out: int = 0
     restored_records: int = 0
@@ -95,6 +97,7 @@ class RunSummary:
             self.noop_tasks += r.status is TaskStatus.NOOP
             self.fenced_tasks += r.status is TaskStatus.FENCED
             self.records_in += r.records_in
+            self.records_folded += r.records_folded
             self.records_out += r.records_out
             self.dead_letters += r.dead_letters
             self.changelog_records += r.changelog_records

@@ -219,8 +219,9 @@ class Runner:
         if self.placer is not None:
             summary.moves = list(self.placer.moves)
         log.info("run finished", batches=summary.batches, transactions=summary.transactions,
-                 records_in=summary.records_in, records_out=summary.records_out,
-                 dead_letters=summary.dead_letters, elapsed_s=round(summary.elapsed_s, 2))
+                 records_in=summary.records_in, records_folded=summary.records_folded,
+                 records_out=summary.records_out, dead_letters=summary.dead_letters,
+                 elapsed_s=round(summary.elapsed_s, 2))
         return summary
 
     def _release(self) -> None:

@@ -65,6 +65,16 @@ class GraphProcessor(Processor):
             for topic in source.topics:
                 self._takes[topic] = takes
 
+    def first_processor(self) -> Processor | None:
+        """The processor every input record goes to first and alone (a `Processor` node, whatever the input
+        topic), if there is one: `eos.worker.folding` hands it a batch at once."""
+        firsts = {id(entry): entry for takes in self._takes.values()
+                  for entry in [getattr(takes[0], "__self__", None) if len(takes) == 1 else None]}
+        if len(firsts) != 1:
+            return None
+        (entry,) = firsts.values()
+        return entry.processor if isinstance(entry, _ProcessorEntry) else None
+
     def process(self, record: Record) -> None:
         self.current = record
         for take in self._takes[record.topic]:

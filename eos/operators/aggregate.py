@@ -24,12 +24,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from eos.cache import RecordCache, updates
+from eos.cache import ENTRY_OVERHEAD, RecordCache, updates
 from eos.processor import Processor, ProcessorContext
 from eos.records import Record
 from eos.serde import DoubleSerde, IntegerSerde, JsonSerde, LongSerde, Serde
 
-__all__ = ["AggregateProcessor", "Aggregation", "counter", "summer", "reducer", "HELD_NUMBER_BYTES"]
+__all__ = ["AggregateProcessor", "Aggregation", "counter", "summer", "reducer", "HELD_NUMBER_BYTES", "HeldFold",
+           "KEYLESS"]
 
 #: bytes a number waiting in the record cache counts for besides its key: its timestamp and the longest
 #: JSON of a 64-bit integer or a float
@@ -37,6 +38,25 @@ HELD_NUMBER_BYTES = 8 + 24
 _HELD_KEYS = frozenset({str, bytes, int})  # (exact types: equal keys of these serialize alike, never bool)
 _NUMBERS = frozenset({int, float})
 _KEY_MEMO = 16_384  # serialized keys remembered for held updates, then forgotten all at once (~2 MiB)
+#: why a record without a key goes to the dead-letter topic
+KEYLESS = "records without a key cannot be aggregated by key"
+
+
+class HeldFold(NamedTuple):
+    """What folding a batch into an aggregation whose numbers wait in the record cache needs
+    (`eos.worker.folding`); the cache's entries it makes are those the aggregation's `process` makes."""
+
+    store: Any  # the aggregation's store: `get_with_timestamp(key)`, `key_bytes(key)`
+    initializer: Callable[[], Any]
+    aggregator: Callable[[Any, Any, Any], Any]
+    holds: Callable[[Any], bool]  # whether an aggregate may wait in the cache unserialized
+    cache: RecordCache
+    held: Callable[[bytes], tuple[Any, int] | None]  # a key's aggregate and timestamp waiting in the cache
+    hold: Callable[[bytes, Any, Any, int, Any], None]  # (identity, key, aggregate, timestamp, headers) into it
+    entry_bytes: Callable[[bytes], int]  # what a key's held entry counts for in the cache
+    headers_of: Callable[[], Any]  # the headers an update of the current record keeps
+    name: str  # the store's name (the cache's entries are by store and serialized key)
+    key_types: frozenset[type]  # the keys whose updates may wait in the cache (exact types)
 
 
 class AggregateProcessor(Processor):
@@ -66,7 +86,7 @@ class AggregateProcessor(Processor):
             return  # a tombstone: ignored by aggregations, as in Kafka Streams
         key = record.key
         if key is None:
-            raise ValueError("records without a key cannot be aggregated by key")
+            raise ValueError(KEYLESS)
         cache = self._cache
         if cache is None:
             current = self.store.get_with_timestamp(key)
@@ -86,6 +106,26 @@ class AggregateProcessor(Processor):
             return
         self.store.put(key, updated, timestamp)
         self.emit(key, updated, timestamp)  # the largest timestamp aggregated
+
+    def fold_view(self) -> HeldFold | None:
+        """What a batch fold needs, when this aggregation holds its numbers in the record cache (else None; a
+        subclass may process records otherwise)."""
+        cache = self._cache
+        if cache is None or type(self) is not AggregateProcessor:
+            return None
+        name, held_tag = self.store_name, self._held
+
+        def held(identity: bytes) -> tuple[Any, int] | None:
+            return cache.held(name, identity, held_tag)
+
+        def hold(identity: bytes, key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            cache.put(name, identity, len(identity) + HELD_NUMBER_BYTES, held_tag, key, value, timestamp, headers)
+
+        def entry_bytes(identity: bytes) -> int:
+            return len(identity) + HELD_NUMBER_BYTES + ENTRY_OVERHEAD
+
+        return HeldFold(self.store, self.initializer, self.aggregator, self._holds, cache, held, hold, entry_bytes,
+                        self._headers_of, name, _HELD_KEYS)
 
     def _identity(self, key: Any) -> bytes:
         """The key as the store and the cache know it (remembered for keys of the held types)."""

@@ -156,19 +156,19 @@ class TopologyTestDriver:
         self._run()
 
     def pipe_many(self, topic: str, records: Iterable[tuple[Any, ...]], *, serialized: bool = False) -> None:
-        """Write (key, value[, timestamp[, partition]]) records to `topic`, then process them (in as many
-        batches as the planner makes of them)."""
+        """Write (key, value[, timestamp[, partition[, headers]]]) records to `topic`, then process them (in as
+        many batches as the planner makes of them)."""
         self.pipe_records(((topic, *record) for record in records), serialized=serialized)
 
     def pipe_records(self, records: Iterable[tuple[Any, ...]], *, process: bool = True,
                      serialized: bool = False) -> None:
-        """Write (topic, key, value[, timestamp[, partition]]) records, in order, then process them (in as
-        many batches as the planner makes of them: one, unless they exceed max_records_per_batch).
+        """Write (topic, key, value[, timestamp[, partition[, headers]]]) records, in order, then process them
+        (in as many batches as the planner makes of them: one, unless they exceed max_records_per_batch).
         `process=False` only writes them: `run_batch` then runs tasks one at a time, in the order a test
         wants (to stage a race between two steps)."""
         for topic, key, value, *rest in records:
-            self._append(topic, key, value, rest[0] if rest else None, None, rest[1] if len(rest) > 1 else None,
-                         serialized)
+            self._append(topic, key, value, rest[0] if rest else None, rest[2] if len(rest) > 2 else None,
+                         rest[1] if len(rest) > 1 else None, serialized)
         if process:
             self._run()
 

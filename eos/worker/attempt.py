@@ -31,6 +31,7 @@ unit as a whole: its tasks commit together or not at all.
 
 from __future__ import annotations
 
+import operator
 import os
 import socket
 import time
@@ -461,8 +462,11 @@ class BatchAttempt:
     def _ledger_entry(self) -> LedgerEntry:
         """What this batch consumed, per input partition, and which of its records produced nothing."""
         transitive = self.job.transitive_topics
-        filtered = _offsets_by_partition(self.outcome.filtered, transitive)
-        late = _offsets_by_partition(self.outcome.late, transitive)
+        # one input partition, not a repartition topic: its records' own offsets (read without a lookup each)
+        only = ((self.ranges[0].topic, self.ranges[0].partition)
+                if len(self.ranges) == 1 and self.ranges[0].topic not in transitive else None)
+        filtered = _offsets_by_partition(self.outcome.filtered, transitive, only)
+        late = _offsets_by_partition(self.outcome.late, transitive, only)
         inputs = []
         for r in self.ranges:
             reset = self.result.resets.get((r.topic, r.partition))
@@ -490,7 +494,7 @@ class BatchAttempt:
     # ------------------------------------------------------------------ 8
     def report(self) -> TaskResult:
         r, outcome = self.result, self.outcome
-        r.records_in, r.bytes_in = outcome.records_in, outcome.bytes_in
+        r.records_in, r.bytes_in, r.records_folded = outcome.records_in, outcome.bytes_in, outcome.records_folded
         r.records_out, r.dead_letters = outcome.output_count, outcome.dead_letter_count
         r.changelog_records = len(self.changelog)
         r.punctuations = outcome.punctuations
@@ -605,9 +609,16 @@ class UnitAttempt:
             member._fire(HookPoint.AFTER_COMMIT)
 
 
-def _offsets_by_partition(msgs: list[Message], transitive: frozenset[str]) -> dict[tuple[str, int], BitMap64]:
+_OFFSET = operator.methodcaller("offset")
+
+
+def _offsets_by_partition(msgs: list[Message], transitive: frozenset[str],
+                          only: tuple[str, int] | None = None) -> dict[tuple[str, int], BitMap64]:
     """The lineage origins of `msgs` as offsets per partition (each bitmap built at once from its offsets:
-    a cached aggregation's batch counts every input as filtered)."""
+    a cached aggregation's batch counts every input as filtered). `only`: the one partition all of `msgs`
+    come from, whose records are their own origins."""
+    if only is not None:
+        return {only: BitMap64(list(map(_OFFSET, msgs)))} if msgs else {}
     offsets: dict[tuple[str, int], list[int]] = {}
     for msg in msgs:
         topic, partition, offset = lineage_origin(msg, transitive)

@@ -13,12 +13,16 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from eos.errors import BadRecordError
+from eos.errors import BadRecordError, FrameworkError
 from eos.origin import ORIGIN_HEADER, encode_origin, lineage_source
 from eos.worker.topic_rules import TopicRule, record_size
+from recovery import StoreError
 from transactions import Message, ProducerRecord
 
-__all__ = ["Stage", "DeadLetterPolicy", "dead_letter", "dead_letter_error", "DLQ_PREFIX"]
+__all__ = ["Stage", "DeadLetterPolicy", "dead_letter", "dead_letter_error", "DLQ_PREFIX", "NOT_A_BAD_RECORD"]
+
+#: Exceptions that fail the task instead of dead-lettering the record being processed.
+NOT_A_BAD_RECORD = (MemoryError, BadRecordError, FrameworkError, StoreError)
 
 DLQ_PREFIX = "eos.dlq."
 _MAX_ERROR = 2000

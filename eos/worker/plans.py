@@ -162,6 +162,8 @@ class TaskResult:
     changelog_records: int = 0
     bytes_in: int = 0
     bytes_out: int = 0
+    #: of records_in, those folded into a keyed aggregation in one loop (eos.worker.folding)
+    records_folded: int = 0
     offsets_ms: float = 0.0  # stable read of the committed offsets
     read_ms: float = 0.0
     process_ms: float = 0.0

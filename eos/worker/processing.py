@@ -27,23 +27,19 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from eos.clock import wall_time
-from eos.errors import BadRecordError, FrameworkError, OutputSerializationError, SerdeError, TaskFailedError
+from eos.errors import FrameworkError, OutputSerializationError, SerdeError, TaskFailedError
 from eos.processor import Processor, PunctuationType
 from eos.records import Record
 from eos.serde import Serde
 from eos.streamtime import EventClock, stamp_of
 from eos.time import MAX_TIMESTAMP, RECORD_TIME, InvalidTimestampError, check_timestamp
 from eos.worker.context import TaskContext
-from eos.worker.dead_letters import DeadLetterPolicy, Stage
-from recovery import StoreError
+from eos.worker.dead_letters import NOT_A_BAD_RECORD, DeadLetterPolicy, Stage
+from eos.worker.folding import fold_batch, fold_target
 from transactions import Message, ProducerRecord
 
 __all__ = ["BatchOutcome", "RecordScoped", "run_processor", "NOT_A_BAD_RECORD", "Entry", "entries", "InputReading",
            "Drain"]
-
-#: Exceptions that fail the task instead of dead-lettering the record being processed.
-NOT_A_BAD_RECORD = (MemoryError, BadRecordError, FrameworkError, StoreError)
-
 
 class RecordScoped(Protocol):
     """Something with per-record transactional effects (state store write buffers)."""
@@ -61,6 +57,8 @@ class BatchOutcome:
     dead_letters: list[ProducerRecord] = field(default_factory=list)
     records_in: int = 0
     bytes_in: int = 0
+    #: input records folded into a keyed aggregation at once, not one scope each (eos.worker.folding)
+    records_folded: int = 0
     stream_time: int = -1
     #: next offset to commit per input partition when processing stopped early (context.commit(), or an
     #: input with more records beyond the batch ran out first)
@@ -212,19 +210,29 @@ def run_processor(processor: Processor, ctx: TaskContext,
     process, outputs, filtered = processor.process, outcome.outputs, outcome.filtered
     enter, leave = ctx.enter_record, ctx.leave_record
     parts = messages if isinstance(messages, Mapping) else by_partition(messages)
+    sizes = [0]
+    records_in = 0
+    punctuating = bool(ctx.schedules)
+    if cache is not None and event_clock is None and not punctuating and len(parts) == 1 and not behind:
+        target = fold_target(processor)
+        (tp, ms), = parts.items()
+        reading = (per_topic or {}).get(tp[0], (key_serde, value_serde, timestamp))
+        if target is not None and reading[2] is RECORD_TIME:
+            records_in, sizes[0], rest = fold_batch(target, ctx, ms, outcome, key_serde=reading[0],
+                                                    value_serde=reading[1], dlq=dlq,
+                                                    drain_at=drain_at if drain is not None else None)
+            outcome.records_folded = records_in
+            parts = {tp: rest}
     streamed = any(not isinstance(ms, Sequence) for ms in parts.values())
     if streamed and len(parts) > 1:
         raise FrameworkError("only a batch of one input partition can be streamed")
-    sizes = [0]
     processed: dict[tuple[str, int], int] = {}
-    punctuating = bool(ctx.schedules)
     remaining = {tp: len(ms) for tp, ms in parts.items() if isinstance(ms, Sequence)} if behind else {}
     # Where processing stands in each partition is tracked per record only when several partitions (or
     # stopping when one runs out) make it necessary; with one, the current record says it.
     track = len(parts) > 1 or bool(remaining) or bool(clocked)
     unprocessed = sum(remaining.values())
     dead_letters = outcome.dead_letters
-    records_in = 0
     tp = ("", -1)
     for msg, record, ts in in_time_order(parts, key_serde, value_serde, timestamp, per_topic, sizes):
         records_in += 1

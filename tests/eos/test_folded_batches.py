@@ -1,0 +1,252 @@
+"""Folded batches (eos.worker.folding): a batch whose records meet a keyed aggregation holding numbers in the
+record cache first and alone is folded into it in one loop. Everything committed must be what the
+record-at-a-time loop commits: outputs with their keys, values, timestamps and headers, dead letters with
+their errors and stages, changelogs, the lineage ledger and the committed offsets; whatever the input's bad
+records, the cache's size (the fold stops where the cache would evict), the batch's slicing, and crashes."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import eos.worker.processing as processing
+from eos import Application, store
+from eos.operators.aggregate import AggregateProcessor
+from eos.testing import TopologyTestDriver
+
+TOPIC_ID = re.compile(rb'"topic_id":"[0-9a-f]+"')
+TRACEPARENT = "traceparent"
+PARENT = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def raw_inputs(n: int, seed: int, keys: int = 40, bad: bool = True) -> list[tuple[Any, ...]]:
+    """(topic, key bytes, value bytes, timestamp, partition, headers): hot and cold keys, a few of every
+    kind of bad record, tombstones, out-of-order timestamps, and headers (trace context among them)."""
+    rng = random.Random(seed)
+    out: list[tuple[Any, ...]] = []
+    for i in range(n):
+        key: bytes | None = f"k{int(rng.paretovariate(1.1)) % keys}".encode()
+        value: bytes | None = json.dumps({"n": rng.randrange(1, 5), "i": i}).encode()
+        ts = 10_000 + i * 10 - rng.randrange(0, 300)
+        r = rng.random() if bad else 1.0
+        if r < 0.03:
+            key = None  # no key: a dead letter (unless a tombstone)
+        elif r < 0.05:
+            key = b"\xff\xfek"  # not UTF-8: a dead letter
+        elif r < 0.08:
+            value = None  # a tombstone: ignored
+        elif r < 0.10:
+            value = b"{not json"  # a dead letter where values are JSON; counted where they are bytes
+        elif r < 0.12:
+            ts = -7  # an invalid timestamp: a dead letter
+        elif r < 0.14:
+            value = json.dumps({"n": "x", "i": i}).encode()  # a sum's aggregator raises on it
+        headers = None
+        if rng.random() < 0.15:
+            headers = [("app", b"h%d" % i)] + ([(TRACEPARENT, PARENT)] if rng.random() < 0.5 else [])
+        out.append(("in", key, value, ts, None, headers))
+    return out
+
+
+def committed(driver: TopologyTestDriver) -> dict[str, list[tuple[Any, ...]]]:
+    """Every committed record of every topic, as it is on the (in-memory) broker (the ledger's topic ids,
+    new for every driver, left out)."""
+    return {topic: [(m.partition(), m.offset(), m.key(), TOPIC_ID.sub(b"", m.value() or b""), m.headers(),
+                     m.timestamp()) for m in driver.cluster.records(topic)] for topic in sorted(driver.cluster.logs)}
+
+
+class Folds:
+    """Counts what the fold took (installed around `fold_batch`)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls = self.folded = self.stopped = 0
+        real = processing.fold_batch
+
+        def spy(*args: Any, **kwargs: Any) -> Any:
+            records, size, rest = real(*args, **kwargs)
+            rest = list(rest)  # (a streamed batch's rest is read on: the records it holds are read anyway)
+            self.calls += 1
+            self.folded += records
+            self.stopped += bool(rest)
+            return records, size, rest
+
+        monkeypatch.setattr(processing, "fold_batch", spy)
+
+
+def run_both(monkeypatch: pytest.MonkeyPatch, make_app: Callable[[], Application], feeds: list[list[tuple[Any, ...]]],
+             **driver_options: Any) -> tuple[dict[str, list[tuple[Any, ...]]], Folds]:
+    """`feeds` (each piped then processed) through the app with the fold and without; asserts both committed
+    the same and returns what was committed and what the fold took."""
+    results = []
+    folds = None
+    for fold in (False, True):
+        with monkeypatch.context() as m:
+            if fold:
+                folds = Folds(m)
+            else:
+                m.setattr(processing, "fold_target", lambda processor: None)
+            driver = TopologyTestDriver(make_app(), wall_clock_ms=1_000_000, **driver_options)
+            for feed in feeds:
+                driver.pipe_records(feed, serialized=True)
+            results.append(committed(driver))
+            driver.close()
+    straight, folded = results
+    assert folds is not None
+    for topic in straight:
+        assert folded[topic] == straight[topic], f"topic {topic} differs"
+    return folded, folds
+
+
+def count_app(cache: int, **settings: Any) -> Callable[[], Application]:
+    def make() -> Application:
+        app = Application("folds", cache_max_bytes=cache, **settings)
+        app.stream("in", value_serde="bytes").group_by_key().count(name="counts").to_stream().to("out")
+        return app
+    return make
+
+
+def sum_app(cache: int, **settings: Any) -> Callable[[], Application]:
+    def make() -> Application:
+        app = Application("folds", cache_max_bytes=cache, **settings)
+        (app.stream("in", value_serde="json").group_by_key().sum(lambda v: v["n"], name="total")
+            .to_stream().map_values(lambda t: t * 10, name="tens").to("out"))
+        return app
+    return make
+
+
+def classic_count_app(cache: int, **settings: Any) -> Callable[[], Application]:
+    def make() -> Application:
+        app = Application("folds", cache_max_bytes=cache, **settings)
+        app.count("in", "out", name="counts")
+        return app
+    return make
+
+
+@pytest.mark.parametrize("make", [count_app, sum_app, classic_count_app], ids=["count", "sum", "classic-count"])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_folded_batch_commits_what_the_record_at_a_time_loop_commits(monkeypatch, make, seed):
+    inputs = raw_inputs(900, seed)
+    out, folds = run_both(monkeypatch, make(1 << 20, max_records_per_batch=200), [inputs[:450], inputs[450:]])
+    assert folds.folded == len(inputs) and not folds.stopped  # every record folded, none one at a time
+    assert out["out"] and out["folds-dlq"]
+    letters = [dict(h)["eos.dlq.stage"] for *_, h, _ in out["folds-dlq"]]
+    assert {b"deserialize", b"timestamp", b"process"} <= set(letters)
+    traced = [dict(h or ()) for *_, h, _ in out["out"] if TRACEPARENT in dict(h or ())]
+    assert traced and all(t[TRACEPARENT] != PARENT for t in traced)  # a child span of the last update's record
+
+
+@pytest.mark.parametrize("make", [count_app, sum_app], ids=["count", "sum"])
+def test_a_cache_too_small_for_the_batch_stops_the_fold_where_it_would_evict(monkeypatch, make):
+    inputs = raw_inputs(600, 3, keys=200)
+    out, folds = run_both(monkeypatch, make(2_000), [inputs])  # room for ~17 keys
+    assert folds.stopped and 0 < folds.folded < len(inputs)
+    keys = {k for _, _, k, *_ in out["out"]}
+    assert len(out["out"]) > len(keys)  # evictions forwarded some keys more than once
+
+
+def test_streamed_batches_hand_over_when_dead_letters_are_due(monkeypatch):
+    rng = random.Random(4)
+    inputs = [("in", None if rng.random() < 0.4 else b"k%d" % rng.randrange(9), b"v", 5_000 + i, None, None)
+              for i in range(400)]
+    out, folds = run_both(monkeypatch, count_app(1 << 20, batch_slice_records=16), [inputs])
+    assert folds.stopped and folds.folded < len(inputs)
+    assert len(out["folds-dlq"]) == sum(1 for r in inputs if r[1] is None)
+
+
+def test_an_aggregate_that_stops_being_a_number_is_taken_one_record_at_a_time(monkeypatch):
+    def make() -> Application:
+        app = Application("folds", cache_max_bytes=1 << 20, max_records_per_batch=50)
+        (app.stream("in", value_serde="json").group_by_key().reduce(lambda a, b: a + b, name="joined")
+            .to_stream().to("out"))
+        return app
+
+    rng = random.Random(6)
+    inputs = []
+    for i in range(300):
+        if rng.random() < 0.1:  # keys whose aggregate is a string from their first record on
+            key, value = b"s%d" % rng.randrange(3), rng.choice(["a", "b"])
+        else:  # numbers, and now and then a string added to a number: the aggregator raises
+            key, value = b"k%d" % rng.randrange(6), rng.choice([1, "a"]) if rng.random() < 0.05 else rng.randrange(9)
+        inputs.append(("in", key, json.dumps(value).encode(), 1_000 + i, None, None))
+    out, folds = run_both(monkeypatch, make, [inputs[:150], inputs[150:]])
+    assert folds.stopped and folds.folded
+    assert any(isinstance(json.loads(v), str) for *_, v, _, _ in out["out"])
+    assert out["folds-dlq"]  # a number and a string added: the aggregator raised
+
+
+def test_only_an_aggregation_that_takes_every_record_first_and_alone_is_folded(monkeypatch):
+    def shapes() -> list[Application]:
+        filtered = Application("a", cache_max_bytes=1 << 20)
+        filtered.stream("in").filter(lambda k, v: True, name="f").group_by_key().count(name="c").to_stream().to("o")
+        two = Application("b", cache_max_bytes=1 << 20)
+        orders = two.stream("in")
+        orders.group_by_key().count(name="c").to_stream().to("o")
+        orders.group_by_key().sum(lambda v: 1, name="s").to_stream().to("o2")
+        uncached = Application("c")
+        uncached.stream("in").group_by_key().count(name="c").to_stream().to("o")
+        return [filtered, two, uncached]
+
+    for app in shapes():
+        with monkeypatch.context() as m:
+            folds = Folds(m)
+            driver = TopologyTestDriver(app, wall_clock_ms=1_000_000)
+            driver.pipe_many("in", [("a", {"n": 1}), ("b", {"n": 2}), ("a", {"n": 3})])
+            assert folds.calls == 0, app.config.application_id
+            assert driver.read("o")
+
+
+class Doubled(AggregateProcessor):
+    """A subclass that processes records its own way: every record counts twice."""
+
+    def process(self, record: Any) -> None:
+        super().process(record)
+        super().process(record)
+
+
+@pytest.mark.parametrize("processor, folded", [(AggregateProcessor, True), (Doubled, False)],
+                         ids=["aggregation", "subclass"])
+def test_the_processor_apis_aggregation_is_folded_and_a_subclass_of_it_is_not(monkeypatch, processor, folded):
+    app = Application("papi", cache_max_bytes=1 << 20)
+    app.add_source("orders", "in", value_serde="bytes")
+    app.add_processor("counting", lambda: processor("counts", lambda: 0, lambda k, v, n: n + 1), "orders")
+    app.add_state_store(store("counts", key_serde="string", value_serde="long"), "counting")
+    app.add_sink("out", "out", "counting", value_serde="long")
+    folds = Folds(monkeypatch)
+    driver = TopologyTestDriver(app, wall_clock_ms=1_000_000)
+    driver.pipe_many("in", [("a", b"1"), ("b", b"2"), ("a", b"3")])
+    assert (folds.calls > 0) is folded
+    assert [(r.key, r.value) for r in driver.read("out")] == ([("b", 1), ("a", 2)] if folded else [("b", 2), ("a", 4)])
+
+
+@pytest.mark.parametrize("make, typed", [(count_app, False), (sum_app, True)], ids=["count", "sum"])
+def test_folded_batches_stay_exactly_once_when_batches_crash(monkeypatch, make, typed):
+    folds = Folds(monkeypatch)
+    rng = random.Random(8)
+    inputs: list[tuple[Any, ...]] = []
+    for i in range(500):
+        key = None if rng.random() < 0.03 else f"k{int(rng.paretovariate(1.1)) % 30}"
+        value = None if rng.random() < 0.03 else {"n": "x" if rng.random() < 0.03 else rng.randrange(5)}
+        inputs.append(("in", key, value if typed or value is None else json.dumps(value).encode(), 2_000 + i * 7))
+    for cache in (1 << 20, 700):  # 700 bytes: room for about seven keys
+        driver = TopologyTestDriver(make(cache, max_records_per_batch=60)(), wall_clock_ms=1_000_000)
+        report = driver.check_exactly_once(inputs, crashes=12, seed=cache, chunk=40)
+        assert report.ok and len(report.crashes) >= 8
+    assert folds.folded > 1_000 and folds.stopped  # (the small cache stops folds)
+
+
+def test_the_ledger_counts_every_input_but_the_dead_letters_as_filtered():
+    inputs = raw_inputs(400, 5)
+    driver = TopologyTestDriver(count_app(1 << 20, max_records_per_batch=150)(), wall_clock_ms=1_000_000)
+    driver.pipe_records(inputs, serialized=True)
+    dead = {letter.offset for letter in driver.dead_letters()}
+    filtered: set[int] = set()
+    for entry in driver.ledger():
+        for (topic, partition), offsets in entry.filtered.items():
+            assert (topic, partition) == ("in", 0)
+            filtered |= set(offsets)
+    assert dead and filtered == set(range(len(inputs))) - dead
