@@ -75,6 +75,37 @@ class GraphProcessor(Processor):
         (entry,) = firsts.values()
         return entry.processor if isinstance(entry, _ProcessorEntry) else None
 
+    def stateless_after(self, processor: Processor) -> bool:
+        """Whether what `processor` forwards meets only stateless operators and sinks (no processor, which
+        would see the input record being processed, and no store)."""
+        names = [node.name for node, p in self.processors if p is processor]
+        part, seen = self.part, set()
+        sinks = {sink.name for sink in part.sinks}
+        operators = {node.name for node in part.processors if node.operator and not part.stores.get(node.name)}
+        while names:
+            for child in part.children.get(names.pop(), ()):
+                if child in sinks or child in seen:
+                    continue
+                if child not in operators:
+                    return False
+                seen.add(child)
+                names.append(child)
+        return True
+
+    def sink_forward(self, processor: Processor) -> Callable[[Any, Any, int], None] | None:
+        """When all `processor` forwards goes to one sink (no partitioner, not named): `forward(key, value,
+        timestamp)` straight to the task, as that sink passes it on."""
+        names = [node.name for node, p in self.processors if p is processor]
+        kids = self.part.children.get(names[0], ()) if len(names) == 1 else ()
+        sink = next((s for s in self.part.sinks if len(kids) == 1 and s.name == kids[0]), None)
+        if sink is None or sink.partitioner is not None or sink.named:
+            return None
+        forward, topic = self.context.forward, sink.topic
+
+        def to_sink(key: Any, value: Any, timestamp: int) -> None:
+            forward(key, value, topic=topic, partition=None, headers=None, timestamp=timestamp)
+        return to_sink
+
     def process(self, record: Record) -> None:
         self.current = record
         for take in self._takes[record.topic]:

@@ -29,7 +29,7 @@ from eos.processor import Processor, ProcessorContext
 from eos.records import Record
 from eos.serde import DoubleSerde, IntegerSerde, JsonSerde, LongSerde, Serde
 
-__all__ = ["AggregateProcessor", "Aggregation", "counter", "summer", "reducer", "HELD_NUMBER_BYTES", "HeldFold",
+__all__ = ["AggregateProcessor", "Aggregation", "counter", "summer", "reducer", "HELD_NUMBER_BYTES", "AggregateFold",
            "KEYLESS"]
 
 #: bytes a number waiting in the record cache counts for besides its key: its timestamp and the longest
@@ -42,25 +42,27 @@ _KEY_MEMO = 16_384  # serialized keys remembered for held updates, then forgotte
 KEYLESS = "records without a key cannot be aggregated by key"
 
 
-class HeldFold(NamedTuple):
-    """What folding a batch into an aggregation whose numbers wait in the record cache needs
-    (`eos.worker.folding`); the cache's entries it makes are those the aggregation's `process` makes."""
+class AggregateFold(NamedTuple):
+    """What folding a batch into a keyed aggregation of numbers needs (`eos.worker.folding`). With a record
+    cache (`cache`), updates wait in it as the aggregation's `process` puts them there; without one (`emit`),
+    each update goes on as its record's output, and each key's last one reaches the store when the fold ends."""
 
-    store: Any  # the aggregation's store: `get_with_timestamp(key)`, `key_bytes(key)`
+    store: Any  # the aggregation's store: `get_with_timestamp(key)`, `key_bytes(key)`, `put(key, value, ts)`
     initializer: Callable[[], Any]
     aggregator: Callable[[Any, Any, Any], Any]
-    holds: Callable[[Any], bool]  # whether an aggregate may wait in the cache unserialized
-    cache: RecordCache
+    holds: Callable[[Any], bool]  # whether an aggregate is a number its store's serde surely serializes
+    name: str  # the store's name (the cache's entries are by store and serialized key)
+    key_types: frozenset[type]  # the keys the fold takes (exact types: equal ones serialize alike)
+    cache: RecordCache | None
     held: Callable[[bytes], tuple[Any, int] | None]  # a key's aggregate and timestamp waiting in the cache
     hold: Callable[[bytes, Any, Any, int, Any], None]  # (identity, key, aggregate, timestamp, headers) into it
     entry_bytes: Callable[[bytes], int]  # what a key's held entry counts for in the cache
     headers_of: Callable[[], Any]  # the headers an update of the current record keeps
-    name: str  # the store's name (the cache's entries are by store and serialized key)
-    key_types: frozenset[type]  # the keys whose updates may wait in the cache (exact types)
+    emit: Callable[[Any, Any, int], None] | None  # without a cache: forward an update (key, value, timestamp)
 
 
 class AggregateProcessor(Processor):
-    _holds: Callable[[Any], bool]  # (with a cache) which aggregates wait in it unserialized
+    _holds: Callable[[Any], bool]  # which aggregates are numbers the store's serde surely serializes
 
     def __init__(self, store: str, initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any], Any]) -> None:
         self.store_name = store
@@ -75,8 +77,12 @@ class AggregateProcessor(Processor):
         sole_user = getattr(context, "sole_user_of", None)
         holds = _holds(self.store.spec.value_serde)
         self._cache: RecordCache | None = None
-        if cache is not None and holds is not None and sole_user is not None and sole_user(self.store_name):
-            self._cache, self._holds = cache, holds
+        #: numbers its store surely serializes, and no other processor sees the store: a batch may be folded
+        self._foldable = holds is not None and sole_user is not None and sole_user(self.store_name)
+        if holds is not None:
+            self._holds = holds
+        if cache is not None and self._foldable:
+            self._cache = cache
             self._keys: dict[Any, bytes] = {}
             self._headers_of = context.cached_headers  # type: ignore[attr-defined]
             self._held = self._write_and_forward  # one bound method: the cache tells its entries by it
@@ -107,13 +113,19 @@ class AggregateProcessor(Processor):
         self.store.put(key, updated, timestamp)
         self.emit(key, updated, timestamp)  # the largest timestamp aggregated
 
-    def fold_view(self) -> HeldFold | None:
-        """What a batch fold needs, when this aggregation holds its numbers in the record cache (else None; a
-        subclass may process records otherwise)."""
-        cache = self._cache
-        if cache is None or type(self) is not AggregateProcessor:
+    def fold_view(self, *, stateless_after: bool) -> AggregateFold | None:
+        """What a batch fold needs, when this aggregation's aggregates are numbers no other processor sees:
+        held in the record cache, or, without one, forwarded at once to nothing but stateless operators and
+        sinks (`stateless_after`). Else None (a subclass, too, may process records otherwise)."""
+        if not self._foldable or type(self) is not AggregateProcessor:
             return None
-        name, held_tag = self.store_name, self._held
+        cache, name = self._cache, self.store_name
+        if cache is None:
+            if not stateless_after:
+                return None
+            return AggregateFold(self.store, self.initializer, self.aggregator, self._holds, name, _HELD_KEYS, None,
+                                 _nothing_held, _no_hold, _no_bytes, list, self.emit)
+        held_tag = self._held
 
         def held(identity: bytes) -> tuple[Any, int] | None:
             return cache.held(name, identity, held_tag)
@@ -124,8 +136,8 @@ class AggregateProcessor(Processor):
         def entry_bytes(identity: bytes) -> int:
             return len(identity) + HELD_NUMBER_BYTES + ENTRY_OVERHEAD
 
-        return HeldFold(self.store, self.initializer, self.aggregator, self._holds, cache, held, hold, entry_bytes,
-                        self._headers_of, name, _HELD_KEYS)
+        return AggregateFold(self.store, self.initializer, self.aggregator, self._holds, name, _HELD_KEYS, cache,
+                             held, hold, entry_bytes, self._headers_of, None)
 
     def _identity(self, key: Any) -> bytes:
         """The key as the store and the cache know it (remembered for keys of the held types)."""
@@ -142,6 +154,18 @@ class AggregateProcessor(Processor):
         """A held aggregate leaving the cache: into the store (the batch's write buffer), then on."""
         self.store.put(key, value, timestamp)
         self.context.forward(key, value, timestamp=timestamp, headers=headers)
+
+
+def _nothing_held(identity: bytes) -> None:
+    return None
+
+
+def _no_hold(identity: bytes, key: Any, value: Any, timestamp: int, headers: Any) -> None:
+    raise AssertionError("an aggregation without a record cache holds nothing")
+
+
+def _no_bytes(identity: bytes) -> int:
+    return 0
 
 
 def _holds(serde: Serde) -> Callable[[Any], bool] | None:

@@ -1,36 +1,41 @@
 """Folding a batch into the keyed aggregation it meets first, in one loop: a fast path of `run_processor`.
 
-When every input record of a sub-topology goes first and alone to a keyed aggregation whose numbers wait in
-the task's record cache (count and sum with a cache: `eos.operators.aggregate`), a record's whole effect
-inside the batch is to fold into its key's aggregate: nothing is forwarded and nothing is written to the
-store until an update leaves the cache, when the batch ends or the cache is full. So instead of a record
-scope per record, the batch is folded in one loop (each distinct key deserialized once, the aggregates in a
-dict), and the cache then gets each key's last update, in the order of the keys' last updates: the state
-the record-at-a-time loop would have left. The rest is that loop's:
+When every input record of a sub-topology goes first and alone to a keyed aggregation of numbers that no
+other processor sees (count, sum, reduce: `eos.operators.aggregate`), a record's effect on the aggregation
+is to fold into its key's aggregate. So instead of a record scope per record (a `Record`, the graph's
+hand-off, a store read and write), the batch is folded in one loop: each distinct key deserialized once, the
+aggregates in a dict. Two kinds:
+* **with a record cache**, nothing is forwarded until an update leaves the cache, so the fold forwards
+  nothing: when it ends, the cache gets each key's last update, in the order of the keys' last updates,
+  with the headers of its last record, as the record-at-a-time loop would have left it;
+* **without one**, each update is its record's output, forwarded at once in the record's own scope (to
+  stateless operators and sinks only), and each key's last aggregate reaches the store (so the changelog)
+  when the fold ends, in the order the keys were first written, as the write buffer has them.
+The rest is the record-at-a-time loop's:
 * bad records go to the dead-letter topic with the same error and stage: a key or value that does not
-  deserialize, an invalid timestamp, a record without a key, an initializer or aggregator that raises;
-* tombstones are ignored, and every input record is "filtered" in the lineage ledger;
+  deserialize, an invalid timestamp, a record without a key, an initializer or aggregator that raises, an
+  output that cannot be serialized or that its topic would refuse (the update is then not applied);
+* tombstones are ignored, and a record without outputs is "filtered" in the lineage ledger;
 * stream time is the largest timestamp of the records that did not fail;
-* an update keeps the headers of the last record that made it.
+* a streamed batch's outputs and dead letters are drained as they gather, and the batch stops where a
+  drain (or a processor) asks it to.
 
 The fold stops where it could not prove the result the same, and hands the record it is on and the rest
-to the record-at-a-time loop:
-* the cache would go over its bound (its evictions forward updates in the middle of the batch);
-* a key of another type than those held, an aggregate that is not a number that may wait in the cache,
-  a key the cache holds another way, a store or key serde that raises;
-* in a streamed batch, as soon as the dead letters gathered are due to be produced.
-An aggregator may thus run twice on the record the fold stops at. It runs again whenever a batch is
-retried too: aggregators must be free of side effects in any case.
+to the record-at-a-time loop: the cache would go over its bound (its evictions forward updates in the middle
+of the batch); a key of another type than those held, an aggregate that is not a number its store surely
+serializes, a key the cache holds another way, a store or key serde that raises. An aggregator may thus
+run twice on the record the fold stops at. It runs again whenever a batch is retried too: aggregators
+must be free of side effects in any case.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from eos.errors import SerdeError
-from eos.operators.aggregate import KEYLESS, AggregateProcessor, HeldFold
+from eos.errors import OutputSerializationError, SerdeError
+from eos.operators.aggregate import KEYLESS, AggregateFold, AggregateProcessor
 from eos.processor import Processor
 from eos.serde import BytesSerde, Serde
 from eos.time import MAX_TIMESTAMP, InvalidTimestampError
@@ -39,37 +44,58 @@ from eos.worker.dead_letters import NOT_A_BAD_RECORD, DeadLetterPolicy, Stage
 from transactions import Message
 
 if TYPE_CHECKING:
-    from eos.worker.processing import BatchOutcome
+    from eos.worker.processing import BatchOutcome, Drain, RecordScoped
 
-__all__ = ["fold_target", "fold_batch"]
+__all__ = ["fold_target", "fold_batch", "Folded"]
 
 
-def fold_target(processor: Processor) -> HeldFold | None:
+def fold_target(processor: Processor) -> AggregateFold | None:
     """The aggregation a batch of `processor` can be folded into, if there is one."""
     first = getattr(processor, "first_processor", None)
-    target = first() if first is not None else processor
-    return target.fold_view() if isinstance(target, AggregateProcessor) else None
+    if first is None:  # a processor of its own: what it forwards goes to the task's output
+        target, stateless_after = processor, True
+    else:
+        target = first()
+        stateless_after = target is not None and processor.stateless_after(target)  # type: ignore[attr-defined]
+    if not isinstance(target, AggregateProcessor):
+        return None
+    view = target.fold_view(stateless_after=stateless_after)
+    if view is not None and view.emit is not None and first is not None:
+        direct = processor.sink_forward(target)  # type: ignore[attr-defined]
+        if direct is not None:  # (the hops through the node's context and its sink, skipped)
+            view = view._replace(emit=direct)
+    return view
 
 
 class _Stop(Exception):
     """The fold cannot go on: the record it is on and the rest are processed one at a time."""
 
 
-def fold_batch(view: HeldFold, ctx: TaskContext, messages: Iterable[Message], outcome: BatchOutcome, *,
-               key_serde: Serde, value_serde: Serde, dlq: DeadLetterPolicy,
-               drain_at: int | None) -> tuple[int, int, Iterable[Message]]:
-    """Fold `messages` (one partition's, in offset order) into `view`'s aggregation, adding to `outcome`'s
-    stream time, filtered records and dead letters. Returns the records and value bytes it read, and the
-    records left to process one at a time (empty when it folded them all): a list's rest as a list.
-    `drain_at`: in a streamed batch, stop once that many dead letters have gathered."""
+class Folded(NamedTuple):
+    """What a fold read, and where the batch goes on."""
+
+    records: int  # input records the fold took (bad ones included)
+    size: int  # their value bytes
+    rest: Iterable[Message]  # records left to process one at a time: a list's rest as a list
+    stop_at: int | None  # the batch stops here (the offset to commit): a drain or a processor asked for it
+
+
+def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message], outcome: BatchOutcome, *,
+               key_serde: Serde, value_serde: Serde, dlq: DeadLetterPolicy, scoped: Sequence[RecordScoped] = (),
+               drain: Drain | None = None, drain_at: int = 0) -> Folded:
+    """Fold `messages` (one partition's, in offset order) into `view`'s aggregation, adding to `outcome`
+    what the record-at-a-time loop adds: stream time, outputs (without a cache), filtered records and dead
+    letters. `scoped`, `drain` and `drain_at` as that loop has them."""
     key_of = key_serde.deserialize
     value_of = None if type(value_serde) is BytesSerde else value_serde.deserialize
     store, initializer, aggregator, holds = view.store, view.initializer, view.aggregator, view.holds
-    held, key_types, has, name = view.held, view.key_types, view.cache.has, view.name
-    filtered, dead_letters = outcome.filtered, outcome.dead_letters
-    room = view.cache.max_bytes - view.cache.size
+    key_types, emit = view.key_types, view.emit
+    filtered, dead_letters, outputs, late = outcome.filtered, outcome.dead_letters, outcome.outputs, outcome.late
+    enter, leave, discard = ctx.enter_record, ctx.leave_record, ctx.discard_record
+    room = view.cache.max_bytes - view.cache.size if view.cache is not None else 1 << 62
     keys: dict[bytes | None, Any] = {}  # a raw key: its (key, identity or None), or the SerdeError it raised
-    folded: dict[bytes, list[Any]] = {}  # identity: [aggregate, timestamp, last update's index, its message, key]
+    # identity: [aggregate, timestamp, last update's index, its message, key], in the order of first updates
+    folded: dict[bytes, list[Any]] = {}
     stream_time = outcome.stream_time
     last: Message | None = None  # the last record that deserialized and had a valid timestamp
     last_ts = -1
@@ -77,6 +103,7 @@ def fold_batch(view: HeldFold, ctx: TaskContext, messages: Iterable[Message], ou
     stream = iter(messages)
     retry: Message | None = None  # the record the fold stopped at without taking it
     stopped = False
+    stop_at: int | None = None
     for msg in stream:
         value = msg.value()
         raw = msg.key()
@@ -90,6 +117,7 @@ def fold_batch(view: HeldFold, ctx: TaskContext, messages: Iterable[Message], ou
         stage = Stage.DESERIALIZE
         ts = -1
         v = value
+        entered = False
         if type(known) is not tuple:
             bad = known
         else:
@@ -105,6 +133,7 @@ def fold_batch(view: HeldFold, ctx: TaskContext, messages: Iterable[Message], ou
                     bad, stage = InvalidTimestampError(f"invalid timestamp {ts} ({why})"), Stage.TIMESTAMP
         if bad is None and v is not None:
             key, identity = known
+            grows = 0
             try:
                 if key is None:
                     raise ValueError(KEYLESS)
@@ -113,24 +142,16 @@ def fold_batch(view: HeldFold, ctx: TaskContext, messages: Iterable[Message], ou
                     keys[raw] = (key, identity)
                 entry = folded.get(identity)
                 if entry is None:
-                    grows, current = _current(view, identity, key, held, has, name, room)
+                    grows, current = _current(view, identity, key, room)
                     if current is None:
                         aggregate, timestamp = initializer(), ts
                     else:
                         aggregate, timestamp = current[0], max(current[1], ts)
-                    updated = aggregator(key, v, aggregate)
-                    if not holds(updated):
-                        raise _Stop
-                    room -= grows
-                    folded[identity] = [updated, timestamp, records, msg, key]
                 else:
-                    updated = aggregator(key, v, entry[0])
-                    if not holds(updated):
-                        raise _Stop
-                    entry[0] = updated
-                    if ts > entry[1]:
-                        entry[1] = ts
-                    entry[2], entry[3], entry[4] = records, msg, key
+                    aggregate, timestamp = entry[0], max(entry[1], ts)
+                updated = aggregator(key, v, aggregate)
+                if not holds(updated):
+                    raise _Stop
             except _Stop:
                 retry, stopped = msg, True
                 break
@@ -138,25 +159,60 @@ def fold_batch(view: HeldFold, ctx: TaskContext, messages: Iterable[Message], ou
                 raise
             except Exception as exc:  # no key, or the initializer or aggregator raised: nothing changed
                 bad, stage = exc, Stage.PROCESS
+            if bad is None and emit is not None:  # the update is the record's output, now
+                enter(msg, ts)
+                entered = True
+                for s in scoped:
+                    s.begin_record()
+                try:
+                    emit(key, updated, timestamp)
+                except NOT_A_BAD_RECORD:
+                    raise
+                except Exception as exc:
+                    for s in scoped:
+                        s.rollback_record()
+                    discard()
+                    bad = exc
+                    stage = Stage.SERIALIZE if isinstance(exc, OutputSerializationError) else Stage.PROCESS
+                else:
+                    for s in scoped:
+                        s.commit_record()
+            if bad is None:
+                if entry is None:
+                    room -= grows
+                    folded[identity] = [updated, timestamp, records, msg, key]
+                else:
+                    entry[0], entry[1], entry[2], entry[3], entry[4] = updated, timestamp, records, msg, key
         records += 1
         size += len(value) if value else 0
         if bad is not None:
-            if stage is Stage.PROCESS:  # it was a record: its scope was entered
+            if stage is Stage.PROCESS or stage is Stage.SERIALIZE:  # it was a record: its scope was entered
                 last, last_ts = msg, ts
             dead_letters.append(dlq.route(msg, bad, stage))
-            if drain_at is not None and len(dead_letters) >= drain_at:
-                stopped = True
-                break
             continue
         # folded, or a tombstone (ignored, as by Kafka Streams' aggregations)
         last, last_ts = msg, ts
         if ts > stream_time:
             stream_time = ts
-        filtered.append(msg)
+        produced = leave() if entered else None
+        if produced:
+            outputs.extend(produced)
+        else:
+            filtered.append(msg)
+            if ctx.dropped_reason is not None:
+                if ctx.dropped_reason == "late":
+                    late.append(msg)
+                ctx.dropped_reason = None
+        if drain is not None and len(outputs) + len(dead_letters) >= drain_at and drain(outcome):
+            ctx.commit_requested = True
+        if ctx.commit_requested:
+            ctx.commit_requested = False
+            stop_at = msg.offset() + 1
+            break
     _settle(view, ctx, folded)
     if last is not None:  # as the record-at-a-time loop leaves it: its last record's scope entered and left
-        ctx.enter_record(last, last_ts)
-        ctx.leave_record()
+        enter(last, last_ts)
+        leave()
     outcome.stream_time = ctx.stream_time = max(stream_time, outcome.stream_time)
     rest: Iterable[Message] = ()
     if stopped:
@@ -164,7 +220,7 @@ def fold_batch(view: HeldFold, ctx: TaskContext, messages: Iterable[Message], ou
             rest = messages[records:]
         else:
             rest = stream if retry is None else itertools.chain((retry,), stream)
-    return records, size, rest
+    return Folded(records, size, rest, stop_at)
 
 
 def _identity(store: Any, key: Any, key_types: frozenset[type]) -> Any:
@@ -177,16 +233,15 @@ def _identity(store: Any, key: Any, key_types: frozenset[type]) -> Any:
         raise _Stop from None
 
 
-def _current(view: HeldFold, identity: bytes, key: Any, held: Any, has: Any, name: str,
-             room: int) -> tuple[int, tuple[Any, int] | None]:
+def _current(view: AggregateFold, identity: bytes, key: Any, room: int) -> tuple[int, tuple[Any, int] | None]:
     """A key the fold has not seen yet: the bytes its entry adds to the cache, and its aggregate and timestamp
     (None: none yet), waiting in the cache or in the store."""
-    current = held(identity)
+    current = view.held(identity)
     if current is not None:
         return 0, current
     grows = view.entry_bytes(identity)
-    if has(name, identity) or grows > room:  # an update made another way; or the cache would evict
-        raise _Stop
+    if grows > room or (view.cache is not None and view.cache.has(view.name, identity)):
+        raise _Stop  # the cache would evict; or it holds an update of the key made another way
     try:
         current = view.store.get_with_timestamp(key)
     except Exception:
@@ -196,9 +251,15 @@ def _current(view: HeldFold, identity: bytes, key: Any, held: Any, has: Any, nam
     return grows, current
 
 
-def _settle(view: HeldFold, ctx: TaskContext, folded: dict[bytes, list[Any]]) -> None:
+def _settle(view: AggregateFold, ctx: TaskContext, folded: dict[bytes, list[Any]]) -> None:
     """Each folded key's last update into the cache, in the order of the keys' last updates, with the headers
-    its last record's outputs would have carried."""
+    its last record's outputs would have carried; without a cache, into the store, in the order the keys
+    were first written (the write buffer's, so the changelog's)."""
+    if view.cache is None:
+        put = view.store.put
+        for aggregate, timestamp, _, _, key in folded.values():
+            put(key, aggregate, timestamp)
+        return
     hold, headers_of = view.hold, view.headers_of
     for identity, (aggregate, timestamp, _, msg, key) in sorted(folded.items(), key=_by_last_update):
         if msg.headers():

@@ -213,16 +213,18 @@ def run_processor(processor: Processor, ctx: TaskContext,
     sizes = [0]
     records_in = 0
     punctuating = bool(ctx.schedules)
-    if cache is not None and event_clock is None and not punctuating and len(parts) == 1 and not behind:
+    if event_clock is None and not punctuating and len(parts) == 1 and not behind:
         target = fold_target(processor)
         (tp, ms), = parts.items()
         reading = (per_topic or {}).get(tp[0], (key_serde, value_serde, timestamp))
         if target is not None and reading[2] is RECORD_TIME:
-            records_in, sizes[0], rest = fold_batch(target, ctx, ms, outcome, key_serde=reading[0],
-                                                    value_serde=reading[1], dlq=dlq,
-                                                    drain_at=drain_at if drain is not None else None)
-            outcome.records_folded = records_in
-            parts = {tp: rest}
+            folded = fold_batch(target, ctx, ms, outcome, key_serde=reading[0], value_serde=reading[1], dlq=dlq,
+                                scoped=scoped, drain=drain, drain_at=drain_at)
+            records_in = outcome.records_folded = folded.records
+            sizes[0] = folded.size
+            parts = {tp: folded.rest}
+            if folded.stop_at is not None:  # stopped early, as the loop below stops
+                outcome.stopped_at = {tp: folded.stop_at}
     streamed = any(not isinstance(ms, Sequence) for ms in parts.values())
     if streamed and len(parts) > 1:
         raise FrameworkError("only a batch of one input partition can be streamed")

@@ -18,6 +18,7 @@ import eos.worker.processing as processing
 from eos import Application, store
 from eos.operators.aggregate import AggregateProcessor
 from eos.testing import TopologyTestDriver
+from eos.worker.attempt import BatchAttempt
 
 TOPIC_ID = re.compile(rb'"topic_id":"[0-9a-f]+"')
 TRACEPARENT = "traceparent"
@@ -68,12 +69,12 @@ class Folds:
         real = processing.fold_batch
 
         def spy(*args: Any, **kwargs: Any) -> Any:
-            records, size, rest = real(*args, **kwargs)
-            rest = list(rest)  # (a streamed batch's rest is read on: the records it holds are read anyway)
+            folded = real(*args, **kwargs)
+            rest = list(folded.rest)  # (a streamed batch's rest is read on: the records it holds are read anyway)
             self.calls += 1
-            self.folded += records
+            self.folded += folded.records
             self.stopped += bool(rest)
-            return records, size, rest
+            return folded._replace(rest=rest)
 
         monkeypatch.setattr(processing, "fold_batch", spy)
 
@@ -127,17 +128,34 @@ def classic_count_app(cache: int, **settings: Any) -> Callable[[], Application]:
     return make
 
 
-@pytest.mark.parametrize("make", [count_app, sum_app, classic_count_app], ids=["count", "sum", "classic-count"])
+def even_counts_app(cache: int, **settings: Any) -> Callable[[], Application]:
+    """A count whose odd values a filter drops (their records produce nothing: "filtered" in the ledger)."""
+    def make() -> Application:
+        app = Application("folds", cache_max_bytes=cache, **settings)
+        (app.stream("in", value_serde="bytes").group_by_key().count(name="counts").to_stream()
+            .filter(lambda key, n: n % 2 == 0, name="even").to("out"))
+        return app
+    return make
+
+
+CACHES = pytest.mark.parametrize("cache", [1 << 20, 0], ids=["cached", "uncached"])
+
+
+@CACHES
+@pytest.mark.parametrize("make", [count_app, sum_app, classic_count_app, even_counts_app],
+                         ids=["count", "sum", "classic-count", "even-counts"])
 @pytest.mark.parametrize("seed", [1, 2])
-def test_a_folded_batch_commits_what_the_record_at_a_time_loop_commits(monkeypatch, make, seed):
+def test_a_folded_batch_commits_what_the_record_at_a_time_loop_commits(monkeypatch, make, seed, cache):
     inputs = raw_inputs(900, seed)
-    out, folds = run_both(monkeypatch, make(1 << 20, max_records_per_batch=200), [inputs[:450], inputs[450:]])
+    out, folds = run_both(monkeypatch, make(cache, max_records_per_batch=200), [inputs[:450], inputs[450:]])
     assert folds.folded == len(inputs) and not folds.stopped  # every record folded, none one at a time
     assert out["out"] and out["folds-dlq"]
     letters = [dict(h)["eos.dlq.stage"] for *_, h, _ in out["folds-dlq"]]
     assert {b"deserialize", b"timestamp", b"process"} <= set(letters)
     traced = [dict(h or ()) for *_, h, _ in out["out"] if TRACEPARENT in dict(h or ())]
-    assert traced and all(t[TRACEPARENT] != PARENT for t in traced)  # a child span of the last update's record
+    assert traced and all(t[TRACEPARENT] != PARENT for t in traced)  # a child span of the input record's
+    if not cache:  # one output per keyed input (unless dropped), in input order
+        assert len(out["out"]) > len(inputs) / (4 if make is even_counts_app else 2)
 
 
 @pytest.mark.parametrize("make", [count_app, sum_app], ids=["count", "sum"])
@@ -149,18 +167,29 @@ def test_a_cache_too_small_for_the_batch_stops_the_fold_where_it_would_evict(mon
     assert len(out["out"]) > len(keys)  # evictions forwarded some keys more than once
 
 
-def test_streamed_batches_hand_over_when_dead_letters_are_due(monkeypatch):
+@CACHES
+def test_streamed_batches_drain_as_they_fold(monkeypatch, cache):
     rng = random.Random(4)
     inputs = [("in", None if rng.random() < 0.4 else b"k%d" % rng.randrange(9), b"v", 5_000 + i, None, None)
               for i in range(400)]
-    out, folds = run_both(monkeypatch, count_app(1 << 20, batch_slice_records=16), [inputs])
-    assert folds.stopped and folds.folded < len(inputs)
+    drains = []
+    real = BatchAttempt._drain
+
+    def counted(self, outcome):
+        drains.append(outcome.output_count + outcome.dead_letter_count)
+        return real(self, outcome)
+
+    monkeypatch.setattr(BatchAttempt, "_drain", counted)
+    out, folds = run_both(monkeypatch, count_app(cache, batch_slice_records=16), [inputs])
+    assert folds.folded == len(inputs) and not folds.stopped
+    assert len(drains) > 10  # (both runs drained every ~16 outputs and dead letters)
     assert len(out["folds-dlq"]) == sum(1 for r in inputs if r[1] is None)
 
 
-def test_an_aggregate_that_stops_being_a_number_is_taken_one_record_at_a_time(monkeypatch):
+@CACHES
+def test_an_aggregate_that_stops_being_a_number_is_taken_one_record_at_a_time(monkeypatch, cache):
     def make() -> Application:
-        app = Application("folds", cache_max_bytes=1 << 20, max_records_per_batch=50)
+        app = Application("folds", cache_max_bytes=cache, max_records_per_batch=50)
         (app.stream("in", value_serde="json").group_by_key().reduce(lambda a, b: a + b, name="joined")
             .to_stream().to("out"))
         return app
@@ -179,6 +208,18 @@ def test_an_aggregate_that_stops_being_a_number_is_taken_one_record_at_a_time(mo
     assert out["folds-dlq"]  # a number and a string added: the aggregator raised
 
 
+def test_an_output_its_topic_refuses_is_a_dead_letter_and_its_update_is_not_applied(monkeypatch):
+    rng = random.Random(9)
+    inputs = [("in", b"k%d" % rng.randrange(12), b"v", rng.choice([1_000, 2_000, 20_000 + i]), None, None)
+              for i in range(300)]
+    configs = {"out": {"message.timestamp.before.max.ms": "990000"}}  # (the clock is at 1,000,000 ms)
+    out, folds = run_both(monkeypatch, count_app(0), [inputs], topic_configs=configs)
+    assert folds.folded == len(inputs)
+    refused = [dict(h) for *_, h, _ in out["folds-dlq"]]
+    assert refused and all(h["eos.dlq.stage"] == b"serialize" for h in refused)
+    assert all(m[5][1] >= 10_000 for m in out["out"])  # (partition, offset, key, value, headers, timestamp)
+
+
 def test_only_an_aggregation_that_takes_every_record_first_and_alone_is_folded(monkeypatch):
     def shapes() -> list[Application]:
         filtered = Application("a", cache_max_bytes=1 << 20)
@@ -187,9 +228,10 @@ def test_only_an_aggregation_that_takes_every_record_first_and_alone_is_folded(m
         orders = two.stream("in")
         orders.group_by_key().count(name="c").to_stream().to("o")
         orders.group_by_key().sum(lambda v: 1, name="s").to_stream().to("o2")
-        uncached = Application("c")
-        uncached.stream("in").group_by_key().count(name="c").to_stream().to("o")
-        return [filtered, two, uncached]
+        chained = Application("c")  # without a cache, a count whose outputs meet another aggregation
+        chained.stream("in").group_by_key().count(name="c").to_stream().group_by_key().sum(
+            lambda n: n, name="s").to_stream().to("o")
+        return [filtered, two, chained]
 
     for app in shapes():
         with monkeypatch.context() as m:
@@ -232,7 +274,7 @@ def test_folded_batches_stay_exactly_once_when_batches_crash(monkeypatch, make, 
         key = None if rng.random() < 0.03 else f"k{int(rng.paretovariate(1.1)) % 30}"
         value = None if rng.random() < 0.03 else {"n": "x" if rng.random() < 0.03 else rng.randrange(5)}
         inputs.append(("in", key, value if typed or value is None else json.dumps(value).encode(), 2_000 + i * 7))
-    for cache in (1 << 20, 700):  # 700 bytes: room for about seven keys
+    for cache in (1 << 20, 700, 0):  # 700 bytes: room for about seven keys; 0: no cache
         driver = TopologyTestDriver(make(cache, max_records_per_batch=60)(), wall_clock_ms=1_000_000)
         report = driver.check_exactly_once(inputs, crashes=12, seed=cache, chunk=40)
         assert report.ok and len(report.crashes) >= 8
