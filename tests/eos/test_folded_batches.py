@@ -292,3 +292,20 @@ def test_the_ledger_counts_every_input_but_the_dead_letters_as_filtered():
             assert (topic, partition) == ("in", 0)
             filtered |= set(offsets)
     assert dead and filtered == set(range(len(inputs))) - dead
+
+
+def test_a_step_after_the_aggregation_that_raises_sends_its_record_to_the_dead_letters_unapplied(monkeypatch):
+    def make() -> Application:
+        app = Application("folds")
+        (app.stream("in", value_serde="bytes").group_by_key().count(name="counts").to_stream()
+            .map_values(lambda n: 100 // (n % 5), name="fifths").to("out"))  # every fifth count raises
+        return app
+
+    rng = random.Random(10)
+    inputs = [("in", b"k%d" % rng.randrange(7), b"v", 1_000 + i, None, None) for i in range(200)]
+    out, folds = run_both(monkeypatch, make, [inputs[:90], inputs[90:]])
+    assert folds.folded == len(inputs)
+    letters = [dict(h) for *_, h, _ in out["folds-dlq"]]
+    assert letters and all(h["eos.dlq.stage"] == b"process" for h in letters)
+    # the update of a record whose output failed is not applied: each key stays at 4, its later records fail
+    assert len(out["folds-dlq"]) == len(inputs) - 4 * len({key for _, key, *_ in inputs})
