@@ -65,15 +65,31 @@ class GraphProcessor(Processor):
             for topic in source.topics:
                 self._takes[topic] = takes
 
-    def first_processor(self) -> Processor | None:
-        """The processor every input record goes to first and alone (a `Processor` node, whatever the input
-        topic), if there is one: `eos.worker.folding` hands it a batch at once."""
-        firsts = {id(entry): entry for takes in self._takes.values()
-                  for entry in [getattr(takes[0], "__self__", None) if len(takes) == 1 else None]}
-        if len(firsts) != 1:
+    def fold_chain(self) -> tuple[Processor, Callable[[Emit], Emit] | None] | None:
+        """The processor every input record reaches first and alone, directly or through a line of stateless
+        operators (each with one child and no store): that processor, and how to build the line again toward
+        another last step (None: no operators). None when the graph is not so (`eos.worker.folding`)."""
+        part = self.part
+        if len(part.sources) != 1:
             return None
-        (entry,) = firsts.values()
-        return entry.processor if isinstance(entry, _ProcessorEntry) else None
+        nodes = {node.name: node for node in part.processors}
+        line: list[ProcessorNode] = []
+        kids = part.children[part.sources[0].name]
+        while len(kids) == 1 and kids[0] in nodes and nodes[kids[0]].operator and not part.stores.get(kids[0]):
+            line.append(nodes[kids[0]])
+            kids = part.children.get(kids[0], ())
+        target = next((p for node, p in self.processors if len(kids) == 1 and node.name == kids[0]), None)
+        if target is None:
+            return None
+        if not line:
+            return target, None
+
+        def build(last: Emit) -> Emit:
+            step = last
+            for node in reversed(line):
+                step = node.factory().bind([step])
+            return step
+        return target, build
 
     def stateless_after(self, processor: Processor) -> bool:
         """Whether what `processor` forwards meets only stateless operators and sinks (no processor, which

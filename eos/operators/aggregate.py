@@ -59,6 +59,8 @@ class AggregateFold(NamedTuple):
     entry_bytes: Callable[[bytes], int]  # what a key's held entry counts for in the cache
     headers_of: Callable[[], Any]  # the headers an update of the current record keeps
     emit: Callable[[Any, Any, int], None] | None  # without a cache: forward an update (key, value, timestamp)
+    #: the stateless steps between the source and the aggregation, built toward a given last step (None: none)
+    chain: Callable[[Callable[[Any, Any, int, Any], None]], Callable[[Any, Any, int, Any], None]] | None = None
 
 
 class AggregateProcessor(Processor):

@@ -51,16 +51,23 @@ __all__ = ["fold_target", "fold_batch", "Folded"]
 
 def fold_target(processor: Processor) -> AggregateFold | None:
     """The aggregation a batch of `processor` can be folded into, if there is one."""
-    first = getattr(processor, "first_processor", None)
-    if first is None:  # a processor of its own: what it forwards goes to the task's output
-        target, stateless_after = processor, True
+    chain_of = getattr(processor, "fold_chain", None)
+    if chain_of is None:  # a processor of its own: what it forwards goes to the task's output
+        target, build, stateless_after = processor, None, True
     else:
-        target = first()
-        stateless_after = target is not None and processor.stateless_after(target)  # type: ignore[attr-defined]
+        found = chain_of()
+        if found is None:
+            return None
+        target, build = found
+        stateless_after = processor.stateless_after(target)  # type: ignore[attr-defined]
     if not isinstance(target, AggregateProcessor):
         return None
     view = target.fold_view(stateless_after=stateless_after)
-    if view is not None and view.emit is not None and first is not None:
+    if view is None:
+        return None
+    if build is not None:
+        view = view._replace(chain=build)
+    if view.emit is not None and chain_of is not None:
         direct = processor.sink_forward(target)  # type: ignore[attr-defined]
         if direct is not None:  # (the hops through the node's context and its sink, skipped)
             view = view._replace(emit=direct)
@@ -88,14 +95,12 @@ def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message
     letters. `scoped`, `drain` and `drain_at` as that loop has them."""
     key_of = key_serde.deserialize
     value_of = None if type(value_serde) is BytesSerde else value_serde.deserialize
-    store, initializer, aggregator, holds = view.store, view.initializer, view.aggregator, view.holds
-    key_types, emit = view.key_types, view.emit
+    fold = _Fold(view)
+    step = view.chain(fold.take) if view.chain is not None else fold.take
+    undo, emits = fold.undo, view.emit is not None
     filtered, dead_letters, outputs, late = outcome.filtered, outcome.dead_letters, outcome.outputs, outcome.late
     enter, leave, discard = ctx.enter_record, ctx.leave_record, ctx.discard_record
-    room = view.cache.max_bytes - view.cache.size if view.cache is not None else 1 << 62
-    keys: dict[bytes | None, Any] = {}  # a raw key: its (key, identity or None), or the SerdeError it raised
-    # identity: [aggregate, timestamp, last update's index, its message, key], in the order of first updates
-    folded: dict[bytes, list[Any]] = {}
+    keys: dict[bytes | None, Any] = {}  # a raw key: its key, or the SerdeError it raised
     stream_time = outcome.stream_time
     last: Message | None = None  # the last record that deserialized and had a valid timestamp
     last_ts = -1
@@ -107,19 +112,18 @@ def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message
     for msg in stream:
         value = msg.value()
         raw = msg.key()
-        known: Any = keys.get(raw)
-        if known is None:
+        key: Any = keys.get(raw, keys)
+        if key is keys:
             try:
-                known = keys[raw] = (key_of(raw), None)
+                key = keys[raw] = key_of(raw)
             except SerdeError as exc:
-                known = keys[raw] = exc
+                key = keys[raw] = exc
         bad: BaseException | None = None
         stage = Stage.DESERIALIZE
         ts = -1
         v = value
-        entered = False
-        if type(known) is not tuple:
-            bad = known
+        if isinstance(key, SerdeError):
+            bad = key
         else:
             if value_of is not None:
                 try:
@@ -131,58 +135,37 @@ def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message
                 if ts < 0 or ts > MAX_TIMESTAMP:
                     why = "negative: missing or not event time" if ts < 0 else "after the year 9999"
                     bad, stage = InvalidTimestampError(f"invalid timestamp {ts} ({why})"), Stage.TIMESTAMP
-        if bad is None and v is not None:
-            key, identity = known
-            grows = 0
+        if bad is None:
+            fold.msg = msg
+            if emits:
+                enter(msg, ts)
+                for s in scoped:
+                    s.begin_record()
             try:
-                if key is None:
-                    raise ValueError(KEYLESS)
-                if identity is None:
-                    identity = _identity(store, key, key_types)
-                    keys[raw] = (key, identity)
-                entry = folded.get(identity)
-                if entry is None:
-                    grows, current = _current(view, identity, key, room)
-                    if current is None:
-                        aggregate, timestamp = initializer(), ts
-                    else:
-                        aggregate, timestamp = current[0], max(current[1], ts)
-                else:
-                    aggregate, timestamp = entry[0], max(entry[1], ts)
-                updated = aggregator(key, v, aggregate)
-                if not holds(updated):
-                    raise _Stop
+                step(key, v, ts, None)
             except _Stop:
+                fold.roll_back()
+                if emits:
+                    for s in scoped:
+                        s.rollback_record()
+                    discard()
                 retry, stopped = msg, True
                 break
             except NOT_A_BAD_RECORD:
                 raise
-            except Exception as exc:  # no key, or the initializer or aggregator raised: nothing changed
-                bad, stage = exc, Stage.PROCESS
-            if bad is None and emit is not None:  # the update is the record's output, now
-                enter(msg, ts)
-                entered = True
-                for s in scoped:
-                    s.begin_record()
-                try:
-                    emit(key, updated, timestamp)
-                except NOT_A_BAD_RECORD:
-                    raise
-                except Exception as exc:
+            except Exception as exc:  # nothing of the record stays
+                fold.roll_back()
+                if emits:
                     for s in scoped:
                         s.rollback_record()
                     discard()
-                    bad = exc
-                    stage = Stage.SERIALIZE if isinstance(exc, OutputSerializationError) else Stage.PROCESS
-                else:
+                bad = exc
+                stage = Stage.SERIALIZE if isinstance(exc, OutputSerializationError) else Stage.PROCESS
+            else:
+                undo.clear()
+                if emits:
                     for s in scoped:
                         s.commit_record()
-            if bad is None:
-                if entry is None:
-                    room -= grows
-                    folded[identity] = [updated, timestamp, records, msg, key]
-                else:
-                    entry[0], entry[1], entry[2], entry[3], entry[4] = updated, timestamp, records, msg, key
         records += 1
         size += len(value) if value else 0
         if bad is not None:
@@ -190,14 +173,13 @@ def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message
                 last, last_ts = msg, ts
             dead_letters.append(dlq.route(msg, bad, stage))
             continue
-        # folded, or a tombstone (ignored, as by Kafka Streams' aggregations)
         last, last_ts = msg, ts
         if ts > stream_time:
             stream_time = ts
-        produced = leave() if entered else None
+        produced = leave() if emits else None
         if produced:
             outputs.extend(produced)
-        else:
+        else:  # (with a cache, every record: what it changed waits in the cache)
             filtered.append(msg)
             if ctx.dropped_reason is not None:
                 if ctx.dropped_reason == "late":
@@ -209,7 +191,7 @@ def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message
             ctx.commit_requested = False
             stop_at = msg.offset() + 1
             break
-    _settle(view, ctx, folded)
+    _settle(view, ctx, fold.folded)
     if last is not None:  # as the record-at-a-time loop leaves it: its last record's scope entered and left
         enter(last, last_ts)
         leave()
@@ -223,10 +205,74 @@ def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message
     return Folded(records, size, rest, stop_at)
 
 
-def _identity(store: Any, key: Any, key_types: frozenset[type]) -> Any:
-    """A key's serialized form, when its updates may wait in the cache."""
-    if type(key) not in key_types:
-        raise _Stop
+class _Fold:
+    """The aggregates of a fold, and `take(key, value, timestamp, headers)`: one update, as the aggregation's
+    `process` would make it of a record it is handed (forwarded at once without a cache), undone with the
+    rest of its record's if the record fails."""
+
+    __slots__ = ("folded", "ids", "msg", "room", "undo", "updates", "view")
+
+    def __init__(self, view: AggregateFold) -> None:
+        self.view = view
+        #: identity: [aggregate, timestamp, update number, its record, key, headers], in first-update order
+        self.folded: dict[bytes, list[Any]] = {}
+        self.ids: dict[Any, bytes] = {}  # a key: its serialized form
+        self.undo: list[tuple[bytes, list[Any] | None, int]] = []  # the current record's updates, to undo
+        self.room = view.cache.max_bytes - view.cache.size if view.cache is not None else 1 << 62
+        self.msg: Message | None = None  # the record being folded
+        self.updates = 0
+
+    def take(self, key: Any, value: Any, timestamp: int, headers: Any) -> None:
+        if value is None:
+            return  # a tombstone: ignored by aggregations, as in Kafka Streams
+        if key is None:
+            raise ValueError(KEYLESS)
+        view = self.view
+        if type(key) not in view.key_types or (headers is not None and view.emit is not None):
+            raise _Stop  # (a step before that passes headers on: its outputs would carry them)
+        identity = self.ids.get(key)
+        if identity is None:
+            identity = self.ids[key] = _identity(view.store, key)
+        entry = self.folded.get(identity)
+        if entry is None:
+            grows, current = _current(view, identity, key, self.room)
+            if current is None:
+                aggregate, ts = view.initializer(), timestamp
+            else:
+                aggregate, ts = current[0], max(current[1], timestamp)
+        else:
+            grows, aggregate, ts = 0, entry[0], max(entry[1], timestamp)
+        updated = view.aggregator(key, value, aggregate)
+        if not view.holds(updated):
+            raise _Stop
+        self.updates += 1
+        if entry is None:
+            self.room -= grows
+            self.folded[identity] = [updated, ts, self.updates, self.msg, key, headers]
+            self.undo.append((identity, None, grows))
+        else:
+            self.undo.append((identity, entry[:], 0))
+            entry[:] = updated, ts, self.updates, self.msg, key, headers
+        if view.emit is not None:
+            view.emit(key, updated, ts)  # the largest timestamp aggregated
+
+    def roll_back(self) -> None:
+        """Undo the current record's updates, latest first. An update put back counts as the latest, as the
+        cache's own rollback puts an entry back (`RecordCache.rollback_record`)."""
+        for identity, old, grows in reversed(self.undo):
+            if old is None:
+                del self.folded[identity]
+                self.room += grows
+            else:
+                entry = self.folded[identity]
+                entry[:] = old
+                self.updates += 1
+                entry[2] = self.updates
+        self.undo.clear()
+
+
+def _identity(store: Any, key: Any) -> Any:
+    """A key's serialized form."""
     try:
         return store.key_bytes(key)
     except Exception:
@@ -257,12 +303,14 @@ def _settle(view: AggregateFold, ctx: TaskContext, folded: dict[bytes, list[Any]
     were first written (the write buffer's, so the changelog's)."""
     if view.cache is None:
         put = view.store.put
-        for aggregate, timestamp, _, _, key in folded.values():
+        for aggregate, timestamp, _, _, key, _ in folded.values():
             put(key, aggregate, timestamp)
         return
     hold, headers_of = view.hold, view.headers_of
-    for identity, (aggregate, timestamp, _, msg, key) in sorted(folded.items(), key=_by_last_update):
-        if msg.headers():
+    for identity, (aggregate, timestamp, _, msg, key, passed) in sorted(folded.items(), key=_by_last_update):
+        if passed is not None:  # the headers a step before the aggregation passed on
+            headers = list(passed)
+        elif msg.headers():
             ctx.enter_record(msg, msg.timestamp()[1])
             headers = headers_of()
         else:

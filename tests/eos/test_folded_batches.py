@@ -138,12 +138,42 @@ def even_counts_app(cache: int, **settings: Any) -> Callable[[], Application]:
     return make
 
 
+def pipeline_app(cache: int, **settings: Any) -> Callable[[], Application]:
+    """The peers' pipeline: filter, map_values, group_by_key, sum: the aggregation reached through operators."""
+    def make() -> Application:
+        app = Application("folds", cache_max_bytes=cache, **settings)
+        (app.stream("in", value_serde="json").filter(lambda key, v: v["n"] != 3, name="not-three")
+            .map_values(lambda v: {**v, "twice": v["n"] * 2}, name="twice").group_by_key()
+            .sum(lambda v: v["twice"], name="total").to_stream().to("out"))
+        return app
+    return make
+
+
+def exploded_app(cache: int, **settings: Any) -> Callable[[], Application]:
+    """A record becomes n records before the count (several updates per record), and one of every so many
+    raises after its first updates: none of them may stay."""
+    def make() -> Application:
+        app = Application("folds", cache_max_bytes=cache, **settings)
+
+        def copies(v: dict) -> Any:
+            yield v["i"] % 3
+            if v["n"] % 2:
+                yield v["i"] % 5
+            if v["i"] % 13 == 5:
+                raise ValueError("no third copy")  # after one or two updates of the record's key
+
+        (app.stream("in", value_serde="json").flat_map_values(copies, name="copies").group_by_key()
+            .count(name="counts").to_stream().to("out"))
+        return app
+    return make
+
+
 CACHES = pytest.mark.parametrize("cache", [1 << 20, 0], ids=["cached", "uncached"])
 
 
 @CACHES
-@pytest.mark.parametrize("make", [count_app, sum_app, classic_count_app, even_counts_app],
-                         ids=["count", "sum", "classic-count", "even-counts"])
+@pytest.mark.parametrize("make", [count_app, sum_app, classic_count_app, even_counts_app, pipeline_app, exploded_app],
+                         ids=["count", "sum", "classic-count", "even-counts", "pipeline", "exploded"])
 @pytest.mark.parametrize("seed", [1, 2])
 def test_a_folded_batch_commits_what_the_record_at_a_time_loop_commits(monkeypatch, make, seed, cache):
     inputs = raw_inputs(900, seed)
@@ -222,8 +252,11 @@ def test_an_output_its_topic_refuses_is_a_dead_letter_and_its_update_is_not_appl
 
 def test_only_an_aggregation_that_takes_every_record_first_and_alone_is_folded(monkeypatch):
     def shapes() -> list[Application]:
-        filtered = Application("a", cache_max_bytes=1 << 20)
-        filtered.stream("in").filter(lambda k, v: True, name="f").group_by_key().count(name="c").to_stream().to("o")
+        branched = Application("a", cache_max_bytes=1 << 20)  # a branch before the count: not a line
+        routes = branched.stream("in").split(name="r").branch(lambda k, v: v["n"] > 1, name="big").default_branch(
+            name="small")
+        routes["big"].group_by_key().count(name="c").to_stream().to("o")
+        routes["small"].to("o")
         two = Application("b", cache_max_bytes=1 << 20)
         orders = two.stream("in")
         orders.group_by_key().count(name="c").to_stream().to("o")
@@ -231,7 +264,7 @@ def test_only_an_aggregation_that_takes_every_record_first_and_alone_is_folded(m
         chained = Application("c")  # without a cache, a count whose outputs meet another aggregation
         chained.stream("in").group_by_key().count(name="c").to_stream().group_by_key().sum(
             lambda n: n, name="s").to_stream().to("o")
-        return [filtered, two, chained]
+        return [branched, two, chained]
 
     for app in shapes():
         with monkeypatch.context() as m:
