@@ -31,7 +31,7 @@ must be free of side effects in any case.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from eos.errors import OutputSerializationError, SerdeError
@@ -162,7 +162,8 @@ def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message
                 bad = exc
                 stage = Stage.SERIALIZE if isinstance(exc, OutputSerializationError) else Stage.PROCESS
             else:
-                undo.clear()
+                if undo:
+                    undo.clear()
                 if emits:
                     for s in scoped:
                         s.commit_record()
@@ -210,51 +211,60 @@ class _Fold:
     `process` would make it of a record it is handed (forwarded at once without a cache), undone with the
     rest of its record's if the record fails."""
 
-    __slots__ = ("folded", "ids", "msg", "room", "undo", "updates", "view")
+    __slots__ = ("folded", "msg", "room", "take", "undo", "updates")
 
     def __init__(self, view: AggregateFold) -> None:
-        self.view = view
         #: identity: [aggregate, timestamp, update number, its record, key, headers], in first-update order
         self.folded: dict[bytes, list[Any]] = {}
-        self.ids: dict[Any, bytes] = {}  # a key: its serialized form
-        self.undo: list[tuple[bytes, list[Any] | None, int]] = []  # the current record's updates, to undo
+        #: the current record's updates (identity, what they replaced, bytes added), to undo if it fails; kept
+        #: only where something can fail after an update (a step after it, or its forwarding)
+        self.undo: list[tuple[bytes, list[Any] | None, int]] = []
         self.room = view.cache.max_bytes - view.cache.size if view.cache is not None else 1 << 62
         self.msg: Message | None = None  # the record being folded
         self.updates = 0
+        self.take = self._taker(view, view.chain is not None or view.emit is not None)
 
-    def take(self, key: Any, value: Any, timestamp: int, headers: Any) -> None:
-        if value is None:
-            return  # a tombstone: ignored by aggregations, as in Kafka Streams
-        if key is None:
-            raise ValueError(KEYLESS)
-        view = self.view
-        if type(key) not in view.key_types or (headers is not None and view.emit is not None):
-            raise _Stop  # (a step before that passes headers on: its outputs would carry them)
-        identity = self.ids.get(key)
-        if identity is None:
-            identity = self.ids[key] = _identity(view.store, key)
-        entry = self.folded.get(identity)
-        if entry is None:
-            grows, current = _current(view, identity, key, self.room)
-            if current is None:
-                aggregate, ts = view.initializer(), timestamp
+    def _taker(self, view: AggregateFold, logged: bool) -> Callable[[Any, Any, int, Any], None]:
+        fold, folded, undo = self, self.folded, self.undo
+        ids: dict[Any, bytes] = {}  # a key: its serialized form
+        key_types, store, initializer, aggregator = view.key_types, view.store, view.initializer, view.aggregator
+        holds, emit = view.holds, view.emit
+
+        def take(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            if value is None:
+                return  # a tombstone: ignored by aggregations, as in Kafka Streams
+            if key is None:
+                raise ValueError(KEYLESS)
+            if type(key) not in key_types or (headers is not None and emit is not None):
+                raise _Stop  # (a step before that passes headers on: its outputs would carry them)
+            identity = ids.get(key)
+            if identity is None:
+                identity = ids[key] = _identity(store, key)
+            entry = folded.get(identity)
+            if entry is None:
+                grows, current = _current(view, identity, key, fold.room)
+                if current is None:
+                    aggregate, ts = initializer(), timestamp
+                else:
+                    aggregate, ts = current[0], current[1] if current[1] > timestamp else timestamp
             else:
-                aggregate, ts = current[0], max(current[1], timestamp)
-        else:
-            grows, aggregate, ts = 0, entry[0], max(entry[1], timestamp)
-        updated = view.aggregator(key, value, aggregate)
-        if not view.holds(updated):
-            raise _Stop
-        self.updates += 1
-        if entry is None:
-            self.room -= grows
-            self.folded[identity] = [updated, ts, self.updates, self.msg, key, headers]
-            self.undo.append((identity, None, grows))
-        else:
-            self.undo.append((identity, entry[:], 0))
-            entry[:] = updated, ts, self.updates, self.msg, key, headers
-        if view.emit is not None:
-            view.emit(key, updated, ts)  # the largest timestamp aggregated
+                aggregate, ts = entry[0], entry[1] if entry[1] > timestamp else timestamp
+            updated = aggregator(key, value, aggregate)
+            if not holds(updated):
+                raise _Stop
+            fold.updates = number = fold.updates + 1
+            if entry is None:
+                fold.room -= grows
+                folded[identity] = [updated, ts, number, fold.msg, key, headers]
+                if logged:
+                    undo.append((identity, None, grows))
+            else:
+                if logged:
+                    undo.append((identity, entry[:], 0))
+                entry[:] = updated, ts, number, fold.msg, key, headers
+            if emit is not None:
+                emit(key, updated, ts)  # the largest timestamp aggregated
+        return take
 
     def roll_back(self) -> None:
         """Undo the current record's updates, latest first. An update put back counts as the latest, as the
