@@ -1,10 +1,11 @@
 """Folding a batch into the keyed aggregation it meets first, in one loop: a fast path of `run_processor`.
 
 When every input record of a sub-topology goes first and alone to a keyed aggregation of numbers that no
-other processor sees (count, sum, reduce: `eos.operators.aggregate`), a record's effect on the aggregation
-is to fold into its key's aggregate. So instead of a record scope per record (a `Record`, the graph's
-hand-off, a store read and write), the batch is folded in one loop: each distinct key deserialized once, the
-aggregates in a dict. Two kinds:
+other processor sees (count, sum, reduce: `eos.operators.aggregate`), directly or through a line of
+stateless operators (filter, map_values, flat_map, ...: each with one child), a record's effect on the
+aggregation is to fold into its key's aggregate. So instead of a record scope per record (a `Record`, the
+graph's hand-offs, a store read and write), the batch is folded in one loop: each distinct key deserialized
+once, the operator line built again toward the fold, the aggregates in a dict. Two kinds:
 * **with a record cache**, nothing is forwarded until an update leaves the cache, so the fold forwards
   nothing: when it ends, the cache gets each key's last update, in the order of the keys' last updates,
   with the headers of its last record, as the record-at-a-time loop would have left it;
@@ -15,6 +16,7 @@ The rest is the record-at-a-time loop's:
 * bad records go to the dead-letter topic with the same error and stage: a key or value that does not
   deserialize, an invalid timestamp, a record without a key, an initializer or aggregator that raises, an
   output that cannot be serialized or that its topic would refuse (the update is then not applied);
+* a record that fails after some of its updates (a `flat_map` raising midway) leaves none of them;
 * tombstones are ignored, and a record without outputs is "filtered" in the lineage ledger;
 * stream time is the largest timestamp of the records that did not fail;
 * a streamed batch's outputs and dead letters are drained as they gather, and the batch stops where a
@@ -23,7 +25,8 @@ The rest is the record-at-a-time loop's:
 The fold stops where it could not prove the result the same, and hands the record it is on and the rest
 to the record-at-a-time loop: the cache would go over its bound (its evictions forward updates in the middle
 of the batch); a key of another type than those held, an aggregate that is not a number its store surely
-serializes, a key the cache holds another way, a store or key serde that raises. An aggregator may thus
+serializes, a key the cache holds another way, a store or key serde that raises, a step before the
+aggregation that passes headers on (without a cache its outputs would carry them). An aggregator may thus
 run twice on the record the fold stops at. It runs again whenever a batch is retried too: aggregators
 must be free of side effects in any case.
 """
