@@ -54,10 +54,12 @@ class AggregateFold(NamedTuple):
     name: str  # the store's name (the cache's entries are by store and serialized key)
     key_types: frozenset[type]  # the keys the fold takes (exact types: equal ones serialize alike)
     cache: RecordCache | None
-    held: Callable[[bytes], tuple[Any, int] | None]  # a key's aggregate and timestamp waiting in the cache
-    hold: Callable[[bytes, Any, Any, int, Any], None]  # (identity, key, aggregate, timestamp, headers) into it
-    entry_bytes: Callable[[bytes], int]  # what a key's held entry counts for in the cache
-    headers_of: Callable[[], Any]  # the headers an update of the current record keeps
+    # with a cache (else None): a key's aggregate and timestamp waiting in it; (identity, key, aggregate,
+    # timestamp, headers) into it; what a key's entry counts for in it; the headers an update keeps
+    held: Callable[[bytes], tuple[Any, int] | None] | None
+    hold: Callable[[bytes, Any, Any, int, Any], None] | None
+    entry_bytes: Callable[[bytes], int] | None
+    headers_of: Callable[[], Any] | None
     emit: Callable[[Any, Any, int], None] | None  # without a cache: forward an update (key, value, timestamp)
     #: the stateless steps between the source and the aggregation, built toward a given last step (None: none)
     chain: Callable[[Callable[[Any, Any, int, Any], None]], Callable[[Any, Any, int, Any], None]] | None = None
@@ -126,7 +128,7 @@ class AggregateProcessor(Processor):
             if not stateless_after:
                 return None
             return AggregateFold(self.store, self.initializer, self.aggregator, self._holds, name, _HELD_KEYS, None,
-                                 _nothing_held, _no_hold, _no_bytes, list, self.emit)
+                                 None, None, None, None, self.emit)
         held_tag = self._held
 
         def held(identity: bytes) -> tuple[Any, int] | None:
@@ -156,18 +158,6 @@ class AggregateProcessor(Processor):
         """A held aggregate leaving the cache: into the store (the batch's write buffer), then on."""
         self.store.put(key, value, timestamp)
         self.context.forward(key, value, timestamp=timestamp, headers=headers)
-
-
-def _nothing_held(identity: bytes) -> None:
-    return None
-
-
-def _no_hold(identity: bytes, key: Any, value: Any, timestamp: int, headers: Any) -> None:
-    raise AssertionError("an aggregation without a record cache holds nothing")
-
-
-def _no_bytes(identity: bytes) -> int:
-    return 0
 
 
 def _holds(serde: Serde) -> Callable[[Any], bool] | None:

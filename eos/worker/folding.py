@@ -295,12 +295,15 @@ def _identity(store: Any, key: Any) -> Any:
 def _current(view: AggregateFold, identity: bytes, key: Any, room: int) -> tuple[int, tuple[Any, int] | None]:
     """A key the fold has not seen yet: the bytes its entry adds to the cache, and its aggregate and timestamp
     (None: none yet), waiting in the cache or in the store."""
-    current = view.held(identity)
-    if current is not None:
-        return 0, current
-    grows = view.entry_bytes(identity)
-    if grows > room or (view.cache is not None and view.cache.has(view.name, identity)):
-        raise _Stop  # the cache would evict; or it holds an update of the key made another way
+    grows = 0
+    if view.cache is not None:
+        assert view.held is not None and view.entry_bytes is not None
+        current = view.held(identity)
+        if current is not None:
+            return 0, current
+        grows = view.entry_bytes(identity)
+        if grows > room or view.cache.has(view.name, identity):
+            raise _Stop  # the cache would evict; or it holds an update of the key made another way
     try:
         current = view.store.get_with_timestamp(key)
     except Exception:
@@ -320,6 +323,7 @@ def _settle(view: AggregateFold, ctx: TaskContext, folded: dict[bytes, list[Any]
             put(key, aggregate, timestamp)
         return
     hold, headers_of = view.hold, view.headers_of
+    assert hold is not None and headers_of is not None
     for identity, (aggregate, timestamp, _, msg, key, passed) in sorted(folded.items(), key=_by_last_update):
         if passed is not None:  # the headers a step before the aggregation passed on
             headers = list(passed)

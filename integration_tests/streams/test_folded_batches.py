@@ -5,7 +5,8 @@ an output); bad records of every kind.
 The job is SIGKILLed three times (at least once inside a transaction) and restarted until caught up, then
 a second wave of input runs on the restored state. Each key's committed counts and sums are values its
 aggregate had, in order, once each, ending with the reference's (without a cache: all of them); every bad
-record is a dead letter once; the run reports folded records; and `audit_application` says PASS."""
+record is a dead letter once; the run reports folded records; and `audit_application` says PASS, then
+FAIL once a broken writer commits a count a second time."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import pytest
 from eos.audit import audit_application
 from eos.audit.aggregate import is_history
 from integration_tests.helpers import produce
-from integration_tests.streams.test_fused_topology import load_job, run_killed_then_caught_up
+from integration_tests.streams.test_fused_topology import commit_copy, load_job, run_killed_then_caught_up
 from integration_tests.streams.test_time_and_rekey import committed_records
 
 JOB = """
@@ -146,3 +147,8 @@ def test_folded_counts_and_sums_are_exactly_once_across_sigkills_and_a_restart(
     reports = audit_application(app)
     failed = [(r.mode, r.inputs, r.outputs, r.skipped) for r in reports if r.verdict != "PASS"]
     assert not failed, failed
+
+    key, value, _ = committed_records(bootstrap, topics["counts"])[-1]
+    commit_copy(bootstrap, topics["counts"], key, value)  # a broken writer commits a folded count again
+    failed = [(r.mode, r.outputs) for r in audit_application(app) if r.verdict != "PASS"]  # eos audit app alone
+    assert [mode for mode, _ in failed] == ["lineage"] and topics["counts"] in failed[0][1], failed
