@@ -14,6 +14,8 @@ polled every 0.1 s), then the run is stopped. Variants:
   pyspark.daemon`);
 * full-first-batch: the first batch as large as the others (`first_batch_max_records=50000`);
 * full-jit: the driver JVM with its JIT's optimizing tier (`spark.eos.quickJit=false`);
+* g1-heap: the driver JVM with the JVM's own collector (G1) and initial heap, not the serial collector
+  from 16 MiB (`spark.eos.serialGc=false`);
 * no-zygote: the daemon imports its modules when Spark launches it, not in a zygote started with the JVM
   (`spark.eos.daemonZygote=false`);
 * tcp-sockets: the JVM talks to the Python daemon, its workers and the driver's accumulator server over
@@ -51,6 +53,7 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
     "zip-daemon": (["--spark-conf", "spark.python.daemon.module=pyspark.daemon"], {}),
     "full-first-batch": ([], {"PEER_SETTINGS": '{"first_batch_max_records": 50000}'}),
     "full-jit": (["--spark-conf", "spark.eos.quickJit=false"], {}),
+    "g1-heap": (["--spark-conf", "spark.eos.serialGc=false"], {}),
     "no-zygote": (["--spark-conf", "spark.eos.daemonZygote=false"], {}),
     "tcp-sockets": (["--spark-conf", "spark.python.unix.domain.socket.enabled=false"], {}),
 }

@@ -1,7 +1,8 @@
 """`eos spark archive` makes a class-data archive that the driver JVMs the framework starts really map: the
 JVM's class-loading log names the archive ("shared objects file (top)") as the source of Spark's classes.
 A job's driver JVM (`ContextStart`, as `Application.run` and `eos run` start it) maps it too, with the JIT's
-quick tier only; other contexts, and a job given `spark.eos.quickJit=false`, keep the JVM's JIT."""
+quick tier only and the serial collector; other contexts, and a job given `spark.eos.quickJit=false` and
+`spark.eos.serialGc=false`, keep the JVM's JIT and collector."""
 
 from __future__ import annotations
 
@@ -52,12 +53,13 @@ def test_the_cli_makes_an_archive_the_next_driver_maps(tmp_path, monkeypatch):
     assert len(from_archive) > 1000, f"{len(from_archive)} of {len(mapped)} classes came from the archive"
     # "(top)": the dynamic archive on top of the JDK's own; without one no class can come from there
     assert any("org.apache.spark.SparkContext " in line for line in from_archive)
-    assert "TieredStopAtLevel" not in arguments  # not a job's context: the JVM's own JIT
+    assert "TieredStopAtLevel" not in arguments and "GC" not in arguments  # not a job's: the JVM's own JIT and GC
 
     mapped, arguments = _driver(tmp_path, env, "true", "job")
     from_archive = [line for line in mapped if "shared objects file (top)" in line]
     assert len(from_archive) > 1000, f"a job's driver: {len(from_archive)} of {len(mapped)} from the archive"
     assert "-XX:TieredStopAtLevel=1" in arguments.split()
+    assert {"-XX:+UseSerialGC", "-Xms16m"} <= set(arguments.split())  # the JVM's mapped classes as before
 
-    _, arguments = _driver(tmp_path, env, "true", "job", "spark.eos.quickJit=false")
-    assert "TieredStopAtLevel" not in arguments
+    _, arguments = _driver(tmp_path, env, "true", "job", "spark.eos.quickJit=false", "spark.eos.serialGc=false")
+    assert "TieredStopAtLevel" not in arguments and "GC" not in arguments and "-Xms" not in arguments

@@ -67,6 +67,25 @@ def test_a_jobs_driver_jvm_gets_the_quick_jit_unless_the_user_chose_jit_options_
     assert not _quick_jit(Conf())
 
 
+def test_a_jobs_driver_jvm_gets_the_serial_collector_unless_the_user_chose_gc_or_heap_options_or_turned_it_off(
+        monkeypatch):
+    from eos.driver.spark import SERIAL_GC_KEY, _serial_gc
+
+    class Conf(dict):
+        def get(self, key, default=None):  # SparkConf.get's signature
+            return super().get(key, default)
+
+    monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
+    assert _serial_gc(Conf())
+    assert _serial_gc(Conf({"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=4 -Dx=y"}))
+    assert not _serial_gc(Conf({SERIAL_GC_KEY: "False"}))
+    for option in ("-XX:+UseG1GC", "-XX:+UseZGC", "-XX:MaxGCPauseMillis=50", "-Xms1g", "-Xmn64m",
+                   "-XX:InitialHeapSize=1g", "-XX:MaxNewSize=64m", "-XX:NewRatio=2"):
+        assert not _serial_gc(Conf({"spark.driver.extraJavaOptions": f"-Dx=y {option}"})), option
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--driver-java-options -XX:+UseParallelGC pyspark-shell")
+    assert not _serial_gc(Conf())
+
+
 @pytest.mark.parametrize("master", ["local", "local[1]", "local[*]", "local[2,4]", "local[*, 3]",
                                     "local-cluster[2,1,1024]", "spark://10.0.0.1:7077", "yarn",
                                     "k8s://https://k8s.example:6443"])
