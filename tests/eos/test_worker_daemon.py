@@ -55,7 +55,8 @@ def test_the_daemon_module_imports_no_pyspark_and_its_preloads_start_no_thread()
     # import pyspark (it would come from the zip); and a fork copies only the forking thread, so the modules
     # loaded before the daemon forks its workers must not have started any (the process has one OS thread).
     probe = ("import os, sys; import eos.worker.daemon as d; assert 'pyspark' not in sys.modules, 'pyspark imported';"
-             "d.preload(); assert all(m in sys.modules for m in d.PRELOADED), 'not loaded';"
+             "import gc; d.preload(); assert all(m in sys.modules for m in d.PRELOADED), 'not loaded';"
+             "assert gc.get_freeze_count() > 10_000, gc.get_freeze_count();"  # what a worker's collector skips
              "print(len(os.listdir('/proc/self/task')))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=os.environ, check=False)
     assert done.returncode == 0, done.stderr
