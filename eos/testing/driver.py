@@ -327,8 +327,10 @@ class TopologyTestDriver:
                 headers: Iterable[tuple[str, bytes]] | None, partition: int | None, serialized: bool = False) -> None:
         if topic not in self.cluster.logs:
             raise KeyError(f"no topic {topic!r}: the application's topics are {sorted(self.cluster.logs)}")
-        key_serde, value_serde = self._input_serdes(topic)
-        if not serialized:
+        key_serde, value_serde = self._input_serdes(topic)  # (which also says when no step reads it)
+        if serialized:
+            key, value = _raw(topic, "key", key), _raw(topic, "value", value)
+        else:
             key = key_serde.serialize(key) if key is not None else None
             value = value_serde.serialize(value) if value is not None else None
         self.cluster.append(topic, partition, key, value, list(headers or ()),
@@ -378,3 +380,14 @@ class TopologyTestDriver:
     def _scan(self, topic: str, until: dict[tuple[str, int], int]) -> list[list[Any]]:
         return [[m for m in self.cluster.records(topic, p) if m.offset() < end]
                 for (_, p), end in sorted(until.items())]
+
+
+def _raw(topic: str, part: str, data: Any) -> bytes | None:
+    """A key or value written as it is (`serialized=True`): bytes, or None."""
+    if data is None or type(data) is bytes:
+        return data
+    if isinstance(data, bytes | bytearray | memoryview):
+        return bytes(data)
+    raise TypeError(f"serialized=True writes a record's key and value as they are on the topic, as bytes or None; "
+                    f"the {part} of a record for {topic!r} is a {type(data).__name__} ({data!r:.60}): encode it, or "
+                    f"leave serialized=False to have the serde of the step that reads {topic!r} write it")

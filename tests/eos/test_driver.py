@@ -192,6 +192,20 @@ def test_the_driver_says_what_is_wrong_with_a_topic():
         driver.pipe("order", "a", {})
     with TopologyTestDriver(shop(), wall_clock_ms=0) as driver, pytest.raises(KeyError, match="no step"):
         driver.pipe("customer-totals", "a", {})
+    with TopologyTestDriver(shop(), wall_clock_ms=0) as driver, pytest.raises(KeyError, match="no step"):
+        driver.pipe("customer-totals", b"a", b"{}", serialized=True)
+
+
+def test_serialized_records_must_be_bytes_and_the_error_says_so():
+    with TopologyTestDriver(shop(), wall_clock_ms=0) as driver:
+        with pytest.raises(TypeError, match=r"the key of a record for 'orders' is a str \('alice'\): encode it"):
+            driver.pipe_many("orders", [("alice", b"{}")], serialized=True)
+        with pytest.raises(TypeError, match=r"the value of a record for 'orders' is a dict"):
+            driver.pipe("orders", b"alice", {"total": 1}, serialized=True)
+        assert driver.read("orders") == []  # nothing half-written
+        driver.pipe_many("orders", [(bytearray(b"alice"), memoryview(b'{"total": 2}')), (None, None)],
+                         serialized=True)
+        assert [(r.key, r.value) for r in driver.read("orders")] == [("alice", {"total": 2}), (None, None)]
 
 
 def rekeyed_count(**settings) -> Application:
