@@ -110,7 +110,8 @@ _SHAPE = ("a processing function must return None, an Output, a (key, value) tup
           "Outputs and (key, value) tuples")
 
 
-def _is_pair(item: Any) -> bool:
+def is_pair(item: Any) -> bool:
+    """A 2-tuple: one (key, value) among a function's results."""
     return type(item) is tuple and len(item) == 2
 
 
@@ -124,17 +125,17 @@ def iter_outputs(result: Any) -> Iterator[Output]:
     if isinstance(result, Output):
         yield result
         return
-    if type(result) is tuple and len(result) == 2 and not (_is_pair(result[0]) and _is_pair(result[1])):
+    if type(result) is tuple and len(result) == 2 and not (is_pair(result[0]) and is_pair(result[1])):
         yield Output(result[0], result[1])
         return
-    if type(result) is tuple and not all(_is_pair(i) or isinstance(i, Output) for i in result):
+    if type(result) is tuple and not all(is_pair(i) or isinstance(i, Output) for i in result):
         raise TypeError(f"{_SHAPE}; got a {len(result)}-tuple")
     if isinstance(result, (str, bytes, dict)) or not isinstance(result, Iterable):
         raise TypeError(f"{_SHAPE}; got {type(result).__name__}")
     for item in result:
         if isinstance(item, Output):
             yield item
-        elif _is_pair(item):
+        elif is_pair(item):
             yield Output(item[0], item[1])
         elif type(item) is tuple:
             raise TypeError(f"{_SHAPE}; the returned iterable holds a {len(item)}-tuple")
@@ -149,8 +150,11 @@ class FunctionProcessor(Processor):
         self.fn = fn
 
     def process(self, record: Record) -> None:
-        result = self.fn(record)
-        if type(result) is tuple and len(result) == 2 and not (_is_pair(result[0]) and _is_pair(result[1])):
+        self.emit(self.fn(record))
+
+    def emit(self, result: Any) -> None:
+        """Forward what the function returned for the current record."""
+        if type(result) is tuple and len(result) == 2 and not (is_pair(result[0]) and is_pair(result[1])):
             self.context.forward(result[0], result[1])  # the common case, without a generator
             return
         for out in iter_outputs(result):

@@ -5,6 +5,8 @@ on 127.0.0.1 unless `metrics_host` says otherwise: what an operator watches on a
     eos_records_in_total{subtopology}       input records processed and committed
     eos_records_folded_total{subtopology}   of those, records folded into a keyed aggregation in one loop
                                             (eos.worker.folding)
+    eos_records_direct_total{subtopology}   of those, records a function took without the graph's steps
+                                            between its source and its sink (eos.worker.processing)
     eos_records_out_total{subtopology}      output records committed
     eos_dead_letters_total{subtopology}     records sent to the dead-letter topic
     eos_dropped_records_total{subtopology,reason}  records dropped on purpose (reason "late": all their
@@ -42,6 +44,8 @@ class DriverMetrics:
         self.records_in = Counter("eos_records_in", "Input records committed", sub, registry=r)
         self.records_folded = Counter("eos_records_folded", "Input records folded into a keyed aggregation in one "
                                       "loop", sub, registry=r)
+        self.records_direct = Counter("eos_records_direct", "Input records a function took without the graph's steps "
+                                      "between its source and its sink", sub, registry=r)
         self.records_out = Counter("eos_records_out", "Output records committed", sub, registry=r)
         self.dead_letters = Counter("eos_dead_letters", "Records sent to the dead-letter topic", sub, registry=r)
         self.dropped = Counter("eos_dropped_records", "Records dropped on purpose (late: their windows had closed)",
@@ -92,6 +96,7 @@ class DriverMetrics:
             self.transactions.labels(*labels).inc()
             self.records_in.labels(*labels).inc(result.records_in)
             self.records_folded.labels(*labels).inc(result.records_folded)
+            self.records_direct.labels(*labels).inc(result.records_direct)
             self.records_out.labels(*labels).inc(result.records_out)
             self.dead_letters.labels(*labels).inc(result.dead_letters)
             for reason, n in result.dropped.items():

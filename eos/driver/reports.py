@@ -67,6 +67,8 @@ class RunSummary:
     changelog_records: int = 0
     #: of records_in, those folded into a keyed aggregation in one loop (eos.worker.folding)
     records_folded: int = 0
+    #: of records_in, those a function took in the direct loop, without the graph's steps (eos.worker.processing)
+    records_direct: int = 0
     bytes_in: int = 0
     bytes_out: int = 0
     restored_records: int = 0
@@ -98,6 +100,7 @@ class RunSummary:
             self.fenced_tasks += r.status is TaskStatus.FENCED
             self.records_in += r.records_in
             self.records_folded += r.records_folded
+            self.records_direct += r.records_direct
             self.records_out += r.records_out
             self.dead_letters += r.dead_letters
             self.changelog_records += r.changelog_records

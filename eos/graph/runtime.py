@@ -17,17 +17,27 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from eos.graph.graph import GraphPart
 from eos.graph.nodes import ProcessorNode, SinkNode
 from eos.processor import Cancellable, Processor, ProcessorContext, PunctuationType, RecordMetadata
 from eos.records import Output, Record
 
-__all__ = ["GraphProcessor", "NodeContext", "Emit"]
+__all__ = ["GraphProcessor", "NodeContext", "Emit", "DirectStep"]
 
 #: what a node calls to pass a record on: (key, value, timestamp, headers or None for the input's)
 Emit = Callable[[Any, Any, int, Any], None]
+
+
+class DirectStep(NamedTuple):
+    """A graph of one function between its source and its sink (`GraphProcessor.direct_step`)."""
+
+    fn: Callable[[Record], Any]
+    #: (key, value, timestamp) to the task, as the sink passes a record on
+    to_sink: Callable[[Any, Any, int], None]
+    #: (record, what the function returned for it): forwarded as the function's own `process` forwards it
+    forward_result: Callable[[Record, Any], None]
 
 
 class GraphProcessor(Processor):
@@ -121,6 +131,37 @@ class GraphProcessor(Processor):
         def to_sink(key: Any, value: Any, timestamp: int) -> None:
             forward(key, value, topic=topic, partition=None, headers=None, timestamp=timestamp)
         return to_sink
+
+    def direct_step(self) -> DirectStep | None:
+        """When the graph is a source, one function (`Application.process`) and one plain sink, as a sink that
+        writes the function's topic: the function, how a (key, value) it returns reaches the task (as the sink
+        passes it on), and how anything else it returns is forwarded (in the function's context, as its
+        `process` forwards it). None for any other graph (`eos.worker.processing`)."""
+        from eos.processor import FunctionProcessor
+
+        part = self.part
+        if len(part.sources) != 1 or len(part.processors) != 1 or len(self.processors) != 1:
+            return None
+        node, processor = self.processors[0]
+        if (type(processor) is not FunctionProcessor or part.stores.get(node.name)
+                or tuple(part.children[part.sources[0].name]) != (node.name,)):
+            return None
+        to_sink = self.sink_forward(processor)
+        if to_sink is None or any(s.requires_key for s in part.sinks):
+            return None
+        ctx = processor.context
+        assert isinstance(ctx, NodeContext)
+        emit = processor.emit
+
+        def forward_result(record: Record, result: Any) -> None:
+            self.current = record
+            saved = ctx._ts, ctx._headers, ctx._in
+            ctx._ts, ctx._headers, ctx._in = record.timestamp, None, True
+            try:
+                emit(result)
+            finally:
+                ctx._ts, ctx._headers, ctx._in = saved
+        return DirectStep(processor.fn, to_sink, forward_result)
 
     def process(self, record: Record) -> None:
         self.current = record

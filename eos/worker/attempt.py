@@ -495,6 +495,7 @@ class BatchAttempt:
     def report(self) -> TaskResult:
         r, outcome = self.result, self.outcome
         r.records_in, r.bytes_in, r.records_folded = outcome.records_in, outcome.bytes_in, outcome.records_folded
+        r.records_direct = outcome.records_direct
         r.records_out, r.dead_letters = outcome.output_count, outcome.dead_letter_count
         r.changelog_records = len(self.changelog)
         r.punctuations = outcome.punctuations

@@ -164,6 +164,8 @@ class TaskResult:
     bytes_out: int = 0
     #: of records_in, those folded into a keyed aggregation in one loop (eos.worker.folding)
     records_folded: int = 0
+    #: of records_in, those a function took in the direct loop (eos.worker.processing)
+    records_direct: int = 0
     offsets_ms: float = 0.0  # stable read of the committed offsets
     read_ms: float = 0.0
     process_ms: float = 0.0

@@ -24,12 +24,12 @@ import heapq
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from eos.clock import wall_time
 from eos.errors import FrameworkError, OutputSerializationError, SerdeError, TaskFailedError
-from eos.processor import Processor, PunctuationType
-from eos.records import Record
+from eos.processor import Processor, PunctuationType, is_pair
+from eos.records import Output, Record
 from eos.serde import Serde
 from eos.streamtime import EventClock, stamp_of
 from eos.time import MAX_TIMESTAMP, RECORD_TIME, InvalidTimestampError, check_timestamp
@@ -38,8 +38,12 @@ from eos.worker.dead_letters import NOT_A_BAD_RECORD, DeadLetterPolicy, Stage
 from eos.worker.folding import fold_batch, fold_target
 from transactions import Message, ProducerRecord
 
+if TYPE_CHECKING:
+    from eos.graph.runtime import DirectStep
+
 __all__ = ["BatchOutcome", "RecordScoped", "run_processor", "NOT_A_BAD_RECORD", "Entry", "entries", "InputReading",
            "Drain"]
+
 
 class RecordScoped(Protocol):
     """Something with per-record transactional effects (state store write buffers)."""
@@ -59,6 +63,8 @@ class BatchOutcome:
     bytes_in: int = 0
     #: input records folded into a keyed aggregation at once, not one scope each (eos.worker.folding)
     records_folded: int = 0
+    #: input records a function took in the direct loop (`_run_direct`), without the graph's steps between
+    records_direct: int = 0
     stream_time: int = -1
     #: next offset to commit per input partition when processing stopped early (context.commit(), or an
     #: input with more records beyond the batch ran out first)
@@ -225,6 +231,14 @@ def run_processor(processor: Processor, ctx: TaskContext,
             parts = {tp: folded.rest}
             if folded.stop_at is not None:  # stopped early, as the loop below stops
                 outcome.stopped_at = {tp: folded.stop_at}
+    if not records_in and event_clock is None and not punctuating and len(parts) == 1 and not behind and not scoped:
+        step = direct_step(processor)
+        (tp, ms), = parts.items()
+        reading = (per_topic or {}).get(tp[0], (key_serde, value_serde, timestamp))
+        if step is not None and reading[2] is RECORD_TIME:
+            records_in = outcome.records_direct = _run_direct(step, ctx, tp, ms, outcome, reading[0], reading[1], dlq,
+                                                              drain, drain_at, sizes)
+            parts = {tp: ()}
     streamed = any(not isinstance(ms, Sequence) for ms in parts.values())
     if streamed and len(parts) > 1:
         raise FrameworkError("only a batch of one input partition can be streamed")
@@ -320,6 +334,62 @@ def run_processor(processor: Processor, ctx: TaskContext,
     if event_clock is not None:
         outcome.clocks, outcome.sources_idle = event_clock.encode(), event_clock.all_idle()
     return outcome
+
+
+def direct_step(processor: Processor) -> DirectStep | None:
+    """The function and its sink when `processor` is a graph of one function between them
+    (`GraphProcessor.direct_step`), else None."""
+    find = getattr(processor, "direct_step", None)
+    return find() if find is not None else None
+
+
+def _run_direct(step: DirectStep, ctx: TaskContext, tp: tuple[str, int], messages: Iterable[Message],
+                outcome: BatchOutcome, key_serde: Serde, value_serde: Serde, dlq: DeadLetterPolicy,
+                drain: Drain | None, drain_at: int, sizes: list[int]) -> int:
+    """`run_processor`'s loop for a batch of one partition through a graph of one function and one sink, with
+    no store, punctuation or timestamp extractor: the function is called on each record and a (key, value) it
+    returns goes straight to the task, as its sink would pass it on, without the graph's steps in between;
+    anything else it returns is forwarded in its context as usual. Each record keeps its own scope, stream
+    time, dead letters (the same errors and stages) and filtered offsets, and a streamed batch drains and
+    stops where the other loop would. Returns the records read."""
+    fn, to_sink, forward_result = step
+    enter, leave, discard = ctx.enter_record, ctx.leave_record, ctx.discard_record
+    outputs, filtered, dead_letters = outcome.outputs, outcome.filtered, outcome.dead_letters
+    records_in = 0
+    for msg, record, ts in entries(messages, key_serde, value_serde, RECORD_TIME, sizes):
+        records_in += 1
+        if type(record) is not Record:
+            stage = Stage.DESERIALIZE if isinstance(record, SerdeError) else Stage.TIMESTAMP
+            dead_letters.append(dlq.route(msg, record, stage))  # type: ignore[arg-type]
+            continue
+        before = outcome.stream_time
+        if ts > before:
+            outcome.stream_time = ctx.stream_time = ts
+        enter(msg, ts)
+        try:
+            result = fn(record)
+            if (type(result) is tuple and len(result) == 2 and type(result[0]) is not Output
+                    and not (is_pair(result[0]) and is_pair(result[1]))):
+                to_sink(result[0], result[1], ts)
+            else:
+                forward_result(record, result)
+        except NOT_A_BAD_RECORD:
+            raise
+        except Exception as exc:
+            discard()
+            outcome.stream_time = ctx.stream_time = before  # a bad record never moves stream time
+            stage = Stage.SERIALIZE if isinstance(exc, OutputSerializationError) else Stage.PROCESS
+            dead_letters.append(dlq.route(msg, exc, stage))
+            continue
+        produced = leave()
+        if produced:
+            outputs.extend(produced)
+        else:
+            filtered.append(msg)
+        if drain is not None and len(outputs) + len(dead_letters) >= drain_at and drain(outcome):
+            outcome.stopped_at = {tp: msg.offset() + 1}
+            break
+    return records_in
 
 
 def punctuate_idle(processor: Processor, ctx: TaskContext, scoped: Iterable[RecordScoped],
