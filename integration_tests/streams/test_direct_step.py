@@ -17,6 +17,7 @@ from collections import Counter
 
 from eos.audit import audit_application
 from integration_tests.helpers import produce
+from integration_tests.streams.test_folded_batches import wave  # keyless, tombstones, not JSON, not numbers
 from integration_tests.streams.test_fused_topology import commit_copy, load_job, run_killed_then_caught_up
 from integration_tests.streams.test_time_and_rekey import committed_records
 
@@ -46,26 +47,7 @@ if os.environ.get("MARKS"):
     app.fault_hooks.on("before_commit", MarkWhile(os.environ["MARKS"], seconds=0.3))
 """
 
-PARTITIONS, KEYS = 2, 50
-
-
-def wave(rng: random.Random, start: int, n: int) -> list[tuple[bytes | None, bytes | None]]:
-    """Orders with keyless ones, tombstones, values that are not JSON and quantities that are not numbers."""
-    out: list[tuple[bytes | None, bytes | None]] = []
-    for i in range(start, start + n):
-        key: bytes | None = f"k{rng.randrange(KEYS)}".encode()
-        value: bytes | None = json.dumps({"id": i, "qty": rng.randrange(1, 6)}).encode()
-        r = rng.random()
-        if r < 0.01:
-            key = None
-        elif r < 0.02:
-            value = None
-        elif r < 0.03:
-            value = b"{not json"
-        elif r < 0.04:
-            value = json.dumps({"id": i, "qty": "two"}).encode()
-        out.append((key, value))
-    return out
+PARTITIONS = 2
 
 
 def reference(orders: list[tuple[bytes | None, bytes | None]]) -> tuple[Counter, int]:

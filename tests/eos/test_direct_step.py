@@ -19,7 +19,8 @@ from eos import Application, Output
 from eos.testing import TopologyTestDriver
 from eos.worker.attempt import BatchAttempt
 from eos.worker.progress import CommitMetadata
-from tests.eos.test_folded_batches import committed, raw_inputs
+from tests.eos import loops
+from tests.eos.loops import PARENT, drains, raw_inputs
 
 
 class Directs:
@@ -40,30 +41,8 @@ class Directs:
 
 def run_both(monkeypatch: pytest.MonkeyPatch, make_app: Callable[[], Application], feeds: list[list[tuple[Any, ...]]],
              **driver_options: Any) -> tuple[dict[str, list[tuple[Any, ...]]], Directs]:
-    """`feeds` (each piped, then processed) through the app with the direct loop and without; asserts both
-    committed the same and returns what was committed and what the direct loop took."""
-    results = []
-    directs = None
-    for direct in (False, True):
-        with monkeypatch.context() as m:
-            if direct:
-                directs = Directs(m)
-            else:
-                m.setattr(processing, "direct_step", lambda processor: None)
-            driver = TopologyTestDriver(make_app(), wall_clock_ms=1_000_000, **driver_options)
-            for feed in feeds:
-                driver.pipe_records(feed, serialized=True)
-            taken = sum(r.records_direct for r in driver.results)
-            assert taken == (directs.records if direct else 0)  # (counted in the results as in the spy)
-            results.append({**committed(driver), "(results)": [
-                (str(r.task), r.batch, r.records_in, r.bytes_in, r.records_out, r.dead_letters, r.committed_offsets)
-                for r in driver.results]})
-            driver.close()
-    graph, direct_run = results
-    assert directs is not None
-    for topic in graph:
-        assert direct_run[topic] == graph[topic], f"topic {topic} differs"
-    return direct_run, directs
+    """`feeds` through the app with the direct loop and without (`tests.eos.loops.run_both`)."""
+    return loops.run_both(monkeypatch, make_app, feeds, "direct_step", Directs, **driver_options)
 
 
 def shapes(record: Any) -> Any:
@@ -104,14 +83,14 @@ def test_the_direct_loop_commits_what_the_graphs_loop_commits(monkeypatch, seed)
     inputs = raw_inputs(600, seed)
     out, directs = run_both(monkeypatch, function_app(max_records_per_batch=170), [inputs[:250], inputs[250:]])
     assert directs.records == len(inputs) and directs.batches >= 4
+    driver = TopologyTestDriver(function_app(max_records_per_batch=170)(), wall_clock_ms=1_000_000)
+    driver.pipe_records(inputs, serialized=True)
+    assert sum(r.records_direct for r in driver.results) == len(inputs)  # (as the run counts them)
     stages = {dict(h)["eos.dlq.stage"] for *_, h, _ in out["direct-dlq"]}
     assert stages == {b"deserialize", b"timestamp", b"process", b"serialize"}
     assert any(dict(h or []).get("own") == b"h" for *_, h, _ in out["out"])
     assert any(dict(h or []).get("traceparent") not in (None, PARENT) for *_, h, _ in out["out"])  # child spans
     assert any(v == b"" for *_, v, _, _ in out["out"])  # tombstones (`committed` shows a None value as b"")
-
-
-PARENT = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 
 def test_a_record_the_function_fails_on_never_moves_stream_time(monkeypatch):
@@ -147,25 +126,9 @@ def test_streamed_batches_drain_where_the_graphs_loop_drains(monkeypatch):
     _, directs = run_both(monkeypatch, function_app(batch_slice_records=16), [inputs])
     assert directs.records == len(inputs)
 
-    def drains(direct: bool) -> list[int]:
-        """What each drain of a run found gathered (outputs and dead letters, drained ones included)."""
-        seen: list[int] = []
-        real = BatchAttempt._drain
-
-        def counted(self, outcome):
-            seen.append(outcome.output_count + outcome.dead_letter_count)
-            return real(self, outcome)
-
-        with monkeypatch.context() as m:
-            m.setattr(BatchAttempt, "_drain", counted)
-            if not direct:
-                m.setattr(processing, "direct_step", lambda processor: None)
-            driver = TopologyTestDriver(function_app(batch_slice_records=16)(), wall_clock_ms=1_000_000)
-            driver.pipe_records(inputs, serialized=True)
-        return seen
-
-    direct = drains(True)
-    assert direct == drains(False) and len(direct) > 10
+    direct = drains(monkeypatch, function_app(batch_slice_records=16)(), inputs)
+    off = drains(monkeypatch, function_app(batch_slice_records=16)(), inputs, "direct_step")
+    assert direct == off and len(direct) > 10
 
 
 def test_a_streamed_batch_that_stops_early_commits_where_the_graphs_loop_stops(monkeypatch):

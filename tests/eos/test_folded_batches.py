@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import random
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -18,47 +17,8 @@ import eos.worker.processing as processing
 from eos import Application, store
 from eos.operators.aggregate import AggregateProcessor
 from eos.testing import TopologyTestDriver
-from eos.worker.attempt import BatchAttempt
-
-TOPIC_ID = re.compile(rb'"topic_id":"[0-9a-f]+"')
-TRACEPARENT = "traceparent"
-PARENT = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-
-
-def raw_inputs(n: int, seed: int, keys: int = 40, bad: bool = True) -> list[tuple[Any, ...]]:
-    """(topic, key bytes, value bytes, timestamp, partition, headers): hot and cold keys, a few of every
-    kind of bad record, tombstones, out-of-order timestamps, and headers (trace context among them)."""
-    rng = random.Random(seed)
-    out: list[tuple[Any, ...]] = []
-    for i in range(n):
-        key: bytes | None = f"k{int(rng.paretovariate(1.1)) % keys}".encode()
-        value: bytes | None = json.dumps({"n": rng.randrange(1, 5), "i": i}).encode()
-        ts = 10_000 + i * 10 - rng.randrange(0, 300)
-        r = rng.random() if bad else 1.0
-        if r < 0.03:
-            key = None  # no key: a dead letter (unless a tombstone)
-        elif r < 0.05:
-            key = b"\xff\xfek"  # not UTF-8: a dead letter
-        elif r < 0.08:
-            value = None  # a tombstone: ignored
-        elif r < 0.10:
-            value = b"{not json"  # a dead letter where values are JSON; counted where they are bytes
-        elif r < 0.12:
-            ts = -7  # an invalid timestamp: a dead letter
-        elif r < 0.14:
-            value = json.dumps({"n": "x", "i": i}).encode()  # a sum's aggregator raises on it
-        headers = None
-        if rng.random() < 0.15:
-            headers = [("app", b"h%d" % i)] + ([(TRACEPARENT, PARENT)] if rng.random() < 0.5 else [])
-        out.append(("in", key, value, ts, None, headers))
-    return out
-
-
-def committed(driver: TopologyTestDriver) -> dict[str, list[tuple[Any, ...]]]:
-    """Every committed record of every topic, as it is on the (in-memory) broker (the ledger's topic ids,
-    new for every driver, left out)."""
-    return {topic: [(m.partition(), m.offset(), m.key(), TOPIC_ID.sub(b"", m.value() or b""), m.headers(),
-                     m.timestamp()) for m in driver.cluster.records(topic)] for topic in sorted(driver.cluster.logs)}
+from tests.eos import loops
+from tests.eos.loops import PARENT, TRACEPARENT, drains, raw_inputs
 
 
 class Folds:
@@ -81,26 +41,8 @@ class Folds:
 
 def run_both(monkeypatch: pytest.MonkeyPatch, make_app: Callable[[], Application], feeds: list[list[tuple[Any, ...]]],
              **driver_options: Any) -> tuple[dict[str, list[tuple[Any, ...]]], Folds]:
-    """`feeds` (each piped then processed) through the app with the fold and without; asserts both committed
-    the same and returns what was committed and what the fold took."""
-    results = []
-    folds = None
-    for fold in (False, True):
-        with monkeypatch.context() as m:
-            if fold:
-                folds = Folds(m)
-            else:
-                m.setattr(processing, "fold_target", lambda processor: None)
-            driver = TopologyTestDriver(make_app(), wall_clock_ms=1_000_000, **driver_options)
-            for feed in feeds:
-                driver.pipe_records(feed, serialized=True)
-            results.append(committed(driver))
-            driver.close()
-    straight, folded = results
-    assert folds is not None
-    for topic in straight:
-        assert folded[topic] == straight[topic], f"topic {topic} differs"
-    return folded, folds
+    """`feeds` through the app with the fold and without (`tests.eos.loops.run_both`)."""
+    return loops.run_both(monkeypatch, make_app, feeds, "fold_target", Folds, **driver_options)
 
 
 def count_app(cache: int, **settings: Any) -> Callable[[], Application]:
@@ -206,25 +148,9 @@ def test_streamed_batches_drain_as_they_fold(monkeypatch, cache):
     assert folds.folded == len(inputs) and not folds.stopped
     assert len(out["folds-dlq"]) == sum(1 for r in inputs if r[1] is None)
 
-    def drains(fold: bool) -> list[int]:
-        """What each drain of a run found gathered (outputs and dead letters, drained ones included)."""
-        seen: list[int] = []
-        real = BatchAttempt._drain
-
-        def counted(self, outcome):
-            seen.append(outcome.output_count + outcome.dead_letter_count)
-            return real(self, outcome)
-
-        with monkeypatch.context() as m:
-            m.setattr(BatchAttempt, "_drain", counted)
-            if not fold:
-                m.setattr(processing, "fold_target", lambda processor: None)
-            driver = TopologyTestDriver(count_app(cache, batch_slice_records=16)(), wall_clock_ms=1_000_000)
-            driver.pipe_records(inputs, serialized=True)
-        return seen
-
-    folded = drains(True)
-    assert folded == drains(False) and len(folded) > 5  # drained at the same records as the other loop
+    folded = drains(monkeypatch, count_app(cache, batch_slice_records=16)(), inputs)
+    off = drains(monkeypatch, count_app(cache, batch_slice_records=16)(), inputs, "fold_target")
+    assert folded == off and len(folded) > 5  # drained at the same records as the other loop
 
 
 @CACHES

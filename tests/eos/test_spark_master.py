@@ -50,12 +50,15 @@ def test_a_socket_directory_too_long_for_unix_sockets_fails_fast_and_says_what_t
                       "spark.python.unix.domain.socket.dir": long_dir})  # loopback TCP: any directory
 
 
+class Conf(dict):
+    """A SparkConf's settings (`get` with SparkConf's signature)."""
+
+    def get(self, key, default=None):
+        return super().get(key, default)
+
+
 def test_a_jobs_driver_jvm_gets_the_quick_jit_unless_the_user_chose_jit_options_or_turned_it_off(monkeypatch):
     from eos.driver.spark import QUICK_JIT_KEY, _quick_jit
-
-    class Conf(dict):
-        def get(self, key, default=None):  # SparkConf.get's signature
-            return super().get(key, default)
 
     monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
     assert _quick_jit(Conf())
@@ -70,10 +73,6 @@ def test_a_jobs_driver_jvm_gets_the_quick_jit_unless_the_user_chose_jit_options_
 def test_a_jobs_driver_jvm_gets_the_serial_collector_unless_the_user_chose_gc_or_heap_options_or_turned_it_off(
         monkeypatch):
     from eos.driver.spark import SERIAL_GC_KEY, _serial_gc
-
-    class Conf(dict):
-        def get(self, key, default=None):  # SparkConf.get's signature
-            return super().get(key, default)
 
     monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
     assert _serial_gc(Conf())
