@@ -18,10 +18,12 @@ import importlib.machinery
 import os
 import sys
 import zipfile
+from types import ModuleType
+from typing import Any
 
 from eos.worker.zygote import ZYGOTE_ENV, request_daemon, wait_for
 
-__all__ = ["prefer_installed_pyspark", "preload", "main", "PRELOADED"]
+__all__ = ["prefer_installed_pyspark", "preload", "quiet_closed_connections", "main", "PRELOADED"]
 
 #: (module, file compared between the zip and the installed copy, zip name test)
 _PACKAGES = (("pyspark", "version.py", lambda name: name == "pyspark.zip"),
@@ -78,6 +80,25 @@ def preload() -> None:
     gc.freeze()
 
 
+def quiet_closed_connections(daemon: ModuleType) -> None:
+    """Make a worker whose connection Spark has closed exit without a traceback. Spark closes it when it stops
+    the executor (a SIGTERM to a job's process group stops the JVM, not this daemon, which has a process group
+    of its own) or kills the task; the worker's last flush then fails, and PySpark's daemon (with
+    `spark.python.daemon.killWorkerOnFlushFailure`, on by default) prints that failure as a traceback on the
+    executor's stderr, where a clean stop looked like a crash. No one is left to read the worker's output, so the
+    worker exits as PySpark exits a worker that failed (a nonzero code: the daemon does not reuse it); any other
+    error is PySpark's to report, as before."""
+    run_worker = daemon.worker
+
+    def worker(sock: Any, authenticated: bool) -> int:
+        try:
+            return int(run_worker(sock, authenticated))
+        except (BrokenPipeError, ConnectionResetError):
+            return 1
+
+    setattr(daemon, "worker", worker)  # noqa: B010  (a module attribute the type checker cannot see)
+
+
 def main() -> None:
     sys.path[:] = prefer_installed_pyspark(sys.path)
     zygote = os.environ.get(ZYGOTE_ENV)
@@ -89,6 +110,7 @@ def main() -> None:
     from pyspark import daemon
 
     preload()
+    quiet_closed_connections(daemon)
     daemon.manager()
 
 

@@ -226,6 +226,9 @@ def _become_daemon(request: dict[str, Any], fds: list[int]) -> None:
         # descriptors 0-2, which now are Spark's pipes)
         from pyspark import daemon
 
+        from eos.worker.daemon import quiet_closed_connections
+
+        quiet_closed_connections(daemon)
         daemon.manager()
         code = 0
     except SystemExit as exc:

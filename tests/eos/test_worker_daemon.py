@@ -61,3 +61,38 @@ def test_the_daemon_module_imports_no_pyspark_and_its_preloads_start_no_thread()
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=os.environ, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "1"
+
+
+_CLOSED_PEER = """
+import os, socket, sys
+import pyspark.daemon as daemon
+import pyspark.worker
+
+def main(infile, outfile):  # a task's output, larger than the socket's buffers: flushed after Spark has gone
+    outfile.write(b"x" * (1 << 22))
+
+pyspark.worker.main = main
+if sys.argv[1] == "quiet":
+    from eos.worker.daemon import quiet_closed_connections
+    quiet_closed_connections(daemon)
+ours, spark = socket.socketpair()
+spark.close()
+print("code", daemon.worker(ours, True))
+"""
+
+
+def test_a_worker_whose_connection_spark_closed_exits_without_a_traceback():
+    env = {**os.environ, "PYTHON_DAEMON_KILL_WORKER_ON_FLUSH_FAILURE": "true"}  # as Spark launches its daemon
+    run = [sys.executable, "-c", _CLOSED_PEER]
+    plain = subprocess.run([*run, "plain"], capture_output=True, text=True, env=env, check=False)
+    assert plain.returncode != 0 and "BrokenPipeError" in plain.stderr  # PySpark's own daemon: a traceback
+    quiet = subprocess.run([*run, "quiet"], capture_output=True, text=True, env=env, check=False)
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "code 1\n", "")  # not reused, nothing printed
+
+
+def test_a_workers_other_errors_are_still_pysparks_to_report():
+    probe = _CLOSED_PEER.replace('outfile.write(b"x" * (1 << 22))', 'raise MemoryError("not a closed connection")')
+    env = {**os.environ, "PYTHON_DAEMON_KILL_WORKER_ON_FLUSH_FAILURE": "true"}
+    done = subprocess.run([sys.executable, "-c", probe, "quiet"], capture_output=True, text=True, env=env,
+                          check=False)
+    assert done.returncode != 0 and "MemoryError: not a closed connection" in done.stderr
