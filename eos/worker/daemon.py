@@ -16,14 +16,16 @@ import gc
 import importlib
 import importlib.machinery
 import os
+import signal
 import sys
 import zipfile
 from types import ModuleType
 from typing import Any
 
-from eos.worker.zygote import ZYGOTE_ENV, request_daemon, wait_for
+from eos.worker.standin import wait_for
+from eos.worker.zygote import ZYGOTE_ENV, request_daemon
 
-__all__ = ["prefer_installed_pyspark", "preload", "quiet_closed_connections", "main", "PRELOADED"]
+__all__ = ["prefer_installed_pyspark", "preload", "quiet_closed_connections", "stand_in", "main", "PRELOADED"]
 
 #: (module, file compared between the zip and the installed copy, zip name test)
 _PACKAGES = (("pyspark", "version.py", lambda name: name == "pyspark.zip"),
@@ -99,13 +101,30 @@ def quiet_closed_connections(daemon: ModuleType) -> None:
     setattr(daemon, "worker", worker)  # noqa: B010  (a module attribute the type checker cannot see)
 
 
+#: what Spark may signal its daemon with, held back while this process becomes the stand-in
+_STAND_IN_SIGNALS = {signal.SIGTERM, signal.SIGHUP}
+
+
+def stand_in(pid: int) -> None:
+    """Become the bare stand-in for the daemon `pid` that the zygote forked (eos.worker.standin): a new
+    interpreter without site or packages, in this process. Spark's signals are held back until the stand-in
+    passes them on. Where the interpreter cannot be started again, this process stands for the daemon itself."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "standin.py")
+    signal.pthread_sigmask(signal.SIG_BLOCK, _STAND_IN_SIGNALS)  # (the mask survives exec)
+    try:
+        os.execv(sys.executable, [sys.executable, "-I", "-S", script, str(pid)])
+    except OSError:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STAND_IN_SIGNALS)
+        wait_for(pid)
+
+
 def main() -> None:
     sys.path[:] = prefer_installed_pyspark(sys.path)
     zygote = os.environ.get(ZYGOTE_ENV)
     if zygote:  # a warm copy of this daemon is waiting (eos.worker.zygote): it runs as this daemon instead
         pid = request_daemon(zygote, sys.path)
         if pid is not None:
-            wait_for(pid)
+            stand_in(pid)
             return
     from pyspark import daemon
 

@@ -9,7 +9,7 @@ zygote beside the JVM (`python -m eos.worker.zygote SOCKET`, `start_zygote`) and
 importing, hands the zygote what Spark gave it (its stdin, stdout and stderr, environment, arguments, working
 directory and module path) and the zygote forks; the child takes them on and runs PySpark's daemon loop,
 which forks the workers as always. The launched process stays as the daemon Spark knows: it passes Spark's
-signals on to the child and exits when the child does.
+signals on to the child and exits when the child does (eos.worker.standin).
 
 The zygote serves one daemon, and exits when the driver does (its stdin closes). It refuses a
 request (the daemon then imports by itself, as without it) when the two would not import the same code:
@@ -30,10 +30,9 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from typing import Any
 
-__all__ = ["ZYGOTE_ENV", "start_zygote", "request_daemon", "wait_for", "serve"]
+__all__ = ["ZYGOTE_ENV", "start_zygote", "request_daemon", "serve"]
 
 #: the zygote's socket, for the daemon Spark launches
 ZYGOTE_ENV = "EOS_DAEMON_ZYGOTE"
@@ -100,45 +99,6 @@ def request_daemon(socket_path: str, path: list[str], timeout: float = 10.0) -> 
     except OSError:
         return None
     return int(reply[3:]) if reply.startswith("ok ") else None
-
-
-def wait_for(pid: int) -> None:
-    """Stand for the daemon `pid` (the zygote's child, not this process's): pass Spark's SIGTERM on to it, and
-    return when it has exited. Like PySpark's daemon, this process leaves the driver's process group first,
-    so that a Ctrl-C at the driver's terminal reaches neither."""
-    os.setpgid(0, 0)
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, lambda number, frame: _signal(pid, number))
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:  # gone already
-        return
-    except (AttributeError, OSError):  # no pidfds here (not Linux, or a kernel before 5.3): look every 0.2 s
-        while _exists(pid):
-            time.sleep(0.2)
-        return
-    try:
-        while not select.select([fd], [], [], 1.0)[0]:
-            pass
-    finally:
-        os.close(fd)
-
-
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _signal(pid: int, number: int) -> None:
-    try:
-        os.kill(pid, number)
-    except OSError:
-        pass
 
 
 # ---------------------------------------------------------------------------------------------- the zygote side

@@ -86,7 +86,12 @@ def test_the_launched_daemon_is_forked_from_the_zygote_and_stops_when_spark_clos
     assert _worker_answers(port) == b"ok"  # its worker knows Spark's secret: the environment is the launched one
     assert not os.path.exists(path)  # one daemon served: a daemon Spark launches again goes alone
     assert proc.poll() is None  # until the driver exits, the daemon stays among its descendants
-    assert launched.poll() is None  # it stands for the daemon
+    assert launched.poll() is None  # it stands for the daemon, as a bare interpreter running eos.worker.standin
+    deadline = time.monotonic() + 10
+    while not (command := open(f"/proc/{launched.pid}/cmdline").read().split("\0")[:-1])[-2].endswith("standin.py"):
+        assert time.monotonic() < deadline, command
+        time.sleep(0.01)
+    assert command[1:3] == ["-I", "-S"] and command[-1] == str(daemon)
     assert launched.stdin is not None
     launched.stdin.close()  # how Spark stops its daemon
     assert launched.wait(10) == 0
@@ -140,7 +145,7 @@ def test_the_zygote_exits_with_the_driver(zygote):
 def test_without_pidfds_the_launched_daemon_still_waits_for_the_forked_one(monkeypatch):
     import threading
 
-    from eos.worker import zygote
+    from eos.worker import standin
 
     def no_pidfds(pid: int) -> int:
         raise OSError(38, "Function not implemented")
@@ -151,7 +156,7 @@ def test_without_pidfds_the_launched_daemon_still_waits_for_the_forked_one(monke
     daemon = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.8)"])
     threading.Thread(target=daemon.wait, daemon=True).start()  # reaped at exit, as the zygote's SIGCHLD does
     started = time.monotonic()
-    zygote.wait_for(daemon.pid)
+    standin.wait_for(daemon.pid)
     assert daemon.returncode == 0 and time.monotonic() - started >= 0.5
 
 
@@ -170,3 +175,21 @@ def test_a_jvm_launched_without_a_zygote_does_not_inherit_an_earlier_ones_socket
     monkeypatch.setenv(ZYGOTE_ENV, "/tmp/an-earlier-contexts-zygote/socket")
     spark._start_zygote(master, conf)
     assert ZYGOTE_ENV not in os.environ
+
+
+def test_a_signal_spark_sends_while_the_launched_daemon_becomes_the_stand_in_is_passed_on():
+    daemon = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    # the launched daemon, SIGTERMed by Spark as it replaces itself by the stand-in (the signal must wait for it)
+    becoming = ("import os, signal; from eos.worker.daemon import stand_in; execv = os.execv\n"
+                "def destroyed_meanwhile(path, args):\n"
+                "    os.kill(os.getpid(), signal.SIGTERM)\n"
+                "    execv(path, args)\n"
+                f"os.execv = destroyed_meanwhile; stand_in({daemon.pid})")
+    launched = subprocess.Popen([sys.executable, "-c", becoming])
+    try:
+        assert daemon.wait(10) == -signal.SIGTERM  # passed on once the stand-in listens
+        assert launched.wait(10) == 0  # and the stand-in ends with the daemon it stood for
+    finally:
+        for proc in (daemon, launched):
+            proc.kill()
+            proc.wait()
