@@ -18,6 +18,8 @@ polled every 0.1 s), then the run is stopped. Variants:
   from 16 MiB (`spark.eos.serialGc=false`);
 * no-zygote: the daemon imports its modules when Spark launches it, not in a zygote started with the JVM
   (`spark.eos.daemonZygote=false`);
+* started-zygote: the zygote started as a process of its own beside the JVM, not forked from the driver, as
+  for a driver whose hash seed is the user's (`PYTHONHASHSEED=1`);
 * tcp-sockets: the JVM talks to the Python daemon, its workers and the driver's accumulator server over
   loopback TCP rather than Unix domain sockets (`spark.python.unix.domain.socket.enabled=false`).
 
@@ -55,6 +57,7 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
     "full-jit": (["--spark-conf", "spark.eos.quickJit=false"], {}),
     "g1-heap": (["--spark-conf", "spark.eos.serialGc=false"], {}),
     "no-zygote": (["--spark-conf", "spark.eos.daemonZygote=false"], {}),
+    "started-zygote": ([], {"PYTHONHASHSEED": "1"}),
     "tcp-sockets": (["--spark-conf", "spark.python.unix.domain.socket.enabled=false"], {}),
 }
 

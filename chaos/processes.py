@@ -11,8 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from eos.driver.spark import LOCAL_DAEMON_MODULE
-
 __all__ = ["Proc", "job_processes", "executors", "executor_pid", "python_workers", "alive"]
 
 
@@ -73,18 +71,15 @@ def _arg(args: list[str], flag: str) -> str | None:
     return args[args.index(flag) + 1] if flag in args[:-1] else None
 
 
-#: How a Python daemon's command line names it: PySpark's own, or the framework's for local masters
-#: (`python -m eos.worker.daemon`, see eos/worker/daemon.py, or a daemon forked from its zygote,
-#: eos/worker/zygote.py, which keeps the zygote's command line)
-DAEMONS = ("pyspark.daemon", "pyspark/daemon.py", LOCAL_DAEMON_MODULE, "eos.worker.zygote")
-
-
 def python_workers(pgid: int) -> list[Proc]:
-    """Forked Python workers, not the daemons themselves: PySpark's daemon loop leads a process group of its
-    own, and the workers it forks are in it."""
+    """Forked Python workers, not the daemons themselves. PySpark's daemon loop leads a process group of its own
+    (never the job's, whose leader is the driver), and forks the workers into it: they carry its command line,
+    whatever that is (`python -m pyspark.daemon`, `python -m eos.worker.daemon`, or the driver's own for a daemon
+    forked from the zygote that is the driver's fork, eos/worker/zygote.py)."""
     procs = job_processes(pgid)
-    daemons = {p.pid for p in procs if p.pgid == p.pid and any(name in p.cmdline for name in DAEMONS)}
-    return [p for p in procs if p.ppid in daemons and p.pgid == p.ppid]
+    leaders = {p.pid: p for p in procs if p.pgid == p.pid and p.pid != pgid}
+    return [p for p in procs
+            if p.ppid in leaders and p.pgid == p.ppid and p.cmdline == leaders[p.ppid].cmdline]
 
 
 def alive(pid: int) -> bool:

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import structlog
 
-__all__ = ["configure_logging"]
+__all__ = ["configure_logging", "reset_logging"]
 
 _configured: tuple[str, str] | None = None
 
@@ -42,3 +42,11 @@ def configure_logging(fmt: Literal["auto", "json", "console"] = "auto", level: s
     )
     _configured = (fmt, level)
 
+
+
+def reset_logging() -> None:
+    """Forget this process's set-up: a process forked from a configured one (the daemon's zygote, forked from
+    the driver) starts as one never configured, and its first `configure_logging` applies in full."""
+    global _configured
+    _configured = None
+    structlog.reset_defaults()

@@ -269,14 +269,19 @@ def _memory(session: int) -> Memory:
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
+#: command lines of a Python daemon: launched by Spark, started beside the driver (the zygote), or the stand-in
+_DAEMONS = (" -m eos.worker.daemon", " -m pyspark.daemon", " -m eos.worker.zygote", "eos/worker/standin.py")
+
+
 def _role(cmdline: str, forked: bool) -> str:
-    """What a process of a run is, by its command line (a worker is forked from a process like it)."""
+    """What a process of a run is, by its command line (a worker is forked from a process like it). A daemon
+    forked from the zygote counts as forked, among the workers; so does a zygote forked from the driver."""
     if Path(cmdline.split(" ", 1)[0]).name == "java":
         return "JVM"
     if forked:
         return "python workers"
-    if " -m eos.worker.daemon" in cmdline or " -m pyspark.daemon" in cmdline or " -m eos.worker.zygote" in cmdline:
-        return "python daemon"  # (a daemon forked from the zygote counts as forked: among the workers)
+    if any(name in cmdline for name in _DAEMONS):
+        return "python daemon"
     return "python main"
 
 

@@ -1,37 +1,30 @@
 """The `eos` command line. The application's entry point: the only place that configures logging.
 
-Sub-commands of higher layers (e.g. `eos chaos`, from the `chaos` package) are plugged in through the
-`eos.cli` entry-point group, so that `eos` never imports the layers above it.
+`main` starts `eos run` with PySpark's string hashing before anything is imported (`_hash_as_pyspark_workers`);
+the commands themselves are in `eos.cli.app`.
 """
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
+import os
+import sys
 
-import typer
-
-from eos.cli.audit import audit_app
-from eos.cli.cluster import cluster_app
-from eos.cli.store import store_app
-from eos.cli.topics import topics_app
-
-__all__ = ["app", "main"]
-
-app = typer.Typer(no_args_is_help=True, add_completion=False,
-                  help="Exactly-once Kafka pipelines on Spark: run jobs, audit output, manage a local Kafka.")
-app.add_typer(cluster_app, name="cluster")
-app.add_typer(audit_app, name="audit")
-app.add_typer(topics_app, name="topics")
-app.add_typer(store_app, name="store")
-
-
-def _register_commands() -> None:
-    from eos.cli import commands, reset  # noqa: F401  (register run / demo / reset / kafka / spark on `app`)
-
-    for ep in entry_points(group="eos.cli"):
-        app.add_typer(ep.load(), name=ep.name)
+__all__ = ["main"]
 
 
 def main() -> None:
-    _register_commands()
-    app()
+    if sys.argv[1:2] == ["run"]:
+        _hash_as_pyspark_workers()
+    from eos.cli.app import main as commands
+
+    commands()
+
+
+def _hash_as_pyspark_workers() -> None:
+    """`eos run` hashes strings as PySpark's Python workers do (PYTHONHASHSEED=0, which PySpark gives them), so
+    that the daemon's zygote can be a fork of the driver (`eos.driver.spark.fork_zygote_early`). Started
+    without a seed, it starts again in this process with that one, before importing anything (~40 ms). A seed
+    set in the environment is the user's to keep (the zygote is then started as its own process)."""
+    if "PYTHONHASHSEED" in os.environ or not sys.platform.startswith("linux"):
+        return
+    os.execve(sys.executable, sys.orig_argv, {**os.environ, "PYTHONHASHSEED": "0"})

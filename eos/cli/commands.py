@@ -17,7 +17,7 @@ import structlog
 import typer
 from rich.console import Console
 
-from eos.cli import app
+from eos.cli.app import app
 from eos.cli.errors import fail
 from eos.cli.live import LiveView
 from eos.cli.options import bootstrap_option
@@ -96,21 +96,25 @@ def run(target: str = typer.Argument(..., help="module:app or path/to/job.py[:ap
         summary_json: Path = typer.Option(None, help="Write the run summary as JSON to this file")) -> None:
     """Run an exactly-once job on Spark. SIGINT/SIGTERM stop it after the current batch commits."""
     from eos.cli.loader import load_application
-    from eos.driver.spark import ContextStart, resolve_master
+    from eos.driver.spark import ContextStart, fork_zygote_early, resolve_master
     from eos.errors import ConfigError, EosError
     from eos.logs import configure_logging
 
+    conf = dict(item.split("=", 1) for item in spark_conf if "=" in item)
+    try:
+        master = resolve_master(master)
+    except ConfigError as exc:
+        fail(2, f"{exc}")
+    fork_zygote_early(master, conf)  # before the job's own code is loaded
     try:
         application = load_application(target)
         application.configure(bootstrap_servers=bootstrap_servers, trigger_interval=trigger_interval,
                               max_records_per_batch=max_records_per_batch, log_format=log_format,
                               metrics_port=metrics_port)
         configure_logging(application.config.log_format, application.config.log_level)
-        master = resolve_master(master)
         application.preflight(master)  # before the JVM starts: its start-up lines would bury the error
     except (ValueError, ConfigError) as exc:
         fail(2, f"{exc}")
-    conf = dict(item.split("=", 1) for item in spark_conf if "=" in item)
     structlog.get_logger(__name__).info("checks passed; starting Spark", master=master,
                                         since_launch_s=round(time.monotonic() - _LAUNCHED, 2))
     # Spark's JVM starts while the driver prepares what needs Kafka (Application.run waits for it then)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from eos.cli import app
+from eos.cli.app import app
 from eos.cli.errors import fail
 from eos.cli.options import bootstrap_option, require_reachable, resolve_bootstrap
 

@@ -24,9 +24,9 @@ if TYPE_CHECKING:
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-__all__ = ["build_spark_context", "ContextStart", "build_spark_session", "spark_context_of", "DEFAULT_MASTER",
-           "live_executors", "executor_locations", "task_slots", "located_rdd", "task_rdd", "spark_conf", "is_local",
-           "resolve_master", "is_local_master", "QUICK_JIT_KEY"]
+__all__ = ["build_spark_context", "ContextStart", "fork_zygote_early", "build_spark_session", "spark_context_of",
+           "DEFAULT_MASTER", "live_executors", "executor_locations", "task_slots", "located_rdd", "task_rdd",
+           "spark_conf", "is_local", "resolve_master", "is_local_master", "QUICK_JIT_KEY"]
 
 #: Spark's settings of Unix domain sockets between its JVMs and their Python workers (`check_socket_dir`)
 UNIX_SOCKETS_KEY = "spark.python.unix.domain.socket.enabled"
@@ -84,6 +84,7 @@ LOCAL_DAEMON_MODULE = "eos.worker.daemon"
 #: (`eos.worker.zygote`; `--spark-conf spark.eos.daemonZygote=false` turns it off)
 ZYGOTE_KEY = "spark.eos.daemonZygote"
 _ZYGOTES: list[Any] = []  # the zygotes this process started (each lives until this process exits)
+_FORKED: list[Any] = []  # a zygote forked from this driver, for the context it starts next (`fork_zygote_early`)
 
 
 # Local masters: everything on this machine, so everything listens on loopback only, the UI too (off).
@@ -207,20 +208,60 @@ def _environment(name: str, value: str | None) -> Iterator[None]:
 
 def _start_zygote(master: str, spark_conf: Any) -> None:
     """Before this process launches the JVM of a `local`/`local[...]` master whose daemon is the framework's:
-    a zygote that imports the daemon's modules while the JVM starts (eos.worker.zygote). A JVM launched
-    without one does not inherit the socket of an earlier context's zygote either."""
+    a zygote that imports the daemon's modules while the JVM starts (eos.worker.zygote), or the one forked from
+    this driver earlier (`fork_zygote_early`). A JVM launched without one does not inherit the socket of an
+    earlier context's zygote either."""
     from pyspark import SparkContext
 
     from eos.worker.zygote import ZYGOTE_ENV, start_zygote
 
     _ZYGOTES[:] = [z for z in _ZYGOTES if z.poll() is None]  # (reaps those that are done)
-    if SparkContext._gateway is not None or _submitted():
-        return  # no JVM is launched here
-    if ((master == "local" or master.startswith("local[")) and spark_conf.get(DAEMON_MODULE_KEY) == LOCAL_DAEMON_MODULE
-            and str(spark_conf.get(ZYGOTE_KEY, "true")).lower() != "false"):
-        _ZYGOTES.append(start_zygote())
-    else:
+    forked = _FORKED.pop() if _FORKED else None
+    if SparkContext._gateway is None and not _submitted() and _wants_zygote(master, spark_conf):
+        if forked is not None and forked.poll() is None:
+            forked.name()
+            _ZYGOTES.append(forked)
+        else:
+            _ZYGOTES.append(start_zygote())
+        return
+    if forked is not None:
+        forked.stop()
+    if SparkContext._gateway is None and not _submitted():  # (else no JVM is launched here)
         os.environ.pop(ZYGOTE_ENV, None)
+
+
+def _wants_zygote(master: str, spark_conf: Any) -> bool:
+    return (_in_process_executor(master) and spark_conf.get(DAEMON_MODULE_KEY) == LOCAL_DAEMON_MODULE
+            and str(spark_conf.get(ZYGOTE_KEY, "true")).lower() != "false")
+
+
+def _in_process_executor(master: str) -> bool:
+    """local and local[...]: the executor is the driver's JVM, and its Python daemon a child of it."""
+    return master == "local" or master.startswith("local[")
+
+
+def fork_zygote_early(master: str, conf: dict[str, str] | None = None) -> None:
+    """For a driver about to run a job on a `local`/`local[...]` master (`eos run`): import what the driver will
+    need to run it, then fork the daemon's zygote from this process (`eos.worker.zygote.fork_zygote`), before
+    the job is loaded and before any client starts a thread. The driver and the Python workers then share the
+    pages of the modules both import (pyspark, py4j, confluent-kafka, structlog, the framework) instead of
+    holding a copy each, and the zygote has little left to import while the JVM starts. The next context this
+    process builds uses it (`_start_zygote`), or ends it if that context needs none. Where the process cannot be
+    forked (`eos.worker.zygote.forkable`), nothing happens: that context starts a zygote as before."""
+    from pyspark import SparkContext
+
+    from eos.worker.zygote import fork_zygote
+
+    if (not _in_process_executor(master) or SparkContext._gateway is not None or _submitted()
+            or str((conf or {}).get(ZYGOTE_KEY, "true")).lower() == "false"):
+        return
+    import eos.driver.runner  # noqa: F401  (the driver's own imports, shared with the zygote from here)
+
+    zygote = fork_zygote()
+    if zygote is not None:
+        for earlier in _FORKED:
+            earlier.stop()
+        _FORKED[:] = [zygote]
 
 
 def build_spark_context(master: str | None = None, app_name: str = "eos",

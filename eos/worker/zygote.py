@@ -21,7 +21,10 @@ copies a whole process.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import importlib.util
+import io
 import json
 import os
 import select
@@ -30,9 +33,10 @@ import socket
 import subprocess
 import sys
 import tempfile
+import traceback
 from typing import Any
 
-__all__ = ["ZYGOTE_ENV", "start_zygote", "request_daemon", "serve"]
+__all__ = ["ZYGOTE_ENV", "ForkedZygote", "forkable", "fork_zygote", "start_zygote", "request_daemon", "serve"]
 
 #: the zygote's socket, for the daemon Spark launches
 ZYGOTE_ENV = "EOS_DAEMON_ZYGOTE"
@@ -82,6 +86,115 @@ def start_zygote() -> subprocess.Popen[bytes]:
     return zygote
 
 
+# ------------------------------------------------------------------------------------ a zygote forked from the driver
+class ForkedZygote:
+    """A zygote forked from the driver itself (`fork_zygote`). Like the `Popen` of a started one: `poll()`; and
+    `name()` names its socket for the JVM about to be launched, `stop()` ends it unused."""
+
+    def __init__(self, pid: int, pipe: int, socket_path: str) -> None:
+        self.pid, self.socket_path = pid, socket_path
+        self.returncode: int | None = None
+        self._pipe = pipe  # the write end of the zygote's stdin: it exits when this closes (with this process)
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # (reaped elsewhere)
+                pid, status = self.pid, 0
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def name(self) -> None:
+        os.environ[ZYGOTE_ENV] = self.socket_path
+
+    def stop(self) -> None:
+        if self._pipe >= 0:
+            os.close(self._pipe)
+            self._pipe = -1
+        if self.returncode is None:
+            try:
+                self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+            except ChildProcessError:
+                self.returncode = 0
+
+
+def forkable() -> bool:
+    """Whether a fork of this process can be the daemon's zygote: one OS thread (a fork copies only the thread
+    that forks; Linux's /proc tells, elsewhere the answer is no), and strings hashed as PySpark's workers hash
+    them (PYTHONHASHSEED=0 at start-up, which PySpark gives its workers unless the environment sets another)."""
+    try:
+        threads = len(os.listdir("/proc/self/task"))
+    except OSError:
+        return False
+    return threads == 1 and not sys.flags.hash_randomization and os.environ.get("PYTHONHASHSEED", "0") == "0"
+
+
+def fork_zygote() -> ForkedZygote | None:
+    """Fork the daemon's zygote from this process (`forkable`), which has imported much of what the daemon and
+    its workers import: both then share those pages instead of holding a copy each. The objects made so far
+    are frozen out of this process's collector (`gc.freeze`), whose passes would otherwise write to, and so
+    copy, the pages the zygote shares. None when the process cannot be forked: start one (`start_zygote`)."""
+    if not forkable():
+        return None
+    directory = tempfile.mkdtemp(prefix="eos-zygote-")
+    socket_path = os.path.join(directory, "socket")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(socket_path)
+    listener.listen(8)
+    stdin, pipe = os.pipe()
+    for stream in (sys.stdout, sys.stderr):  # (else what they hold would be written twice)
+        with contextlib.suppress(Exception):
+            stream.flush()
+    gc.freeze()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(pipe)
+            _start_afresh(stdin)
+            serve(socket_path, listener)
+            code = 0
+        except BaseException:  # on the driver's stderr
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.close(stdin)
+    listener.close()
+    return ForkedZygote(pid, pipe, socket_path)
+
+
+#: the driver's standard streams, replaced in its fork but not closed
+_DRIVERS_STREAMS: list[Any] = []
+
+
+def _start_afresh(stdin: int) -> None:
+    """In a zygote forked from the driver, what one started as `python -m eos.worker.zygote` has: stdin the pipe
+    from the driver; Python's signal handlers, not the driver's; PySpark's start-up settings in the environment
+    and in effect (output unbuffered, no bytecode written; the hash seed `forkable` checked); no logging set-up."""
+    from eos.logs import reset_logging
+
+    os.dup2(stdin, 0)
+    os.close(stdin)
+    signal.set_wakeup_fd(-1)
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    _DRIVERS_STREAMS.extend((sys.stdout, sys.stderr))
+    sys.stdout, sys.stderr = _unbuffered(1, sys.stdout, "strict"), _unbuffered(2, sys.stderr, "backslashreplace")
+    sys.dont_write_bytecode = True
+    os.environ.update(_pyspark_startup())
+    os.environ.pop(ZYGOTE_ENV, None)
+    reset_logging()
+
+
+def _unbuffered(fd: int, was: Any, errors: str) -> io.TextIOWrapper:
+    """A standard stream as `python -u` makes it: text written straight through to the descriptor."""
+    return io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), encoding=getattr(was, "encoding", None) or "utf-8",
+                            errors=errors, write_through=True)
+
+
 # ---------------------------------------------------------------------------------------------- the daemon side
 def request_daemon(socket_path: str, path: list[str], timeout: float = 10.0) -> int | None:
     """Ask the zygote at `socket_path` to fork this daemon, with this process's stdin, stdout, stderr,
@@ -102,17 +215,20 @@ def request_daemon(socket_path: str, path: list[str], timeout: float = 10.0) -> 
 
 
 # ---------------------------------------------------------------------------------------------- the zygote side
-def serve(socket_path: str) -> None:
+def serve(socket_path: str, listener: socket.socket | None = None) -> None:
     """Import the daemon's modules, fork one daemon for the first request that can use them, then wait for the
     driver to exit (stdin, a pipe from the driver, closes), so that the daemon stays among the driver's
-    descendants, where tools that look for a job's processes find it (`chaos.processes`)."""
+    descendants, where tools that look for a job's processes find it (`chaos.processes`). `listener`: bound to
+    `socket_path` already (a zygote forked from the driver)."""
     from eos.worker.daemon import prefer_installed_pyspark, preload
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C at the driver's terminal is the driver's to handle
     served = False
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+    if listener is None:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(socket_path)  # before importing: a daemon that comes early waits instead of going alone
         listener.listen(8)
+    with listener:
         try:
             sys.path[:] = prefer_installed_pyspark(sys.path)
             from pyspark import daemon  # noqa: F401  (what the forked daemon runs)

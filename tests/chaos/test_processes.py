@@ -64,9 +64,11 @@ def test_executor_pid_names_the_executor_of_one_application_only():
             proc.wait()
 
 
-# A daemon that forks two workers, named on its command line as Spark starts one.
+# A driver whose child is a daemon (a process group of its own, as PySpark's daemon loop makes one) that forks
+# two workers, named on its command line as Spark starts one.
 DAEMON = """
 import os, sys, time
+os.setpgid(0, 0)
 for _ in range(2):
     if os.fork() == 0:
         time.sleep(60)
@@ -76,45 +78,58 @@ time.sleep(60)
 
 @pytest.mark.parametrize("module", ["pyspark.daemon", "eos.worker.daemon"])
 def test_python_workers_are_the_children_of_either_daemon(module):
-    leader = subprocess.Popen([sys.executable, "-c", DAEMON, "-m", module, "pyspark.worker"], start_new_session=True)
-    try:
-        deadline = time.monotonic() + 10
-        while len(workers := python_workers(leader.pid)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert len(workers) == 2 and all(w.ppid == leader.pid for w in workers)
-    finally:
-        for p in job_processes(leader.pid):
-            os.kill(p.pid, signal.SIGKILL)
-        leader.wait()
-
-
-# A driver that starts a zygote, which forks a daemon (a process group of its own, as PySpark's daemon loop
-# makes one) that forks two workers: all four Python processes but the driver carry the zygote's command line.
-ZYGOTE = """
-import os, sys, time
-if os.fork() == 0:
-    os.setpgid(0, 0)
-    for _ in range(2):
-        if os.fork() == 0:
-            time.sleep(60)
-    time.sleep(60)
-time.sleep(60)
-"""
-
-
-def test_python_workers_of_a_daemon_forked_from_the_zygote_are_the_daemons_children_only():
-    # (the driver's own command line must not name the zygote, as `eos run`'s does not)
     driver = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time\n"
-                               f"subprocess.Popen([sys.executable, '-c', {ZYGOTE!r}, '-m', 'eos.worker.' + 'zygote', "
-                               "'s'])\ntime.sleep(60)"], start_new_session=True)
+                               f"subprocess.Popen([sys.executable, '-c', {DAEMON!r}, '-m', {module!r}, "
+                               "'pyspark.worker'])\ntime.sleep(60)"], start_new_session=True)
     try:
         deadline = time.monotonic() + 10
         while len(workers := python_workers(driver.pid)) < 2 and time.monotonic() < deadline:
             time.sleep(0.1)
         procs = {p.pid: p for p in job_processes(driver.pid)}
-        daemon = next(p for p in procs.values() if p.pgid == p.pid and p.pid != driver.pid)
+        assert len(workers) == 2 and all(procs[w.ppid].ppid == driver.pid for w in workers)
+    finally:
+        for p in job_processes(driver.pid):
+            os.kill(p.pid, signal.SIGKILL)
+        driver.wait()
+
+
+# A driver that starts a zygote, which forks a daemon (a process group of its own, as PySpark's daemon loop
+# makes one) that forks two workers: all four Python processes but the driver carry the zygote's command line,
+# or, where the zygote is the driver's own fork, all five carry the driver's. A child of a worker in the
+# daemon's group, and a process that leads a group of its own and has a child there, are not workers.
+ZYGOTE = """
+import os, subprocess, sys, time
+if os.fork() == 0:
+    os.setpgid(0, 0)
+    for _ in range(2):
+        if os.fork() == 0:
+            subprocess.Popen(["sleep", "60"])  # what a worker's task may start
+            time.sleep(60)
+    time.sleep(60)
+subprocess.Popen(["setsid", "sh", "-c", "sleep 60 & sleep 60"])
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("forked_from_the_driver", [False, True])
+def test_python_workers_of_a_daemon_forked_from_the_zygote_are_the_daemons_children_only(forked_from_the_driver):
+    # (the driver's own command line must not name the zygote, as `eos run`'s does not)
+    zygote = (f"if os.fork() == 0:\n    exec({ZYGOTE!r})" if forked_from_the_driver else
+              f"subprocess.Popen([sys.executable, '-c', {ZYGOTE!r}, '-m', 'eos.worker.' + 'zygote', 's'])")
+    driver = subprocess.Popen([sys.executable, "-c", f"import os, subprocess, sys, time\n{zygote}\ntime.sleep(60)"],
+                              start_new_session=True)
+    try:
+        deadline, seen = time.monotonic() + 10, 0
+        while len(python_workers(driver.pid)) < 2 or seen < 9 or len(job_processes(driver.pid)) != seen:
+            assert time.monotonic() < deadline, job_processes(driver.pid)
+            seen = len(job_processes(driver.pid))  # (until all are up: the workers' children, the other group)
+            time.sleep(0.3)
+        workers = python_workers(driver.pid)
+        procs = {p.pid: p for p in job_processes(driver.pid)}
+        daemon = procs[workers[0].ppid]
         assert len(workers) == 2 and all(w.ppid == daemon.pid for w in workers)
-        assert procs[daemon.ppid].ppid == driver.pid  # the zygote: neither a daemon nor a worker
+        assert daemon.pgid == daemon.pid and procs[daemon.ppid].ppid == driver.pid  # daemon <- zygote <- driver
+        assert (procs[daemon.ppid].cmdline == procs[driver.pid].cmdline) == forked_from_the_driver
     finally:
         for p in job_processes(driver.pid):
             os.kill(p.pid, signal.SIGKILL)

@@ -6,6 +6,7 @@ closes its stdin to stop it)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -193,3 +194,102 @@ def test_a_signal_spark_sends_while_the_launched_daemon_becomes_the_stand_in_is_
         for proc in (daemon, launched):
             proc.kill()
             proc.wait()
+
+
+# A driver that writes a line it does not flush, forks the zygote (`fork_zygote`), names its socket and waits.
+FORKING_DRIVER = """
+import json, os, sys, threading, time
+from eos.worker.zygote import fork_zygote
+if sys.argv[1] == "thread":
+    threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+sys.stdout.write("written before the fork\\n")
+zygote = fork_zygote()
+print(json.dumps(zygote and {"pid": zygote.pid, "socket": zygote.socket_path}), flush=True)
+if sys.argv[1] == "stop":
+    zygote.stop()
+    print(json.dumps({"stopped": zygote.returncode}), flush=True)
+time.sleep(30)
+"""
+
+
+def _forking_driver(*args: str, **env: str) -> tuple[subprocess.Popen[str], dict | None]:
+    driver = subprocess.Popen([sys.executable, "-c", FORKING_DRIVER, *args], stdout=subprocess.PIPE, text=True,
+                              env={**{k: v for k, v in os.environ.items() if k != ZYGOTE_ENV}, **env})
+    assert driver.stdout is not None
+    assert driver.stdout.readline() == "written before the fork\n"
+    return driver, json.loads(driver.stdout.readline())
+
+
+def test_a_zygote_forked_from_the_driver_forks_the_daemon_spark_launches():
+    driver, zygote = _forking_driver("serve", PYTHONHASHSEED="0")
+    try:
+        assert zygote is not None and _parent(zygote["pid"]) == driver.pid
+        launched = _launch(zygote["socket"])
+        port = _port(launched)
+        daemon = _daemon_pid(port)
+        assert _parent(daemon) == zygote["pid"] and _worker_answers(port) == b"ok"
+        assert launched.stdin is not None
+        launched.stdin.close()
+        assert launched.wait(10) == 0
+        driver.kill()  # the zygote ends with the driver (its pipe closes), without a word on the driver's stdout
+        driver.wait()
+        deadline = time.monotonic() + 10
+        while os.path.exists(f"/proc/{zygote['pid']}") and open(f"/proc/{zygote['pid']}/stat").read().split()[2] != "Z":
+            assert time.monotonic() < deadline, "the forked zygote outlived the driver"
+            time.sleep(0.05)
+        assert driver.stdout is not None and driver.stdout.read() == ""  # the unflushed line was written once
+    finally:
+        driver.kill()
+        driver.wait()
+
+
+@pytest.mark.parametrize("case, env", [("thread", {"PYTHONHASHSEED": "0"}),  # a fork copies only its own thread
+                                       ("serve", {"PYTHONHASHSEED": "random"}),  # not the workers' string hashes
+                                       ("serve", {"PYTHONHASHSEED": "7"})])  # nor the seed PySpark gives them
+def test_a_driver_that_cannot_be_forked_forks_no_zygote(case, env):
+    driver, zygote = _forking_driver(case, **env)
+    driver.kill()
+    driver.wait()
+    assert zygote is None
+
+
+def test_an_unused_forked_zygote_stops_when_asked():
+    driver, zygote = _forking_driver("stop", PYTHONHASHSEED="0")
+    try:
+        assert zygote is not None and driver.stdout is not None
+        assert json.loads(driver.stdout.readline()) == {"stopped": 0}
+        assert not os.path.exists(zygote["socket"])
+    finally:
+        driver.kill()
+        driver.wait()
+
+
+def test_a_forked_zygote_starts_afresh():
+    # what a zygote started as its own process has, and the driver's fork must be given: stdin from the driver,
+    # Python's signal handlers, unbuffered output, no bytecode written, PySpark's start-up settings, no logging
+    probe = """
+import json, os, signal, sys
+from eos.logs import configure_logging
+from eos.worker import zygote
+configure_logging("console", "DEBUG")
+signal.signal(signal.SIGTERM, lambda *a: None)
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+os.environ[zygote.ZYGOTE_ENV] = "/tmp/an-earlier-zygote"
+read, write = os.pipe()
+os.write(write, b"from the driver")
+zygote._start_afresh(read)
+import eos.logs
+print(json.dumps({"stdin": os.read(0, 100).decode(), "term": signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,
+                  "int": signal.getsignal(signal.SIGINT) is signal.default_int_handler,
+                  "write_through": sys.stdout.write_through and sys.stderr.write_through,
+                  "bytecode": sys.dont_write_bytecode, "zygote": os.environ.get(zygote.ZYGOTE_ENV),
+                  "env": {k: os.environ.get(k)
+                          for k in ("PYTHONHASHSEED", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE")},
+                  "logging": eos.logs._configured}))
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False,
+                          env={k: v for k, v in os.environ.items() if k not in ("PYTHONHASHSEED", "PYTHONUNBUFFERED")})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "stdin": "from the driver", "term": True, "int": True, "write_through": True, "bytecode": True, "zygote": None,
+        "env": {"PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "YES", "PYTHONDONTWRITEBYTECODE": "1"}, "logging": None}
