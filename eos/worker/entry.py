@@ -38,6 +38,7 @@ from eos.worker.claims import TaskClaims, claim_order, claims_root
 from eos.worker.clients import CLIENTS, TaskClients
 from eos.worker.collection import fewer_collections
 from eos.worker.executor import executor_location
+from eos.worker.memory import release_free_memory
 from eos.worker.plans import (
     GroupMember,
     Job,
@@ -137,6 +138,8 @@ def run_unit(plans: Sequence[TaskPlan], job: Job, spark_attempt: int = 0, client
         try:
             with fewer_collections():
                 results = _attempts(plans, job, spark_attempt, clients, runtimes, in_memory)
+            if not in_memory:  # (a test driver's process is not a worker's)
+                release_free_memory()  # what the batch freed, until the next one needs it (eos.worker.memory)
             for result in results:
                 result.total_ms = (time.monotonic() - started) * 1000
             return results
