@@ -4,12 +4,13 @@ while Spark's JVM is still starting, and forks the daemon when Spark launches it
 Spark starts its Python daemon (`eos.worker.daemon` on local masters) when the first Python task runs: after
 the driver's JVM and SparkContext are up. Its imports (PySpark's worker loop and the framework's task code,
 ~0.4-0.6 s of CPU) then sit between the context and the first task. The driver of a local master starts this
-zygote beside the JVM (`python -m eos.worker.zygote SOCKET`, `start_zygote`) and names its socket in
-`$EOS_DAEMON_ZYGOTE`, which the JVM and so the daemon Spark launches inherit. That daemon, instead of
-importing, hands the zygote what Spark gave it (its stdin, stdout and stderr, environment, arguments, working
-directory and module path) and the zygote forks; the child takes them on and runs PySpark's daemon loop,
-which forks the workers as always. The launched process stays as the daemon Spark knows: it passes Spark's
-signals on to the child and exits when the child does (eos.worker.standin).
+zygote beside the JVM (`python -m eos.worker.zygote SOCKET`, `start_zygote`), or forks it from itself where
+it can (`fork_zygote`: `eos run`, before it loads the job; the two then share the modules both import), and
+names its socket in `$EOS_DAEMON_ZYGOTE`, which the JVM and so the daemon Spark launches inherit. That
+daemon, instead of importing, hands the zygote what Spark gave it (its stdin, stdout and stderr,
+environment, arguments, working directory and module path) and the zygote forks; the child takes them on and
+runs PySpark's daemon loop, which forks the workers as always. The launched process stays as the daemon Spark
+knows: it passes Spark's signals on to the child and exits when the child does (eos.worker.standin).
 
 The zygote serves one daemon, and exits when the driver does (its stdin closes). It refuses a
 request (the daemon then imports by itself, as without it) when the two would not import the same code:
@@ -28,6 +29,7 @@ import io
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -141,14 +143,23 @@ def fork_zygote() -> ForkedZygote | None:
     directory = tempfile.mkdtemp(prefix="eos-zygote-")
     socket_path = os.path.join(directory, "socket")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(socket_path)
-    listener.listen(8)
-    stdin, pipe = os.pipe()
-    for stream in (sys.stdout, sys.stderr):  # (else what they hold would be written twice)
-        with contextlib.suppress(Exception):
-            stream.flush()
-    gc.freeze()
-    pid = os.fork()
+    stdin = pipe = -1
+    try:
+        listener.bind(socket_path)
+        listener.listen(8)
+        stdin, pipe = os.pipe()
+        for stream in (sys.stdout, sys.stderr):  # (else what they hold would be written twice)
+            with contextlib.suppress(Exception):
+                stream.flush()
+        gc.freeze()
+        pid = os.fork()
+    except OSError:  # (no socket, pipe or process to be had: the caller starts a zygote, or goes without)
+        for fd in (stdin, pipe):
+            if fd >= 0:
+                os.close(fd)
+        listener.close()
+        shutil.rmtree(directory, ignore_errors=True)
+        return None
     if pid == 0:
         code = 1
         try:

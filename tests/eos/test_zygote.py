@@ -293,3 +293,15 @@ print(json.dumps({"stdin": os.read(0, 100).decode(), "term": signal.getsignal(si
     assert json.loads(done.stdout) == {
         "stdin": "from the driver", "term": True, "int": True, "write_through": True, "bytecode": True, "zygote": None,
         "env": {"PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "YES", "PYTHONDONTWRITEBYTECODE": "1"}, "logging": None}
+
+
+def test_a_fork_the_system_refuses_forks_no_zygote_and_leaves_nothing_behind(tmp_path):
+    probe = ("import os, tempfile; from eos.worker import zygote\n"
+             "def refused(): raise BlockingIOError(11, 'Resource temporarily unavailable')\n"
+             "os.fork = refused\n"
+             "print(zygote.fork_zygote(), os.listdir(tempfile.gettempdir()), len(os.listdir('/proc/self/fd')))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False,
+                          env={**os.environ, "PYTHONHASHSEED": "0", "TMPDIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split(" ", 2)[:2] == ["None", "[]"]  # no socket directory left
+    assert int(done.stdout.split()[-1]) <= 4  # (0-2 and the listing's own): no listener or pipe left open
