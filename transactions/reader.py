@@ -109,19 +109,6 @@ def read_ranges(consumer: Consumer, ranges: list[OffsetRange], *, timeout: float
         # librdkafka keeps a partition's pause across unassign/assign: resume, or a reused consumer stalls.
         consumer.resume(assignment)
         consumer.unassign()
-        _drop_read_ahead(consumer)
-
-
-def _drop_read_ahead(consumer: Consumer) -> None:
-    """Free what librdkafka fetched past the ranges' ends (up to `queued.min.messages` a partition). Unassigning
-    marks it outdated but leaves it queued, and held, until the consumer's queue is next served: at the next
-    read, which for a worker's consumer is the next batch. Measured: 8-12 MiB for two partitions read 10,000
-    records into, freed by one non-blocking consume() in 3-5 ms (docs/measurements.md). Nothing can come back
-    but the queue's events: the consumer is assigned nothing."""
-    try:
-        consumer.consume(1, 0)
-    except (KafkaException, RuntimeError):  # (a closed consumer; the next read reports a real fault)
-        pass
 
 
 def _know_leaders(consumer: Consumer, topics: set[str], timeout: float) -> None:

@@ -167,41 +167,6 @@ def test_a_reused_consumer_does_not_wait_out_the_fetch_queue_backoff(kafka, topi
     assert sum(took) < 1.5, f"reads took {[round(t, 2) for t in took]} s: they waited out the fetch backoff"
 
 
-READ_AHEAD = """
-import ctypes, json, sys
-from transactions import OffsetRange, input_consumer, read_ranges
-
-class MallInfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks "
-                "fordblks keepcost".split()]
-
-info = ctypes.CDLL(None).mallinfo2
-info.restype = MallInfo2
-bootstrap, topic = sys.argv[1:3]
-consumer = input_consumer(bootstrap, "read-ahead", {"queued.min.messages": 20000})
-list(read_ranges(consumer, [OffsetRange(topic, 0, 0, 100)]))  # the consumer's own set-up, out of the way
-before = info().uordblks
-got = sum(len(chunk) for chunk in read_ranges(consumer, [OffsetRange(topic, 0, 100, 10_100)]))
-print(json.dumps({"got": got, "held": (info().uordblks - before) / 2**20}))
-"""
-
-
-def test_what_a_read_fetched_past_its_end_is_freed_when_it_ends(kafka, topic_factory):
-    """librdkafka reads ahead of a range's end (20,000 records here); unassigning leaves that queued, and held,
-    until the consumer is served again, which for a worker's consumer is the next batch (`_drop_read_ahead`)."""
-    import json
-    import subprocess
-    import sys
-
-    topic = topic_factory("read-ahead")
-    produce_pairs(kafka.bootstrap_servers, topic, ((None, b"x" * 100) for _ in range(40_000)))
-    done = subprocess.run([sys.executable, "-c", READ_AHEAD, kafka.bootstrap_servers, topic], capture_output=True,
-                          text=True, check=True)
-    read = json.loads(done.stdout)
-    assert read["got"] == 10_000
-    assert read["held"] < 2, f"{read['held']:.1f} MiB still held by the consumer after the read"
-
-
 def test_a_new_consumers_first_read_does_not_wait_for_the_topic_scan(kafka, topic_factory, unique_name):
     """Assigned a partition whose leader it does not know, librdkafka learns it from its once-a-second topic
     scan (a first read took ~0.95 s); `read_ranges` fetches the topic's metadata first, once per consumer."""
