@@ -33,11 +33,15 @@ from localkafka.provision import provide_kafka
 from transactions import KafkaAdmin, TopicSpec
 
 
+def order(i: int) -> str:
+    """The `i`-th order of the input (~100 B of JSON)."""
+    return json.dumps({"id": i, "qty": 2, "price": 1.5, "pad": "x" * 40})
+
+
 def load(bootstrap: str, topic: str, records: int) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50})
     for i in range(records):
-        producer.produce(topic, key=f"k{i % 10_000}",
-                         value=json.dumps({"id": i, "qty": 2, "price": 1.5, "pad": "x" * 40}))
+        producer.produce(topic, key=f"k{i % 10_000}", value=order(i))
         if i % 10_000 == 0:
             producer.poll(0)
         if i % 50_000 == 0:
@@ -52,8 +56,7 @@ def feed(bootstrap: str, topic: str, rate: int, stop: threading.Event) -> None:
     while not stop.is_set():
         due = int((time.monotonic() - began) * rate)
         for i in range(sent, due):
-            producer.produce(topic, key=f"k{i % 10_000}",
-                             value=json.dumps({"id": i, "qty": 2, "price": 1.5, "pad": "x" * 40}))
+            producer.produce(topic, key=f"k{i % 10_000}", value=order(i))
         sent = max(sent, due)
         producer.poll(0)
         stop.wait(0.01)
