@@ -23,6 +23,9 @@ polled every 0.1 s), then the run is stopped. Variants:
 * tcp-sockets: the JVM talks to the Python daemon, its workers and the driver's accumulator server over
   loopback TCP rather than Unix domain sockets (`spark.python.unix.domain.socket.enabled=false`).
 
+* late-jvm: the driver's JVM launched when the context is created, after the job is loaded and checked, not
+  before (`spark.eos.earlyJvm=false`).
+
 (The JVM starting while the driver prepares Kafka has no switch.) Rounds run the variants in turn
 (A B C D, A B C D, ...); the table has each variant's median and its difference to "shipped". Writes
 reports/startup.json.
@@ -59,6 +62,7 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
     "no-zygote": (["--spark-conf", "spark.eos.daemonZygote=false"], {}),
     "started-zygote": ([], {"PYTHONHASHSEED": "1"}),
     "tcp-sockets": (["--spark-conf", "spark.python.unix.domain.socket.enabled=false"], {}),
+    "late-jvm": (["--spark-conf", "spark.eos.earlyJvm=false"], {}),
 }
 
 

@@ -95,26 +95,33 @@ def run(target: str = typer.Argument(..., help="module:app or path/to/job.py[:ap
             False, "--fail-on-dead-letters", help="Exit with status 3 if any record went to the dead-letter topic"),
         summary_json: Path = typer.Option(None, help="Write the run summary as JSON to this file")) -> None:
     """Run an exactly-once job on Spark. SIGINT/SIGTERM stop it after the current batch commits."""
-    from eos.cli.loader import load_application
-    from eos.driver.spark import ContextStart, fork_zygote_early, resolve_master
+    from eos.driver.spark import ContextStart, discard_early, fork_zygote_early, launch_jvm_early, resolve_master
     from eos.errors import ConfigError, EosError
     from eos.logs import configure_logging
 
     conf = dict(item.split("=", 1) for item in spark_conf if "=" in item)
+    configure_logging("json" if log_format == "json" else "console" if log_format == "console" else "auto")
     try:
         master = resolve_master(master)
+        launch_jvm_early(master, conf)  # its start (~1.3 s) overlaps the driver's imports and the job's checks
     except ConfigError as exc:
         fail(2, f"{exc}")
-    fork_zygote_early(master, conf)  # before the job's own code is loaded
+    from eos.cli.loader import load_application
+
     try:
+        fork_zygote_early(master, conf)  # before the job's own code is loaded
         application = load_application(target)
         application.configure(bootstrap_servers=bootstrap_servers, trigger_interval=trigger_interval,
                               max_records_per_batch=max_records_per_batch, log_format=log_format,
                               metrics_port=metrics_port)
         configure_logging(application.config.log_format, application.config.log_level)
-        application.preflight(master)  # before the JVM starts: its start-up lines would bury the error
+        application.preflight(master)  # before the context starts: Spark's start-up lines would bury the error
     except (ValueError, ConfigError) as exc:
+        discard_early()
         fail(2, f"{exc}")
+    except BaseException:
+        discard_early()
+        raise
     structlog.get_logger(__name__).info("checks passed; starting Spark", master=master,
                                         since_launch_s=round(time.monotonic() - _LAUNCHED, 2))
     # Spark's JVM starts while the driver prepares what needs Kafka (Application.run waits for it then)

@@ -19,6 +19,7 @@ before any of this) and drivers given their own class-data options run without a
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -31,10 +32,11 @@ from typing import Any
 
 import structlog
 
-__all__ = ["Classpath", "classpath", "archive_path", "driver_java_options", "build_archive", "DISABLE_KEY",
-           "ArchiveBuildError", "user_java_options"]
+__all__ = ["Classpath", "classpath", "spark_home", "archive_path", "driver_java_options", "build_archive",
+           "DISABLE_KEY", "ArchiveBuildError", "user_java_options"]
 
 log = structlog.get_logger(__name__)
+_TOLD: set[Path] = set()  # archives found missing, and said so
 
 #: Spark setting that turns the archive off (`--spark-conf spark.eos.classDataArchive=false`)
 DISABLE_KEY = "spark.eos.classDataArchive"
@@ -59,12 +61,24 @@ class Classpath:
     reason: str = ""
 
 
-def _spark_home() -> Path:
+def spark_home() -> Path:
+    """$SPARK_HOME, else where PySpark's own search finds Spark (`pyspark.find_spark_home`), run without importing
+    the pyspark package: its imports (~0.3 s) need not come before the driver's JVM is launched."""
     if home := os.environ.get("SPARK_HOME"):
         return Path(home)
-    from pyspark.find_spark_home import _find_spark_home
-
-    return Path(_find_spark_home())
+    module: Any = sys.modules.get("pyspark.find_spark_home")
+    if module is None:
+        spec = importlib.util.find_spec("pyspark")
+        locations = list(spec.submodule_search_locations or []) if spec is not None else []
+        path = os.path.join(locations[0], "find_spark_home.py") if locations else ""
+        if not os.path.isfile(path):
+            from pyspark import find_spark_home as module  # (raises what a missing PySpark raises)
+        else:
+            loader = importlib.util.spec_from_file_location("pyspark.find_spark_home", path)
+            assert loader is not None and loader.loader is not None
+            module = importlib.util.module_from_spec(loader)
+            loader.loader.exec_module(module)  # a module of its own: it imports only os, sys and importlib
+    return Path(module._find_spark_home())
 
 
 def _java() -> str | None:
@@ -85,8 +99,8 @@ def classpath() -> Classpath:
     java = _java()
     if java is None:
         return Classpath(None, None, "no java found (JAVA_HOME, PATH)")
-    spark_home = _spark_home()
-    conf_dir = os.environ.get("SPARK_CONF_DIR") or str(spark_home / "conf")
+    home = spark_home()
+    conf_dir = os.environ.get("SPARK_CONF_DIR") or str(home / "conf")
     if _nonempty_dir(conf_dir):
         return Classpath(java, None, f"the Spark configuration directory {conf_dir} is on the driver's classpath "
                                      "and is not empty (the JVM cannot archive classes next to a directory)")
@@ -98,7 +112,7 @@ def classpath() -> Classpath:
     stat = os.stat(real)
     digest.update(f"{real}\0{stat.st_size}\0{stat.st_mtime_ns}\0{conf_dir}\0".encode())
     digest.update(os.environ.get("SPARK_DIST_CLASSPATH", "").encode() + b"\0")
-    jars = spark_home / "jars"
+    jars = home / "jars"
     try:
         entries = sorted(os.scandir(jars), key=lambda e: e.name)
     except OSError:
@@ -145,8 +159,10 @@ def driver_java_options(conf: Any) -> str | None:
         log.debug("no class-data archive can fit this driver", reason=cp.reason)
         return None
     if not path.is_file() or not _record_file(path).is_file():
-        log.info("no class-data archive for this Java and Spark yet: `eos spark archive` makes one "
-                 "(the driver's JVM starts about 2 s faster)")
+        if path not in _TOLD:  # (once: a driver computes its JVM's options at its launch and at its context)
+            _TOLD.add(path)
+            log.info("no class-data archive for this Java and Spark yet: `eos spark archive` makes one "
+                     "(the driver's JVM starts about 2 s faster)")
         return None
     if not _complete(path):
         log.warning("the class-data archive is incomplete or damaged; starting without it", path=str(path),
@@ -198,8 +214,8 @@ def build_archive(*, force: bool = False, timeout: float = 300.0) -> Path:
             tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
             raise ArchiveBuildError(f"the JVM did not write a class-data archive (exit {done.returncode}); drivers "
                                     f"start without one. Its output ends:\n{tail}")
-        spark_home = str(_spark_home().resolve())
-        _record_file(path).write_text(json.dumps({"size": os.path.getsize(tmp), "spark_home": spark_home}))
+        installation = str(spark_home().resolve())
+        _record_file(path).write_text(json.dumps({"size": os.path.getsize(tmp), "spark_home": installation}))
         os.replace(tmp, path)
     except subprocess.TimeoutExpired:
         raise ArchiveBuildError(f"making the class-data archive took over {timeout:.0f} s; drivers start "
@@ -209,7 +225,7 @@ def build_archive(*, force: bool = False, timeout: float = 300.0) -> Path:
             os.unlink(tmp)
     for record in path.parent.glob("spark-driver-*.json"):
         home = _record(record.with_suffix(".jsa")).get("spark_home")
-        if record.stem != path.stem and (home == spark_home or not (home and os.path.isdir(home))):
+        if record.stem != path.stem and (home == installation or not (home and os.path.isdir(home))):
             # an earlier build of this Spark installation, or of one that is gone: it can no longer fit
             # (archives of other installations that still exist, say another virtualenv, are theirs)
             record.with_suffix(".jsa").unlink(missing_ok=True)

@@ -24,9 +24,12 @@ if TYPE_CHECKING:
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-__all__ = ["build_spark_context", "ContextStart", "fork_zygote_early", "build_spark_session", "spark_context_of",
-           "DEFAULT_MASTER", "live_executors", "executor_locations", "task_slots", "located_rdd", "task_rdd",
-           "spark_conf", "is_local", "resolve_master", "is_local_master", "QUICK_JIT_KEY"]
+    from eos.driver.jvm import LaunchedJvm
+
+__all__ = ["build_spark_context", "ContextStart", "launch_jvm_early", "discard_early", "fork_zygote_early",
+           "build_spark_session", "spark_context_of", "DEFAULT_MASTER", "live_executors", "executor_locations",
+           "task_slots", "located_rdd", "task_rdd", "spark_conf", "is_local", "resolve_master", "is_local_master",
+           "QUICK_JIT_KEY", "EARLY_JVM_KEY"]
 
 #: Spark's settings of Unix domain sockets between its JVMs and their Python workers (`check_socket_dir`)
 UNIX_SOCKETS_KEY = "spark.python.unix.domain.socket.enabled"
@@ -87,6 +90,10 @@ LOCAL_DAEMON_MODULE = "eos.worker.daemon"
 ZYGOTE_KEY = "spark.eos.daemonZygote"
 _ZYGOTES: list[Any] = []  # the zygotes this process started (each lives until this process exits)
 _FORKED: list[Any] = []  # a zygote forked from this driver, for the context it starts next (`fork_zygote_early`)
+_EARLY: list[LaunchedJvm] = []  # the driver's JVM launched before its context (`launch_jvm_early`)
+#: Spark setting: whether `eos run` launches the driver's JVM before loading the job (`launch_jvm_early`;
+#: `--spark-conf spark.eos.earlyJvm=false` launches it when the context is created, after the job's checks)
+EARLY_JVM_KEY = "spark.eos.earlyJvm"
 
 
 # Local masters: everything on this machine, so everything listens on loopback only, the UI too (off).
@@ -249,17 +256,25 @@ def fork_zygote_early(master: str, conf: dict[str, str] | None = None) -> None:
     pages of the modules both import (pyspark, py4j, confluent-kafka, structlog, the framework) instead of
     holding a copy each, and the zygote has little left to import while the JVM starts. The next context this
     process builds uses it (`_start_zygote`), or ends it if that context needs none. Where the process cannot be
-    forked (`eos.worker.zygote.forkable`), nothing happens: that context starts a zygote as before."""
+    forked (`eos.worker.zygote.forkable`), nothing happens: that context starts a zygote as before. For a JVM
+    launched early (`launch_jvm_early`), the zygote listens where that JVM's environment says (a zygote is
+    started there if the fork fails), and closes the driver's end of that JVM's stdin."""
     from pyspark import SparkContext
 
-    from eos.worker.zygote import fork_zygote
+    from eos.worker.zygote import fork_zygote, start_zygote
 
+    early = _EARLY[0] if _EARLY else None
+    if early is not None and early.zygote_socket is None:
+        return  # (its context wants no zygote)
     if (not _in_process_executor(master) or SparkContext._gateway is not None or _submitted()
             or str((conf or {}).get(ZYGOTE_KEY, "true")).lower() == "false"):
         return
     import eos.driver.runner  # noqa: F401  (the driver's own imports, shared with the zygote from here)
 
-    zygote = fork_zygote()
+    zygote = fork_zygote(early.zygote_socket if early else None, early.driver_only_fds() if early else ())
+    if zygote is None and early is not None:
+        _ZYGOTES.append(start_zygote(early.zygote_socket))
+        return
     if zygote is not None:
         for earlier in _FORKED:
             earlier.stop()
@@ -275,7 +290,7 @@ def build_spark_context(master: str | None = None, app_name: str = "eos",
     `for_job`: the context runs an application (`Application.run`, `eos run`), whose driver JVM gets the
     JIT's quick tier only (`QUICK_JIT_KEY`) and the serial collector from a small heap (`SERIAL_GC_KEY`) when
     this process starts it; other contexts (a Spark scan of the auditor, the user's own SQL) keep the JVM's
-    defaults."""
+    defaults. A JVM `launch_jvm_early` launched for these settings is used rather than another."""
     from pyspark import SparkConf, SparkContext
 
     active = SparkContext._active_spark_context
@@ -284,42 +299,120 @@ def build_spark_context(master: str | None = None, app_name: str = "eos",
     master = resolve_master(master)
     _prepare_environment(master)
     _numpy_converters_until_numpy()
-    spark_conf = SparkConf().setMaster(master)
-    if not spark_conf.contains("spark.app.name"):
-        spark_conf.setAppName(app_name)
-    base = {**_BASE_CONF, **(_LOCAL_CONF if is_local_master(master) else {})}
-    for key, value in base.items():
-        spark_conf.setIfMissing(key, value)
-    for key, value in (conf or {}).items():
+    spark_conf = SparkConf()
+    settings = _context_settings(master, app_name, conf, for_job=for_job, defaults=dict(spark_conf.getAll()))
+    for key, value in settings.items():
         spark_conf.set(key, value)
-    check_socket_dir(spark_conf)
-    if SparkContext._gateway is None and not _submitted():
-        # this process starts the driver's JVM: let it map the class-data archive (eos.driver.classdata)
-        options = " ".join(filter(None, [driver_java_options(spark_conf),
-                                         _QUICK_JIT if for_job and _quick_jit(spark_conf) else None,
-                                         _SERIAL_GC if for_job and _serial_gc(spark_conf) else None]))
-        if options:
-            user = spark_conf.get("spark.driver.extraJavaOptions")
-            spark_conf.set("spark.driver.extraJavaOptions", f"{user} {options}" if user else options)
+    early = _take_early_jvm(settings)
+    if early is None:
+        _start_zygote(master, spark_conf)
+    else:  # its zygote, if it wanted one, was forked for it (`fork_zygote_early`)
+        _ZYGOTES.extend(_FORKED)
+        _FORKED.clear()
     executors_python = spark_conf.get("spark.pyspark.python")
+    with _environment("PYSPARK_PYTHON", executors_python if executors_python and not _submitted() else None):
+        # PySpark takes the executors' Python from $PYSPARK_PYTHON when the context is created; only
+        # spark-submit turns the setting into it. Set for this context only: a later one must not inherit it.
+        sc = SparkContext.getOrCreate(spark_conf) if early is None else early.context(spark_conf)
+    sc.setLogLevel("WARN")
+    _quiet_accumulator_server(sc)
+    return sc
+
+
+def _launches_jvm() -> bool:
+    """Whether a context created now launches the driver's JVM (none runs in this process yet, and spark-submit
+    did not launch one), without importing PySpark to find out."""
+    if _submitted():
+        return False
+    context = sys.modules.get("pyspark.core.context") or sys.modules.get("pyspark.context")
+    return context is None or context.SparkContext._gateway is None
+
+
+def _context_settings(master: str, app_name: str | None, conf: dict[str, str] | None, *, for_job: bool,
+                      defaults: dict[str, str]) -> dict[str, str]:
+    """A context's Spark settings: `defaults` (those of the JVM running already, if one is), the master, the
+    application's name (if given and not set), the framework's settings where not set, `conf` over all of
+    them, and, for a JVM about to be launched, the framework's JVM options."""
+    settings = {**defaults, "spark.master": master}
+    if app_name is not None:
+        settings.setdefault("spark.app.name", app_name)
+    for key, value in {**_BASE_CONF, **(_LOCAL_CONF if is_local_master(master) else {})}.items():
+        settings.setdefault(key, value)
+    settings.update(conf or {})
+    check_socket_dir(settings)
+    if _launches_jvm():
+        # this process starts the driver's JVM: let it map the class-data archive (eos.driver.classdata)
+        options = " ".join(filter(None, [driver_java_options(settings),
+                                         _QUICK_JIT if for_job and _quick_jit(settings) else None,
+                                         _SERIAL_GC if for_job and _serial_gc(settings) else None]))
+        if options:
+            user = settings.get("spark.driver.extraJavaOptions")
+            settings["spark.driver.extraJavaOptions"] = f"{user} {options}" if user else options
+    executors_python = settings.get("spark.pyspark.python")
     if (is_local_master(master) and not _submitted()
             and os.path.abspath(executors_python or os.environ.get("PYSPARK_PYTHON") or sys.executable)
             == os.path.abspath(sys.executable)):
         # the executors run this Python, which has pyspark and the framework installed: their Python daemon
         # imports both compiled instead of from Spark's zip, once before forking (eos.worker.daemon)
-        spark_conf.setIfMissing(DAEMON_MODULE_KEY, LOCAL_DAEMON_MODULE)
-    elif spark_conf.get(DAEMON_MODULE_KEY) == LOCAL_DAEMON_MODULE:
+        settings.setdefault(DAEMON_MODULE_KEY, LOCAL_DAEMON_MODULE)
+    elif settings.get(DAEMON_MODULE_KEY) == LOCAL_DAEMON_MODULE:
         # inherited from an earlier local context of this JVM (its settings are the JVM's system properties):
         # these executors may not have the framework installed, so they get PySpark's own daemon
-        spark_conf.set(DAEMON_MODULE_KEY, "pyspark.daemon")
-    _start_zygote(master, spark_conf)
-    with _environment("PYSPARK_PYTHON", executors_python if executors_python and not _submitted() else None):
-        # PySpark takes the executors' Python from $PYSPARK_PYTHON when the context is created; only
-        # spark-submit turns the setting into it. Set for this context only: a later one must not inherit it.
-        sc = SparkContext.getOrCreate(spark_conf)
-    sc.setLogLevel("WARN")
-    _quiet_accumulator_server(sc)
-    return sc
+        settings[DAEMON_MODULE_KEY] = "pyspark.daemon"
+    return settings
+
+
+def launch_jvm_early(master: str, conf: dict[str, str] | None = None) -> None:
+    """For `eos run`, before it imports the driver's modules and loads the job: launch the driver's JVM for the
+    context a job's run will create on `master` with `conf` (`build_spark_context(..., for_job=True)`), so that
+    the JVM's start (~1.3 s to its gateway) overlaps the driver's own. The context takes it if its settings and
+    the launch's environment are still those it was launched with (the application's name aside, which the
+    context sets), else ends it and launches another. A daemon zygote, if the context wants one, must then be
+    forked for it (`fork_zygote_early`): the JVM names its socket already. Nothing happens when spark-submit
+    launched the JVM, one runs already, `spark.eos.earlyJvm` is false, or the zygote could not be forked."""
+    from eos.driver.jvm import LaunchedJvm
+    from eos.worker.zygote import ZYGOTE_ENV, forkable, zygote_socket_path
+
+    if (not _launches_jvm() or _EARLY or str((conf or {}).get(EARLY_JVM_KEY, "true")).lower() == "false"):
+        return
+    _prepare_environment(master)
+    settings = _context_settings(master, None, conf, for_job=True, defaults={})
+    env = {k: v for k, v in os.environ.items() if k != ZYGOTE_ENV}
+    if executors_python := settings.get("spark.pyspark.python"):
+        env["PYSPARK_PYTHON"] = executors_python
+    if _wants_zygote(master, settings):
+        if not forkable():
+            return  # (the zygote is started beside the JVM when the context is created, and names its socket then)
+        env[ZYGOTE_ENV] = zygote_socket_path()
+    try:
+        jvm = LaunchedJvm(settings, env)
+    except OSError as exc:
+        structlog.get_logger(__name__).warning("could not launch Spark's JVM early; the context launches it",
+                                               error=f"{type(exc).__name__}: {exc}")
+        return
+    jvm.zygote_socket = env.get(ZYGOTE_ENV)
+    _EARLY.append(jvm)
+
+
+def discard_early() -> None:
+    """End the JVM `launch_jvm_early` launched and the zygote `fork_zygote_early` forked, if no context took them
+    (the run ended before creating one), rather than leave them to notice that the driver is gone."""
+    while _EARLY:
+        _EARLY.pop().discard()
+    while _FORKED:
+        _FORKED.pop().stop()
+
+
+def _take_early_jvm(settings: dict[str, str]) -> LaunchedJvm | None:
+    """The JVM launched early, if a context with `settings` can use it; else None (and that JVM is ended)."""
+    if not _EARLY:
+        return None
+    jvm = _EARLY.pop()
+    if _launches_jvm() and jvm.fits(settings):
+        return jvm
+    structlog.get_logger(__name__).info("the JVM launched early does not fit the context; launching another")
+    jvm.discard()
+    return None
 
 
 #: The longest path a Unix domain socket may have: sun_path holds 108 bytes on Linux, 104 on macOS and the BSDs,

@@ -36,9 +36,11 @@ import subprocess
 import sys
 import tempfile
 import traceback
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["ZYGOTE_ENV", "ForkedZygote", "forkable", "fork_zygote", "start_zygote", "request_daemon", "serve"]
+__all__ = ["ZYGOTE_ENV", "ForkedZygote", "forkable", "fork_zygote", "start_zygote", "zygote_socket_path",
+           "request_daemon", "serve"]
 
 #: the zygote's socket, for the daemon Spark launches
 ZYGOTE_ENV = "EOS_DAEMON_ZYGOTE"
@@ -74,12 +76,17 @@ def _identity(path: list[str]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------- the driver side
-def start_zygote() -> subprocess.Popen[bytes]:
-    """Start a zygote for the daemon of the local master whose JVM this process is about to launch, and name
-    its socket in this process's environment, which the JVM inherits. The zygote gets Python's start-up
-    settings as PySpark gives them to its daemon and workers."""
-    directory = tempfile.mkdtemp(prefix="eos-zygote-")
-    socket_path = os.path.join(directory, "socket")
+def zygote_socket_path() -> str:
+    """A new socket path for a zygote, in a directory of its own (removed by the zygote when it ends)."""
+    return os.path.join(tempfile.mkdtemp(prefix="eos-zygote-"), "socket")
+
+
+def start_zygote(socket_path: str | None = None) -> subprocess.Popen[bytes]:
+    """Start a zygote for the daemon of the local master whose JVM this process is about to launch (or has
+    launched naming `socket_path`), and name its socket in this process's environment, which a JVM launched
+    later inherits. The zygote gets Python's start-up settings as PySpark gives them to its daemon and workers."""
+    if socket_path is None:
+        socket_path = zygote_socket_path()
     env = {**os.environ, **_pyspark_startup()}
     env.pop(ZYGOTE_ENV, None)
     zygote = subprocess.Popen([sys.executable, "-m", "eos.worker.zygote", socket_path], stdin=subprocess.PIPE,
@@ -133,15 +140,20 @@ def forkable() -> bool:
     return threads == 1 and not sys.flags.hash_randomization and os.environ.get("PYTHONHASHSEED", "0") == "0"
 
 
-def fork_zygote() -> ForkedZygote | None:
+def fork_zygote(socket_path: str | None = None, driver_only: Sequence[int] = ()) -> ForkedZygote | None:
     """Fork the daemon's zygote from this process (`forkable`), which has imported much of what the daemon and
     its workers import: both then share those pages instead of holding a copy each. The objects made so far
     are frozen out of this process's collector (`gc.freeze`), whose passes would otherwise write to, and so
-    copy, the pages the zygote shares. None when the process cannot be forked: start one (`start_zygote`)."""
+    copy, the pages the zygote shares. None when the process cannot be forked: start one (`start_zygote`).
+
+    `socket_path`: where to listen (a JVM launched already names it); `driver_only`: descriptors of the driver's
+    that the zygote closes, such as the pipe whose end tells the driver's JVM that the driver is gone (its daemon
+    and workers, forked from the zygote, would otherwise hold that JVM up after the driver's death)."""
     if not forkable():
         return None
-    directory = tempfile.mkdtemp(prefix="eos-zygote-")
-    socket_path = os.path.join(directory, "socket")
+    if socket_path is None:
+        socket_path = zygote_socket_path()
+    directory = os.path.dirname(socket_path)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     stdin = pipe = -1
     try:
@@ -163,7 +175,9 @@ def fork_zygote() -> ForkedZygote | None:
     if pid == 0:
         code = 1
         try:
-            os.close(pipe)
+            for fd in (pipe, *driver_only):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
             _start_afresh(stdin)
             serve(socket_path, listener)
             code = 0

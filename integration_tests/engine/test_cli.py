@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from integration_tests.helpers import assert_exactly_once, produce
@@ -45,17 +47,34 @@ from eos import Application
 
 app = Application(os.environ["EOS_TEST_APP_ID"])
 
-def _parent(pid):
+def _stat(pid):
     with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[1])
+        stat = f.read()
+    return stat[stat.index("(") + 1:stat.rindex(")")], stat.rsplit(")", 1)[1].split()
+
+def _parent(pid):
+    return int(_stat(pid)[1][1])
+
+def _started(pid):  # clock ticks after boot
+    return int(_stat(pid)[1][19])
+
+def _jvm(driver):
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if _stat(int(entry))[0] == "java" and _parent(int(entry)) == driver:
+                return int(entry)
+        except OSError:
+            pass
 
 @app.process(input=os.environ["EOS_TEST_INPUT"], output=os.environ["EOS_TEST_OUTPUT"], value_serde="json")
 def lineage(record):
     daemon = os.getppid()
     with open(f"/proc/{daemon}/cmdline", "rb") as f:
         command = f.read().replace(b"\\0", b" ").decode()
-    return record.key, {"hash": hash("eos"), "daemon": command, "zygote": _parent(daemon),
-                        "driver": _parent(_parent(daemon))}
+    zygote = _parent(daemon)
+    driver = _parent(zygote)
+    return record.key, {"hash": hash("eos"), "daemon": command, "zygote": zygote, "driver": driver,
+                        "jvm_first": _started(_jvm(driver)) < _started(zygote)}
 """
 
 
@@ -63,7 +82,7 @@ def test_eos_runs_workers_forked_from_the_drivers_own_fork_with_pysparks_string_
                                                                                           unique_name, tmp_path):
     # `eos run` starts again with PYTHONHASHSEED=0 and forks the daemon's zygote from itself before loading the job
     # (eos.driver.spark.fork_zygote_early): the workers' daemon carries the driver's command line, and they hash
-    # strings as PySpark's workers always do
+    # strings as PySpark's workers always do. Spark's JVM was launched before that fork (launch_jvm_early).
     from eos.audit.scan import scan_topic
 
     src, dst = topic_factory("in", partitions=2), topic_factory("out", partitions=2)
@@ -84,3 +103,59 @@ def test_eos_runs_workers_forked_from_the_drivers_own_fork_with_pysparks_string_
     assert {v["hash"] for v in values} == {int(seeded.stdout)}
     assert {v["driver"] for v in values} == {driver.pid}  # daemon <- zygote <- the driver itself
     assert all("-m eos.cli run lineage_job.py" in v["daemon"] for v in values), values[0]
+    assert all(v["jvm_first"] for v in values)
+
+
+def _session(sid: int) -> set[int]:
+    """The live (not zombie) processes of session `sid`."""
+    found = set()
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":
+            found.add(int(entry))
+    return found
+
+
+def test_every_process_of_a_killed_driver_ends_with_it(kafka, topic_factory, unique_name, tmp_path):
+    # Spark's JVM exits when its stdin, a pipe from the driver, closes. It is launched before the daemon's zygote
+    # is forked from the driver (launch_jvm_early), so the zygote, and the daemon and workers forked from it, must
+    # not hold the driver's end of that pipe: else a SIGKILLed driver's JVM, daemon and workers outlive it.
+    from transactions import KafkaAdmin
+
+    src, dst = topic_factory("in", partitions=2), topic_factory("out", partitions=2)
+    produce(kafka.bootstrap_servers, src, ((f"k{i}".encode(), b"{}") for i in range(20)))
+    (tmp_path / "lineage_job.py").write_text(LINEAGE_JOB)
+    app_id = unique_name("app")
+    env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": kafka.bootstrap_servers, "EOS_TEST_APP_ID": app_id,
+           "EOS_TEST_INPUT": src, "EOS_TEST_OUTPUT": dst}
+    driver = subprocess.Popen([sys.executable, "-m", "eos.cli", "run", "lineage_job.py", "--no-live"], cwd=tmp_path,
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    admin = KafkaAdmin(kafka.bootstrap_servers)
+    try:
+        deadline = time.monotonic() + 240
+        tps = admin.topic_partitions(src)
+        while sum(o or 0 for o in admin.group_offsets(app_id, tps, stable=False).values()) < 20:
+            assert driver.poll() is None and time.monotonic() < deadline, "the job did not commit its input"
+            time.sleep(0.2)
+    finally:
+        admin.close()
+    processes = _session(driver.pid) - {driver.pid}
+    assert len(processes) >= 4  # the JVM, the zygote, the daemon (launched and forked), the workers
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    deadline = time.monotonic() + 60
+    while (left := _session(driver.pid)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, {pid: Path(f"/proc/{pid}/cmdline").read_bytes()[:80] for pid in left}
+
+
+def test_a_job_that_cannot_be_loaded_fails_at_once_and_ends_the_jvm_launched_for_it(tmp_path):
+    driver = subprocess.Popen([sys.executable, "-m", "eos.cli", "run", "no_such_job.py", "--no-live"], cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    output = driver.communicate(timeout=120)[0]
+    assert driver.returncode == 2, output
+    assert "no_such_job.py" in output
+    assert not _session(driver.pid)  # the JVM launched before the job was loaded was ended, not left to notice

@@ -1,0 +1,123 @@
+"""The driver's JVM launched before its context (`eos run`): launched as PySpark launches it, used only by a context
+it fits, ended otherwise. (That a real run uses it, and that nothing of a killed driver outlives it, is in
+integration_tests/engine/test_cli.py.)"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eos.driver import jvm as jvm_module
+from eos.driver import spark
+from eos.driver.classdata import spark_home
+from eos.driver.jvm import LaunchedJvm
+
+
+class FakeProcess:
+    def __init__(self, command: list[str], **kwargs: Any) -> None:
+        self.command, self.kwargs = command, kwargs
+        self.stdin = open("/dev/null", "wb")  # (closed by discard)
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self.returncode = 0
+        return 0
+
+    def kill(self) -> None:
+        self.returncode = -9
+
+
+@pytest.fixture
+def launches(monkeypatch) -> list[FakeProcess]:
+    launched: list[FakeProcess] = []
+
+    def popen(command: list[str], **kwargs: Any) -> FakeProcess:
+        launched.append(FakeProcess(command, **kwargs))
+        return launched[-1]
+
+    monkeypatch.setattr(jvm_module.subprocess, "Popen", popen)
+    monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
+    monkeypatch.delenv("SPARK_TESTING", raising=False)
+    return launched
+
+
+SETTINGS = {"spark.master": "local[2]", "spark.speculation": "false",
+            "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -Xms16m"}
+
+
+def test_the_jvm_is_launched_as_pyspark_launches_it(launches):
+    jvm = LaunchedJvm(SETTINGS, {"PATH": "/usr/bin"})
+    (proc,) = launches
+    assert proc.command == [str(Path(spark_home()) / "bin" / "spark-submit"),
+                            "--conf", "spark.master=local[2]", "--conf", "spark.speculation=false",
+                            "--conf", "spark.driver.extraJavaOptions=-XX:+UseSerialGC -Xms16m", "pyspark-shell"]
+    env = proc.kwargs["env"]
+    assert env["PATH"] == "/usr/bin" and env["SPARK_CONNECT_MODE"] == "0"
+    assert Path(env["_PYSPARK_DRIVER_CONN_INFO_PATH"]).parent.is_dir()  # where the gateway writes its port
+    assert proc.kwargs["stdin"] == subprocess.PIPE  # its end tells the JVM that the driver is gone
+    assert jvm.driver_only_fds() == (proc.stdin.fileno(),)
+    jvm.discard()
+    assert proc.stdin.closed and jvm.driver_only_fds() == ()
+    assert not Path(env["_PYSPARK_DRIVER_CONN_INFO_PATH"]).parent.exists()
+
+
+def test_a_context_uses_the_jvm_only_with_its_settings_and_launch_environment(launches, monkeypatch):
+    jvm = LaunchedJvm(SETTINGS, dict(os.environ))
+    assert jvm.fits({**SETTINGS, "spark.app.name": "orders"})  # (the context names the application)
+    assert not jvm.fits({**SETTINGS, "spark.speculation": "true"})
+    assert not jvm.fits({k: v for k, v in SETTINGS.items() if k != "spark.speculation"})
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--driver-memory 2g pyspark-shell")  # set after the launch
+    assert not jvm.fits(SETTINGS)
+    monkeypatch.delenv("PYSPARK_SUBMIT_ARGS")
+    assert jvm.fits(SETTINGS)
+    launches[0].returncode = 1  # it died
+    assert not jvm.fits(SETTINGS)
+    jvm.discard()
+
+
+def test_a_jvm_that_does_not_fit_is_ended_and_the_context_launches_its_own(launches, monkeypatch):
+    monkeypatch.setattr(spark, "_EARLY", [LaunchedJvm(SETTINGS, dict(os.environ))])
+    assert spark._take_early_jvm({**SETTINGS, "spark.speculation": "true"}) is None
+    assert spark._EARLY == [] and launches[0].stdin.closed
+    fitting = LaunchedJvm(SETTINGS, dict(os.environ))
+    monkeypatch.setattr(spark, "_EARLY", [fitting])
+    assert spark._take_early_jvm({**SETTINGS, "spark.app.name": "orders"}) is fitting
+    fitting.discard()
+
+
+def test_the_launch_is_for_the_settings_a_jobs_context_asks_for(launches, monkeypatch):
+    # launch_jvm_early and build_spark_context(for_job=True) compute the settings alike, else the JVM launched
+    # early would never fit and every run would launch a second one
+    monkeypatch.setattr(spark, "_EARLY", [])
+    monkeypatch.setattr(spark, "_launches_jvm", lambda: True)
+    monkeypatch.setattr("eos.worker.zygote.forkable", lambda: True)
+    for name, value in (("PYSPARK_DRIVER_PYTHON", sys.executable), ("PYSPARK_PYTHON", sys.executable),
+                        ("SPARK_LOCAL_IP", "127.0.0.1")):  # (what the launch sets, restored after the test)
+        monkeypatch.setenv(name, value)
+    conf = {"spark.executor.memory": "1g"}
+    spark.launch_jvm_early("local[2,4]", conf)
+    (jvm,) = spark._EARLY
+    assert jvm.zygote_socket is not None  # a local master's daemon is forked from a zygote listening there
+    assert launches[0].kwargs["env"]["EOS_DAEMON_ZYGOTE"] == jvm.zygote_socket
+    assert jvm.fits(spark._context_settings("local[2,4]", "orders", conf, for_job=True, defaults={}))
+    assert not jvm.fits(spark._context_settings("local[2,4]", "orders", conf, for_job=False, defaults={}))
+    spark.discard_early()
+    assert spark._EARLY == [] and launches[0].stdin.closed
+    Path(jvm.zygote_socket).parent.rmdir()
+
+
+def test_no_early_launch_when_turned_off_or_a_jvm_runs_already(launches, monkeypatch):
+    monkeypatch.setattr(spark, "_EARLY", [])
+    monkeypatch.setattr(spark, "_launches_jvm", lambda: True)
+    spark.launch_jvm_early("local[2]", {spark.EARLY_JVM_KEY: "false"})
+    monkeypatch.setattr(spark, "_launches_jvm", lambda: False)
+    spark.launch_jvm_early("local[2]", {})
+    assert launches == [] and spark._EARLY == []
