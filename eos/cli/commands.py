@@ -95,7 +95,7 @@ def run(target: str = typer.Argument(..., help="module:app or path/to/job.py[:ap
             False, "--fail-on-dead-letters", help="Exit with status 3 if any record went to the dead-letter topic"),
         summary_json: Path = typer.Option(None, help="Write the run summary as JSON to this file")) -> None:
     """Run an exactly-once job on Spark. SIGINT/SIGTERM stop it after the current batch commits."""
-    from eos.driver.spark import ContextStart, discard_early, fork_zygote_early, launch_jvm_early, resolve_master
+    from eos.driver.spark import ContextStart, fork_zygote_early, launch_jvm_early, resolve_master
     from eos.errors import ConfigError, EosError
     from eos.logs import configure_logging
 
@@ -117,11 +117,7 @@ def run(target: str = typer.Argument(..., help="module:app or path/to/job.py[:ap
         configure_logging(application.config.log_format, application.config.log_level)
         application.preflight(master)  # before the context starts: Spark's start-up lines would bury the error
     except (ValueError, ConfigError) as exc:
-        discard_early()
         fail(2, f"{exc}")
-    except BaseException:
-        discard_early()
-        raise
     structlog.get_logger(__name__).info("checks passed; starting Spark", master=master,
                                         since_launch_s=round(time.monotonic() - _LAUNCHED, 2))
     # Spark's JVM starts while the driver prepares what needs Kafka (Application.run waits for it then)

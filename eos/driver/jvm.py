@@ -13,12 +13,14 @@ Only what the launch needs is imported here (no pyspark): the point is to launch
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -65,8 +67,12 @@ class LaunchedJvm:
         self._conn_dir = tempfile.mkdtemp(prefix="eos-jvm-")
         self._conn_file = os.path.join(self._conn_dir, "gateway")
         try:
+            # Its stderr (its start-up lines; later Spark's log and, through Spark, the Python workers' stderr) is
+            # held in a pipe until a context takes it (`context`, which passes it on to this process's stderr):
+            # a run that fails its checks meanwhile ends with its error, not with the lines of a JVM it ends.
             self.proc = subprocess.Popen(
-                [*command, *shlex.split(submit_args)], stdin=subprocess.PIPE, preexec_fn=_ignore_sigint,
+                [*command, *shlex.split(submit_args)], stdin=subprocess.PIPE, stderr=subprocess.PIPE,
+                preexec_fn=_ignore_sigint,
                 env={**env, "SPARK_CONNECT_MODE": "0", "_PYSPARK_DRIVER_CONN_INFO_PATH": self._conn_file})
         except BaseException:
             shutil.rmtree(self._conn_dir, ignore_errors=True)
@@ -74,9 +80,23 @@ class LaunchedJvm:
 
     def driver_only_fds(self) -> tuple[int, ...]:
         """The descriptors a process forked from the driver must close: the write end of the JVM's stdin, whose
-        closing tells the JVM that the driver is gone."""
-        stdin = self.proc.stdin
-        return (stdin.fileno(),) if stdin is not None and not stdin.closed else ()
+        closing tells the JVM that the driver is gone, and the read end of its stderr (held elsewhere, the JVM
+        would neither fail nor block when it writes after the driver's death, but fill the pipe and hang)."""
+        return tuple(stream.fileno() for stream in (self.proc.stdin, self.proc.stderr)
+                     if stream is not None and not stream.closed)
+
+    def _pass_stderr_on(self) -> None:
+        """Copy the JVM's stderr to this process's, from now until the JVM closes it (a daemon thread)."""
+        stderr, self.proc.stderr = self.proc.stderr, None  # the thread's from now on: it closes it at the end
+        assert stderr is not None
+
+        def copy() -> None:
+            with stderr, contextlib.suppress(OSError):
+                while chunk := os.read(stderr.fileno(), 1 << 16):
+                    while chunk:
+                        chunk = chunk[os.write(2, chunk):]
+
+        threading.Thread(target=copy, name="eos-jvm-stderr", daemon=True).start()
 
     def fits(self, settings: Mapping[str, str]) -> bool:
         """Whether a context with `settings` (its application name aside), created now, can run in this JVM."""
@@ -92,6 +112,7 @@ class LaunchedJvm:
         from pyspark.java_gateway import launch_gateway
         from pyspark.serializers import UTF8Deserializer, read_int
 
+        self._pass_stderr_on()
         deadline = time.monotonic() + timeout
         try:
             while not os.path.isfile(self._conn_file):  # (PySpark polls every 100 ms)
@@ -117,9 +138,11 @@ class LaunchedJvm:
         return SparkContext(conf=conf, gateway=gateway)
 
     def discard(self, timeout: float = 10.0) -> None:
-        """Stop the JVM: it exits when its stdin closes (PySpark's gateway server watches it)."""
-        if self.proc.stdin is not None and not self.proc.stdin.closed:
-            self.proc.stdin.close()
+        """Stop the JVM, dropping what it wrote to stderr unless a context took it: it exits when its stdin closes
+        (PySpark's gateway server watches it)."""
+        for stream in (self.proc.stdin, self.proc.stderr):
+            if stream is not None and not stream.closed:
+                stream.close()
         try:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:

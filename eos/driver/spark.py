@@ -7,6 +7,7 @@ so the CLI and tests create a context. Users may pass either to `Application.run
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import socket
@@ -392,6 +393,7 @@ def launch_jvm_early(master: str, conf: dict[str, str] | None = None) -> None:
         return
     jvm.zygote_socket = env.get(ZYGOTE_ENV)
     _EARLY.append(jvm)
+    atexit.register(discard_early)  # (a run that ends before its context, on an error, leaves nothing running)
 
 
 def discard_early() -> None:

@@ -22,6 +22,7 @@ class FakeProcess:
     def __init__(self, command: list[str], **kwargs: Any) -> None:
         self.command, self.kwargs = command, kwargs
         self.stdin = open("/dev/null", "wb")  # (closed by discard)
+        self.stderr = open("/dev/null", "rb")
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
@@ -63,9 +64,10 @@ def test_the_jvm_is_launched_as_pyspark_launches_it(launches):
     assert env["PATH"] == "/usr/bin" and env["SPARK_CONNECT_MODE"] == "0"
     assert Path(env["_PYSPARK_DRIVER_CONN_INFO_PATH"]).parent.is_dir()  # where the gateway writes its port
     assert proc.kwargs["stdin"] == subprocess.PIPE  # its end tells the JVM that the driver is gone
-    assert jvm.driver_only_fds() == (proc.stdin.fileno(),)
+    assert proc.kwargs["stderr"] == subprocess.PIPE  # held until a context takes the JVM
+    assert jvm.driver_only_fds() == (proc.stdin.fileno(), proc.stderr.fileno())
     jvm.discard()
-    assert proc.stdin.closed and jvm.driver_only_fds() == ()
+    assert proc.stdin.closed and proc.stderr.closed and jvm.driver_only_fds() == ()
     assert not Path(env["_PYSPARK_DRIVER_CONN_INFO_PATH"]).parent.exists()
 
 
@@ -84,6 +86,7 @@ def test_a_context_uses_the_jvm_only_with_its_settings_and_launch_environment(la
 
 
 def test_a_jvm_that_does_not_fit_is_ended_and_the_context_launches_its_own(launches, monkeypatch):
+    monkeypatch.setattr(spark, "_launches_jvm", lambda: True)  # (no JVM runs in this process yet)
     monkeypatch.setattr(spark, "_EARLY", [LaunchedJvm(SETTINGS, dict(os.environ))])
     assert spark._take_early_jvm({**SETTINGS, "spark.speculation": "true"}) is None
     assert spark._EARLY == [] and launches[0].stdin.closed
