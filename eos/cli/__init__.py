@@ -1,7 +1,7 @@
 """The `eos` command line. The application's entry point: the only place that configures logging.
 
-`main` starts `eos run` with PySpark's string hashing before anything is imported (`_hash_as_pyspark_workers`);
-the commands themselves are in `eos.cli.app`.
+`main` starts `eos run` with PySpark's string hashing before anything is imported (`_hash_as_pyspark_workers`),
+then launches Spark's JVM (`_launch_jvm`); the commands themselves are in `eos.cli.app`.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ __all__ = ["main"]
 def main() -> None:
     if sys.argv[1:2] == ["run"]:
         _hash_as_pyspark_workers()
+        _launch_jvm(sys.argv[2:])
     from eos.cli.app import main as commands
 
     commands()
@@ -28,3 +29,48 @@ def _hash_as_pyspark_workers() -> None:
     if "PYTHONHASHSEED" in os.environ or not sys.platform.startswith("linux"):
         return
     os.execve(sys.executable, sys.orig_argv, {**os.environ, "PYTHONHASHSEED": "0"})
+
+
+#: `eos run`'s options that the launch of Spark's JVM depends on
+_LAUNCH_OPTIONS = ("--master", "--spark-conf", "--log-format")
+
+
+def launch_options(args: list[str]) -> dict[str, list[str]] | None:
+    """The values of `_LAUNCH_OPTIONS` among `eos run`'s arguments `args` (`--name value` or `--name=value`, each
+    name's in order); None when they cannot be told without the command's own parser (`--help`, a name with
+    no value after it)."""
+    if "--help" in args:
+        return None
+    given: dict[str, list[str]] = {}
+    items = iter(args)
+    for arg in items:
+        if arg == "--":
+            break
+        name, eq, value = arg.partition("=")
+        if name in _LAUNCH_OPTIONS:
+            following = value if eq else next(items, None)
+            if following is None:
+                return None
+            given.setdefault(name, []).append(following)
+    return given
+
+
+def _launch_jvm(args: list[str]) -> None:
+    """`eos run` launches Spark's JVM first (`eos.driver.spark.launch_jvm_early`), from the options it depends on,
+    read here before the command line's modules are imported (~0.3 s that the JVM's start then overlaps). What
+    cannot be read here is left to the `run` command, which launches it then; and a JVM launched for other
+    settings than the ones the command settles on is not used (the context checks)."""
+    given = launch_options(args)
+    if given is None:
+        return
+    from eos.driver.spark import launch_jvm_early, resolve_master
+    from eos.errors import ConfigError
+    from eos.logs import configure_logging
+
+    log_format = given.get("--log-format", ["auto"])[-1]
+    configure_logging("json" if log_format == "json" else "console" if log_format == "console" else "auto")
+    conf = dict(item.split("=", 1) for item in given.get("--spark-conf", []) if "=" in item)
+    try:
+        launch_jvm_early(resolve_master(given["--master"][-1] if "--master" in given else None), conf)
+    except ConfigError:
+        return  # (the command says what is wrong)

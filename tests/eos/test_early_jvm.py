@@ -124,3 +124,15 @@ def test_no_early_launch_when_turned_off_or_a_jvm_runs_already(launches, monkeyp
     monkeypatch.setattr(spark, "_launches_jvm", lambda: False)
     spark.launch_jvm_early("local[2]", {})
     assert launches == [] and spark._EARLY == []
+
+
+def test_eos_run_reads_the_launchs_options_before_its_command_line_is_parsed():
+    from eos.cli import launch_options
+
+    assert launch_options(["job.py", "--master", "local[4]", "--spark-conf", "a=1", "--spark-conf=b=2",
+                           "--log-format=json", "--trigger-interval", "0.5"]) == {
+        "--master": ["local[4]"], "--spark-conf": ["a=1", "b=2"], "--log-format": ["json"]}
+    assert launch_options(["job.py", "--until-caught-up"]) == {}
+    assert launch_options(["job.py", "--", "--master", "x"]) == {}
+    assert launch_options(["job.py", "--master"]) is None  # (the command's parser says what is wrong)
+    assert launch_options(["--help"]) is None
