@@ -8,6 +8,7 @@ so the CLI and tests create a context. Users may pass either to `Application.run
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import re
 import socket
@@ -399,10 +400,15 @@ def launch_jvm_early(master: str, conf: dict[str, str] | None = None) -> None:
 def discard_early() -> None:
     """End the JVM `launch_jvm_early` launched and the zygote `fork_zygote_early` forked, if no context took them
     (the run ended before creating one), rather than leave them to notice that the driver is gone."""
+    early = list(_EARLY)
     while _EARLY:
         _EARLY.pop().discard()
     while _FORKED:
-        _FORKED.pop().stop()
+        _FORKED.pop().stop()  # (a zygote removes its socket and directory as it ends)
+    for jvm in early:
+        if jvm.zygote_socket is not None:
+            with contextlib.suppress(OSError):  # the directory made for a zygote never forked
+                os.rmdir(os.path.dirname(jvm.zygote_socket))
 
 
 def _take_early_jvm(settings: dict[str, str]) -> LaunchedJvm | None:

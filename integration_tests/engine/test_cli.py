@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from integration_tests.helpers import assert_exactly_once, produce
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -152,10 +154,17 @@ def test_every_process_of_a_killed_driver_ends_with_it(kafka, topic_factory, uni
     assert not left, {pid: Path(f"/proc/{pid}/cmdline").read_bytes()[:80] for pid in left}
 
 
-def test_a_job_that_cannot_be_loaded_fails_at_once_and_ends_the_jvm_launched_for_it(tmp_path):
-    driver = subprocess.Popen([sys.executable, "-m", "eos.cli", "run", "no_such_job.py", "--no-live"], cwd=tmp_path,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+@pytest.mark.parametrize("args, said", [(["no_such_job.py"], "no_such_job.py"),
+                                        (["job.py", "--no-such-option"], "--no-such-option")])
+def test_a_run_that_fails_at_once_ends_the_jvm_launched_for_it_and_leaves_nothing(tmp_path, args, said):
+    # the JVM is launched before the job is loaded (no_such_job.py: the zygote was forked too), even before the
+    # command line is parsed (--no-such-option: no zygote yet, only its directory)
+    (scratch := tmp_path / "tmp").mkdir()
+    driver = subprocess.Popen([sys.executable, "-m", "eos.cli", "run", *args, "--no-live"], cwd=tmp_path,
+                              env={**os.environ, "TMPDIR": str(scratch)}, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
     output = driver.communicate(timeout=120)[0]
     assert driver.returncode == 2, output
-    assert "no_such_job.py" in output
-    assert not _session(driver.pid)  # the JVM launched before the job was loaded was ended, not left to notice
+    assert said in output
+    assert not _session(driver.pid)  # the JVM launched for it was ended, not left to notice
+    assert not list(scratch.iterdir())  # its gateway's file, the zygote's socket and their directories are gone
