@@ -24,7 +24,9 @@ polled every 0.1 s), then the run is stopped. Variants:
   loopback TCP rather than Unix domain sockets (`spark.python.unix.domain.socket.enabled=false`).
 
 * late-jvm: the driver's JVM launched when the context is created, after the job is loaded and checked, not
-  before (`spark.eos.earlyJvm=false`).
+  before (`spark.eos.earlyJvm=false`);
+* submit-scripts: the JVM launched early through spark-submit's scripts and launcher every time, not with the
+  command recorded from an earlier launch (`spark.eos.launchRecord=false`).
 
 (The JVM starting while the driver prepares Kafka has no switch.) Rounds run the variants in turn
 (A B C D, A B C D, ...); the table has each variant's median and its difference to "shipped". Writes
@@ -63,6 +65,7 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
     "started-zygote": ([], {"PYTHONHASHSEED": "1"}),
     "tcp-sockets": (["--spark-conf", "spark.python.unix.domain.socket.enabled=false"], {}),
     "late-jvm": (["--spark-conf", "spark.eos.earlyJvm=false"], {}),
+    "submit-scripts": (["--spark-conf", "spark.eos.launchRecord=false"], {}),
 }
 
 

@@ -8,12 +8,22 @@ write the gateway's port and secret, stdin a pipe whose end tells it the driver 
 starts overlap; `context()` connects to it through PySpark's own code (as to the JVM of a driver that
 spark-submit launched) and creates the context there.
 
+spark-submit's scripts start a JVM of their own first (Spark's launcher, ~0.3 s) only to print the java command
+to run. Where the scripts can read nothing but what the launch is keyed on (an empty configuration directory:
+no `spark-env.sh`), the first launch records that command and what the scripts added to the environment, read
+from the JVM's `/proc` entry once it runs, and the next launch with the same arguments, environment, Java,
+jars and scripts runs it directly (`LaunchedJvm.recorded`; off with `spark.eos.launchRecord=false`). The record
+lives beside the class-data archive (`eos.driver.classdata.cache_root`); one whose JVM does not start is
+removed.
+
 Only what the launch needs is imported here (no pyspark): the point is to launch early.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import shlex
 import shutil
@@ -23,14 +33,19 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from eos.driver.classdata import spark_home
+from eos.driver.classdata import cache_root, classpath, spark_home
 
 if TYPE_CHECKING:
     from pyspark import SparkConf, SparkContext
 
-__all__ = ["LaunchedJvm", "launch_environment"]
+__all__ = ["LaunchedJvm", "launch_environment", "RECORD_KEY"]
+
+#: Spark setting: whether a launch may run the java command recorded from an earlier launch of the same
+#: (`--spark-conf spark.eos.launchRecord=false`: always through spark-submit's scripts and launcher)
+RECORD_KEY = "spark.eos.launchRecord"
 
 #: environment variables the launch of a driver's JVM depends on (spark-submit's scripts and PySpark read them)
 _LAUNCH_PREFIXES = ("SPARK_", "PYSPARK_", "JAVA_", "HADOOP_", "YARN_")
@@ -58,12 +73,25 @@ class LaunchedJvm:
         self.settings = dict(settings)
         self.launched_with = launch_environment(env)
         self.launched_at = time.monotonic()
-        command = [os.path.join(spark_home(), "bin", "spark-submit")]
+        arguments: list[str] = []
         for key, value in self.settings.items():
-            command += ["--conf", f"{key}={value}"]
+            arguments += ["--conf", f"{key}={value}"]
         submit_args = env.get("PYSPARK_SUBMIT_ARGS", "pyspark-shell")
         if env.get("SPARK_TESTING"):
             submit_args = f"--conf spark.ui.enabled=false {submit_args}"
+        arguments += shlex.split(submit_args)
+        self._passed = {**env, "SPARK_CONNECT_MODE": "0"}
+        self._record_file = (_record_file(arguments, env)
+                             if str(self.settings.get(RECORD_KEY, "true")).lower() != "false" else None)
+        recorded = _recorded(self._record_file) if self._record_file is not None else None
+        #: whether the JVM was started with the java command spark-submit's launcher gave for the same launch before
+        self.recorded = recorded is not None
+        if recorded is not None:
+            command = recorded["command"]
+            launch_env = {**{k: v for k, v in self._passed.items() if k not in recorded["unset"]}, **recorded["env"]}
+        else:
+            command = [os.path.join(spark_home(), "bin", "spark-submit"), *arguments]
+            launch_env = self._passed
         self._conn_dir = tempfile.mkdtemp(prefix="eos-jvm-")
         self._conn_file = os.path.join(self._conn_dir, "gateway")
         try:
@@ -71,9 +99,8 @@ class LaunchedJvm:
             # held in a pipe until a context takes it (`context`, which passes it on to this process's stderr):
             # a run that fails its checks meanwhile ends with its error, not with the lines of a JVM it ends.
             self.proc = subprocess.Popen(
-                [*command, *shlex.split(submit_args)], stdin=subprocess.PIPE, stderr=subprocess.PIPE,
-                preexec_fn=_ignore_sigint,
-                env={**env, "SPARK_CONNECT_MODE": "0", "_PYSPARK_DRIVER_CONN_INFO_PATH": self._conn_file})
+                command, stdin=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_ignore_sigint,
+                env={**launch_env, "_PYSPARK_DRIVER_CONN_INFO_PATH": self._conn_file})
         except BaseException:
             shutil.rmtree(self._conn_dir, ignore_errors=True)
             raise
@@ -113,13 +140,12 @@ class LaunchedJvm:
         from pyspark.serializers import UTF8Deserializer, read_int
 
         self._pass_stderr_on()
-        deadline = time.monotonic() + timeout
+        if not self.wait_ready(timeout):
+            self.discard()
+            if self.recorded and self._record_file is not None:
+                self._record_file.unlink(missing_ok=True)  # (the next launch goes through spark-submit again)
+            raise PySparkRuntimeError(errorClass="JAVA_GATEWAY_EXITED", messageParameters={})
         try:
-            while not os.path.isfile(self._conn_file):  # (PySpark polls every 100 ms)
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.discard()
-                    raise PySparkRuntimeError(errorClass="JAVA_GATEWAY_EXITED", messageParameters={})
-                time.sleep(0.01)
             with open(self._conn_file, "rb") as info:
                 port, secret = read_int(info), UTF8Deserializer().loads(info)
         finally:
@@ -137,6 +163,19 @@ class LaunchedJvm:
         gateway.proc = self.proc
         return SparkContext(conf=conf, gateway=gateway)
 
+    def wait_ready(self, timeout: float = 120.0) -> bool:
+        """Wait until the JVM's gateway has written where it listens (False: the JVM exited first, or the time
+        ran out). Then, launched by spark-submit, the process is the JVM its launcher gave the command of: that
+        command and what the scripts added to the environment are recorded for the next launch of the same."""
+        deadline = time.monotonic() + timeout
+        while not os.path.isfile(self._conn_file):  # (PySpark polls every 100 ms)
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        if not self.recorded and self._record_file is not None:
+            _record(self._record_file, self.proc.pid, self._passed)
+        return True
+
     def discard(self, timeout: float = 10.0) -> None:
         """Stop the JVM, dropping what it wrote to stderr unless a context took it: it exits when its stdin closes
         (PySpark's gateway server watches it)."""
@@ -149,3 +188,75 @@ class LaunchedJvm:
             self.proc.kill()
             self.proc.wait()
         shutil.rmtree(self._conn_dir, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------- spark-submit's command, recorded
+#: Changes when the way launches are recorded changes, so that older records are not used
+_RECORD_FORMAT = "1"
+#: Spark's launch scripts (spark-submit runs spark-class, which sources the others and runs the launcher)
+_SCRIPTS = ("spark-submit", "spark-class", "load-spark-env.sh", "find-spark-home")
+#: variables a shell sets for itself, not for the programs it runs
+_SHELLS_OWN = ("_", "SHLVL", "PWD", "OLDPWD")
+
+
+def _record_file(arguments: list[str], env: Mapping[str, str]) -> Path | None:
+    """Where the launch of spark-submit with `arguments` in `env` is recorded: a digest of everything spark-submit's
+    scripts and launcher read to make the JVM's command (the Java, Spark's jars, its configuration directory,
+    which must be empty, the scripts themselves, the arguments and the launch's environment). None where no
+    record can be trusted: a configuration directory with files in it (`spark-env.sh` can set anything), or
+    no Linux `/proc` to read the command from."""
+    if not os.path.isdir("/proc/self"):
+        return None
+    try:
+        cp = classpath()
+        if cp.digest is None:
+            return None
+        digest = hashlib.sha256(f"{_RECORD_FORMAT}\0{cp.digest}\0".encode())
+        bin_dir = spark_home() / "bin"
+        for script in _SCRIPTS:
+            stat = os.stat(bin_dir / script)
+            digest.update(f"{script}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
+    except OSError:
+        return None
+    digest.update(json.dumps([arguments, sorted(launch_environment(env).items())]).encode())
+    return cache_root() / f"launch-{digest.hexdigest()[:24]}.json"
+
+
+def _recorded(path: Path) -> dict[str, Any] | None:
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    command, env, unset = record.get("command"), record.get("env"), record.get("unset")
+    if not (isinstance(command, list) and command and isinstance(env, dict) and isinstance(unset, list)
+            and os.access(command[0], os.X_OK)):
+        return None
+    return {"command": command, "env": env, "unset": unset}
+
+
+def _record(path: Path, pid: int, passed: Mapping[str, str]) -> None:
+    """Record the command and environment of process `pid`, the JVM spark-submit's launcher made (spark-class
+    ends in `exec` of it), as what differs from the environment `passed` to spark-submit. Best effort: a launch
+    that cannot be recorded is made by spark-submit again next time."""
+    try:
+        command = [part.decode() for part in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]]
+        environ = dict(entry.decode().split("=", 1) for entry in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                       if b"=" in entry)
+    except (OSError, UnicodeDecodeError):
+        return
+    if "org.apache.spark.deploy.SparkSubmit" not in command or not os.path.isabs(command[0]):
+        return  # (not the JVM: a launch that failed, or a wrapper of Spark's scripts)
+    environ.pop("_PYSPARK_DRIVER_CONN_INFO_PATH", None)
+    added = {k: v for k, v in environ.items() if passed.get(k) != v and k not in _SHELLS_OWN}
+    unset = sorted(k for k in passed if k not in environ)
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=path.stem + ".", dir=path.parent)
+        with os.fdopen(fd, "w") as out:
+            json.dump({"command": command, "env": added, "unset": unset}, out)
+        os.replace(tmp, path)
+    except OSError:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)

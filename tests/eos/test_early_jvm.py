@@ -37,7 +37,7 @@ class FakeProcess:
 
 
 @pytest.fixture
-def launches(monkeypatch) -> list[FakeProcess]:
+def launches(monkeypatch, tmp_path) -> list[FakeProcess]:
     launched: list[FakeProcess] = []
 
     def popen(command: list[str], **kwargs: Any) -> FakeProcess:
@@ -45,6 +45,7 @@ def launches(monkeypatch) -> list[FakeProcess]:
         return launched[-1]
 
     monkeypatch.setattr(jvm_module.subprocess, "Popen", popen)
+    monkeypatch.setenv("EOS_CLASS_DATA_CACHE", str(tmp_path))  # (no launch recorded there)
     monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
     monkeypatch.delenv("SPARK_TESTING", raising=False)
     return launched
@@ -114,7 +115,7 @@ def test_the_launch_is_for_the_settings_a_jobs_context_asks_for(launches, monkey
     assert not jvm.fits(spark._context_settings("local[2,4]", "orders", conf, for_job=False, defaults={}))
     spark.discard_early()
     assert spark._EARLY == [] and launches[0].stdin.closed
-    Path(jvm.zygote_socket).parent.rmdir()
+    assert not Path(jvm.zygote_socket).parent.exists()  # (no zygote was forked into it)
 
 
 def test_no_early_launch_when_turned_off_or_a_jvm_runs_already(launches, monkeypatch):
