@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Literal
 
-__all__ = ["main"]
+__all__ = ["main", "launch_options", "log_format", "key_values"]
 
 
 def main() -> None:
@@ -29,6 +30,17 @@ def _hash_as_pyspark_workers() -> None:
     if "PYTHONHASHSEED" in os.environ or not sys.platform.startswith("linux"):
         return
     os.execve(sys.executable, sys.orig_argv, {**os.environ, "PYTHONHASHSEED": "0"})
+
+
+def log_format(value: str | None) -> Literal["auto", "json", "console"]:
+    """`--log-format`'s value as logging takes it (anything else is "auto" until the job's configuration, which
+    checks it, is loaded)."""
+    return "json" if value == "json" else "console" if value == "console" else "auto"
+
+
+def key_values(items: list[str]) -> dict[str, str]:
+    """`key=value` options (`--spark-conf`, `--config`) as a dict (an item without `=` is none)."""
+    return dict(item.split("=", 1) for item in items if "=" in item)
 
 
 #: `eos run`'s options that the launch of Spark's JVM depends on
@@ -67,10 +79,9 @@ def _launch_jvm(args: list[str]) -> None:
     from eos.errors import ConfigError
     from eos.logs import configure_logging
 
-    log_format = given.get("--log-format", ["auto"])[-1]
-    configure_logging("json" if log_format == "json" else "console" if log_format == "console" else "auto")
-    conf = dict(item.split("=", 1) for item in given.get("--spark-conf", []) if "=" in item)
+    configure_logging(log_format(given.get("--log-format", ["auto"])[-1]))
     try:
-        launch_jvm_early(resolve_master(given["--master"][-1] if "--master" in given else None), conf)
+        launch_jvm_early(resolve_master(given["--master"][-1] if "--master" in given else None),
+                         key_values(given.get("--spark-conf", [])))
     except ConfigError:
         return  # (the command says what is wrong)

@@ -17,6 +17,8 @@ import structlog
 import typer
 from rich.console import Console
 
+from eos.cli import key_values
+from eos.cli import log_format as cli_log_format
 from eos.cli.app import app
 from eos.cli.errors import fail
 from eos.cli.live import LiveView
@@ -99,8 +101,8 @@ def run(target: str = typer.Argument(..., help="module:app or path/to/job.py[:ap
     from eos.errors import ConfigError, EosError
     from eos.logs import configure_logging
 
-    conf = dict(item.split("=", 1) for item in spark_conf if "=" in item)
-    configure_logging("json" if log_format == "json" else "console" if log_format == "console" else "auto")
+    conf = key_values(spark_conf)
+    configure_logging(cli_log_format(log_format))
     try:
         master = resolve_master(master)
         launch_jvm_early(master, conf)  # its start (~1.3 s) overlaps the driver's imports and the job's checks

@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from eos.cli import key_values
 from eos.cli.errors import fail
 from eos.cli.options import bootstrap_option, require_reachable, resolve_bootstrap
 from transactions import KafkaAdmin
@@ -57,7 +58,7 @@ def create(names: list[str] = typer.Argument(None, help="Topic names"),
         wanted += sorted(named - set(application.internal_topics))  # the framework creates its internal topics
     if not wanted:
         fail(2, "name the topics to create, or give --from-app")
-    settings = dict(item.split("=", 1) for item in config if "=" in item)
+    settings = key_values(config)
     if compact:
         settings["cleanup.policy"] = "compact"
     admin = _admin(resolve_bootstrap(bootstrap_servers))

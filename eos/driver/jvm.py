@@ -62,17 +62,19 @@ def _ignore_sigint() -> None:  # a Ctrl-C at the terminal is the driver's to han
 
 
 class LaunchedJvm:
-    """A driver JVM launched with `settings` (the context's Spark settings but its application name) and the
-    environment `env`, its gateway not yet connected. `settings` and `launched_with` say what it was launched
-    for; a context that wants anything else discards it (`discard`) and launches its own."""
+    """A driver JVM launched with `settings` (the context's Spark settings but its application name) in the
+    driver's environment `env` with `overrides` (what the context would set for its launch only), its gateway
+    not yet connected. `settings` and `launched_with` say what it was launched for; a context that wants
+    anything else discards it (`discard`) and launches its own."""
 
     #: the socket of the daemon's zygote that `env` names to the JVM (set by the launching driver), if any
     zygote_socket: str | None = None
 
-    def __init__(self, settings: Mapping[str, str], env: Mapping[str, str]) -> None:
+    def __init__(self, settings: Mapping[str, str], env: Mapping[str, str],
+                 overrides: Mapping[str, str] | None = None) -> None:
         self.settings = dict(settings)
         self.launched_with = launch_environment(env)
-        self.launched_at = time.monotonic()
+        env = {**env, **(overrides or {})}
         arguments: list[str] = []
         for key, value in self.settings.items():
             arguments += ["--conf", f"{key}={value}"]

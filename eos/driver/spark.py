@@ -379,20 +379,22 @@ def launch_jvm_early(master: str, conf: dict[str, str] | None = None) -> None:
         return
     _prepare_environment(master)
     settings = _context_settings(master, None, conf, for_job=True, defaults={})
-    env = {k: v for k, v in os.environ.items() if k != ZYGOTE_ENV}
+    overrides: dict[str, str] = {}
     if executors_python := settings.get("spark.pyspark.python"):
-        env["PYSPARK_PYTHON"] = executors_python
+        overrides["PYSPARK_PYTHON"] = executors_python  # (as `build_spark_context` sets it for its launch)
     if _wants_zygote(master, settings):
         if not forkable():
             return  # (the zygote is started beside the JVM when the context is created, and names its socket then)
-        env[ZYGOTE_ENV] = zygote_socket_path()
+        overrides[ZYGOTE_ENV] = zygote_socket_path()
     try:
-        jvm = LaunchedJvm(settings, env)
+        jvm = LaunchedJvm(settings, {k: v for k, v in os.environ.items() if k != ZYGOTE_ENV}, overrides)
     except OSError as exc:
         structlog.get_logger(__name__).warning("could not launch Spark's JVM early; the context launches it",
                                                error=f"{type(exc).__name__}: {exc}")
+        if ZYGOTE_ENV in overrides:
+            os.rmdir(os.path.dirname(overrides[ZYGOTE_ENV]))
         return
-    jvm.zygote_socket = env.get(ZYGOTE_ENV)
+    jvm.zygote_socket = overrides.get(ZYGOTE_ENV)
     _EARLY.append(jvm)
     atexit.register(discard_early)  # (a run that ends before its context, on an error, leaves nothing running)
 

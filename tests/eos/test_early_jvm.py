@@ -117,6 +117,35 @@ def test_the_launch_is_for_the_settings_a_jobs_context_asks_for(launches, monkey
     assert spark._EARLY == [] and launches[0].stdin.closed
     assert not Path(jvm.zygote_socket).parent.exists()  # (no zygote was forked into it)
 
+    # executors on another Python: the launch's environment names it (as the context's would), and still fits
+    other = {**conf, "spark.pyspark.python": "/opt/python3.11/bin/python3"}
+    spark.launch_jvm_early("local[2,4]", other)
+    (jvm,) = spark._EARLY
+    assert launches[1].kwargs["env"]["PYSPARK_PYTHON"] == "/opt/python3.11/bin/python3"
+    assert jvm.zygote_socket is None  # (its daemon is PySpark's own: no zygote)
+    assert jvm.fits(spark._context_settings("local[2,4]", "orders", other, for_job=True, defaults={}))
+    spark.discard_early()
+
+
+def test_a_zygote_that_cannot_be_forked_is_started_where_the_early_jvm_looks(launches, monkeypatch):
+    from eos.worker import zygote
+
+    started: list[str | None] = []
+    monkeypatch.setattr(spark, "_EARLY", [])
+    monkeypatch.setattr(spark, "_ZYGOTES", [])
+    monkeypatch.setattr(spark, "_launches_jvm", lambda: True)
+    monkeypatch.setattr(zygote, "forkable", lambda: True)
+    monkeypatch.setattr(zygote, "fork_zygote", lambda *args: None)  # (the system refused the fork)
+    monkeypatch.setattr(zygote, "start_zygote", lambda path=None: started.append(path) or "started")
+    for name, value in (("PYSPARK_DRIVER_PYTHON", sys.executable), ("PYSPARK_PYTHON", sys.executable),
+                        ("SPARK_LOCAL_IP", "127.0.0.1")):
+        monkeypatch.setenv(name, value)
+    spark.launch_jvm_early("local[2,4]", {})
+    (jvm,) = spark._EARLY
+    spark.fork_zygote_early("local[2,4]", {})
+    assert started == [jvm.zygote_socket] and spark._ZYGOTES == ["started"]
+    spark.discard_early()
+
 
 def test_no_early_launch_when_turned_off_or_a_jvm_runs_already(launches, monkeypatch):
     monkeypatch.setattr(spark, "_EARLY", [])
