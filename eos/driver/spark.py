@@ -261,14 +261,12 @@ def fork_zygote_early(master: str, conf: dict[str, str] | None = None) -> None:
     forked (`eos.worker.zygote.forkable`), nothing happens: that context starts a zygote as before. For a JVM
     launched early (`launch_jvm_early`), the zygote listens where that JVM's environment says (a zygote is
     started there if the fork fails), and closes the driver's end of that JVM's stdin."""
-    from pyspark import SparkContext
-
     from eos.worker.zygote import fork_zygote, start_zygote
 
     early = _EARLY[0] if _EARLY else None
     if early is not None and early.zygote_socket is None:
         return  # (its context wants no zygote)
-    if (not _in_process_executor(master) or SparkContext._gateway is not None or _submitted()
+    if (not _in_process_executor(master) or not _launches_jvm()
             or str((conf or {}).get(ZYGOTE_KEY, "true")).lower() == "false"):
         return
     import eos.driver.runner  # noqa: F401  (the driver's own imports, shared with the zygote from here)
