@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 __all__ = ["build_spark_context", "ContextStart", "launch_jvm_early", "discard_early", "fork_zygote_early",
            "build_spark_session", "spark_context_of", "DEFAULT_MASTER", "live_executors", "executor_locations",
            "task_slots", "located_rdd", "task_rdd", "spark_conf", "is_local", "resolve_master", "is_local_master",
-           "QUICK_JIT_KEY", "EARLY_JVM_KEY"]
+           "QUICK_JIT_KEY", "EARLY_JVM_KEY", "BLOCK_MANAGER_THREADS_KEY", "block_manager_threads",
+           "bound_block_manager_pools"]
 
 #: Spark's settings of Unix domain sockets between its JVMs and their Python workers (`check_socket_dir`)
 UNIX_SOCKETS_KEY = "spark.python.unix.domain.socket.enabled"
@@ -96,6 +97,15 @@ _EARLY: list[LaunchedJvm] = []  # the driver's JVM launched before its context (
 #: Spark setting: whether `eos run` launches the driver's JVM before loading the job (`launch_jvm_early`;
 #: `--spark-conf spark.eos.earlyJvm=false` launches it when the context is created, after the job's checks)
 EARLY_JVM_KEY = "spark.eos.earlyJvm"
+
+#: Spark setting: the threads each of the driver's block-manager pools that remove blocks keeps for a job's context
+#: (`bound_block_manager_pools`; 0 leaves Spark's own pools, which grow to 100 threads each)
+BLOCK_MANAGER_THREADS_KEY = "spark.eos.blockManagerThreads"
+_BLOCK_MANAGER_THREADS = 2
+#: the driver's endpoints whose pools run block removals (the master's asks of every block manager, and the
+#: driver's own block manager's removals), each a ThreadPoolExecutor of 100 core threads that time out
+_BLOCK_MANAGER_ENDPOINTS = ("org.apache.spark.storage.BlockManagerMasterEndpoint",
+                            "org.apache.spark.storage.BlockManagerStorageEndpoint")
 
 
 # Local masters: everything on this machine, so everything listens on loopback only, the UI too (off).
@@ -316,7 +326,74 @@ def build_spark_context(master: str | None = None, app_name: str = "eos",
         sc = SparkContext.getOrCreate(spark_conf) if early is None else early.context(spark_conf)
     sc.setLogLevel("WARN")
     _quiet_accumulator_server(sc)
+    if for_job and (threads := block_manager_threads(settings)):
+        bound_block_manager_pools(sc, threads)
     return sc
+
+
+def block_manager_threads(conf: Any) -> int:
+    """`spark.eos.blockManagerThreads` of `conf` (a ConfigError, before any JVM starts, if it is not a count)."""
+    value = str(conf.get(BLOCK_MANAGER_THREADS_KEY, _BLOCK_MANAGER_THREADS)).strip()
+    if not value.isdigit():
+        from eos.errors import ConfigError
+
+        raise ConfigError(f"{BLOCK_MANAGER_THREADS_KEY} must be a whole number of threads (0: Spark's own pools), "
+                          f"got {value!r}")
+    return int(value)
+
+
+def bound_block_manager_pools(sc: SparkContext, threads: int) -> int:
+    """Keep `threads` threads in each of the driver's pools that remove blocks; returns how many pools it bounded.
+
+    Spark removes a job's broadcast task binary when the driver's collector drops it (`ContextCleaner`): a task
+    on the block manager master's ask pool, another on the block manager's removal pool. Both pools are made by
+    `ThreadUtils.newDaemonCachedThreadPool(prefix, 100)`: 100 core threads that time out after 60 s, and a
+    pool below its core size starts a new thread for every task. A job's driver runs a Spark job per batch, so
+    each pool held ~one thread per removal of the last minute, 100 each after a minute of small batches: ~200
+    idle threads and ~20 MiB of their stacks in the driver JVM (docs/measurements.md). The pools queue their
+    tasks without bound, so with fewer core threads they run them in turn; no task in them waits for another.
+
+    Spark has no setting for these pools: they are reached through its private fields (Java reflection over
+    Py4J, without calling methods of Spark's classes, whose signatures Py4J could not all resolve). Best
+    effort: a Spark without them is left as it is, with a note in the log."""
+    from py4j.protocol import Py4JError
+
+    try:
+        jvm = sc._jvm
+        assert jvm is not None
+        lookup = jvm.java.lang.Class.forName
+        env = _private_field(lookup("org.apache.spark.SparkContext"), "_env").get(sc._jsc.sc())
+        rpc_env = _private_field(lookup("org.apache.spark.SparkEnv"), "rpcEnv").get(env)
+        dispatcher = _private_field(lookup("org.apache.spark.rpc.netty.NettyRpcEnv"), "dispatcher").get(rpc_env)
+        endpoints = _private_field(lookup("org.apache.spark.rpc.netty.Dispatcher"),
+                                   "endpointRefs").get(dispatcher).keySet().toArray()
+        pool_type = lookup("java.util.concurrent.ThreadPoolExecutor")
+        bounded = 0
+        for name in _BLOCK_MANAGER_ENDPOINTS:
+            endpoint_class = lookup(name)
+            fields = [f for f in endpoint_class.getDeclaredFields() if pool_type.isAssignableFrom(f.getType())]
+            for endpoint in (e for e in endpoints if endpoint_class.isInstance(e)):
+                for field in fields:
+                    field.setAccessible(True)
+                    pool = field.get(endpoint)
+                    if pool is not None and pool.getCorePoolSize() > threads:
+                        pool.setCorePoolSize(threads)
+                        bounded += 1
+    except (Py4JError, LookupError) as exc:
+        structlog.get_logger(__name__).info("the driver's block-manager pools keep Spark's sizes",
+                                            error=f"{type(exc).__name__}: {exc}")
+        return 0
+    return bounded
+
+
+def _private_field(cls: Any, name: str) -> Any:
+    """The declared field `name` of Java class `cls`, made accessible (Scala names some private fields
+    `<class>$$<name>`)."""
+    for field in cls.getDeclaredFields():
+        if str(field.getName()) == name or str(field.getName()).endswith(f"$${name}"):
+            field.setAccessible(True)
+            return field
+    raise LookupError(f"{cls.getName()} has no field {name}")
 
 
 def _launches_jvm() -> bool:
@@ -340,6 +417,8 @@ def _context_settings(master: str, app_name: str | None, conf: dict[str, str] | 
         settings.setdefault(key, value)
     settings.update(conf or {})
     check_socket_dir(settings)
+    if for_job:
+        block_manager_threads(settings)
     if _launches_jvm():
         # this process starts the driver's JVM: let it map the class-data archive (eos.driver.classdata)
         options = " ".join(filter(None, [driver_java_options(settings),
