@@ -21,6 +21,8 @@ from typing import Any
 
 import structlog
 
+from eos.driver.spark import spark_conf
+
 __all__ = ["framework_zip", "ship_framework", "PACKAGES"]
 
 log = structlog.get_logger(__name__)
@@ -63,7 +65,7 @@ def framework_zip(target: str | Path | None = None) -> Path:
 def ship_framework(sc: Any, *, local: bool) -> Path | None:
     """Add the framework's zip to `sc` unless its executors share the driver's Python (local masters) or
     `spark.eos.shipFramework` says otherwise. Once per SparkContext."""
-    setting = (sc.getConf().get("spark.eos.shipFramework") or "").lower()
+    setting = (spark_conf(sc).get("spark.eos.shipFramework") or "").lower()
     if setting not in ("", "true", "false"):
         from eos.errors import ConfigError
 

@@ -94,6 +94,9 @@ ZYGOTE_KEY = "spark.eos.daemonZygote"
 _ZYGOTES: list[Any] = []  # the zygotes this process started (each lives until this process exits)
 _FORKED: list[Any] = []  # a zygote forked from this driver, for the context it starts next (`fork_zygote_early`)
 _EARLY: list[LaunchedJvm] = []  # the driver's JVM launched before its context (`launch_jvm_early`)
+#: the settings this process launched the driver's JVM with: spark-submit made them the JVM's system
+#: properties, which every later context's SparkConf would read as its defaults (`_jvm_defaults`)
+_LAUNCHED_WITH: dict[str, str] = {}
 #: Spark setting: whether `eos run` launches the driver's JVM before loading the job (`launch_jvm_early`;
 #: `--spark-conf spark.eos.earlyJvm=false` launches it when the context is created, after the job's checks)
 EARLY_JVM_KEY = "spark.eos.earlyJvm"
@@ -309,10 +312,9 @@ def build_spark_context(master: str | None = None, app_name: str = "eos",
     master = resolve_master(master)
     _prepare_environment(master)
     _numpy_converters_until_numpy()
-    spark_conf = SparkConf()
-    settings = _context_settings(master, app_name, conf, for_job=for_job, defaults=dict(spark_conf.getAll()))
-    for key, value in settings.items():
-        spark_conf.set(key, value)
+    launching = _launches_jvm()
+    settings = _context_settings(master, app_name, conf, for_job=for_job, defaults=_jvm_defaults())
+    spark_conf = SparkConf(loadDefaults=False).setAll(list(settings.items()))
     early = _take_early_jvm(settings)
     if early is None:
         _start_zygote(master, spark_conf)
@@ -324,11 +326,24 @@ def build_spark_context(master: str | None = None, app_name: str = "eos",
         # PySpark takes the executors' Python from $PYSPARK_PYTHON when the context is created; only
         # spark-submit turns the setting into it. Set for this context only: a later one must not inherit it.
         sc = SparkContext.getOrCreate(spark_conf) if early is None else early.context(spark_conf)
+    if launching:  # (spark-submit was given these as `--conf`; an early JVM, its settings but the name)
+        _LAUNCHED_WITH.update(settings if early is None else early.settings)
     sc.setLogLevel("WARN")
     _quiet_accumulator_server(sc)
     if for_job and (threads := block_manager_threads(settings)):
         bound_block_manager_pools(sc, threads)
     return sc
+
+
+def _jvm_defaults() -> dict[str, str]:
+    """The Spark settings of the driver's JVM that a new context starts from: its system properties (none
+    before it runs), but for those that are there only because this process launched it with them. Those
+    were an earlier context's, which must not pass to the next: its executors' Python, say, or its name."""
+    from pyspark import SparkConf, SparkContext
+
+    if SparkContext._jvm is None:
+        return {}
+    return {key: value for key, value in SparkConf().getAll() if _LAUNCHED_WITH.get(key) != value}
 
 
 def block_manager_threads(conf: Any) -> int:
@@ -434,10 +449,6 @@ def _context_settings(master: str, app_name: str | None, conf: dict[str, str] | 
         # the executors run this Python, which has pyspark and the framework installed: their Python daemon
         # imports both compiled instead of from Spark's zip, once before forking (eos.worker.daemon)
         settings.setdefault(DAEMON_MODULE_KEY, LOCAL_DAEMON_MODULE)
-    elif settings.get(DAEMON_MODULE_KEY) == LOCAL_DAEMON_MODULE:
-        # inherited from an earlier local context of this JVM (its settings are the JVM's system properties):
-        # these executors may not have the framework installed, so they get PySpark's own daemon
-        settings[DAEMON_MODULE_KEY] = "pyspark.daemon"
     return settings
 
 
@@ -692,7 +703,7 @@ def task_slots(sc: Any) -> dict[str | None, int]:
     cores over `spark.task.cpus`, by location string."""
     if is_local(sc):
         return {None: max(1, int(sc.defaultParallelism))}
-    per_task = max(1, int(sc.getConf().get("spark.task.cpus", "1")))
+    per_task = max(1, int(spark_conf(sc).get("spark.task.cpus", "1")))
     return {location: max(1, cores // per_task) for _, location, cores in _executor_infos(sc)}
 
 
@@ -724,5 +735,6 @@ def task_rdd(sc: Any, items: list[Any], locations: list[str | None]) -> Any:
 
 
 def spark_conf(sc: Any) -> dict[str, str]:
-    """The running context's Spark settings."""
-    return dict(sc.getConf().getAll())
+    """The running context's Spark settings: those its JVM context holds (`SparkContext.getConf()` adds the
+    JVM's system properties, which may be an earlier context's)."""
+    return dict(sc._conf.getAll())

@@ -21,18 +21,45 @@ def test_local_workers_import_the_installed_pyspark_and_start_with_the_task_code
         assert entry_loaded and worker_loaded
 
 
-def test_a_later_context_on_another_master_does_not_inherit_the_local_daemon(spark_contexts):
-    # a context's settings outlive it as the JVM's system properties, which the next context's SparkConf reads:
-    # a cluster's executors (which may lack the framework) must get PySpark's own daemon back
-    from eos.driver.spark import build_spark_context
+LATER_CONTEXTS = """
+import json, sys
+from eos.driver.spark import build_spark_context, spark_conf
 
-    assert spark_contexts.get("local[1]").getConf().get("spark.python.daemon.module") == "eos.worker.daemon"
-    spark_contexts.stop()
-    sc = build_spark_context("local[1]", conf={"spark.pyspark.python": "/opt/other/python3"})
-    try:
-        assert sc.getConf().get("spark.python.daemon.module") == "pyspark.daemon"
-    finally:
-        sc.stop()
+def seen(sc):
+    conf = spark_conf(sc)
+    return {"name": conf.get("spark.app.name"), "python": conf.get("spark.pyspark.python"),
+            "daemon": conf.get("spark.python.daemon.module")}
+
+first = build_spark_context("local[1]", "first", {"spark.pyspark.python": "/opt/other/python3"})
+out = {"first": seen(first)}
+first.stop()
+second = build_spark_context("local[2]", "second")
+out["second"] = {**seen(second), "workers": second.parallelize([0], 1).map(lambda _: __import__("sys").executable)
+                 .collect()}
+second.stop()
+third = build_spark_context("local[1]", "third", {"spark.pyspark.python": "/opt/other/python3"})
+out["third"] = seen(third)
+third.stop()
+print(json.dumps(out))
+"""
+
+
+def test_a_later_context_inherits_nothing_of_the_context_that_launched_the_jvm():
+    # spark-submit makes the settings the JVM was launched with its system properties, which a later context's
+    # SparkConf reads: the executors' Python of a cluster's context ran a later local context's workers, which
+    # lacked pandas (eos.driver.spark._jvm_defaults)
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", LATER_CONTEXTS], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    # a context on executors that may lack the framework keeps PySpark's own daemon (unset: its default)
+    assert out["first"] == {"name": "first", "python": "/opt/other/python3", "daemon": None}, out
+    assert out["second"] == {"name": "second", "python": None, "daemon": "eos.worker.daemon",
+                             "workers": [sys.executable]}, out
+    assert out["third"] == {"name": "third", "python": "/opt/other/python3", "daemon": None}, out
 
 
 FRESH_DRIVER = """
