@@ -71,6 +71,11 @@ class Planner:
         self._warned: dict[TP, OffsetReset] = {}
         #: records each input partition was behind when the last batch was planned
         self.lag: dict[TP, int] = {}
+        #: the last stable offset of each input partition when the last batch was planned
+        self.stable_ends: dict[TP, int] = {}
+        written = {topic for sub in self.subtopologies.values() for topic in sub.output_topics}
+        #: the input partitions the application writes itself (a step's output that a later step reads)
+        self.own_inputs = [tp for tp in self.input_partitions() if tp[0] in written]
         #: the offset each consumer group's last committed batch of an input partition committed, with the
         #: topic's id then (a topic read by several sub-topologies has a group, and a progress, per reader)
         self._committed: dict[tuple[str, TP], tuple[int, str | None]] = {}
@@ -119,6 +124,7 @@ class Planner:
         commits = {group: self.admin.group_commits(group, group_tps, stable=False, timeout=10)
                    for group, group_tps in self._by_group().items()}
         ends = self.admin.end_offsets(tps, committed=True, timeout=10)
+        self.stable_ends = ends
         earliest = self.admin.earliest_offsets(tps, timeout=10)
         batch_cap = self.backlog_records if self._sized else self.config.max_records_per_batch
         self._last_plan_first = self._first_plan
@@ -161,6 +167,15 @@ class Planner:
                                           first_batch=self._first_plan))
         self._first_plan = False
         return plans
+
+    def unsettled(self) -> list[TP]:
+        """The input partitions the application writes itself that hold records past the last stable offset the
+        last plan saw: a transaction of its own that committed after the plan, or whose commit markers the
+        broker had not written yet (it answers EndTxn first, then writes them), or one still open."""
+        if not self.own_inputs:
+            return []
+        ends = self.admin.end_offsets(self.own_inputs, committed=False, timeout=10)
+        return [tp for tp in self.own_inputs if self.stable_ends.get(tp, 0) < ends[tp]]
 
     def _stamps(self, sub: SubTopology, caught_up: bool, announce: bool, wake: bool) -> StampPlan | None:
         topics = self.stamped.get(sub.name)

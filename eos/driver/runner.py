@@ -57,6 +57,11 @@ log = structlog.get_logger(__name__)
 
 OnBatch = Callable[[BatchReport, list[TaskResult]], None]
 
+#: How long a run until caught up waits, at most, for the topics the application writes and reads itself to be
+#: stable (`Runner._settled`), and how often it looks again
+SETTLE_S = 10.0
+SETTLE_POLL_S = 0.05
+
 
 class Runner:
     def __init__(self, app: Application, sc: SparkContext | ContextStart) -> None:
@@ -141,6 +146,7 @@ class Runner:
         summary = RunSummary(cfg.application_id, dead_letter_topic=cfg.dlq_topic)
         started = time.monotonic()
         batch = failures = 0
+        settling: float | None = None  # until when a run until caught up waits for its own topics (`_settled`)
         log.info("run started", subtopologies=sorted(self.app.subtopologies), until_caught_up=until_caught_up,
                  master=self.sc.master)
         with self._signals(handle_signals):
@@ -159,7 +165,14 @@ class Runner:
                         if self.placer is not None:
                             plans, standbys = self.placer.place(plans, batch)
                         if until_caught_up and all(p.idle and not (p.stamps and p.stamps.wake) for p in plans):
-                            break  # every input is processed (punctuation of idle tasks does not count)
+                            # every input is processed (punctuation of idle tasks does not count), unless a
+                            # step's output that a later step reads is not yet stable
+                            settling = settling or time.monotonic() + SETTLE_S
+                            if not self._settled(planner, settling):
+                                self._stop.wait(SETTLE_POLL_S)
+                                continue
+                            break
+                        settling = None
                         if not plans and not standbys:
                             self._stop.wait(cfg.trigger_interval)
                             continue
@@ -224,6 +237,20 @@ class Runner:
                  records_out=summary.records_out, dead_letters=summary.dead_letters,
                  elapsed_s=round(summary.elapsed_s, 2))
         return summary
+
+    @staticmethod
+    def _settled(planner: Planner, until: float) -> bool:
+        """Whether the topics the application writes and reads itself held nothing past what the last plan saw
+        as stable. A run until caught up waits for them up to SETTLE_S: the markers of the last batch's commit
+        come a moment after EndTxn's answer, and a plan between the two saw a later step's input as read. A
+        transaction of its own still open then (a writer killed, not yet fenced) ends the wait."""
+        unsettled = planner.unsettled()
+        if unsettled and time.monotonic() >= until:
+            log.warning("stopping as caught up with transactions of the application's own topics still open; "
+                        "their records are read at the next start", partitions=[f"{t}-{p}" for t, p in unsettled],
+                        waited_s=SETTLE_S)
+            return True
+        return not unsettled
 
     def _release(self) -> None:
         if self.metrics is not None:

@@ -10,15 +10,16 @@ from transactions import Committed
 
 
 class FakeAdmin:
-    def __init__(self, committed, ends, earliest, metadata=None, topic_ids=None):
+    def __init__(self, committed, ends, earliest, metadata=None, topic_ids=None, high=None):
         self.committed, self.ends, self.earliest = committed, ends, earliest
         self.metadata, self.ids = metadata or {}, topic_ids or {}
+        self.high = high or {}  # high watermarks where above the last stable offset
 
     def group_commits(self, group, tps, stable=True, timeout=30):
         return {tp: Committed(self.committed.get(tp), self.metadata.get(tp)) for tp in tps}
 
     def end_offsets(self, tps, committed=True, timeout=30):
-        return {tp: self.ends[tp] for tp in tps}
+        return {tp: self.ends[tp] if committed else self.high.get(tp, self.ends[tp]) for tp in tps}
 
     def earliest_offsets(self, tps, timeout=30):
         return {tp: self.earliest.get(tp, 0) for tp in tps}
@@ -27,9 +28,9 @@ class FakeAdmin:
         return {t: self.ids.get(t) for t in topics}
 
 
-def sub(inputs):
+def sub(inputs, name="s", output="out"):
     b = BytesSerde()
-    return SubTopology("s", tuple(inputs), "out", b, b, b, b, processor_factory=object)
+    return SubTopology(name, tuple(inputs), output, b, b, b, b, processor_factory=object)
 
 
 def test_plans_from_committed_to_last_stable_offset_capped_and_skips_idle_tasks():
@@ -242,3 +243,36 @@ def test_fixed_backlog_batches_without_sizing_a_trigger_or_a_clock():
             planner.time_batch(plans, 0.01)
             assert [r.end - r.start for p in plans for r in p.ranges] == [cfg.max_records_per_batch]
     assert EosConfig("app", "b").max_records_per_batch == 200_000
+
+
+def test_unsettled_names_the_applications_own_inputs_with_records_past_the_stable_offset_the_plan_saw():
+    # a -> m -> out: m is written and read by the application. Its last batch's commit was answered but its
+    # markers not yet written when the plan read m's last stable offset (or the transaction is still open)
+    admin = FakeAdmin(committed={("a", 0): 10, ("m", 0): 4}, ends={("a", 0): 10, ("m", 0): 4}, earliest={},
+                      high={("a", 0): 12, ("m", 0): 9})
+    planner = Planner(admin, EosConfig("app", "b"), {"s1": sub(["a"], "s1", "m"), "s2": sub(["m"], "s2")},
+                      {"a": 1, "m": 1})
+    assert planner.own_inputs == [("m", 0)]
+    assert planner.plan(3) == []  # every plan idle: a run until caught up would have stopped here
+    assert planner.unsettled() == [("m", 0)]  # (a's open transaction is someone else's: not waited for)
+    admin.ends[("m", 0)] = 9  # the markers are written
+    assert planner.unsettled() == [("m", 0)]  # past what the plan saw: plan again
+    [plan] = planner.plan(3)
+    assert (plan.task.subtopology, plan.ranges[0].start, plan.ranges[0].end) == ("s2", 4, 9)
+    assert planner.unsettled() == []
+    # an application without such topics asks the broker nothing
+    single = Planner(admin, EosConfig("app", "b"), {"s": sub(["a"])}, {"a": 1})
+    assert single.own_inputs == [] and single.unsettled() == []
+
+
+def test_a_run_until_caught_up_waits_for_its_own_topics_only_until_its_bound():
+    import time
+
+    from eos.driver.runner import Runner
+
+    class Unsettled:
+        def unsettled(self):
+            return [("m", 0)]
+
+    assert not Runner._settled(Unsettled(), time.monotonic() + 5)  # plan again
+    assert Runner._settled(Unsettled(), time.monotonic() - 0.1)  # a transaction still open: stop as caught up
