@@ -30,6 +30,7 @@ import os
 import pickle
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -102,16 +103,30 @@ def _stored(fd: int) -> tuple[int, list[TaskResult]] | None:
     return int(member), result
 
 
+#: Another run's claims are removed once nothing in them changed for this long. A run that is still going
+#: adds a directory for every batch; two runs of one application id on one machine (against two clusters,
+#: or a test suite's processes) each removed the other's claims while its tasks took them.
+OTHER_RUNS_STALE_S = 3600.0
+
+
 def _prune(directory: Path, token: str, batch: int) -> None:
-    """Remove other runs' claims and this run's claims of batches before the previous one (the driver starts a
-    batch only after every task of the one before reported)."""
-    stale = [e for e in _entries(directory) if e.name != token]
+    """Remove other runs' claims that no batch has touched for OTHER_RUNS_STALE_S, and this run's claims of
+    batches before the previous one (the driver starts a batch only after every task of the one before
+    reported)."""
+    stale = [e for e in _entries(directory) if e.name != token and _untouched_for(e, OTHER_RUNS_STALE_S)]
     for entry in _entries(directory / token):
         head = entry.name.split("-", 1)[0]
         if head.isdigit() and int(head) < batch - 1:
             stale.append(entry)
     for entry in stale:
         shutil.rmtree(entry, ignore_errors=True)  # (a sibling may be removing it too)
+
+
+def _untouched_for(entry: Path, seconds: float) -> bool:
+    try:
+        return time.time() - entry.stat().st_mtime > seconds
+    except FileNotFoundError:
+        return False
 
 
 def _entries(directory: Path) -> list[Path]:

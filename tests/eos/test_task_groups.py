@@ -145,13 +145,25 @@ def test_a_dead_workers_claim_is_free_again_and_only_what_it_reported_stays_its_
             assert claim is not None and claim.earlier == [result(0, TaskStatus.COMMITTED)]
 
 
-def test_claims_of_other_runs_and_of_batches_before_the_previous_one_are_removed(tmp_path):
+def test_claims_of_batches_before_the_previous_one_and_of_other_runs_gone_quiet_are_removed(tmp_path):
+    import os
+    import time
+
+    from eos.worker.claims import OTHER_RUNS_STALE_S
+
     for batch in range(4):
         TaskClaims(tmp_path, "old-run", GroupMember(group_of(0, batch=batch), 0))
+    TaskClaims(tmp_path, "other-run", GroupMember(group_of(0, batch=7), 0))
+    quiet = time.time() - OTHER_RUNS_STALE_S - 60
+    os.utime(tmp_path / "old-run", (quiet, quiet))
     for batch in range(4):
         TaskClaims(tmp_path, "run", GroupMember(group_of(0, batch=batch), 0))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    # a run of the same application id that is still going (another cluster, another process of a test suite)
+    # keeps its claims: removed under its tasks, they made its members fail and lose what they had reported
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other-run", "run"]
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["2-local", "3-local"]
+    with TaskClaims(tmp_path, "other-run", GroupMember(group_of(0, batch=7), 1)).claim("t") as claim:
+        assert claim is not None
 
 
 # ---------------------------------------------------------------- worker side: members running a batch
