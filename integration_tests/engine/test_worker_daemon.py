@@ -3,8 +3,6 @@ every daemon start) and start with the framework's task code already loaded (eos
 
 from __future__ import annotations
 
-import pytest
-
 
 def _worker_state(_):
     import sys
@@ -91,27 +89,27 @@ def _fresh_driver(*conf: str) -> dict:
 
 def test_a_fresh_drivers_daemon_is_forked_from_the_zygote_started_with_its_jvm_and_can_be_turned_off():
     # eos.worker.zygote: the daemon Spark launches hands over to a process that imported its modules while the
-    # JVM was starting; its workers run the job's tasks as any daemon's do
-    warm = _fresh_driver()
+    # JVM was starting; its workers run the job's tasks as any daemon's do. Either way the workers talk to the
+    # JVM over Unix sockets (spark.python.unix.domain.socket.enabled, eos.driver.spark): a daemon forked from
+    # the zygote gets the setting through the environment it is handed, and removes its listening socket when
+    # the context stops.
+    warm = _fresh_driver_on_unix_sockets()
     assert all("-m eos.worker.zygote" in daemon for _pid, daemon, _uds in warm["workers"]), warm
-    assert warm["again"] == [0, 2, 4, 6]
-    cold = _fresh_driver("spark.eos.daemonZygote=false")
+    cold = _fresh_driver_on_unix_sockets("spark.eos.daemonZygote=false")
     assert all("-m eos.worker.daemon" in daemon for _pid, daemon, _uds in cold["workers"]), cold
 
 
-@pytest.mark.parametrize("zygote", ["true", "false"])
-def test_workers_talk_to_the_jvm_over_unix_sockets_which_the_daemon_removes_at_the_stop(zygote):
-    # spark.python.unix.domain.socket.enabled (eos.driver.spark): a daemon forked from the zygote gets it through
-    # the environment it is handed, and removes its listening socket when the context stops
+def _fresh_driver_on_unix_sockets(*conf: str) -> dict:
     import tempfile
     from pathlib import Path
 
     sockets = Path(tempfile.mkdtemp(prefix="eos-uds-", dir="/tmp"))  # (a socket's path must stay short)
-    run = _fresh_driver(f"spark.eos.daemonZygote={zygote}", f"spark.python.unix.domain.socket.dir={sockets}")
+    run = _fresh_driver(*conf, f"spark.python.unix.domain.socket.dir={sockets}")
     assert {str(uds).lower() for _pid, _daemon, uds in run["workers"]} == {"true"}, run
     assert run["again"] == [0, 2, 4, 6]
     assert list(sockets.iterdir()) == []
     sockets.rmdir()
+    return run
 
 
 def test_loopback_tcp_stays_available_for_the_workers():
