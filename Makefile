@@ -47,9 +47,7 @@ check: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-# The tests' drivers map the archive too: a driver JVM without it took ~8 CPU-s to its first job, with it ~6,
-# and the suite starts a few hundred on two cores (2026-11-27)
-test: setup check
+test: jars check
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 chaos-full: jars
