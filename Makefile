@@ -11,8 +11,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 # Test processes (pytest-xdist; each file's tests stay in one process, with its own broker and Spark). Three on
-# two cores: the suite waits on brokers, restarts and commit intervals more than it computes (2 processes kept
-# the cores ~35 % busy by `time`'s count; 17 min 4 s against 14 min 27 s with 3 on the same machine, 2026-11-27).
+# two cores: 2 processes took 17 min 4 s of pytest against 14 min 27 s with 3, and 4 took 16 min 20 s against
+# 15 min 4 s with 3 on one contended day (2026-11-27).
 TEST_WORKERS ?= 3
 
 .PHONY: setup jars demo test check chaos-full bench clean help
