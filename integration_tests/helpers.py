@@ -1,11 +1,24 @@
-"""Raw confluent-kafka helpers for tests that check the broker itself (no framework code involved)."""
+"""Helpers for the integration tests: raw confluent-kafka reads and writes that check the broker itself (no
+framework code involved), and a script run as a fresh driver process."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
+from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
+
+
+def fresh_driver(script: str, *args: str, timeout: float = 180) -> Any:
+    """Run `script` in a fresh Python process (a driver of its own: its own JVM, zygote and workers) with
+    `args`; it must succeed and print JSON as its last line, which is returned."""
+    done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def read_values(bootstrap: str, topic: str, *, isolation: str = "read_committed", timeout: float = 30.0) -> list[bytes]:

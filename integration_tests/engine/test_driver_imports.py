@@ -3,9 +3,7 @@ import all three at the first call: ~85 MiB of the driver's memory and ~0.3 s of
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
+from integration_tests.helpers import fresh_driver
 
 _DRIVER = """
 import json, sys
@@ -20,7 +18,5 @@ print(json.dumps({"total": total, "loaded": sorted(m for m in ("numpy", "pandas"
 
 
 def test_a_driver_runs_a_job_without_importing_pandas_numpy_or_pyarrow():
-    done = subprocess.run([sys.executable, "-c", _DRIVER], capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = fresh_driver(_DRIVER)
     assert result == {"total": 90, "loaded": []}

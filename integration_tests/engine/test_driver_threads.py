@@ -4,9 +4,7 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
+from integration_tests.helpers import fresh_driver
 
 # One driver: a job's context as the framework makes it, then one with Spark's own pools (0), in the same JVM.
 FRESH_DRIVER = """
@@ -35,9 +33,7 @@ print(json.dumps(found))
 
 
 def test_a_job_drivers_block_manager_pools_keep_two_threads_where_sparks_grow_one_per_removal():
-    done = subprocess.run([sys.executable, "-c", FRESH_DRIVER], capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stderr[-3000:]
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    found = fresh_driver(FRESH_DRIVER)
     bounded, spark_own = found["2"], found["0"]
     assert bounded and all(1 <= n <= 2 for n in bounded.values()), found
     # (the first context's idle threads time out only after 60 s: Spark's pools of the second grow past them)

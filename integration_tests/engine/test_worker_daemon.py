@@ -3,6 +3,8 @@ every daemon start) and start with the framework's task code already loaded (eos
 
 from __future__ import annotations
 
+from integration_tests.helpers import fresh_driver
+
 
 def _worker_state(_):
     import sys
@@ -46,13 +48,9 @@ def test_a_later_context_inherits_nothing_of_the_context_that_launched_the_jvm()
     # spark-submit makes the settings the JVM was launched with its system properties, which a later context's
     # SparkConf reads: the executors' Python of a cluster's context ran a later local context's workers, which
     # lacked pandas (eos.driver.spark._jvm_defaults)
-    import json
-    import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-c", LATER_CONTEXTS], capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out = fresh_driver(LATER_CONTEXTS)
     # a context on executors that may lack the framework keeps PySpark's own daemon (unset: its default)
     assert out["first"] == {"name": "first", "python": "/opt/other/python3", "daemon": None}, out
     assert out["second"] == {"name": "second", "python": None, "daemon": "eos.worker.daemon",
@@ -78,13 +76,7 @@ sc.stop()
 
 
 def _fresh_driver(*conf: str) -> dict:
-    import json
-    import subprocess
-    import sys
-
-    done = subprocess.run([sys.executable, "-c", FRESH_DRIVER, *conf], capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return fresh_driver(FRESH_DRIVER, *conf)
 
 
 def test_a_fresh_drivers_daemon_is_forked_from_the_zygote_started_with_its_jvm_and_can_be_turned_off():
