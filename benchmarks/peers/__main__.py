@@ -19,8 +19,8 @@ Quix Streams and a bare confluent-kafka transactional copy loop, side by side on
 * CPU: the run's processes' CPU-seconds over the steady phase, divided by its wall time ("cores busy"); and
   the broker's, which every peer shares the two cores with ("broker cores", local brokers only).
 * Interleaved: round 1 runs every peer once (A B C D), round 2 again, ...; medians over the rounds. Before
-  round 1 the copy loop runs once over each input, not counted, so that no peer's round pays for the
-  broker's first heavy run (--no-warm-up leaves it out).
+  round 1 the copy loop runs once over each input, not counted, so that no peer's round is the broker's
+  first heavy run (--no-warm-up leaves it out).
 * Each run reads the pre-loaded input from the start under a fresh group and writes a fresh topic.
   Progress is the group's committed input offsets, polled every 0.2 s: start-up = launch to the first
   commit, steady rate = records committed after the first commit / time from it to the last.
@@ -615,8 +615,8 @@ def main(argv: list[str] | None = None) -> None:
             console.print(f"loaded {args.records:,} orders on {len(expected.counts):,} keys into {partitions} "
                           f"partitions in {time.monotonic() - t0:.1f} s")
             if args.warm_up:
-                # The broker's first heavy run compiles its hot paths: on 64 partitions its first peer ran at
-                # 0.45-0.65 of the peer after it, whichever went first (2026-11-27). Nobody's round gets it.
+                # The first heavy run on a fresh broker ran slower with the broker busier, whichever peer made it
+                # (64 partitions, 2026-11-27): no peer's round is that run. (It did not close the gap measured.)
                 t0 = time.monotonic()
                 run_once("copy", "stateless", 0, kafka.bootstrap_servers, admin, source, args.records, expected,
                          kstreams, quix, args.timeout, brokers)
