@@ -54,12 +54,6 @@ class EosConfig:
     #: many partitions; a unit is also the smallest thing that moves between workers. A change takes effect
     #: safely: a task first fences the transactional id that last committed it.
     tasks_per_transaction: int = 1
-    #: How many batch loops the driver runs at once, each over its own share of the units (Kafka Streams'
-    #: `num.stream.threads`): a lane plans, runs and commits its batches as one Spark job each, and starts its
-    #: next batch when its own last one is done, not when every task's is. 1: one Spark job per batch over all
-    #: tasks. Lanes pay off where one batch's tasks take unequal time, as on many partitions; each lane's job
-    #: takes its share of the task slots (`eos.driver.lanes`).
-    lanes: int = 1
     #: Seconds between the starts of two batches. A batch that takes longer, or that `max_records_per_batch`
     #: capped (the input is behind), is followed at once.
     trigger_interval: float = 1.0
@@ -180,7 +174,6 @@ class EosConfig:
         _positive("batch_timeout", self.batch_timeout)
         _positive("max_batch_attempts", self.max_batch_attempts)
         _positive("tasks_per_transaction", self.tasks_per_transaction)
-        _positive("lanes", self.lanes)
         _positive("standby_refresh_budget", self.standby_refresh_budget)
         if self.tracing:
             try:

@@ -13,9 +13,9 @@ Quix Streams and a bare confluent-kafka transactional copy loop, side by side on
   default 10 MiB shared by the tasks) and `kstreams-cache` (its default cache) run count and pipeline
   emitting the latest aggregate per key per commit, and are compared with each other. stateless64: the
   stateless job on an input of 64 partitions (each peer's default parallelism on this machine; a Kafka
-  task per partition); this framework's runs of it set tasks_per_transaction=32 and lanes=2, so that its 64
-  tasks commit in two transactions, each unit in a batch loop of its own, as Kafka Streams' two stream threads
-  each commit theirs (exactly_once_v2), unless --eos-settings sets them. The copy loop runs the stateless jobs only.
+  task per partition); this framework's runs of it set tasks_per_transaction=32, so that its 64 tasks
+  commit in two transactions per batch as Kafka Streams' two stream threads commit theirs (exactly_once_v2),
+  unless --eos-settings sets it. The copy loop runs the stateless jobs only.
 * CPU: the run's processes' CPU-seconds over the steady phase, divided by its wall time ("cores busy"); and
   the broker's, which every peer shares the two cores with ("broker cores", local brokers only).
 * Interleaved: round 1 runs every peer once (A B C D), round 2 again, ...; medians over the rounds. Before
@@ -301,10 +301,8 @@ def command(peer: str, job: str, bootstrap: str, source: str, sink: str, group: 
         settings = json.loads(env.get("PEER_SETTINGS") or "{}")
         if peer == "eos-cache":  # Kafka Streams' default cache, shared by its tasks as its threads share it
             settings = {"cache_max_bytes": KSTREAMS_CACHE_BYTES // PARTITIONS, **settings}
-        if wide:  # the 64 tasks commit in two transactions, each in a lane of its own, as Kafka Streams' two
-            # threads each commit theirs in one transaction when their own interval is up
-            settings = {"tasks_per_transaction": WIDE_PARTITIONS // KSTREAMS_THREADS, "lanes": KSTREAMS_THREADS,
-                        **settings}
+        if wide:  # the 64 tasks commit in two transactions per batch, as Kafka Streams' two threads commit theirs
+            settings = {"tasks_per_transaction": WIDE_PARTITIONS // KSTREAMS_THREADS, **settings}
         env["PEER_SETTINGS"] = json.dumps(settings)
         master = ["--master", env["PEER_MASTER"]] if env.get("PEER_MASTER") else []  # --eos-master
         return [sys.executable, "-m", "eos.cli", "run", str(HERE / "eos_job.py"), "--no-live", *master], env

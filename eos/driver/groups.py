@@ -25,13 +25,12 @@ _RANK = {TaskStatus.FAILED: 0, TaskStatus.COMMITTED: 1, TaskStatus.NOOP: 2, Task
 
 
 def share_out(plans: Sequence[TaskPlan | StandbyPlan], slots: Mapping[str | None, int],
-              unit: Callable[[TaskPlan], str] = lambda plan: str(plan.task), keep_from: int | None = None,
+              unit: Callable[[TaskPlan], str] = lambda plan: str(plan.task),
               ) -> list[TaskPlan | GroupMember | StandbyPlan]:
     """The Spark partitions of one Spark job of a batch: for each location in `slots` (an executor's location
     string, or None for a local master's), its tasks as one group with a member per slot (at most one per
     unit) and claims of its own; the tasks of other locations one partition per unit (`unit`: a task's
-    transactional id), and the standbys one partition each. `keep_from`: the oldest batch whose claims the
-    groups keep (`TaskGroup.keep_from`)."""
+    transactional id), and the standbys one partition each."""
     located: dict[str | None, list[TaskPlan]] = {}
     elsewhere: dict[str, list[TaskPlan]] = {}
     rest: list[TaskPlan | GroupMember | StandbyPlan] = []
@@ -47,15 +46,15 @@ def share_out(plans: Sequence[TaskPlan | StandbyPlan], slots: Mapping[str | None
     for location, group_plans in located.items():
         units = len({unit(p) for p in group_plans})
         group = TaskGroup(tuple(group_plans), group_plans[0].batch, f"{location or 'local'}-{job}",
-                          max(1, min(units, slots[location])), location, keep_from)
+                          max(1, min(units, slots[location])), location)
         members.extend(GroupMember(group, m) for m in range(group.members))
     for key, unit_plans in elsewhere.items():
         if len(unit_plans) == 1:
             members.append(unit_plans[0])
         else:
             location = unit_plans[0].preferred_location
-            members.append(GroupMember(TaskGroup(tuple(unit_plans), unit_plans[0].batch, f"{key}-{job}", 1, location,
-                                                 keep_from), 0))
+            members.append(GroupMember(TaskGroup(tuple(unit_plans), unit_plans[0].batch, f"{key}-{job}", 1, location),
+                                       0))
     return members + rest
 
 

@@ -47,12 +47,10 @@ BACKLOG_START_RECORDS = 200_000
 class Planner:
     def __init__(self, admin: KafkaAdmin, config: EosConfig, subtopologies: Mapping[str, SubTopology],
                  partition_counts: Mapping[str, int], clocked: frozenset[str] = frozenset(), *,
-                 timed: bool = True, tasks: frozenset[TaskId] | None = None) -> None:
+                 timed: bool = True) -> None:
         """`timed`: batches behind a backlog are sized from how long the last ones took (`time_batch`); a test
-        driver, which runs no clock, plans with the configured bounds only. `tasks`: the tasks this planner plans
-        (a lane's share, `eos.driver.lanes`); None: all of them. Batches are sized per partition as for all."""
+        driver, which runs no clock, plans with the configured bounds only."""
         self.admin = admin
-        self.tasks = tasks
         self.config = config
         #: records per input partition and batch while the input is behind (`time_batch`)
         self._sized = timed and config.size_backlog_batches and config.trigger_interval > 0
@@ -90,15 +88,11 @@ class Planner:
     def task_count(self, sub: SubTopology) -> int:
         return self.partition_counts[sub.inputs[0]]
 
-    def planned(self, sub: SubTopology) -> list[int]:
-        """The partitions of `sub` whose tasks this planner plans."""
-        return [p for p in range(self.task_count(sub)) if self.tasks is None or sub.task(p) in self.tasks]
-
     def input_partitions(self) -> list[TP]:
         tps: set[TP] = set()
         for sub in self.subtopologies.values():
             for topic in sub.inputs:
-                tps.update((topic, p) for p in self.planned(sub))
+                tps.update((topic, p) for p in range(self.partition_counts[topic]))
         return sorted(tps)
 
     def initialize_offsets(self) -> dict[TP, int]:
@@ -119,9 +113,9 @@ class Planner:
     def _by_group(self) -> dict[str, list[TP]]:
         """Input partitions by the group their progress is committed under."""
         out: dict[str, set[TP]] = {}
-        for (name, topic), group in self.groups.items():
-            out.setdefault(group, set()).update((topic, p) for p in self.planned(self.subtopologies[name]))
-        return {g: sorted(tps) for g, tps in out.items() if tps}
+        for (_, topic), group in self.groups.items():
+            out.setdefault(group, set()).update((topic, p) for p in range(self.partition_counts[topic]))
+        return {g: sorted(tps) for g, tps in out.items()}
 
     def plan(self, batch: int) -> list[TaskPlan]:
         if time.monotonic() - self._ids_read >= TOPIC_ID_REFRESH_S:
@@ -140,7 +134,7 @@ class Planner:
             cap = batch_cap
             if self._first_plan:  # the first batch starts the workers and clients: its outputs come sooner if small
                 cap = min(cap, self.config.first_batch_max_records)
-            for partition in self.planned(sub):
+            for partition in range(self.task_count(sub)):
                 ranges, resets, behind = [], {}, set()
                 for topic in sub.inputs:
                     tp = (topic, partition)

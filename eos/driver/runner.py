@@ -1,7 +1,6 @@
 """The driver loop: plan a batch, run one Spark job whose Spark tasks share out the planned tasks
-(`eos.driver.groups`), collect one result per task, repeat at the trigger interval. With `lanes` > 1 several
-such loops run at once, each over its own share of the units (`eos.driver.lanes`). Graceful stop finishes
-the batches in flight first.
+(`eos.driver.groups`), collect one result per task, repeat at the trigger interval. Graceful stop finishes
+the current batch first.
 
 The job definition (config, sub-topologies, hooks) goes to the workers once per run as a broadcast.
 Whether a failed batch stops the job is decided by the error's type (`eos.errors.stops_the_job`): bad
@@ -11,13 +10,11 @@ executor, a broker outage) is planned again, up to `max_failed_batches` times in
 
 from __future__ import annotations
 
-import contextvars
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -32,7 +29,6 @@ from eos.driver.checks import (
     create_repartition_topics,
 )
 from eos.driver.groups import one_result_per_task, share_out
-from eos.driver.lanes import LaneBoard, lane_shares
 from eos.driver.lease import acquire_driver_lease, check_driver_lease
 from eos.driver.metrics import DriverMetrics
 from eos.driver.placement import Placer
@@ -45,7 +41,7 @@ from eos.errors import ConfigError, JobFailedError, stops_the_job
 from eos.ledger import ledger_topic
 from eos.logs import configure_logging
 from eos.schema_registry import check_registries
-from eos.topology import TaskId, topic_groups
+from eos.topology import topic_groups
 from eos.worker.entry import SparkTaskFunction
 from eos.worker.plans import Job, StandbyPlan, StandbyResult, StandbyStatus, TaskPlan, TaskResult, TaskStatus, unit_id
 from transactions import GroupLease, KafkaAdmin
@@ -67,19 +63,6 @@ SETTLE_S = 10.0
 SETTLE_POLL_S = 0.05
 
 
-@dataclass(frozen=True)
-class _Run:
-    """What the lanes of one run share (`Runner._loop`; their driver-side state is under `Runner._lock`)."""
-
-    tasks_fn: SparkTaskFunction
-    summary: RunSummary
-    board: LaneBoard
-    until_caught_up: bool
-    keep_task_results: bool
-    on_batch: OnBatch | None
-    deadline: float | None
-
-
 class Runner:
     def __init__(self, app: Application, sc: SparkContext | ContextStart) -> None:
         self.app = app
@@ -87,9 +70,6 @@ class Runner:
         self._sc = None if isinstance(sc, ContextStart) else sc
         self.config = app.config
         self._stop = threading.Event()
-        self._board: LaneBoard | None = None  # the lanes of the run in progress
-        #: what lanes share in the driver: the placer, the run's summary, metrics and reports
-        self._lock = threading.RLock()
         self.placer: Placer | None = None
         self.lease: GroupLease | None = None
         self.purger: RepartitionPurger | None = None
@@ -106,10 +86,8 @@ class Runner:
         return self._sc
 
     def request_stop(self) -> None:
-        """Graceful stop: the batches in flight finish (commit), then the loop ends."""
+        """Graceful stop: the batch in flight finishes (commits), then the loop ends."""
         self._stop.set()
-        if self._board is not None:
-            self._board.halt.set()
 
     def prepare(self) -> tuple[Planner, Job]:
         """Start-up checks, internal topics, offsets of new partitions; the job definition for the tasks. What
@@ -166,23 +144,84 @@ class Runner:
         broadcast = self.sc.broadcast(cloudpickle.dumps(job))
         tasks_fn = SparkTaskFunction(broadcast)
         summary = RunSummary(cfg.application_id, dead_letter_topic=cfg.dlq_topic)
-        shares = lane_shares(self.app.subtopologies, planner.partition_counts, cfg) if cfg.lanes > 1 else []
-        board = self._board = LaneBoard(max(1, len(shares)), max_batches)
-        if self._stop.is_set():
-            board.halt.set()
-        run = _Run(tasks_fn, summary, board, until_caught_up, keep_task_results, on_batch,
-                   None if max_seconds is None else time.monotonic() + max_seconds)
         started = time.monotonic()
+        batch = failures = 0
+        settling: float | None = None  # until when a run until caught up waits for its own topics (`_settled`)
         log.info("run started", subtopologies=sorted(self.app.subtopologies), until_caught_up=until_caught_up,
-                 master=self.sc.master, lanes=board.lanes)
+                 master=self.sc.master)
         with self._signals(handle_signals):
             try:
-                if len(shares) <= 1:
-                    self._lane(0, planner, run)
-                else:
-                    self._lanes(planner, shares, run)
-                if board.error is not None:
-                    raise board.error
+                while not self._stop.is_set():
+                    if max_seconds is not None and time.monotonic() - started > max_seconds:
+                        break
+                    t0, wall = time.monotonic(), time.time()
+                    if self.lease is not None:
+                        check_driver_lease(self.lease, cfg)
+                    try:
+                        plans = planner.plan(batch)
+                        if self.metrics is not None:
+                            self.metrics.observe_lag(planner.lag)
+                        standbys: list[StandbyPlan] = []
+                        if self.placer is not None:
+                            plans, standbys = self.placer.place(plans, batch)
+                        if until_caught_up and all(p.idle and not (p.stamps and p.stamps.wake) for p in plans):
+                            # every input is processed (punctuation of idle tasks does not count), unless a
+                            # step's output that a later step reads is not yet stable
+                            settling = settling or time.monotonic() + SETTLE_S
+                            if not self._settled(planner, settling):
+                                self._stop.wait(SETTLE_POLL_S)
+                                continue
+                            break
+                        settling = None
+                        if not plans and not standbys:
+                            self._stop.wait(cfg.trigger_interval)
+                            continue
+                        everything = self._execute(tasks_fn, [*plans, *standbys], batch)
+                    except Exception as exc:
+                        failures += 1
+                        if stops_the_job(exc):
+                            raise
+                        if self._stop.is_set():
+                            # A stop was asked for and the batch did not finish (a SIGTERM to the driver's
+                            # whole process group ends Spark's processes too): its transactions abort, and
+                            # the next start reads its input again.
+                            log.warning("stopped with a batch in flight; it did not commit and runs again at the "
+                                        "next start", batch=batch, error=root_cause(exc))
+                            break
+                        if failures > cfg.max_failed_batches:
+                            raise JobFailedError(f"{failures} batches in a row failed; the last error: "
+                                                 f"{root_cause(exc)}") from exc
+                        backoff = min(30.0, 2.0 ** failures)
+                        log.error("batch failed; planning it again", batch=batch, failures=failures,
+                                  retry_in_s=backoff, error=root_cause(exc))
+                        self._stop.wait(backoff)
+                        continue
+                    failures = 0
+                    results = [r for r in everything if isinstance(r, TaskResult)]
+                    planner.observe(results)
+                    planner.time_batch(plans, time.monotonic() - t0)
+                    if self.purger is not None:
+                        self.purger.maybe_purge()
+                    report = self._report(batch, wall, time.monotonic() - t0, results, standbys, everything)
+                    report.input_lag = sum(planner.lag.values())
+                    summary.add(report, results, keep_task_results)
+                    if self.metrics is not None:
+                        self.metrics.observe_batch(report, results)
+                    summary.dead_letter_warnings += self._warn_dead_letters(results)
+                    self.lateness.check(summary, results)
+                    log.info("batch done", **to_json(report))
+                    if on_batch is not None:
+                        on_batch(report, results)
+                    batch += 1
+                    if max_batches is not None and batch >= max_batches:
+                        break
+                    deferred = any(isinstance(r, TaskResult) and r.status is TaskStatus.DEFERRED for r in results)
+                    if not any(p.behind for p in plans) and not deferred:
+                        # A batch that max_records_per_batch capped is followed at once, as Kafka Streams
+                        # processes a backlog without pause between its commits: waiting out the interval
+                        # left the cores idle for what a shorter batch saved (docs/measurements.md). So is one
+                        # whose tasks were left for the next batch (a unit's in a run's first batch).
+                        self._stop.wait(max(0.0, cfg.trigger_interval - (time.monotonic() - t0)))
             finally:
                 try:
                     broadcast.unpersist()
@@ -198,128 +237,6 @@ class Runner:
                  records_out=summary.records_out, dead_letters=summary.dead_letters,
                  elapsed_s=round(summary.elapsed_s, 2))
         return summary
-
-    def _lanes(self, planner: Planner, shares: list[frozenset[TaskId]], run: _Run) -> None:
-        """Each lane's loop in a thread of its own, with a planner of its tasks (and an admin client of its own:
-        the lanes plan at the same time); this thread waits for them (and takes the signals)."""
-        cfg = self.config
-        threads = []
-        for lane, tasks in enumerate(shares):
-            own = Planner(KafkaAdmin(cfg.bootstrap_servers), cfg, planner.subtopologies, planner.partition_counts,
-                          planner.clocked, tasks=tasks)
-            # (a copy of this thread's context each: the logs' bound fields)
-            thread = threading.Thread(target=contextvars.copy_context().run, args=(self._lane, lane, own, run),
-                                      name=f"eos-lane-{lane}", daemon=True)
-            thread.start()
-            threads.append((thread, own))
-        try:
-            for thread, _ in threads:
-                while thread.is_alive():
-                    thread.join(0.2)
-        finally:
-            run.board.halt.set()
-            for thread, own in threads:
-                thread.join()
-                own.admin.close()
-
-    def _lane(self, lane: int, planner: Planner, run: _Run) -> None:
-        """One lane's loop: plan its tasks, run them as one Spark job, learn from the results, wait out the
-        trigger interval; until the run ends (`LaneBoard.halt`). An error that stops the job goes to the board."""
-        try:
-            with structlog.contextvars.bound_contextvars(**({"lane": lane} if run.board.lanes > 1 else {})):
-                self._loop(lane, planner, run)
-        except BaseException as exc:
-            run.board.fail(exc)
-
-    def _loop(self, lane: int, planner: Planner, run: _Run) -> None:
-        cfg, board = self.config, run.board
-        failures = 0
-        batch: int | None = None  # the number this lane plans under (kept until a batch runs under it)
-        settling: float | None = None  # until when a run until caught up waits for its own topics (`_settled`)
-        while not board.halt.is_set():
-            if run.deadline is not None and time.monotonic() > run.deadline:
-                board.halt.set()
-                break
-            if batch is None and (batch := board.take(lane)) is None:
-                break
-            t0, wall = time.monotonic(), time.time()
-            if self.lease is not None:
-                with self._lock:
-                    check_driver_lease(self.lease, cfg)
-            try:
-                plans = planner.plan(batch)
-                if self.metrics is not None:
-                    self.metrics.observe_lag(planner.lag)
-                standbys: list[StandbyPlan] = []
-                if self.placer is not None:
-                    with self._lock:
-                        plans, standbys = self.placer.place(plans, batch)
-                    if planner.tasks is not None:
-                        standbys = [s for s in standbys if s.task in planner.tasks]
-                if run.until_caught_up and all(p.idle and not (p.stamps and p.stamps.wake) for p in plans):
-                    # every input is processed (punctuation of idle tasks does not count), unless a
-                    # step's output that a later step reads is not yet stable, or another lane is busy
-                    settling = settling or time.monotonic() + SETTLE_S
-                    if self._settled(planner, settling):
-                        board.idle(lane, t0)
-                    board.halt.wait(SETTLE_POLL_S)
-                    continue
-                settling = None
-                if not plans and not standbys:
-                    board.halt.wait(cfg.trigger_interval)
-                    continue
-                board.busy(lane)
-                keep_from = board.start(batch)
-                try:
-                    everything = self._execute(run.tasks_fn, [*plans, *standbys], batch, keep_from, board.lanes)
-                except BaseException:
-                    board.end(batch, ran=False)
-                    raise
-            except Exception as exc:
-                failures += 1
-                if stops_the_job(exc):
-                    raise
-                if self._stop.is_set():
-                    # A stop was asked for and the batch did not finish (a SIGTERM to the driver's
-                    # whole process group ends Spark's processes too): its transactions abort, and
-                    # the next start reads its input again.
-                    log.warning("stopped with a batch in flight; it did not commit and runs again at the "
-                                "next start", batch=batch, error=root_cause(exc))
-                    break
-                if failures > cfg.max_failed_batches:
-                    raise JobFailedError(f"{failures} batches in a row failed; the last error: "
-                                         f"{root_cause(exc)}") from exc
-                backoff = min(30.0, 2.0 ** failures)
-                log.error("batch failed; planning it again", batch=batch, failures=failures,
-                          retry_in_s=backoff, error=root_cause(exc))
-                board.halt.wait(backoff)
-                continue
-            failures = 0
-            results = [r for r in everything if isinstance(r, TaskResult)]
-            planner.observe(results)
-            planner.time_batch(plans, time.monotonic() - t0)
-            with self._lock:
-                report = self._report(batch, wall, time.monotonic() - t0, results, standbys, everything)
-                report.input_lag = sum(planner.lag.values())
-                if self.purger is not None:
-                    self.purger.maybe_purge()
-                run.summary.add(report, results, run.keep_task_results)
-                if self.metrics is not None:
-                    self.metrics.observe_batch(report, results)
-                run.summary.dead_letter_warnings += self._warn_dead_letters(results)
-                self.lateness.check(run.summary, results)
-                log.info("batch done", **to_json(report))
-                if run.on_batch is not None:
-                    run.on_batch(report, results)
-            board.end(batch, ran=True)
-            batch = None
-            deferred = any(isinstance(r, TaskResult) and r.status is TaskStatus.DEFERRED for r in results)
-            if not any(p.behind for p in plans) and not deferred:
-                # A batch that max_records_per_batch capped is followed at once, as Kafka Streams
-                # processes a backlog without pause between its commits: waiting out the interval
-                # left the cores idle for what a shorter batch saved (docs/measurements.md). So is one
-                # whose tasks were left for the next batch (a unit's in a run's first batch).
-                board.halt.wait(max(0.0, cfg.trigger_interval - (time.monotonic() - t0)))
 
     @staticmethod
     def _settled(planner: Planner, until: float) -> bool:
@@ -343,21 +260,19 @@ class Runner:
             self.lease.release()
             self.lease = None
 
-    def _execute(self, tasks_fn: SparkTaskFunction, plans: list[TaskPlan | StandbyPlan], batch: int,
-                 keep_from: int, lanes: int) -> list[TaskResult | StandbyResult]:
+    def _execute(self, tasks_fn: SparkTaskFunction, plans: list[TaskPlan | StandbyPlan],
+                 batch: int) -> list[TaskResult | StandbyResult]:
         """One Spark job: the tasks planned on each executor shared out among as many Spark tasks as it runs at
-        once (its lane's share of them), each standby one Spark task. A task that reports a deterministic failure
+        once (`eos.driver.groups`), each standby one Spark task. A task that reports a deterministic failure
         raises it here (its kind of error), after the placer has seen the results."""
-        slots = {location: max(1, n // lanes) for location, n in task_slots(self.sc).items()}
-        items = share_out(plans, slots, lambda plan: unit_id(plan.task, self.config), keep_from)
+        items = share_out(plans, task_slots(self.sc), lambda plan: unit_id(plan.task, self.config))
         self.sc.setJobGroup(f"{self.config.application_id}-batch-{batch}",
                             f"eos {self.config.application_id} batch {batch} ({len(plans)} tasks in {len(items)} "
                             "Spark tasks)", True)
         rdd = task_rdd(self.sc, items, [p.preferred_location for p in items])
         results = one_result_per_task(plans, rdd.mapPartitions(tasks_fn).collect())
         if self.placer is not None:
-            with self._lock:
-                self.placer.observe(results)
+            self.placer.observe(results)
         for r in results:
             if isinstance(r, TaskResult) and r.failure is not None:
                 raise r.failure.to_exception()

@@ -73,8 +73,7 @@ class TaskClaims:
         self.directory = root / token / f"{member.group.batch}-{member.group.key}"
         if not self.directory.is_dir():
             self.directory.mkdir(parents=True, exist_ok=True)
-            group = member.group
-            _prune(root, token, group.batch - 1 if group.keep_from is None else group.keep_from)
+            _prune(root, token, member.group.batch)
 
     @contextmanager
     def claim(self, unit: str) -> Iterator[Claim | None]:
@@ -110,14 +109,14 @@ def _stored(fd: int) -> tuple[int, list[TaskResult]] | None:
 OTHER_RUNS_STALE_S = 3600.0
 
 
-def _prune(directory: Path, token: str, keep_from: int) -> None:
+def _prune(directory: Path, token: str, batch: int) -> None:
     """Remove other runs' claims that no batch has touched for OTHER_RUNS_STALE_S, and this run's claims of
-    batches before `keep_from`: the batch before this one, or, with lanes, before the oldest in flight (the
-    driver starts a lane's batch only after every task of its one before reported)."""
+    batches before the previous one (the driver starts a batch only after every task of the one before
+    reported)."""
     stale = [e for e in _entries(directory) if e.name != token and _untouched_for(e, OTHER_RUNS_STALE_S)]
     for entry in _entries(directory / token):
         head = entry.name.split("-", 1)[0]
-        if head.isdigit() and int(head) < keep_from:
+        if head.isdigit() and int(head) < batch - 1:
             stale.append(entry)
     for entry in stale:
         shutil.rmtree(entry, ignore_errors=True)  # (a sibling may be removing it too)

@@ -135,9 +135,6 @@ class TaskGroup:
     key: str
     members: int
     preferred_location: str | None = None
-    #: the oldest batch whose claims this one's members keep (`eos.worker.claims`); None: the one before it.
-    #: Lanes (`eos.driver.lanes`) run several batches at once: the oldest in flight is kept, and the one before.
-    keep_from: int | None = None
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
 """Tasks that share a transaction (`tasks_per_transaction`) on a real broker and real Spark: a count and a
 stateless step, 8 partitions in units of 4. Workers die inside a unit's transaction (before the commit of
-its third task; after a streamed slice of its first), and the whole job, its two units in two lanes
-(`lanes`), is SIGKILLed three times and restarted. Each key's committed counts are 1, 2, ..., its reference
-total, once each; every input is mapped once; the auditor says PASS, and FAIL once a broken writer commits a
-result again; and each batch of a unit commits in one transaction."""
+its third task; after a streamed slice of its first), and the whole job is SIGKILLed three times and
+restarted. Each key's committed counts are 1, 2, ..., its reference total, once each; every input is mapped
+once; the auditor says PASS, and FAIL once a broken writer commits a result again; and each batch of a unit
+commits in one transaction."""
 
 from __future__ import annotations
 
@@ -86,9 +86,8 @@ from eos import Application
 from eos.testing import MarkWhile
 from integration_tests.streams.test_shared_transactions import build
 
-app = build(Application(os.environ["APP"], tasks_per_transaction=4, lanes=2, max_records_per_batch=300,
-                        trigger_interval=0.0, cache_max_bytes=0, log_format="json", log_level="WARNING",
-                        state_dir=os.environ["STATE"]),
+app = build(Application(os.environ["APP"], tasks_per_transaction=4, max_records_per_batch=300, trigger_interval=0.0,
+                        cache_max_bytes=0, log_format="json", log_level="WARNING", state_dir=os.environ["STATE"]),
             os.environ["IN"], os.environ["COUNTS"], os.environ["MAPPED"])
 if os.environ.get("MARKS"):
     app.fault_hooks.on("before_commit", MarkWhile(os.environ["MARKS"], seconds=0.3))

@@ -19,12 +19,10 @@ def settings(monkeypatch: pytest.MonkeyPatch, peer: str, job: str, tried: dict |
     return json.loads(env["PEER_SETTINGS"])
 
 
-def test_the_wide_job_commits_its_64_tasks_in_two_transactions_and_lanes_as_kafka_streams_two_threads(monkeypatch):
-    assert settings(monkeypatch, "eos", "stateless64") == {"tasks_per_transaction": 32, "lanes": 2}
+def test_the_wide_job_commits_its_64_tasks_in_two_transactions_as_kafka_streams_two_threads(monkeypatch):
+    assert settings(monkeypatch, "eos", "stateless64") == {"tasks_per_transaction": 32}
     assert settings(monkeypatch, "eos", "stateless") == {}
     assert settings(monkeypatch, "eos-cache", "count") == {"cache_max_bytes": 10 * 1024 * 1024 // 4}
     # what --eos-settings tries wins
-    assert settings(monkeypatch, "eos", "stateless64", {"tasks_per_transaction": 8}) == {"tasks_per_transaction": 8,
-                                                                                          "lanes": 2}
-    assert settings(monkeypatch, "eos", "stateless64", {"lanes": 1}) == {"tasks_per_transaction": 32, "lanes": 1}
+    assert settings(monkeypatch, "eos", "stateless64", {"tasks_per_transaction": 8}) == {"tasks_per_transaction": 8}
     assert settings(monkeypatch, "eos", "stateless", {"max_records_per_batch": 10}) == {"max_records_per_batch": 10}

@@ -166,18 +166,6 @@ def test_claims_of_batches_before_the_previous_one_and_of_other_runs_gone_quiet_
         assert claim is not None
 
 
-def test_with_lanes_claims_of_the_oldest_batch_in_flight_are_kept_whatever_later_batches_start(tmp_path):
-    from dataclasses import replace
-
-    # lane 1's batch 3 still runs while lane 0 starts batches 4, 6 and 8: the driver keeps from 2
-    TaskClaims(tmp_path, "run", GroupMember(group_of(0, batch=3), 0))
-    for batch in (4, 6, 8):
-        TaskClaims(tmp_path, "run", GroupMember(replace(group_of(0, batch=batch), keep_from=2), 0))
-    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["3-local", "4-local", "6-local", "8-local"]
-    TaskClaims(tmp_path, "run", GroupMember(replace(group_of(0, batch=9), keep_from=7), 0))
-    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["8-local", "9-local"]
-
-
 # ---------------------------------------------------------------- worker side: members running a batch
 
 
