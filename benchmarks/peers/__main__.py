@@ -296,8 +296,12 @@ def command(peer: str, job: str, bootstrap: str, source: str, sink: str, group: 
     env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": bootstrap}
     wide, job = job == "stateless64", "stateless" if job == "stateless64" else job  # (another input)
     if peer.startswith("eos"):
+        # The run starts in the scratch directory, where `import eos` would find whatever the interpreter's
+        # environment has installed (an editable install of another checkout measured that one's code): this
+        # checkout's packages come first
+        path = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
         env |= {"PEER_APP": group, "PEER_JOB": job, "PEER_INPUT": source, "PEER_OUTPUT": sink,
-                "PEER_STATE": str(scratch / "state")}
+                "PEER_STATE": str(scratch / "state"), "PYTHONPATH": path}
         settings = json.loads(env.get("PEER_SETTINGS") or "{}")
         if peer == "eos-cache":  # Kafka Streams' default cache, shared by its tasks as its threads share it
             settings = {"cache_max_bytes": KSTREAMS_CACHE_BYTES // PARTITIONS, **settings}

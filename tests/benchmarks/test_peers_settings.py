@@ -26,3 +26,21 @@ def test_the_wide_job_commits_its_64_tasks_in_two_transactions_as_kafka_streams_
     # what --eos-settings tries wins
     assert settings(monkeypatch, "eos", "stateless64", {"tasks_per_transaction": 8}) == {"tasks_per_transaction": 8}
     assert settings(monkeypatch, "eos", "stateless", {"max_records_per_batch": 10}) == {"max_records_per_batch": 10}
+
+
+def test_the_framework_s_runs_import_this_checkout_whatever_is_installed(monkeypatch, tmp_path):
+    """`eos run` starts in a scratch directory: without the checkout first on its path, it imported the `eos` of
+    whatever checkout the interpreter's environment had installed, and the benchmark measured that one's code."""
+    import subprocess
+    import sys
+
+    import eos
+
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    (tmp_path / "eos").mkdir()
+    (tmp_path / "eos" / "__init__.py").write_text("raise ImportError('another checkout')")
+    cmd, env = command("eos", "stateless", "b:9092", "in", "out", "g", tmp_path, ["java"], None)
+    assert cmd[:3] == [sys.executable, "-m", "eos.cli"]
+    found = subprocess.run([sys.executable, "-c", "import eos; print(eos.__file__)"], env=env, cwd=tmp_path / "eos",
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert Path(found) == Path(eos.__file__).resolve()
