@@ -207,10 +207,24 @@ def resolve_master(master: str | None = None) -> str:
 def _prepare_environment(master: str) -> None:
     if _submitted():
         return  # spark-submit set up the driver's environment (and its JVM is already running)
+    _check_spark_home()
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if is_local_master(master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # executors run on this machine
+
+
+def _check_spark_home() -> None:
+    """PySpark launches the driver's JVM from `$SPARK_HOME/bin/spark-submit` when the variable is set at all: an
+    empty or mistaken one ended in "No such file or directory: './bin/spark-submit'" while the context started."""
+    home = os.environ.get("SPARK_HOME")
+    if home is not None and not os.path.isfile(os.path.join(home, "bin", "spark-submit")):
+        from pyspark.version import __version__
+
+        from eos.errors import ConfigError
+
+        raise ConfigError(f"SPARK_HOME={home!r} holds no bin/spark-submit: point it at a Spark {__version__} "
+                          "installation (PySpark's version), or unset it to use the Spark that comes with PySpark")
 
 
 @contextmanager

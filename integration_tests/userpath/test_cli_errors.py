@@ -69,6 +69,17 @@ def test_a_missing_topic_fails_before_spark_starts_with_the_error_last(kafka, to
     assert not any("Spark" in line or "log4j" in line or "WARNING" in line for line in lines), done.stderr
 
 
+def test_a_spark_home_without_spark_fails_fast_and_says_what_to_change(tmp_path, unique_name):
+    job = job_file(tmp_path, COPY_JOB.format(app=unique_name("app"), settings="", src="a", dst="b", tail=""))
+    for home in ("", str(tmp_path)):  # set but empty (PySpark then runs ./bin/spark-submit), or not Spark's
+        done = eos(["run", str(job), "--until-caught-up"], {**environment("127.0.0.1:1", tmp_path), "SPARK_HOME": home},
+                   tmp_path, timeout=120)
+        assert done.returncode == 2, done.stderr
+        line = done.stderr.strip().splitlines()[-1]
+        assert f"SPARK_HOME={home!r} holds no bin/spark-submit" in line and "unset it" in line, done.stderr
+        assert "Traceback" not in done.stderr and "FileNotFoundError" not in done.stderr, done.stderr
+
+
 def test_app_run_at_the_top_level_of_a_loaded_file_fails_at_once_with_what_to_do(kafka, tmp_path, unique_name):
     job = job_file(tmp_path, COPY_JOB.format(app=unique_name("app"), settings="", src="a", dst="b",
                                              tail="app.run(until_caught_up=True)"))

@@ -168,3 +168,13 @@ def test_a_token_cut_off_by_a_dying_jvm_is_quiet_and_a_wrong_one_on_an_open_conn
             except ValueError:
                 sc._accumulatorServer.handle_error(server_end, ("127.0.0.1", 1))
     assert printed == [ValueError]  # the open connection's only
+
+
+@pytest.mark.parametrize("home", ["", "/nonexistent/spark"])
+def test_a_spark_home_without_spark_submit_fails_before_a_jvm_starts(home, monkeypatch):
+    from eos.driver.spark import build_spark_context
+
+    monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
+    monkeypatch.setenv("SPARK_HOME", home)
+    with pytest.raises(ConfigError, match=r"holds no bin/spark-submit.*or unset it"):
+        build_spark_context("local[1]", "x", for_job=True)
