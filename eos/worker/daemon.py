@@ -122,10 +122,15 @@ def main() -> None:
     sys.path[:] = prefer_installed_pyspark(sys.path)
     zygote = os.environ.get(ZYGOTE_ENV)
     if zygote:  # a warm copy of this daemon is waiting (eos.worker.zygote): it runs as this daemon instead
+        # Spark may destroy this process as soon as the forked daemon answers on its port, before this one has
+        # become the stand-in that passes the signal on: held back from here on, it is passed on then (killed
+        # meanwhile, this process left the forked daemon and its workers behind until the JVM exited)
+        signal.pthread_sigmask(signal.SIG_BLOCK, _STAND_IN_SIGNALS)
         pid = request_daemon(zygote, sys.path)
         if pid is not None:
             stand_in(pid)
             return
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STAND_IN_SIGNALS)  # (it runs the daemon loop itself)
     from pyspark import daemon
 
     preload()

@@ -196,6 +196,36 @@ def test_a_signal_spark_sends_while_the_launched_daemon_becomes_the_stand_in_is_
             proc.wait()
 
 
+@pytest.mark.parametrize("forked", [True, False])
+def test_a_signal_spark_sends_while_the_zygote_forks_the_daemon_is_passed_on_or_ends_the_launched_one(forked):
+    """Spark finds the daemon by its port, which the forked daemon opens before the zygote has answered the
+    launched one: a SIGTERM then came before the launched daemon held signals back, ended it, and left the forked
+    daemon behind (`test_spark_destroying_the_launched_daemon_ends_the_forked_one` failed so once, on a busy
+    machine). A launched daemon the zygote turned down runs by itself, and the signal ends it."""
+    daemon = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    answer = daemon.pid if forked else None
+    requesting = ("import os, signal, sys; import eos.worker.daemon as d\n"
+                  "def destroyed_meanwhile(path, sys_path):\n"
+                  "    os.kill(os.getpid(), signal.SIGTERM)\n"
+                  f"    return {answer}\n"
+                  "d.request_daemon = destroyed_meanwhile\n"
+                  "d.preload = d.quiet_closed_connections = lambda *a: None\n"
+                  "import pyspark.daemon; pyspark.daemon.manager = lambda: os._exit(3)\n"
+                  "d.main()")
+    launched = subprocess.Popen([sys.executable, "-c", requesting], env={**os.environ, ZYGOTE_ENV: "/nowhere"})
+    try:
+        if forked:
+            assert daemon.wait(10) == -signal.SIGTERM  # passed on once the stand-in listens
+            assert launched.wait(10) == 0
+        else:
+            assert launched.wait(10) == -signal.SIGTERM  # not forked: the signal is the launched daemon's own
+            assert daemon.poll() is None
+    finally:
+        for proc in (daemon, launched):
+            proc.kill()
+            proc.wait()
+
+
 # A driver that writes a line it does not flush, forks the zygote (`fork_zygote`), names its socket and waits.
 FORKING_DRIVER = """
 import json, os, sys, threading, time
