@@ -36,7 +36,7 @@ from eos.driver.planner import Planner
 from eos.driver.purge import PURGE_INTERVAL_S, RepartitionPurger
 from eos.driver.reports import BatchReport, LatenessWatch, RunSummary, to_json
 from eos.driver.shipping import ship_framework
-from eos.driver.spark import ContextStart, is_local_master, spark_conf, task_rdd, task_slots
+from eos.driver.spark import ContextStart, is_local_master, jvm_may_be_gone, spark_conf, task_rdd, task_slots
 from eos.errors import ConfigError, JobFailedError, stops_the_job
 from eos.ledger import ledger_topic
 from eos.logs import configure_logging
@@ -224,7 +224,8 @@ class Runner:
                         self._stop.wait(max(0.0, cfg.trigger_interval - (time.monotonic() - t0)))
             finally:
                 try:
-                    broadcast.unpersist()
+                    with jvm_may_be_gone():
+                        broadcast.unpersist()
                 except (Py4JError, OSError):  # Spark's JVM is gone (see stop_context): nothing to unpersist
                     pass
                 self._release()

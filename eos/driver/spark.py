@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import logging
 import os
 import re
 import socket
 import sys
 import threading
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -651,16 +653,59 @@ class ContextStart:
                 stop_context(self._sc)
 
 
+class _Py4JSendErrors(logging.Filter):
+    """Drops the traceback Py4J logs through the root logger when a call's answer never comes (the JVM went away
+    while it read), and keeps the error it names."""
+
+    MESSAGE = "Exception while sending command."
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.errors: list[str] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage() != self.MESSAGE:
+            return True
+        error = record.exc_info[1] if record.exc_info else None
+        self.errors.append(f"{type(error).__name__}: {error}" if error is not None else self.MESSAGE)
+        return False
+
+
+@contextmanager
+def jvm_may_be_gone() -> Iterator[_Py4JSendErrors]:
+    """Around calls into a JVM that may have exited (a SIGTERM to the driver's whole process group ends Spark's
+    JVM with the driver): Py4J logs a traceback to stderr for a connection reset mid-answer, and PySpark warns
+    that it could not stop the JVM cleanly, both after a run that ended cleanly. The caller says, in one line,
+    that the JVM had exited; what the filter kept names the error."""
+    root = logging.getLogger()
+    errors = _Py4JSendErrors()
+    # Py4J's logging.exception() gives an unconfigured root logger a stderr handler that outlives the call
+    placeholder = logging.NullHandler() if not root.handlers else None
+    if placeholder is not None:
+        root.addHandler(placeholder)
+    root.addFilter(errors)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Unable to cleanly shutdown Spark JVM", category=RuntimeWarning)
+            yield errors
+    finally:
+        root.removeFilter(errors)
+        if placeholder is not None:
+            root.removeHandler(placeholder)
+
+
 def stop_context(sc: SparkContext) -> None:
     """Stop a context whose JVM may be gone already: a SIGTERM to the driver's whole process group (systemd's
     default `KillMode=control-group`) ends Spark's JVM with the driver, and stopping it then raised a
     connection error from Py4J after the run had ended cleanly. There is nothing left to stop then."""
     from py4j.protocol import Py4JError
 
+    log = structlog.get_logger(__name__)
     try:
-        sc.stop()
+        with jvm_may_be_gone() as gone:
+            sc.stop()
     except (Py4JError, OSError) as exc:
-        structlog.get_logger(__name__).info("Spark's JVM had already exited", error=f"{type(exc).__name__}: {exc}")
+        log.info("Spark's JVM had already exited", error=f"{type(exc).__name__}: {exc}")
         from pyspark import SparkContext
 
         server = getattr(sc, "_accumulatorServer", None)  # what stop() does after the JVM, which it did not reach
@@ -669,6 +714,9 @@ def stop_context(sc: SparkContext) -> None:
             sc._accumulatorServer = None  # type: ignore[assignment]
         with SparkContext._lock:
             SparkContext._active_spark_context = None
+    else:
+        if gone.errors:  # PySpark caught Py4J's error itself and stopped what remained
+            log.info("Spark's JVM had already exited", error=gone.errors[0])
 
 
 def build_spark_session(master: str | None = None, app_name: str = "eos",

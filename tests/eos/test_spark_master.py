@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 import socket
+import struct
 import sys
+import threading
 from typing import Any
 
 import pytest
-from py4j.protocol import Py4JNetworkError
+from py4j.java_gateway import GatewayClient, GatewayParameters
+from py4j.protocol import Py4JNetworkError, get_return_value
+from structlog.testing import capture_logs
 
 from eos.driver.spark import (
     DEFAULT_MASTER,
+    _Py4JSendErrors,
     _quiet_accumulator_server,
     check_socket_dir,
     is_local_master,
@@ -125,6 +131,60 @@ def test_stopping_a_context_whose_jvm_is_gone_is_not_an_error(error, monkeypatch
     stop_context(sc)  # type: ignore[arg-type]
     assert sc.stops == 1 and SparkContext._active_spark_context is None  # a new context may start
     assert sc.server_stopped and sc._accumulatorServer is None  # its accumulator thread does not linger
+
+
+class _ResettingJvm:
+    """A loopback server that reads one Py4J command and resets the connection instead of answering: what Py4J
+    meets when Spark's JVM is killed while the driver waits for an answer."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self._thread = threading.Thread(target=self._reset_one, daemon=True)
+        self._thread.start()
+
+    def _reset_one(self) -> None:
+        connection, _ = self.server.accept()
+        connection.recv(4096)
+        connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        connection.close()  # an RST, not an orderly end
+        self.server.close()
+
+
+class _ResetContext:
+    """A context whose `_jsc.stop()` is a real Py4J call to a JVM that resets mid-answer, stopped by PySpark's own
+    `SparkContext.stop`."""
+
+    from pyspark import SparkContext
+
+    stop = SparkContext.stop
+
+    def __init__(self, port: int) -> None:
+        client = GatewayClient(gateway_parameters=GatewayParameters(port=port))
+
+        class Jsc:
+            def stop(self) -> Any:
+                return get_return_value(client.send_command("c\no0\nstop\ne\n"), client, "o0", "stop")
+
+        self._jsc, self._accumulatorServer = Jsc(), None
+
+
+def test_stopping_a_context_whose_jvm_reset_mid_answer_prints_no_traceback_and_says_so_in_one_line(capfd, caplog,
+                                                                                                   recwarn):
+    sc = _ResetContext(_ResettingJvm().port)
+    root = logging.getLogger()
+    handlers = list(root.handlers)
+    with capture_logs() as logs:
+        stop_context(sc)  # type: ignore[arg-type]
+    stderr = capfd.readouterr().err
+    assert "Traceback" not in stderr and "Exception while sending command" not in stderr, stderr
+    assert not caplog.records  # Py4J's traceback reached no handler of the root logger (stderr's, outside pytest)
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]  # PySpark's "Unable to cleanly ..."
+    [said] = [e for e in logs if e["event"] == "Spark's JVM had already exited"]
+    assert "ConnectionResetError" in said["error"] or "Py4J" in said["error"], said
+    assert sc._jsc is None
+    assert _Py4JSendErrors not in {type(f) for f in root.filters}  # the filter was only for the stop
+    assert root.handlers == handlers
 
 
 def _quieted_context() -> tuple[Any, list[type[BaseException] | None]]:
