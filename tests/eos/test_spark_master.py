@@ -10,6 +10,7 @@ import threading
 from typing import Any
 
 import pytest
+import structlog
 from py4j.java_gateway import GatewayClient, GatewayParameters
 from py4j.protocol import Py4JNetworkError, get_return_value
 from structlog.testing import capture_logs
@@ -174,8 +175,13 @@ def test_stopping_a_context_whose_jvm_reset_mid_answer_prints_no_traceback_and_s
     sc = _ResetContext(_ResettingJvm().port)
     root = logging.getLogger()
     handlers = list(root.handlers)
-    with capture_logs() as logs:
-        stop_context(sc)  # type: ignore[arg-type]
+    saved = structlog.get_config()  # (another test may have left info lines filtered out)
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG))
+    try:
+        with capture_logs() as logs:
+            stop_context(sc)  # type: ignore[arg-type]
+    finally:
+        structlog.configure(**saved)
     stderr = capfd.readouterr().err
     assert "Traceback" not in stderr and "Exception while sending command" not in stderr, stderr
     assert not caplog.records  # Py4J's traceback reached no handler of the root logger (stderr's, outside pytest)
