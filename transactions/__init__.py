@@ -39,7 +39,7 @@ from transactions.errors import (
 from transactions.lease import GroupLease, LeaseState
 from transactions.offsets import Committed, stable_committed
 from transactions.producer import IllegalStateError, TransactionalProducer, TxnState
-from transactions.reader import OffsetRange, RangeReader, prefetch_ranges, range_reader, read_ranges
+from transactions.reader import OffsetRange, RangeReader, prefetch_ranges, range_reader, read_ranges, read_together
 from transactions.records import Headers, OutputProducer, ProducerRecord, issued_after, producer_token
 from transactions.retry import DEFAULT_POLICY, RetryPolicy, call
 from transactions.settings import (
@@ -98,6 +98,7 @@ __all__ = [
     "produce_pairs",
     "producer_settings",
     "read_ranges",
+    "read_together",
     "RangeReader",
     "range_reader",
     "scan_consumer",

@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from transactions.clients import Message
 from transactions.errors import RetriableKafkaError, classify
 
-__all__ = ["OffsetRange", "read_ranges", "RangeReader", "range_reader", "prefetch_ranges"]
+__all__ = ["OffsetRange", "read_ranges", "RangeReader", "range_reader", "prefetch_ranges", "read_together"]
 
 #: How long one consume() waits for the records it asks for. A range that ends at a transaction marker (every
 #: changelog and every topic another step writes) holds fewer records than offsets, so its last consume()
@@ -72,6 +72,30 @@ def prefetch_ranges(consumer: Consumer, ranges: list[OffsetRange], timeout: floa
         return read_ranges(consumer, later, timeout=read_timeout, assigned=same)
 
     return read
+
+
+def read_together(read: RangeReader, ranges: list[OffsetRange], timeout: float) -> RangeReader:
+    """Read `ranges` now, all in one read (one assignment, the partitions fetched side by side rather than one
+    after another), and return the reader that hands a later read of exactly some of these ranges what was
+    read for them, each partition in offset order, once; any other read (a range that starts or ends
+    elsewhere, a second read of one) is `read`'s. Holds what was read until it is handed over."""
+    held: dict[tuple[str, int], tuple[OffsetRange, list[Message]]] = {
+        (r.topic, r.partition): (r, []) for r in ranges if not r.empty}
+    if held:
+        for chunk in read(list(ranges), timeout):
+            for msg in chunk:
+                held[(msg.topic(), msg.partition())][1].append(msg)
+
+    def hand_over(later: list[OffsetRange], read_timeout: float) -> Iterator[list[Message]]:
+        todo = [r for r in later if not r.empty]
+        if not todo:
+            return iter([])
+        if any(held.get((r.topic, r.partition), (None,))[0] != r for r in todo):
+            return read(later, read_timeout)
+        messages = [msg for r in todo for msg in held.pop((r.topic, r.partition))[1]]
+        return iter([messages] if messages else [])
+
+    return hand_over
 
 
 def read_ranges(consumer: Consumer, ranges: list[OffsetRange], *, timeout: float = 60.0,

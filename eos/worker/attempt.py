@@ -69,6 +69,7 @@ from transactions import (
     RetriableKafkaError,
     RetryPolicy,
     TopicPartition,
+    read_together,
     stable_committed,
 )
 
@@ -137,6 +138,7 @@ class BatchAttempt:
         self.span: Any = None
         #: what reads the task's input: the worker's consumer for `slot`, or one that prefetched it
         self.slot = "input"
+        self.cut_off = False  # whether the late cut-off was applied (`extend_to_stable_end`)
         self.reader: RangeReader | None = None
         self.ranges: tuple[OffsetRange, ...] = plan.ranges
         self.stream_time = -1
@@ -172,7 +174,7 @@ class BatchAttempt:
                                                           self.batch_attempt))
         scope.callback(self._end_span)
         one_partition = len(self.ranges) == 1 and not self.plan.idle
-        if one_partition:
+        if one_partition and not self.cut_off:
             self.extend_to_stable_end()
         if runtime.streams and one_partition:
             self.stream(span)
@@ -320,6 +322,7 @@ class BatchAttempt:
         The batch commits the end it read to, as it would the planned one. Not when the plan was capped (no
         records to gain), reset a partition, or carries stream-time stamps, which speak of the planned end
         (eos.streamtime); a failed look-up leaves the planned end."""
+        self.cut_off = True
         plan, (r,) = self.plan, self.ranges
         if plan.behind or plan.resets or plan.stamps is not None or r.topic in self.job.clocked_topics:
             return
@@ -518,18 +521,27 @@ class BatchAttempt:
                                   self.batch_attempt))
 
 
+#: The most offsets a unit's tasks read together (`UnitAttempt._read_together`): what the unit then holds at
+#: once, where one after another it holds one task's batch at a time. A unit of 32 tasks at ~65,000 records a
+#: second on two workers reads ~30,000 a batch.
+TOGETHER_RECORDS = 50_000
+
+
 class UnitAttempt:
     """One attempt at one batch of a unit: step 2 for all its tasks, then each through steps 3-6a in turn,
     then one commit for all.
 
-    A task's outputs go into the transaction as it goes, so the unit holds no more than one task's batch at a
-    time. Once the transaction has been open for as long as `_open_budget` allows, the tasks not yet run are
+    A task's outputs go into the transaction as it goes, so the unit holds no more than one task's outputs at a
+    time; its input, up to `TOGETHER_RECORDS`, is read for all its tasks at once (`_read_together`). Once the
+    transaction has been open for as long as `_open_budget` allows, the tasks not yet run are
     left for the next batch (DEFERRED: the planner plans them again), as a streamed batch stops early; so are
     all but the first task with input in a run's first batch."""
 
     def __init__(self, plans: Sequence[TaskPlan], job: Job, clients: TaskClients, runtimes: RuntimeCache,
                  spark_attempt: int, batch_attempt: int, *, in_memory: bool = False) -> None:
         self.config = job.config
+        self.clients = clients
+        self.together_ms = 0.0
         self.txn = Transaction(unit_id(plans[0].task, self.config), clients, self.config)
         self.members = [BatchAttempt(plan, job, clients, runtimes, spark_attempt, batch_attempt, self.txn,
                                      in_memory=in_memory) for plan in plans]
@@ -540,13 +552,14 @@ class UnitAttempt:
         read = self.read_committed() if len(self.members) > 1 else None  # (a task alone reads its own)
         read_ms = (time.monotonic() - t0) * 1000
         runnable = self._runnable([m for m in self.members if m.progress(read)])
+        together = self._read_together(runnable)
         with ExitStack() as scope:
             staged: list[tuple[BatchAttempt, list[TopicPartition]]] = []
             for i, member in enumerate(runnable):
                 if self.txn.open_for() > member._open_budget():
                     member.result.status = TaskStatus.DEFERRED
                     continue
-                if i + 1 < len(runnable):
+                if i + 1 < len(runnable) and not together:
                     self._prefetch(runnable[i + 1], member)
                 if member.work(scope):
                     staged.append((member, member.stage()))
@@ -555,6 +568,7 @@ class UnitAttempt:
                 for member, _ in staged:
                     member.apply_state()
         self.members[0].result.offsets_ms += read_ms  # (the unit's one read, counted once)
+        self.members[0].result.read_ms += self.together_ms  # (and its one read of input, if it read it together)
         return [member.report() for member in self.members]
 
     @staticmethod
@@ -570,6 +584,31 @@ class UnitAttempt:
             else:
                 runnable.append(member)
         return runnable
+
+    def _read_together(self, runnable: list[BatchAttempt]) -> bool:
+        """Read the input of all the unit's tasks that have some in one read, before the first runs, when it
+        is at most `TOGETHER_RECORDS` offsets: the partitions are fetched side by side, where a task after
+        task read meant an assignment, a fetch and an unassignment each (a unit of 32 tasks spent more on
+        those than on its records: docs/measurements.md). Each task then processes what was read for it
+        (`read_together`); the late cut-off is applied to all of them first. True when it was read so."""
+        reading = [m for m in runnable if not m.plan.idle and not all(r.empty for r in m.ranges)]
+        if len(reading) < 2:
+            return False
+        for member in reading:
+            if len(member.ranges) == 1:
+                member.extend_to_stable_end()
+        ranges = [r for m in reading for r in m.ranges]
+        if sum(r.end - r.start for r in ranges) > TOGETHER_RECORDS:
+            return False
+        t0 = time.monotonic()
+        try:
+            read = read_together(self.clients.reader(self.config), ranges, self.config.batch_timeout)
+        except OffsetOutOfRangeError as exc:
+            raise StalePlanError(f"the planned input is gone ({exc}); planning again") from exc
+        self.together_ms = (time.monotonic() - t0) * 1000
+        for member in reading:
+            member.reader = read
+        return True
 
     def _prefetch(self, member: BatchAttempt, running: BatchAttempt) -> None:
         """Start fetching `member`'s input on the worker's other input consumer while `running` runs, so that

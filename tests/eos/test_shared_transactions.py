@@ -6,6 +6,7 @@ that last committed each task first."""
 from __future__ import annotations
 
 import random
+from collections import Counter
 
 import pytest
 
@@ -149,10 +150,73 @@ def test_in_a_run_s_first_batch_a_unit_commits_after_its_first_task_with_input()
     assert sum(r.records_in for r in driver.results) == 400
 
 
-def test_each_task_of_a_unit_after_the_first_reads_what_was_prefetched_while_the_one_before_ran(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def spy_reads(monkeypatch: pytest.MonkeyPatch) -> list[list[tuple[int, int, int]]]:
+    """The (partition, start, end) of the ranges of each read of the test driver's input consumers."""
     import eos.testing.clients as memory_clients
 
+    reads: list[list[tuple[int, int, int]]] = []
+    real = memory_clients.MemoryClients.reader
+
+    def reader(self, config, purpose="input"):
+        read = real(self, config, purpose)
+
+        def spied(ranges, timeout):
+            reads.append([(r.partition, r.start, r.end) for r in ranges if not r.empty])
+            return read(ranges, timeout)
+
+        return spied
+
+    monkeypatch.setattr(memory_clients.MemoryClients, "reader", reader)
+    return reads
+
+
+def test_a_unit_reads_its_tasks_input_in_one_read_and_each_task_processes_what_is_its_own(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    reads = spy_reads(monkeypatch)
+    driver = TopologyTestDriver(counts_app(tasks_per_transaction=4), partitions={"in": PARTITIONS, "out": PARTITIONS})
+    driver.pipe_records(inputs(400))
+    units = [[(p, 0, n) for p, n in sorted(Counter(r[4] for r in inputs(400) if r[4] // 4 == unit).items())]
+             for unit in (0, 1)]
+    assert reads == units  # one read per unit, every task's range in it, none read again
+    alone = TopologyTestDriver(counts_app(), partitions={"in": PARTITIONS, "out": PARTITIONS})
+    alone.pipe_records(inputs(400))
+    assert sorted((r.key, r.value) for r in driver.records("out")) == sorted(
+        (r.key, r.value) for r in alone.records("out"))
+    assert sorted((r.task.partition, r.records_in) for r in driver.results) == sorted(
+        (r.task.partition, r.records_in) for r in alone.results)
+    assert sum(r.read_ms > 0 for r in driver.results) >= 2  # the unit's read is counted, once, to its first task
+
+
+def test_a_unit_read_together_cuts_each_task_off_late(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Records that arrive between the plan and the unit's read are in the batch of every task read together."""
+    from eos.testing.clients import MemoryClients
+
+    driver = TopologyTestDriver(counts_app(tasks_per_transaction=4), partitions={"in": 4, "out": 4})
+    original = MemoryClients.stable_end
+    arrived: list[int] = []
+
+    def stable_end(self, config, topic, partition, timeout):
+        if partition not in arrived:
+            arrived.append(partition)
+            driver.pipe_records([("in", f"late{partition}", {"n": 1}, None, partition)], process=False)
+        return original(self, config, topic, partition, timeout)
+
+    monkeypatch.setattr(MemoryClients, "stable_end", stable_end)
+    reads = spy_reads(monkeypatch)
+    driver.pipe_records([("in", f"k{p}", {"n": 1}, None, p) for p in range(4)])
+    assert sorted(arrived) == [0, 1, 2, 3]
+    assert reads == [[(p, 0, 2) for p in range(4)]]  # each range as the late cut-off extended it, in one read
+    assert sorted((r.task.partition, r.records_in, r.extended) for r in driver.results) == [
+        (p, 2, 1) for p in range(4)]
+    assert latest_counts(driver) == {**{f"k{p}": 1 for p in range(4)}, **{f"late{p}": 1 for p in range(4)}}
+
+
+def test_each_task_of_a_unit_too_large_to_read_together_reads_what_was_prefetched_while_the_one_before_ran(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import eos.testing.clients as memory_clients
+    import eos.worker.attempt as attempt
+
+    monkeypatch.setattr(attempt, "TOGETHER_RECORDS", 10)
     prefetched: list[tuple[int, str]] = []
     real = memory_clients.MemoryClients.prefetch
 
