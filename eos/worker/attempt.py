@@ -48,7 +48,7 @@ from eos.ledger import LedgerEntry, LedgerInput
 from eos.origin import lineage_origin
 from eos.topology import SubTopology
 from eos.tracing import batch_span, link_inputs
-from eos.worker.clients import TaskClients
+from eos.worker.clients import UNIT_PURPOSE, TaskClients
 from eos.worker.dead_letters import dead_letter_error
 from eos.worker.executor import current_executor, executor_location
 from eos.worker.plans import Job, TaskPlan, TaskResult, TaskStatus, runtime_key, unit_id
@@ -602,7 +602,7 @@ class UnitAttempt:
             return False
         t0 = time.monotonic()
         try:
-            read = read_together(self.clients.reader(self.config), ranges, self.config.batch_timeout)
+            read = read_together(self.clients.reader(self.config, UNIT_PURPOSE), ranges, self.config.batch_timeout)
         except OffsetOutOfRangeError as exc:
             raise StalePlanError(f"the planned input is gone ({exc}); planning again") from exc
         self.together_ms = (time.monotonic() - t0) * 1000

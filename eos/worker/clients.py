@@ -73,6 +73,14 @@ class KafkaChangelogs:
         return range_reader(self.consumer)(ranges, timeout)
 
 
+#: The consumer a unit's tasks read their input together with (`eos.worker.attempt.UnitAttempt._read_together`)
+UNIT_PURPOSE = "input-unit"
+#: Its read-ahead: a read of many small ranges at once, which librdkafka would otherwise fill with up to 1 MiB a
+#: partition fetched (`max.partition.fetch.bytes`) and 64 MiB held (`queued.max.messages.kbytes`), all but a
+#: range's records of it unread and dropped at the read's end
+UNIT_READS = {"max.partition.fetch.bytes": 65_536, "queued.max.messages.kbytes": 8_192}
+
+
 class WorkerClients:
     def __init__(self) -> None:
         self._producers: dict[str, OutputProducer] = {}
@@ -135,8 +143,9 @@ class WorkerClients:
         key = (config.bootstrap_servers, config.group_id, purpose + (f"@{group}" if group else ""))
         consumer = self._consumers.get(key)
         if consumer is None:
+            settings = {**UNIT_READS, **config.consumer_config} if purpose == UNIT_PURPOSE else config.consumer_config
             consumer = self._consumers[key] = input_consumer(
-                config.bootstrap_servers, group or config.group_id, config.consumer_config,
+                config.bootstrap_servers, group or config.group_id, settings,
                 out_of_range="error" if purpose.startswith("input") else "earliest")
         return consumer
 

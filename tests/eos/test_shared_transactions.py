@@ -300,3 +300,27 @@ def test_the_fence_happens_once_per_grouping_change_not_every_batch():
     assert {t: e for t, e in driver.cluster.epochs.items() if "x" not in t} == {
         t: e for t, e in epochs.items() if "x" not in t}
 
+
+
+def test_the_consumer_a_unit_reads_together_with_reads_ahead_little_unless_the_application_says_otherwise(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its ranges are many and small: librdkafka's read-ahead (up to 1 MiB a partition per fetch, 64 MiB held)
+    would fetch and hold mostly records past their ends, dropped when the read ends."""
+    import eos.worker.clients as clients
+    from eos.config import EosConfig
+
+    built: dict[str, dict] = {}
+
+    def consumer(bootstrap, group, overrides=None, *, out_of_range="error"):
+        built[group] = dict(overrides or {})
+        return object()
+
+    monkeypatch.setattr(clients, "input_consumer", consumer)
+    plain = EosConfig("units", "127.0.0.1:9")
+    clients.WorkerClients().consumer(plain, clients.UNIT_PURPOSE)
+    clients.WorkerClients().consumer(plain.with_overrides(application_id="plain"), "input")
+    told = plain.with_overrides(application_id="told", consumer_config={"max.partition.fetch.bytes": 1_048_576})
+    clients.WorkerClients().consumer(told, clients.UNIT_PURPOSE)
+    assert built[plain.group_id] == clients.UNIT_READS
+    assert built["plain"] == {}
+    assert built["told"] == {**clients.UNIT_READS, "max.partition.fetch.bytes": 1_048_576}
