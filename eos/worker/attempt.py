@@ -36,7 +36,7 @@ import os
 import socket
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import structlog
@@ -87,6 +87,16 @@ _ONE_TRY = RetryPolicy(attempts=1)
 class StalePlanError(Exception):
     """The plan no longer matches the committed offsets (e.g. a topic was created again since): the batch goes
     back to the planner."""
+
+
+@contextmanager
+def planned_input() -> Iterator[None]:
+    """Around a read of planned input: input that is no longer there (deleted by retention, the topic created
+    again) makes the plan stale, and the batch is planned again."""
+    try:
+        yield
+    except OffsetOutOfRangeError as exc:
+        raise StalePlanError(f"the planned input is gone ({exc}); planning again") from exc
 
 
 class Transaction:
@@ -346,10 +356,8 @@ class BatchAttempt:
         (processing merges co-partitioned inputs in timestamp order, never reordering one partition)."""
         t0 = time.monotonic()
         read = self.reader or self.clients.reader(self.config, self.slot)
-        try:
+        with planned_input():
             self.messages = [m for chunk in read(list(self.ranges), self.config.batch_timeout) for m in chunk]
-        except OffsetOutOfRangeError as exc:
-            raise StalePlanError(f"the planned input is gone ({exc}); planning again") from exc
         self.result.read_ms = (time.monotonic() - t0) * 1000
         self._fire(HookPoint.AFTER_READ)
         return self.messages
@@ -399,10 +407,8 @@ class BatchAttempt:
         self._fire(HookPoint.AFTER_READ)
 
     def _next_chunk(self, chunks: Iterator[list[Message]]) -> list[Message] | None:
-        try:
+        with planned_input():
             return next(chunks, None)
-        except OffsetOutOfRangeError as exc:
-            raise StalePlanError(f"the planned input is gone ({exc}); planning again") from exc
 
     def _records(self, first: list[Message], chunks: Iterator[list[Message]], span: object,
                  seen: set[bytes]) -> Iterator[Message]:
@@ -601,10 +607,8 @@ class UnitAttempt:
         if sum(r.end - r.start for r in ranges) > TOGETHER_RECORDS:
             return False
         t0 = time.monotonic()
-        try:
+        with planned_input():
             read = read_together(self.clients.reader(self.config, UNIT_PURPOSE), ranges, self.config.batch_timeout)
-        except OffsetOutOfRangeError as exc:
-            raise StalePlanError(f"the planned input is gone ({exc}); planning again") from exc
         self.together_ms = (time.monotonic() - t0) * 1000
         for member in reading:
             member.reader = read

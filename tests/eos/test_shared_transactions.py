@@ -324,3 +324,37 @@ def test_the_consumer_a_unit_reads_together_with_reads_ahead_little_unless_the_a
     assert built[plain.group_id] == clients.UNIT_READS
     assert built["plain"] == {}
     assert built["told"] == {**clients.UNIT_READS, "max.partition.fetch.bytes": 1_048_576}
+
+
+def test_a_unit_whose_input_is_gone_when_read_together_goes_back_to_the_planner_and_loses_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first read together finds an offset the partition no longer has (as after retention): the plan is
+    stale, the unit's tasks are deferred without committing, and the next batch reads and commits each once."""
+    import eos.testing.clients as memory_clients
+    from transactions import OffsetOutOfRangeError
+
+    real = memory_clients.MemoryClients.reader
+    failed: list[str] = []
+
+    def reader(self, config, purpose="input"):
+        read = real(self, config, purpose)
+        if purpose != "input-unit" or failed:
+            return read
+
+        def gone(ranges, timeout):
+            failed.append(purpose)
+            raise OffsetOutOfRangeError("in[0]: offset 0 is out of range")
+
+        return gone
+
+    monkeypatch.setattr(memory_clients.MemoryClients, "reader", reader)
+    driver = TopologyTestDriver(counts_app(tasks_per_transaction=4), partitions={"in": 4, "out": 4})
+    driver.pipe_records(inputs(200, partitions=4))
+    assert failed == ["input-unit"]
+    first = driver.results[:4]
+    assert {r.status for r in first} == {TaskStatus.DEFERRED} and not any(r.committed_offsets for r in first)
+    alone = TopologyTestDriver(counts_app(), partitions={"in": 4, "out": 4})
+    alone.pipe_records(inputs(200, partitions=4))
+    assert latest_counts(driver) == latest_counts(alone)
+    assert sorted(r.value for r in driver.records("out")) == sorted(r.value for r in alone.records("out"))
+    assert sum(r.records_in for r in driver.results) == 200
