@@ -8,13 +8,14 @@ the data changes and the changelog offset they bring the store to are applied to
 from __future__ import annotations
 
 import bisect
+import os
 import shutil
 import struct
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from rocksdict import Options, Rdict, WriteBatch
+from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch, WriteBufferManager
 
 __all__ = ["Backend", "RocksDBBackend", "MemoryBackend", "StoreError"]
 
@@ -36,13 +37,32 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
+#: RocksDB memory of all the stores a process holds open (kept open between batches: recovery.state_dir):
+#: their memtables together, and the blocks they cache together. RocksDB's defaults (64 MiB of memtable and
+#: a 32 MiB block cache per store) would grow a worker holding many tasks' stores by that much a store.
+MEMTABLES_BYTES = 16 << 20
+BLOCK_CACHE_BYTES = 16 << 20
+_shared: dict[int, tuple[WriteBufferManager, Cache]] = {}
+
+
 def _options() -> Options:
     opt = Options(raw_mode=True)
     opt.create_if_missing(True)
     opt.create_missing_column_families(True)
     # RocksDB starts a new info log (LOG) at every open and keeps up to 1,000 old ones; a task's stores are
-    # opened every batch, so a store directory would fill with LOG.old.* files. Keep the current and one old.
+    # opened again after another process held them, so a store directory would fill with LOG.old.* files.
+    # Keep the current and one old.
     opt.set_keep_log_file_num(2)
+    pid = os.getpid()  # (made in the process that opens stores: never shared across a fork)
+    if pid not in _shared:
+        _shared.clear()
+        _shared[pid] = (WriteBufferManager(MEMTABLES_BYTES, False), Cache(BLOCK_CACHE_BYTES))
+    memtables, cache = _shared[pid]
+    opt.set_write_buffer_manager(memtables)
+    opt.set_write_buffer_size(MEMTABLES_BYTES // 4)
+    table = BlockBasedOptions()
+    table.set_block_cache(cache)
+    opt.set_block_based_table_factory(table)
     return opt
 
 
@@ -116,8 +136,11 @@ class RocksDBBackend:
         """Release the database (and its LOCK file: the next opener may be another process)."""
         if self._db is not None:
             self._meta = None  # handles keep the native database alive
-            self._db.close()
-            self._db = None
+            db, self._db = self._db, None
+            try:
+                db.close()
+            except Exception as exc:  # its directory deleted under it, say: what it held is in its log or lost
+                raise StoreError(f"closing the RocksDB store at {self.path} failed: {exc}") from exc
 
 
 class MemoryBackend:

@@ -22,10 +22,12 @@ path differences (they run as in a worker).
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, cast
 
 from eos.app import Application
@@ -101,17 +103,21 @@ class TopologyTestDriver:
 
     def __init__(self, app: Application, *, partitions: int | Mapping[str, int] = 1,
                  wall_clock_ms: int | None = None, topic_configs: Mapping[str, Mapping[str, str]] | None = None,
-                 log_level: str = "WARNING", max_rounds: int = 100_000) -> None:
+                 log_level: str = "WARNING", max_rounds: int = 100_000, state_dir: str | Path | None = None) -> None:
         """`partitions`: of every topic of the application (a mapping: per topic, 1 for the others);
         `wall_clock_ms`: the driver's wall clock at the start (now if None); `topic_configs`: topic settings
         of the application's own topics, as a broker has them (`cleanup.policy`, `max.message.bytes`,
         `message.timestamp.after.max.ms`, ...: what a topic refuses becomes a dead letter, as on a
-        cluster); `log_level` of the framework's logs while the driver runs."""
+        cluster); `log_level` of the framework's logs while the driver runs; `state_dir`: persistent stores in
+        RocksDB under this directory, kept open between batches as a worker keeps them (by default every
+        store is in memory)."""
         self.app = app
-        self.config = app.config.with_overrides(log_level=log_level)
+        self.config = app.config.with_overrides(log_level=log_level,
+                                                **({} if state_dir is None else {"state_dir": str(state_dir)}))
+        self._state_dir = state_dir
         self._options: dict[str, Any] = {"partitions": partitions, "wall_clock_ms": wall_clock_ms,
                                          "topic_configs": topic_configs, "log_level": log_level,
-                                         "max_rounds": max_rounds}
+                                         "max_rounds": max_rounds, "state_dir": state_dir}
         self.now = int(time.time() * 1000) if wall_clock_ms is None else wall_clock_ms
         self._started = self.now
         self.cluster = MemoryCluster(clock=lambda: self.now / 1000)
@@ -251,8 +257,13 @@ class TopologyTestDriver:
         the first record that differs and the input it came from (a processor that reads the wall clock or
         a random number, say); returns the report otherwise. This driver's own state is not touched."""
         options = {**self._options, "wall_clock_ms": self._started}  # both runs on the same clock
-        return check_exactly_once(lambda: TopologyTestDriver(self.app, **options), inputs, crashes=crashes,
-                                  seed=seed, chunk=chunk)
+        runs = itertools.count()
+
+        def driver() -> TopologyTestDriver:  # (each run's stores in a directory of its own)
+            state_dir = None if self._state_dir is None else Path(self._state_dir) / f"check-{next(runs)}"
+            return TopologyTestDriver(self.app, **{**options, "state_dir": state_dir})
+
+        return check_exactly_once(driver, inputs, crashes=crashes, seed=seed, chunk=chunk)
 
     def close(self) -> None:
         self.worker.close()
@@ -285,7 +296,8 @@ class TopologyTestDriver:
     def _run_unit(self, unit: tuple[TaskPlan, ...]) -> list[TaskResult]:
         while True:
             try:
-                results = run_unit(unit, self.job, 0, self.worker.clients, self.worker.runtimes, in_memory=True)
+                results = run_unit(unit, self.job, 0, self.worker.clients, self.worker.runtimes,
+                                   in_memory=self._state_dir is None)
             except SimulatedCrash:
                 self.worker.close()
                 self.worker = MemoryWorker(self.cluster)  # a new process: nothing of the old one survives

@@ -155,6 +155,8 @@ class BatchAttempt:
         self.punctuation: dict[int, int] = {}  # the schedule as last committed
         self.clocks = ""  # the clocks of the repartition inputs' sources as last committed (eos.streamtime)
         self.runtime: TaskRuntime | None = None
+        #: the task's committed progress as the batch found it (`progress_key`)
+        self.committed: object = None
         self.messages: list[Message] = []
         self.outcome = BatchOutcome()
         self.changelog: list[ProducerRecord] = []
@@ -222,6 +224,7 @@ class BatchAttempt:
                                        if c.offset is not None and m.producer):
             return self.read_progress()  # committed since the plan was made: what it committed counts
         self.ranges = tuple(self._range(r, committed[(r.topic, r.partition)]) for r in self.plan.ranges)
+        self.committed = progress_key({tp: c.offset for tp, c in committed.items()}, (m.producer for m in decoded))
         self.result.offsets_ms = (time.monotonic() - t0) * 1000
         self.stream_time = max((m.stream_time for m in decoded), default=-1)
         self.punctuation = next((m.punctuation for m in decoded if m.punctuation), {})
@@ -313,7 +316,8 @@ class BatchAttempt:
         self.runtime = runtime
         cfg, clients = self.config, self.clients
         try:
-            self.result.restore_ms, self.result.restored_records = runtime.ensure_restored(clients.changelogs(cfg))
+            self.result.restore_ms, self.result.restored_records = runtime.ensure_restored(clients.changelogs(cfg),
+                                                                                          self.committed)
             if self.sub.global_tables:
                 self.result.restored_records += runtime.refresh_globals(
                     lambda table: clients.global_copy(cfg, table), clients.reader(cfg, "global"),
@@ -498,6 +502,7 @@ class BatchAttempt:
         (invariant I3: a store never holds a write whose transaction did not commit)."""
         assert self.runtime is not None and self.producer is not None
         self.runtime.after_commit(self.producer.last_offsets)
+        self.runtime.applied = progress_key(self.result.committed_offsets, [self.producer.token])
         self.result.store_offsets = self.runtime.store_offsets()
 
     # ------------------------------------------------------------------ 8
@@ -672,6 +677,14 @@ def _offsets_by_partition(msgs: list[Message], transitive: frozenset[str],
             found = offsets[tp] = []
         found.append(offset)
     return {tp: BitMap64(found) for tp, found in offsets.items()}
+
+
+def progress_key(offsets: Mapping[tuple[str, int], int | None], committers: Iterable[str | None]) -> object:
+    """A task's committed progress, comparable from batch to batch: its input offsets and the producers that
+    committed them. Equal to what a runtime's own last commit left (`TaskRuntime.applied`), it says that nobody
+    committed the task since: every commit of a task's changelog commits its input offsets too, and carries
+    its producer's token in their metadata (`eos.worker.progress`)."""
+    return frozenset(offsets.items()), frozenset(committers)
 
 
 def result_of(plan: TaskPlan, status: TaskStatus, spark_attempt: int, batch_attempt: int) -> TaskResult:

@@ -44,7 +44,7 @@ class TaskRuntime:
         self.dlq = DeadLetterPolicy(cfg.dlq_topic, partition if partition < job.dlq_partitions else None,
                                     str(self.task), cfg.on_bad_record == "fail", topic_rules, job.transitive_topics)
         self.lineage = cfg.lineage
-        self.stores = TaskStores(cfg, sub, partition, in_memory=in_memory) if sub.stores else None
+        self.stores = TaskStores(cfg, sub, partition, in_memory=in_memory, keep=True) if sub.stores else None
         self.globals = {g.name: GlobalTableView(g) for g in sub.global_tables}
         self.cache = RecordCache(cfg.cache_max_bytes) if cfg.cache_max_bytes and sub.stores else None
         self.context = TaskContext(application_id=cfg.application_id, subtopology=sub.name, partition=partition,
@@ -63,10 +63,18 @@ class TaskRuntime:
         self.readings = {t: (ks.bind(t, True), vs.bind(t, False), ts or RECORD_TIME)
                          for t in sub.inputs for ks, vs, ts in [sub.per_topic.get(t, default)]}
         self.reused = False  # whether a batch already ran on this runtime
+        #: the task's committed progress as this runtime's last commit left it, once its changes were applied to
+        #: the stores (`eos.worker.attempt.progress_key`); None while a batch runs, or after one that failed
+        self.applied: object = None
 
-    def ensure_restored(self, changelogs: ChangelogSource) -> tuple[float, int]:
-        """Open the task's stores and bring them up to their changelog's end. Returns (ms, records replayed)."""
-        return self.stores.open(changelogs) if self.stores else (0.0, 0)
+    def ensure_restored(self, changelogs: ChangelogSource, progress: object = None) -> tuple[float, int]:
+        """Open the task's stores and bring them up to their changelog's end. Returns (ms, records replayed).
+        `progress`: what the task's committed offsets say now (offsets and the producers that committed them);
+        when it is what this runtime's own last applied commit left (`applied`), stores kept open since are
+        current as they are. Until this batch's commit is applied, nothing is taken as applied."""
+        exact = self.job_config.processing_guarantee == "exactly_once"  # (at least once commits offsets apart)
+        current, self.applied = exact and progress is not None and progress == self.applied, None
+        return self.stores.open(changelogs, current=current) if self.stores else (0.0, 0)
 
     def refresh_globals(self, copy_of: Callable[[GlobalTable], GlobalCopy], read: RangeReader,
                         pins: dict[str, dict[int, tuple[int, int]]], timeout: float) -> int:
@@ -160,12 +168,15 @@ class TaskRuntime:
         return self.stores.offsets() if self.stores else {}
 
     def release(self) -> None:
-        """End of a batch (committed or not): close persistent stores and unlock the task's directory."""
+        """End of a batch (committed or not): persistent stores stay open for the next batch here (until another
+        process asks for them or they idle), the batch's uncommitted changes dropped."""
         if self.stores:
             self.stores.release()
 
     def close(self) -> None:
-        self.release()
+        """The runtime is dropped: stores closed, the task's directory unlocked."""
+        if self.stores:
+            self.stores.close()
         if self.processor is not None:
             self.processor.close()
 

@@ -8,7 +8,10 @@
   transaction to `<application_id>-<store>-changelog`, partition = task partition;
 * `apply()`, called only after the commit: each buffer goes to its store in one atomic write together with
   the changelog offset it now reflects (the offset of the store's last changelog record, + 1);
-* `release()`: close the stores and unlock, whatever happened.
+* `release()`: the batch is over, whatever happened: the stores stay open for the task's next batch in this
+  process (`keep`: a task's runtime; `recovery.HOLDER` closes them when another process asks for the
+  directory, or when idle), or are closed and the directory unlocked;
+* `close()`: the task leaves this process: stores closed, directory unlocked.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from eos.errors import ConfigError
 from eos.topology import SubTopology, TaskId
 from eos.worker.executor import current_executor
 from recovery import (
+    HOLDER,
     Backend,
     ChangelogSource,
     KeyValueStore,
@@ -67,9 +71,15 @@ def view_of(spec: StoreSpec) -> StoreView:
     return KeyValueStore(spec)
 
 
+#: A task's persistent stores stay open after its batch for at least this long, or three trigger intervals
+KEEP_IDLE_S = 5.0
+
+
 class TaskStores:
-    def __init__(self, config: EosConfig, sub: SubTopology, partition: int, *, in_memory: bool = False) -> None:
-        """`in_memory`: every store in memory, persistent ones too, and no state directory (a test driver)."""
+    def __init__(self, config: EosConfig, sub: SubTopology, partition: int, *, in_memory: bool = False,
+                 keep: bool = False) -> None:
+        """`in_memory`: every store in memory, persistent ones too, and no state directory (a test driver).
+        `keep`: persistent stores stay open between batches (a task runtime's; not a standby copy's)."""
         self.config = config
         self.partition = partition
         self.task = TaskId(sub.name, partition)
@@ -85,18 +95,27 @@ class TaskStores:
         #: per store, the changelog offset just past the records this task's last commit wrote there: where
         #: that transaction's commit marker went, unless another writer's records came first (see `open`)
         self._own_marker: dict[str, int] = {}
+        self.keep = keep
+        self._kept = False  # handed to HOLDER open at the last release
 
     @property
     def persistent(self) -> bool:
         return not self.in_memory and any(spec.persistent for spec in self.specs.values())
 
     def open(self, source: ChangelogSource, *, lock_timeout: float | None = None, persistent_only: bool = False,
-             budget: float | None = None) -> tuple[float, int]:
+             budget: float | None = None, current: bool = False) -> tuple[float, int]:
         """Open and restore every store (or only the persistent ones: standby copies live on disk).
         `budget` (seconds) bounds the replay (standby refreshes); without it every store reaches its
-        changelog's end. Returns (milliseconds, changelog records replayed)."""
+        changelog's end. `current`: the task's last commit was this process's, applied to these stores, and
+        nobody has committed the task since (`eos.worker.attempt`): stores this process kept open since
+        then are up to date without asking the changelogs. Returns (milliseconds, changelog records replayed)."""
         started = time.monotonic()
-        if self.persistent:
+        kept = self._kept and HOLDER.take(self._key)
+        self._kept = False
+        if kept and current:
+            self._attach()
+            return (time.monotonic() - started) * 1000, 0
+        if self.persistent and not kept:
             try:
                 self.directory.lock(timeout=max(60.0, self.config.batch_timeout) if lock_timeout is None
                                     else lock_timeout)
@@ -109,8 +128,10 @@ class TaskStores:
         for name, spec in self.specs.items():
             if persistent_only and not spec.persistent:
                 continue
-            backend = (RocksDBBackend(self.directory.store_path(name)) if spec.persistent and not self.in_memory
-                       else self._memory.setdefault(name, MemoryBackend()))
+            backend = self._backends.get(name) if kept else None
+            if backend is None:
+                backend = (RocksDBBackend(self.directory.store_path(name)) if spec.persistent and not self.in_memory
+                           else self._memory.setdefault(name, MemoryBackend()))
             self._backends[name] = backend
             tp = (self.changelogs[name], self.partition)
             own_marker = self._own_marker.pop(name, None)
@@ -126,10 +147,18 @@ class TaskStores:
                                        timeout=max(600.0, self.config.batch_timeout), budget=left)
                 replayed += result.records
                 self._log_restored(name, result)
+        self._attach()
+        return (time.monotonic() - started) * 1000, replayed
+
+    def _attach(self) -> None:
+        for name, backend in self._backends.items():
             buffer = WriteBuffer(backend)
             self._buffers[name] = buffer
             self.views[name].attach(buffer)
-        return (time.monotonic() - started) * 1000, replayed
+
+    @property
+    def _key(self) -> str:
+        return str(self.directory.path)
 
     @staticmethod
     def _log_restored(name: str, result: RestoreResult) -> None:
@@ -166,14 +195,35 @@ class TaskStores:
                 self._own_marker[name] = last + 1
 
     def release(self) -> None:
+        """The batch is over (committed or not; uncommitted changes are in the buffers, dropped here): a kept
+        task's persistent stores stay open, handed to `HOLDER`; others are closed."""
         for view in self.views.values():
             view.attach(None)
-        for name, backend in self._backends.items():
-            if self.specs[name].persistent and not self.in_memory:
-                backend.close()
-        self._backends.clear()
         self._buffers.clear()
-        self.directory.unlock()
+        if self.keep and self.persistent and self._backends and self.directory.locked:
+            self._kept = True
+            HOLDER.keep(self._key, self._let_go, max(KEEP_IDLE_S, 3 * self.config.trigger_interval))
+        else:
+            self._let_go()
+
+    def close(self) -> None:
+        """The task leaves this process (or the process its run): stores closed now, the directory unlocked."""
+        for view in self.views.values():
+            view.attach(None)
+        self._buffers.clear()
+        if self._kept:
+            self._kept = False
+            HOLDER.let_go(self._key)
+        self._let_go()
+
+    def _let_go(self) -> None:
+        try:
+            for name, backend in self._backends.items():
+                if self.specs[name].persistent and not self.in_memory:
+                    backend.close()
+        finally:
+            self._backends.clear()
+            self.directory.unlock()
 
 
 def _bound(spec: StoreSpec, changelog: str) -> StoreSpec:
