@@ -13,7 +13,7 @@ import shutil
 import struct
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch, WriteBufferManager
 
@@ -21,6 +21,7 @@ __all__ = ["Backend", "RocksDBBackend", "MemoryBackend", "StoreError"]
 
 _META_CF = "eos_meta"
 _OFFSET_KEY = b"changelog_offset"
+_UNREAD = object()  # (RocksDBBackend's offset not read yet)
 
 
 class StoreError(RuntimeError):
@@ -73,6 +74,7 @@ class RocksDBBackend:
         self._open()
 
     def _open(self) -> None:
+        self._offset: object = _UNREAD
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self._db = Rdict(str(self.path), _options(), column_families={_META_CF: Options(raw_mode=True)})
@@ -114,15 +116,22 @@ class RocksDBBackend:
         try:
             db.write(batch)
         except Exception as exc:
+            self._offset = _UNREAD
             raise StoreError(f"write to {self.path} failed: {exc}") from exc
+        if changelog_offset is not None:
+            self._offset = changelog_offset
 
     def changelog_offset(self) -> int | None:
-        meta = self._require().get_column_family(_META_CF)
-        try:
-            raw = meta.get(_OFFSET_KEY)
-        finally:
-            del meta  # a live column-family object keeps the database open
-        return None if raw is None else struct.unpack(">q", raw)[0]
+        """The changelog offset the store reflects: read once per open (this process alone writes it while the
+        store is open; a read costs ~1 ms, and a task's stores report it after every batch)."""
+        if self._offset is _UNREAD:
+            meta = self._require().get_column_family(_META_CF)
+            try:
+                raw = meta.get(_OFFSET_KEY)
+            finally:
+                del meta  # a live column-family object keeps the database open
+            self._offset = None if raw is None else struct.unpack(">q", raw)[0]
+        return cast(int | None, self._offset)
 
     def approximate_count(self) -> int:
         return int(self._require().property_int_value("rocksdb.estimate-num-keys") or 0)

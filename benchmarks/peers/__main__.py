@@ -2,7 +2,7 @@
 Quix Streams and a bare confluent-kafka transactional copy loop, side by side on one broker.
 
     python -m benchmarks.peers [--records 1000000] [--rounds 3] [--keys 10000]
-                               [--jobs stateless,count,pipeline,stateless64]
+                               [--jobs stateless,count,pipeline,stateless64,count64]
                                [--peers eos,eos-cache,kstreams,kstreams-cache,quix,copy] [--latency-rate 2000]
                                [--eos-settings '{"max_records_per_batch": 20000}'] [--no-warm-up]
 
@@ -15,7 +15,8 @@ Quix Streams and a bare confluent-kafka transactional copy loop, side by side on
   stateless job on an input of 64 partitions (each peer's default parallelism on this machine; a Kafka
   task per partition); this framework's runs of it set tasks_per_transaction=32, so that its 64 tasks
   commit in two transactions per batch as Kafka Streams' two stream threads commit theirs (exactly_once_v2),
-  unless --eos-settings sets it. The copy loop runs the stateless jobs only.
+  unless --eos-settings sets it. count64: the count on that input, the same way (each task's store in
+  RocksDB on every peer). The copy loop runs the stateless jobs only.
 * CPU: the run's processes' CPU-seconds over the steady phase, divided by its wall time ("cores busy"); and
   the broker's, which every peer shares the two cores with ("broker cores", local brokers only).
 * Interleaved: round 1 runs every peer once (A B C D), round 2 again, ...; medians over the rounds. Before
@@ -78,7 +79,7 @@ WIDE_PARTITIONS = 64  # the stateless64 job's input
 KSTREAMS_THREADS = 2  # num.stream.threads: one per core, as this framework runs a task slot per core
 console = Console(width=160)  # the tables are wide; a log file is no terminal
 PEERS = ("eos", "eos-cache", "kstreams", "kstreams-cache", "quix", "copy")
-JOBS = ("stateless", "count", "pipeline", "stateless64")
+JOBS = ("stateless", "count", "pipeline", "stateless64", "count64")
 #: the jobs with state: the record-cache peers run these only, the copy loop none of them
 AGGREGATING = ("count", "pipeline")
 #: the peers that run the aggregating jobs with a record cache: one output per key per commit
@@ -287,6 +288,16 @@ def _role(cmdline: str, forked: bool) -> str:
     return "python main"
 
 
+def is_wide(job: str) -> bool:
+    """Whether `job` runs on the 64-partition input (stateless64, count64)."""
+    return job.endswith(str(WIDE_PARTITIONS))
+
+
+def base_job(job: str) -> str:
+    """The job a peer runs (stateless64 is the stateless job on the wide input)."""
+    return job.removesuffix(str(WIDE_PARTITIONS))
+
+
 def _shares(processes: dict[str, float]) -> str:
     return ", ".join(f"{role} {mib:,.0f}" for role, mib in sorted(processes.items(), key=lambda kv: -kv[1]))
 
@@ -294,7 +305,7 @@ def _shares(processes: dict[str, float]) -> str:
 def command(peer: str, job: str, bootstrap: str, source: str, sink: str, group: str, scratch: Path,
             kstreams: list[str], quix: str | None) -> tuple[list[str], dict[str, str]]:
     env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": bootstrap}
-    wide, job = job == "stateless64", "stateless" if job == "stateless64" else job  # (another input)
+    wide, job = is_wide(job), base_job(job)  # (another input)
     if peer.startswith("eos"):
         # The run starts in the scratch directory, where `import eos` would find whatever the interpreter's
         # environment has installed (an editable install of another checkout measured that one's code): this
@@ -474,7 +485,8 @@ def _number(peer: str, job: str, raw: bytes) -> float:
 
 def verify(run: Run, bootstrap: str, admin: KafkaAdmin, sink: str, n: int, expected: Expected) -> None:
     """Exactly-once of the committed output, or RuntimeError."""
-    if run.job not in AGGREGATING:
+    job = base_job(run.job)
+    if job not in AGGREGATING:
         ids: Counter[int] = Counter()
         for batch in scan_topic(bootstrap, sink, admin=admin):
             for msg in batch:
@@ -490,13 +502,13 @@ def verify(run: Run, bootstrap: str, admin: KafkaAdmin, sink: str, n: int, expec
         return
     # every input adds to its key's aggregate (a count by one, a revenue by a positive total), so an
     # aggregate repeated or going back is a record applied twice
-    want: dict[str, float] = dict(expected.counts if run.job == "count" else expected.revenue)
-    inputs = n if run.job == "count" else sum(expected.kept.values())
+    want: dict[str, float] = dict(expected.counts if job == "count" else expected.revenue)
+    inputs = n if job == "count" else sum(expected.kept.values())
     last: dict[str, float] = {}
     outputs = backwards = 0
     for batch in scan_topic(bootstrap, sink, admin=admin):
         for msg in batch:
-            key, value = msg.key().decode(), _number(run.peer, run.job, msg.value())
+            key, value = msg.key().decode(), _number(run.peer, job, msg.value())
             backwards += value <= last.get(key, 0)
             last[key] = value
             outputs += 1
@@ -611,7 +623,7 @@ def main(argv: list[str] | None = None) -> None:
         stack.callback(admin.close)  # its group readers, before the broker stops (or they log reconnects)
         brokers = [b.pid for b in kafka.cluster.status() if b.pid] if kafka.cluster is not None else []
         sources: dict[str, str] = {}
-        for partitions in sorted({WIDE_PARTITIONS if job == "stateless64" else PARTITIONS for job in jobs}):
+        for partitions in sorted({WIDE_PARTITIONS if is_wide(job) else PARTITIONS for job in jobs}):
             source = sources[str(partitions)] = f"peers-orders-{partitions}-{uuid.uuid4().hex[:8]}"
             admin.create_topics([TopicSpec(source, partitions)])
             t0 = time.monotonic()
@@ -629,9 +641,9 @@ def main(argv: list[str] | None = None) -> None:
         for rnd in range(1, args.rounds + 1):
             for job in jobs:
                 for peer in peers:
-                    if (peer == "copy" and job in AGGREGATING) or (peer in CACHED and job not in AGGREGATING):
+                    if (peer == "copy" and base_job(job) in AGGREGATING) or (peer in CACHED and job not in AGGREGATING):
                         continue
-                    source = sources[str(WIDE_PARTITIONS if job == "stateless64" else PARTITIONS)]
+                    source = sources[str(WIDE_PARTITIONS if is_wide(job) else PARTITIONS)]
                     run = run_once(peer, job, rnd, kafka.bootstrap_servers, admin, source, args.records, expected,
                                    kstreams, quix, args.timeout, brokers)
                     runs.append(run)

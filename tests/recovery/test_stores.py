@@ -68,6 +68,13 @@ def test_store_survives_reopen_with_its_offset(tmp_path):
     b.close()
     b = RocksDBBackend(path)  # the LOCK was released by close
     assert b.changelog_offset() == 42 and LongSerde().deserialize(b.get(b"k")) == 5
+    b.write({b"k": LongSerde().serialize(6)}, changelog_offset=None)  # (an offset not delivered: the old stays)
+    assert b.changelog_offset() == 42
+    b.write({}, changelog_offset=43)
+    assert b.changelog_offset() == 43
+    b.close()
+    b = RocksDBBackend(path)
+    assert b.changelog_offset() == 43 and LongSerde().deserialize(b.get(b"k")) == 6
     b.wipe()
     assert b.changelog_offset() is None and b.get(b"k") is None
     b.close()
