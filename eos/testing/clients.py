@@ -65,8 +65,9 @@ class MemoryClients:
     def changelogs(self, config: EosConfig) -> ChangelogSource:
         return KafkaChangelogs(cast(KafkaAdmin, self.admin), self.consumer(config, purpose="restore"))
 
-    def stable_end(self, config: EosConfig, topic: str, partition: int, timeout: float) -> int:
-        return self.admin.end_offsets([(topic, partition)])[(topic, partition)]
+    def stable_ends(self, config: EosConfig, partitions: list[tuple[str, int]],
+                    timeout: float) -> dict[tuple[str, int], int]:
+        return self.admin.end_offsets(partitions)
 
     def global_copy(self, config: EosConfig, table: GlobalTable) -> GlobalCopy:
         copy = self._globals.get(table.topic)

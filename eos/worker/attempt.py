@@ -336,21 +336,19 @@ class BatchAttempt:
         The batch commits the end it read to, as it would the planned one. Not when the plan was capped (no
         records to gain), reset a partition, or carries stream-time stamps, which speak of the planned end
         (eos.streamtime); a failed look-up leaves the planned end."""
+        cut_off_late([self], self.clients, self.config)
+
+    def late_range(self) -> OffsetRange | None:
+        """The one range the late cut-off may extend (`extend_to_stable_end`), or None; marks it applied."""
         self.cut_off = True
         plan, (r,) = self.plan, self.ranges
         if plan.behind or plan.resets or plan.stamps is not None or r.topic in self.job.clocked_topics:
-            return
-        limit = r.start + self.config.max_records_per_batch
-        if r.end >= limit:
-            return
-        try:
-            stable = self.clients.stable_end(self.config, r.topic, r.partition,
-                                             timeout=min(5.0, self.config.batch_timeout))
-        except KafkaEosError as exc:
-            log.debug("the last stable offset could not be read; the batch ends where it was planned",
-                      error=str(exc))
-            return
-        end = min(stable, limit)
+            return None
+        return r if r.end < r.start + self.config.max_records_per_batch else None
+
+    def extend_to(self, stable: int) -> None:
+        (r,) = self.ranges
+        end = min(stable, r.start + self.config.max_records_per_batch)
         if end > r.end:
             self.result.extended = end - r.end
             self.ranges = (OffsetRange(r.topic, r.partition, r.start, end),)
@@ -605,9 +603,7 @@ class UnitAttempt:
         reading = [m for m in runnable if not m.plan.idle and not all(r.empty for r in m.ranges)]
         if len(reading) < 2:
             return False
-        for member in reading:
-            if len(member.ranges) == 1:
-                member.extend_to_stable_end()
+        cut_off_late([m for m in reading if len(m.ranges) == 1], self.clients, self.config)
         ranges = [r for m in reading for r in m.ranges]
         if sum(r.end - r.start for r in ranges) > TOGETHER_RECORDS:
             return False
@@ -677,6 +673,24 @@ def _offsets_by_partition(msgs: list[Message], transitive: frozenset[str],
             found = offsets[tp] = []
         found.append(offset)
     return {tp: BitMap64(found) for tp, found in offsets.items()}
+
+
+def cut_off_late(members: Sequence[BatchAttempt], clients: TaskClients, config: EosConfig) -> None:
+    """The late cut-off of each of `members` (batches of one partition: `BatchAttempt.extend_to_stable_end`),
+    their partitions' last stable offsets read in one request (a unit of 32 tasks asked 32 times)."""
+    todo = [(member, r) for member in members if (r := member.late_range()) is not None]
+    if not todo:
+        return
+    try:
+        stable = clients.stable_ends(config, sorted({(r.topic, r.partition) for _, r in todo}),
+                                     timeout=min(5.0, config.batch_timeout))
+    except KafkaEosError as exc:
+        log.debug("the last stable offsets could not be read; the batches end where they were planned",
+                  error=str(exc))
+        return
+    for member, r in todo:
+        if (r.topic, r.partition) in stable:
+            member.extend_to(stable[(r.topic, r.partition)])
 
 
 def progress_key(offsets: Mapping[tuple[str, int], int | None], committers: Iterable[str | None]) -> object:

@@ -55,7 +55,7 @@ class TaskClients(Protocol):
     def changelogs(self, config: EosConfig) -> ChangelogSource: ...
     def global_copy(self, config: EosConfig, table: GlobalTable) -> GlobalCopy: ...
     def topic_rules(self, config: EosConfig) -> TopicRules: ...
-    def stable_end(self, config: EosConfig, topic: str, partition: int, timeout: float) -> int: ...
+    def stable_ends(self, config: EosConfig, partitions: list[TP], timeout: float) -> dict[TP, int]: ...
 
 
 class KafkaChangelogs:
@@ -104,9 +104,9 @@ class WorkerClients:
             rules = self._rules[key] = TopicRules(lambda: self.admin(config), key[1])
         return rules
 
-    def stable_end(self, config: EosConfig, topic: str, partition: int, timeout: float) -> int:
-        """The partition's last stable offset now: how far read_committed reads reach."""
-        return self.admin(config).end_offsets([(topic, partition)], committed=True, timeout=timeout)[(topic, partition)]
+    def stable_ends(self, config: EosConfig, partitions: list[TP], timeout: float) -> dict[TP, int]:
+        """The partitions' last stable offsets now (how far read_committed reads reach), in one request."""
+        return self.admin(config).end_offsets(partitions, committed=True, timeout=timeout)
 
     def producer(self, transactional_id: str, config: EosConfig) -> tuple[OutputProducer, bool]:
         """The cached producer, or a new one after `init_transactions()`. Returns (producer, fresh).

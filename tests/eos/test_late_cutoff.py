@@ -28,14 +28,15 @@ def doubling_app(**settings) -> Application:
 
 def arriving(monkeypatch, driver: TopologyTestDriver, waves: list[list[int]]) -> None:
     """Each time a task looks up the last stable offset, the next wave of values is written first."""
-    original = MemoryClients.stable_end
+    original = MemoryClients.stable_ends
 
-    def stable_end(self, config, topic, partition, timeout):
+    def stable_ends(self, config, partitions, timeout):
         if waves:
-            driver.pipe_records([("in", f"k{v}", v, None, partition) for v in waves.pop(0)], process=False)
-        return original(self, config, topic, partition, timeout)
+            wave = waves.pop(0)
+            driver.pipe_records([("in", f"k{v}", v, None, p) for _, p in partitions for v in wave], process=False)
+        return original(self, config, partitions, timeout)
 
-    monkeypatch.setattr(MemoryClients, "stable_end", stable_end)
+    monkeypatch.setattr(MemoryClients, "stable_ends", stable_ends)
 
 
 def test_records_that_arrive_after_the_plan_go_in_its_batch(monkeypatch):
@@ -72,10 +73,10 @@ def test_a_first_batch_capped_small_stays_small(monkeypatch):
 
 
 def test_a_failed_lookup_leaves_the_planned_end(monkeypatch):
-    def failing(self, config, topic, partition, timeout):
+    def failing(self, config, partitions, timeout):
         raise RetriableKafkaError("list_offsets timed out")
 
-    monkeypatch.setattr(MemoryClients, "stable_end", failing)
+    monkeypatch.setattr(MemoryClients, "stable_ends", failing)
     driver = TopologyTestDriver(doubling_app(), partitions=1)
     driver.pipe_many("in", [("k1", 1), ("k2", 2)])
     (result,) = driver.results

@@ -192,19 +192,24 @@ def test_a_unit_read_together_cuts_each_task_off_late(monkeypatch: pytest.Monkey
     from eos.testing.clients import MemoryClients
 
     driver = TopologyTestDriver(counts_app(tasks_per_transaction=4), partitions={"in": 4, "out": 4})
-    original = MemoryClients.stable_end
+    original = MemoryClients.stable_ends
     arrived: list[int] = []
 
-    def stable_end(self, config, topic, partition, timeout):
-        if partition not in arrived:
-            arrived.append(partition)
-            driver.pipe_records([("in", f"late{partition}", {"n": 1}, None, partition)], process=False)
-        return original(self, config, topic, partition, timeout)
+    asked: list[list[tuple[str, int]]] = []
 
-    monkeypatch.setattr(MemoryClients, "stable_end", stable_end)
+    def stable_ends(self, config, partitions, timeout):
+        asked.append(list(partitions))
+        for _, partition in partitions:
+            if partition not in arrived:
+                arrived.append(partition)
+                driver.pipe_records([("in", f"late{partition}", {"n": 1}, None, partition)], process=False)
+        return original(self, config, partitions, timeout)
+
+    monkeypatch.setattr(MemoryClients, "stable_ends", stable_ends)
     reads = spy_reads(monkeypatch)
     driver.pipe_records([("in", f"k{p}", {"n": 1}, None, p) for p in range(4)])
     assert sorted(arrived) == [0, 1, 2, 3]
+    assert asked == [[("in", p) for p in range(4)]]  # the unit's last stable offsets in one request
     assert reads == [[(p, 0, 2) for p in range(4)]]  # each range as the late cut-off extended it, in one read
     assert sorted((r.task.partition, r.records_in, r.extended) for r in driver.results) == [
         (p, 2, 1) for p in range(4)]
