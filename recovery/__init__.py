@@ -4,7 +4,7 @@ directories. Imports only from `transactions`."""
 from recovery.backends import Backend, MemoryBackend, RocksDBBackend, StoreError
 from recovery.changelog import ChangelogConfigError, changelog_record, ensure_changelogs
 from recovery.restore import ChangelogSource, RestoreResult, restore_store
-from recovery.state_dir import HOLDER, StateDirectoryError, StoreHolder, TaskDirectory
+from recovery.state_dir import HOLDER, StateDirectoryError, StoreHolder, TaskDirectory, locked_task_directories
 from recovery.store import KeyValueStore, StoreKind, StoreSpec, StoreView
 from recovery.windows import RecordBuffer, Session, SessionStore, WindowStore
 from recovery.write_buffer import WriteBuffer
@@ -32,5 +32,6 @@ __all__ = [
     "changelog_record",
     "ensure_changelogs",
     "restore_store",
+    "locked_task_directories",
     "ChangelogSource",
 ]

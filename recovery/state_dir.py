@@ -21,7 +21,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +29,7 @@ import structlog
 
 from recovery.backends import StoreError
 
-__all__ = ["TaskDirectory", "StateDirectoryError", "StoreHolder", "HOLDER"]
+__all__ = ["TaskDirectory", "StateDirectoryError", "StoreHolder", "HOLDER", "locked_task_directories"]
 
 log = structlog.get_logger(__name__)
 
@@ -209,3 +209,18 @@ class TaskDirectory:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+
+
+@contextlib.contextmanager
+def locked_task_directories(app_dir: Path, timeout: float = 30.0) -> Iterator[list[Path]]:
+    """Every task directory under `app_dir` (`<state_dir>/<application_id>`) locked by this process, for a tool
+    that reads, changes or removes local state: the processes that keep a task's stores open are asked to let
+    them go (`HOLDER`). Raises StoreError when one is still held after `timeout` (a job running)."""
+    directories = [TaskDirectory(app_dir, p.parent.name) for p in sorted(Path(app_dir).glob("*/.lock"))]
+    try:
+        for directory in directories:
+            directory.lock(timeout=timeout)
+        yield [d.path for d in directories]
+    finally:
+        for directory in directories:
+            directory.unlock()

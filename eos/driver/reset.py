@@ -30,6 +30,7 @@ from eos.errors import ConfigError
 from eos.ledger import ledger_topic
 from eos.time import parse_time
 from eos.topology import offset_groups
+from recovery import locked_task_directories
 from transactions import KafkaAdmin
 
 if TYPE_CHECKING:
@@ -142,4 +143,6 @@ def apply_reset(plan: ResetPlan, admin: KafkaAdmin, *, timeout: float = 60.0) ->
                 raise TimeoutError(f"topics {plan.topics} were not deleted within {timeout:.0f} s")
             time.sleep(0.5)
     for path in plan.local_state:
-        shutil.rmtree(path, ignore_errors=True)
+        # (a Spark worker of a finished run may still hold a task's stores open for a few seconds: asked to let go)
+        with locked_task_directories(path):
+            shutil.rmtree(path, ignore_errors=True)

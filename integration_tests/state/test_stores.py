@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import shutil
-from contextlib import contextmanager
 
 import pytest
 
 from eos import Application, ConfigError
 from eos.testing import CrashWorker, Match
 from integration_tests.helpers import assert_exactly_once, assert_totals_exact, produce
-from recovery import RocksDBBackend, TaskDirectory
+from recovery import RocksDBBackend, locked_task_directories
 from transactions import KafkaAdmin, TopicSpec
 
 KEYS = 100
@@ -45,25 +44,11 @@ def expected_totals(n=20_000):
     return totals
 
 
-@contextmanager
-def let_go(state_dir, app_id, partitions):
-    """The tasks' state directories locked by this process: the Spark workers that keep the stores open
-    between batches (and for a few seconds after a run) are asked to close them."""
-    directories = [TaskDirectory(state_dir / app_id, f"totals-{p}") for p in range(partitions)]
-    for directory in directories:
-        directory.lock(timeout=30)
-    try:
-        yield
-    finally:
-        for directory in directories:
-            directory.unlock()
-
-
 def local_store(state_dir, app_id, partitions):
     """What the tasks' RocksDB stores hold after the job stopped. An aggregate's store is timestamped: each
     value is 8 bytes of timestamp, then the serialized value."""
     content = {}
-    with let_go(state_dir, app_id, partitions):
+    with locked_task_directories(state_dir / app_id):
         for p in range(partitions):
             backend = RocksDBBackend(state_dir / app_id / f"totals-{p}" / "totals-store")
             content.update({k.decode(): json.loads(v[8:]) for k, v in backend.iterate()})
@@ -82,7 +67,7 @@ def test_deleted_state_directory_is_restored_from_the_changelog(kafka, spark, to
     ends = admin.partition_offsets(admin.topic_partitions(changelog))
     assert all(not o.open_transaction for o in ends.values())
 
-    with let_go(state, app_id, 2):
+    with locked_task_directories(state / app_id):
         shutil.rmtree(state / app_id / "totals-0" / "totals-store")
         shutil.rmtree(state / app_id / "totals-1" / "totals-store")
     second = totals_app(app_id, kafka.bootstrap_servers, src, out, state, max_records_per_batch=3000).run(
@@ -98,10 +83,10 @@ def test_state_directory_that_is_behind_catches_up(kafka, spark, topic_factory, 
     build = lambda: totals_app(app_id, kafka.bootstrap_servers, src, out, state,
                                max_records_per_batch=2000)
     build().run(spark, max_batches=1)
-    with let_go(state, app_id, 2):
+    with locked_task_directories(state / app_id):
         shutil.copytree(state, snapshot)  # the state as it was after batch 0
     middle = build().run(spark, max_batches=3)
-    with let_go(state, app_id, 2):
+    with locked_task_directories(state / app_id):
         shutil.rmtree(state)
     shutil.copytree(snapshot, state)  # now behind by three batches
     last = build().run(spark, until_caught_up=True)

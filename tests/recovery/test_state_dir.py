@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from recovery import RocksDBBackend, StoreError, TaskDirectory
+from recovery import RocksDBBackend, StoreError, TaskDirectory, locked_task_directories
 
 HOLDING = textwrap.dedent("""
     import sys, time
@@ -90,3 +90,17 @@ def test_a_holder_that_died_leaves_the_directory_free_and_the_store_whole(tmp_pa
     store = RocksDBBackend(directory.store_path("counts"))
     assert store.get(b"a") == b"4" and store.changelog_offset() == 9
     store.close()
+
+
+def test_a_tool_takes_every_task_directory_of_an_application_from_its_holders(tmp_path, holder):
+    proc = holder(idle=60.0)
+    (tmp_path / "counts-1").mkdir()  # a task directory no process holds (and never locked: no .lock file)
+    once = TaskDirectory(tmp_path, "counts-2")
+    once.lock(timeout=0)  # one that was locked once and let go
+    once.unlock()
+    with locked_task_directories(tmp_path, timeout=10) as locked:
+        assert locked == [tmp_path / "counts-0", tmp_path / "counts-2"]
+        assert proc.stdout.readline().strip() == "let go"
+        with pytest.raises(StoreError):
+            TaskDirectory(tmp_path, "counts-0").lock(timeout=0)  # now this process's
+    TaskDirectory(tmp_path, "counts-0").lock(timeout=0)  # and free again after
