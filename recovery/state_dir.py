@@ -50,7 +50,8 @@ class _Kept:
 
 
 class StoreHolder:
-    """The task directories whose stores this process keeps open between batches, by key (the directory's path).
+    """The task directories whose stores this process keeps open between batches, by key (the directory's
+    resolved path).
 
     `keep` hands a directory's open stores over (with `let_go`, which closes them and unlocks the directory);
     `take` takes them back for a batch: True if they are still open, False if they were let go meanwhile (the
@@ -83,10 +84,6 @@ class StoreHolder:
             if kept is not None:
                 _quietly(kept.let_go, key)
         return kept is not None
-
-    def let_go_all(self) -> None:
-        for key in list(self._kept):
-            self.let_go(key)
 
     @property
     def keys(self) -> list[str]:
@@ -127,9 +124,10 @@ class StoreHolder:
         self._sock.settimeout(wait if wait > 0 else 0.001)
         try:
             return self._sock.recv(4096).decode(errors="replace")
-        except (TimeoutError, BlockingIOError):
+        except TimeoutError:
             return None
-        except OSError:
+        except OSError:  # (not expected: the socket is this thread's alone) idle timers still run
+            time.sleep(wait)
             return None
 
 
@@ -153,7 +151,7 @@ def ask_to_let_go(path: Path, fd: int) -> None:
     if pid <= 0:
         return
     with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-        sock.sendto(str(path).encode(), _address(pid))
+        sock.sendto(str(path.resolve()).encode(), _address(pid))
 
 
 class StateDirectoryError(StoreError):

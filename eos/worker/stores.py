@@ -97,6 +97,7 @@ class TaskStores:
         self._own_marker: dict[str, int] = {}
         self.keep = keep
         self._kept = False  # handed to HOLDER open at the last release
+        self._key = str(self.directory.path.resolve())  # (HOLDER's key: what `ask_to_let_go` sends)
 
     @property
     def persistent(self) -> bool:
@@ -156,9 +157,6 @@ class TaskStores:
             self._buffers[name] = buffer
             self.views[name].attach(buffer)
 
-    @property
-    def _key(self) -> str:
-        return str(self.directory.path)
 
     @staticmethod
     def _log_restored(name: str, result: RestoreResult) -> None:

@@ -28,7 +28,7 @@ HOLDING = textwrap.dedent("""
         directory.unlock()
         print("let go", flush=True)
 
-    HOLDER.keep(str(directory.path), let_go, idle)
+    HOLDER.keep(str(directory.path.resolve()), let_go, idle)
     print("kept", flush=True)
     time.sleep(30)
 """)
@@ -104,3 +104,15 @@ def test_a_tool_takes_every_task_directory_of_an_application_from_its_holders(tm
         with pytest.raises(StoreError):
             TaskDirectory(tmp_path, "counts-0").lock(timeout=0)  # now this process's
     TaskDirectory(tmp_path, "counts-0").lock(timeout=0)  # and free again after
+
+
+def test_a_request_through_another_spelling_of_the_path_reaches_the_holder(tmp_path, holder):
+    proc = holder(idle=60.0)
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path, target_is_directory=True)
+    directory = TaskDirectory(link, "counts-0")
+    started = time.monotonic()
+    directory.lock(timeout=10)
+    assert time.monotonic() - started < 2.0  # the holder knew the directory by its resolved path
+    assert proc.stdout.readline().strip() == "let go"
+    directory.unlock()
