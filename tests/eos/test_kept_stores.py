@@ -89,6 +89,24 @@ def test_a_commit_of_another_worker_is_read_before_the_task_s_next_batch(tmp_pat
         assert calls == {"opened": 2, "bounds": 2}
 
 
+def test_kept_stores_are_not_current_once_another_producer_committed_the_task(tmp_path, calls):
+    """The check of the committed progress on its own: a committer that does not fence this worker's producer
+    (made before it) commits the task; the store stays open, and is brought to the changelog's end."""
+    driver = TopologyTestDriver(counts_app(), state_dir=tmp_path)
+    older = MemoryProducer(driver.cluster, "another-grouping")  # its token is older than the task's producer's
+    older.init()
+    with driver:
+        driver.pipe_many("in", [("a", {}), ("b", {})])
+        first = next(e for e in driver.cluster.logs[CHANGELOG][0] if not e.marker)
+        older.begin()
+        older.produce(CHANGELOG, first._value[:8] + struct.pack(">q", 10), b"a", partition=0)
+        older.send_offsets([TopicPartition("in", 0, 2, CommitMetadata(producer=older.token).encode())], "kept")
+        older.commit()
+        driver.pipe_many("in", [("a", {})])
+        assert counts_of(driver) == [("a", 1), ("b", 1), ("a", 11)]
+        assert calls == {"opened": 1, "bounds": 2}  # kept open, but asked: the committed offsets name another
+
+
 def test_a_crashed_batch_leaves_nothing_taken_as_current(tmp_path, calls):
     with TopologyTestDriver(counts_app(), state_dir=tmp_path) as driver:
         driver.pipe_many("in", [("a", {})])
