@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import itertools
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -139,7 +141,32 @@ def archive_path(cp: Classpath | None = None) -> Path | None:
 
 def user_java_options(conf: Any) -> str:
     """The driver JVM options the user gave (settings, or spark-submit arguments through PySpark)."""
-    return f"{conf.get('spark.driver.extraJavaOptions', '') or ''} {os.environ.get('PYSPARK_SUBMIT_ARGS', '')}"
+    return f"{conf.get('spark.driver.extraJavaOptions', '') or ''} {_submit_driver_options()}"
+
+
+_DRIVER_OPTIONS_CONF = "spark.driver.extraJavaOptions="
+
+
+def _submit_driver_options() -> str:
+    """The driver's JVM options in PYSPARK_SUBMIT_ARGS: `--driver-java-options` and `--conf` (`-c`) of
+    spark.driver.extraJavaOptions. Other arguments (an executor's options, say) are not the driver's; arguments
+    that do not parse are all taken as the driver's, as the careful reading."""
+    args = os.environ.get("PYSPARK_SUBMIT_ARGS", "")
+    try:
+        words = shlex.split(args)
+    except ValueError:
+        return args
+    found = []
+    for name, value in itertools.pairwise([*words, ""]):
+        if name == "--driver-java-options":
+            found.append(value)
+        elif name.startswith("--driver-java-options="):
+            found.append(name.split("=", 1)[1])
+        elif name in ("--conf", "-c") and value.startswith(_DRIVER_OPTIONS_CONF):
+            found.append(value[len(_DRIVER_OPTIONS_CONF):])
+        elif name.startswith("--conf=" + _DRIVER_OPTIONS_CONF):
+            found.append(name[len("--conf=" + _DRIVER_OPTIONS_CONF):])
+    return " ".join(found)
 
 
 def driver_java_options(conf: Any) -> str | None:

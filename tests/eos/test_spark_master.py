@@ -75,6 +75,16 @@ def test_a_jobs_driver_jvm_gets_the_quick_jit_unless_the_user_chose_jit_options_
     assert not _quick_jit(Conf({"spark.driver.extraJavaOptions": "-XX:-TieredCompilation"}))
     monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--driver-java-options -XX:TieredStopAtLevel=4 pyspark-shell")
     assert not _quick_jit(Conf())
+    for args in ("--conf spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=4 pyspark-shell",
+                 "-c 'spark.driver.extraJavaOptions=-Dx=y -XX:-TieredCompilation' pyspark-shell",
+                 "--driver-java-options=-XX:TieredStopAtLevel=4 pyspark-shell",
+                 "--driver-java-options '-XX:TieredStopAtLevel=4"):  # (unbalanced: all of it taken as the driver's)
+        monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", args)
+        assert not _quick_jit(Conf()), args
+    # options of the executors' JVMs are not the driver's
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--conf spark.executor.extraJavaOptions=-XX:TieredStopAtLevel=4 "
+                                              "--driver-memory 2g pyspark-shell")
+    assert _quick_jit(Conf())
 
 
 def test_a_jobs_driver_jvm_gets_the_serial_collector_unless_the_user_chose_gc_or_heap_options_or_turned_it_off(
@@ -90,6 +100,8 @@ def test_a_jobs_driver_jvm_gets_the_serial_collector_unless_the_user_chose_gc_or
         assert not _serial_gc(Conf({"spark.driver.extraJavaOptions": f"-Dx=y {option}"})), option
     monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--driver-java-options -XX:+UseParallelGC pyspark-shell")
     assert not _serial_gc(Conf())
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--conf spark.executor.extraJavaOptions=-XX:+UseParallelGC pyspark-shell")
+    assert _serial_gc(Conf())
 
 
 @pytest.mark.parametrize("master", ["local", "local[1]", "local[*]", "local[2,4]", "local[*, 3]",
