@@ -17,16 +17,24 @@ from collections.abc import Callable, Iterator
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from eos.driver.classdata import cache_root
 from eos.driver.spark import DEFAULT_MASTER, build_spark_context
 from localkafka.cluster import JVM_OPTIONS_ENV
 from localkafka.provision import KafkaEndpoint, provide_kafka
 from localkafka.registry import RegistryEndpoint, provide_registry
 
 # The suite's JVMs compile with C1 only: it starts many that live seconds to minutes, and on two cores the
-# CPU C2 spends compiling their start-up paths is the suite's time. Spark's (drivers, executors, jobs in
-# subprocesses): see spark-conf/spark-defaults.conf. The local brokers' (this process's and subprocesses'):
-# one broker's start plus 200,000 records took 11.7 CPU-s with the defaults and 7 with C1 only.
-os.environ.setdefault("SPARK_CONF_DIR", os.path.join(os.path.dirname(__file__), "spark-conf"))
+# CPU C2 spends compiling their start-up paths is the suite's time. A job's driver JVM does so by default
+# (eos.driver.spark, spark.eos.quickJit); executors (local-cluster masters) through PySpark's launch arguments;
+# the local brokers' (this process's and subprocesses') through localkafka: one broker's start plus 200,000
+# records took 11.7 CPU-s with the defaults and 7 with C1 only.
+# No Spark configuration directory is set: one with files in it is on the driver's classpath, where it keeps
+# the class-data archive of `make setup` from fitting any driver (eos.driver.classdata). With the archive an
+# `eos run` of a two-record job took 6.6 CPU-s and 5.4 s against 10.4 CPU-s and 8.3 s (2026-11-27).
+# Tests that run the CLI with a HOME of their own find the archive, and recorded launches, where set-up made them.
+os.environ.setdefault("PYSPARK_SUBMIT_ARGS",
+                      "--conf spark.executor.extraJavaOptions=-XX:TieredStopAtLevel=1 pyspark-shell")
+os.environ.setdefault("EOS_CLASS_DATA_CACHE", str(cache_root()))
 os.environ.setdefault(JVM_OPTIONS_ENV, "-XX:TieredStopAtLevel=1")
 
 

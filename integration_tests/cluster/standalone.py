@@ -56,8 +56,9 @@ class StandaloneCluster:
 
         spark_home = str(Path(pyspark.__file__).parent)  # pip's PySpark is a Spark distribution too
         self._spark_class = str(Path(spark_home) / "bin" / "spark-class")
+        # (the master's and workers' JVMs compile with C1 only, as the suite's others: integration_tests/conftest.py)
         self._env = {**os.environ, "SPARK_HOME": spark_home, "SPARK_LOCAL_IP": "127.0.0.1",
-                     "SPARK_NO_DAEMONIZE": "1"}
+                     "SPARK_NO_DAEMONIZE": "1", "SPARK_DAEMON_JAVA_OPTS": "-XX:TieredStopAtLevel=1"}
 
     def _start(self, name: str, *args: str) -> subprocess.Popen:
         log = open(self.root / f"{name}.log", "ab")

@@ -81,7 +81,11 @@ def test_spark_submit_on_the_standalone_cluster(kafka, standalone, python, topic
     env.pop("PYSPARK_PYTHON", None)
     # spark.pyspark.python names the driver's Python too unless spark.pyspark.driver.python is given
     args = [spark_submit(), "--master", standalone.master_url,
-            "--conf", f"spark.pyspark.driver.python={sys.executable}"]
+            "--conf", f"spark.pyspark.driver.python={sys.executable}",
+            # the suite's JVMs compile with C1 only (integration_tests/conftest.py); spark-submit reads no
+            # PYSPARK_SUBMIT_ARGS
+            "--driver-java-options", "-XX:TieredStopAtLevel=1",
+            "--conf", "spark.executor.extraJavaOptions=-XX:TieredStopAtLevel=1"]
     for key, value in cluster_conf(python).items():
         args += ["--conf", f"{key}={value}"]
     done = subprocess.run([*args, "job.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
