@@ -4,6 +4,7 @@ a second attempt runs the batch and commits, then the first resumes. Its commit 
 
 from __future__ import annotations
 
+import gc
 import json
 import multiprocessing
 import os
@@ -79,13 +80,15 @@ def test_zombie_attempt_cannot_commit_after_a_newer_attempt_started(kafka, topic
     assert result.output_records == 1000
 
 
-def test_a_stale_cached_producer_does_not_wait_out_a_dead_attempts_transaction(kafka, topic_factory, unique_name):
+def test_a_stale_cached_producer_does_not_wait_out_a_dead_attempts_transaction(kafka, topic_factory, unique_name,
+                                                                              request):
     """Worker A ran the task and keeps its producer. A later attempt elsewhere (B) initialised a producer,
     opened a transaction with the task's offsets in it and died. When A runs the task again, its stable read
     finds those offsets pending: A must see that its producer is stale and initialise a fresh one, which
     aborts B's transaction at once, instead of waiting for the broker's transaction timeout (60 s here)."""
     from eos.worker.clients import WorkerClients
     from eos.worker.entry import run_task
+    from eos.worker.runtime import RUNTIMES
 
     src, dst = topic_factory("in"), topic_factory("out")
     produce(kafka.bootstrap_servers, src, ((b"k", json.dumps({"id": i}).encode()) for i in range(1000)))
@@ -93,6 +96,10 @@ def test_a_stale_cached_producer_does_not_wait_out_a_dead_attempts_transaction(k
     job = build(app_id, kafka.bootstrap_servers, src, dst, False)
     assert job.config.transaction_timeout_ms >= 60_000
     worker_a = WorkerClients()
+    # (run_task keeps the task's runtime, and through it worker A's clients, in this process's cache, as a
+    # worker does between batches: cleared at the end, and the clients' reference cycles collected, or they
+    # would outlive the test's broker and log its absence until the session ends)
+    request.addfinalizer(lambda: (RUNTIMES.clear(), gc.collect()))
     # capped at 500 of the 1,000 records (`behind`), as the planner plans it: it reads no further
     first = TaskPlan(TaskId("copy", 0), 0, (OffsetRange(src, 0, 0, 500),), behind=frozenset({(src, 0)}))
     assert run_task(first, job, clients=worker_a).status == "committed"
