@@ -1,7 +1,7 @@
 """A function between its source and its sink (`Application.process`) on the broker and Spark, in the direct
 loop (`eos.worker.processing._run_direct`): it returns a (key, value), nothing, two records, an `Output`
 with headers of its own, or raises; the input has bad records of every kind.
-The job is SIGKILLed twice (once inside a transaction) and restarted until caught up, then a
+The job is SIGKILLed three times (at least once inside a transaction) and restarted until caught up, then a
 second wave of input runs, every record of it in the direct loop. The committed output holds exactly the
 reference's records, once each; every bad record is a dead letter once; and `audit_application` says PASS,
 then FAIL once a broken writer commits an output a second time."""

@@ -2,7 +2,7 @@
 sub-topology and a sum behind a filter and a map_values, so both steps' batches are folded in one loop,
 with a record cache small enough that folds stop where it would evict, and without a cache (each update
 an output); bad records of every kind.
-The job is SIGKILLed twice (once inside a transaction) and restarted until caught up, then
+The job is SIGKILLed three times (at least once inside a transaction) and restarted until caught up, then
 a second wave of input runs on the restored state. Each key's committed counts and sums are values its
 aggregate had, in order, once each, ending with the reference's (without a cache: all of them); every bad
 record is a dead letter once; the run reports folded records; and `audit_application` says PASS, then

@@ -1,9 +1,9 @@
 """Tasks that share a transaction (`tasks_per_transaction`) on a real broker and real Spark: a count and a
 stateless step, 8 partitions in units of 4. Workers die inside a unit's transaction (before the commit of
-its third task; after a streamed slice of its first), and the whole job is SIGKILLed twice (once inside
-a transaction) and restarted. Each key's committed counts are 1, 2, ..., its reference total, once each;
-every input is mapped once; the auditor says PASS, and FAIL once a broken writer commits a result again;
-and each batch of a unit commits in one transaction."""
+its third task; after a streamed slice of its first), and the whole job is SIGKILLed three times and
+restarted. Each key's committed counts are 1, 2, ..., its reference total, once each; every input is mapped
+once; the auditor says PASS, and FAIL once a broken writer commits a result again; and each batch of a unit
+commits in one transaction."""
 
 from __future__ import annotations
 

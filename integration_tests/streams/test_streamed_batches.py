@@ -1,5 +1,5 @@
 """Streamed batches on the broker and Spark: tasks read, process and produce their batches in slices of 30
-outputs, and the job is SIGKILLed twice, once between two slices of a batch (its earlier
+outputs, and the job is SIGKILLed three times, at least once between two slices of a batch (its earlier
 slices already in the open transaction), then run until caught up. Every good order is enriched exactly
 once, every bad one is a dead letter once, every key's counts are 1..n in order, once each, and
 `audit_application` says PASS."""
