@@ -157,7 +157,6 @@ class TaskStores:
             self._buffers[name] = buffer
             self.views[name].attach(buffer)
 
-
     @staticmethod
     def _log_restored(name: str, result: RestoreResult) -> None:
         if result.records:
