@@ -8,6 +8,7 @@ import time
 import pytest
 
 from eos import Application
+from eos.clock import clock_source
 from eos.errors import TaskFailedError
 from eos.processor import FunctionProcessor, Processor
 from eos.testing import TopologyTestDriver
@@ -112,3 +113,30 @@ def test_rules_are_read_from_the_topic_config_once_and_again_after_forget():
     rules.forget()
     rules("plain")
     assert admin.reads == reads + 1
+
+
+def test_an_upper_bound_alone_reads_the_clock_only_for_a_timestamp_past_what_it_has_seen():
+    rule = TopicRule("out", 1_000_000, False, None, HOUR)
+    clock = {"now": 10 * HOUR, "reads": 0}
+
+    def source() -> float:
+        clock["reads"] += 1
+        return clock["now"] / 1000
+
+    t = clock["now"]
+    with clock_source(source):
+        assert rule.violation(b"k", b"v", None, t) is None  # the first check reads the clock
+        assert [rule.violation(b"k", b"v", None, ts) for ts in (t - HOUR, t, t + HOUR)] == [None] * 3
+        assert clock["reads"] == 1  # within an hour of a time the clock has reached: no reading
+        assert "ahead of now" in (rule.violation(b"k", b"v", None, t + HOUR + 1) or "")
+        clock["now"] += 5
+        assert rule.violation(b"k", b"v", None, t + HOUR + 1) is None  # read again: the clock moved on
+        assert clock["reads"] == 3
+    with clock_source(lambda: (t - HOUR) / 1000):  # another clock (another test driver's) is read afresh
+        assert "ahead of now" in (rule.violation(b"k", b"v", None, t + HOUR) or "")
+    both = TopicRule("out", 1_000_000, False, HOUR, HOUR)  # a lower bound needs the clock at every check
+    with clock_source(source):
+        reads = clock["reads"]
+        both.violation(b"k", b"v", None, t)
+        both.violation(b"k", b"v", None, t)
+        assert clock["reads"] == reads + 2
