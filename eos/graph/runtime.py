@@ -126,10 +126,10 @@ class GraphProcessor(Processor):
         sink = next((s for s in self.part.sinks if len(kids) == 1 and s.name == kids[0]), None)
         if sink is None or sink.partitioner is not None or sink.named:
             return None
-        forward, topic = self.context.forward, sink.topic
+        emit, topic = emitter(self.context), sink.topic
 
         def to_sink(key: Any, value: Any, timestamp: int) -> None:
-            forward(key, value, topic=topic, partition=None, headers=None, timestamp=timestamp)
+            emit(topic, key, value, None, None, timestamp)
         return to_sink
 
     def direct_step(self) -> DirectStep | None:
@@ -191,11 +191,26 @@ def _take(entry: Any) -> Callable[[Record], None]:
     return lambda r: call(r.key, r.value, r.timestamp, None)
 
 
+#: forward to a topic, positional: (topic, key, value, partition, headers, timestamp)
+ToTopic = Callable[[str, Any, Any, "int | None", Any, "int | None"], None]
+
+
+def emitter(task: ProcessorContext) -> ToTopic:
+    """The task's forward to a topic with positional arguments (`TaskContext.emit`: a sink's path, once per
+    output, without `forward`'s keywords); for another context, its `forward`."""
+    emit: ToTopic | None = getattr(task, "emit", None)
+    if emit is not None:
+        return emit
+    forward = task.forward
+    return lambda topic, key, value, partition, headers, timestamp: forward(
+        key, value, topic=topic, partition=partition, headers=headers, timestamp=timestamp)
+
+
 class Sink:
     """A sink: hands records to the task (`ProcessorContext.forward` to its topic)."""
 
     def __init__(self, node: SinkNode, task: ProcessorContext) -> None:
-        self.node, self.topic, self._forward = node, node.topic, task.forward
+        self.node, self.topic, self._emit = node, node.topic, emitter(task)
         self._requires_key = node.requires_key
         self._partitioner, self._task = node.partitioner, task
 
@@ -209,7 +224,7 @@ class Sink:
             if partition is not None and (type(partition) is not int or not 0 <= partition < count):
                 raise ValueError(f"the partitioner of sink {self.node.name!r} returned {partition!r}: topic "
                                  f"{self.topic} has partitions 0 to {count - 1}")
-        self._forward(key, value, topic=self.topic, partition=partition, headers=headers, timestamp=timestamp)
+        self._emit(self.topic, key, value, partition, headers, timestamp)
 
 
 class _ProcessorEntry:

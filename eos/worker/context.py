@@ -126,6 +126,11 @@ class TaskContext(ProcessorContext):
         target = topic or self._output_topic
         if target is None:
             raise ValueError(f"{self.task_id}: forward() needs a topic: the sub-topology has no output topic")
+        self.emit(target, key, value, partition, headers, timestamp)
+
+    def emit(self, target: str, key: Any, value: Any, partition: int | None = None,
+             headers: list[tuple[str, bytes]] | None = None, timestamp: int | None = None) -> None:
+        """`forward` to `target` (a topic), its arguments positional: a sink's path, once per output."""
         try:
             if target in self._raw:
                 k, v = key, value
@@ -140,7 +145,11 @@ class TaskContext(ProcessorContext):
         except SerdeError as exc:
             raise OutputSerializationError(str(exc)) from exc
         msg = self._current
-        headers = self.cached_headers() if headers is None else list(headers)
+        if headers is not None:
+            headers = list(headers)
+        else:  # `cached_headers`, inline: most records have no headers
+            inherited = msg.headers() if msg is not None else None
+            headers = self._inherit(msg, inherited) if inherited else []
         if self._lineage:
             if msg is None:
                 headers.append((DERIVED_HEADER, self._derived_id()))
@@ -172,8 +181,10 @@ class TaskContext(ProcessorContext):
         an update, for when it is forwarded."""
         msg = self._current
         inherited = msg.headers() if msg is not None else None
-        if not inherited:
-            return []
+        return self._inherit(msg, inherited) if inherited else []
+
+    def _inherit(self, msg: Message | None, inherited: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+        """`inherited` (the headers of `msg`, not empty) as an output of it takes them (`cached_headers`)."""
         headers = [h for h in inherited if not h[0].startswith("eos.")]
         if any(h[0] == TRACEPARENT for h in headers):
             headers = [(n, child_traceparent(v, self._span_seed(msg)) if n == TRACEPARENT else v) for n, v in headers]
