@@ -368,9 +368,10 @@ def _run_direct(step: DirectStep, ctx: TaskContext, tp: tuple[str, int], message
         enter(msg, ts)
         try:
             result = fn(record)
-            if (type(result) is tuple and len(result) == 2 and type(result[0]) is not Output
-                    and not (is_pair(result[0]) and is_pair(result[1]))):
-                to_sink(result[0], result[1], ts)
+            # a (key, value): not an Output, nor a pair of (key, value)s (`is_pair`, inline)
+            if (type(result) is tuple and len(result) == 2 and type(key := result[0]) is not Output
+                    and not (type(key) is tuple and len(key) == 2 and is_pair(result[1]))):
+                to_sink(key, result[1], ts)
             else:
                 forward_result(record, result)
         except NOT_A_BAD_RECORD:
