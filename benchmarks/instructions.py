@@ -1,0 +1,113 @@
+"""Machine instructions per record of a job's record path, counted (not timed): the peers' stateless and count jobs
+through the test driver, under valgrind's callgrind.
+
+    python -m benchmarks.instructions [--jobs stateless,count] [--records 10000]
+
+On a shared machine a timed run of the same code moves by a third from one run to the next, so a change of a
+few percent in a worker's cost per record cannot be seen in the peers' rates. An instruction count can: each
+job runs twice in a process of its own under callgrind, with the same hash seed, once writing `--records`
+pre-serialized records into the test driver's in-memory Kafka and once writing and processing them (reading,
+deserializing, the job, serializing, the topic's rules, lineage, producing and committing, as a worker does);
+the difference over the records is the job's instructions per record, within ~0.5 % from run to run. The
+in-memory Kafka stands in for librdkafka, so its own share differs from a worker's. Needs `valgrind`
+(Debian: `apt-get install valgrind`); ~1.5 minutes per job. To compare two commits, run it in a checkout of
+each. Writes reports/instructions.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parents[1]
+JOBS = ("stateless", "count")
+console = Console()
+
+
+def _app(job: str):  # type: ignore[no-untyped-def]
+    from eos import Application
+
+    app = Application("instructions", trigger_interval=1.0, max_records_per_batch=1_000_000)
+    if job == "count":
+        app.count("in", "out", name="counts")
+    else:  # the peers' stateless job (benchmarks/peers/eos_job.py)
+        @app.process(input="in", output="out", key_serde="string", value_serde="json")
+        def enrich(record):  # type: ignore[no-untyped-def]
+            order = record.value
+            return record.key, {**order, "total": order["qty"] * order["price"]}
+    return app
+
+
+def child(job: str, records: int, process: bool) -> None:
+    """What callgrind counts: the records written to the driver, and processed when `process`."""
+    from eos.testing import TopologyTestDriver
+
+    rng = random.Random(1)
+    data = [(f"k{rng.randrange(10_000)}".encode(),
+             json.dumps({"id": i, "customer": "k", "qty": rng.randrange(1, 9), "price": round(rng.uniform(1, 100), 2),
+                         "ts": 1_700_000_000_000}).encode()) for i in range(records)]
+    # Kafka 4's default upper bound on output timestamps (one hour ahead), as on a broker
+    driver = TopologyTestDriver(_app(job), topic_configs={"out": {"message.timestamp.after.max.ms": "3600000"}})
+    driver.pipe_records((("in", key, value) for key, value in data), process=process, serialized=True)
+    if process:  # one output per record in both jobs, committed (the log's stable end counts commit markers too)
+        stable = sum(driver.cluster.last_stable("out", p) for p in range(driver.cluster.partitions("out")))
+        assert stable > records, f"{stable} offsets committed to the output for {records} records"
+
+
+def count(valgrind: str, job: str, records: int, process: bool) -> int:
+    with tempfile.TemporaryDirectory() as scratch:
+        done = subprocess.run(
+            [valgrind, "--tool=callgrind", f"--callgrind-out-file={scratch}/out", sys.executable, "-m",
+             "benchmarks.instructions", "--child", job, str(records), "process" if process else "write"],
+            cwd=ROOT, env={**os.environ, "PYTHONHASHSEED": "0"}, capture_output=True, text=True, check=False)
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if done.returncode != 0 or found is None:
+        raise SystemExit(f"{job}: the run under valgrind failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", default=",".join(JOBS))
+    parser.add_argument("--records", type=int, default=10_000)
+    parser.add_argument("--child", nargs=3, metavar=("JOB", "RECORDS", "MODE"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        child(args.child[0], int(args.child[1]), args.child[2] == "process")
+        return
+    jobs = [j for j in args.jobs.split(",") if j]
+    if not jobs or set(jobs) - set(JOBS):
+        parser.error(f"jobs are {', '.join(JOBS)}")
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        parser.error("valgrind is not installed (Debian: apt-get install valgrind)")
+    per_record: dict[str, float] = {}
+    for job in jobs:
+        written = count(valgrind, job, args.records, process=False)
+        processed = count(valgrind, job, args.records, process=True)
+        per_record[job] = (processed - written) / args.records
+        console.print(f"{job}: {per_record[job]:,.0f} instructions per record")
+    table = Table(title=f"instructions per record, {args.records:,} records through the test driver")
+    table.add_column("job")
+    table.add_column("instructions per record", justify="right")
+    for job, n in per_record.items():
+        table.add_row(job, f"{n:,.0f}")
+    console.print(table)
+    out = ROOT / "reports" / "instructions.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps({"records": args.records, "instructions_per_record": per_record}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
