@@ -57,7 +57,9 @@ class TopicRule:
     after_ms: int | None = None
     #: [clock source, ms]: a time that source's clock had reached at an earlier check. A timestamp at most
     #: after_ms past it is at most after_ms past now, since the clock has only moved on since: with no lower
-    #: bound to check, such a record needs no reading of the clock (one per output was ~2 % of a worker's CPU)
+    #: bound to check, such a record needs no reading of the clock (one per output was ~2 % of a worker's CPU).
+    #: A system clock set back meanwhile can let a record through that the broker then refuses: its batch runs
+    #: again with the rules read afresh, as after any refusal (`eos.worker.entry`).
     _reached: list[Any] = field(default_factory=lambda: [None, 0], init=False, repr=False, compare=False)
 
     def violation(self, key: bytes | None, value: bytes | None, headers: Headers | None,
