@@ -51,15 +51,14 @@ def _app(job: str):  # type: ignore[no-untyped-def]
 
 def child(job: str, records: int, process: bool) -> None:
     """What callgrind counts: the records written to the driver, and processed when `process`."""
+    from benchmarks.peers.__main__ import order
     from eos.testing import TopologyTestDriver
 
     rng = random.Random(1)
-    data = [(f"k{rng.randrange(10_000)}".encode(),
-             json.dumps({"id": i, "customer": "k", "qty": rng.randrange(1, 9), "price": round(rng.uniform(1, 100), 2),
-                         "ts": 1_700_000_000_000}).encode()) for i in range(records)]
+    data = [order(rng, i, 10_000) for i in range(records)]  # the peers' records
     # Kafka 4's default upper bound on output timestamps (one hour ahead), as on a broker
     driver = TopologyTestDriver(_app(job), topic_configs={"out": {"message.timestamp.after.max.ms": "3600000"}})
-    driver.pipe_records((("in", key, value) for key, value in data), process=process, serialized=True)
+    driver.pipe_records((("in", key.encode(), value) for key, value in data), process=process, serialized=True)
     if process:  # one output per record in both jobs, committed (the log's stable end counts commit markers too)
         stable = sum(driver.cluster.last_stable("out", p) for p in range(driver.cluster.partitions("out")))
         assert stable > records, f"{stable} offsets committed to the output for {records} records"
