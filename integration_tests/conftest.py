@@ -15,13 +15,13 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from eos.driver.classdata import cache_root
 from eos.driver.spark import DEFAULT_MASTER, build_spark_context
 from localkafka.cluster import JVM_OPTIONS_ENV
 from localkafka.provision import KafkaEndpoint, provide_kafka
 from localkafka.registry import RegistryEndpoint, provide_registry
+from transactions import KafkaAdmin, TopicSpec
 
 # The suite's JVMs compile with C1 only: it starts many that live seconds to minutes, and on two cores the
 # CPU C2 spends compiling their start-up paths is the suite's time. A job's driver JVM does so by default
@@ -84,12 +84,12 @@ def topic_factory(kafka: KafkaEndpoint, unique_name: Callable[[str], str]) -> Ca
 
 
 def make_topic_factory(endpoint: KafkaEndpoint, unique_name: Callable[[str], str]) -> Callable[..., str]:
-    admin = AdminClient({"bootstrap.servers": endpoint.bootstrap_servers})
+    admin = KafkaAdmin(endpoint.bootstrap_servers)
 
     def create(prefix: str = "topic", partitions: int = 1, config: dict[str, str] | None = None) -> str:
+        """A new topic, returned once the cluster's metadata lists it."""
         name = unique_name(prefix)
-        rf = min(endpoint.brokers, 3)
-        admin.create_topics([NewTopic(name, partitions, rf, config=config or {})])[name].result(30)
+        admin.create_topics([TopicSpec(name, partitions, min(endpoint.brokers, 3), config or {})], timeout=30)
         return name
 
     return create

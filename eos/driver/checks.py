@@ -4,7 +4,8 @@ framework creates. Each failure is a `ConfigError` that says what to change."""
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 
 import structlog
@@ -34,7 +35,8 @@ def preflight(config: EosConfig, *, local_master: bool, topics: Collection[str] 
         raise ConfigError(f"{exc}. Is the address right? For a local cluster run `eos cluster up` and "
                           "`eval \"$(eos cluster env)\"`; or set EOS_BOOTSTRAP_SERVERS (or --bootstrap-servers) to "
                           "a reachable Kafka cluster.") from None
-    missing = sorted(set(topics) - existing)
+    missing = _still_missing(sorted(set(topics) - existing),
+                             lambda names: set(names) - check_reachable(config.bootstrap_servers, timeout=10))
     if missing:
         raise _missing_topics(missing, config.bootstrap_servers)
     if local_master:
@@ -46,6 +48,22 @@ def user_topics(subtopologies: Mapping[str, SubTopology]) -> set[str]:
     as repartition topics, are the run's to create)."""
     return {t for sub in subtopologies.values()
             for t in (*sub.inputs, *sub.output_topics, *(g.topic for g in sub.global_tables))}
+
+
+#: How long a topic missing from the metadata is asked for again before it counts as missing
+MISSING_TOPIC_GRACE_S = 3.0
+
+
+def _still_missing(missing: Sequence[str], ask: Callable[[Sequence[str]], Collection[str]]) -> list[str]:
+    """The topics of `missing` still missing after asking again for `MISSING_TOPIC_GRACE_S`. A broker learns of
+    a topic from the controller a moment after its creation returns, so a job started right after a script
+    created its topics could otherwise be told they do not exist (seen in CI on a loaded machine)."""
+    deadline = time.monotonic() + MISSING_TOPIC_GRACE_S
+    missing = list(missing)
+    while missing and time.monotonic() < deadline:
+        time.sleep(0.2)
+        missing = sorted(ask(missing))
+    return missing
 
 
 def _missing_topics(missing: Sequence[str], bootstrap_servers: str) -> ConfigError:
@@ -80,7 +98,12 @@ def check_topics(admin: KafkaAdmin, subtopologies: Mapping[str, SubTopology]) ->
     Returns the partition count of every input and output topic."""
     topics = sorted(user_topics(subtopologies))
     counts = admin.partition_counts(topics)
-    missing = [t for t in topics if counts[t] is None]
+
+    def ask(names: Sequence[str]) -> list[str]:
+        counts.update(admin.partition_counts(names))
+        return [t for t in names if counts[t] is None]
+
+    missing = _still_missing([t for t in topics if counts[t] is None], ask)
     if missing:
         raise _missing_topics(missing, admin.bootstrap_servers)
     for sub in subtopologies.values():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace
 
 import pytest
 
@@ -73,3 +74,39 @@ def test_a_state_directory_without_write_permission_fails_before_spark_starts(tm
         pytest.skip("running as root, which may write anywhere: the check cannot fail here")
     with pytest.raises(ConfigError, match="is not writable"):
         check_state_dir(str(locked / "state"))
+
+
+class LaggingAdmin:
+    """A broker that learns of the topic `late` only on the `learns_at`-th metadata request."""
+    bootstrap_servers = "127.0.0.1:1"
+
+    def __init__(self, learns_at: int) -> None:
+        self.asked, self.learns_at = 0, learns_at
+
+    def partition_counts(self, topics):
+        self.asked += 1
+        return {t: (None if t == "late" and self.asked < self.learns_at else 2) for t in topics}
+
+
+def subtopologies():
+    """What check_topics reads of a sub-topology: its inputs, outputs and global tables."""
+    return {"copy": SimpleNamespace(name="copy", inputs=("in",), output_topics=("late",), global_tables=())}
+
+
+def test_a_topic_the_broker_learns_of_a_moment_late_is_found_by_asking_again(monkeypatch):
+    from eos.driver import checks
+
+    monkeypatch.setattr(checks, "MISSING_TOPIC_GRACE_S", 5.0)
+    admin = LaggingAdmin(learns_at=3)
+    assert checks.check_topics(admin, subtopologies()) == {"in": 2, "late": 2}
+    assert admin.asked == 3
+
+
+def test_a_topic_still_missing_after_the_grace_is_a_config_error(monkeypatch):
+    from eos.driver import checks
+
+    monkeypatch.setattr(checks, "MISSING_TOPIC_GRACE_S", 0.5)
+    admin = LaggingAdmin(learns_at=10**6)
+    with pytest.raises(ConfigError, match=r"topic\(s\) late do not exist on 127\.0\.0\.1:1\. Create them first"):
+        checks.check_topics(admin, subtopologies())
+    assert admin.asked >= 2  # asked again before giving up
