@@ -179,6 +179,8 @@ class TaskResult:
     committed_offsets: dict[TopicPartition, int] = field(default_factory=dict)
     #: Offsets the batch read past its planned end (its partition's last stable offset when it began reading)
     extended: int = 0
+    #: Of `extended`, the offsets read on to just before the commit (`BatchAttempt._top_up`)
+    topped_up: int = 0
     executor: str | None = None
     location: str | None = None  # Spark preferred-location string of the executor it ran on
     pid: int = 0

@@ -1,7 +1,9 @@
 """The late cut-off of a streamed batch (`BatchAttempt.extend_to_stable_end`): records that arrive between the
 planning of a batch and its task's read go in that batch, up to `max_records_per_batch` from its start; the
 batch commits the end it read to, its ledger entry says so, and a batch killed after it read further is done
-again exactly once. Records "arrive" here when the task asks for the partition's last stable offset."""
+again exactly once. A streamed batch whose task has its transaction to itself asks once more when its read
+reaches that end (the top-up). Records "arrive" here when the task asks for the partition's last stable
+offset."""
 
 from __future__ import annotations
 
@@ -112,3 +114,81 @@ def test_a_vectorized_step_and_an_unstreamed_batch_read_to_the_stable_end_too(mo
         (result,) = driver.results
         assert result.extended == 1 and result.committed_offsets == {("in", 0): 3}
         assert [r.value for r in driver.read("out")] == [2, 4, 6]
+
+
+# ---------------------------------------------------------------------------------------------- the top-up
+# A streamed batch whose read reached the end it was cut off at reads on to the stable end once more before it
+# commits (`BatchAttempt._top_up`): the second look-up of a batch is its top-up's.
+
+def test_records_that_arrive_while_the_batch_is_processed_go_in_it_too(monkeypatch):
+    driver = TopologyTestDriver(doubling_app(), partitions=1)
+    arriving(monkeypatch, driver, [[3], [4, 5]])  # at the cut-off, then at the top-up
+    driver.pipe_many("in", [("k1", 1), ("k2", 2)])
+    assert [r.value for r in driver.read("out")] == [2, 4, 6, 8, 10]
+    (result,) = driver.results  # one batch
+    assert (result.records_in, result.extended, result.topped_up) == (5, 3, 2)
+    assert result.committed_offsets == {("in", 0): 5}
+    (entry,) = driver.ledger()
+    assert [(i.start, i.end) for i in entry.inputs] == [(0, 5)]
+
+
+def test_a_top_up_reads_once_and_no_further_than_max_records_per_batch(monkeypatch):
+    driver = TopologyTestDriver(doubling_app(max_records_per_batch=5), partitions=1)
+    arriving(monkeypatch, driver, [[3], [4, 5, 6], [7]])
+    driver.pipe_many("in", [("k1", 1), ("k2", 2)])
+    first, second = driver.results
+    assert (first.records_in, first.extended, first.topped_up, first.committed_offsets) == (5, 3, 2, {("in", 0): 5})
+    # the next batch reads the rest (6, planned, and 7, which arrived at its cut-off) and tops up with nothing
+    assert (second.records_in, second.topped_up, second.committed_offsets) == (2, 0, {("in", 0): 7})
+    assert [r.value for r in driver.read("out")] == [2, 4, 6, 8, 10, 12, 14]
+
+
+def test_a_failed_top_up_look_up_ends_the_batch_at_its_cut_off(monkeypatch):
+    driver = TopologyTestDriver(doubling_app(), partitions=1)
+    original, calls = MemoryClients.stable_ends, []
+
+    def second_fails(self, config, partitions, timeout):
+        calls.append(partitions)
+        if len(calls) == 2:
+            driver.pipe_records([("in", "k9", 9)], process=False)  # (arrived, but the look-up fails)
+            raise RetriableKafkaError("list_offsets timed out")
+        return original(self, config, partitions, timeout)
+
+    monkeypatch.setattr(MemoryClients, "stable_ends", second_fails)
+    driver.pipe_many("in", [("k1", 1), ("k2", 2)])
+    first, second = driver.results
+    assert (first.records_in, first.topped_up, first.committed_offsets) == (2, 0, {("in", 0): 2})
+    assert second.records_in == 1 and [r.value for r in driver.read("out")] == [2, 4, 18]
+
+
+def test_tasks_sharing_a_transaction_do_not_top_up(monkeypatch):
+    # (a unit's tasks would each wait for a look-up in turn, with the unit's transaction open)
+    driver = TopologyTestDriver(doubling_app(tasks_per_transaction=2), partitions=2)
+    lookups = []
+    original = MemoryClients.stable_ends
+
+    def counted(self, config, partitions, timeout):
+        lookups.append(sorted(partitions))
+        return original(self, config, partitions, timeout)
+
+    monkeypatch.setattr(MemoryClients, "stable_ends", counted)
+    driver.pipe_records([("in", f"k{v}", v, None, v % 2) for v in range(1, 7)])
+    assert lookups == [[("in", 0), ("in", 1)]]  # the unit's one late cut-off, no top-up
+    assert all(r.topped_up == 0 for r in driver.results)
+    assert sorted(r.value for r in driver.read("out")) == [2, 4, 6, 8, 10, 12]
+
+
+@pytest.mark.parametrize("step", ["after_read", "after_produce", "before_commit"])
+def test_a_batch_killed_after_its_top_up_is_done_again_exactly_once(monkeypatch, step):
+    driver = TopologyTestDriver(doubling_app(), partitions=1)
+    arriving(monkeypatch, driver, [[3], [4, 5], [6], [7, 8], [9]])
+    driver.crash_at(step, batch=0)
+    driver.pipe_many("in", [("k1", 1), ("k2", 2)])
+    driver.pipe_many("in", [("k10", 10)])
+    values = [r.value for r in driver.read("out")]
+    assert Counter(values) == Counter(v * 2 for v in range(1, 11))  # each once
+    assert any(r.topped_up for r in driver.results)  # (the batches that committed read on)
+    entries = driver.ledger()
+    covered = [(i.start, i.end) for e in entries for i in e.inputs]
+    assert covered == sorted(covered) and all(a[1] == b[0] for a, b in itertools.pairwise(covered))
+    assert covered[0][0] == 0 and covered[-1][1] == 10
