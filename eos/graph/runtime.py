@@ -38,6 +38,8 @@ class DirectStep(NamedTuple):
     to_sink: Callable[[Any, Any, int], None]
     #: (record, what the function returned for it): forwarded as the function's own `process` forwards it
     forward_result: Callable[[Record, Any], None]
+    #: the sink's topic
+    topic: str
 
 
 class GraphProcessor(Processor):
@@ -118,15 +120,23 @@ class GraphProcessor(Processor):
                 names.append(child)
         return True
 
-    def sink_forward(self, processor: Processor) -> Callable[[Any, Any, int], None] | None:
-        """When all `processor` forwards goes to one sink (no partitioner, not named): `forward(key, value,
-        timestamp)` straight to the task, as that sink passes it on."""
+    def plain_sink(self, processor: Processor) -> str | None:
+        """The topic of the one sink all `processor` forwards goes to, when it has no partitioner and is not
+        named; else None."""
         names = [node.name for node, p in self.processors if p is processor]
         kids = self.part.children.get(names[0], ()) if len(names) == 1 else ()
         sink = next((s for s in self.part.sinks if len(kids) == 1 and s.name == kids[0]), None)
         if sink is None or sink.partitioner is not None or sink.named:
             return None
-        emit, topic = emitter(self.context), sink.topic
+        return sink.topic
+
+    def sink_forward(self, processor: Processor) -> Callable[[Any, Any, int], None] | None:
+        """When all `processor` forwards goes to one sink (`plain_sink`): `forward(key, value, timestamp)`
+        straight to the task, as that sink passes it on."""
+        topic = self.plain_sink(processor)
+        if topic is None:
+            return None
+        emit = emitter(self.context)
 
         def to_sink(key: Any, value: Any, timestamp: int) -> None:
             emit(topic, key, value, None, None, timestamp)
@@ -146,8 +156,8 @@ class GraphProcessor(Processor):
         if (type(processor) is not FunctionProcessor or part.stores.get(node.name)
                 or tuple(part.children[part.sources[0].name]) != (node.name,)):
             return None
-        to_sink = self.sink_forward(processor)
-        if to_sink is None or any(s.requires_key for s in part.sinks):
+        to_sink, topic = self.sink_forward(processor), self.plain_sink(processor)
+        if to_sink is None or topic is None or any(s.requires_key for s in part.sinks):
             return None
         ctx = processor.context
         assert isinstance(ctx, NodeContext)
@@ -161,7 +171,7 @@ class GraphProcessor(Processor):
                 emit(result)
             finally:
                 ctx._ts, ctx._headers, ctx._in = saved
-        return DirectStep(processor.fn, to_sink, forward_result)
+        return DirectStep(processor.fn, to_sink, forward_result, topic)
 
     def process(self, record: Record) -> None:
         self.current = record

@@ -37,6 +37,9 @@ __all__ = ["TaskContext", "Schedule"]
 #: the cost of an output record)
 _new_record = tuple.__new__
 
+#: (input record, key, value, timestamp) -> the output record (`TaskContext.direct_output`)
+DirectOutput = Callable[[Message, Any, Any, int], ProducerRecord]
+
 log = structlog.get_logger(__name__)
 
 
@@ -174,6 +177,35 @@ class TaskContext(ProcessorContext):
             ts = None
         self._index += 1
         self._scope.append(_new_record(ProducerRecord, (target, partition, k, v, headers, ts)))
+
+    def direct_output(self, target: str, tp: tuple[str, int]) -> DirectOutput | None:
+        """`emit` of (key, value) to `target` at a timestamp as the first output of an input record of `tp` that
+        has no headers, made in one call that returns the record rather than adding it to the scope (the
+        direct loop's common case: eos.worker.processing). None where `emit` does more: the topic is stamped,
+        or an input's lineage comes through a repartition topic. The topic's rule is the batch's."""
+        if target in self._stamped or (self._lineage and tp[0] in self._transitive):
+            return None
+        raw = target in self._raw
+        key_of, value_of = self._serializers.get(target) or (self._serialize_key, self._serialize_value)
+        rule = self._rule_of.get(target)
+        if rule is None and self._rules is not None:
+            rule = self._rule_of[target] = self._rules(target)
+        prefix = self._prefixes.get(tp)
+        if prefix is None:
+            prefix = self._prefixes[tp] = f"{tp[0]}:{tp[1]}:".encode()
+        lineage = self._lineage
+
+        def output(msg: Message, key: Any, value: Any, ts: int) -> ProducerRecord:
+            try:
+                k, v = (key, value) if raw else (key_of(key), value_of(value))
+            except SerdeError as exc:
+                raise OutputSerializationError(str(exc)) from exc
+            # the lineage header as `emit` writes a record's first output: its origin is the record itself
+            headers = [(ORIGIN_HEADER, b"%b%d:0" % (prefix, msg.offset()))] if lineage else []
+            if rule is not None and (why := rule.violation(k, v, headers, ts)) is not None:
+                raise OutputRejectedError(f"the output of {_where(msg)} to topic {target} {why}")
+            return _new_record(ProducerRecord, (target, None, k, v, headers, ts))
+        return output
 
     def cached_headers(self) -> list[tuple[str, bytes]]:
         """The headers an output of the current record inherits: the record's own but the framework's, with a

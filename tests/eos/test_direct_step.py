@@ -18,17 +18,33 @@ import eos.worker.processing as processing
 from eos import Application, Output
 from eos.testing import TopologyTestDriver
 from eos.worker.attempt import BatchAttempt
+from eos.worker.context import TaskContext
 from eos.worker.progress import CommitMetadata
 from tests.eos import loops
 from tests.eos.loops import PARENT, drains, raw_inputs
 
 
 class Directs:
-    """Counts the batches and records the direct loop took (installed around `_run_direct`)."""
+    """Counts the batches and records the direct loop took (installed around `_run_direct`), and the outputs it
+    made at once (`TaskContext.direct_output`: a record without headers, whose one output is a (key, value))."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.batches = self.records = 0
+        self.batches = self.records = self.made = 0
         real = processing._run_direct
+        make = TaskContext.direct_output
+
+        def direct_output(ctx: TaskContext, target: str, tp: tuple[str, int]) -> Any:
+            output = make(ctx, target, tp)
+            if output is None:
+                return None
+
+            def counted(*args: Any) -> Any:
+                made = output(*args)
+                self.made += 1
+                return made
+            return counted
+
+        monkeypatch.setattr(TaskContext, "direct_output", direct_output)
 
         def spy(*args: Any, **kwargs: Any) -> int:
             records = real(*args, **kwargs)
@@ -83,6 +99,10 @@ def test_the_direct_loop_commits_what_the_graphs_loop_commits(monkeypatch, seed)
     inputs = raw_inputs(600, seed)
     out, directs = run_both(monkeypatch, function_app(max_records_per_batch=170), [inputs[:250], inputs[250:]])
     assert directs.records == len(inputs) and directs.batches >= 4
+    # the (key, value)s of records without headers were made at once (lineage headers and all, as compared), the
+    # others went through the context
+    with_headers = sum(1 for *_, headers in inputs if headers)
+    assert len(inputs) // 10 < directs.made < len(inputs) - with_headers
     driver = TopologyTestDriver(function_app(max_records_per_batch=170)(), wall_clock_ms=1_000_000)
     driver.pipe_records(inputs, serialized=True)
     assert sum(r.records_direct for r in driver.results) == len(inputs)  # (as the run counts them)
