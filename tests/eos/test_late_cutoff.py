@@ -192,3 +192,38 @@ def test_a_batch_killed_after_its_top_up_is_done_again_exactly_once(monkeypatch,
     covered = [(i.start, i.end) for e in entries for i in e.inputs]
     assert covered == sorted(covered) and all(a[1] == b[0] for a, b in itertools.pairwise(covered))
     assert covered[0][0] == 0 and covered[-1][1] == 10
+
+
+@pytest.mark.parametrize("step", ["after_read", "after_produce", "before_commit"])
+def test_a_count_that_topped_up_is_exact_after_a_kill(monkeypatch, step):
+    # a stateful task: what the top-up read is folded into its store and changelog with the rest, and a batch
+    # killed after it starts again from the committed store
+    app = Application("late-count")
+    app.count("in", "out", name="counts", key_serde="string", value_serde="json")
+    driver = TopologyTestDriver(app, partitions=1)
+    written: list[str] = []
+
+    def write(values: list[int]) -> None:
+        keys = [f"k{v % 3}" for v in values]
+        written.extend(keys)
+        driver.pipe_records([("in", key, v, None, 0) for key, v in zip(keys, values, strict=True)], process=False)
+
+    waves = [[3], [4, 5], [6], [7, 8], [9], [10, 11]]
+    original = MemoryClients.stable_ends
+
+    def stable_ends(self, config, partitions, timeout):
+        if waves:
+            write(waves.pop(0))
+        return original(self, config, partitions, timeout)
+
+    monkeypatch.setattr(MemoryClients, "stable_ends", stable_ends)
+    driver.crash_at(step, batch=0)
+    write([1, 2])
+    driver.pipe_records([], process=True)
+    write([12])
+    driver.pipe_records([], process=True)
+    updates = driver.read("out")
+    assert len(updates) == len(written) > 8  # one update per record, each once
+    assert {r.key: r.value for r in updates} == Counter(written)
+    assert any(r.topped_up for r in driver.results)
+    assert dict(driver.store("counts-store").all()) == Counter(written)
