@@ -11,7 +11,8 @@ from typing import NamedTuple
 
 from transactions import Message
 
-__all__ = ["ORIGIN_HEADER", "DERIVED_HEADER", "Origin", "encode_origin", "decode_origin", "origin_of",
+__all__ = ["ORIGIN_HEADER", "DERIVED_HEADER", "ORIGIN_FORMAT", "Origin", "origin_prefix", "encode_origin",
+           "decode_origin", "origin_of",
            "lineage_origin", "lineage_source"]
 
 ORIGIN_HEADER = "eos.origin"
@@ -27,8 +28,17 @@ class Origin(NamedTuple):
     index: int = 0  # type: ignore[assignment]  # (shadows tuple.index: the field name is the public API)
 
 
+#: An origin's header value, from its `origin_prefix`, offset and index (the record path formats it per output)
+ORIGIN_FORMAT = b"%b%d:%d"
+
+
+def origin_prefix(topic: str, partition: int) -> bytes:
+    """What every origin in partition `partition` of `topic` begins with."""
+    return f"{topic}:{partition}:".encode("ascii")
+
+
 def encode_origin(topic: str, partition: int, offset: int, index: int = 0) -> bytes:
-    return f"{topic}:{partition}:{offset}:{index}".encode("ascii")
+    return ORIGIN_FORMAT % (origin_prefix(topic, partition), offset, index)
 
 
 def decode_origin(raw: bytes | str | None) -> Origin | None:

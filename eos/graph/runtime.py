@@ -156,8 +156,9 @@ class GraphProcessor(Processor):
         if (type(processor) is not FunctionProcessor or part.stores.get(node.name)
                 or tuple(part.children[part.sources[0].name]) != (node.name,)):
             return None
-        to_sink, topic = self.sink_forward(processor), self.plain_sink(processor)
-        if to_sink is None or topic is None or any(s.requires_key for s in part.sinks):
+        topic = self.plain_sink(processor)
+        to_sink = self.sink_forward(processor) if topic is not None else None
+        if topic is None or to_sink is None or any(s.requires_key for s in part.sinks):
             return None
         ctx = processor.context
         assert isinstance(ctx, NodeContext)

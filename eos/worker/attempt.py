@@ -132,10 +132,10 @@ class BatchAttempt:
     """One task's part of a unit's batch attempt: steps 2-6a and 7-8 of the protocol for its task."""
 
     def __init__(self, plan: TaskPlan, job: Job, clients: TaskClients, runtimes: RuntimeCache, spark_attempt: int,
-                 batch_attempt: int, txn: Transaction, *, in_memory: bool = False) -> None:
+                 batch_attempt: int, txn: Transaction, *, alone: bool = False, in_memory: bool = False) -> None:
         """`clients`: Kafka (`eos.worker.clients`) or memory (`eos.testing`); `runtimes`: the worker's cache;
-        `txn`: the unit's transaction; `in_memory`: a runtime this attempt builds keeps every store in memory
-        (a test driver's worker)."""
+        `txn`: the unit's transaction; `alone`: the task has it to itself; `in_memory`: a runtime this attempt
+        builds keeps every store in memory (a test driver's worker)."""
         self.plan, self.job, self.clients, self.runtimes = plan, job, clients, runtimes
         self.in_memory = in_memory
         self.config = job.config
@@ -149,9 +149,7 @@ class BatchAttempt:
         #: what reads the task's input: the worker's consumer for `slot`, or one that prefetched it
         self.slot = "input"
         self.cut_off = False  # whether the late cut-off was applied (`extend_to_stable_end`)
-        #: whether a streamed batch may read on to the stable end once more before it commits (`_top_up`): the
-        #: late cut-off applies to it, and its task has the unit's transaction to itself
-        self.may_top_up = False
+        self.alone = alone
         self._topped_up: Iterator[list[Message]] | None = None  # the top-up's read, closed with the stream's
         self.reader: RangeReader | None = None
         self.ranges: tuple[OffsetRange, ...] = plan.ranges
@@ -345,11 +343,16 @@ class BatchAttempt:
     def late_range(self) -> OffsetRange | None:
         """The one range the late cut-off may extend (`extend_to_stable_end`), or None; marks it applied."""
         self.cut_off = True
-        plan, (r,) = self.plan, self.ranges
-        if plan.behind or plan.resets or plan.stamps is not None or r.topic in self.job.clocked_topics:
-            self.may_top_up = False
+        (r,) = self.ranges
+        if not self._may_read_on():
             return None
         return r if r.end < r.start + self.config.max_records_per_batch else None
+
+    def _may_read_on(self) -> bool:
+        """Whether the batch (of one partition) may read past its planned end: not when the plan was capped
+        (behind), reset a partition or carries stream-time stamps, which speak of the planned end."""
+        plan, (r,) = self.plan, self.ranges
+        return not (plan.behind or plan.resets or plan.stamps is not None or r.topic in self.job.clocked_topics)
 
     def extend_to(self, stable: int) -> OffsetRange | None:
         """Read on to `stable` (at most `max_records_per_batch` from the start); returns the range added, if any."""
@@ -367,14 +370,13 @@ class BatchAttempt:
         now (at most `max_records_per_batch` from its start), so that what arrived meanwhile commits with it
         rather than a trigger interval later. At 2,000 records a second on 4 partitions a task's commit came
         57 ms (median) after its late cut-off, the read and processing of its ~500 records among them; 38 ms
-        after its top-up's look-up, which found ~9 records more (docs/measurements.md). Once per batch, where
-        the late cut-off applies (`late_range`) and the task has its unit's transaction to itself (a unit's
-        tasks would each wait for their look-up in turn); a failed look-up ends the batch where it was."""
-        if not self.may_top_up:
-            return None
-        self.may_top_up = False
+        after its top-up's look-up, which found ~9 records more (docs/measurements.md). Once per batch (a read
+        that ends after the top-up's is not topped up again), where the late cut-off may read on
+        (`_may_read_on`) and the task has its unit's transaction to itself (a unit's tasks would each wait for
+        their look-up in turn); a failed look-up ends the batch where it was."""
         (r,) = self.ranges
-        if r.end >= r.start + self.config.max_records_per_batch:
+        if (not self.alone or self._topped_up is not None or not self._may_read_on()
+                or r.end >= r.start + self.config.max_records_per_batch):
             return None
         try:
             stable = self.clients.stable_ends(self.config, [(r.topic, r.partition)],
@@ -595,9 +597,7 @@ class UnitAttempt:
         self.together_ms = 0.0
         self.txn = Transaction(unit_id(plans[0].task, self.config), clients, self.config)
         self.members = [BatchAttempt(plan, job, clients, runtimes, spark_attempt, batch_attempt, self.txn,
-                                     in_memory=in_memory) for plan in plans]
-        if len(self.members) == 1:
-            self.members[0].may_top_up = True
+                                     alone=len(plans) == 1, in_memory=in_memory) for plan in plans]
 
     def run(self) -> list[TaskResult]:
         self.txn.acquire()

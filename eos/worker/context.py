@@ -22,7 +22,7 @@ import structlog
 from eos.cache import RecordCache
 from eos.clock import wall_ms
 from eos.errors import OutputSerializationError, SerdeError
-from eos.origin import DERIVED_HEADER, ORIGIN_HEADER, lineage_source
+from eos.origin import DERIVED_HEADER, ORIGIN_FORMAT, ORIGIN_HEADER, lineage_source, origin_prefix
 from eos.processor import Cancellable, ProcessorContext, PunctuationType, RecordMetadata
 from eos.records import Output
 from eos.serde import Serde
@@ -159,7 +159,7 @@ class TaskContext(ProcessorContext):
             else:
                 if self._index == 0:
                     self._start_origin(msg)
-                headers.append((ORIGIN_HEADER, b"%b%d:%d" % (self._origin_prefix, self._origin_offset,
+                headers.append((ORIGIN_HEADER, ORIGIN_FORMAT % (self._origin_prefix, self._origin_offset,
                                                               self._index_base + self._index)))
         if target in self._stamped:
             headers.append((STAMP_HEADER, self._stamp(target, judged=self.stream_time)))
@@ -169,7 +169,7 @@ class TaskContext(ProcessorContext):
             rule = self._rule_of[target] = self._rules(target)
         if rule is not None and (why := rule.violation(k, v, headers, ts)) is not None:
             if msg is not None:
-                raise OutputRejectedError(f"the output of {_where(msg)} to topic {target} {why}")
+                raise _rejected(msg, target, why)
             if rule.violation(k, v, headers, None) is not None:
                 raise OutputRejectedError(f"an output of {self.task_id}'s punctuation to topic {target} {why}")
             log.warning("a punctuation's output has a timestamp its topic refuses; it takes the producer's clock",
@@ -190,10 +190,7 @@ class TaskContext(ProcessorContext):
         rule = self._rule_of.get(target)
         if rule is None and self._rules is not None:
             rule = self._rule_of[target] = self._rules(target)
-        prefix = self._prefixes.get(tp)
-        if prefix is None:
-            prefix = self._prefixes[tp] = f"{tp[0]}:{tp[1]}:".encode()
-        lineage = self._lineage
+        prefix, lineage, origin = self._prefix(tp), self._lineage, ORIGIN_FORMAT
 
         def output(msg: Message, key: Any, value: Any, ts: int) -> ProducerRecord:
             try:
@@ -201,9 +198,9 @@ class TaskContext(ProcessorContext):
             except SerdeError as exc:
                 raise OutputSerializationError(str(exc)) from exc
             # the lineage header as `emit` writes a record's first output: its origin is the record itself
-            headers = [(ORIGIN_HEADER, b"%b%d:0" % (prefix, msg.offset()))] if lineage else []
+            headers = [(ORIGIN_HEADER, origin % (prefix, msg.offset(), 0))] if lineage else []
             if rule is not None and (why := rule.violation(k, v, headers, ts)) is not None:
-                raise OutputRejectedError(f"the output of {_where(msg)} to topic {target} {why}")
+                raise _rejected(msg, target, why)
             return _new_record(ProducerRecord, (target, None, k, v, headers, ts))
         return output
 
@@ -256,10 +253,14 @@ class TaskContext(ProcessorContext):
             tp, self._origin_offset, self._index_base = (source.topic, source.partition), source.offset, source.index
         else:
             self._origin_offset, self._index_base = msg.offset(), 0
+        self._origin_prefix = self._prefix(tp)
+
+    def _prefix(self, tp: tuple[str, int]) -> bytes:
+        """The `origin_prefix` of partition `tp` (made once)."""
         prefix = self._prefixes.get(tp)
         if prefix is None:
-            prefix = self._prefixes[tp] = f"{tp[0]}:{tp[1]}:".encode()
-        self._origin_prefix = prefix
+            prefix = self._prefixes[tp] = origin_prefix(*tp)
+        return prefix
 
     def store(self, name: str) -> Any:
         try:
@@ -355,6 +356,11 @@ class TaskContext(ProcessorContext):
         """End the current scope, dropping what it forwarded."""
         self._scope = []
         self._current = None
+
+
+def _rejected(msg: Message, target: str, why: str) -> OutputRejectedError:
+    """An output of `msg` that topic `target` would refuse, `why`."""
+    return OutputRejectedError(f"the output of {_where(msg)} to topic {target} {why}")
 
 
 def _where(msg: Message | None) -> str:
