@@ -94,6 +94,10 @@ class AtLeastOnceProducer:
         self._deliver(timeout)
         self._offsets = list(offsets)
 
+    def flush(self, timeout: float = 30.0) -> None:
+        """Send what was produced and wait for its delivery; failures are raised by `send_offsets`."""
+        self._producer.flush(timeout)
+
     def _deliver(self, timeout: float) -> None:
         remaining = self._producer.flush(timeout)
         if remaining or self._errors:

@@ -235,6 +235,23 @@ class TransactionalProducer:
         except KafkaEosError as exc:
             raise self._guard(exc) from exc
 
+    def flush(self, timeout: float = 30.0) -> None:
+        """Send every record produced into the open transaction and wait up to `timeout` for their delivery,
+        as a commit does first: a batch that sends what it has before its top-up's look-up leaves its commit
+        only the records read after it (`eos.worker.attempt`). Failed or pending deliveries are not raised
+        here: the commit refuses to commit them."""
+        self._expect(TxnState.IN_TRANSACTION)
+        self._flush(timeout)
+
+    def _flush(self, timeout: float) -> int:
+        try:
+            try:
+                return self._producer.flush(timeout)
+            except SystemError as wrapped:
+                raise _client_error(wrapped) from wrapped
+        except KafkaException as exc:
+            raise self._fail(exc, "flush") from exc
+
     def commit(self, timeout: float = 60.0) -> float:
         """Flush, verify every record was delivered, then commit. Returns the commit latency in seconds.
 
@@ -242,13 +259,7 @@ class TransactionalProducer:
         self._expect(TxnState.IN_TRANSACTION)
         started = time.monotonic()
         deadline = started + timeout
-        try:
-            try:
-                remaining = self._producer.flush(timeout)
-            except SystemError as wrapped:
-                raise _client_error(wrapped) from wrapped
-        except KafkaException as exc:
-            raise self._fail(exc, "flush") from exc
+        remaining = self._flush(timeout)
         self._check_fatal("commit_transaction")
         if remaining or self._delivery_errors:
             first = self._delivery_errors[0] if self._delivery_errors else None

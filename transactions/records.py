@@ -59,7 +59,7 @@ class ProducerRecord(NamedTuple):
 
 
 class OutputProducer(Protocol):
-    """The producer calls of one batch, in protocol order: begin, produce..., send_offsets, commit.
+    """The producer calls of one batch, in protocol order: begin, produce... (flush), send_offsets, commit.
 
     `token` identifies the instance (recorded in offset-commit metadata); `commits` counts its commits;
     `last_offsets` holds the offset of the last tracked record delivered to each partition in the current
@@ -81,6 +81,8 @@ class OutputProducer(Protocol):
                 headers: Headers | None = None, timestamp: int | None = None, track: bool = True) -> None: ...
 
     def produce_all(self, records: Sequence[ProducerRecord], *, track: bool = False) -> int: ...
+
+    def flush(self, timeout: float = 30.0) -> None: ...
 
     def send_offsets(self, offsets: list[TopicPartition], group_metadata: object, timeout: float = 30.0) -> None: ...
 

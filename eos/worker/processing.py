@@ -194,14 +194,15 @@ def run_processor(processor: Processor, ctx: TaskContext,
                   per_topic: Mapping[str, InputReading] | None = None,
                   behind: frozenset[tuple[str, int]] = frozenset(),
                   event_clock: EventClock | None = None, drain: Drain | None = None,
-                  drain_at: int = 5_000) -> BatchOutcome:
+                  drain_at: int = 5_000, into: BatchOutcome | None = None) -> BatchOutcome:
     """Process `messages`, one record scope each, with punctuations in between and at the end. When a
     partition of `behind` (one with more input than the batch holds) runs out while other partitions have
     records left, processing stops there: those records are later in time than what it has not read yet.
 
     `messages` is the batch, or its records by partition; one partition's may be an iterator of records
     still being read (a streamed batch), with `drain` to produce the outputs whenever `drain_at` outputs and
-    dead letters have gathered.
+    dead letters have gathered. The outcome is gathered `into` the one given, if any: a streamed batch drains it
+    itself once its read reaches the end it was cut off at (`eos.worker.attempt`).
 
     Stream time is the largest timestamp seen, unless `event_clock` keeps the clocks of the sources of
     inputs another step writes (eos.streamtime). A record that goes to the dead-letter topic does not move it."""
@@ -210,7 +211,8 @@ def run_processor(processor: Processor, ctx: TaskContext,
     clocked = event_clock.clocked if event_clock is not None else frozenset()
     if event_clock is not None:
         ctx.stream_time = ctx.clock_time = event_clock.stream_time
-    outcome = BatchOutcome(stream_time=ctx.stream_time)
+    outcome = into if into is not None else BatchOutcome()
+    outcome.stream_time = ctx.stream_time
     scoped = list(scoped)
     cache = ctx.record_cache
     process, outputs, filtered = processor.process, outcome.outputs, outcome.filtered

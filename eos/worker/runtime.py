@@ -95,13 +95,15 @@ class TaskRuntime:
 
     def process(self, messages: list[Message] | Mapping[tuple[str, int], Iterable[Message]], stream_time: int,
                 punctuation: dict[int, int], behind: frozenset[tuple[str, int]] = frozenset(), clocks: str = "",
-                stamps: StampPlan | None = None, drain: Drain | None = None) -> BatchOutcome:
+                stamps: StampPlan | None = None, drain: Drain | None = None,
+                into: BatchOutcome | None = None) -> BatchOutcome:
         """Process a batch starting at `stream_time` and the sources' `clocks` (from the committed offsets'
         metadata), with the punctuation schedule the driver last heard of. An empty batch runs only the
         punctuations due. With `stamps`, the batch ends with this task's clock sent to every partition of
         the clocked topics it writes (eos.streamtime). `messages`: the batch, or (streamed, when `streams`)
-        its one partition's records as they are read, with `drain` producing outputs as they gather."""
-        outcome = self._process(messages, stream_time, punctuation, behind, clocks, stamps, drain)
+        its one partition's records as they are read, with `drain` producing outputs as they gather (gathered
+        `into` the outcome given, which the caller may drain too)."""
+        outcome = self._process(messages, stream_time, punctuation, behind, clocks, stamps, drain, into)
         if stamps is not None and self.context._stamped:
             self.context.stream_time = max(self.context.stream_time, outcome.stream_time)
             outcome.outputs.extend(self.context.markers({t: n for t, (n, _, _) in stamps.topics.items()},
@@ -110,7 +112,7 @@ class TaskRuntime:
 
     def _process(self, messages: list[Message] | Mapping[tuple[str, int], Iterable[Message]], stream_time: int,
                  punctuation: dict[int, int], behind: frozenset[tuple[str, int]], clocks: str,
-                 stamps: StampPlan | None, drain: Drain | None) -> BatchOutcome:
+                 stamps: StampPlan | None, drain: Drain | None, into: BatchOutcome | None) -> BatchOutcome:
         sub = self.sub
         self.context.stamp_sources = {t: (first + self.task.partition, total)
                                       for t, (_, first, total) in (stamps.topics if stamps else {}).items()}
@@ -137,7 +139,7 @@ class TaskRuntime:
                                  timestamp=sub.timestamp or RECORD_TIME,
                                  per_topic=self.readings,
                                  behind=behind if len(sub.inputs) > 1 else frozenset(), event_clock=clock,
-                                 drain=drain, drain_at=self.job_config.batch_slice_records)
+                                 drain=drain, drain_at=self.job_config.batch_slice_records, into=into)
         assert sub.batch_fn is not None and isinstance(messages, list)
         if self.clocked:  # a vectorized step keeps no clock: markers are not records
             messages = [m for m in messages if m.topic() not in self.clocked or not is_marker(m.headers())]

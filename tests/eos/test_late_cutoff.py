@@ -16,6 +16,7 @@ from eos import Application
 from eos.testing import TopologyTestDriver
 from eos.testing.clients import MemoryClients
 from transactions import RetriableKafkaError
+from transactions.memory import MemoryProducer
 
 
 def doubling_app(**settings) -> Application:
@@ -178,7 +179,68 @@ def test_tasks_sharing_a_transaction_do_not_top_up(monkeypatch):
     assert sorted(r.value for r in driver.read("out")) == [2, 4, 6, 8, 10, 12]
 
 
-@pytest.mark.parametrize("step", ["after_read", "after_produce", "before_commit"])
+def watched(monkeypatch, driver: TopologyTestDriver, waves: list[list[int]]) -> list[tuple]:
+    """As `arriving`; also notes each look-up (with the outputs then in the open transaction) and each flush."""
+    events: list[tuple] = []
+    lookup, flush = MemoryClients.stable_ends, MemoryProducer.flush
+
+    def stable_ends(self, config, partitions, timeout):
+        pending = [e for e in driver.cluster.logs["out"][0] if e.txn is not None and not driver.cluster.visible(e)]
+        events.append(("look-up", len(pending)))
+        if waves:
+            driver.pipe_records([("in", f"k{v}", v, None, 0) for v in waves.pop(0)], process=False)
+        return lookup(self, config, partitions, timeout)
+
+    def flushed(self, timeout=30.0):
+        events.append(("flush",))
+        return flush(self, timeout)
+
+    monkeypatch.setattr(MemoryClients, "stable_ends", stable_ends)
+    monkeypatch.setattr(MemoryProducer, "flush", flushed)
+    return events
+
+
+def test_a_batch_sends_what_it_gathered_before_its_top_up_looks_up(monkeypatch):
+    # so that its commit waits only for what the top-up read: librdkafka sends a produce request per partition,
+    # and a partition's first in a transaction waits for the broker's check against the transaction
+    driver = TopologyTestDriver(doubling_app(), partitions=1)
+    events = watched(monkeypatch, driver, [[3], [4, 5]])
+    driver.pipe_many("in", [("k1", 1), ("k2", 2)])
+    assert events == [("look-up", 0), ("flush",), ("look-up", 3)]  # the cut-off's, then the top-up's
+    assert [r.value for r in driver.read("out")] == [2, 4, 6, 8, 10]
+    (result,) = driver.results
+    assert (result.records_in, result.topped_up, result.committed_offsets) == (5, 2, {("in", 0): 5})
+
+
+def test_a_batch_that_gathered_nothing_tops_up_without_a_flush(monkeypatch):
+    app = Application("late")
+
+    @app.process(input="in", output="out", key_serde="string", value_serde="json")
+    def odd_only(record):
+        return (record.key, record.value) if record.value % 2 else None
+
+    driver = TopologyTestDriver(app, partitions=1)
+    events = watched(monkeypatch, driver, [[4], [5, 6]])
+    driver.pipe_many("in", [("k2", 2)])
+    assert events == [("look-up", 0), ("look-up", 0)]
+    assert [r.value for r in driver.read("out")] == [5]
+    assert driver.results[0].topped_up == 2
+
+
+def test_a_transaction_open_too_long_commits_without_a_top_up(monkeypatch):
+    # (the batch may keep its transaction open no longer than the transaction timeout allows)
+    from eos.worker.attempt import BatchAttempt
+    monkeypatch.setattr(BatchAttempt, "_open_budget", lambda self: 0.0)
+    driver = TopologyTestDriver(doubling_app(), partitions=1)
+    events = watched(monkeypatch, driver, [[3], [4, 5]])
+    driver.pipe_many("in", [("k1", 1), ("k2", 2)])
+    assert events == [("look-up", 0)]  # the cut-off's only
+    (result,) = driver.results
+    assert (result.records_in, result.topped_up, result.committed_offsets) == (3, 0, {("in", 0): 3})
+    assert [r.value for r in driver.read("out")] == [2, 4, 6]
+
+
+@pytest.mark.parametrize("step", ["after_read", "after_slice", "after_produce", "before_commit"])
 def test_a_batch_killed_after_its_top_up_is_done_again_exactly_once(monkeypatch, step):
     driver = TopologyTestDriver(doubling_app(), partitions=1)
     arriving(monkeypatch, driver, [[3], [4, 5], [6], [7, 8], [9]])
@@ -194,7 +256,7 @@ def test_a_batch_killed_after_its_top_up_is_done_again_exactly_once(monkeypatch,
     assert covered[0][0] == 0 and covered[-1][1] == 10
 
 
-@pytest.mark.parametrize("step", ["after_read", "after_produce", "before_commit"])
+@pytest.mark.parametrize("step", ["after_read", "after_slice", "after_produce", "before_commit"])
 def test_a_count_that_topped_up_is_exact_after_a_kill(monkeypatch, step):
     # a stateful task: what the top-up read is folded into its store and changelog with the rest, and a batch
     # killed after it starts again from the committed store
