@@ -402,20 +402,23 @@ class BatchAttempt:
         57 ms (median) after its late cut-off, the read and processing of its ~500 records among them; 38 ms
         after its top-up's look-up, which found ~9 records more (docs/measurements.md). A failed look-up ends
         the batch where it was. The caller checks `_may_top_up` and sends what the batch gathered
-        first (`_send_gathered`)."""
+        first (`_send_gathered`). The consumer starts fetching from the end it was cut off at before the
+        look-up, so that the records are fetched while the look-up runs."""
         (r,) = self.ranges
+        ahead = OffsetRange(r.topic, r.partition, r.end, r.start + self.config.max_records_per_batch)
+        read = self.clients.prefetch(self.config, [ahead], self.slot)
         try:
             stable = self.clients.stable_ends(self.config, [(r.topic, r.partition)],
                                               timeout=min(5.0, self.config.batch_timeout))
         except KafkaEosError as exc:
             log.debug("the last stable offset could not be read again; the batch ends where it was cut off",
                       error=str(exc))
-            return None
+            stable = {}
         added = self.extend_to(stable[(r.topic, r.partition)]) if (r.topic, r.partition) in stable else None
         if added is None:
+            read([], 0.0)  # (a read of nothing ends the prefetch: the consumer is unassigned)
             return None
         self.result.topped_up = added.end - added.start
-        read = self.clients.reader(self.config, self.slot)
         self._topped_up = read([added], self.config.batch_timeout)
         return self._topped_up
 

@@ -42,6 +42,11 @@ def arriving(monkeypatch, driver: TopologyTestDriver, waves: list[list[int]]) ->
     monkeypatch.setattr(MemoryClients, "stable_ends", stable_ends)
 
 
+def assigned(driver: TopologyTestDriver) -> list:
+    """What the worker's consumers are still assigned (nothing, between batches)."""
+    return [tp for c in driver.worker.clients._consumers.values() for tp in c.assignment()]
+
+
 def test_records_that_arrive_after_the_plan_go_in_its_batch(monkeypatch):
     driver = TopologyTestDriver(doubling_app(), partitions=1)
     arriving(monkeypatch, driver, [[3, 4, 5]])
@@ -131,6 +136,7 @@ def test_records_that_arrive_while_the_batch_is_processed_go_in_it_too(monkeypat
     assert result.committed_offsets == {("in", 0): 5}
     (entry,) = driver.ledger()
     assert [(i.start, i.end) for i in entry.inputs] == [(0, 5)]
+    assert assigned(driver) == []
 
 
 def test_a_top_up_reads_once_and_no_further_than_max_records_per_batch(monkeypatch):
@@ -160,6 +166,7 @@ def test_a_failed_top_up_look_up_ends_the_batch_at_its_cut_off(monkeypatch):
     first, second = driver.results
     assert (first.records_in, first.topped_up, first.committed_offsets) == (2, 0, {("in", 0): 2})
     assert second.records_in == 1 and [r.value for r in driver.read("out")] == [2, 4, 18]
+    assert assigned(driver) == []  # (the top-up's consumer started fetching before the look-up failed)
 
 
 def test_tasks_sharing_a_transaction_do_not_top_up(monkeypatch):
@@ -225,6 +232,16 @@ def test_a_batch_that_gathered_nothing_tops_up_without_a_flush(monkeypatch):
     assert events == [("look-up", 0), ("look-up", 0)]
     assert [r.value for r in driver.read("out")] == [5]
     assert driver.results[0].topped_up == 2
+
+
+def test_a_top_up_that_finds_nothing_leaves_its_consumer_unassigned(monkeypatch):
+    driver = TopologyTestDriver(doubling_app(), partitions=1)
+    events = watched(monkeypatch, driver, [[3]])  # at the cut-off; nothing arrives by the top-up
+    driver.pipe_many("in", [("k1", 1), ("k2", 2)])
+    assert events == [("look-up", 0), ("flush",), ("look-up", 3)]
+    (result,) = driver.results
+    assert (result.records_in, result.extended, result.topped_up) == (3, 1, 0)
+    assert assigned(driver) == []
 
 
 def test_a_transaction_open_too_long_commits_without_a_top_up(monkeypatch):
