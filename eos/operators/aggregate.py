@@ -63,6 +63,8 @@ class AggregateFold(NamedTuple):
     emit: Callable[[Any, Any, int], None] | None  # without a cache: forward an update (key, value, timestamp)
     #: the stateless steps between the source and the aggregation, built toward a given last step (None: none)
     chain: Callable[[Callable[[Any, Any, int, Any], None]], Callable[[Any, Any, int, Any], None]] | None = None
+    #: the topic of the one plain sink `emit` forwards to (`GraphProcessor.sink_forward`), if it is one
+    sink: str | None = None
 
 
 class AggregateProcessor(Processor):

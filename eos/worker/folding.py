@@ -44,7 +44,7 @@ from eos.serde import BytesSerde, Serde
 from eos.time import MAX_TIMESTAMP, InvalidTimestampError
 from eos.worker.context import TaskContext
 from eos.worker.dead_letters import NOT_A_BAD_RECORD, DeadLetterPolicy, Stage
-from transactions import Message
+from transactions import Message, ProducerRecord
 
 if TYPE_CHECKING:
     from eos.worker.processing import BatchOutcome, Drain, RecordScoped
@@ -73,7 +73,7 @@ def fold_target(processor: Processor) -> AggregateFold | None:
     if view.emit is not None and chain_of is not None:
         direct = processor.sink_forward(target)  # type: ignore[attr-defined]
         if direct is not None:  # (the hops through the node's context and its sink, skipped)
-            view = view._replace(emit=direct)
+            view = view._replace(emit=direct, sink=processor.plain_sink(target))  # type: ignore[attr-defined]
     return view
 
 
@@ -92,16 +92,22 @@ class Folded(NamedTuple):
 
 def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message], outcome: BatchOutcome, *,
                key_serde: Serde, value_serde: Serde, dlq: DeadLetterPolicy, scoped: Sequence[RecordScoped] = (),
-               drain: Drain | None = None, drain_at: int = 0) -> Folded:
-    """Fold `messages` (one partition's, in offset order) into `view`'s aggregation, adding to `outcome`
+               drain: Drain | None = None, drain_at: int = 0, tp: tuple[str, int] | None = None) -> Folded:
+    """Fold `messages` (one partition's, `tp`, in offset order) into `view`'s aggregation, adding to `outcome`
     what the record-at-a-time loop adds: stream time, outputs (without a cache), filtered records and dead
-    letters. `scoped`, `drain` and `drain_at` as that loop has them."""
+    letters. `scoped`, `drain` and `drain_at` as that loop has them.
+
+    Where the aggregation reads the source itself and forwards its updates to one plain sink, the update of a
+    record without headers is made into its output record in one call (`TaskContext.direct_output`), without
+    the record's scope: nothing after the update can fail but the output itself, and a record that fails there
+    is undone as any other."""
     key_of = key_serde.deserialize
     value_of = None if type(value_serde) is BytesSerde else value_serde.deserialize
     fold = _Fold(view)
     step = view.chain(fold.take) if view.chain is not None else fold.take
     undo, emits = fold.undo, view.emit is not None
     filtered, dead_letters, outputs, late = outcome.filtered, outcome.dead_letters, outcome.outputs, outcome.late
+    direct = _direct_take(view, ctx, fold, outputs, tp)
     enter, leave, discard = ctx.enter_record, ctx.leave_record, ctx.discard_record
     keys: dict[bytes | None, Any] = {}  # a raw key: its key, or the SerdeError it raised
     stream_time = outcome.stream_time
@@ -138,17 +144,21 @@ def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message
                 if ts < 0 or ts > MAX_TIMESTAMP:
                     why = "negative: missing or not event time" if ts < 0 else "after the year 9999"
                     bad, stage = InvalidTimestampError(f"invalid timestamp {ts} ({why})"), Stage.TIMESTAMP
+        made = -1  # outputs before a record's update made at once (`direct`); -1: in its scope
         if bad is None:
             fold.msg = msg
-            if emits:
+            scope = emits
+            if direct is not None and not msg.headers():
+                scope, made = False, len(outputs)
+            if scope:
                 enter(msg, ts)
                 for s in scoped:
                     s.begin_record()
             try:
-                step(key, v, ts, None)
+                step(key, v, ts, None) if made < 0 else direct(key, v, ts, None)
             except _Stop:
                 fold.roll_back()
-                if emits:
+                if scope:
                     for s in scoped:
                         s.rollback_record()
                     discard()
@@ -158,7 +168,7 @@ def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message
                 raise
             except Exception as exc:  # nothing of the record stays
                 fold.roll_back()
-                if emits:
+                if scope:
                     for s in scoped:
                         s.rollback_record()
                     discard()
@@ -167,7 +177,7 @@ def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message
             else:
                 if undo:
                     undo.clear()
-                if emits:
+                if scope:
                     for s in scoped:
                         s.commit_record()
         records += 1
@@ -180,10 +190,11 @@ def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message
         last, last_ts = msg, ts
         if ts > stream_time:
             stream_time = ts
-        produced = leave() if emits else None
-        if produced:
+        if made >= 0:
+            produced = len(outputs) > made
+        elif (produced := leave() if emits else None):
             outputs.extend(produced)
-        else:  # (with a cache, every record: what it changed waits in the cache)
+        if not produced:  # (with a cache, every record: what it changed waits in the cache)
             filtered.append(msg)
             if ctx.dropped_reason is not None:
                 if ctx.dropped_reason == "late":
@@ -209,6 +220,23 @@ def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message
     return Folded(records, size, rest, stop_at)
 
 
+def _direct_take(view: AggregateFold, ctx: TaskContext, fold: _Fold, outputs: list[ProducerRecord],
+                 tp: tuple[str, int] | None) -> Callable[[Any, Any, int, Any], None] | None:
+    """`fold.take` with each update made into its output record at once (`TaskContext.direct_output`) and
+    added to `outputs`, where the aggregation reads the source itself (no steps before it) and its updates go
+    to one plain sink (`view.sink`); else None."""
+    if view.sink is None or view.chain is not None or view.emit is None or tp is None:
+        return None
+    output = ctx.direct_output(view.sink, tp)
+    if output is None:
+        return None
+    add = outputs.append
+
+    def emit(key: Any, value: Any, timestamp: int) -> None:
+        add(output(fold.msg, key, value, timestamp))
+    return fold.taker(view._replace(emit=emit))
+
+
 class _Fold:
     """The aggregates of a fold, and `take(key, value, timestamp, headers)`: one update, as the aggregation's
     `process` would make it of a record it is handed (forwarded at once without a cache), undone with the
@@ -225,9 +253,11 @@ class _Fold:
         self.room = view.cache.max_bytes - view.cache.size if view.cache is not None else 1 << 62
         self.msg: Message | None = None  # the record being folded
         self.updates = 0
-        self.take = self._taker(view, view.chain is not None or view.emit is not None)
+        self.take = self.taker(view)
 
-    def _taker(self, view: AggregateFold, logged: bool) -> Callable[[Any, Any, int, Any], None]:
+    def taker(self, view: AggregateFold) -> Callable[[Any, Any, int, Any], None]:
+        """`take` as `view` has it (a fold may take with another `emit`: `_direct_take`)."""
+        logged = view.chain is not None or view.emit is not None
         fold, folded, undo = self, self.folded, self.undo
         ids: dict[Any, bytes] = {}  # a key: its serialized form
         key_types, store, initializer, aggregator = view.key_types, view.store, view.initializer, view.aggregator

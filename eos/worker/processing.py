@@ -227,7 +227,7 @@ def run_processor(processor: Processor, ctx: TaskContext,
         reading = (per_topic or {}).get(tp[0], (key_serde, value_serde, timestamp))
         if target is not None and reading[2] is RECORD_TIME:
             folded = fold_batch(target, ctx, ms, outcome, key_serde=reading[0], value_serde=reading[1], dlq=dlq,
-                                scoped=scoped, drain=drain, drain_at=drain_at)
+                                scoped=scoped, drain=drain, drain_at=drain_at, tp=tp)
             records_in = outcome.records_folded = folded.records
             sizes[0] = folded.size
             parts = {tp: folded.rest}

@@ -17,16 +17,32 @@ import eos.worker.processing as processing
 from eos import Application, store
 from eos.operators.aggregate import AggregateProcessor
 from eos.testing import TopologyTestDriver
+from eos.worker.context import TaskContext
 from tests.eos import loops
 from tests.eos.loops import PARENT, TRACEPARENT, drains, raw_inputs
 
 
 class Folds:
-    """Counts what the fold took (installed around `fold_batch`)."""
+    """Counts what the fold took (installed around `fold_batch`), and the updates it made into outputs at once
+    (`TaskContext.direct_output`: a record without headers, its update to one plain sink)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.calls = self.folded = self.stopped = 0
+        self.calls = self.folded = self.stopped = self.made = 0
         real = processing.fold_batch
+        make = TaskContext.direct_output
+
+        def direct_output(ctx: TaskContext, target: str, tp: tuple[str, int]) -> Any:
+            output = make(ctx, target, tp)
+            if output is None:
+                return None
+
+            def counted(*args: Any) -> Any:
+                made = output(*args)
+                self.made += 1
+                return made
+            return counted
+
+        monkeypatch.setattr(TaskContext, "direct_output", direct_output)
 
         def spy(*args: Any, **kwargs: Any) -> Any:
             folded = real(*args, **kwargs)
@@ -128,6 +144,8 @@ def test_a_folded_batch_commits_what_the_record_at_a_time_loop_commits(monkeypat
     assert traced and all(t[TRACEPARENT] != PARENT for t in traced)  # a child span of the input record's
     if not cache:  # one output per keyed input (unless dropped), in input order
         assert len(out["out"]) > len(inputs) / (4 if make is even_counts_app else 2)
+    # without a cache, a count that forwards to its sink makes its headerless records' updates at once
+    assert bool(folds.made) == (not cache and make in (count_app, classic_count_app))
 
 
 @pytest.mark.parametrize("make", [count_app, sum_app], ids=["count", "sum"])
@@ -181,7 +199,7 @@ def test_an_output_its_topic_refuses_is_a_dead_letter_and_its_update_is_not_appl
               for i in range(300)]
     configs = {"out": {"message.timestamp.before.max.ms": "990000"}}  # (the clock is at 1,000,000 ms)
     out, folds = run_both(monkeypatch, count_app(0), [inputs], topic_configs=configs)
-    assert folds.folded == len(inputs)
+    assert folds.folded == len(inputs) and folds.made
     refused = [dict(h) for *_, h, _ in out["folds-dlq"]]
     assert refused and all(h["eos.dlq.stage"] == b"serialize" for h in refused)
     assert all(m[5][1] >= 10_000 for m in out["out"])  # (partition, offset, key, value, headers, timestamp)
@@ -249,6 +267,7 @@ def test_folded_batches_stay_exactly_once_when_batches_crash(monkeypatch, make, 
         report = driver.check_exactly_once(inputs, crashes=12, seed=cache, chunk=40)
         assert report.ok and len(report.crashes) >= 8
     assert folds.folded > 1_000 and folds.stopped  # (the small cache stops folds)
+    assert bool(folds.made) == (make is count_app)  # (uncached, the count's updates were made at once)
 
 
 def test_the_ledger_counts_every_input_but_the_dead_letters_as_filtered():
