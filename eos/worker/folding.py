@@ -155,7 +155,7 @@ def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message
                 for s in scoped:
                     s.begin_record()
             try:
-                step(key, v, ts, None) if made < 0 else direct(key, v, ts, None)
+                (step if direct is None or made < 0 else direct)(key, v, ts, None)
             except _Stop:
                 fold.roll_back()
                 if scope:
@@ -191,10 +191,13 @@ def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message
         if ts > stream_time:
             stream_time = ts
         if made >= 0:
-            produced = len(outputs) > made
-        elif (produced := leave() if emits else None):
-            outputs.extend(produced)
-        if not produced:  # (with a cache, every record: what it changed waits in the cache)
+            forwarded = len(outputs) > made
+        else:
+            produced = leave() if emits else None
+            if produced:
+                outputs.extend(produced)
+            forwarded = bool(produced)
+        if not forwarded:  # (with a cache, every record: what it changed waits in the cache)
             filtered.append(msg)
             if ctx.dropped_reason is not None:
                 if ctx.dropped_reason == "late":
@@ -233,7 +236,7 @@ def _direct_take(view: AggregateFold, ctx: TaskContext, fold: _Fold, outputs: li
     add = outputs.append
 
     def emit(key: Any, value: Any, timestamp: int) -> None:
-        add(output(fold.msg, key, value, timestamp))
+        add(output(fold.msg, key, value, timestamp))  # type: ignore[arg-type]  # (set before every record's take)
     return fold.taker(view._replace(emit=emit))
 
 

@@ -16,6 +16,7 @@ import eos.worker.processing as processing
 from eos import Application
 from eos.testing import TopologyTestDriver
 from eos.worker.attempt import BatchAttempt
+from eos.worker.context import TaskContext
 
 TOPIC_ID = re.compile(rb'"topic_id":"[0-9a-f]+"')
 TRACEPARENT = "traceparent"
@@ -50,6 +51,27 @@ def raw_inputs(n: int, seed: int, keys: int = 40, bad: bool = True) -> list[tupl
             headers = [("app", b"h%d" % i)] + ([(TRACEPARENT, PARENT)] if rng.random() < 0.5 else [])
         out.append(("in", key, value, ts, None, headers))
     return out
+
+
+class MadeAtOnce:
+    """Counts the outputs made in one call (`TaskContext.direct_output`, wrapped): `made`."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.made = 0
+        make = TaskContext.direct_output
+
+        def direct_output(ctx: TaskContext, target: str, tp: tuple[str, int]) -> Any:
+            output = make(ctx, target, tp)
+            if output is None:
+                return None
+
+            def counted(*args: Any) -> Any:
+                made = output(*args)
+                self.made += 1
+                return made
+            return counted
+
+        monkeypatch.setattr(TaskContext, "direct_output", direct_output)
 
 
 def committed(driver: TopologyTestDriver) -> dict[str, list[tuple[Any, ...]]]:

@@ -18,33 +18,19 @@ import eos.worker.processing as processing
 from eos import Application, Output
 from eos.testing import TopologyTestDriver
 from eos.worker.attempt import BatchAttempt
-from eos.worker.context import TaskContext
 from eos.worker.progress import CommitMetadata
 from tests.eos import loops
-from tests.eos.loops import PARENT, drains, raw_inputs
+from tests.eos.loops import PARENT, MadeAtOnce, drains, raw_inputs
 
 
-class Directs:
+class Directs(MadeAtOnce):
     """Counts the batches and records the direct loop took (installed around `_run_direct`), and the outputs it
-    made at once (`TaskContext.direct_output`: a record without headers, whose one output is a (key, value))."""
+    made at once (`made`: a record without headers, whose one output is a (key, value))."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.batches = self.records = self.made = 0
+        super().__init__(monkeypatch)
+        self.batches = self.records = 0
         real = processing._run_direct
-        make = TaskContext.direct_output
-
-        def direct_output(ctx: TaskContext, target: str, tp: tuple[str, int]) -> Any:
-            output = make(ctx, target, tp)
-            if output is None:
-                return None
-
-            def counted(*args: Any) -> Any:
-                made = output(*args)
-                self.made += 1
-                return made
-            return counted
-
-        monkeypatch.setattr(TaskContext, "direct_output", direct_output)
 
         def spy(*args: Any, **kwargs: Any) -> int:
             records = real(*args, **kwargs)

@@ -17,32 +17,18 @@ import eos.worker.processing as processing
 from eos import Application, store
 from eos.operators.aggregate import AggregateProcessor
 from eos.testing import TopologyTestDriver
-from eos.worker.context import TaskContext
 from tests.eos import loops
-from tests.eos.loops import PARENT, TRACEPARENT, drains, raw_inputs
+from tests.eos.loops import PARENT, TRACEPARENT, MadeAtOnce, drains, raw_inputs
 
 
-class Folds:
+class Folds(MadeAtOnce):
     """Counts what the fold took (installed around `fold_batch`), and the updates it made into outputs at once
-    (`TaskContext.direct_output`: a record without headers, its update to one plain sink)."""
+    (`made`: a record without headers, its update to one plain sink)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.calls = self.folded = self.stopped = self.made = 0
+        super().__init__(monkeypatch)
+        self.calls = self.folded = self.stopped = 0
         real = processing.fold_batch
-        make = TaskContext.direct_output
-
-        def direct_output(ctx: TaskContext, target: str, tp: tuple[str, int]) -> Any:
-            output = make(ctx, target, tp)
-            if output is None:
-                return None
-
-            def counted(*args: Any) -> Any:
-                made = output(*args)
-                self.made += 1
-                return made
-            return counted
-
-        monkeypatch.setattr(TaskContext, "direct_output", direct_output)
 
         def spy(*args: Any, **kwargs: Any) -> Any:
             folded = real(*args, **kwargs)
