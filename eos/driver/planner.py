@@ -67,6 +67,8 @@ class Planner:
         #: tasks that write clocked topics and had no input when last planned: since when (eos.clock)
         self.quiet_since: dict[TaskId, float] = {}
         self._first_plan = True
+        #: a batch planned ahead (`plan_ahead`) and its plans, which `plan` returns once
+        self._ahead: tuple[int, list[TaskPlan]] | None = None
         self._ids_read = -TOPIC_ID_REFRESH_S
         self._warned: dict[TP, OffsetReset] = {}
         #: records each input partition was behind when the last batch was planned
@@ -117,7 +119,23 @@ class Planner:
             out.setdefault(group, set()).update((topic, p) for p in range(self.partition_counts[topic]))
         return {g: sorted(tps) for g, tps in out.items()}
 
+    def plan_ahead(self, batch: int) -> bool:
+        """Plan `batch` now, for `plan(batch)` to return once. A run plans its first batch while Spark's context is
+        still starting (its look-ups then overlap the JVM's start instead of following it). A look-up that fails
+        leaves nothing planned: `plan` looks again, and the run's handling of a failed batch applies to it."""
+        try:
+            self._ahead = (batch, self.plan(batch))
+        except Exception as exc:  # (planned again, and raised then, by `plan`)
+            log.debug("could not plan ahead; the batch is planned when it runs", batch=batch,
+                      error=f"{type(exc).__name__}: {exc}")
+            return False
+        return True
+
     def plan(self, batch: int) -> list[TaskPlan]:
+        if self._ahead is not None:
+            (planned, plans), self._ahead = self._ahead, None
+            if planned == batch:
+                return plans
         if time.monotonic() - self._ids_read >= TOPIC_ID_REFRESH_S:
             self.refresh_topic_ids()
         tps = self.input_partitions()

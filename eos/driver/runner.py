@@ -113,6 +113,7 @@ class Runner:
         purged = [t.name for t in self.app.internal_topics.values() if t.purge and cfg.repartition_purge_interval]
         self.purger = RepartitionPurger(admin, cfg, purged, cfg.repartition_purge_interval or PURGE_INTERVAL_S,
                                         topic_groups(self.app.subtopologies, cfg.group_id))
+        planner.plan_ahead(0)  # (while a context still starts: the first batch's look-ups are done by then)
         check_spark_conf(spark_conf(self.sc))
         ship_framework(self.sc, local=is_local_master(str(self.sc.master)))
         self.placer = Placer(self.sc, admin, cfg, self.app.subtopologies, counts) if cfg.placement else None
@@ -197,6 +198,8 @@ class Runner:
                         self._stop.wait(backoff)
                         continue
                     failures = 0
+                    if self._start is not None:
+                        self._start.settle()  # (after the first batch: what the context needs only later)
                     results = [r for r in everything if isinstance(r, TaskResult)]
                     planner.observe(results)
                     planner.time_batch(plans, time.monotonic() - t0)

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import pytest
+
 from eos.config import EosConfig
 from eos.driver.planner import Planner
 from eos.serde import BytesSerde
@@ -276,3 +278,33 @@ def test_a_run_until_caught_up_waits_for_its_own_topics_only_until_its_bound():
 
     assert not Runner._settled(Unsettled(), time.monotonic() + 5)  # plan again
     assert Runner._settled(Unsettled(), time.monotonic() - 0.1)  # a transaction still open: stop as caught up
+
+
+def test_a_batch_planned_ahead_is_returned_once_without_looking_again_and_a_failed_look_up_leaves_nothing():
+    """A run plans its first batch while Spark's context starts (`Planner.plan_ahead`): `plan` returns those
+    plans once, for that batch only; the next call (a failed batch planned again, the next batch) looks up."""
+
+    class Counting(FakeAdmin):
+        lookups = 0
+        fail = False
+
+        def end_offsets(self, tps, committed=True, timeout=30):
+            Counting.lookups += 1
+            if self.fail:
+                raise TimeoutError("no answer from the broker")
+            return super().end_offsets(tps, committed, timeout)
+
+    admin = Counting(committed={("a", 0): 0}, ends={("a", 0): 100}, earliest={})
+    planner = Planner(admin, EosConfig("app", "b", first_batch_max_records=30), {"s": sub(["a"])}, {"a": 1})
+    assert planner.plan_ahead(0) and Counting.lookups == 1
+    admin.ends[("a", 0)] = 500  # records that arrive later wait for the next batch, as after any plan
+    [ahead] = planner.plan(0)
+    assert Counting.lookups == 1 and ahead.first_batch and (ahead.ranges[0].start, ahead.ranges[0].end) == (0, 30)
+    [again] = planner.plan(0)  # (the batch failed: planned again, from what the broker says now)
+    assert Counting.lookups == 2 and not again.first_batch and again.ranges[0].end == 500
+    planner.plan_ahead(4)
+    assert [p.batch for p in planner.plan(5)] == [5] and Counting.lookups == 4  # another batch: looked up
+    admin.fail = True
+    assert not planner.plan_ahead(6)
+    with pytest.raises(TimeoutError):
+        planner.plan(6)  # nothing was kept: the run's handling of a failed batch sees the error
