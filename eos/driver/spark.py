@@ -311,7 +311,8 @@ def fork_zygote_early(master: str, conf: dict[str, str] | None = None) -> None:
 
 
 def build_spark_context(master: str | None = None, app_name: str = "eos",
-                        conf: dict[str, str] | None = None, *, for_job: bool = False) -> SparkContext:
+                        conf: dict[str, str] | None = None, *, for_job: bool = False,
+                        bound_pools: bool = True) -> SparkContext:
     """Create (or return the running) SparkContext with EOS-safe settings, on `resolve_master(master)`.
     Settings spark-submit or spark-defaults.conf already made are kept (the EOS checks refuse unsafe ones);
     `conf` overrides both. `local-cluster[N,cores,MB]` masters start N executor JVMs on this machine.
@@ -319,7 +320,9 @@ def build_spark_context(master: str | None = None, app_name: str = "eos",
     `for_job`: the context runs an application (`Application.run`, `eos run`), whose driver JVM gets the
     JIT's quick tier only (`QUICK_JIT_KEY`) and the serial collector from a small heap (`SERIAL_GC_KEY`) when
     this process starts it; other contexts (a Spark scan of the auditor, the user's own SQL) keep the JVM's
-    defaults. A JVM `launch_jvm_early` launched for these settings is used rather than another."""
+    defaults. A JVM `launch_jvm_early` launched for these settings is used rather than another. Its block-manager
+    pools are bounded (`bound_block_manager_pools`) unless `bound_pools` is false (`ContextStart` bounds them once
+    the first batch ran: `settle`)."""
     from pyspark import SparkConf, SparkContext
 
     active = SparkContext._active_spark_context
@@ -346,7 +349,7 @@ def build_spark_context(master: str | None = None, app_name: str = "eos",
         _LAUNCHED_WITH.update(settings if early is None else early.settings)
     sc.setLogLevel("WARN")
     _quiet_accumulator_server(sc)
-    if for_job and (threads := block_manager_threads(settings)):
+    if for_job and bound_pools and (threads := block_manager_threads(settings)):
         bound_block_manager_pools(sc, threads)
     return sc
 
@@ -614,13 +617,15 @@ class ContextStart:
     """A SparkContext being built (`build_spark_context`) on a thread of its own, so that the driver's other
     preparations (Kafka checks, internal topics, the lease, the first offsets) overlap the JVM's start instead
     of following it. `context()` waits for it and raises what building it raised; `discard()` stops it
-    when the run ends before needing it (a configuration error found meanwhile)."""
+    when the run ends before needing it (a configuration error found meanwhile); `settle()` does what the context
+    needs only once the first batch ran."""
 
     def __init__(self, master: str | None = None, app_name: str = "eos", conf: dict[str, str] | None = None) -> None:
         self.master = resolve_master(master)
         self._sc: SparkContext | None = None
         self._error: BaseException | None = None
         self._discarded = False
+        self._settled = False
         self._lock = threading.Lock()
         # a daemon thread: a driver that exits on an error meanwhile does not wait for the JVM's start
         self._thread = threading.Thread(target=self._build, args=(self.master, app_name, conf),
@@ -629,7 +634,7 @@ class ContextStart:
 
     def _build(self, master: str | None, app_name: str, conf: dict[str, str] | None) -> None:
         try:
-            sc = build_spark_context(master, app_name, conf, for_job=True)
+            sc = build_spark_context(master, app_name, conf, for_job=True, bound_pools=False)
         except BaseException as exc:  # handed to the thread that asks for the context
             self._error = exc
             return
@@ -644,6 +649,22 @@ class ContextStart:
             raise self._error
         assert self._sc is not None
         return self._sc
+
+    def settle(self) -> None:
+        """Once the run's first batch ran (and only once): bound the driver's block-manager pools
+        (`bound_block_manager_pools`), which matters only after many batches. Its ~40 calls into a JVM that runs
+        its first job only then took 0.07-0.27 s, which the first batch waited for when they came first."""
+        if self._settled or self._sc is None:
+            return
+        self._settled = True
+        from py4j.protocol import Py4JError
+
+        try:
+            threads = block_manager_threads(spark_conf(self._sc))
+        except Py4JError:  # (Spark's JVM is gone: the run ends with what its batch raises)
+            return
+        if threads:
+            bound_block_manager_pools(self._sc, threads)
 
     def discard(self) -> None:
         """Stop the context now if it is up, else as soon as it is."""

@@ -4,13 +4,10 @@
 
 from __future__ import annotations
 
-from integration_tests.helpers import fresh_driver
+from integration_tests.helpers import fresh_driver, produce
 
-# One driver: a job's context as the framework makes it, then one with Spark's own pools (0), in the same JVM.
-FRESH_DRIVER = """
-import json, time
-from eos.driver.spark import build_spark_context
-
+# The threads of each pool in a context's JVM (Python run in the fresh drivers below).
+POOL_THREADS = """
 def pool_threads(sc):
     pools = {}
     for thread in sc._jvm.java.lang.Thread.getAllStackTraces().keySet():
@@ -19,6 +16,12 @@ def pool_threads(sc):
             if name.startswith(pool):
                 pools[pool] = pools.get(pool, 0) + 1
     return pools
+"""
+
+# One driver: a job's context as the framework makes it, then one with Spark's own pools (0), in the same JVM.
+FRESH_DRIVER = POOL_THREADS + """
+import json, time
+from eos.driver.spark import build_spark_context
 
 found = {}
 for threads in ("2", "0"):
@@ -31,6 +34,27 @@ for threads in ("2", "0"):
 print(json.dumps(found))
 """
 
+# A job's run on a context it starts itself (`ContextStart`, which bounds the pools once the first batch ran:
+# `ContextStart.settle`), a batch of one record per partition at a time: the pools counted after each batch.
+JOB_DRIVER = POOL_THREADS + """
+import json, sys
+from pyspark import SparkContext
+from eos import Application
+
+bootstrap, source, sink, app_id = sys.argv[1:5]
+app = Application(app_id, bootstrap, trigger_interval=0.05, max_records_per_batch=1, first_batch_max_records=1,
+                  size_backlog_batches=False, log_level="WARNING")
+
+@app.process(input=source, output=sink, key_serde="string", value_serde="string")
+def copy(record):
+    return record.key, record.value
+
+found = {}
+app.run(master="local[2]", max_batches=25,
+        on_batch=lambda report, results: found.update({report.batch: pool_threads(SparkContext._active_spark_context)}))
+print(json.dumps(found))
+"""
+
 
 def test_a_job_drivers_block_manager_pools_keep_two_threads_where_sparks_grow_one_per_removal():
     found = fresh_driver(FRESH_DRIVER)
@@ -38,3 +62,12 @@ def test_a_job_drivers_block_manager_pools_keep_two_threads_where_sparks_grow_on
     assert bounded and all(1 <= n <= 2 for n in bounded.values()), found
     # (the first context's idle threads time out only after 60 s: Spark's pools of the second grow past them)
     assert len(spark_own) == 2 and all(n >= 10 for n in spark_own.values()), found
+
+
+def test_a_jobs_run_bounds_the_pools_once_its_first_batch_ran(kafka, topic_factory, unique_name):
+    source, sink = topic_factory("in", partitions=2), topic_factory("out", partitions=2)
+    produce(kafka.bootstrap_servers, source, ((f"k{i}".encode(), b"v") for i in range(100)))
+    found = fresh_driver(JOB_DRIVER, kafka.bootstrap_servers, source, sink, unique_name("app"))
+    assert sorted(map(int, found)) == list(range(25)), found
+    last = found["24"]
+    assert len(last) == 2 and all(1 <= n <= 2 for n in last.values()), found
