@@ -32,12 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import structlog
+from eos.logs import logger
 
 __all__ = ["Classpath", "classpath", "spark_home", "archive_path", "driver_java_options", "build_archive",
            "DISABLE_KEY", "ArchiveBuildError", "user_java_options"]
 
-log = structlog.get_logger(__name__)
 _TOLD: set[Path] = set()  # archives found missing, and said so
 
 #: Spark setting that turns the archive off (`--spark-conf spark.eos.classDataArchive=false`)
@@ -179,21 +178,22 @@ def driver_java_options(conf: Any) -> str | None:
     try:
         cp = classpath()
     except OSError as exc:  # a faster start is not worth a failed one
-        log.warning("cannot tell which class-data archive fits this driver; starting without one", error=str(exc))
+        logger(__name__).warning("cannot tell which class-data archive fits this driver; starting without one",
+                                 error=str(exc))
         return None
     path = archive_path(cp)
     if path is None:
-        log.debug("no class-data archive can fit this driver", reason=cp.reason)
+        logger(__name__).debug("no class-data archive can fit this driver", reason=cp.reason)
         return None
     if not path.is_file() or not _record_file(path).is_file():
         if path not in _TOLD:  # (once: a driver computes its JVM's options at its launch and at its context)
             _TOLD.add(path)
-            log.info("no class-data archive for this Java and Spark yet: `eos spark archive` makes one "
-                     "(the driver's JVM starts about 2 s faster)")
+            logger(__name__).info("no class-data archive for this Java and Spark yet: `eos spark archive` makes "
+                                  "one (the driver's JVM starts about 2 s faster)")
         return None
     if not _complete(path):
-        log.warning("the class-data archive is incomplete or damaged; starting without it", path=str(path),
-                    fix="`eos spark archive --rebuild`")
+        logger(__name__).warning("the class-data archive is incomplete or damaged; starting without it",
+                                 path=str(path), fix="`eos spark archive --rebuild`")
         return None
     return f"-XX:SharedArchiveFile={path} {_USE}"
 

@@ -20,9 +20,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from eos.driver.classdata import driver_java_options, user_java_options
+from eos.logs import logger
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -414,7 +413,7 @@ def bound_block_manager_pools(sc: SparkContext, threads: int) -> int:
                         pool.setCorePoolSize(threads)
                         bounded += 1
     except (Py4JError, LookupError) as exc:
-        structlog.get_logger(__name__).info("the driver's block-manager pools keep Spark's sizes",
+        logger(__name__).info("the driver's block-manager pools keep Spark's sizes",
                                             error=f"{type(exc).__name__}: {exc}")
         return 0
     return bounded
@@ -496,7 +495,7 @@ def launch_jvm_early(master: str, conf: dict[str, str] | None = None) -> None:
     try:
         jvm = LaunchedJvm(settings, {k: v for k, v in os.environ.items() if k != ZYGOTE_ENV}, overrides)
     except OSError as exc:
-        structlog.get_logger(__name__).warning("could not launch Spark's JVM early; the context launches it",
+        logger(__name__).warning("could not launch Spark's JVM early; the context launches it",
                                                error=f"{type(exc).__name__}: {exc}")
         if ZYGOTE_ENV in overrides:
             os.rmdir(os.path.dirname(overrides[ZYGOTE_ENV]))
@@ -527,7 +526,7 @@ def _take_early_jvm(settings: dict[str, str]) -> LaunchedJvm | None:
     jvm = _EARLY.pop()
     if _launches_jvm() and jvm.fits(settings):
         return jvm
-    structlog.get_logger(__name__).info("the JVM launched early does not fit the context; launching another")
+    logger(__name__).info("the JVM launched early does not fit the context; launching another")
     jvm.discard()
     return None
 
@@ -721,7 +720,7 @@ def stop_context(sc: SparkContext) -> None:
     connection error from Py4J after the run had ended cleanly. There is nothing left to stop then."""
     from py4j.protocol import Py4JError
 
-    log = structlog.get_logger(__name__)
+    log = logger(__name__)
     try:
         with jvm_may_be_gone() as gone:
             sc.stop()

@@ -4,6 +4,7 @@ integration_tests/engine/test_cli.py.)"""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -166,3 +167,55 @@ def test_eos_run_reads_the_launchs_options_before_its_command_line_is_parsed():
     assert launch_options(["job.py", "--", "--master", "x"]) == {}
     assert launch_options(["job.py", "--master"]) is None  # (the command's parser says what is wrong)
     assert launch_options(["--help"]) is None
+
+
+# `eos run`'s launch in a fresh interpreter, its JVM stood in for by a launch that fails: what it logged, and
+# whether structlog was imported when the JVM was launched.
+LAUNCH = """
+import json, subprocess, sys
+
+seen = {}
+
+def popen(command, **kwargs):
+    seen["structlog at the launch"] = "structlog" in sys.modules
+    raise OSError("no JVM in this test")
+
+subprocess.Popen = popen
+import eos.cli
+
+eos.cli._launch_jvm(["job.py", "--master", "local[1]", "--log-format", "json"])
+print(json.dumps(seen))
+"""
+
+
+def test_eos_run_launches_the_jvm_before_importing_structlog_and_logs_the_launch_as_configured(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_", "SPARK_TESTING", "EOS_"))}
+    env |= {"PYTHONHASHSEED": "0", "EOS_CLASS_DATA_CACHE": str(tmp_path)}  # (no archive there)
+    done = subprocess.run([sys.executable, "-c", LAUNCH], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"structlog at the launch": False}
+    # held until logging was configured, then logged in its format (JSON lines), in order
+    lines = [json.loads(line) for line in done.stderr.splitlines()]
+    assert [(line["level"], line["event"].split(":")[0]) for line in lines] == [
+        ("info", "no class-data archive for this Java and Spark yet"),
+        ("warning", "could not launch Spark's JVM early; the context launches it")]
+    assert lines[1]["error"] == "OSError: no JVM in this test"
+
+
+def test_held_logs_come_out_once_logging_is_configured_at_its_level(capsys):
+    import io
+
+    from eos import logs
+
+    logs.reset_logging()
+    logs.hold_logs()
+    try:
+        logs.logger("eos.x").info("held", n=1)
+        logs.logger("eos.x").debug("below the level")
+        assert capsys.readouterr().err == ""
+        out = io.StringIO()
+        logs.configure_logging("json", "INFO", stream=out)
+        assert [json.loads(line)["event"] for line in out.getvalue().splitlines()] == ["held"]
+        assert not isinstance(logs.logger("eos.x"), logs._HeldLogger)  # (nothing held from here on)
+    finally:
+        logs.reset_logging()
