@@ -30,7 +30,6 @@ from eos.driver.checks import (
 )
 from eos.driver.groups import one_result_per_task, share_out
 from eos.driver.lease import acquire_driver_lease, check_driver_lease
-from eos.driver.metrics import DriverMetrics
 from eos.driver.placement import Placer
 from eos.driver.planner import Planner
 from eos.driver.purge import PURGE_INTERVAL_S, RepartitionPurger
@@ -50,6 +49,7 @@ if TYPE_CHECKING:
     from pyspark import SparkContext
 
     from eos.app import Application
+    from eos.driver.metrics import DriverMetrics
 
 __all__ = ["Runner", "root_cause"]
 
@@ -118,6 +118,8 @@ class Runner:
         ship_framework(self.sc, local=is_local_master(str(self.sc.master)))
         self.placer = Placer(self.sc, admin, cfg, self.app.subtopologies, counts) if cfg.placement else None
         if cfg.metrics_port is not None and self.metrics is None:
+            from eos.driver.metrics import DriverMetrics  # (prometheus_client: ~25 ms, only for a job that serves)
+
             metrics = DriverMetrics(cfg.application_id)
             try:
                 metrics.serve(cfg.metrics_port, cfg.metrics_host)
