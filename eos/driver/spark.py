@@ -414,7 +414,7 @@ def bound_block_manager_pools(sc: SparkContext, threads: int) -> int:
                         bounded += 1
     except (Py4JError, LookupError) as exc:
         logger(__name__).info("the driver's block-manager pools keep Spark's sizes",
-                                            error=f"{type(exc).__name__}: {exc}")
+                              error=f"{type(exc).__name__}: {exc}")
         return 0
     return bounded
 
@@ -496,7 +496,7 @@ def launch_jvm_early(master: str, conf: dict[str, str] | None = None) -> None:
         jvm = LaunchedJvm(settings, {k: v for k, v in os.environ.items() if k != ZYGOTE_ENV}, overrides)
     except OSError as exc:
         logger(__name__).warning("could not launch Spark's JVM early; the context launches it",
-                                               error=f"{type(exc).__name__}: {exc}")
+                                 error=f"{type(exc).__name__}: {exc}")
         if ZYGOTE_ENV in overrides:
             os.rmdir(os.path.dirname(overrides[ZYGOTE_ENV]))
         return
