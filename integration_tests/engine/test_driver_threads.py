@@ -50,7 +50,7 @@ def copy(record):
     return record.key, record.value
 
 found = {}
-app.run(master="local[2]", max_batches=25,
+app.run(master="local[2]", max_batches=12,
         on_batch=lambda report, results: found.update({report.batch: pool_threads(SparkContext._active_spark_context)}))
 print(json.dumps(found))
 """
@@ -68,6 +68,6 @@ def test_a_jobs_run_bounds_the_pools_once_its_first_batch_ran(kafka, topic_facto
     source, sink = topic_factory("in", partitions=2), topic_factory("out", partitions=2)
     produce(kafka.bootstrap_servers, source, ((f"k{i}".encode(), b"v") for i in range(100)))
     found = fresh_driver(JOB_DRIVER, kafka.bootstrap_servers, source, sink, unique_name("app"))
-    assert sorted(map(int, found)) == list(range(25)), found
-    last = found["24"]
+    assert sorted(map(int, found)) == list(range(12)), found
+    last = found["11"]
     assert len(last) == 2 and all(1 <= n <= 2 for n in last.values()), found
