@@ -62,39 +62,31 @@ def hold_logs() -> None:
 
 def configure_logging(fmt: Literal["auto", "json", "console"] = "auto", level: str = "INFO", *,
                       stream: Any = None) -> None:
-    """Idempotent for the same arguments."""
+    """Idempotent for the same arguments. Then logs what was held (`hold_logs`)."""
     global _configured, _held
     import structlog
 
-    held, _held = _held, None
-    if _configured == (fmt, level) and stream is None:
-        _log_held(held or [])
-        return
-    stream = stream or sys.stderr
-    use_json = fmt == "json" or (fmt == "auto" and not getattr(stream, "isatty", lambda: False)())
-    renderer: Any = structlog.processors.JSONRenderer() if use_json else structlog.dev.ConsoleRenderer(colors=False)
-    structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(stream),
-        cache_logger_on_first_use=False,
-    )
-    _configured = (fmt, level)
-    _log_held(held or [])
-
-
-def _log_held(held: list[tuple[str, str, str, dict[str, Any]]]) -> None:
-    import structlog
-
-    for name, level, event, fields in held:
-        getattr(structlog.get_logger(name), level)(event, **fields)
-
+    held, _held = _held or [], None
+    if _configured != (fmt, level) or stream is not None:
+        stream = stream or sys.stderr
+        use_json = fmt == "json" or (fmt == "auto" and not getattr(stream, "isatty", lambda: False)())
+        renderer: Any = (structlog.processors.JSONRenderer() if use_json
+                         else structlog.dev.ConsoleRenderer(colors=False))
+        structlog.configure(
+            processors=[
+                structlog.contextvars.merge_contextvars,
+                structlog.processors.add_log_level,
+                structlog.processors.TimeStamper(fmt="iso", utc=True),
+                structlog.processors.format_exc_info,
+                renderer,
+            ],
+            wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
+            logger_factory=structlog.PrintLoggerFactory(stream),
+            cache_logger_on_first_use=False,
+        )
+        _configured = (fmt, level)
+    for name, level_name, event, fields in held:
+        getattr(structlog.get_logger(name), level_name)(event, **fields)
 
 
 def reset_logging() -> None:
