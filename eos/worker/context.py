@@ -38,7 +38,7 @@ __all__ = ["TaskContext", "Schedule"]
 _new_record = tuple.__new__
 
 #: (input record, key, value, timestamp) -> the output record (`TaskContext.direct_output`)
-DirectOutput = Callable[[Message, Any, Any, int], ProducerRecord]
+DirectOutput = Callable[[Message, Any, Any, int, int], ProducerRecord]
 
 log = structlog.get_logger(__name__)
 
@@ -179,10 +179,11 @@ class TaskContext(ProcessorContext):
         self._scope.append(_new_record(ProducerRecord, (target, partition, k, v, headers, ts)))
 
     def direct_output(self, target: str, tp: tuple[str, int]) -> DirectOutput | None:
-        """`emit` of (key, value) to `target` at a timestamp as the first output of an input record of `tp` that
-        has no headers, made in one call that returns the record rather than adding it to the scope (the
-        direct loop's common case: eos.worker.processing). None where `emit` does more: the topic is stamped,
-        or an input's lineage comes through a repartition topic. The topic's rule is the batch's."""
+        """`emit` of (key, value) to `target` at a timestamp as an output of an input record of `tp` that has no
+        headers, its index among the record's outputs given (0: the first), made in one call that returns the
+        record rather than adding it to the scope (the direct loop's common case: eos.worker.processing; the
+        fold's, eos.worker.folding). None where `emit` does more: the topic is stamped, or an input's lineage
+        comes through a repartition topic. The topic's rule is the batch's."""
         if target in self._stamped or (self._lineage and tp[0] in self._transitive):
             return None
         raw = target in self._raw
@@ -192,13 +193,13 @@ class TaskContext(ProcessorContext):
             rule = self._rule_of[target] = self._rules(target)
         prefix, lineage, origin = self._prefix(tp), self._lineage, ORIGIN_FORMAT
 
-        def output(msg: Message, key: Any, value: Any, ts: int) -> ProducerRecord:
+        def output(msg: Message, key: Any, value: Any, ts: int, index: int) -> ProducerRecord:
             try:
                 k, v = (key, value) if raw else (key_of(key), value_of(value))
             except SerdeError as exc:
                 raise OutputSerializationError(str(exc)) from exc
-            # the lineage header as `emit` writes a record's first output: its origin is the record itself
-            headers = [(ORIGIN_HEADER, origin % (prefix, msg.offset(), 0))] if lineage else []
+            # the lineage header as `emit` writes it: the record itself is the origin
+            headers = [(ORIGIN_HEADER, origin % (prefix, msg.offset(), index))] if lineage else []
             if rule is not None and (why := rule.violation(k, v, headers, ts)) is not None:
                 raise _rejected(msg, target, why)
             return _new_record(ProducerRecord, (target, None, k, v, headers, ts))

@@ -97,10 +97,11 @@ def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message
     what the record-at-a-time loop adds: stream time, outputs (without a cache), filtered records and dead
     letters. `scoped`, `drain` and `drain_at` as that loop has them.
 
-    Where the aggregation reads the source itself and forwards its updates to one plain sink, the update of a
-    record without headers is made into its output record in one call (`TaskContext.direct_output`), without
-    the record's scope: nothing after the update can fail but the output itself, and a record that fails there
-    is undone as any other."""
+    Where the aggregation forwards its updates to one plain sink, the update of a record without headers is
+    made into its output record in one call (`TaskContext.direct_output`), without the record's scope: the
+    stateless operators before the aggregation run without a context, and after an update nothing can fail
+    but its output. A record that fails, or that the fold stops at, after some of its updates (a `flat_map`'s
+    second) leaves neither them nor their outputs."""
     key_of = key_serde.deserialize
     value_of = None if type(value_serde) is BytesSerde else value_serde.deserialize
     fold = _Fold(view)
@@ -150,6 +151,7 @@ def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message
             scope = emits
             if direct is not None and not msg.headers():
                 scope, made = False, len(outputs)
+                fold.made = made
             if scope:
                 enter(msg, ts)
                 for s in scoped:
@@ -158,6 +160,8 @@ def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message
                 (step if direct is None or made < 0 else direct)(key, v, ts, None)
             except _Stop:
                 fold.roll_back()
+                if made >= 0:
+                    del outputs[made:]
                 if scope:
                     for s in scoped:
                         s.rollback_record()
@@ -168,6 +172,8 @@ def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message
                 raise
             except Exception as exc:  # nothing of the record stays
                 fold.roll_back()
+                if made >= 0:
+                    del outputs[made:]
                 if scope:
                     for s in scoped:
                         s.rollback_record()
@@ -226,18 +232,24 @@ def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message
 def _direct_take(view: AggregateFold, ctx: TaskContext, fold: _Fold, outputs: list[ProducerRecord],
                  tp: tuple[str, int] | None) -> Callable[[Any, Any, int, Any], None] | None:
     """`fold.take` with each update made into its output record at once (`TaskContext.direct_output`) and
-    added to `outputs`, where the aggregation reads the source itself (no steps before it) and its updates go
-    to one plain sink (`view.sink`); else None."""
-    if view.sink is None or view.chain is not None or view.emit is None or tp is None:
+    added to `outputs`, behind the stateless operators before the aggregation (`view.chain`), where its updates
+    go to one plain sink (`view.sink`); else None."""
+    if view.sink is None or view.emit is None or tp is None:
         return None
     output = ctx.direct_output(view.sink, tp)
     if output is None:
         return None
     add = outputs.append
 
-    def emit(key: Any, value: Any, timestamp: int) -> None:
-        add(output(fold.msg, key, value, timestamp))  # type: ignore[arg-type]  # (set before every record's take)
-    return fold.taker(view._replace(emit=emit))
+    if view.chain is None:  # one update per record: its first output
+        def emit(key: Any, value: Any, timestamp: int) -> None:
+            add(output(fold.msg, key, value, timestamp, 0))  # type: ignore[arg-type]  # (set before every take)
+        return fold.taker(view._replace(emit=emit))
+
+    def emit_nth(key: Any, value: Any, timestamp: int) -> None:
+        # (`msg` and `made` are set before every record's take: its index among its outputs is what it made so far)
+        add(output(fold.msg, key, value, timestamp, len(outputs) - fold.made))  # type: ignore[arg-type]
+    return view.chain(fold.taker(view._replace(emit=emit_nth)))
 
 
 class _Fold:
@@ -245,7 +257,7 @@ class _Fold:
     `process` would make it of a record it is handed (forwarded at once without a cache), undone with the
     rest of its record's if the record fails."""
 
-    __slots__ = ("folded", "msg", "room", "take", "undo", "updates")
+    __slots__ = ("folded", "made", "msg", "room", "take", "undo", "updates")
 
     def __init__(self, view: AggregateFold) -> None:
         #: identity: [aggregate, timestamp, update number, its record, key, headers], in first-update order
@@ -255,6 +267,7 @@ class _Fold:
         self.undo: list[tuple[bytes, list[Any] | None, int]] = []
         self.room = view.cache.max_bytes - view.cache.size if view.cache is not None else 1 << 62
         self.msg: Message | None = None  # the record being folded
+        self.made = 0  # of a record whose updates are made into outputs at once: the outputs listed before it
         self.updates = 0
         self.take = self.taker(view)
 

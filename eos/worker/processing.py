@@ -377,7 +377,7 @@ def _run_direct(step: DirectStep, ctx: TaskContext, tp: tuple[str, int], message
             if (type(result) is tuple and len(result) == 2 and type(key := result[0]) is not Output
                     and not (type(key) is tuple and len(key) == 2 and is_pair(result[1]))):
                 if output is not None and not msg.headers():  # the record's one output, made at once
-                    outputs.append(output(msg, key, result[1], ts))
+                    outputs.append(output(msg, key, result[1], ts, 0))
                     direct = True
                 else:
                     to_sink(key, result[1], ts)

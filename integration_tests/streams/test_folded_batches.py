@@ -86,8 +86,9 @@ def references(orders: list[tuple[bytes | None, bytes | None]]) -> tuple[dict[st
     return counts, sums
 
 
-# Both in the default suite (~45 s each): without a cache the count's updates of records without headers are
-# made into their outputs in one call (`eos.worker.folding._direct_take`), a path only an uncached fold takes
+# Both in the default suite (~45 s each): without a cache the updates of records without headers, the count's
+# and the sum's behind its filter and map_values, are made into their outputs in one call
+# (`eos.worker.folding._direct_take`), a path only an uncached fold takes
 @pytest.mark.parametrize("cache", [1500, 0], ids=["cached", "uncached"])
 def test_folded_counts_and_sums_are_exactly_once_across_sigkills_and_a_restart(
         kafka, topic_factory, unique_name, tmp_path, monkeypatch, cache):

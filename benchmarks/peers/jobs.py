@@ -1,0 +1,31 @@
+"""The peers benchmark's jobs on this framework, defined on an application: run by `eos run` (eos_job.py) and
+counted through the test driver (benchmarks.instructions)."""
+
+from __future__ import annotations
+
+from eos import Application
+
+__all__ = ["JOBS", "define"]
+
+JOBS = ("stateless", "count", "pipeline")
+
+
+def define(app: Application, job: str, source: str, sink: str) -> None:
+    """Add `job` (one of JOBS) reading `source` and writing `sink` to `app`."""
+    if job == "stateless":
+        @app.process(input=source, output=sink, key_serde="string", value_serde="json")
+        def enrich(record):  # type: ignore[no-untyped-def]
+            order = record.value
+            return record.key, {**order, "total": order["qty"] * order["price"]}
+    elif job == "pipeline":
+        # four operators fused in one sub-topology: one task and one transaction per partition, no topic between
+        (app.stream(source, key_serde="string", value_serde="json")
+            .filter(lambda key, order: order["qty"] >= 2, name="big")
+            .map_values(lambda order: {**order, "total": order["qty"] * order["price"]}, name="priced")
+            .group_by_key()
+            .sum(lambda order: order["total"], name="revenue")
+            .to_stream().to(sink))
+    elif job == "count":
+        app.count(source, sink, name="counts")
+    else:
+        raise ValueError(f"no job {job!r}: the jobs are {', '.join(JOBS)}")
