@@ -30,8 +30,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from benchmarks.peers.jobs import JOBS
+
 ROOT = Path(__file__).resolve().parents[1]
-JOBS = ("stateless", "count", "pipeline")
 console = Console()
 
 

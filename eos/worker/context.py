@@ -37,7 +37,8 @@ __all__ = ["TaskContext", "Schedule"]
 #: the cost of an output record)
 _new_record = tuple.__new__
 
-#: (input record, key, value, timestamp) -> the output record (`TaskContext.direct_output`)
+#: (input record, key, value, timestamp, index among the record's outputs) -> the output record
+#: (`TaskContext.direct_output`)
 DirectOutput = Callable[[Message, Any, Any, int, int], ProducerRecord]
 
 log = structlog.get_logger(__name__)
