@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from functools import partialmethod
 from typing import Any, Literal
 
 __all__ = ["configure_logging", "reset_logging", "logger", "hold_logs"]
@@ -28,17 +29,13 @@ class _HeldLogger:
     def __init__(self, name: str, held: list[tuple[str, str, str, dict[str, Any]]]) -> None:
         self._name, self._held = name, held
 
-    def debug(self, event: str, **fields: Any) -> None:
-        self._held.append((self._name, "debug", event, fields))
+    def _keep(self, level: str, event: str, **fields: Any) -> None:
+        self._held.append((self._name, level, event, fields))
 
-    def info(self, event: str, **fields: Any) -> None:
-        self._held.append((self._name, "info", event, fields))
-
-    def warning(self, event: str, **fields: Any) -> None:
-        self._held.append((self._name, "warning", event, fields))
-
-    def error(self, event: str, **fields: Any) -> None:
-        self._held.append((self._name, "error", event, fields))
+    debug = partialmethod(_keep, "debug")
+    info = partialmethod(_keep, "info")
+    warning = partialmethod(_keep, "warning")
+    error = partialmethod(_keep, "error")
 
 
 def logger(name: str) -> Any:

@@ -180,6 +180,25 @@ def test_an_aggregate_that_stops_being_a_number_is_taken_one_record_at_a_time(mo
     assert out["folds-dlq"]  # a number and a string added: the aggregator raised
 
 
+def test_a_fold_stopped_by_a_records_second_update_drops_the_output_made_of_its_first(monkeypatch):
+    # uncached, behind a flat_map_values: a record's first update is made into its output at once; its second
+    # makes the aggregate a string, which stops the fold, and the record-at-a-time loop takes the record again,
+    # so the output made of its first update must not stay beside the one that loop makes
+    def make() -> Application:
+        app = Application("folds", max_records_per_batch=50)
+        (app.stream("in", value_serde="json").flat_map_values(lambda v: v, name="both").group_by_key()
+            .reduce(lambda a, b: b, name="latest").to_stream().to("out"))
+        return app
+
+    rng = random.Random(11)
+    values = [[rng.randrange(9), "late" if i % 37 == 20 else rng.randrange(9)] for i in range(300)]
+    inputs = [("in", b"k%d" % rng.randrange(5), json.dumps(v).encode(), 1_000 + i, None, None)
+              for i, v in enumerate(values)]
+    out, folds = run_both(monkeypatch, make, [inputs[:150], inputs[150:]])
+    assert folds.stopped and folds.made
+    assert len(out["out"]) == 2 * len(inputs)  # each record's two updates, once each
+
+
 def test_an_output_its_topic_refuses_is_a_dead_letter_and_its_update_is_not_applied(monkeypatch):
     rng = random.Random(9)
     inputs = [("in", b"k%d" % rng.randrange(12), b"v", rng.choice([1_000, 2_000, 20_000 + i]), None, None)
