@@ -658,12 +658,14 @@ class ContextStart:
         self._settled = True
         from py4j.protocol import Py4JError
 
-        try:
-            threads = block_manager_threads(spark_conf(self._sc))
-        except Py4JError:  # (Spark's JVM is gone: the run ends with what its batch raises)
-            return
-        if threads:
-            bound_block_manager_pools(self._sc, threads)
+        # (a SIGTERM to the whole process group may have ended Spark's JVM during the first batch: no traceback)
+        with jvm_may_be_gone():
+            try:
+                threads = block_manager_threads(spark_conf(self._sc))
+            except Py4JError:  # (Spark's JVM is gone: the run ends with what its batch raises)
+                return
+            if threads:
+                bound_block_manager_pools(self._sc, threads)
 
     def discard(self) -> None:
         """Stop the context now if it is up, else as soon as it is."""

@@ -11,12 +11,13 @@ from typing import Any
 
 import pytest
 import structlog
-from py4j.java_gateway import GatewayClient, GatewayParameters
-from py4j.protocol import Py4JNetworkError, get_return_value
+from py4j.java_gateway import GatewayClient, GatewayParameters, JVMView
+from py4j.protocol import DEFAULT_JVM_ID, Py4JNetworkError, get_return_value
 from structlog.testing import capture_logs
 
 from eos.driver.spark import (
     DEFAULT_MASTER,
+    ContextStart,
     _Py4JSendErrors,
     _quiet_accumulator_server,
     check_socket_dir,
@@ -203,6 +204,43 @@ def test_stopping_a_context_whose_jvm_reset_mid_answer_prints_no_traceback_and_s
     assert sc._jsc is None
     assert _Py4JSendErrors not in {type(f) for f in root.filters}  # the filter was only for the stop
     assert root.handlers == handlers
+
+
+class _ResetPoolsContext:
+    """A context whose JVM resets the first Py4J call that bounding the block-manager pools makes: what the first
+    batch's `settle()` met when a SIGTERM to the process group ended Spark's JVM during that batch."""
+
+    class _Conf:
+        def getAll(self) -> list[tuple[str, str]]:
+            return []  # (the framework's default threads: the pools are bounded)
+
+    def __init__(self, port: int) -> None:
+        self._conf = self._Conf()
+        self._jvm = JVMView(GatewayClient(gateway_parameters=GatewayParameters(port=port)), "default",
+                            id=DEFAULT_JVM_ID)
+
+
+def test_settling_a_context_whose_jvm_reset_mid_answer_prints_no_traceback(capfd, caplog, monkeypatch):
+    sc = _ResetPoolsContext(_ResettingJvm().port)
+    monkeypatch.setattr("eos.driver.spark.build_spark_context", lambda *args, **kwargs: sc)
+    start = ContextStart("local[1]")
+    assert start.context() is sc
+    root = logging.getLogger()
+    handlers = list(root.handlers)
+    saved = structlog.get_config()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG))
+    try:
+        with capture_logs() as logs:
+            start.settle()
+            start.settle()  # (once only: no second call into the JVM)
+    finally:
+        structlog.configure(**saved)
+    stderr = capfd.readouterr().err
+    assert "Traceback" not in stderr and "Exception while sending command" not in stderr, stderr
+    assert not caplog.records
+    [said] = [e for e in logs if e["event"] == "the driver's block-manager pools keep Spark's sizes"]
+    assert said["error"].startswith("Py4J"), said
+    assert _Py4JSendErrors not in {type(f) for f in root.filters} and root.handlers == handlers
 
 
 def _quieted_context() -> tuple[Any, list[type[BaseException] | None]]:
