@@ -27,6 +27,10 @@ polled every 0.1 s), then the run is stopped. Variants:
   before (`spark.eos.earlyJvm=false`);
 * submit-scripts: the JVM launched early through spark-submit's scripts and launcher every time, not with the
   command recorded from an earlier launch (`spark.eos.launchRecord=false`).
+* source-modules: the framework's own modules compiled from their source at every start (a copy of its packages
+  without `__pycache__`, first on `PYTHONPATH`, and `PYTHONDONTWRITEBYTECODE=1`), as on a machine that sets
+  that variable and whose checkout set-up did not compile (`make setup` compiles it, as pip does a package it
+  installs).
 
 (The JVM starting while the driver prepares Kafka has no switch.) Rounds run the variants in turn
 (A B C D, A B C D, ...); the table has each variant's median and its difference to "shipped". Writes
@@ -37,6 +41,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -66,7 +72,10 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
     "tcp-sockets": (["--spark-conf", "spark.python.unix.domain.socket.enabled=false"], {}),
     "late-jvm": (["--spark-conf", "spark.eos.earlyJvm=false"], {}),
     "submit-scripts": (["--spark-conf", "spark.eos.launchRecord=false"], {}),
+    "source-modules": ([], {"PYTHONDONTWRITEBYTECODE": "1"}),
 }
+#: the framework's packages, copied without their compiled modules for the source-modules variant
+PACKAGES = ("eos", "transactions", "recovery", "chaos", "localkafka", "benchmarks")
 
 
 def first_commit(bootstrap: str, admin: KafkaAdmin, source: str, variant: str, job: str,
@@ -77,6 +86,11 @@ def first_commit(bootstrap: str, admin: KafkaAdmin, source: str, variant: str, j
     admin.create_topics([TopicSpec(sink, PARTITIONS)])
     scratch = Path(tempfile.mkdtemp(prefix="startup-"))
     cmd, env = command("eos", job, bootstrap, source, sink, group, scratch, [], None)  # the peers' eos run
+    if variant == "source-modules":
+        for package in PACKAGES:
+            shutil.copytree(ROOT / package, scratch / "source" / package,
+                            ignore=shutil.ignore_patterns("__pycache__", "target"))
+        env["PYTHONPATH"] = os.pathsep.join((str(scratch / "source"), env["PYTHONPATH"]))
     tps = admin.topic_partitions(source)
     started = time.monotonic()
     with launched([*cmd, *args], {**env, **extra_env}, scratch) as proc:
