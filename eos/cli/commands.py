@@ -175,9 +175,9 @@ def demo(records: int = typer.Option(100_000, help="Input records to generate"),
 @app.command()
 def package(output: Path = typer.Option(Path("dist/eos-framework.zip"), help="Where to write the archive")) -> None:
     """Zip the framework's packages (eos, transactions, recovery), with their bytecode for this Python, for
-    `spark-submit --py-files`. Jobs run with
-    `app.run()` or `eos run` on a cluster master ship the same archive themselves; third-party packages
-    come from the executors' Python or a packed virtualenv (--archives), as the README shows."""
+    `spark-submit --py-files`. Jobs run with `app.run()` or `eos run` on a cluster master ship the same archive
+    themselves; third-party packages come from the executors' Python or a packed virtualenv (--archives), as
+    the README shows."""
     from eos.driver.shipping import framework_zip
 
     path = framework_zip(output)
