@@ -412,7 +412,7 @@ def bound_block_manager_pools(sc: SparkContext, threads: int) -> int:
                     if pool is not None and pool.getCorePoolSize() > threads:
                         pool.setCorePoolSize(threads)
                         bounded += 1
-    except (Py4JError, LookupError) as exc:
+    except (Py4JError, OSError, LookupError) as exc:  # (OSError: a JVM gone that refuses a new connection)
         logger(__name__).info("the driver's block-manager pools keep Spark's sizes",
                               error=f"{type(exc).__name__}: {exc}")
         return 0
@@ -658,11 +658,13 @@ class ContextStart:
         self._settled = True
         from py4j.protocol import Py4JError
 
-        # (a SIGTERM to the whole process group may have ended Spark's JVM during the first batch: no traceback)
+        # A SIGTERM to the whole process group may have ended Spark's JVM during the first batch: Py4J then
+        # raised its own error for a call the JVM left unanswered, an OSError for one it refused (a new
+        # connection), and logged a traceback for the first. The run ends as the stop says, with none of them.
         with jvm_may_be_gone():
             try:
                 threads = block_manager_threads(spark_conf(self._sc))
-            except Py4JError:  # (Spark's JVM is gone: the run ends with what its batch raises)
+            except (Py4JError, OSError):
                 return
             if threads:
                 bound_block_manager_pools(self._sc, threads)

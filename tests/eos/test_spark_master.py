@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import structlog
+from py4j.clientserver import ClientServer, JavaParameters, PythonParameters
 from py4j.java_gateway import GatewayClient, GatewayParameters, JVMView
 from py4j.protocol import DEFAULT_JVM_ID, Py4JNetworkError, get_return_value
 from structlog.testing import capture_logs
@@ -206,22 +207,42 @@ def test_stopping_a_context_whose_jvm_reset_mid_answer_prints_no_traceback_and_s
     assert root.handlers == handlers
 
 
-class _ResetPoolsContext:
-    """A context whose JVM resets the first Py4J call that bounding the block-manager pools makes: what the first
-    batch's `settle()` met when a SIGTERM to the process group ended Spark's JVM during that batch."""
+class _GonePoolsContext:
+    """A context whose JVM is gone when the first batch's `settle()` bounds the block-manager pools: what a
+    SIGTERM to the process group during that batch left. `jvm` answers the Py4J calls: a JVM that resets the
+    first call mid-answer (`_ResettingJvm`), or none at all (a port nothing listens on, reached as PySpark's
+    gateway is, through a `ClientServer`: a new connection is refused). `conf_error`: what reading the
+    context's settings raises, if anything."""
 
-    class _Conf:
-        def getAll(self) -> list[tuple[str, str]]:
-            return []  # (the framework's default threads: the pools are bounded)
+    def __init__(self, jvm: str, conf_error: BaseException | None = None) -> None:
+        self.conf_error = conf_error
+        self._conf = self
+        self.gateway: ClientServer | None = None
+        if jvm == "resets":
+            self._jvm = JVMView(GatewayClient(gateway_parameters=GatewayParameters(port=_ResettingJvm().port)),
+                                "default", id=DEFAULT_JVM_ID)
+        else:
+            closed = socket.create_server(("127.0.0.1", 0))
+            port = closed.getsockname()[1]
+            closed.close()
+            self.gateway = ClientServer(JavaParameters(port=port), PythonParameters(port=0))
+            self._jvm = self.gateway.jvm
 
-    def __init__(self, port: int) -> None:
-        self._conf = self._Conf()
-        self._jvm = JVMView(GatewayClient(gateway_parameters=GatewayParameters(port=port)), "default",
-                            id=DEFAULT_JVM_ID)
+    def getAll(self) -> list[tuple[str, str]]:  # (the context's settings)
+        if self.conf_error is not None:
+            raise self.conf_error
+        return []  # (the framework's default threads: the pools are bounded)
 
 
-def test_settling_a_context_whose_jvm_reset_mid_answer_prints_no_traceback(capfd, caplog, monkeypatch):
-    sc = _ResetPoolsContext(_ResettingJvm().port)
+@pytest.mark.parametrize("jvm, conf_error, said", [
+    ("resets", None, "Py4J"),
+    ("refuses", None, "ConnectionRefusedError"),
+    ("refuses", ConnectionRefusedError(111, "Connection refused"), None),
+    ("refuses", Py4JNetworkError("Answer from Java side is empty"), None),
+])
+def test_settling_a_context_whose_jvm_is_gone_prints_no_traceback_and_raises_nothing(jvm, conf_error, said, capfd,
+                                                                                       caplog, monkeypatch):
+    sc = _GonePoolsContext(jvm, conf_error)
     monkeypatch.setattr("eos.driver.spark.build_spark_context", lambda *args, **kwargs: sc)
     start = ContextStart("local[1]")
     assert start.context() is sc
@@ -235,13 +256,18 @@ def test_settling_a_context_whose_jvm_reset_mid_answer_prints_no_traceback(capfd
             start.settle()  # (once only: no second call into the JVM)
     finally:
         structlog.configure(**saved)
+        if sc.gateway is not None:
+            sc.gateway.shutdown()
     stderr = capfd.readouterr().err
     assert "Traceback" not in stderr and "Exception while sending command" not in stderr, stderr
     assert not caplog.records
-    [said] = [e for e in logs if e["event"] == "the driver's block-manager pools keep Spark's sizes"]
-    assert said["error"].startswith("Py4J"), said
+    kept = [e for e in logs if e["event"] == "the driver's block-manager pools keep Spark's sizes"]
+    if said is None:  # the settings could not be read: nothing more was asked of the JVM
+        assert not kept
+    else:
+        [kept_sizes] = kept
+        assert kept_sizes["error"].startswith(said), kept_sizes
     assert _Py4JSendErrors not in {type(f) for f in root.filters} and root.handlers == handlers
-
 
 def _quieted_context() -> tuple[Any, list[type[BaseException] | None]]:
     """A context whose accumulator server records the errors its handler lets through, once quieted."""
