@@ -42,6 +42,9 @@ TP = tuple[str, int]
 #: made one batch of 3.2M records, ~13 s without a commit where Kafka Streams commits every second. The
 #: smallest backlog batch is shared the same way: first_batch_max_records per partition up to 4 partitions.
 BACKLOG_START_RECORDS = 200_000
+#: A task's next top-up is due this share of the trigger interval before a whole interval after its last
+#: (`Planner._top_up_at`): after a late one, the later top-ups come back earlier by this much a batch.
+CADENCE_SLACK = 0.02
 
 
 class Planner:
@@ -54,6 +57,9 @@ class Planner:
         self.config = config
         #: records per input partition and batch while the input is behind (`time_batch`)
         self._sized = timed and config.size_backlog_batches and config.trigger_interval > 0
+        #: each task's last top-up (`TaskResult.topped_up_at`), which its next one keeps the cadence of
+        self._top_ups: dict[TaskId, float] = {}
+        self._timed = timed
         self._last_plan_first = True  # whether the last plan was the run's first
         self.subtopologies = dict(subtopologies)
         self.partition_counts = dict(partition_counts)
@@ -182,7 +188,7 @@ class Planner:
                                           global_pins={g.topic: pins[g.topic] for g in sub.global_tables},
                                           stamps=stamps, last_producer=_last_producer(committed),
                                           last_groupings=_last_groupings(committed),
-                                          first_batch=self._first_plan))
+                                          first_batch=self._first_plan, top_up_at=self._top_up_at(task)))
         self._first_plan = False
         return plans
 
@@ -261,10 +267,23 @@ class Planner:
             return self._first_plan and sub.may_punctuate
         return due <= wall_ms()
 
+    def _top_up_at(self, task: TaskId) -> float:
+        """When the task's next top-up is due (`TaskPlan.top_up_at`): a trigger interval after its last, less
+        `CADENCE_SLACK`, so that a top-up that once came late does not hold the later ones back for good; 0
+        (none) for a task that did not top up last time, and for a test driver's plans (it runs no clock)."""
+        last = self._top_ups.get(task)
+        if last is None or not self._timed or self.config.trigger_interval <= 0:
+            return 0.0
+        return last + self.config.trigger_interval * (1 - CADENCE_SLACK)
+
     def observe(self, results: list[TaskResult]) -> None:
-        """Learn from the tasks' results when each one's next wall-clock punctuation is due, and what each
-        committed."""
+        """Learn from the tasks' results when each one's next wall-clock punctuation is due, when each topped up
+        and what each committed."""
         for r in results:
+            if r.status is TaskStatus.COMMITTED and r.topped_up_at:
+                self._top_ups[r.task] = r.topped_up_at
+            else:
+                self._top_ups.pop(r.task, None)
             if r.status is TaskStatus.COMMITTED:
                 for tp, offset in r.committed_offsets.items():
                     group = self.groups.get((r.task.subtopology, tp[0]))

@@ -81,6 +81,9 @@ log = structlog.get_logger(__name__)
 #: opened a transaction since (then it initialises a fresh producer, which aborts that transaction). The
 #: task's own last commit can leave its offsets pending only until the commit markers are written.
 CACHED_PRODUCER_STABLE_WAIT = 3.0
+#: The longest a batch's top-up waits to keep its task's cadence (`BatchAttempt._keep_cadence`), as a share of
+#: the trigger interval
+CADENCE_WAIT_SHARE = 0.25
 _ONE_TRY = RetryPolicy(attempts=1)
 
 
@@ -405,8 +408,10 @@ class BatchAttempt:
         first (`_send_gathered`). The consumer starts fetching from the end it was cut off at before the
         look-up, so that the records are fetched while the look-up runs."""
         (r,) = self.ranges
+        self._keep_cadence()
         ahead = OffsetRange(r.topic, r.partition, r.end, r.start + self.config.max_records_per_batch)
         read = self.clients.prefetch(self.config, [ahead], self.slot)
+        self.result.topped_up_at = time.time()
         try:
             stable = self.clients.stable_ends(self.config, [(r.topic, r.partition)],
                                               timeout=min(5.0, self.config.batch_timeout))
@@ -421,6 +426,19 @@ class BatchAttempt:
         self.result.topped_up = added.end - added.start
         self._topped_up = read([added], self.config.batch_timeout)
         return self._topped_up
+
+    def _keep_cadence(self) -> None:
+        """Before the top-up: wait until the plan's `top_up_at` (the task's last top-up plus the trigger
+        interval) if the batch got here sooner, at most `CADENCE_WAIT_SHARE` of the interval and never past the
+        time the transaction may stay open. A record's wait for its commit is the time from its arrival to the
+        next top-up, so a top-up that comes early shortens one interval and lengthens the next: the Spark job's
+        dispatch moved a task's start by ~100 ms from batch to batch (p50 104-134, p90 188-227 ms), and the
+        intervals between a task's top-ups spread to 0.85-1.12 s, the tail of latency (docs/measurements.md)."""
+        wait = min(self.plan.top_up_at - time.time(), CADENCE_WAIT_SHARE * self.config.trigger_interval,
+                   self._open_budget() - self.txn.open_for())
+        if wait > 0:
+            time.sleep(wait)
+            self.result.cadence_wait_ms += wait * 1000
 
     def read_input(self) -> list[Message]:
         """The visible records of `[committed, end)`, read_committed, each partition in offset order

@@ -120,6 +120,10 @@ class TaskPlan:
     #: Planned in the run's first batch: a unit (`tasks_per_transaction`) then commits after its first task
     #: with input and leaves the others to the next batch, so that its first outputs come as a task's would.
     first_batch: bool = False
+    #: Wall-clock time (`time.time()`) before which the batch's top-up waits (0: none): the task's last top-up
+    #: plus the trigger interval, so that its commits keep the trigger's cadence wherever in the batch its Spark
+    #: task started (`BatchAttempt._keep_cadence`; the planner sets it from `TaskResult.topped_up_at`).
+    top_up_at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -181,6 +185,10 @@ class TaskResult:
     extended: int = 0
     #: Of `extended`, the offsets read on to just before the commit (`BatchAttempt._top_up`)
     topped_up: int = 0
+    #: Wall-clock time of the top-up's look-up (0: the batch did not top up), and how long the top-up waited
+    #: for the plan's `top_up_at` first
+    topped_up_at: float = 0.0
+    cadence_wait_ms: float = 0.0
     executor: str | None = None
     location: str | None = None  # Spark preferred-location string of the executor it ran on
     pid: int = 0

@@ -1,6 +1,7 @@
 """The late cut-off on a real broker and real Spark: while input keeps arriving, a streamed batch reads its
 partition up to the last stable offset as it is when the task begins reading, past the end the driver
-planned, reads on to it once more when it has read that far (the top-up), and commits the end it read to.
+planned, reads on to it once more when it has read that far (the top-up; no sooner than its task's last
+top-up plus the trigger interval), and commits the end it read to.
 With workers SIGKILLed before their commits, every record is output exactly once, the committed ranges of
 the ledger tile each partition, and the auditor's lineage check says PASS."""
 
@@ -74,7 +75,8 @@ def test_batches_read_past_their_plan_and_stay_exactly_once_when_workers_die_bef
             results += app.run(spark, max_seconds=FEED_S, keep_task_results=True).task_results
             committed = [r for r in results if r.status is TaskStatus.COMMITTED]
             if ((sum(r.extended > 0 for r in committed) >= 3 and any(r.spark_attempt > 0 for r in results)
-                 and (not streamed or any(r.topped_up > 0 for r in committed)))
+                 and (not streamed or (any(r.topped_up > 0 for r in committed)
+                                       and any(r.cadence_wait_ms > 0 for r in committed))))
                     or time.monotonic() > deadline or not feeder.is_alive()):
                 break
     finally:
@@ -88,6 +90,8 @@ def test_batches_read_past_their_plan_and_stay_exactly_once_when_workers_die_bef
     assert sum(r.extended for r in committed) > 0 and sum(r.extended > 0 for r in committed) >= 3
     if streamed:  # it read on once more before committing (the top-up); a vectorized step reads its batch whole
         assert any(r.topped_up > 0 for r in committed)
+        # and a top-up that came sooner than its task's last plus the interval waited for it (the cadence)
+        assert any(r.cadence_wait_ms > 0 for r in committed)
     assert [r for r in results if r.spark_attempt > 0]  # the kills happened and Spark retried
     result = assert_exactly_once(kafka.bootstrap_servers, inputs=[src], outputs=[dst], group=app.config.group_id,
                                  expected_inputs=total)

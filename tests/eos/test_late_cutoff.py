@@ -306,3 +306,61 @@ def test_a_count_that_topped_up_is_exact_after_a_kill(monkeypatch, step):
     assert {r.key: r.value for r in updates} == Counter(written)
     assert any(r.topped_up for r in driver.results)
     assert dict(driver.store("counts-store").all()) == Counter(written)
+
+
+def cadenced(monkeypatch, driver: TopologyTestDriver, events: list[tuple]) -> None:
+    """The driver's planner keeps its tasks' cadence as a job's does (a test driver's plans leave it out), and
+    each wait for it is noted in `events`, in place of sleeping."""
+    import eos.worker.attempt as attempt
+
+    monkeypatch.setattr(driver.planner, "_timed", True)
+    monkeypatch.setattr(attempt.time, "sleep", lambda seconds: events.append(("wait", round(seconds, 2))))
+
+
+def test_a_top_up_waits_for_its_tasks_cadence_then_looks_up(monkeypatch):
+    # A record waits for its commit from its arrival to its task's next top-up: a top-up that came early
+    # (its Spark task dispatched sooner than the last) would shorten one interval and lengthen the next.
+    from eos.driver.planner import CADENCE_SLACK
+    from eos.worker.attempt import CADENCE_WAIT_SHARE
+
+    driver = TopologyTestDriver(doubling_app(trigger_interval=0.2), partitions=1)
+    events = watched(monkeypatch, driver, [[3], [4], [6], [7]])
+    cadenced(monkeypatch, driver, events)
+    driver.pipe_many("in", [("k1", 1), ("k2", 2)])  # batch 0: tops up, with no earlier top-up to keep up with
+    first = driver.results[0]
+    assert first.topped_up_at and first.cadence_wait_ms == 0
+    assert events == [("look-up", 0), ("flush",), ("look-up", 3)]
+    events.clear()
+    driver.pipe_many("in", [("k5", 5)])  # batch 1: comes at once in a test, so its top-up waits out its share
+    second = driver.results[-1]
+    [(_, waited)] = [e for e in events if e[0] == "wait"]
+    due = first.topped_up_at + 0.2 * (1 - CADENCE_SLACK) - second.topped_up_at
+    assert waited == round(CADENCE_WAIT_SHARE * 0.2, 2) < due  # (at most its share of the interval)
+    assert [e[0] for e in events] == ["look-up", "flush", "wait", "look-up"]  # sent what it had, waited, looked up
+    assert second.cadence_wait_ms == pytest.approx(waited * 1000, abs=10)
+    assert sorted(r.value for r in driver.read("out")) == [2, 4, 6, 8, 10, 12, 14]
+
+
+def test_a_top_up_after_its_due_time_or_after_a_batch_without_one_does_not_wait(monkeypatch):
+    driver = TopologyTestDriver(doubling_app(trigger_interval=0.2, max_records_per_batch=3), partitions=1)
+    events = watched(monkeypatch, driver, [])
+    cadenced(monkeypatch, driver, events)
+    for first in (1, 5):  # each time a capped batch (no top-up), then one that tops up
+        driver.pipe_many("in", [(f"k{v}", v) for v in range(first, first + 4)])
+    assert [r.topped_up_at > 0 for r in driver.results] == [False, True, False, True]
+    assert not [e for e in events if e[0] == "wait"]  # the batch before each did not top up: nothing to keep up
+    task = driver.results[-1].task
+    driver.planner._top_ups[task] -= 10.0  # its last top-up long ago: this one is late already
+    driver.pipe_many("in", [("k9", 9)])
+    assert driver.results[-1].topped_up_at and driver.results[-1].cadence_wait_ms == 0
+    assert not [e for e in events if e[0] == "wait"]
+    assert sorted(r.value for r in driver.read("out")) == [2 * v for v in range(1, 10)]
+
+
+def test_a_test_drivers_plans_keep_no_cadence(monkeypatch):
+    # (it runs no clock: a test's batches come one after the other, and none waits)
+    driver = TopologyTestDriver(doubling_app(trigger_interval=0.2), partitions=1)
+    watched(monkeypatch, driver, [[3], [4], [6], [7]])
+    driver.pipe_many("in", [("k1", 1), ("k2", 2)])
+    driver.pipe_many("in", [("k5", 5)])
+    assert all(r.topped_up_at for r in driver.results) and not any(r.cadence_wait_ms for r in driver.results)
