@@ -35,4 +35,6 @@ def test_the_free_memory_of_a_batch_goes_back_to_the_system():
     nothing, (plenty, trimmed, released_mib) = done.stdout.split("\n")[0], done.stdout.split("\n")[1].split()
     assert nothing == "False"
     assert plenty == "True" and trimmed == "True"
-    assert int(released_mib) > 40, done.stdout  # of ~69 MiB freed in whole pages between the survivors
+    # of ~69 MiB freed in whole pages between the survivors: 44 MiB every time alone (70 probes, idle or with
+    # the cores loaded), 38 once inside the suite; without the trim, none
+    assert int(released_mib) > 30, done.stdout
