@@ -269,6 +269,7 @@ def test_settling_a_context_whose_jvm_is_gone_prints_no_traceback_and_raises_not
         assert kept_sizes["error"].startswith(said), kept_sizes
     assert _Py4JSendErrors not in {type(f) for f in root.filters} and root.handlers == handlers
 
+
 def _quieted_context() -> tuple[Any, list[type[BaseException] | None]]:
     """A context whose accumulator server records the errors its handler lets through, once quieted."""
     printed: list[type[BaseException] | None] = []
