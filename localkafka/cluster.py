@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from localkafka.classdata import archive_options
 from localkafka.config import ClusterSettings, NodeSpec, free_port, render_node_properties
 from localkafka.jars import LOG4J_CONFIG, KafkaJars, check_java, ensure_kafka_jars
 from localkafka.process import ProcState, proc_state, send, wait_dead
@@ -49,9 +50,12 @@ class BrokerStatus:
 
 class LocalCluster:
     def __init__(self, root: str | Path, brokers: int = 1, *, heap: str = "512m",
-                 extra_config: dict[str, str] | None = None, proxied: bool = False) -> None:
+                 extra_config: dict[str, str] | None = None, proxied: bool = False,
+                 archive_to: Path | None = None) -> None:
         """`proxied`: advertise CLIENT and INTERNAL on separate ports for a TCP proxy per broker (start the
-        proxies from `proxy_routes()` before `up()`), and add an unproxied DIRECT listener."""
+        proxies from `proxy_routes()` before `up()`), and add an unproxied DIRECT listener. `archive_to`: the
+        brokers write the classes they loaded there as they exit (`localkafka.classdata` makes its archive so);
+        otherwise they map that archive when there is one."""
         if brokers not in (1, 3):
             raise ClusterError(f"brokers must be 1 or 3, got {brokers}")
         self.root = Path(root).expanduser().resolve()
@@ -60,7 +64,9 @@ class LocalCluster:
         self.proxied = proxied
         self.cluster_id = _new_cluster_id()
         self.nodes: list[NodeSpec] = []
+        self.archive_to = archive_to
         self._jars: KafkaJars | None = None
+        self._java_bin: str | None = None
         self._children: dict[int, subprocess.Popen[bytes]] = {}
 
     # ----------------------------------------------------------------- persistence
@@ -135,8 +141,7 @@ class LocalCluster:
         """Format storage (first time), start every node and wait until transactions work."""
         if self.nodes and self.is_running():
             raise ClusterError(f"a cluster is already running in {self.root} at {self.bootstrap_servers}")
-        self._jars = ensure_kafka_jars()
-        check_java()
+        self._jars, self._java_bin = ensure_kafka_jars(), check_java()
         if not self.nodes:
             self._allocate_nodes()
         for node in self.nodes:
@@ -215,7 +220,6 @@ class LocalCluster:
         node = self.node(node_id)
         if self.state(node_id) != ProcState.DEAD:
             return
-        self._jars = self._jars or ensure_kafka_jars()
         self._spawn(node)
         self._save()
         if wait:
@@ -257,9 +261,19 @@ class LocalCluster:
         self._config_path(node).write_text(
             render_node_properties(node, self.nodes, self.settings, str(d / "data")))
 
-    def _java(self, *args: str) -> list[str]:
-        assert self._jars is not None
-        return ["java", f"-Dlog4j2.configurationFile={LOG4J_CONFIG}", "-cp", self._jars.classpath, *args]
+    def _java(self, *args: str, archive: bool = False) -> list[str]:
+        """A JVM on Kafka's jars: the broker (`archive`: it writes the class-data archive being made) or a tool;
+        either maps the class-data archive when there is one and none is being made."""
+        if self._jars is None or self._java_bin is None:
+            self._jars, self._java_bin = ensure_kafka_jars(), check_java()
+        if self.archive_to is None:
+            class_data = archive_options(self._jars, self._java_bin, os.environ.get(JVM_OPTIONS_ENV, ""))
+        elif archive:
+            class_data = [f"-XX:ArchiveClassesAtExit={self.archive_to}", "-XX:+VerifySharedSpaces", "-Xlog:cds=error"]
+        else:
+            class_data = []
+        return [self._java_bin, f"-Dlog4j2.configurationFile={LOG4J_CONFIG}", "-cp", self._jars.classpath,
+                *class_data, *args]
 
     def _format(self, node: NodeSpec) -> None:
         cmd = self._java("kafka.tools.StorageTool", "format", "-t", self.cluster_id,
@@ -271,7 +285,8 @@ class LocalCluster:
     def _spawn(self, node: NodeSpec) -> None:
         log = self.log_path(node.node_id)
         log.parent.mkdir(parents=True, exist_ok=True)
-        cmd = self._java(*broker_jvm_options(self.heap, log.parent), "kafka.Kafka", str(self._config_path(node)))
+        cmd = self._java(*broker_jvm_options(self.heap, log.parent), "kafka.Kafka", str(self._config_path(node)),
+                         archive=True)
         with open(log, "ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, cwd=self._node_dir(node), env=_broker_env())

@@ -1,4 +1,4 @@
-"""`eos run`, `eos demo`, `eos kafka fetch` and `eos spark archive`.
+"""`eos run`, `eos demo`, `eos kafka fetch`, `eos kafka archive` and `eos spark archive`.
 
 Exit codes of `eos run`: 0 done; 1 the job failed (the error says why); 2 bad usage or configuration;
 3 records went to the dead-letter topic and `--fail-on-dead-letters` was given.
@@ -40,6 +40,22 @@ def fetch() -> None:
 
     jars = ensure_kafka_jars(quiet=False)
     typer.echo(f"Apache Kafka {jars.version}: {jars.libs}")
+
+
+@kafka_app.command("archive")
+def kafka_archive(rebuild: bool = typer.Option(False, "--rebuild", help="Make it again even if it exists"),
+                  strict: bool = typer.Option(False, "--strict", help="Exit with status 1 when none can be made")
+                  ) -> None:
+    """Make the class-data archive of the local brokers' JVM for this Java and Kafka (idempotent; ~15 s once).
+    Local brokers (`eos cluster up`) map it and start ~1.5 s faster on ~2 CPU-s less; without one, as before."""
+    from localkafka.classdata import ArchiveError, build_archive
+
+    try:
+        path = build_archive(force=rebuild)
+    except ArchiveError as exc:
+        console.print(f"[bold yellow]no class-data archive[/bold yellow]: {exc}", soft_wrap=True, highlight=False)
+        raise typer.Exit(1 if strict else 0) from None
+    typer.echo(f"class-data archive of the local brokers: {path} ({path.stat().st_size >> 20} MiB)")
 
 
 spark_app = typer.Typer(no_args_is_help=True, help="The Spark driver's start-up.")
