@@ -83,8 +83,12 @@ def archive_options(jars: KafkaJars, java: str, user_options: str = "") -> list[
 def build_archive(*, force: bool = False, timeout: float = 180.0) -> Path:
     """Make the archive for this Java and these jars unless it exists (idempotent; ~15 s): one broker started to
     archive its classes at exit, exercised, and stopped cleanly. Returns its path; raises ArchiveError."""
-    from localkafka.cluster import ClusterError, LocalCluster
+    from localkafka.cluster import JVM_OPTIONS_ENV, ClusterError, LocalCluster
 
+    if any(setting in os.environ.get(JVM_OPTIONS_ENV, "") for setting in _OWN_SETTINGS):
+        raise ArchiveError(f"${JVM_OPTIONS_ENV} holds class-data options of its own "
+                           f"({os.environ[JVM_OPTIONS_ENV].strip()}): brokers started with them would not map an "
+                           "archive, so none is made")
     jars, java = ensure_kafka_jars(), check_java()
     path = archive_path(jars, java)
     if _complete(path) and not force:

@@ -68,6 +68,7 @@ class LocalCluster:
         self._jars: KafkaJars | None = None
         self._java_bin: str | None = None
         self._children: dict[int, subprocess.Popen[bytes]] = {}
+        self._starting: set[int] = set()  # started by this process and not yet seen ready
 
     # ----------------------------------------------------------------- persistence
     @classmethod
@@ -161,12 +162,27 @@ class LocalCluster:
         expected = brokers if brokers is not None else sum(
             self.state(n.node_id) == ProcState.RUNNING for n in self.nodes)
         try:
-            wait_ready(self.direct_bootstrap_servers, expected, timeout)
+            wait_ready(self.direct_bootstrap_servers, expected, timeout, self._check_started)
         except TimeoutError as exc:
             raise ClusterError(f"{exc}; broker logs are in {self.root / 'logs'}") from None
+        self._starting.clear()
+
+    def _check_started(self) -> None:
+        """Raise when a broker this process is starting has exited: waiting out the timeout would only hide why."""
+        for node_id in self._starting:
+            child = self._children[node_id]
+            if child.poll() is not None:
+                log = self.log_path(node_id)
+                try:
+                    tail = "\n".join(log.read_text(errors="replace").splitlines()[-12:])
+                except OSError:
+                    tail = "(no log)"
+                raise ClusterError(f"broker {node_id} exited while starting (status {child.returncode}); the end of "
+                                   f"{log}:\n{tail}")
 
     def down(self, *, keep_data: bool = False, timeout: float = 30.0) -> None:
         """Stop every node (SIGTERM, then SIGKILL after `timeout`) and, unless `keep_data`, delete the data."""
+        self._starting.clear()
         alive = [n for n in self.nodes if self.state(n.node_id) != ProcState.DEAD]
         for node in alive:
             send(node.pid, signal.SIGCONT)  # a paused JVM cannot handle SIGTERM
@@ -191,6 +207,7 @@ class LocalCluster:
     def kill(self, node_id: int) -> None:
         """SIGKILL: no controlled shutdown, no flush."""
         node = self.node(node_id)
+        self._starting.discard(node_id)
         if self.state(node_id) != ProcState.DEAD:
             send(node.pid, signal.SIGKILL)
             wait_dead(node.pid, self._marker(node), 10)
@@ -198,6 +215,7 @@ class LocalCluster:
     def stop(self, node_id: int, timeout: float = 60.0) -> None:
         """Clean stop: SIGTERM and wait for the controlled shutdown (SIGKILL after `timeout`)."""
         node = self.node(node_id)
+        self._starting.discard(node_id)
         if self.state(node_id) == ProcState.DEAD:
             return
         send(node.pid, signal.SIGCONT)
@@ -236,7 +254,9 @@ class LocalCluster:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if node_answers(node.direct_bootstrap) and node_id in live_broker_ids(self.direct_bootstrap_servers):
+                self._starting.discard(node_id)
                 return
+            self._check_started()
             time.sleep(0.3)
         raise ClusterError(f"broker {node_id} did not rejoin within {timeout:.0f}s; see {self.log_path(node_id)}")
 
@@ -291,6 +311,7 @@ class LocalCluster:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, cwd=self._node_dir(node), env=_broker_env())
         self._children[node.node_id] = proc
+        self._starting.add(node.node_id)
         node.pid = proc.pid
 
 

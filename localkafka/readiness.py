@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import struct
 import time
+from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -56,9 +57,12 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytes:
     return buf
 
 
-def wait_ready(bootstrap: str, brokers: int, timeout: float) -> None:
+def wait_ready(bootstrap: str, brokers: int, timeout: float, alive: Callable[[], None] = lambda: None) -> None:
+    """Until `brokers` brokers are in metadata at `bootstrap` and transactions work; `alive` is called between
+    tries and raises when a broker being waited for has exited (its JVM refused an option, say)."""
     deadline = time.monotonic() + timeout
     while len(live_broker_ids(bootstrap, 2.0)) < brokers:
+        alive()
         if time.monotonic() > deadline:
             raise TimeoutError(f"{brokers} broker(s) did not appear in metadata at {bootstrap} within {timeout:.0f}s")
         time.sleep(0.3)

@@ -1,5 +1,6 @@
 """`eos kafka archive` makes a class-data archive that local brokers really map (`/proc/<pid>/maps` names it),
-and a broker started on it serves transactions: committed records are read, aborted ones are not."""
+and a broker started on it serves transactions: committed records are read, aborted ones are not. A broker
+whose JVM exits as it starts fails the start at once, with the end of its log."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from integration_tests.foundation.test_transactions_on_broker import commit_one_abort_one
 from integration_tests.helpers import read_values
 from localkafka.classdata import archive_path
-from localkafka.cluster import LocalCluster
+from localkafka.cluster import JVM_OPTIONS_ENV, ClusterError, LocalCluster
 from localkafka.jars import check_java, ensure_kafka_jars
 from transactions import KafkaAdmin, TopicSpec
 
@@ -48,3 +51,14 @@ def test_the_cli_makes_an_archive_that_local_brokers_map(kafka, tmp_path, unique
     finally:
         if cluster is not None:
             cluster.down()
+
+
+def test_a_broker_whose_jvm_exits_while_starting_fails_the_start_at_once_with_its_log(tmp_path, monkeypatch):
+    # (it waited out the whole timeout before, three minutes for `eos cluster up`, and the reason was in a log)
+    monkeypatch.setenv(JVM_OPTIONS_ENV, "-XX:TieredStopAtLevel=1 -XX:+NoSuchOption")
+    cluster = LocalCluster(tmp_path / "cluster")
+    try:
+        with pytest.raises(ClusterError, match=r"(?s)broker 1 exited while starting .*Unrecognized VM option"):
+            cluster.up(timeout=120)
+    finally:
+        cluster.down()

@@ -90,3 +90,4 @@ def test_brokers_and_the_storage_tool_map_the_archive_and_the_archiving_broker_w
     assert f"-XX:ArchiveClassesAtExit={target}" in broker and "-XX:+VerifySharedSpaces" in broker
     assert not any("SharedArchiveFile" in option for option in broker)
     assert not any("Archive" in option for option in archiving._java("kafka.tools.StorageTool"))
+
