@@ -10,6 +10,7 @@ import contextlib
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -50,12 +51,18 @@ def kafka_archive(rebuild: bool = typer.Option(False, "--rebuild", help="Make it
     Local brokers (`eos cluster up`) map it and start ~1.5 s faster on ~2 CPU-s less; without one, as before."""
     from localkafka.classdata import ArchiveError, build_archive
 
+    _make_archive(lambda: build_archive(force=rebuild), ArchiveError, "the local brokers", strict)
+
+
+def _make_archive(build: Callable[[], Path], failure: type[Exception], whose: str, strict: bool) -> None:
+    """Make a class-data archive and say where it is, or why there is none (exit 1 then only when `strict`:
+    without an archive everything starts as before)."""
     try:
-        path = build_archive(force=rebuild)
-    except ArchiveError as exc:
+        path = build()
+    except failure as exc:
         console.print(f"[bold yellow]no class-data archive[/bold yellow]: {exc}", soft_wrap=True, highlight=False)
         raise typer.Exit(1 if strict else 0) from None
-    typer.echo(f"class-data archive of the local brokers: {path} ({path.stat().st_size >> 20} MiB)")
+    typer.echo(f"class-data archive of {whose}: {path} ({path.stat().st_size >> 20} MiB)")
 
 
 spark_app = typer.Typer(no_args_is_help=True, help="The Spark driver's start-up.")
@@ -69,12 +76,7 @@ def archive(rebuild: bool = typer.Option(False, "--rebuild", help="Make it again
     Drivers the framework starts map it and start about 2 s faster; without one they start as before."""
     from eos.driver.classdata import ArchiveBuildError, build_archive
 
-    try:
-        path = build_archive(force=rebuild)
-    except ArchiveBuildError as exc:
-        console.print(f"[bold yellow]no class-data archive[/bold yellow]: {exc}", soft_wrap=True, highlight=False)
-        raise typer.Exit(1 if strict else 0) from None
-    typer.echo(f"class-data archive of the Spark driver: {path} ({path.stat().st_size >> 20} MiB)")
+    _make_archive(lambda: build_archive(force=rebuild), ArchiveBuildError, "the Spark driver", strict)
 
 
 @app.command()
