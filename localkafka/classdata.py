@@ -127,12 +127,12 @@ def _exercise(bootstrap: str, timeout: float) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     topic = "class-data"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(timeout)
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # (kept: a client dropped fails its futures)
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "class-data", "linger.ms": 5})
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "class-data", "enable.auto.commit": False,
                          "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
     try:
+        admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(timeout)
         producer.init_transactions(timeout)
         for commit in (True, False, True):
             producer.begin_transaction()
