@@ -165,6 +165,7 @@ class LocalCluster:
             wait_ready(self.direct_bootstrap_servers, expected, timeout, self._check_started)
         except TimeoutError as exc:
             raise ClusterError(f"{exc}; broker logs are in {self.root / 'logs'}") from None
+        self._check_started()  # (ready, and the brokers that answered are these)
         self._starting.clear()
 
     def _check_started(self) -> None:

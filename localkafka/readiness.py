@@ -59,14 +59,15 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytes:
 
 def wait_ready(bootstrap: str, brokers: int, timeout: float, alive: Callable[[], None] = lambda: None) -> None:
     """Until `brokers` brokers are in metadata at `bootstrap` and transactions work; `alive` is called between
-    tries and raises when a broker being waited for has exited (its JVM refused an option, say)."""
+    the tries of every step and raises when a broker being waited for has exited (its JVM refused an option,
+    say). It is the only sure sign: once a dead broker's port is free, another process may take it and answer."""
     deadline = time.monotonic() + timeout
     while len(live_broker_ids(bootstrap, 2.0)) < brokers:
         alive()
         if time.monotonic() > deadline:
             raise TimeoutError(f"{brokers} broker(s) did not appear in metadata at {bootstrap} within {timeout:.0f}s")
         time.sleep(0.3)
-    _warm_group_coordinator(bootstrap, deadline)
+    _warm_group_coordinator(bootstrap, deadline, alive)
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "localkafka-readiness-probe",
                          "log_level": 0})
     while True:
@@ -79,10 +80,11 @@ def wait_ready(bootstrap: str, brokers: int, timeout: float, alive: Callable[[],
         except KafkaException as exc:
             if exc.args[0].fatal():
                 raise
+            alive()
             time.sleep(0.3)
 
 
-def _warm_group_coordinator(bootstrap: str, deadline: float) -> None:
+def _warm_group_coordinator(bootstrap: str, deadline: float, alive: Callable[[], None]) -> None:
     """Fetch a committed offset once so that `__consumer_offsets` exists before the first job.
 
     (An explicit partition list is used on purpose: confluent-kafka 2.16 crashes on
@@ -94,6 +96,7 @@ def _warm_group_coordinator(bootstrap: str, deadline: float) -> None:
                 consumer.committed([TopicPartition("localkafka-readiness-probe", 0)], timeout=5)
                 return
             except KafkaException:
+                alive()
                 time.sleep(0.3)
     finally:
         consumer.close()
