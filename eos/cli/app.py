@@ -1,35 +1,46 @@
 """The `eos` command line's commands (typer), gathered: its own and those of higher layers (e.g. `eos chaos`,
 from the `chaos` package), plugged in through the `eos.cli` entry-point group so that `eos` never imports the
-layers above it."""
+layers above it.
+
+Each module of commands adds them to `app` when imported. `main` imports only the module of the command asked
+for (`eos run` needs neither the local cluster's tooling nor the auditor's, nor the higher layers'), and every
+module for anything else: `eos`, `eos --help`, a command of a higher layer, a mistyped one (whose error then
+offers the names there are)."""
 
 from __future__ import annotations
 
+import sys
+from importlib import import_module
 from importlib.metadata import entry_points
 
 import typer
 
-from eos.cli.audit import audit_app
-from eos.cli.cluster import cluster_app
-from eos.cli.store import store_app
-from eos.cli.topics import topics_app
-
-__all__ = ["app", "main"]
+__all__ = ["app", "main", "COMMANDS"]
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Exactly-once Kafka pipelines on Spark: run jobs, audit output, manage a local Kafka.")
-app.add_typer(cluster_app, name="cluster")
-app.add_typer(audit_app, name="audit")
-app.add_typer(topics_app, name="topics")
-app.add_typer(store_app, name="store")
+
+#: the framework's own commands, and the module that adds each to `app` (in the order `eos --help` lists them)
+COMMANDS = {
+    "cluster": "eos.cli.cluster", "audit": "eos.cli.audit", "topics": "eos.cli.topics", "store": "eos.cli.store",
+    "kafka": "eos.cli.commands", "spark": "eos.cli.commands", "describe": "eos.cli.commands",
+    "run": "eos.cli.commands", "demo": "eos.cli.commands", "package": "eos.cli.commands", "reset": "eos.cli.reset",
+}
 
 
-def _register_commands() -> None:
-    from eos.cli import commands, reset  # noqa: F401  (register run / demo / reset / kafka / spark on `app`)
-
+def register_commands(argv: list[str]) -> None:
+    """Add to `app` the command `argv` (the arguments after `eos`) asks for, or, when it names none of the
+    framework's own, all of them and those of the `eos.cli` entry points."""
+    module = COMMANDS.get(argv[0]) if argv else None
+    if module is not None:
+        import_module(module)
+        return
+    for name in dict.fromkeys(COMMANDS.values()):
+        import_module(name)
     for ep in entry_points(group="eos.cli"):
         app.add_typer(ep.load(), name=ep.name)
 
 
 def main() -> None:
-    _register_commands()
+    register_commands(sys.argv[1:])
     app()

@@ -12,12 +12,14 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from eos.cli.app import app
 from eos.cli.errors import fail
 from eos.cli.options import bootstrap_option, require_reachable, resolve_bootstrap
 
 audit_app = typer.Typer(no_args_is_help=True, help=(
     "Audit committed output: a framework job whole (app), its windows (window) or joins (join), or any "
     "topics by lineage headers (lineage) or recomputed per-key aggregates (aggregate). Exit status 1 on FAIL."))
+app.add_typer(audit_app, name="audit")
 err = Console(stderr=True)
 out = Console()
 

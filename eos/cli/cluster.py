@@ -9,9 +9,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from eos.cli.app import app
 from localkafka import ClusterError, LocalCluster, ToolMissingError
 
 cluster_app = typer.Typer(no_args_is_help=True, help="Start, inspect, fault and stop a local KRaft cluster.")
+app.add_typer(cluster_app, name="cluster")
 console = Console()
 
 DirOption = typer.Option(None, "--dir", help="Cluster directory [env EOS_CLUSTER_DIR, default ~/.eos/cluster]")

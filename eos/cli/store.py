@@ -7,12 +7,14 @@ from typing import Any
 
 import typer
 
+from eos.cli.app import app
 from eos.cli.errors import fail
 from eos.cli.options import bootstrap_option, require_reachable, resolve_bootstrap
 
 __all__ = ["store_app"]
 
 store_app = typer.Typer(no_args_is_help=True, help="Read a job's state stores as committed (interactive queries).")
+app.add_typer(store_app, name="store")
 
 
 def _snapshot(target: str, store: str, bootstrap_servers: str) -> Any:

@@ -18,11 +18,13 @@ from rich.console import Console
 from rich.table import Table
 
 from eos.cli import key_values
+from eos.cli.app import app
 from eos.cli.errors import fail
 from eos.cli.options import bootstrap_option, require_reachable, resolve_bootstrap
 from transactions import KafkaAdmin
 
 topics_app = typer.Typer(no_args_is_help=True, help="Create, list, delete and write to topics.")
+app.add_typer(topics_app, name="topics")
 console = Console(soft_wrap=True, highlight=False)
 
 

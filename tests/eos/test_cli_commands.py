@@ -1,0 +1,56 @@
+"""`eos`'s commands are added to the command line as asked for: a framework command imports its own module
+only (not the local cluster's tooling, the auditor, or the layers plugged in above), and anything else lists
+every command, the plugged-in ones too; no command imports pydantic (typer 0.29's per-option adapters cost
+every command ~0.2 CPU-s)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PROBE = """
+import json, sys
+import typer.main
+from eos.cli.app import app, register_commands
+register_commands(sys.argv[1:])
+command = typer.main.get_command(app)
+listed = sorted(command.list_commands(None))
+if sys.argv[1:2] == ["describe"]:
+    command.main(sys.argv[1:], standalone_mode=False)  # parsed and run, its options coerced
+print(json.dumps({"commands": listed,
+                  "modules": sorted(m for m in ("localkafka", "chaos", "eos.cli.audit", "pydantic", "eos.cli.commands")
+                                    if m in sys.modules)}))
+"""
+
+
+def registered(*argv: str) -> dict[str, list[str]]:
+    out = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, check=True,
+                         cwd=ROOT).stdout
+    return json.loads(out.splitlines()[-1])
+
+
+@pytest.mark.parametrize("argv", [("run", "job.py"), ("describe", "eos/examples/orders.py")])
+def test_a_job_command_imports_its_module_only(argv):
+    seen = registered(*argv)
+    assert seen["modules"] == ["eos.cli.commands"], seen
+    assert {"run", "describe", "demo", "package", "kafka", "spark"} <= set(seen["commands"]), seen
+    assert not {"cluster", "audit", "topics", "store", "reset", "chaos"} & set(seen["commands"]), seen
+
+
+@pytest.mark.parametrize("argv", [(), ("--help",), ("chaos", "soak"), ("rnu",)])
+def test_anything_else_lists_every_command_with_those_plugged_in(argv):
+    seen = registered(*argv)
+    assert set(seen["commands"]) == {"cluster", "audit", "topics", "store", "kafka", "spark", "describe", "run",
+                                     "demo", "package", "reset", "chaos"}, seen
+    assert "pydantic" not in seen["modules"], seen
+
+
+def test_a_mistyped_command_is_told_the_name_it_may_mean():
+    done = subprocess.run([sys.executable, "-m", "eos.cli", "rnu"], capture_output=True, text=True)
+    assert done.returncode == 2 and "Did you mean 'run'?" in done.stderr, done.stderr
