@@ -65,10 +65,13 @@ QUICK_JIT_KEY = "spark.eos.quickJit"
 #: The driver JVM a job starts compiles with the JIT's quick tier only (C1). The JVM schedules tasks and
 #: carries their small results; records never pass through it (the Python workers read and write Kafka),
 #: so the optimizing tier (C2) buys nothing there, while its compilations take CPU from the first batches
-#: on a small machine: start-up to the first commit 4.42 -> 3.56 s (docs/measurements.md).
-_QUICK_JIT = "-XX:TieredStopAtLevel=1"
+#: on a small machine: start-up to the first commit 4.42 -> 3.56 s (docs/measurements.md). One compiler
+#: thread, not a second one started while the start's queue is long: the start's serial paths (the gateway,
+#: the context, the first job) keep the cores the second took (~0.1 s sooner to the first commit; the JVM
+#: takes a count of 1 only with the quick tier alone).
+_QUICK_JIT = "-XX:TieredStopAtLevel=1 -XX:CICompilerCount=1"
 #: JIT options of the user's that the framework leaves alone
-_USER_JIT = ("TieredStopAtLevel", "TieredCompilation", "CompileThreshold")
+_USER_JIT = ("TieredStopAtLevel", "TieredCompilation", "CompileThreshold", "CICompilerCount")
 
 #: Spark setting that keeps the JVM's own collector and initial heap in a job's driver JVM
 #: (`--spark-conf spark.eos.serialGc=false`)

@@ -75,6 +75,7 @@ def test_a_jobs_driver_jvm_gets_the_quick_jit_unless_the_user_chose_jit_options_
     assert not _quick_jit(Conf({QUICK_JIT_KEY: "false"}))
     assert not _quick_jit(Conf({QUICK_JIT_KEY: "FALSE"}))
     assert not _quick_jit(Conf({"spark.driver.extraJavaOptions": "-XX:-TieredCompilation"}))
+    assert not _quick_jit(Conf({"spark.driver.extraJavaOptions": "-XX:CICompilerCount=3"}))  # (not overridden)
     monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--driver-java-options -XX:TieredStopAtLevel=4 pyspark-shell")
     assert not _quick_jit(Conf())
     for args in ("--conf spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=4 pyspark-shell",
