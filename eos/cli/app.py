@@ -20,6 +20,13 @@ __all__ = ["app", "main", "COMMANDS"]
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Exactly-once Kafka pipelines on Spark: run jobs, audit output, manage a local Kafka.")
 
+@app.callback()
+def _commands() -> None:
+    # (a callback keeps `eos` a group of commands when `register_commands` added one command only, as for `eos
+    # reset`: typer runs the only command of an app without a callback as the app itself)
+    pass
+
+
 #: the framework's own commands, and the module that adds each to `app` (in the order `eos --help` lists them)
 COMMANDS = {
     "cluster": "eos.cli.cluster", "audit": "eos.cli.audit", "topics": "eos.cli.topics", "store": "eos.cli.store",

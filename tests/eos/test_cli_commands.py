@@ -6,11 +6,14 @@ every command ~0.2 CPU-s)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from eos.cli.app import COMMANDS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,6 +44,19 @@ def test_a_job_command_imports_its_module_only(argv):
     assert seen["modules"] == ["eos.cli.commands"], seen
     assert {"run", "describe", "demo", "package", "kafka", "spark"} <= set(seen["commands"]), seen
     assert not {"cluster", "audit", "topics", "store", "reset", "chaos"} & set(seen["commands"]), seen
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_command_is_found_by_its_name_when_registered_alone(name):
+    # (an app of one command and no callback would be that command: `eos reset job.py` once took "reset" for
+    # its argument)
+    assert name in registered(name, "x")["commands"]
+
+
+def test_the_only_command_of_its_module_is_still_a_command():
+    shown = subprocess.run([sys.executable, "-m", "eos.cli", "reset", "--help"], capture_output=True, text=True,
+                           cwd=ROOT, env={**os.environ, "COLUMNS": "200"})
+    assert shown.returncode == 0 and "eos.cli reset [OPTIONS]" in shown.stdout, shown.stdout + shown.stderr
 
 
 @pytest.mark.parametrize("argv", [(), ("--help",), ("chaos", "soak"), ("rnu",)])
