@@ -31,8 +31,6 @@ polled every 0.1 s), then the run is stopped. Variants:
   without `__pycache__`, first on `PYTHONPATH`, and `PYTHONDONTWRITEBYTECODE=1`), as on a machine that sets
   that variable and whose checkout set-up did not compile (`make setup` compiles it, as pip does a package it
   installs).
-* log4j-search: the driver's JVM not given Spark's log4j file at launch, so that log4j searches for one and
-  Spark loads its file itself, log4j starting twice (`spark.eos.logConfigAtLaunch=false`).
 
 (The JVM starting while the driver prepares Kafka has no switch.) Rounds run the variants in turn
 (A B C D, A B C D, ...); the table has each variant's median and its difference to "shipped". Writes
@@ -75,7 +73,6 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
     "late-jvm": (["--spark-conf", "spark.eos.earlyJvm=false"], {}),
     "submit-scripts": (["--spark-conf", "spark.eos.launchRecord=false"], {}),
     "source-modules": ([], {"PYTHONDONTWRITEBYTECODE": "1"}),
-    "log4j-search": (["--spark-conf", "spark.eos.logConfigAtLaunch=false"], {}),
 }
 #: the framework's packages, copied without their compiled modules for the source-modules variant
 PACKAGES = ("eos", "transactions", "recovery", "chaos", "localkafka", "benchmarks")

@@ -21,7 +21,6 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from eos.driver.classdata import driver_java_options, user_java_options
-from eos.driver.logconfig import launch_log_options
 from eos.logs import logger
 
 if TYPE_CHECKING:
@@ -457,12 +456,10 @@ def _context_settings(master: str, app_name: str | None, conf: dict[str, str] | 
     if for_job:
         block_manager_threads(settings)
     if _launches_jvm():
-        # this process starts the driver's JVM: let it map the class-data archive (eos.driver.classdata), and
-        # name Spark's log4j file to it, so that log4j starts once (eos.driver.logconfig)
+        # this process starts the driver's JVM: let it map the class-data archive (eos.driver.classdata)
         options = " ".join(filter(None, [driver_java_options(settings),
                                          _QUICK_JIT if for_job and _quick_jit(settings) else None,
-                                         _SERIAL_GC if for_job and _serial_gc(settings) else None,
-                                         launch_log_options(settings)]))
+                                         _SERIAL_GC if for_job and _serial_gc(settings) else None]))
         if options:
             user = settings.get("spark.driver.extraJavaOptions")
             settings["spark.driver.extraJavaOptions"] = f"{user} {options}" if user else options
