@@ -271,12 +271,17 @@ class Runner:
         """One Spark job: the tasks planned on each executor shared out among as many Spark tasks as it runs at
         once (`eos.driver.groups`), each standby one Spark task. A task that reports a deterministic failure
         raises it here (its kind of error), after the placer has seen the results."""
-        items = share_out(plans, task_slots(self.sc), lambda plan: unit_id(plan.task, self.config))
-        self.sc.setJobGroup(f"{self.config.application_id}-batch-{batch}",
-                            f"eos {self.config.application_id} batch {batch} ({len(plans)} tasks in {len(items)} "
-                            "Spark tasks)", True)
-        rdd = task_rdd(self.sc, items, [p.preferred_location for p in items])
-        results = one_result_per_task(plans, rdd.mapPartitions(tasks_fn).collect())
+        # A SIGTERM to the driver's whole process group ends Spark's JVM while the batch's job is in flight: Py4J
+        # would log a traceback for the call it left unanswered. The error is raised all the same, and `_run` says
+        # what became of the batch (`jvm_may_be_gone`).
+        with jvm_may_be_gone():
+            items = share_out(plans, task_slots(self.sc), lambda plan: unit_id(plan.task, self.config))
+            self.sc.setJobGroup(f"{self.config.application_id}-batch-{batch}",
+                                f"eos {self.config.application_id} batch {batch} ({len(plans)} tasks in "
+                                f"{len(items)} Spark tasks)", True)
+            rdd = task_rdd(self.sc, items, [p.preferred_location for p in items])
+            collected = rdd.mapPartitions(tasks_fn).collect()
+        results = one_result_per_task(plans, collected)
         if self.placer is not None:
             self.placer.observe(results)
         for r in results:

@@ -13,7 +13,7 @@ import pytest
 import structlog
 from py4j.clientserver import ClientServer, JavaParameters, PythonParameters
 from py4j.java_gateway import GatewayClient, GatewayParameters, JVMView
-from py4j.protocol import DEFAULT_JVM_ID, Py4JNetworkError, get_return_value
+from py4j.protocol import DEFAULT_JVM_ID, Py4JError, Py4JNetworkError, get_return_value
 from structlog.testing import capture_logs
 
 from eos.driver.spark import (
@@ -322,3 +322,42 @@ def test_a_spark_home_without_spark_submit_fails_before_a_jvm_starts(home, monke
     monkeypatch.setenv("SPARK_HOME", home)
     with pytest.raises(ConfigError, match=r"holds no bin/spark-submit.*or unset it"):
         build_spark_context("local[1]", "x", for_job=True)
+
+
+class _BatchOnResettingJvm:
+    """The batch's Spark job, its `collect()` a real Py4J call to a JVM that resets mid-answer: what a SIGTERM to
+    the driver's process group does to a batch in flight."""
+
+    def __init__(self, port: int) -> None:
+        self.client = GatewayClient(gateway_parameters=GatewayParameters(port=port))
+
+    def mapPartitions(self, fn: Any) -> _BatchOnResettingJvm:
+        return self
+
+    def collect(self) -> Any:
+        return get_return_value(self.client.send_command("c\no0\ncollect\ne\n"), self.client, "o0", "collect")
+
+
+def test_a_batch_whose_jvm_resets_mid_job_raises_without_a_py4j_traceback(capfd, caplog, monkeypatch):
+    from eos.config import EosConfig
+    from eos.driver import runner as runner_module
+    from eos.driver.runner import Runner
+
+    batch = _BatchOnResettingJvm(_ResettingJvm().port)
+    monkeypatch.setattr(runner_module, "task_slots", lambda sc: {None: 2})
+    monkeypatch.setattr(runner_module, "task_rdd", lambda sc, items, locations: batch)
+
+    class Context:
+        def setJobGroup(self, *args: Any) -> None:
+            pass
+
+    run = Runner.__new__(Runner)
+    run._sc, run.config, run.placer = Context(), EosConfig(application_id="gone", bootstrap_servers="127.0.0.1:1"), None
+    root = logging.getLogger()
+    handlers = list(root.handlers)
+    with pytest.raises(Py4JError):  # (raised as before: the run says what became of the batch)
+        run._execute(lambda rows: rows, [], 3)  # type: ignore[arg-type]
+    stderr = capfd.readouterr().err
+    assert "Traceback" not in stderr and "Exception while sending command" not in stderr, stderr
+    assert not caplog.records
+    assert _Py4JSendErrors not in {type(f) for f in root.filters} and root.handlers == handlers
