@@ -1,6 +1,11 @@
 """Restore a store by replaying its changelog partition (read_committed) from the offset the store
 recorded (or the beginning) to the partition's end.
 
+A broker answers a transaction's commit once it is decided and writes the commit markers after: for a moment
+the changelog's last stable offset may still be the first offset of the transaction a store has just applied,
+so the store looks ahead of its changelog. `settled_bounds` waits for the markers then; only a store ahead of
+the records the changelog holds at all has lost its changelog.
+
 Done when the consumer's position reaches the end offset (`transactions.read_ranges`); never waits for a
 record at end - 1, which is often a commit marker. Each chunk of records is applied with the offset it
 brings the store to, so an interrupted restore resumes where it stopped. A store that recorded an offset
@@ -25,7 +30,7 @@ from typing import Any, Protocol
 from recovery.backends import Backend
 from transactions import Message, OffsetRange, RangeReader, RetriableKafkaError
 
-__all__ = ["RestoreResult", "restore_store", "ChangelogSource"]
+__all__ = ["RestoreResult", "restore_store", "settled_bounds", "ChangelogSource"]
 
 TP = tuple[str, int]
 
@@ -35,6 +40,10 @@ class ChangelogSource(Protocol):
 
     def bounds(self, partitions: list[TP]) -> dict[TP, tuple[int, int]]:
         """Per changelog partition: (log start offset, last stable offset)."""
+        ...
+
+    def written_ends(self, partitions: list[TP]) -> dict[TP, int]:
+        """Per changelog partition: its high watermark (records written, in transactions decided or not)."""
         ...
 
     def read(self, ranges: list[OffsetRange], timeout: float) -> Iterator[list[Message]]: ...
@@ -53,6 +62,32 @@ class RestoreResult:
     @property
     def rate(self) -> float:
         return self.records / self.seconds if self.seconds > 0 else 0.0
+
+
+def settled_bounds(source: ChangelogSource, tp: TP, recorded: int, bounds: tuple[int, int], *, timeout: float,
+                   log: Any = None) -> tuple[int, int]:
+    """The bounds of changelog partition `tp` for a store that reflects it up to `recorded`, past the last stable
+    offset in `bounds`: read again until the last stable offset reaches the store, where the changelog holds
+    records that far (the markers of the transaction the store applied last are still being written: on a
+    broker of Kafka 4 the consumer group's offsets of the same transaction may be stable already). Where it
+    holds fewer records than the store reflects (recreated, truncated), `bounds` as they are: the store is
+    wiped (`restore_store`). Raises `RetriableKafkaError` when the markers are not written within `timeout`
+    seconds; the store is kept."""
+    if recorded <= bounds[1] or source.written_ends([tp])[tp] < recorded:
+        return bounds
+    deadline, pause = time.monotonic() + timeout, 0.002
+    if log is not None:
+        log.debug("the changelog's last stable offset is behind the store: waiting for the markers of its last "
+                  "commit", changelog=f"{tp[0]}[{tp[1]}]", recorded=recorded, end=bounds[1])
+    while time.monotonic() < deadline:
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
+        bounds = source.bounds([tp])[tp]
+        if recorded <= bounds[1]:
+            return bounds
+    raise RetriableKafkaError(f"changelog {tp[0]}[{tp[1]}]: its last stable offset ({bounds[1]}) has not reached "
+                              f"the offset its store reflects ({recorded}) within {timeout:.0f} s, though the "
+                              "records are written: the markers of a committed transaction are not written yet")
 
 
 def restore_store(backend: Backend, read: RangeReader, topic: str, partition: int, *, start_offset: int,

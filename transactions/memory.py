@@ -11,6 +11,9 @@ What it keeps of Kafka's semantics, because the framework's correctness rests on
 * `init_transactions()` bumps the transactional id's epoch and aborts its open transaction; a producer of an
   older epoch is fenced (`ProducerFencedError`) at its next call;
 * offsets sent to a transaction are committed with it, with their metadata;
+* a broker answers a commit once it is decided and writes the markers after it: a partition's last stable
+  offset may stay at a committed transaction's first offset for a moment after the commit returned
+  (`MemoryCluster.write_markers_late` keeps it there for a number of look-ups);
 * keyed records without a partition go to murmur2(key) mod partitions, as the Java client puts them.
 
 Not kept: replication, brokers, sessions, retention, compaction (a compacted topic keeps every record; a
@@ -134,6 +137,8 @@ class MemoryCluster:
         self._round_robin = itertools.count()
         #: per partition, the first offset of each transaction still open in it
         self._open: dict[TP, dict[int, int]] = {}
+        self._late: dict[str, int] = {}  # topic -> look-ups a committed transaction's markers wait for
+        self._held: dict[TP, list[list[int]]] = {}  # per partition: [transaction, look-ups left] of held markers
 
     # ------------------------------------------------------------------ topics
     def create_topic(self, name: str, partitions: int, config: Mapping[str, str] | None = None) -> bool:
@@ -161,6 +166,8 @@ class MemoryCluster:
             partition = partition_for(key, len(parts)) if key is not None else next(self._round_robin) % len(parts)
         elif not 0 <= partition < len(parts):
             raise ValueError(f"topic {topic!r} has no partition {partition} (it has {len(parts)})")
+        if txn is not None and (topic, partition) in self._held:
+            self._write_held((topic, partition))  # (a producer adds a partition once its markers are written)
         log = parts[partition]
         offset = len(log)
         log.append(MemoryMessage(topic, partition, offset, key, value, headers or None,
@@ -223,12 +230,44 @@ class MemoryCluster:
             return
         t.state = _COMMITTED if commit else _ABORTED
         for topic, partition in sorted(t.partitions):
-            self._open[(topic, partition)].pop(txn, None)
-            log = self.logs[topic][partition]
-            log.append(MemoryMessage(topic, partition, len(log), None, None, None, -1, txn, True))  # takes an offset
+            lookups = self._late.get(topic)
+            if lookups:
+                self._held.setdefault((topic, partition), []).append([txn, lookups])
+            else:
+                self._write_marker((topic, partition), txn)
         if commit:
             for group, offsets in t.offsets.items():
                 self.groups.setdefault(group, {}).update(offsets)
+
+    def _write_marker(self, tp: TP, txn: int) -> None:
+        self._open[tp].pop(txn, None)
+        log = self.logs[tp[0]][tp[1]]
+        log.append(MemoryMessage(tp[0], tp[1], len(log), None, None, None, -1, txn, True))  # takes an offset
+
+    def _write_held(self, tp: TP) -> None:
+        for txn, _ in self._held.pop(tp, []):
+            self._write_marker(tp, txn)
+
+    def write_markers_late(self, topics: Iterable[str], lookups: int = 1) -> None:
+        """From now on the markers of a transaction that ends in a partition of `topics` are written after
+        `lookups` more look-ups of that partition's last stable offset (`MemoryAdmin.end_offsets`), as a broker
+        writes them after it has answered the commit: until then the partition's last stable offset stays at the
+        transaction's first offset, while its records are in the log (the high watermark counts them). The
+        offsets the transaction commits are committed at once (the group's own partition was quicker). A
+        transaction that writes to the partition next has them written first."""
+        self._late.update(dict.fromkeys(topics, lookups))
+
+    def looked_up(self, tp: TP) -> None:
+        """A look-up of `tp`'s last stable offset was answered: held markers come one look-up nearer."""
+        held = self._held.get(tp)
+        if not held:
+            return
+        for entry in held:
+            entry[1] -= 1
+        while held and held[0][1] <= 0:
+            self._write_marker(tp, held.pop(0)[0])
+        if not held:
+            del self._held[tp]
 
     def pending_offsets(self, group: str, tp: TP) -> bool:
         """Whether an open transaction holds offsets of `group` for `tp` (a stable read would wait)."""
@@ -411,8 +450,12 @@ class MemoryAdmin:
         return [(topic, p) for p in range(self.cluster.partitions(topic))]
 
     def end_offsets(self, partitions: Iterable[TP], *, committed: bool = True, timeout: float = 30.0) -> dict[TP, int]:
-        return {(t, p): self.cluster.last_stable(t, p) if committed else len(self.cluster.logs[t][p])
+        ends = {(t, p): self.cluster.last_stable(t, p) if committed else len(self.cluster.logs[t][p])
                 for t, p in partitions}
+        if committed:
+            for tp in ends:
+                self.cluster.looked_up(tp)
+        return ends
 
     def earliest_offsets(self, partitions: Iterable[TP], timeout: float = 30.0) -> dict[TP, int]:
         return dict.fromkeys(partitions, 0)

@@ -69,6 +69,9 @@ class KafkaChangelogs:
         starts = self.admin.earliest_offsets(partitions)
         return {tp: (starts[tp], ends[tp]) for tp in partitions}
 
+    def written_ends(self, partitions: list[TP]) -> dict[TP, int]:
+        return self.admin.end_offsets(partitions, committed=False)
+
     def read(self, ranges: list[OffsetRange], timeout: float) -> Iterator[list[Message]]:
         return range_reader(self.consumer)(ranges, timeout)
 

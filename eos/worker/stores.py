@@ -46,6 +46,7 @@ from recovery import (
     WriteBuffer,
     changelog_record,
     restore_store,
+    settled_bounds,
 )
 from transactions import ProducerRecord
 
@@ -135,6 +136,10 @@ class TaskStores:
                            else self._memory.setdefault(name, MemoryBackend()))
             self._backends[name] = backend
             tp = (self.changelogs[name], self.partition)
+            recorded = backend.changelog_offset()
+            if recorded is not None and recorded > bounds[tp][1]:
+                bounds[tp] = settled_bounds(source, tp, recorded, bounds[tp], timeout=self.config.batch_timeout,
+                                            log=log)
             own_marker = self._own_marker.pop(name, None)
             if own_marker is not None and own_marker == backend.changelog_offset() and bounds[tp][1] == own_marker + 1:
                 # The changelog ends one offset past the store: the marker of the store's own last commit (it

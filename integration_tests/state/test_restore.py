@@ -6,7 +6,8 @@ import time
 
 from confluent_kafka import Consumer, Producer
 
-from recovery import MemoryBackend, restore_store
+from eos.worker.clients import KafkaChangelogs
+from recovery import MemoryBackend, restore_store, settled_bounds
 from transactions import KafkaAdmin, consumer_settings, range_reader
 
 
@@ -80,3 +81,36 @@ def test_a_restore_cut_short_by_its_budget_resumes_where_it_stopped(kafka, topic
     assert rest.complete and first.records + rest.records == 50_000
     assert backend.changelog_offset() == end
     assert all(backend.get(b"k%d" % k) == b"%d" % (45_000 + k) for k in range(5000))  # the last write of each key
+
+
+def test_a_store_that_applied_a_commit_whose_markers_are_not_written_yet_is_not_wiped(kafka, topic_factory,
+                                                                                    unique_name):
+    """A broker answers a commit before it writes the transaction's markers: read just after a commit, a
+    changelog's last stable offset is often still the committed transaction's first offset, behind a store
+    that applied it. Through the worker's changelog source, commits are made and applied as a worker makes
+    them and the bounds read at once, until that has happened five times: the store waits for the markers
+    (`settled_bounds`) and is never wiped, which restored it to before its last commit."""
+    topic = topic_factory("changelog", config={"cleanup.policy": "compact"})
+    bootstrap = kafka.bootstrap_servers
+    source = KafkaChangelogs(KafkaAdmin(bootstrap), Consumer(consumer_settings(bootstrap, "restore-test")))
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique_name("t"), "linger.ms": 0})
+    producer.init_transactions(60)
+    delivered: list[int] = []
+    backend, tp, lagging = MemoryBackend(), (topic, 0), 0
+    for i in range(1000):
+        producer.begin_transaction()
+        producer.produce(topic, key=b"k", value=b"%d" % i, partition=0,
+                         on_delivery=lambda err, msg: delivered.append(msg.offset()))
+        producer.flush(30)
+        producer.commit_transaction(30)
+        backend.write({b"k": b"%d" % i}, changelog_offset=delivered[-1] + 1)  # applied once committed (I3)
+        bounds = source.bounds([tp])[tp]
+        lagging += bounds[1] <= delivered[-1]
+        bounds = settled_bounds(source, tp, delivered[-1] + 1, bounds, timeout=30)
+        result = restore_store(backend, source.read, topic, 0, start_offset=bounds[0], end_offset=bounds[1],
+                               timeout=30)
+        assert not result.wiped and backend.get(b"k") == b"%d" % i
+        assert backend.changelog_offset() == bounds[1] == delivered[-1] + 2  # (past the commit's marker)
+        if lagging == 5:
+            break
+    assert lagging == 5, f"the last stable offset lagged behind a commit only {lagging} times in {i + 1} commits"

@@ -84,3 +84,58 @@ def test_counts_stay_exactly_once_under_crashes():
     driver = TopologyTestDriver(counts_app())
     inputs = [("in", f"k{i % 7}", {"i": i}) for i in range(300)]
     driver.check_exactly_once(inputs, crashes=12, seed=5)
+
+
+def test_a_store_ahead_of_its_changelog_s_last_stable_offset_waits_for_its_own_commit_s_markers(reads):
+    """A broker answers a commit before it writes the transaction's markers: the next batch may find the
+    changelog's last stable offset still at the start of the task's last transaction, behind the store that
+    applied it. The store is not wiped (which restored the changelog up to there and lost that transaction's
+    updates: a count went back); the batch waits for the markers."""
+    driver = TopologyTestDriver(counts_app())
+    driver.cluster.write_markers_late([CHANGELOG], lookups=3)
+    for n in range(4):
+        driver.pipe_many("in", [("a", {}), ("b", {})])
+        assert [(r.key, r.value) for r in driver.read("out")] == [("a", n + 1), ("b", n + 1)]
+    assert reads == []  # nothing read back: once the markers were written, only the task's own marker was past it
+
+
+def test_a_store_ahead_of_every_record_of_its_changelog_is_wiped_and_restored_at_once(reads):
+    """A changelog that holds fewer records than the store reflects (recreated, truncated) has lost what the
+    store reflects: no markers are coming, so the store is wiped and restored from what the changelog holds."""
+    driver = TopologyTestDriver(counts_app())
+    driver.pipe_many("in", [("a", {}), ("b", {})])
+    driver.cluster.logs[CHANGELOG][0].clear()  # the changelog recreated empty
+    driver.pipe_many("in", [("a", {})])
+    assert [(r.key, r.value) for r in driver.read("out")] == [("a", 1), ("b", 1), ("a", 1)]
+
+
+class _Changelog:
+    """A changelog partition whose last stable offset moves as a broker writes markers: `ends`, one a look-up."""
+
+    def __init__(self, ends: list[int], written: int) -> None:
+        self.ends, self.written, self.lookups = ends, written, 0
+
+    def bounds(self, partitions):
+        self.lookups += 1
+        end = self.ends[min(self.lookups - 1, len(self.ends) - 1)]
+        return dict.fromkeys(partitions, (0, end))
+
+    def written_ends(self, partitions):
+        return dict.fromkeys(partitions, self.written)
+
+    def read(self, ranges, timeout):
+        return iter(())
+
+
+def test_settled_bounds_wait_for_the_markers_and_give_up_retriably():
+    from recovery import settled_bounds
+    from transactions import RetriableKafkaError
+
+    tp = ("c", 0)
+    source = _Changelog([40, 40, 106], written=106)
+    assert settled_bounds(source, tp, 105, (0, 40), timeout=5) == (0, 106)
+    assert source.lookups == 3
+    assert settled_bounds(_Changelog([40], written=50), tp, 105, (0, 40), timeout=5) == (0, 40)  # records gone
+    assert settled_bounds(_Changelog([], written=0), tp, 30, (0, 40), timeout=5) == (0, 40)  # not ahead
+    with pytest.raises(RetriableKafkaError, match="markers of a committed transaction are not written yet"):
+        settled_bounds(_Changelog([40], written=106), tp, 105, (0, 40), timeout=0.05)
