@@ -85,7 +85,7 @@ def input_scans(admin: KafkaAdmin, inputs: Iterable[str], group: str | None,
             committed = admin.group_offsets((groups or {}).get(topic, group), tps, stable=True)
             bound = {tp: committed.get(tp) or 0 for tp in tps}
         else:
-            bound = admin.end_offsets(tps, committed=True)
+            bound = admin.settled_ends(tps)
         scans += [PartitionScan(admin.bootstrap_servers, t, p, low[(t, p)], max(low[(t, p)], bound[(t, p)]))
                   for t, p in tps]
     return scans
@@ -96,7 +96,8 @@ def output_scans(admin: KafkaAdmin, topics: Iterable[str], isolation: Isolation)
     for topic in topics:
         tps = admin.topic_partitions(topic)
         low = admin.earliest_offsets(tps)
-        ends = admin.end_offsets(tps, committed=isolation == "read_committed")
+        ends = (admin.settled_ends(tps) if isolation == "read_committed"  # (the markers of a last commit)
+                else admin.end_offsets(tps, committed=False))
         scans += [PartitionScan(admin.bootstrap_servers, t, p, low[(t, p)], ends[(t, p)]) for t, p in tps]
     return scans
 

@@ -13,11 +13,13 @@ def scan_topic(bootstrap_servers: str, topic: str, *, isolation: Isolation = "re
                admin: KafkaAdmin | None = None, until: dict[tuple[str, int], int] | None = None,
                progress: Callable[[int], None] | None = None, timeout: float = 600.0) -> Iterator[list[Message]]:
     """Yield batches of the records of every partition of `topic` from its earliest offset to `until` (default:
-    the partition's end for this isolation level, taken when the scan starts)."""
+    the partition's end for this isolation level, taken when the scan starts; read_committed, once the
+    transactions written by then are decided: `KafkaAdmin.settled_ends`)."""
     admin = admin or KafkaAdmin(bootstrap_servers)
     tps = admin.topic_partitions(topic)
     low = admin.earliest_offsets(tps)
-    ends = until or admin.end_offsets(tps, committed=isolation == "read_committed")
+    ends = until or (admin.settled_ends(tps) if isolation == "read_committed"
+                     else admin.end_offsets(tps, committed=False))
     ranges = [OffsetRange(t, p, low[(t, p)], ends.get((t, p), low[(t, p)])) for t, p in tps]
     consumer = scan_consumer(bootstrap_servers, isolation)
     try:

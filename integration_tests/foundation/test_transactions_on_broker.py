@@ -186,3 +186,28 @@ def test_a_new_consumers_first_read_does_not_wait_for_the_topic_scan(kafka, topi
     finally:
         consumer.close()
     assert took < 0.6, f"the first read took {took:.2f} s: it waited for the partition's leader"
+
+
+def test_settled_ends_reach_past_the_markers_of_a_commit_just_made(kafka, topic_factory, unique_name):
+    """The broker answers a commit before it writes the markers: read at once, a partition's last stable offset
+    is sometimes still the transaction's first offset. `KafkaAdmin.settled_ends`, which the auditor reads its
+    ends with, read at once after every other commit, always reaches past the commit's marker; commits are
+    made until the plain read, at once after the others, has lagged five times."""
+    from transactions import KafkaAdmin
+
+    topic = topic_factory("settled")
+    admin = KafkaAdmin(kafka.bootstrap_servers)
+    producer = _producer(kafka.bootstrap_servers, unique_name("txn"))
+    tp, lagging = (topic, 0), 0
+    for i in range(2000):
+        producer.begin_transaction()
+        producer.produce(topic, value=b"v", partition=0)
+        producer.commit_transaction(30)
+        if i % 2:
+            lagging += admin.end_offsets([tp])[tp] < 2 * (i + 1)  # one record and one marker a commit
+        else:
+            assert admin.settled_ends([tp])[tp] == 2 * (i + 1)
+        if lagging == 5:
+            break
+    assert lagging == 5, f"the last stable offset lagged behind a commit only {lagging} times in {i + 1} commits"
+    admin.close()
