@@ -196,10 +196,18 @@ class MemoryCluster:
 
     # ------------------------------------------------------------------ transactions
     def init_producer(self, transactional_id: str) -> int:
-        """`init_transactions()`: abort the id's open transaction, bump its epoch (fencing older producers)."""
+        """`init_transactions()`: abort the id's open transaction, bump its epoch (fencing older producers).
+        Like a broker's, it returns once every earlier transaction of the id is complete: their markers written
+        (`write_markers_late` or not)."""
         open_txn = self.open_txn.pop(transactional_id, None)
         if open_txn is not None:
             self._end(open_txn, commit=False)
+        for tp, held in list(self._held.items()):
+            for entry in [e for e in held if self.txns[e[0]].transactional_id == transactional_id]:
+                held.remove(entry)
+                self._write_marker(tp, entry[0])
+            if not held:
+                del self._held[tp]
         self.epochs[transactional_id] = self.epochs.get(transactional_id, 0) + 1
         return self.epochs[transactional_id]
 
@@ -256,6 +264,11 @@ class MemoryCluster:
         offsets the transaction commits are committed at once (the group's own partition was quicker). A
         transaction that writes to the partition next has them written first."""
         self._late.update(dict.fromkeys(topics, lookups))
+
+    def write_held_markers(self) -> None:
+        """Write every marker `write_markers_late` holds now."""
+        for tp in list(self._held):
+            self._write_held(tp)
 
     def looked_up(self, tp: TP) -> None:
         """A look-up of `tp`'s last stable offset was answered: held markers come one look-up nearer."""

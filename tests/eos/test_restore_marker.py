@@ -10,6 +10,7 @@ import pytest
 
 import eos.worker.stores as stores_module
 from eos import Application
+from eos.hooks import HookPoint
 from eos.testing import TopologyTestDriver
 from transactions.memory import MemoryProducer
 
@@ -97,6 +98,22 @@ def test_a_store_ahead_of_its_changelog_s_last_stable_offset_waits_for_its_own_c
         driver.pipe_many("in", [("a", {}), ("b", {})])
         assert [(r.key, r.value) for r in driver.read("out")] == [("a", n + 1), ("b", n + 1)]
     assert reads == []  # nothing read back: once the markers were written, only the task's own marker was past it
+
+
+@pytest.mark.parametrize("step", [p.value for p in HookPoint])
+def test_counts_with_late_markers_are_exactly_once_when_batches_are_killed(step):
+    """Batches killed at every step while the changelog's markers come late: each count once, in order, against
+    the counts computed here. A killed worker's stores are gone and the task restores from the changelog on a
+    new producer, whose initialisation, as a broker's, completes the id's earlier transactions first."""
+    driver = TopologyTestDriver(counts_app())
+    driver.cluster.write_markers_late([CHANGELOG], lookups=2)
+    for n in range(6):
+        if n in (1, 3):
+            driver.crash_at(step)
+        driver.pipe_many("in", [("a", {}), ("b", {})])
+    driver.cluster.write_held_markers()
+    assert len(driver.crashes) == 2
+    assert [(r.key, r.value) for r in driver.read("out")] == [(k, n + 1) for n in range(6) for k in ("a", "b")]
 
 
 def test_a_store_ahead_of_every_record_of_its_changelog_is_wiped_and_restored_at_once(reads):
