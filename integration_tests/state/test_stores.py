@@ -122,6 +122,24 @@ def test_in_memory_stores_are_exact_too(kafka, spark, topic_factory, unique_name
     assert_exactly_once(kafka.bootstrap_servers, inputs=[src], outputs=[out], group=app_id, expected_inputs=20_000)
 
 
+def test_in_memory_stores_are_exact_when_workers_die_mid_batch(kafka, spark, topic_factory, unique_name, tmp_path):
+    """Python workers killed after producing, before committing and after committing (before the stores apply
+    the batch): a killed worker's in-memory stores are gone and its tasks restore from their changelogs, while
+    the other worker's stores, kept, read their changelogs' bounds at every batch, just after their own
+    commits (`recovery.settled_bounds`). Every total exact against the input, every result once."""
+    src, out = load(kafka, topic_factory)
+    app_id = unique_name("app")
+    app = totals_app(app_id, kafka.bootstrap_servers, src, out, tmp_path, persistent=False,
+                     max_records_per_batch=2500)
+    app.fault_hooks.on("after_produce", CrashWorker(Match(partition=0, batch=1, spark_attempt=0)))
+    app.fault_hooks.on("before_commit", CrashWorker(Match(partition=1, batch=3, spark_attempt=0)))
+    app.fault_hooks.on("after_commit", CrashWorker(Match(partition=0, batch=5, spark_attempt=0)))
+    summary = app.run(spark, until_caught_up=True, keep_task_results=True)
+    assert sum(r.restored_records for r in summary.task_results) > 0  # killed workers' tasks restored
+    assert_totals_exact(kafka.bootstrap_servers, inputs=[src], totals=[out], group=app_id)
+    assert_exactly_once(kafka.bootstrap_servers, inputs=[src], outputs=[out], group=app_id, expected_inputs=20_000)
+
+
 def test_changelog_is_compacted_and_partitioned_like_the_input(kafka, spark, topic_factory, unique_name, tmp_path):
     src, out = load(kafka, topic_factory, n=1000, partitions=3)
     app_id = unique_name("app")
