@@ -46,6 +46,11 @@ class ChangelogSource(Protocol):
         """Per changelog partition: its high watermark (records written, in transactions decided or not)."""
         ...
 
+    def settled_ends(self, at_least: dict[TP, int], within: float) -> dict[TP, int]:
+        """Per changelog partition, its last stable offset once it reaches `at_least`, or after `within`
+        seconds as it is (`transactions.KafkaAdmin.settled_ends`)."""
+        ...
+
     def read(self, ranges: list[OffsetRange], timeout: float) -> Iterator[list[Message]]: ...
 
 
@@ -75,19 +80,15 @@ def settled_bounds(source: ChangelogSource, tp: TP, recorded: int, bounds: tuple
     seconds; the store is kept."""
     if recorded <= bounds[1] or source.written_ends([tp])[tp] < recorded:
         return bounds
-    deadline, pause = time.monotonic() + timeout, 0.002
     if log is not None:
         log.debug("the changelog's last stable offset is behind the store: waiting for the markers of its last "
                   "commit", changelog=f"{tp[0]}[{tp[1]}]", recorded=recorded, end=bounds[1])
-    while time.monotonic() < deadline:
-        time.sleep(pause)
-        pause = min(pause * 2, 0.1)
-        bounds = source.bounds([tp])[tp]
-        if recorded <= bounds[1]:
-            return bounds
-    raise RetriableKafkaError(f"changelog {tp[0]}[{tp[1]}]: its last stable offset ({bounds[1]}) has not reached "
-                              f"the offset its store reflects ({recorded}) within {timeout:.0f} s, though the "
-                              "records are written: the markers of a committed transaction are not written yet")
+    end = source.settled_ends({tp: recorded}, within=timeout)[tp]
+    if end < recorded:
+        raise RetriableKafkaError(f"changelog {tp[0]}[{tp[1]}]: its last stable offset ({end}) has not reached "
+                                  f"the offset its store reflects ({recorded}) within {timeout:.0f} s, though the "
+                                  "records are written: the markers of a committed transaction are not written yet")
+    return bounds[0], end
 
 
 def restore_store(backend: Backend, read: RangeReader, topic: str, partition: int, *, start_offset: int,

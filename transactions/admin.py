@@ -52,6 +52,21 @@ class PartitionOffsets:
         return self.last_stable < self.high_watermark
 
 
+def settled_ends(admin: Any, partitions: Iterable[TP], *, at_least: Mapping[TP, int] | None = None,
+                 within: float = 10.0, timeout: float = 30.0) -> dict[TP, int]:
+    """`KafkaAdmin.settled_ends` through any admin's `end_offsets` (the in-memory Kafka's too)."""
+    partitions = list(partitions)
+    targets = dict(at_least) if at_least is not None else admin.end_offsets(partitions, committed=False,
+                                                                           timeout=timeout)
+    deadline, pause = time.monotonic() + within, 0.002
+    while True:
+        stable = admin.end_offsets(partitions, committed=True, timeout=timeout)
+        if all(stable[tp] >= targets[tp] for tp in partitions) or time.monotonic() >= deadline:
+            return stable
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
+
+
 class KafkaAdmin:
     def __init__(self, bootstrap_servers: str, overrides: Mapping[str, object] | None = None) -> None:
         self.bootstrap_servers = bootstrap_servers
@@ -257,23 +272,16 @@ class KafkaAdmin:
         isolation = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
         return self._list_offsets(partitions, OffsetSpec.latest(), isolation, timeout)
 
-    def settled_ends(self, partitions: Iterable[TP], *, within: float = 10.0, timeout: float = 30.0) -> dict[TP, int]:
-        """Last stable offsets once every transaction that had written to the partitions when this was called
-        is decided and its markers are written: read again until each reaches the high watermark first read,
-        for at most `within` seconds (a transaction still open then is left open: the last stable offsets as
-        they are). A broker answers a commit before it writes the markers, so a last stable offset read just
-        after a commit was still the transaction's first offset in 200 of 1,000 commits on a local broker;
-        an audit reading committed offsets, then outputs up to their last stable offsets, would miss the
-        outputs of a transaction whose offsets it counted."""
-        partitions = list(partitions)
-        written = self.end_offsets(partitions, committed=False, timeout=timeout)
-        deadline, pause = time.monotonic() + within, 0.005
-        while True:
-            stable = self.end_offsets(partitions, committed=True, timeout=timeout)
-            if all(stable[tp] >= written[tp] for tp in partitions) or time.monotonic() >= deadline:
-                return stable
-            time.sleep(pause)
-            pause = min(pause * 2, 0.2)
+    def settled_ends(self, partitions: Iterable[TP], *, at_least: Mapping[TP, int] | None = None,
+                     within: float = 10.0, timeout: float = 30.0) -> dict[TP, int]:
+        """Last stable offsets once the transactions written to the partitions by now are decided and their
+        markers written: read again until each reaches its target (`at_least`, or else the high watermark
+        read first), for at most `within` seconds, then returned as they are. A broker answers a commit
+        before it writes the markers, so a last stable offset read just after a commit was still the
+        transaction's first offset in 200 of 1,000 commits on a local broker: an audit reading committed
+        offsets, then outputs up to their last stable offsets, would miss the outputs of a transaction whose
+        offsets it counted; a store that applied the transaction would look ahead of its changelog."""
+        return settled_ends(self, partitions, at_least=at_least, within=within, timeout=timeout)
 
     def earliest_offsets(self, partitions: Iterable[TP], timeout: float = 30.0) -> dict[TP, int]:
         return self._list_offsets(partitions, OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED, timeout)

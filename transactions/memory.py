@@ -32,6 +32,7 @@ from typing import Any
 
 from confluent_kafka import TopicPartition
 
+from transactions.admin import settled_ends
 from transactions.errors import ProducerFencedError, RetriableKafkaError
 from transactions.offsets import Committed
 from transactions.records import Headers, ProducerRecord, producer_token
@@ -469,6 +470,10 @@ class MemoryAdmin:
             for tp in ends:
                 self.cluster.looked_up(tp)
         return ends
+
+    def settled_ends(self, partitions: Iterable[TP], *, at_least: Mapping[TP, int] | None = None,
+                     within: float = 10.0, timeout: float = 30.0) -> dict[TP, int]:
+        return settled_ends(self, partitions, at_least=at_least, within=within, timeout=timeout)
 
     def earliest_offsets(self, partitions: Iterable[TP], timeout: float = 30.0) -> dict[TP, int]:
         return dict.fromkeys(partitions, 0)

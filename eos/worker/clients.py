@@ -72,6 +72,9 @@ class KafkaChangelogs:
     def written_ends(self, partitions: list[TP]) -> dict[TP, int]:
         return self.admin.end_offsets(partitions, committed=False)
 
+    def settled_ends(self, at_least: dict[TP, int], within: float) -> dict[TP, int]:
+        return self.admin.settled_ends(list(at_least), at_least=at_least, within=within)
+
     def read(self, ranges: list[OffsetRange], timeout: float) -> Iterator[list[Message]]:
         return range_reader(self.consumer)(ranges, timeout)
 

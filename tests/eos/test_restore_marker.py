@@ -12,6 +12,9 @@ import eos.worker.stores as stores_module
 from eos import Application
 from eos.hooks import HookPoint
 from eos.testing import TopologyTestDriver
+from recovery import settled_bounds
+from transactions import RetriableKafkaError
+from transactions.admin import settled_ends
 from transactions.memory import MemoryProducer
 
 CHANGELOG = "marker-counts-store-changelog"
@@ -127,27 +130,32 @@ def test_a_store_ahead_of_every_record_of_its_changelog_is_wiped_and_restored_at
 
 
 class _Changelog:
-    """A changelog partition whose last stable offset moves as a broker writes markers: `ends`, one a look-up."""
+    """A changelog partition whose last stable offset moves as a broker writes markers: `ends`, one a look-up
+    (the last one repeated); `written` its high watermark."""
 
     def __init__(self, ends: list[int], written: int) -> None:
         self.ends, self.written, self.lookups = ends, written, 0
 
-    def bounds(self, partitions):
+    def end_offsets(self, partitions, *, committed=True, timeout=30.0):
+        if not committed:
+            return dict.fromkeys(partitions, self.written)
         self.lookups += 1
-        end = self.ends[min(self.lookups - 1, len(self.ends) - 1)]
-        return dict.fromkeys(partitions, (0, end))
+        return dict.fromkeys(partitions, self.ends[min(self.lookups, len(self.ends)) - 1])
+
+    def bounds(self, partitions):
+        return {tp: (0, end) for tp, end in self.end_offsets(partitions).items()}
 
     def written_ends(self, partitions):
-        return dict.fromkeys(partitions, self.written)
+        return self.end_offsets(partitions, committed=False)
+
+    def settled_ends(self, at_least, within):
+        return settled_ends(self, list(at_least), at_least=at_least, within=within)
 
     def read(self, ranges, timeout):
         return iter(())
 
 
 def test_settled_bounds_wait_for_the_markers_and_give_up_retriably():
-    from recovery import settled_bounds
-    from transactions import RetriableKafkaError
-
     tp = ("c", 0)
     source = _Changelog([40, 40, 106], written=106)
     assert settled_bounds(source, tp, 105, (0, 40), timeout=5) == (0, 106)

@@ -41,3 +41,9 @@ def test_a_transaction_still_open_is_left_open_after_the_wait():
     t0 = time.monotonic()
     assert KafkaAdmin.settled_ends(offsets, [TP], within=0.1) == {TP: 4}  # type: ignore[arg-type]
     assert 0.1 <= time.monotonic() - t0 < 1.0
+
+
+def test_a_target_given_is_waited_for_rather_than_the_high_watermark():
+    offsets = Offsets(written=30, stable=[10, 20, 25])
+    assert KafkaAdmin.settled_ends(offsets, [TP], at_least={TP: 20}) == {TP: 20}  # type: ignore[arg-type]
+    assert offsets.reads == 2
