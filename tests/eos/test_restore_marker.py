@@ -13,6 +13,7 @@ from eos import Application
 from eos.hooks import HookPoint
 from eos.testing import TopologyTestDriver
 from recovery import settled_bounds
+from tests.transactions.test_admin_settled_ends import Offsets
 from transactions import RetriableKafkaError
 from transactions.admin import settled_ends
 from transactions.memory import MemoryProducer
@@ -129,18 +130,9 @@ def test_a_store_ahead_of_every_record_of_its_changelog_is_wiped_and_restored_at
     assert [(r.key, r.value) for r in driver.read("out")] == [("a", 1), ("b", 1), ("a", 1)]
 
 
-class _Changelog:
-    """A changelog partition whose last stable offset moves as a broker writes markers: `ends`, one a look-up
-    (the last one repeated); `written` its high watermark."""
-
-    def __init__(self, ends: list[int], written: int) -> None:
-        self.ends, self.written, self.lookups = ends, written, 0
-
-    def end_offsets(self, partitions, *, committed=True, timeout=30.0):
-        if not committed:
-            return dict.fromkeys(partitions, self.written)
-        self.lookups += 1
-        return dict.fromkeys(partitions, self.ends[min(self.lookups, len(self.ends)) - 1])
+class _Changelog(Offsets):
+    """A changelog partition whose last stable offset moves as a broker writes markers (`Offsets`: one of
+    `stable` a look-up), as a task's changelog source reads it."""
 
     def bounds(self, partitions):
         return {tp: (0, end) for tp, end in self.end_offsets(partitions).items()}
@@ -157,10 +149,10 @@ class _Changelog:
 
 def test_settled_bounds_wait_for_the_markers_and_give_up_retriably():
     tp = ("c", 0)
-    source = _Changelog([40, 40, 106], written=106)
+    source = _Changelog(written=106, stable=[40, 40, 106])
     assert settled_bounds(source, tp, 105, (0, 40), timeout=5) == (0, 106)
-    assert source.lookups == 3
-    assert settled_bounds(_Changelog([40], written=50), tp, 105, (0, 40), timeout=5) == (0, 40)  # records gone
-    assert settled_bounds(_Changelog([], written=0), tp, 30, (0, 40), timeout=5) == (0, 40)  # not ahead
+    assert source.reads == 3
+    assert settled_bounds(_Changelog(written=50, stable=[40]), tp, 105, (0, 40), timeout=5) == (0, 40)  # records gone
+    assert settled_bounds(_Changelog(written=0, stable=[]), tp, 30, (0, 40), timeout=5) == (0, 40)  # not ahead
     with pytest.raises(RetriableKafkaError, match="markers of a committed transaction are not written yet"):
-        settled_bounds(_Changelog([40], written=106), tp, 105, (0, 40), timeout=0.05)
+        settled_bounds(_Changelog(written=106, stable=[40]), tp, 105, (0, 40), timeout=0.05)
