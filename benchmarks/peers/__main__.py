@@ -4,7 +4,7 @@ Quix Streams and a bare confluent-kafka transactional copy loop, side by side on
     python -m benchmarks.peers [--records 1000000] [--rounds 3] [--keys 10000]
                                [--jobs stateless,count,pipeline,stateless64,count64]
                                [--peers eos,eos-cache,kstreams,kstreams-cache,quix,copy] [--latency-rate 2000]
-                               [--eos-settings '{"max_records_per_batch": 20000}'] [--no-warm-up]
+                               [--eos-settings '{"max_records_per_batch": 20000}'] [--no-warm-up] [--warm-up-peers]
 
 * stateless: parse each JSON order (~100 B), add `total`, write it; count: records per key, one output
   per input (Kafka Streams with its record cache off). pipeline: four operators in one task, as each DSL
@@ -21,7 +21,9 @@ Quix Streams and a bare confluent-kafka transactional copy loop, side by side on
   the broker's, which every peer shares the two cores with ("broker cores", local brokers only).
 * Interleaved: round 1 runs every peer once (A B C D), round 2 again, ...; medians over the rounds. Before
   round 1 the copy loop runs once over each input, not counted, so that no peer's round is the broker's
-  first heavy run (--no-warm-up leaves it out).
+  first heavy run (--no-warm-up leaves it out); --warm-up-peers adds an uncounted round of every peer and job
+  (a fresh broker JIT-compiles its request path during the first thousands of requests: during the
+  framework's cached count, which makes more requests a second, at ~0.24 cores; docs/measurements.md).
 * Each run reads the pre-loaded input from the start under a fresh group and writes a fresh topic.
   Progress is the group's committed input offsets, polled every 0.2 s: start-up = launch to the first
   commit, steady rate = records committed after the first commit / time from it to the last.
@@ -596,6 +598,9 @@ def main(argv: list[str] | None = None) -> None:
                         help='the framework\'s Application settings to try, e.g. \'{"max_records_per_batch": 20000}\'')
     parser.add_argument("--no-warm-up", dest="warm_up", action="store_false",
                         help="no uncounted copy-loop run over each input before the first round")
+    parser.add_argument("--warm-up-peers", action="store_true",
+                        help="also one uncounted run of every peer's every job before the first round (the "
+                        "broker's request path is JIT-compiled by then, not during a counted run)")
     parser.add_argument("--eos-master", default="", help="the Spark master of the framework's runs (default: "
                         "the framework's own default, local[2,4])")
     args = parser.parse_args(argv)
@@ -638,12 +643,19 @@ def main(argv: list[str] | None = None) -> None:
                          kstreams, quix, args.timeout, brokers)
                 console.print(f"warmed the broker up: the copy loop over them, not counted "
                               f"({time.monotonic() - t0:.1f} s)")
-        for rnd in range(1, args.rounds + 1):
+        for rnd in range(0 if args.warm_up_peers else 1, args.rounds + 1):
             for job in jobs:
                 for peer in peers:
                     if (peer == "copy" and base_job(job) in AGGREGATING) or (peer in CACHED and job not in AGGREGATING):
                         continue
                     source = sources[str(WIDE_PARTITIONS if is_wide(job) else PARTITIONS)]
+                    if rnd == 0:  # --warm-up-peers: not counted
+                        t0 = time.monotonic()
+                        run_once(peer, job, rnd, kafka.bootstrap_servers, admin, source, args.records, expected,
+                                 kstreams, quix, args.timeout, brokers)
+                        console.print(f"warmed the broker up: {job} {peer}, not counted "
+                                      f"({time.monotonic() - t0:.1f} s)")
+                        continue
                     run = run_once(peer, job, rnd, kafka.bootstrap_servers, admin, source, args.records, expected,
                                    kstreams, quix, args.timeout, brokers)
                     runs.append(run)
@@ -653,7 +665,7 @@ def main(argv: list[str] | None = None) -> None:
                                   f"{run.broker_cores:.2f} "
                                   f"({_shares(run.peak_processes)})  {run.verified}"
                                   + (f"  ({'; '.join(run.notes)})" if run.notes else ""))
-            for peer in peers if args.latency_rate > 0 else []:
+            for peer in peers if args.latency_rate > 0 and rnd > 0 else []:
                 if peer in CACHED:
                     continue
                 lat = latency_once(peer, rnd, kafka.bootstrap_servers, admin, args.latency_rate, args.latency_warmup,
