@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 from rich.console import Console
@@ -49,13 +50,9 @@ def _app(job: str):  # type: ignore[no-untyped-def]
     from benchmarks.peers.jobs import define
     from eos import Application
 
-    if job == CACHED:
-        app = Application("instructions", trigger_interval=1.0, max_records_per_batch=1_000_000,
-                          cache_max_bytes=10 * 1024 * 1024 // 4)
-        define(app, "count", "in", "out")
-        return app
-    app = Application("instructions", trigger_interval=1.0, max_records_per_batch=1_000_000)
-    define(app, job, "in", "out")  # the peers' job
+    cache = {"cache_max_bytes": 10 * 1024 * 1024 // 4} if job == CACHED else {}
+    app = Application("instructions", trigger_interval=1.0, max_records_per_batch=1_000_000, **cache)
+    define(app, "count" if job == CACHED else job, "in", "out")  # the peers' job
     return app
 
 
@@ -75,10 +72,7 @@ def child(job: str, records: int, process: bool) -> None:
                                 process=process, serialized=True)
         if process:  # every key's last committed count is its count
             last = {r.key: r.value for r in driver.read("out")}
-            counts: dict[str, int] = {}
-            for key, _value in data:
-                counts[key] = counts.get(key, 0) + 1
-            assert last == counts, "the cached count's last outputs are not the counts"
+            assert last == Counter(key for key, _value in data), "the cached count's last outputs are not the counts"
         return
     driver = TopologyTestDriver(_app(job), topic_configs=topic_configs)
     driver.pipe_records((("in", key.encode(), value) for key, value in data), process=process, serialized=True)

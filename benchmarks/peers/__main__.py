@@ -649,15 +649,11 @@ def main(argv: list[str] | None = None) -> None:
                     if (peer == "copy" and base_job(job) in AGGREGATING) or (peer in CACHED and job not in AGGREGATING):
                         continue
                     source = sources[str(WIDE_PARTITIONS if is_wide(job) else PARTITIONS)]
-                    if rnd == 0:  # --warm-up-peers: not counted
-                        t0 = time.monotonic()
-                        run_once(peer, job, rnd, kafka.bootstrap_servers, admin, source, args.records, expected,
-                                 kstreams, quix, args.timeout, brokers)
-                        console.print(f"warmed the broker up: {job} {peer}, not counted "
-                                      f"({time.monotonic() - t0:.1f} s)")
-                        continue
                     run = run_once(peer, job, rnd, kafka.bootstrap_servers, admin, source, args.records, expected,
                                    kstreams, quix, args.timeout, brokers)
+                    if rnd == 0:  # --warm-up-peers: not counted
+                        console.print(f"warmed the broker up: {job} {peer}, not counted ({run.total_s:.1f} s)")
+                        continue
                     runs.append(run)
                     console.print(f"round {rnd} {job:11} {peer:14} {run.steady_rps:>10,.0f} rec/s  start-up "
                                   f"{run.startup_s:5.1f} s  peak {run.peak_rss_mib:7,.0f} MiB RSS, "
