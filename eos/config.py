@@ -51,9 +51,13 @@ class EosConfig:
     #: transactional id (`<application_id>-<subtopology>-<first>x<n>`), run together by one worker and
     #: committed by one transaction per batch (Kafka Streams' exactly_once_v2 commits all of a thread's tasks
     #: in one). 1: a transaction per task. Fewer, larger transactions cost fewer commits and commit markers on
-    #: many partitions; a unit is also the smallest thing that moves between workers. A change takes effect
-    #: safely: a task first fences the transactional id that last committed it.
-    tasks_per_transaction: int = 1
+    #: many partitions; a unit is also the smallest thing that moves between workers. "auto": a unit per task
+    #: slot (the sub-topology's tasks over the application's task slots, rounded up) where that puts at least
+    #: `AUTO_UNIT_MIN_TASKS` tasks in a unit, else 1; chosen at the application's first run and kept after it
+    #: (its commits record it), so that it never changes by itself. A change takes effect safely: a task first
+    #: fences the transactional id that last committed it (docs/design.md, section 3, on when a change is
+    #: exactly-once).
+    tasks_per_transaction: int | Literal["auto"] = "auto"
     #: Seconds between the starts of two batches. A batch that takes longer, or that `max_records_per_batch`
     #: capped (the input is behind), is followed at once.
     trigger_interval: float = 1.0
@@ -173,7 +177,8 @@ class EosConfig:
         _positive("first_batch_max_records", self.first_batch_max_records)
         _positive("batch_timeout", self.batch_timeout)
         _positive("max_batch_attempts", self.max_batch_attempts)
-        _positive("tasks_per_transaction", self.tasks_per_transaction)
+        if self.tasks_per_transaction != "auto":
+            _positive("tasks_per_transaction", self.tasks_per_transaction)
         _positive("standby_refresh_budget", self.standby_refresh_budget)
         if self.tracing:
             try:
@@ -258,7 +263,16 @@ def _coerce(name: str, value: Any, hint: Any) -> Any:
         options = typing.get_args(hint)
         if value is None and type(None) in options:
             return None
-        hint = next(o for o in options if o is not type(None))
+        named = [a for o in options if typing.get_origin(o) is Literal for a in typing.get_args(o)]
+        if value in named:  # a word the setting takes besides its type's values (tasks_per_transaction="auto")
+            return value
+        hint = next(o for o in options if o is not type(None) and typing.get_origin(o) is not Literal)
+        if named:
+            try:
+                return _coerce(name, value, hint)
+            except ConfigError:
+                raise ConfigError(f"{name} must be {'an integer' if hint is int else 'a number'} or "
+                                  f"{' or '.join(repr(a) for a in named)}, got {value!r}") from None
         origin = typing.get_origin(hint)
     if origin is Literal:
         allowed = typing.get_args(hint)

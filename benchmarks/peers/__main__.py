@@ -13,9 +13,10 @@ Quix Streams and a bare confluent-kafka transactional copy loop, side by side on
   default 10 MiB shared by the tasks) and `kstreams-cache` (its default cache) run count and pipeline
   emitting the latest aggregate per key per commit, and are compared with each other. stateless64: the
   stateless job on an input of 64 partitions (each peer's default parallelism on this machine; a Kafka
-  task per partition); this framework's runs of it set tasks_per_transaction=32, so that its 64 tasks
-  commit in two transactions per batch as Kafka Streams' two stream threads commit theirs (exactly_once_v2),
-  unless --eos-settings sets it. count64: the count on that input, the same way (each task's store in
+  task per partition); this framework's runs of it keep the default tasks_per_transaction="auto", which on
+  the two task slots of its default master makes units of 32, so that its 64 tasks commit in two
+  transactions per batch as Kafka Streams' two stream threads commit theirs (exactly_once_v2); --eos-settings
+  can set another. count64: the count on that input, the same way (each task's store in
   RocksDB on every peer). The copy loop runs the stateless jobs only.
 * CPU: the run's processes' CPU-seconds over the steady phase, divided by its wall time ("cores busy"); and
   the broker's, which every peer shares the two cores with ("broker cores", local brokers only).
@@ -307,7 +308,7 @@ def _shares(processes: dict[str, float]) -> str:
 def command(peer: str, job: str, bootstrap: str, source: str, sink: str, group: str, scratch: Path,
             kstreams: list[str], quix: str | None) -> tuple[list[str], dict[str, str]]:
     env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": bootstrap}
-    wide, job = is_wide(job), base_job(job)  # (another input)
+    job = base_job(job)  # (the wide jobs read another input)
     if peer.startswith("eos"):
         # The run starts in the scratch directory, where `import eos` would find whatever the interpreter's
         # environment has installed (an editable install of another checkout measured that one's code): this
@@ -318,8 +319,6 @@ def command(peer: str, job: str, bootstrap: str, source: str, sink: str, group: 
         settings = json.loads(env.get("PEER_SETTINGS") or "{}")
         if peer == "eos-cache":  # Kafka Streams' default cache, shared by its tasks as its threads share it
             settings = {"cache_max_bytes": KSTREAMS_CACHE_BYTES // PARTITIONS, **settings}
-        if wide:  # the 64 tasks commit in two transactions per batch, as Kafka Streams' two threads commit theirs
-            settings = {"tasks_per_transaction": WIDE_PARTITIONS // KSTREAMS_THREADS, **settings}
         env["PEER_SETTINGS"] = json.dumps(settings)
         master = ["--master", env["PEER_MASTER"]] if env.get("PEER_MASTER") else []  # --eos-master
         return [sys.executable, "-m", "eos.cli", "run", str(HERE / "eos_job.py"), "--no-live", *master], env

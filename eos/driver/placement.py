@@ -76,8 +76,8 @@ class Placer:
                 log.info("task moves", task=str(move.task), source=move.source, target=move.target,
                          reason=move.reason.value, lag=move.lag)
         located = [replace(p, preferred_location=assignor.location(assignor.active.get(p.task))) for p in plans]
-        if self.config.tasks_per_transaction > 1:
-            located = place_units_together(located, lambda plan: unit_id(plan.task, self.config))
+        if any(p.grouping > 1 for p in located):
+            located = place_units_together(located, lambda plan: unit_id(plan, self.config))
         standbys = []
         for task in self.changelogs:
             for executor in assignor.standby_targets(task, alive, ends[task]):

@@ -15,7 +15,9 @@ deleted by retention before they were processed) is moved, logged and carried in
 
 from __future__ import annotations
 
+import math
 import time
+from collections import Counter
 from collections.abc import Mapping
 
 import structlog
@@ -27,7 +29,7 @@ from eos.worker.plans import OffsetReset, SkipReason, StampPlan, TaskPlan, TaskR
 from eos.worker.progress import CommitMetadata
 from transactions import Committed, KafkaAdmin, OffsetRange
 
-__all__ = ["Planner"]
+__all__ = ["Planner", "unit_size", "AUTO_UNIT_MIN_TASKS", "DEFAULT_TASK_SLOTS"]
 
 log = structlog.get_logger(__name__)
 
@@ -42,6 +44,14 @@ TP = tuple[str, int]
 #: made one batch of 3.2M records, ~13 s without a commit where Kafka Streams commits every second. The
 #: smallest backlog batch is shared the same way: first_batch_max_records per partition up to 4 partitions.
 BACKLOG_START_RECORDS = 200_000
+#: `tasks_per_transaction="auto"` puts a sub-topology's tasks in one unit per task slot only where a unit then
+#: holds at least this many: on two task slots, 64 partitions ran at 19,122 rec/s with a transaction per task
+#: and 56,483 in units of 32 (the broker writing 64 commit markers per transaction), while 4 partitions in
+#: units of 2 gained nothing measurable and held 40-65 MiB more (docs/measurements.md, 2026-11-29).
+AUTO_UNIT_MIN_TASKS = 4
+#: The task slots "auto" groups by until the runner says how many the application has: the default local
+#: master's two (`local[2,4]`), and the test driver's.
+DEFAULT_TASK_SLOTS = 2
 #: A task's next top-up is due this share of the trigger interval before a whole interval after its last
 #: (`Planner._top_up_at`): after a late one, the later top-ups come back earlier by this much a batch.
 CADENCE_SLACK = 0.02
@@ -50,11 +60,18 @@ CADENCE_SLACK = 0.02
 class Planner:
     def __init__(self, admin: KafkaAdmin, config: EosConfig, subtopologies: Mapping[str, SubTopology],
                  partition_counts: Mapping[str, int], clocked: frozenset[str] = frozenset(), *,
-                 timed: bool = True) -> None:
+                 timed: bool = True, task_slots: int = DEFAULT_TASK_SLOTS) -> None:
         """`timed`: batches behind a backlog are sized from how long the last ones took (`time_batch`); a test
-        driver, which runs no clock, plans with the configured bounds only."""
+        driver, which runs no clock, plans with the configured bounds only. `task_slots`: how many tasks the
+        application runs at once, as far as known (`set_task_slots`)."""
         self.admin = admin
         self.config = config
+        self.task_slots = max(1, task_slots)
+        #: each sub-topology's unit size (`unit_size`), settled at the run's first plan and kept for the run
+        self.groupings: dict[str, int] | None = None
+        #: the unit sizes each sub-topology's tasks were last committed under, as the first plan read them
+        self._recorded: dict[str, Counter[int]] = {}
+        self._groupings_used = False  # whether a batch was planned under them (then they stay)
         #: records per input partition and batch while the input is behind (`time_batch`)
         self._sized = timed and config.size_backlog_batches and config.trigger_interval > 0
         #: each task's last top-up (`TaskResult.topped_up_at`), which its next one keeps the cadence of
@@ -130,18 +147,39 @@ class Planner:
         still starting (its look-ups then overlap the JVM's start instead of following it). A look-up that fails
         leaves nothing planned: `plan` looks again, and the run's handling of a failed batch applies to it."""
         try:
-            self._ahead = (batch, self.plan(batch))
+            self._ahead = (batch, self._plan(batch))
         except Exception as exc:  # (planned again, and raised then, by `plan`)
             log.debug("could not plan ahead; the batch is planned when it runs", batch=batch,
                       error=f"{type(exc).__name__}: {exc}")
             return False
         return True
 
+    def set_task_slots(self, slots: int) -> None:
+        """How many tasks the application runs at once, once Spark's context can say (what "auto" unit sizes
+        go by). Until a batch is planned for good: a plan made ahead under other unit sizes is made again when
+        it runs, since a unit's size names its transactional id. After that the sizes stay for the run."""
+        self.task_slots = max(1, slots)
+        if self.groupings is None or self._groupings_used:
+            return
+        sizes = self._unit_sizes()
+        if sizes != self.groupings:
+            self.groupings = sizes
+            if self._ahead is not None:
+                self._ahead = None
+                self._first_plan = self._last_plan_first
+
     def plan(self, batch: int) -> list[TaskPlan]:
+        plans: list[TaskPlan] | None = None
         if self._ahead is not None:
-            (planned, plans), self._ahead = self._ahead, None
+            (planned, ahead), self._ahead = self._ahead, None
             if planned == batch:
-                return plans
+                plans = ahead
+        if plans is None:
+            plans = self._plan(batch)
+        self._use_groupings()
+        return plans
+
+    def _plan(self, batch: int) -> list[TaskPlan]:
         if time.monotonic() - self._ids_read >= TOPIC_ID_REFRESH_S:
             self.refresh_topic_ids()
         tps = self.input_partitions()
@@ -150,6 +188,12 @@ class Planner:
         ends = self.admin.end_offsets(tps, committed=True, timeout=10)
         self.stable_ends = ends
         earliest = self.admin.earliest_offsets(tps, timeout=10)
+        if self.groupings is None:
+            self._recorded = {sub.name: Counter(g for partition in range(self.task_count(sub))
+                                                for g in _last_groupings([commits[self.groups[(sub.name, t)]].get(
+                                                    (t, partition)) for t in sub.inputs]))
+                              for sub in self.subtopologies.values()}
+            self.groupings = self._unit_sizes()
         batch_cap = self.backlog_records if self._sized else self.config.max_records_per_batch
         self._last_plan_first = self._first_plan
         pins = self._global_pins()
@@ -188,9 +232,28 @@ class Planner:
                                           global_pins={g.topic: pins[g.topic] for g in sub.global_tables},
                                           stamps=stamps, last_producer=_last_producer(committed),
                                           last_groupings=_last_groupings(committed),
-                                          first_batch=self._first_plan, top_up_at=self._top_up_at(task)))
+                                          grouping=self.groupings[sub.name], first_batch=self._first_plan,
+                                          top_up_at=self._top_up_at(task)))
         self._first_plan = False
         return plans
+
+    def _unit_sizes(self) -> dict[str, int]:
+        return {name: unit_size(self.config.tasks_per_transaction, self.task_count(sub), self.task_slots,
+                                self._recorded.get(name, Counter()))
+                for name, sub in self.subtopologies.items()}
+
+    def _use_groupings(self) -> None:
+        """The unit sizes are settled for the run once a batch is planned under them (said once, where units
+        hold more than one task)."""
+        if self._groupings_used or self.groupings is None:
+            return
+        self._groupings_used = True
+        for name, size in sorted(self.groupings.items()):
+            if size > 1:
+                tasks = self.task_count(self.subtopologies[name])
+                log.info("tasks share transactions", subtopology=name, tasks=tasks, tasks_per_transaction=size,
+                         units=math.ceil(tasks / size), task_slots=self.task_slots,
+                         setting=self.config.tasks_per_transaction)
 
     def unsettled(self) -> list[TP]:
         """The input partitions the application writes itself that hold records past the last stable offset the
@@ -359,6 +422,20 @@ class Planner:
         topics = sorted({t for sub in self.subtopologies.values() for t in sub.inputs})
         self.topic_ids = self.admin.topic_ids(topics, timeout=10)
         self._ids_read = time.monotonic()
+
+
+def unit_size(setting: int | str, tasks: int, slots: int, recorded: Mapping[int, int]) -> int:
+    """How many of a sub-topology's `tasks` share a transaction under `tasks_per_transaction` = `setting`. A
+    number is taken as it is. "auto": the size the tasks were last committed under (`recorded`: how many tasks
+    each size committed; where they differ, the most common, then the largest), so that an application's unit
+    size never changes by itself; for tasks that never committed, one unit per task slot where that puts at
+    least AUTO_UNIT_MIN_TASKS tasks in a unit, else 1 (a transaction per task)."""
+    if setting != "auto":
+        return int(setting)
+    if recorded:
+        return max(recorded, key=lambda size: (recorded[size], size))
+    per_slot = math.ceil(tasks / max(1, slots))
+    return per_slot if per_slot >= AUTO_UNIT_MIN_TASKS else 1
 
 
 def _last_groupings(committed: list[Committed | None]) -> frozenset[int]:

@@ -35,7 +35,15 @@ from eos.driver.planner import Planner
 from eos.driver.purge import PURGE_INTERVAL_S, RepartitionPurger
 from eos.driver.reports import BatchReport, LatenessWatch, RunSummary, to_json
 from eos.driver.shipping import ship_framework
-from eos.driver.spark import ContextStart, is_local_master, jvm_may_be_gone, spark_conf, task_rdd, task_slots
+from eos.driver.spark import (
+    ContextStart,
+    is_local_master,
+    jvm_may_be_gone,
+    spark_conf,
+    task_rdd,
+    task_slots,
+    total_task_slots,
+)
 from eos.errors import ConfigError, JobFailedError, stops_the_job
 from eos.ledger import ledger_topic
 from eos.logs import configure_logging
@@ -115,6 +123,7 @@ class Runner:
                                         topic_groups(self.app.subtopologies, cfg.group_id))
         planner.plan_ahead(0)  # (while a context still starts: the first batch's look-ups are done by then)
         check_spark_conf(spark_conf(self.sc))
+        planner.set_task_slots(total_task_slots(self.sc))  # (what tasks_per_transaction="auto" goes by)
         ship_framework(self.sc, local=is_local_master(str(self.sc.master)))
         self.placer = Placer(self.sc, admin, cfg, self.app.subtopologies, counts) if cfg.placement else None
         if cfg.metrics_port is not None and self.metrics is None:
@@ -275,7 +284,7 @@ class Runner:
         # would log a traceback for the call it left unanswered. The error is raised all the same, and `_run` says
         # what became of the batch (`jvm_may_be_gone`).
         with jvm_may_be_gone():
-            items = share_out(plans, task_slots(self.sc), lambda plan: unit_id(plan.task, self.config))
+            items = share_out(plans, task_slots(self.sc), lambda plan: unit_id(plan, self.config))
             self.sc.setJobGroup(f"{self.config.application_id}-batch-{batch}",
                                 f"eos {self.config.application_id} batch {batch} ({len(plans)} tasks in "
                                 f"{len(items)} Spark tasks)", True)

@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 
 __all__ = ["build_spark_context", "ContextStart", "launch_jvm_early", "discard_early", "fork_zygote_early",
            "build_spark_session", "spark_context_of", "DEFAULT_MASTER", "live_executors", "executor_locations",
-           "task_slots", "located_rdd", "task_rdd", "spark_conf", "is_local", "resolve_master", "is_local_master",
+           "task_slots", "total_task_slots", "located_rdd", "task_rdd", "spark_conf", "is_local", "resolve_master",
+           "is_local_master",
            "QUICK_JIT_KEY", "EARLY_JVM_KEY", "BLOCK_MANAGER_THREADS_KEY", "block_manager_threads",
            "bound_block_manager_pools"]
 
@@ -794,6 +795,12 @@ def task_slots(sc: Any) -> dict[str | None, int]:
         return {None: max(1, int(sc.defaultParallelism))}
     per_task = max(1, int(spark_conf(sc).get("spark.task.cpus", "1")))
     return {location: max(1, cores // per_task) for _, location, cores in _executor_infos(sc)}
+
+
+def total_task_slots(sc: Any) -> int:
+    """How many tasks the application runs at once: its executors' slots, or, before any has registered,
+    Spark's default parallelism (a cluster's cores so far, at least 2)."""
+    return sum(task_slots(sc).values()) or max(1, int(sc.defaultParallelism))
 
 
 def located_rdd(sc: Any, items: list[Any], locations: list[str | None]) -> Any:

@@ -16,8 +16,10 @@ crashes at random steps and compares what was committed (`eos.testing.crashes`).
 
 Differences from a cluster: every topic has `partitions` partitions (1 by default; a mapping gives some
 topics others); record timestamps default to the driver's wall clock, which moves only when told
-(`advance_wall_clock`); there is no Spark, so no standby replicas, placement or vectorized steps' Arrow
-path differences (they run as in a worker).
+(`advance_wall_clock`); units of tasks sharing a transaction run one after another, as one worker runs
+them, and `tasks_per_transaction="auto"` makes them for `task_slots` slots (2 by default); there is no
+Spark, so no standby replicas, placement or vectorized steps' Arrow path differences (they run as in a
+worker).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import Any, Literal, cast
 from eos.app import Application
 from eos.clock import clock_source
 from eos.driver.checks import check_topics, create_internal_topics, create_repartition_topics
-from eos.driver.planner import Planner
+from eos.driver.planner import DEFAULT_TASK_SLOTS, Planner
 from eos.hooks import FaultHooks, FaultPoint, HookPoint
 from eos.ledger import LedgerEntry, ledger_topic
 from eos.queries import StoreSnapshot, store_view
@@ -103,21 +105,23 @@ class TopologyTestDriver:
 
     def __init__(self, app: Application, *, partitions: int | Mapping[str, int] = 1,
                  wall_clock_ms: int | None = None, topic_configs: Mapping[str, Mapping[str, str]] | None = None,
-                 log_level: str = "WARNING", max_rounds: int = 100_000, state_dir: str | Path | None = None) -> None:
+                 log_level: str = "WARNING", max_rounds: int = 100_000, state_dir: str | Path | None = None,
+                 task_slots: int = DEFAULT_TASK_SLOTS) -> None:
         """`partitions`: of every topic of the application (a mapping: per topic, 1 for the others);
         `wall_clock_ms`: the driver's wall clock at the start (now if None); `topic_configs`: topic settings
         of the application's own topics, as a broker has them (`cleanup.policy`, `max.message.bytes`,
         `message.timestamp.after.max.ms`, ...: what a topic refuses becomes a dead letter, as on a
         cluster); `log_level` of the framework's logs while the driver runs; `state_dir`: persistent stores in
         RocksDB under this directory, kept open between batches as a worker keeps them (by default every
-        store is in memory)."""
+        store is in memory); `task_slots`: the tasks a cluster would run at once, which
+        `tasks_per_transaction="auto"` makes its units by (the default local master's two)."""
         self.app = app
         self.config = app.config.with_overrides(log_level=log_level,
                                                 **({} if state_dir is None else {"state_dir": str(state_dir)}))
         self._state_dir = state_dir
         self._options: dict[str, Any] = {"partitions": partitions, "wall_clock_ms": wall_clock_ms,
                                          "topic_configs": topic_configs, "log_level": log_level,
-                                         "max_rounds": max_rounds, "state_dir": state_dir}
+                                         "max_rounds": max_rounds, "state_dir": state_dir, "task_slots": task_slots}
         self.now = int(time.time() * 1000) if wall_clock_ms is None else wall_clock_ms
         self._started = self.now
         self.cluster = MemoryCluster(clock=lambda: self.now / 1000)
@@ -145,7 +149,7 @@ class TopologyTestDriver:
                            ledger_topic(self.config.application_id),
                            frozenset(t.name for t in app.internal_topics.values() if t.purge), app.clocked_topics)
             self.planner = Planner(self.admin, self.config, app.subtopologies, counts, app.clocked_topics,
-                                   timed=False)
+                                   timed=False, task_slots=task_slots)
             self.planner.refresh_topic_ids()
             self.planner.initialize_offsets()
         self.worker = MemoryWorker(self.cluster)

@@ -270,7 +270,7 @@ class BatchAttempt:
         if self.config.processing_guarantee != "exactly_once":
             return False
         stale = {self.task.transactional_id(self.config.application_id, g) for g in groupings
-                 if g != self.config.tasks_per_transaction} - self.txn.fenced - {self.txn_id}
+                 if g != self.plan.grouping} - self.txn.fenced - {self.txn_id}
         for txn_id in sorted(stale):
             log.info("fencing the transactional id that last committed the task under another "
                      "tasks_per_transaction", fenced=txn_id, unit=self.txn_id)
@@ -559,7 +559,7 @@ class BatchAttempt:
         stream_time = max(self.stream_time, outcome.stream_time)
         punctuation = self.runtime.punctuation_state() if self.runtime is not None else {}
         idle = said_idle(self.plan.stamps, outcome)
-        grouping = self.config.tasks_per_transaction
+        grouping = self.plan.grouping
         offsets = [TopicPartition(r.topic, r.partition, self._commit_offset(r),
                                   CommitMetadata(stream_time, producer.token, self.plan.topic_ids.get(r.topic),
                                                  punctuation, outcome.clocks, idle, grouping).encode())
@@ -648,7 +648,7 @@ class UnitAttempt:
         self.config = job.config
         self.clients = clients
         self.together_ms = 0.0
-        self.txn = Transaction(unit_id(plans[0].task, self.config), clients, self.config)
+        self.txn = Transaction(unit_id(plans[0], self.config), clients, self.config)
         self.members = [BatchAttempt(plan, job, clients, runtimes, spark_attempt, batch_attempt, self.txn,
                                      alone=len(plans) == 1, in_memory=in_memory) for plan in plans]
 

@@ -155,7 +155,7 @@ def units_of(plans: Sequence[TaskPlan], config: EosConfig) -> list[tuple[TaskPla
     """`plans` by the transaction that commits them (`tasks_per_transaction`), in plan order."""
     units: dict[str, list[TaskPlan]] = {}
     for plan in plans:
-        units.setdefault(unit_id(plan.task, config), []).append(plan)
+        units.setdefault(unit_id(plan, config), []).append(plan)
     return [tuple(unit) for unit in units.values()]
 
 
@@ -175,7 +175,7 @@ def run_member(member: GroupMember, job: Job, spark_attempt: int, token: str, cl
     cfg = job.config
 
     def held(unit: tuple[TaskPlan, ...]) -> bool:
-        txn_id = unit_id(unit[0].task, cfg)
+        txn_id = unit_id(unit[0], cfg)
         keys = [runtime_key(plan.task, cfg) for plan in unit]
         producer = clients.cached_producer(txn_id)
         if producer is not None and fenced_since(producer, [plan.last_producer for plan in unit]):
@@ -189,7 +189,7 @@ def run_member(member: GroupMember, job: Job, spark_attempt: int, token: str, cl
         return producer is not None or any(runtimes.get(key, job.run_id) is not None for key in keys)
 
     for unit in claim_order(units_of(member.group.plans, cfg), held):
-        with claims.claim(unit_id(unit[0].task, cfg)) as claim:
+        with claims.claim(unit_id(unit[0], cfg)) as claim:
             if claim is None:
                 continue  # a sibling runs it or has reported it
             if claim.earlier is not None:
@@ -203,7 +203,7 @@ def run_member(member: GroupMember, job: Job, spark_attempt: int, token: str, cl
 def _attempts(plans: Sequence[TaskPlan], job: Job, spark_attempt: int, clients: TaskClients,
               runtimes: RuntimeCache, in_memory: bool) -> list[TaskResult]:
     cfg = job.config
-    txn_id = unit_id(plans[0].task, cfg)
+    txn_id = unit_id(plans[0], cfg)
 
     def drop_runtimes() -> None:
         for plan in plans:

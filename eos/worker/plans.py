@@ -117,6 +117,9 @@ class TaskPlan:
     #: for pending offsets). A task of another grouping now first fences the transactional id those name, so
     #: that a transaction it left open no longer holds its offsets.
     last_groupings: frozenset[int] = frozenset()
+    #: How many tasks of its sub-topology share its transaction (`tasks_per_transaction` as the planner settled
+    #: it for the run): its unit is partitions [k*n, (k+1)*n), and the unit's transactional id names n.
+    grouping: int = 1
     #: Planned in the run's first batch: a unit (`tasks_per_transaction`) then commits after its first task
     #: with input and leaves the others to the next batch, so that its first outputs come as a task's would.
     first_batch: bool = False
@@ -237,9 +240,9 @@ class StandbyResult:
     store_offsets: dict[str, int] = field(default_factory=dict)
 
 
-def unit_id(task: TaskId, config: EosConfig) -> str:
-    """The transactional id that commits `task`: its unit's (`tasks_per_transaction`; the task's own at 1)."""
-    return task.transactional_id(config.application_id, config.tasks_per_transaction)
+def unit_id(plan: TaskPlan, config: EosConfig) -> str:
+    """The transactional id that commits `plan`'s task: its unit's (`TaskPlan.grouping`; the task's own at 1)."""
+    return plan.task.transactional_id(config.application_id, plan.grouping)
 
 
 def runtime_key(task: TaskId, config: EosConfig) -> str:

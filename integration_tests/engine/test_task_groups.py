@@ -1,6 +1,8 @@
 """Task groups on a real broker and real Spark: a batch's tasks shared out among one Spark task per slot, by
 claims (`eos.worker.claims`). A worker killed while it holds a claim loses nothing and duplicates nothing, and
-tasks stay in the worker process that holds their producers."""
+tasks stay in the worker process that holds their producers. Each task commits its own transaction here
+(`tasks_per_transaction=1`: on 8 partitions and two slots the default would make units of 4, which
+tests/eos/test_shared_transactions.py and integration_tests/streams/test_shared_transactions.py cover)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ def test_a_worker_killed_holding_a_claim_mid_group_loses_and_duplicates_nothing(
                                                                                 unique_name):
     src, dst = topic_factory("in", partitions=PARTITIONS), topic_factory("out", partitions=PARTITIONS)
     produce(kafka.bootstrap_servers, src, numbers(40_000))
-    app = transform_app(unique_name("app"), kafka.bootstrap_servers, src, dst, max_records_per_batch=2_000)
+    app = transform_app(unique_name("app"), kafka.bootstrap_servers, src, dst, max_records_per_batch=2_000,
+                        tasks_per_transaction=1)
     # Batch 1: the worker that runs task 5 exits after producing, its transaction open and its claim held,
     # with tasks of its share done before (their results stored with their claims) and others still to come.
     app.fault_hooks.on("after_produce", CrashWorker(Match(partition=5, spark_attempt=0, batch=1)))
@@ -44,7 +47,8 @@ def test_a_worker_killed_holding_a_claim_mid_group_loses_and_duplicates_nothing(
 def test_tasks_stay_in_the_worker_that_holds_their_producers(kafka, spark, topic_factory, unique_name):
     src, dst = topic_factory("in", partitions=PARTITIONS), topic_factory("out", partitions=PARTITIONS)
     produce(kafka.bootstrap_servers, src, numbers(48_000))
-    app = transform_app(unique_name("app"), kafka.bootstrap_servers, src, dst, max_records_per_batch=1_000)
+    app = transform_app(unique_name("app"), kafka.bootstrap_servers, src, dst, max_records_per_batch=1_000,
+                        tasks_per_transaction=1)
     summary = app.run(spark, until_caught_up=True, keep_task_results=True)
 
     runs = sorted(summary.task_results, key=lambda r: (r.batch, r.committed_at))

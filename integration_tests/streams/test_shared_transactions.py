@@ -3,7 +3,8 @@ stateless step, 8 partitions in units of 4. Workers die inside a unit's transact
 its third task; after a streamed slice of its first), and the whole job is SIGKILLed three times and
 restarted. Each key's committed counts are 1, 2, ..., its reference total, once each; every input is mapped
 once; the auditor says PASS, and FAIL once a broken writer commits a result again; and each batch of a unit
-commits in one transaction."""
+commits in one transaction. The SIGKILLed job sets no tasks_per_transaction: "auto" makes the units of 4 on
+the default master's two task slots, at its first start, and every restart keeps them."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ from eos import Application
 from eos.audit import audit_application
 from eos.testing import CrashWorker, Match
 from eos.worker.plans import TaskStatus
+from eos.worker.progress import CommitMetadata
 from integration_tests.helpers import produce
 from integration_tests.streams.test_fused_topology import commit_copy, load_job, run_killed_then_caught_up
 from integration_tests.streams.test_time_and_rekey import committed_records
+from transactions import KafkaAdmin
 
 PARTITIONS, UNIT, KEYS = 8, 4, 50
 
@@ -86,8 +89,8 @@ from eos import Application
 from eos.testing import MarkWhile
 from integration_tests.streams.test_shared_transactions import build
 
-app = build(Application(os.environ["APP"], tasks_per_transaction=4, max_records_per_batch=300, trigger_interval=0.0,
-                        cache_max_bytes=0, log_format="json", log_level="WARNING", state_dir=os.environ["STATE"]),
+app = build(Application(os.environ["APP"], max_records_per_batch=300, trigger_interval=0.0, cache_max_bytes=0,
+                        log_format="json", log_level="WARNING", state_dir=os.environ["STATE"]),
             os.environ["IN"], os.environ["COUNTS"], os.environ["MAPPED"])
 if os.environ.get("MARKS"):
     app.fault_hooks.on("before_commit", MarkWhile(os.environ["MARKS"], seconds=0.3))
@@ -109,6 +112,9 @@ def test_a_job_of_units_sigkilled_and_restarted_commits_every_result_once(kafka,
 
     check(bootstrap, inputs, topics["counts"], topics["mapped"])
     app = load_job(tmp_path, env, monkeypatch)
+    assert app.config.tasks_per_transaction == "auto"
+    committed = KafkaAdmin(bootstrap).group_commits(app.config.group_id, [(topics["in"], p) for p in range(PARTITIONS)])
+    assert {CommitMetadata.decode(c.metadata).grouping for c in committed.values()} == {UNIT}
     reports = audit_application(app)
     assert reports and all(r.verdict == "PASS" for r in reports), [(r.mode, r.verdict) for r in reports]
     key, value, _ = committed_records(bootstrap, topics["mapped"])[0]

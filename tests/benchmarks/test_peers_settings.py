@@ -19,8 +19,10 @@ def settings(monkeypatch: pytest.MonkeyPatch, peer: str, job: str, tried: dict |
     return json.loads(env["PEER_SETTINGS"])
 
 
-def test_the_wide_job_commits_its_64_tasks_in_two_transactions_as_kafka_streams_two_threads(monkeypatch):
-    assert settings(monkeypatch, "eos", "stateless64") == {"tasks_per_transaction": 32}
+def test_the_framework_runs_with_its_defaults_but_for_the_cache_and_what_is_tried(monkeypatch):
+    """The wide job keeps the default tasks_per_transaction ("auto": units of 32 on two task slots, as Kafka
+    Streams' two threads commit their 64 tasks in two transactions; tests/eos/test_planner.py)."""
+    assert settings(monkeypatch, "eos", "stateless64") == {}
     assert settings(monkeypatch, "eos", "stateless") == {}
     assert settings(monkeypatch, "eos-cache", "count") == {"cache_max_bytes": 10 * 1024 * 1024 // 4}
     # what --eos-settings tries wins

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from eos.config import EosConfig
-from eos.driver.planner import Planner
+from eos.driver.planner import Planner, unit_size
 from eos.serde import BytesSerde
 from eos.topology import SubTopology
 from eos.worker.plans import OffsetReset, SkipReason
@@ -308,3 +308,56 @@ def test_a_batch_planned_ahead_is_returned_once_without_looking_again_and_a_fail
     assert not planner.plan_ahead(6)
     with pytest.raises(TimeoutError):
         planner.plan(6)  # nothing was kept: the run's handling of a failed batch sees the error
+
+
+# ---------------------------------------------------------------- tasks_per_transaction="auto"
+
+
+def test_auto_makes_a_unit_per_task_slot_only_where_units_then_hold_several_tasks():
+    assert [unit_size("auto", tasks, 2, {}) for tasks in (1, 2, 4, 6, 7, 8, 9, 64)] == [1, 1, 1, 1, 4, 4, 5, 32]
+    assert [unit_size("auto", 64, slots, {}) for slots in (1, 8, 16, 17, 22, 64)] == [64, 8, 4, 4, 1, 1]
+    assert unit_size(3, 64, 2, {}) == 3 and unit_size(1, 64, 2, {4: 64}) == 1  # a number is taken as it is
+
+
+def test_auto_keeps_the_size_the_tasks_were_last_committed_under():
+    """So that an application's unit size never changes by itself (a change is exactly-once only when no
+    attempt of the previous run is alive): what its commits record wins over the task slots."""
+    assert unit_size("auto", 64, 2, {1: 64}) == 1  # committed one by one (an earlier version's default): kept
+    assert unit_size("auto", 8, 64, {4: 8}) == 4
+    assert unit_size("auto", 8, 2, {2: 5, 4: 3}) == 2  # a change left half-way: the most common
+    assert unit_size("auto", 8, 2, {2: 4, 4: 4}) == 4  # (then the larger)
+
+
+def test_an_auto_unit_size_is_settled_by_the_first_plan_from_the_commits_it_reads():
+    tps = [("a", p) for p in range(8)]
+    committed = dict.fromkeys(tps, 0)
+    fresh = Planner(FakeAdmin(committed=committed, ends=dict.fromkeys(tps, 50), earliest={}),
+                    EosConfig("app", "b"), {"s": sub(["a"])}, {"a": 8})
+    assert {p.grouping for p in fresh.plan(0)} == {4} and fresh.groupings == {"s": 4}
+    metadata = dict.fromkeys(tps, CommitMetadata(5, "tok").encode())  # committed a task at a time
+    kept = Planner(FakeAdmin(committed=committed, ends=dict.fromkeys(tps, 50), earliest={}, metadata=metadata),
+                   EosConfig("app", "b"), {"s": sub(["a"])}, {"a": 8})
+    assert {p.grouping for p in kept.plan(0)} == {1}
+
+
+def test_a_plan_made_ahead_under_other_unit_sizes_is_made_again_once_the_task_slots_are_known():
+    """The first batch is planned while Spark's context starts, before the task slots are known: a unit's size
+    names its transactional id, so plans made for two slots are not run on eight. Once a batch has been
+    planned for good, the sizes stay for the run whatever the slots do."""
+    tps = [("a", p) for p in range(8)]
+    admin = FakeAdmin(committed=dict.fromkeys(tps, 0), ends=dict.fromkeys(tps, 100_000), earliest={})
+    cfg = EosConfig("app", "b", first_batch_max_records=3_000, size_backlog_batches=False)
+    planner = Planner(admin, cfg, {"s": sub(["a"])}, {"a": 8})
+    assert planner.plan_ahead(0)
+    planner.set_task_slots(8)
+    first = planner.plan(0)
+    assert {p.grouping for p in first} == {1}
+    assert all(p.first_batch for p in first) and {p.ranges[0].end for p in first} == {3_000}
+    planner.set_task_slots(2)
+    assert {p.grouping for p in planner.plan(1)} == {1}
+
+    same = Planner(admin, cfg, {"s": sub(["a"])}, {"a": 8})
+    assert same.plan_ahead(0)
+    ahead = same._ahead
+    same.set_task_slots(2)  # (the guess held: the plan made ahead is the one run)
+    assert same._ahead is ahead and {p.grouping for p in same.plan(0)} == {4}

@@ -11,6 +11,7 @@ from collections import Counter
 import pytest
 
 from eos import Application, ConfigError
+from eos.driver.planner import Planner
 from eos.testing import TopologyTestDriver
 from eos.topology import TaskId
 from eos.worker.attempt import BatchAttempt
@@ -69,6 +70,18 @@ def test_a_grouping_below_one_is_refused_with_what_to_set(value):
         Application("bad", tasks_per_transaction=value)
 
 
+@pytest.mark.parametrize("value", ["Auto", "many", 2.5, True])
+def test_a_grouping_that_is_neither_a_number_nor_auto_is_refused_with_what_it_takes(value):
+    with pytest.raises(ConfigError, match="tasks_per_transaction must be an integer or 'auto', got"):
+        Application("bad", tasks_per_transaction=value)
+
+
+def test_the_grouping_is_auto_by_default_and_taken_from_the_command_line_s_strings():
+    assert Application("a").config.tasks_per_transaction == "auto"
+    assert [Application("a", tasks_per_transaction=v).config.tasks_per_transaction for v in ("auto", "32", 4)] == [
+        "auto", 32, 4]
+
+
 def test_producer_tokens_are_ordered_by_issue_and_others_are_issued_after_nothing():
     first = producer_token()
     later = producer_token()
@@ -108,7 +121,7 @@ def test_a_unit_commits_its_tasks_in_one_transaction_with_the_results_of_one_per
             by_unit.setdefault(r.task.partition // 4, set()).add(r.committed_at)
     assert counted and all(len(times) == 1 for times in by_unit.values())  # each unit: one commit
 
-    alone = TopologyTestDriver(counts_app(), partitions={"in": PARTITIONS, "out": PARTITIONS})
+    alone = TopologyTestDriver(counts_app(tasks_per_transaction=1), partitions={"in": PARTITIONS, "out": PARTITIONS})
     alone.pipe_records(inputs(400))
     assert sorted((r.key, r.value) for r in driver.records("out")) == sorted(
         (r.key, r.value) for r in alone.records("out"))
@@ -121,6 +134,48 @@ def test_crashes_anywhere_in_a_unit_leave_results_exactly_once(grouping):
                                 partitions={"in": PARTITIONS, "out": PARTITIONS})
     report = driver.check_exactly_once(inputs(600, seed=grouping), crashes=12, seed=grouping, chunk=37)
     assert report.ok and len(report.crashes) >= 8
+
+
+# ---------------------------------------------------------------- tasks_per_transaction="auto" (the default)
+
+
+def unit_ids(driver: TopologyTestDriver) -> set[str]:
+    return {t for t in driver.cluster.epochs if t.startswith(f"shared-{SUB}-")}
+
+
+@pytest.mark.parametrize(("partitions", "slots", "ids"), [
+    (8, 2, {"0x4", "4x4"}),  # 4 tasks a slot: a unit per slot, as Kafka Streams' threads commit theirs
+    (4, 2, {"0", "1", "2", "3"}),  # 2 a slot: a transaction per task
+    (4, 1, {"0x4"}),
+    (9, 2, {"0x5", "5x5"})])
+def test_auto_makes_a_unit_per_task_slot_where_each_then_holds_four_tasks_or_more(partitions, slots, ids):
+    app = counts_app()
+    assert app.config.tasks_per_transaction == "auto"
+    driver = TopologyTestDriver(app, partitions={"in": partitions, "out": partitions}, task_slots=slots)
+    driver.pipe_records(inputs(300, partitions=partitions))
+    assert unit_ids(driver) == {f"shared-{SUB}-{i}" for i in ids}
+    want = Counter(key for _, key, value, _, _ in inputs(300, partitions=partitions) if value["n"] % 5 != 0)
+    assert latest_counts(driver) == want
+
+
+def test_auto_units_leave_every_result_once_through_crashes_and_keep_their_size_when_the_slots_change():
+    """Batches killed at random steps give what a run without crashes gives; the counts are the reference's.
+    Started again on more task slots (8: auto would now give a transaction per task), the application keeps
+    the units its commits record, so no second transactional id ever covers a task."""
+    driver = TopologyTestDriver(counts_app(), partitions={"in": PARTITIONS, "out": PARTITIONS})
+    report = driver.check_exactly_once(inputs(600, seed=7), crashes=12, seed=7, chunk=37)
+    assert report.ok and len(report.crashes) >= 8
+    driver.pipe_records(inputs(600, seed=7))
+    assert unit_ids(driver) == {f"shared-{SUB}-0x4", f"shared-{SUB}-4x4"}
+    more = Planner(driver.admin, driver.config, driver.app.subtopologies, {"in": PARTITIONS}, timed=False,
+                   task_slots=8)
+    more.plan(0)
+    assert more.groupings == {SUB: 4}  # (a fresh application on eight slots: 1)
+    fresh = TopologyTestDriver(counts_app(), partitions={"in": PARTITIONS, "out": PARTITIONS}, task_slots=8)
+    fresh.pipe_records(inputs(600, seed=7))
+    assert unit_ids(fresh) == {f"shared-{SUB}-{p}" for p in range(PARTITIONS)}
+    want = Counter(key for _, key, value, _, _ in inputs(600, seed=7) if value["n"] % 5 != 0)
+    assert latest_counts(driver) == latest_counts(fresh) == want
 
 
 def test_a_crash_before_the_commit_of_a_unit_s_second_task_shows_nothing_of_the_first():
@@ -178,7 +233,7 @@ def test_a_unit_reads_its_tasks_input_in_one_read_and_each_task_processes_what_i
     units = [[(p, 0, n) for p, n in sorted(Counter(r[4] for r in inputs(400) if r[4] // 4 == unit).items())]
              for unit in (0, 1)]
     assert reads == units  # one read per unit, every task's range in it, none read again
-    alone = TopologyTestDriver(counts_app(), partitions={"in": PARTITIONS, "out": PARTITIONS})
+    alone = TopologyTestDriver(counts_app(tasks_per_transaction=1), partitions={"in": PARTITIONS, "out": PARTITIONS})
     alone.pipe_records(inputs(400))
     assert sorted((r.key, r.value) for r in driver.records("out")) == sorted(
         (r.key, r.value) for r in alone.records("out"))
@@ -235,7 +290,7 @@ def test_each_task_of_a_unit_too_large_to_read_together_reads_what_was_prefetche
     # the first task of each unit reads with the worker's input consumer, the next ones alternate
     assert prefetched == [(1, "input-ahead"), (2, "input"), (3, "input-ahead"),
                           (5, "input-ahead"), (6, "input"), (7, "input-ahead")]
-    alone = TopologyTestDriver(counts_app(), partitions={"in": PARTITIONS, "out": PARTITIONS})
+    alone = TopologyTestDriver(counts_app(tasks_per_transaction=1), partitions={"in": PARTITIONS, "out": PARTITIONS})
     alone.pipe_records(inputs(400))
     assert sorted((r.key, r.value) for r in driver.records("out")) == sorted(
         (r.key, r.value) for r in alone.records("out"))
@@ -263,6 +318,7 @@ def regroup(driver: TopologyTestDriver, grouping: int) -> None:
     """The application started again with another tasks_per_transaction (on the same cluster)."""
     config = driver.config.with_overrides(tasks_per_transaction=grouping)
     driver.config = driver.job.config = driver.planner.config = config
+    driver.planner.groupings = None  # (a new run settles its unit sizes at its first plan)
 
 
 @pytest.mark.parametrize(("before", "after"), [(1, 2), (2, 1), (2, 4)])
