@@ -798,9 +798,27 @@ def task_slots(sc: Any) -> dict[str | None, int]:
 
 
 def total_task_slots(sc: Any) -> int:
-    """How many tasks the application runs at once: its executors' slots, or, before any has registered,
-    Spark's default parallelism (a cluster's cores so far, at least 2)."""
-    return sum(task_slots(sc).values()) or max(1, int(sc.defaultParallelism))
+    """How many tasks the application runs at once: a local master's threads; on a cluster the more of its
+    executors' slots so far and what its master and settings ask for (`local-cluster[N,cores,MB]`,
+    `spark.cores.max`, or `spark.executor.instances` x `spark.executor.cores`, over `spark.task.cpus`), since
+    executors register a moment after the context; Spark's default parallelism where nothing says."""
+    slots = sum(task_slots(sc).values())
+    if is_local(sc):
+        return slots
+    conf = spark_conf(sc)
+    per_task = max(1, _setting(conf, "spark.task.cpus") or 1)
+    cluster = re.fullmatch(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*\d+\s*\]", str(sc.master))
+    cores = (int(cluster[1]) * int(cluster[2]) if cluster else _setting(conf, "spark.cores.max")
+             or _setting(conf, "spark.executor.instances") * _setting(conf, "spark.executor.cores"))
+    return max(slots, cores // per_task) or max(1, int(sc.defaultParallelism))
+
+
+def _setting(conf: dict[str, str], key: str) -> int:
+    """A whole-number Spark setting, 0 where it is unset or not a number."""
+    try:
+        return int(conf.get(key, "0"))
+    except ValueError:
+        return 0
 
 
 def located_rdd(sc: Any, items: list[Any], locations: list[str | None]) -> Any:

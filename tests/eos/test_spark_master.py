@@ -361,3 +361,69 @@ def test_a_batch_whose_jvm_resets_mid_job_raises_without_a_py4j_traceback(capfd,
     assert "Traceback" not in stderr and "Exception while sending command" not in stderr, stderr
     assert not caplog.records
     assert _Py4JSendErrors not in {type(f) for f in root.filters} and root.handlers == handlers
+
+
+class SlotsContext:
+    """What `total_task_slots` asks of a SparkContext: its master, settings, executors so far (through Py4J's
+    objects), parallelism."""
+
+    def __init__(self, master: str, conf: dict[str, str], executor_cores: list[int], parallelism: int = 2) -> None:
+        self.master, self.defaultParallelism = master, parallelism
+        self._conf = self
+        self._settings = conf
+        self._executors = [Executor(str(i), cores) for i, cores in enumerate(executor_cores)]
+        self._jsc = self
+
+    def getAll(self) -> list[tuple[str, str]]:  # SparkConf
+        return list(self._settings.items())
+
+    def sc(self) -> SlotsContext:  # JavaSparkContext
+        return self
+
+    def statusStore(self) -> SlotsContext:  # SparkContext
+        return self
+
+    def executorList(self, active: bool) -> Any:  # AppStatusStore: a java.util.List
+        rest = list(self._executors)
+
+        class Iterator:
+            def hasNext(self) -> bool:
+                return bool(rest)
+
+            def next(self) -> Executor:
+                return rest.pop(0)
+
+        return type("List", (), {"iterator": lambda _: Iterator()})()
+
+
+class Executor:
+    def __init__(self, executor_id: str, cores: int) -> None:
+        self._id, self._cores = executor_id, cores
+
+    def id(self) -> str:
+        return self._id
+
+    def hostPort(self) -> str:
+        return "host:1"
+
+    def totalCores(self) -> int:
+        return self._cores
+
+
+@pytest.mark.parametrize(("master", "conf", "executors", "slots"), [
+    ("local[4]", {}, [], 4),
+    ("spark://m:7077", {"spark.cores.max": "8"}, [4], 8),  # one of two executors registered so far
+    ("spark://m:7077", {"spark.cores.max": "8", "spark.task.cpus": "2"}, [], 4),
+    ("yarn", {"spark.executor.instances": "3", "spark.executor.cores": "2"}, [2], 6),
+    ("local-cluster[2,2,1024]", {}, [2], 4),
+    ("spark://m:7077", {}, [4, 4, 4], 12),  # nothing asked: the executors there are
+    ("spark://m:7077", {"spark.cores.max": "many"}, [], 2),  # nothing that says: Spark's default parallelism
+])
+def test_the_task_slots_auto_units_go_by_count_what_the_cluster_asks_for_as_well_as_what_registered(
+        master, conf, executors, slots):
+    """Executors register a moment after the context, and an application's first run sizes its "auto"
+    units for good: a count of the executors registered so far alone would make units too large."""
+    from eos.driver.spark import total_task_slots
+
+    sc = SlotsContext(master, conf, executors, parallelism=4 if master == "local[4]" else 2)
+    assert total_task_slots(sc) == slots
