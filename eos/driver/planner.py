@@ -190,8 +190,7 @@ class Planner:
         earliest = self.admin.earliest_offsets(tps, timeout=10)
         if self.groupings is None:
             self._recorded = {sub.name: Counter(g for partition in range(self.task_count(sub))
-                                                for g in _last_groupings([commits[self.groups[(sub.name, t)]].get(
-                                                    (t, partition)) for t in sub.inputs]))
+                                                for g in _last_groupings(self._committed_by(sub, partition, commits)))
                               for sub in self.subtopologies.values()}
             self.groupings = self._unit_sizes()
         batch_cap = self.backlog_records if self._sized else self.config.max_records_per_batch
@@ -218,7 +217,7 @@ class Planner:
                         behind.add(tp)
                 task = sub.task(partition)
                 busy = any(not r.empty for r in ranges)
-                committed = [commits[self.groups[(sub.name, t)]].get((t, partition)) for t in sub.inputs]
+                committed = self._committed_by(sub, partition, commits)
                 if busy:
                     self.quiet_since.pop(task, None)
                 announce = not busy and self._idle_due(sub, task, committed)
@@ -236,6 +235,11 @@ class Planner:
                                           top_up_at=self._top_up_at(task)))
         self._first_plan = False
         return plans
+
+    def _committed_by(self, sub: SubTopology, partition: int,
+                      commits: Mapping[str, Mapping[TP, Committed]]) -> list[Committed | None]:
+        """What the groups of `sub`'s inputs last committed for its task of `partition`, one per input."""
+        return [commits[self.groups[(sub.name, topic)]].get((topic, partition)) for topic in sub.inputs]
 
     def _unit_sizes(self) -> dict[str, int]:
         return {name: unit_size(self.config.tasks_per_transaction, self.task_count(sub), self.task_slots,
