@@ -3,7 +3,7 @@ directories. Imports only from `transactions`."""
 
 from recovery.backends import Backend, MemoryBackend, RocksDBBackend, StoreError
 from recovery.changelog import ChangelogConfigError, changelog_record, ensure_changelogs
-from recovery.restore import ChangelogSource, RestoreResult, restore_store, settled_bounds
+from recovery.restore import ChangelogSource, KnownBounds, RestoreResult, restore_store, settled_bounds
 from recovery.state_dir import HOLDER, StateDirectoryError, StoreHolder, TaskDirectory, locked_task_directories
 from recovery.store import KeyValueStore, StoreKind, StoreSpec, StoreView
 from recovery.windows import RecordBuffer, Session, SessionStore, WindowStore
@@ -35,4 +35,5 @@ __all__ = [
     "settled_bounds",
     "locked_task_directories",
     "ChangelogSource",
+    "KnownBounds",
 ]

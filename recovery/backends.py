@@ -54,6 +54,10 @@ def _options() -> Options:
     # opened again after another process held them, so a store directory would fill with LOG.old.* files.
     # Keep the current and one old.
     opt.set_keep_log_file_num(2)
+    # An open loads its table files on up to 16 threads by default, which it starts and joins at every open: a
+    # worker opening a unit's 32 stores started ~480 threads, and an open took ~30 % more CPU than on one
+    # thread, with 60 table files too (docs/measurements.md). The workers share the machine's cores anyway.
+    opt.set_max_file_opening_threads(1)
     pid = os.getpid()  # (made in the process that opens stores: never shared across a fork)
     if pid not in _shared:
         _shared.clear()

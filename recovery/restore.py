@@ -30,7 +30,7 @@ from typing import Any, Protocol
 from recovery.backends import Backend
 from transactions import Message, OffsetRange, RangeReader, RetriableKafkaError
 
-__all__ = ["RestoreResult", "restore_store", "settled_bounds", "ChangelogSource"]
+__all__ = ["RestoreResult", "restore_store", "settled_bounds", "ChangelogSource", "KnownBounds"]
 
 TP = tuple[str, int]
 
@@ -52,6 +52,31 @@ class ChangelogSource(Protocol):
         ...
 
     def read(self, ranges: list[OffsetRange], timeout: float) -> Iterator[list[Message]]: ...
+
+
+class KnownBounds:
+    """`source` with the bounds of some partitions already read (`known`), read with many others' at once: each
+    is answered once from what was read, then from `source` again (a second open of a store after a failure
+    reads them afresh). Everything else goes to `source`. Only for partitions no other writer can reach between
+    the read and the restore (`eos.worker.attempt.UnitAttempt`: the changelogs of tasks whose transactional id
+    this attempt holds, each written only by its own task's batch, after its restore)."""
+
+    def __init__(self, source: ChangelogSource, known: dict[TP, tuple[int, int]]) -> None:
+        self.source, self.known = source, dict(known)
+
+    def bounds(self, partitions: list[TP]) -> dict[TP, tuple[int, int]]:
+        if not partitions or not all(tp in self.known for tp in partitions):
+            return self.source.bounds(partitions)
+        return {tp: self.known.pop(tp) for tp in partitions}
+
+    def written_ends(self, partitions: list[TP]) -> dict[TP, int]:
+        return self.source.written_ends(partitions)
+
+    def settled_ends(self, at_least: dict[TP, int], within: float) -> dict[TP, int]:
+        return self.source.settled_ends(at_least, within)
+
+    def read(self, ranges: list[OffsetRange], timeout: float) -> Iterator[list[Message]]:
+        return self.source.read(ranges, timeout)
 
 
 @dataclass

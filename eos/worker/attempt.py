@@ -55,6 +55,7 @@ from eos.worker.plans import Job, TaskPlan, TaskResult, TaskStatus, runtime_key,
 from eos.worker.processing import BatchOutcome
 from eos.worker.progress import CommitMetadata, fenced_since
 from eos.worker.runtime import RuntimeCache, TaskRuntime, said_idle
+from recovery import KnownBounds
 from transactions import (
     Committed,
     Consumer,
@@ -166,6 +167,8 @@ class BatchAttempt:
         self.messages: list[Message] = []
         self.outcome = BatchOutcome()
         self.changelog: list[ProducerRecord] = []
+        #: the bounds of the task's changelogs, read with the rest of its unit's (`UnitAttempt._read_bounds`)
+        self.known_bounds: dict[tuple[str, int], tuple[int, int]] = {}
 
     @property
     def producer(self) -> OutputProducer | None:
@@ -321,9 +324,10 @@ class BatchAttempt:
             self.runtimes.put(key, self.job.run_id, runtime)
         self.runtime = runtime
         cfg, clients = self.config, self.clients
+        changelogs = clients.changelogs(cfg)
         try:
-            self.result.restore_ms, self.result.restored_records = runtime.ensure_restored(clients.changelogs(cfg),
-                                                                                          self.committed)
+            self.result.restore_ms, self.result.restored_records = runtime.ensure_restored(
+                KnownBounds(changelogs, self.known_bounds) if self.known_bounds else changelogs, self.committed)
             if self.sub.global_tables:
                 self.result.restored_records += runtime.refresh_globals(
                     lambda table: clients.global_copy(cfg, table), clients.reader(cfg, "global"),
@@ -332,6 +336,15 @@ class BatchAttempt:
             runtime.release()
             raise
         return runtime
+
+    def changelogs_to_bound(self) -> list[tuple[str, int]]:
+        """The task's changelog partitions when its stores read their bounds in this batch for sure: this worker
+        holds no runtime of the task yet, or its stores are all in memory (kept persistent stores that are
+        current read none: `TaskStores.open`). Else none."""
+        runtime = self.runtimes.get(runtime_key(self.task, self.config), self.job.run_id)
+        if not self.sub.stores or (runtime is not None and runtime.stores is not None and runtime.stores.persistent):
+            return []
+        return [(spec.changelog_topic(self.config.application_id), self.task.partition) for spec in self.sub.stores]
 
     # ------------------------------------------------------------------ 4
     def extend_to_stable_end(self) -> None:
@@ -658,6 +671,7 @@ class UnitAttempt:
         read = self.read_committed() if len(self.members) > 1 else None  # (a task alone reads its own)
         read_ms = (time.monotonic() - t0) * 1000
         runnable = self._runnable([m for m in self.members if m.progress(read)])
+        self._read_bounds(runnable)
         together = self._read_together(runnable)
         with ExitStack() as scope:
             staged: list[tuple[BatchAttempt, list[TopicPartition]]] = []
@@ -690,6 +704,19 @@ class UnitAttempt:
             else:
                 runnable.append(member)
         return runnable
+
+    def _read_bounds(self, runnable: list[BatchAttempt]) -> None:
+        """Step 3's changelog bounds, in one read for all the unit's tasks whose stores read them in this batch (a
+        unit of 32 new tasks spent ~1 s a worker reading them task after task: docs/measurements.md). Read
+        here they are what each task would read at its restore: the attempt holds the unit's transactional id
+        and has fenced the ids of other groupings (steps 1 and 2), and a task's changelog partitions are
+        written by its own batch alone, after its restore."""
+        new = {m: tps for m in runnable if (tps := m.changelogs_to_bound())}
+        if len(new) < 2:
+            return
+        bounds = self.clients.changelogs(self.config).bounds([tp for tps in new.values() for tp in tps])
+        for member, tps in new.items():
+            member.known_bounds = {tp: bounds[tp] for tp in tps}
 
     def _read_together(self, runnable: list[BatchAttempt]) -> bool:
         """Read the input of all the unit's tasks that have some in one read, before the first runs, when it

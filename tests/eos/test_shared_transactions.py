@@ -296,6 +296,55 @@ def test_each_task_of_a_unit_too_large_to_read_together_reads_what_was_prefetche
         (r.key, r.value) for r in alone.records("out"))
 
 
+def spy_bounds(monkeypatch: pytest.MonkeyPatch) -> list[list[tuple[str, int]]]:
+    """The partitions of each read of changelog bounds (step 3's, before a store's restore)."""
+    from eos.worker.clients import KafkaChangelogs
+
+    asked: list[list[tuple[str, int]]] = []
+    real = KafkaChangelogs.bounds
+
+    def bounds(self, partitions):
+        asked.append(list(partitions))
+        return real(self, partitions)
+
+    monkeypatch.setattr(KafkaChangelogs, "bounds", bounds)
+    return asked
+
+
+@pytest.mark.parametrize("state_dir", [False, True], ids=["memory", "rocksdb"])
+def test_a_unit_reads_its_tasks_changelog_bounds_in_one_read_and_each_restores_to_them(
+        monkeypatch: pytest.MonkeyPatch, tmp_path, state_dir) -> None:
+    """Tasks whose stores read their changelogs' bounds in a batch (new in the worker, the first batch or the one
+    after a crash replaced the worker; or in memory, every batch) have them read for the whole unit at once, and
+    each restores to them: the counts go on from the last committed ones, the reference's. Persistent stores a
+    worker kept open and current read none."""
+    asked = spy_bounds(monkeypatch)
+    changelog = "shared-counts-store-changelog"
+    unit0, unit4 = [[(changelog, p) for p in range(u, u + 4)] for u in (0, 4)]
+    driver = TopologyTestDriver(counts_app(tasks_per_transaction=4), partitions={"in": PARTITIONS, "out": PARTITIONS},
+                                state_dir=tmp_path if state_dir else None)
+    waves = [(3, 400), (4, 200), (5, 300), (6, 100)]
+
+    def wave(i: int) -> list[list[tuple[str, int]]]:
+        asked.clear()
+        driver.pipe_records(inputs(waves[i][1], seed=waves[i][0]))
+        return list(asked)
+
+    assert wave(0) == [unit0, unit4]
+    assert wave(1) == ([] if state_dir else [unit0, unit4])
+    driver.crash_at("before_commit", task=f"{SUB}-5")
+    # the crashed attempt of unit 4x4 found its stores current on disk (in memory: read them); its next attempt,
+    # on a new worker, reads its unit's bounds at once
+    assert wave(2) == ([unit4] if state_dir else [unit0, unit4, unit4])
+    assert len(driver.crashes) == 1
+    retried = {r.task.partition: r.restored_records for r in driver.results if r.batch == driver.crashes[0][1].batch}
+    # in memory the new worker's stores were rebuilt from the changelogs; on disk they were current already
+    assert all((n > 0) != state_dir for p, n in retried.items() if p >= 4) and len(retried) == PARTITIONS
+    assert wave(3) == ([unit0] if state_dir else [unit0, unit4])  # unit 0x4 runs on the new worker now too
+    want = Counter(key for seed, n in waves for _, key, value, _, _ in inputs(n, seed=seed) if value["n"] % 5 != 0)
+    assert latest_counts(driver) == want
+
+
 def test_a_unit_whose_transaction_is_open_too_long_leaves_its_other_tasks_to_the_next_batch(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """With no time left in the transaction, a unit runs its first task only (it stops after its first slice)
