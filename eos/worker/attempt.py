@@ -324,10 +324,11 @@ class BatchAttempt:
             self.runtimes.put(key, self.job.run_id, runtime)
         self.runtime = runtime
         cfg, clients = self.config, self.clients
-        changelogs = clients.changelogs(cfg)
+        changelogs, known = clients.changelogs(cfg), self.known_bounds
+        self.known_bounds = {}  # (read once: a second restore in this attempt reads them afresh)
         try:
             self.result.restore_ms, self.result.restored_records = runtime.ensure_restored(
-                KnownBounds(changelogs, self.known_bounds) if self.known_bounds else changelogs, self.committed)
+                KnownBounds(changelogs, known) if known else changelogs, self.committed)
             if self.sub.global_tables:
                 self.result.restored_records += runtime.refresh_globals(
                     lambda table: clients.global_copy(cfg, table), clients.reader(cfg, "global"),

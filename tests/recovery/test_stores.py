@@ -108,3 +108,24 @@ def test_restore_refuses_an_invalid_changelog_range_and_keeps_the_store(start, e
     with pytest.raises(RetriableKafkaError, match="invalid offset range"):
         restore_store(backend, read=None, topic="changelog", partition=2, start_offset=start, end_offset=end)
     assert backend.changelog_offset() == 382  # not wiped
+
+
+def test_known_bounds_answer_each_partition_once_then_ask_the_source():
+    from recovery import KnownBounds
+
+    class Source:
+        def __init__(self):
+            self.asked: list[list[tuple[str, int]]] = []
+
+        def bounds(self, partitions):
+            self.asked.append(list(partitions))
+            return dict.fromkeys(partitions, (0, 99))
+
+    source = Source()
+    known = {("c", 0): (0, 5), ("c", 1): (2, 7)}
+    bounds = KnownBounds(source, known)  # type: ignore[arg-type]
+    assert bounds.bounds([("c", 0)]) == {("c", 0): (0, 5)} and source.asked == []
+    assert bounds.bounds([("c", 0)]) == {("c", 0): (0, 99)}  # answered once: now the source's
+    assert bounds.bounds([("c", 1), ("c", 2)]) == {("c", 1): (0, 99), ("c", 2): (0, 99)}  # one not known: all asked
+    assert source.asked == [[("c", 0)], [("c", 1), ("c", 2)]]
+    assert known == {("c", 0): (0, 5), ("c", 1): (2, 7)}  # the caller's mapping is left as it was
