@@ -82,8 +82,7 @@ def worker_line(results: list[TaskResult], started: float) -> str:
             for name in ("offsets", "read", "process", "produce", "restore")}
     last = max(commits, default=started) - started
     return (f"tasks {len(results):3}  " + "  ".join(f"{k} {v:7.0f}" for k, v in sums.items())
-            + f"  commits {len(commits):3} {sum(commits.values()):6.0f} ms  last commit at {last * 1000:6.0f} ms"
-            + f"  read ahead {sum(r.records_read_ahead for r in results):,}/{sum(r.records_in for r in results):,}")
+            + f"  commits {len(commits):3} {sum(commits.values()):6.0f} ms  last commit at {last * 1000:6.0f} ms")
 
 
 def phase_times(report, tasks: list[TaskResult]) -> dict[str, float]:

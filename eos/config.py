@@ -65,12 +65,6 @@ class EosConfig:
     #: produces it in slices, handing the producer its outputs (and dead letters) whenever this many have
     #: gathered, so a batch is never held whole. 0: every batch is read whole, then processed, then produced.
     batch_slice_records: int = 5_000
-    #: What a worker keeps, per input partition, of the records its read of a batch fetched past the batch's end,
-    #: for the task's next batch there (`transactions.ReadAhead`): librdkafka fetches ahead of a read, and what it
-    #: fetched past an end is otherwise dropped and fetched again (a count's input was served 2-3 times over).
-    #: Fewer bytes from the broker, for more memory in the workers; on this project's 2-core benchmark with a
-    #: local broker it ran slower (docs/measurements.md), hence off by default. 0: nothing is kept.
-    read_ahead_records: int = 0
     #: Longest time a task may need to produce and commit one batch. Must stay below the transaction timeout.
     batch_timeout: float = 30.0
     #: transaction.timeout.ms of the task producers; the broker aborts a transaction open longer than this.
@@ -205,9 +199,6 @@ class EosConfig:
         if self.batch_slice_records < 0:
             raise ConfigError(f"batch_slice_records must be >= 0 records (0: batches held whole, not streamed), got "
                               f"{self.batch_slice_records}")
-        if self.read_ahead_records < 0:
-            raise ConfigError(f"read_ahead_records must be >= 0 records a partition (0: keep nothing read past a "
-                              f"batch's end), got {self.read_ahead_records}")
         if self.cache_max_bytes < 0:
             raise ConfigError(f"cache_max_bytes must be >= 0 bytes (0: no record cache; Kafka Streams' default is "
                               f"10485760), got {self.cache_max_bytes}")

@@ -7,9 +7,6 @@ on 127.0.0.1 unless `metrics_host` says otherwise: what an operator watches on a
                                             (eos.worker.folding)
     eos_records_direct_total{subtopology}   of those, records a function took without the graph's steps
                                             between its source and its sink (eos.worker.processing)
-    eos_records_read_ahead_total{subtopology}  records batches took from what their worker's last read had
-                                            fetched past its end, instead of fetching them again
-                                            (transactions.ReadAhead)
     eos_records_out_total{subtopology}      output records committed
     eos_dead_letters_total{subtopology}     records sent to the dead-letter topic
     eos_dropped_records_total{subtopology,reason}  records dropped on purpose (reason "late": all their
@@ -49,8 +46,6 @@ class DriverMetrics:
                                       "loop", sub, registry=r)
         self.records_direct = Counter("eos_records_direct", "Input records a function took without the graph's steps "
                                       "between its source and its sink", sub, registry=r)
-        self.records_read_ahead = Counter("eos_records_read_ahead", "Records batches took from what their worker's "
-                                          "last read had fetched past its end", sub, registry=r)
         self.records_out = Counter("eos_records_out", "Output records committed", sub, registry=r)
         self.dead_letters = Counter("eos_dead_letters", "Records sent to the dead-letter topic", sub, registry=r)
         self.dropped = Counter("eos_dropped_records", "Records dropped on purpose (late: their windows had closed)",
@@ -102,7 +97,6 @@ class DriverMetrics:
             self.records_in.labels(*labels).inc(result.records_in)
             self.records_folded.labels(*labels).inc(result.records_folded)
             self.records_direct.labels(*labels).inc(result.records_direct)
-            self.records_read_ahead.labels(*labels).inc(result.records_read_ahead)
             self.records_out.labels(*labels).inc(result.records_out)
             self.dead_letters.labels(*labels).inc(result.dead_letters)
             for reason, n in result.dropped.items():

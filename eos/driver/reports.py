@@ -69,8 +69,6 @@ class RunSummary:
     records_folded: int = 0
     #: of records_in, those a function took in the direct loop, without the graph's steps (eos.worker.processing)
     records_direct: int = 0
-    #: records batches took from what an earlier read of their worker fetched past its end (transactions.ReadAhead)
-    records_read_ahead: int = 0
     bytes_in: int = 0
     bytes_out: int = 0
     restored_records: int = 0
@@ -103,7 +101,6 @@ class RunSummary:
             self.records_in += r.records_in
             self.records_folded += r.records_folded
             self.records_direct += r.records_direct
-            self.records_read_ahead += r.records_read_ahead
             self.records_out += r.records_out
             self.dead_letters += r.dead_letters
             self.changelog_records += r.changelog_records

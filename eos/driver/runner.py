@@ -248,7 +248,7 @@ class Runner:
             summary.moves = list(self.placer.moves)
         log.info("run finished", batches=summary.batches, transactions=summary.transactions,
                  records_in=summary.records_in, records_folded=summary.records_folded,
-                 records_direct=summary.records_direct, records_read_ahead=summary.records_read_ahead,
+                 records_direct=summary.records_direct,
                  records_out=summary.records_out, dead_letters=summary.dead_letters,
                  elapsed_s=round(summary.elapsed_s, 2))
         return summary

@@ -13,16 +13,7 @@ from eos.worker.global_tables import GlobalCopy
 from eos.worker.runtime import RuntimeCache
 from eos.worker.topic_rules import TopicRules
 from recovery import ChangelogSource
-from transactions import (
-    Consumer,
-    KafkaAdmin,
-    OffsetRange,
-    OutputProducer,
-    RangeReader,
-    ReadAhead,
-    prefetch_ranges,
-    range_reader,
-)
+from transactions import Consumer, KafkaAdmin, OffsetRange, OutputProducer, RangeReader, prefetch_ranges, range_reader
 from transactions.memory import MemoryAdmin, MemoryCluster, MemoryConsumer, MemoryProducer
 
 __all__ = ["MemoryClients", "MemoryWorker"]
@@ -38,7 +29,6 @@ class MemoryClients:
         self._consumers: dict[tuple[str, str], MemoryConsumer] = {}
         self._globals: dict[str, GlobalCopy] = {}
         self._rules: TopicRules | None = None
-        self._read_ahead: ReadAhead | None = None  # (the test driver runs one application)
 
     def producer(self, transactional_id: str, config: EosConfig) -> tuple[OutputProducer, bool]:
         cached = self._producers.get(transactional_id)
@@ -61,18 +51,10 @@ class MemoryClients:
         consumer = self._consumers.get(key)
         if consumer is None:
             consumer = self._consumers[key] = MemoryConsumer(self.cluster, key[1])
-            if purpose.startswith("input") and config.read_ahead_records:
-                consumer.read_ahead = self.read_ahead(config)
         return cast(Consumer, consumer)
 
     def drop_consumers(self, config: EosConfig) -> None:
         self._consumers.clear()
-        self._read_ahead = None
-
-    def read_ahead(self, config: EosConfig) -> ReadAhead:
-        if self._read_ahead is None:
-            self._read_ahead = ReadAhead(config.read_ahead_records)
-        return self._read_ahead
 
     def reader(self, config: EosConfig, purpose: str = "input") -> RangeReader:
         return range_reader(self.consumer(config, purpose))

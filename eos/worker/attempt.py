@@ -667,8 +667,6 @@ class UnitAttempt:
                                      alone=len(plans) == 1, in_memory=in_memory) for plan in plans]
 
     def run(self) -> list[TaskResult]:
-        ahead = self.clients.read_ahead(self.config)
-        served = ahead.served
         self.txn.acquire()
         t0 = time.monotonic()  # step 2 for all the unit's tasks at once: which have work, where their input starts
         read = self.read_committed() if len(self.members) > 1 else None  # (a task alone reads its own)
@@ -692,7 +690,6 @@ class UnitAttempt:
                     member.apply_state()
         self.members[0].result.offsets_ms += read_ms  # (the unit's one read, counted once)
         self.members[0].result.read_ms += self.together_ms  # (and its one read of input, if it read it together)
-        self.members[0].result.records_read_ahead = ahead.served - served
         return [member.report() for member in self.members]
 
     @staticmethod

@@ -28,7 +28,6 @@ from transactions import (
     OffsetRange,
     OutputProducer,
     RangeReader,
-    ReadAhead,
     TransactionalProducer,
     close_or_park,
     input_consumer,
@@ -51,7 +50,6 @@ class TaskClients(Protocol):
     def drop_producer(self, transactional_id: str) -> None: ...
     def consumer(self, config: EosConfig, purpose: str = "input", group: str | None = None) -> Consumer: ...
     def drop_consumers(self, config: EosConfig) -> None: ...
-    def read_ahead(self, config: EosConfig) -> ReadAhead: ...
     def reader(self, config: EosConfig, purpose: str = "input") -> RangeReader: ...
     def prefetch(self, config: EosConfig, ranges: list[OffsetRange], purpose: str) -> RangeReader: ...
     def changelogs(self, config: EosConfig) -> ChangelogSource: ...
@@ -96,8 +94,6 @@ class WorkerClients:
         self._globals: dict[tuple[str, str], GlobalCopy] = {}
         self._admins: dict[str, KafkaAdmin] = {}
         self._rules: dict[tuple[str, int | None], TopicRules] = {}
-        #: per application: what its input consumers fetched past their reads' ends (`transactions.ReadAhead`)
-        self._read_aheads: dict[tuple[str, str], ReadAhead] = {}
 
     def admin(self, config: EosConfig) -> KafkaAdmin:
         admin = self._admins.get(config.bootstrap_servers)
@@ -156,19 +152,8 @@ class WorkerClients:
             settings = {**UNIT_READS, **config.consumer_config} if purpose == UNIT_PURPOSE else config.consumer_config
             consumer = self._consumers[key] = input_consumer(
                 config.bootstrap_servers, group or config.group_id, settings,
-                out_of_range="error" if purpose.startswith("input") else "earliest",
-                read_ahead=self.read_ahead(config) if purpose.startswith("input") and config.read_ahead_records
-                else None)
+                out_of_range="error" if purpose.startswith("input") else "earliest")
         return consumer
-
-    def read_ahead(self, config: EosConfig) -> ReadAhead:
-        """What this application's input consumers here fetched past the ends of their reads, shared by them: a
-        task's next batch may read on another of them (`UnitAttempt._prefetch` alternates two)."""
-        key = (config.bootstrap_servers, config.group_id)
-        ahead = self._read_aheads.get(key)
-        if ahead is None:
-            ahead = self._read_aheads[key] = ReadAhead(config.read_ahead_records)
-        return ahead
 
     def reader(self, config: EosConfig, purpose: str = "input") -> RangeReader:
         """Reads offset ranges read_committed with this worker's consumer for `purpose`."""
@@ -185,7 +170,6 @@ class WorkerClients:
         """Close this application's consumers (after failures: a client can be left stuck)."""
         for key in [k for k in self._consumers if k[:2] == (config.bootstrap_servers, config.group_id)]:
             close_or_park(self._consumers.pop(key))
-        self._read_aheads.pop((config.bootstrap_servers, config.group_id), None)
 
     def global_copy(self, config: EosConfig, table: GlobalTable) -> GlobalCopy:
         """This worker's copy of a global table (shared by its tasks, kept between batches)."""

@@ -173,9 +173,6 @@ class TaskResult:
     records_folded: int = 0
     #: of records_in, those a function took in the direct loop (eos.worker.processing)
     records_direct: int = 0
-    #: records the batch took from what an earlier read here fetched past its end (`transactions.ReadAhead`),
-    #: rather than fetched again: a unit's, on its first task's result
-    records_read_ahead: int = 0
     offsets_ms: float = 0.0  # stable read of the committed offsets
     read_ms: float = 0.0
     process_ms: float = 0.0

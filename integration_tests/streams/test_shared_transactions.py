@@ -4,9 +4,7 @@ its third task; after a streamed slice of its first), and the whole job is SIGKI
 restarted. Each key's committed counts are 1, 2, ..., its reference total, once each; every input is mapped
 once; the auditor says PASS, and FAIL once a broken writer commits a result again; and each batch of a unit
 commits in one transaction. The SIGKILLed job sets no tasks_per_transaction: "auto" makes the units of 4 on
-the default master's two task slots, at its first start, and every restart keeps them. It keeps what its
-reads fetch past their batches' ends (`read_ahead_records`) and takes it in its next batches, through the
-kills."""
+the default master's two task slots, at its first start, and every restart keeps them."""
 
 from __future__ import annotations
 
@@ -92,7 +90,6 @@ from eos.testing import MarkWhile
 from integration_tests.streams.test_shared_transactions import build
 
 app = build(Application(os.environ["APP"], max_records_per_batch=300, trigger_interval=0.0, cache_max_bytes=0,
-                        read_ahead_records=1_000,  # batches capped at 300 leave records past their ends to keep
                         log_format="json", log_level="WARNING", state_dir=os.environ["STATE"]),
             os.environ["IN"], os.environ["COUNTS"], os.environ["MAPPED"])
 if os.environ.get("MARKS"):

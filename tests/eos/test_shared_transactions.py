@@ -421,7 +421,7 @@ def test_the_consumer_a_unit_reads_together_with_reads_ahead_little_unless_the_a
 
     built: dict[str, dict] = {}
 
-    def consumer(bootstrap, group, overrides=None, *, out_of_range="error", read_ahead=None):
+    def consumer(bootstrap, group, overrides=None, *, out_of_range="error"):
         built[group] = dict(overrides or {})
         return object()
 
