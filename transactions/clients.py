@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from transactions.settings import consumer_settings
-
-if TYPE_CHECKING:
-    from transactions.reader import ReadAhead
 
 __all__ = ["input_consumer", "scan_consumer", "plain_producer", "produce_pairs", "Message", "TopicPartition",
            "Consumer", "Isolation"]
@@ -31,13 +28,11 @@ Isolation = Literal["read_committed", "read_uncommitted"]
 
 class RangeConsumer(Consumer):
     """A consumer that remembers which topics' metadata it has fetched (`read_ranges` fetches a topic's
-    before its first assignment: see `transactions.reader`), and may keep what its reads fetched past their
-    ranges' ends (`read_ahead`, set by its owner)."""
+    before its first assignment: see `transactions.reader`)."""
 
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(config)
         self.known_topics: set[str] = set()
-        self.read_ahead: ReadAhead | None = None
 
 
 class Message(Protocol):
@@ -54,17 +49,13 @@ class Message(Protocol):
 
 
 def input_consumer(bootstrap_servers: str, group_id: str, overrides: Mapping[str, Any] | None = None, *,
-                   out_of_range: Literal["error", "earliest"] = "error", read_ahead: ReadAhead | None = None,
-                   ) -> Consumer:
+                   out_of_range: Literal["error", "earliest"] = "error") -> Consumer:
     """A read_committed consumer of `group_id` with the framework's settings (see `consumer_settings`).
     `out_of_range="error"`: reading at an offset the partition no longer has raises
     `OffsetOutOfRangeError` instead of silently jumping (input ranges are planned); "earliest" suits
-    changelog replays, which check their range themselves. `read_ahead`: where its reads keep what they
-    fetched past their ranges' ends (`transactions.reader`)."""
-    consumer = RangeConsumer({**consumer_settings(bootstrap_servers, group_id, overrides),
-                              "auto.offset.reset": out_of_range})
-    consumer.read_ahead = read_ahead
-    return consumer
+    changelog replays, which check their range themselves."""
+    return RangeConsumer({**consumer_settings(bootstrap_servers, group_id, overrides),
+                          "auto.offset.reset": out_of_range})
 
 
 def scan_consumer(bootstrap_servers: str, isolation: Isolation = "read_committed") -> Consumer:

@@ -296,7 +296,6 @@ class MemoryConsumer:
         self._positions: dict[TP, int] = {}
         self._paused: set[TP] = set()
         self.known_topics: set[str] = set()
-        self.read_ahead: Any = None  # (transactions.reader.ReadAhead, as a RangeConsumer's)
 
     def assign(self, partitions: Sequence[TopicPartition]) -> None:
         self._positions = {(tp.topic, tp.partition): max(0, tp.offset) for tp in partitions}
