@@ -28,6 +28,7 @@ from rich.table import Table
 from benchmarks.throughput import PARTITIONS, preload
 from eos import Application
 from eos.driver.spark import DEFAULT_MASTER, build_spark_context
+from eos.worker.clients import BULK_READS
 from localkafka.provision import provide_kafka
 from recovery import MemoryBackend, RocksDBBackend, restore_store
 from transactions import KafkaAdmin, TopicSpec, consumer_settings, range_reader
@@ -56,7 +57,8 @@ def write_changelog(bootstrap: str, topic: str, keys: int, value_size: int = 100
 def measure_restore(bootstrap: str, admin: KafkaAdmin, topic: str, backend: Any) -> dict[str, float]:
     tp = (topic, 0)
     end, start = admin.end_offsets([tp])[tp], admin.earliest_offsets([tp])[tp]
-    consumer = Consumer(consumer_settings(bootstrap, f"restore-bench-{uuid.uuid4().hex}"))
+    # (the read-ahead of a worker's changelog reader)
+    consumer = Consumer(consumer_settings(bootstrap, f"restore-bench-{uuid.uuid4().hex}", BULK_READS))
     result = restore_store(backend, range_reader(consumer), topic, 0, start_offset=start, end_offset=end)
     consumer.close()
     return {"records": result.records, "seconds": round(result.seconds, 2), "records_per_s": round(result.rate)}

@@ -91,10 +91,13 @@ _CONSUMER_DEFAULTS: dict[str, Any] = {
     # late. Consumers are assigned only while they read, so the shorter wait costs no idle fetching.
     "fetch.wait.max.ms": 10,
     # How far librdkafka reads ahead per partition. A streamed batch takes its records in slices of 5,000,
-    # so 20,000 keeps four slices ahead: the two Python workers of the peers benchmark's job held ~70 MiB
-    # less than at 100,000 (three rounds each), at the same rate within the rounds' spread, and a
-    # changelog of 1M records restored at 620-760k records/s either way.
-    "queued.min.messages": 20_000,
+    # and a read that reaches its range's end unassigns the partition, which drops what librdkafka had fetched
+    # past it: at 20,000 the broker served a count job's input 2-3.5 times over (its JMX byte meters), and each
+    # worker held up to 20,000 records a partition it would not use. 5,000 (one slice): the bytes the broker
+    # served fell by a quarter, peak PSS by 12-14 MiB (count and cached count of the peers benchmark, two
+    # alternated pairs, rates within their spread; docs/measurements.md). 100,000 held ~70 MiB more than
+    # 20,000 before, at the same rate.
+    "queued.min.messages": 5_000,
     # When a partition's prefetch queue is over queued.min.messages, librdkafka postpones its next fetch by
     # this much (1,000 ms by default), and a worker's consumer, reused from task to task, prefetches past the
     # end of every range it reads: 3 to 7 of a count job's ~20 reads stalled for 1 s each. 10 ms: none

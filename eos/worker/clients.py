@@ -85,6 +85,12 @@ UNIT_PURPOSE = "input-unit"
 #: partition fetched (`max.partition.fetch.bytes`) and 64 MiB held (`queued.max.messages.kbytes`), all but a
 #: range's records of it unread and dropped at the read's end
 UNIT_READS = {"max.partition.fetch.bytes": 65_536, "queued.max.messages.kbytes": 8_192}
+#: The purposes that read a partition's whole backlog at once (a store's changelog, a global table's topic), and
+#: their read-ahead: four slices (`queued.min.messages`) rather than the input consumers' one
+#: (transactions.settings). A changelog of 1M records restored at 216-288k records/s so, at 169-211k with one
+#: (`python -m benchmarks.state`, alternated).
+BULK_PURPOSES = ("restore", "global")
+BULK_READS = {"queued.min.messages": 20_000}
 
 
 class WorkerClients:
@@ -149,7 +155,8 @@ class WorkerClients:
         key = (config.bootstrap_servers, config.group_id, purpose + (f"@{group}" if group else ""))
         consumer = self._consumers.get(key)
         if consumer is None:
-            settings = {**UNIT_READS, **config.consumer_config} if purpose == UNIT_PURPOSE else config.consumer_config
+            read_ahead = UNIT_READS if purpose == UNIT_PURPOSE else BULK_READS if purpose in BULK_PURPOSES else {}
+            settings = {**read_ahead, **config.consumer_config}
             consumer = self._consumers[key] = input_consumer(
                 config.bootstrap_servers, group or config.group_id, settings,
                 out_of_range="error" if purpose.startswith("input") else "earliest")

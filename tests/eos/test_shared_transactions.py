@@ -434,6 +434,13 @@ def test_the_consumer_a_unit_reads_together_with_reads_ahead_little_unless_the_a
     assert built[plain.group_id] == clients.UNIT_READS
     assert built["plain"] == {}
     assert built["told"] == {**clients.UNIT_READS, "max.partition.fetch.bytes": 1_048_576}
+    # a changelog's or a global table's reader reads further ahead than an input's, unless told otherwise too
+    clients.WorkerClients().consumer(plain.with_overrides(application_id="restores"), "restore")
+    clients.WorkerClients().consumer(plain.with_overrides(application_id="globals"), "global")
+    clients.WorkerClients().consumer(told.with_overrides(application_id="told-restores",
+                                                         consumer_config={"queued.min.messages": 1_000}), "restore")
+    assert built["restores"] == built["globals"] == clients.BULK_READS
+    assert built["told-restores"] == {"queued.min.messages": 1_000}
 
 
 def test_a_unit_whose_input_is_gone_when_read_together_goes_back_to_the_planner_and_loses_nothing(
