@@ -20,6 +20,14 @@ def write(bootstrap, topic, txn_id, batches):
             producer.produce(topic, key=key, value=value, partition=0)
         producer.flush(30)
         producer.commit_transaction(30) if outcome == "commit" else producer.abort_transaction(30)
+    # A broker answers a commit before it writes the transaction's markers: wait for them, so that the bounds a
+    # test reads next are the whole changelog's (a loaded machine once read the last stable offset of the last
+    # transaction's start, and compared a complete restore with it)
+    admin, tp = KafkaAdmin(bootstrap), (topic, 0)
+    deadline = time.monotonic() + 30
+    while admin.end_offsets([tp], committed=True)[tp] < admin.end_offsets([tp], committed=False)[tp]:
+        assert time.monotonic() < deadline, "the last transaction's markers were not written within 30 s"
+        time.sleep(0.02)
 
 
 def restore(bootstrap, topic, backend, budget=None):
