@@ -94,7 +94,7 @@ _CONSUMER_DEFAULTS: dict[str, Any] = {
     # and a read that reaches its range's end unassigns the partition, which drops what librdkafka had fetched
     # past it: at 20,000 the broker served a count job's input 2-3.5 times over (its JMX byte meters), and each
     # worker held up to 20,000 records a partition it would not use. 5,000 (one slice): the bytes the broker
-    # served fell by a quarter, peak PSS by 12-14 MiB (count and cached count of the peers benchmark, two
+    # served fell by a quarter to a third, peak PSS by 10-15 MiB (count and cached count of the peers benchmark, two
     # alternated pairs, rates within their spread; docs/measurements.md). 100,000 held ~70 MiB more than
     # 20,000 before, at the same rate.
     "queued.min.messages": 5_000,

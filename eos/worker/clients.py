@@ -87,8 +87,8 @@ UNIT_PURPOSE = "input-unit"
 UNIT_READS = {"max.partition.fetch.bytes": 65_536, "queued.max.messages.kbytes": 8_192}
 #: The purposes that read a partition's whole backlog at once (a store's changelog, a global table's topic), and
 #: their read-ahead: four slices (`queued.min.messages`) rather than the input consumers' one
-#: (transactions.settings). A changelog of 1M records restored at 216-288k records/s so, at 169-211k with one
-#: (`python -m benchmarks.state`, alternated).
+#: (transactions.settings). A changelog of 1M records restored at 216-288k records/s with four, at 167-216k with
+#: one (`python -m benchmarks.state --records 20000`, alternated).
 BULK_PURPOSES = ("restore", "global")
 BULK_READS = {"queued.min.messages": 20_000}
 
