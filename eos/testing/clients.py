@@ -30,7 +30,8 @@ class MemoryClients:
         self._globals: dict[str, GlobalCopy] = {}
         self._rules: TopicRules | None = None
 
-    def producer(self, transactional_id: str, config: EosConfig) -> tuple[OutputProducer, bool]:
+    def producer(self, transactional_id: str, config: EosConfig, *, unit: bool = False
+                 ) -> tuple[OutputProducer, bool]:
         cached = self._producers.get(transactional_id)
         if cached is not None and cached.usable:
             return cached, False

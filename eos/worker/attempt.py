@@ -107,8 +107,9 @@ class Transaction:
     """The one transaction of a unit's batch attempt: the producer of the unit's transactional id (cached by
     the worker, or initialised for this attempt) and when the transaction began."""
 
-    def __init__(self, txn_id: str, clients: TaskClients, config: EosConfig) -> None:
-        self.txn_id, self.clients, self.config = txn_id, clients, config
+    def __init__(self, txn_id: str, clients: TaskClients, config: EosConfig, *, unit: bool = False) -> None:
+        """`unit`: the id commits several tasks at once (`tasks_per_transaction` > 1)."""
+        self.txn_id, self.clients, self.config, self.unit = txn_id, clients, config, unit
         self.producer: OutputProducer | None = None
         self.fresh = False  # the producer was initialised by this attempt (not taken from the cache)
         self.begun_at: float | None = None
@@ -118,7 +119,7 @@ class Transaction:
         """The cached producer of the unit's transactional id, or a fresh one: `init_transactions()` fences
         every older attempt and completes (aborts) a transaction it left open."""
         if self.producer is None:
-            self.producer, self.fresh = self.clients.producer(self.txn_id, self.config)
+            self.producer, self.fresh = self.clients.producer(self.txn_id, self.config, unit=self.unit)
         return self.producer
 
     def begin(self) -> None:
@@ -662,7 +663,7 @@ class UnitAttempt:
         self.config = job.config
         self.clients = clients
         self.together_ms = 0.0
-        self.txn = Transaction(unit_id(plans[0], self.config), clients, self.config)
+        self.txn = Transaction(unit_id(plans[0], self.config), clients, self.config, unit=plans[0].grouping > 1)
         self.members = [BatchAttempt(plan, job, clients, runtimes, spark_attempt, batch_attempt, self.txn,
                                      alone=len(plans) == 1, in_memory=in_memory) for plan in plans]
 

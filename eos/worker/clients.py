@@ -45,7 +45,8 @@ class TaskClients(Protocol):
     consumers (committed offsets, group metadata, range reads), its changelogs, the worker's copies of
     global tables and the rules of the topics it writes."""
 
-    def producer(self, transactional_id: str, config: EosConfig) -> tuple[OutputProducer, bool]: ...
+    def producer(self, transactional_id: str, config: EosConfig, *, unit: bool = False
+                 ) -> tuple[OutputProducer, bool]: ...
     def cached_producer(self, transactional_id: str) -> OutputProducer | None: ...
     def drop_producer(self, transactional_id: str) -> None: ...
     def consumer(self, config: EosConfig, purpose: str = "input", group: str | None = None) -> Consumer: ...
@@ -91,6 +92,14 @@ UNIT_READS = {"max.partition.fetch.bytes": 65_536, "queued.max.messages.kbytes":
 #: one (`python -m benchmarks.state --records 20000`, alternated).
 BULK_PURPOSES = ("restore", "global")
 BULK_READS = {"queued.min.messages": 20_000}
+#: The producer of a unit of several tasks (`tasks_per_transaction`): it writes its tasks' outputs to all their
+#: output partitions (64 in a 64-partition job), and librdkafka sends one partition per produce request
+#: (librdkafka#1700; the broker checks each partition's first request against the transaction), so at the
+#: producers' 50 ms linger (transactions.settings) it sent one small request per partition every 50 ms. 250 ms:
+#: 41 % fewer produce requests, the peers' stateless64 +2 to +15 % and count64 +9 to +23 % (two alternated
+#: pairs), peak PSS +13 MiB. Not for a task alone: on 4 partitions the rates stayed within their spread and peak
+#: PSS rose 3-8 MiB (docs/measurements.md). A commit sends what is queued without waiting out the linger.
+UNIT_WRITES = {"linger.ms": 250}
 
 
 class WorkerClients:
@@ -120,21 +129,24 @@ class WorkerClients:
         """The partitions' last stable offsets now (how far read_committed reads reach), in one request."""
         return self.admin(config).end_offsets(partitions, committed=True, timeout=timeout)
 
-    def producer(self, transactional_id: str, config: EosConfig) -> tuple[OutputProducer, bool]:
+    def producer(self, transactional_id: str, config: EosConfig, *, unit: bool = False
+                 ) -> tuple[OutputProducer, bool]:
         """The cached producer, or a new one after `init_transactions()`. Returns (producer, fresh).
-        With processing_guarantee="at_least_once", a non-transactional producer with the same calls."""
+        With processing_guarantee="at_least_once", a non-transactional producer with the same calls. `unit`:
+        the id commits several tasks at once, whose producer lingers longer (`UNIT_WRITES`) unless the
+        application's producer_config says otherwise."""
         cached = self._producers.get(transactional_id)
         if cached is not None and cached.usable:
             return cached, False
         self.drop_producer(transactional_id)
         producer: OutputProducer
+        overrides = {**UNIT_WRITES, **config.producer_config} if unit else config.producer_config
         if config.processing_guarantee == "at_least_once":
-            producer = AtLeastOnceProducer(config.bootstrap_servers, self.consumer(config),
-                                           overrides=config.producer_config)
+            producer = AtLeastOnceProducer(config.bootstrap_servers, self.consumer(config), overrides=overrides)
         else:
             producer = TransactionalProducer(config.bootstrap_servers, transactional_id,
                                              transaction_timeout_ms=config.transaction_timeout_ms,
-                                             overrides=config.producer_config)
+                                             overrides=overrides)
         producer.init(timeout=max(30.0, config.batch_timeout))
         self._producers[transactional_id] = producer
         return producer, True

@@ -443,6 +443,49 @@ def test_the_consumer_a_unit_reads_together_with_reads_ahead_little_unless_the_a
     assert built["told-restores"] == {"queued.min.messages": 1_000}
 
 
+def test_a_unit_s_producer_lingers_longer_than_a_task_s_own_unless_the_application_says_otherwise(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A unit's producer writes its tasks' outputs to all their output partitions, and librdkafka sends one
+    partition per produce request: it lingers longer, so that each request carries more. The unit asks for it
+    (`tasks_per_transaction` > 1), a task alone does not, and the application's producer_config wins."""
+    import eos.testing.clients as memory_clients
+    import eos.worker.clients as clients
+    from eos.config import EosConfig
+
+    asked: dict[str, bool] = {}
+    real = memory_clients.MemoryClients.producer
+
+    def producer(self, transactional_id, config, *, unit=False):
+        asked[transactional_id] = unit
+        return real(self, transactional_id, config, unit=unit)
+
+    monkeypatch.setattr(memory_clients.MemoryClients, "producer", producer)
+    TopologyTestDriver(counts_app(tasks_per_transaction=4), partitions={"in": PARTITIONS, "out": PARTITIONS}
+                       ).pipe_records(inputs(100))
+    TopologyTestDriver(counts_app(tasks_per_transaction=1), partitions={"in": 2, "out": 2}
+                       ).pipe_records(inputs(50, 2, 2))
+    assert asked == {f"shared-{SUB}-0x4": True, f"shared-{SUB}-4x4": True, f"shared-{SUB}-0": False,
+                     f"shared-{SUB}-1": False}
+
+    built: dict[str, dict] = {}
+
+    class Producer:
+        def __init__(self, bootstrap, transactional_id, *, transaction_timeout_ms, overrides):
+            built[transactional_id] = dict(overrides)
+
+        def init(self, timeout):
+            pass
+
+    monkeypatch.setattr(clients, "TransactionalProducer", Producer)
+    plain = EosConfig("units", "127.0.0.1:9")
+    told = plain.with_overrides(producer_config={"linger.ms": 5, "compression.type": "lz4"})
+    clients.WorkerClients().producer("unit", plain, unit=True)
+    clients.WorkerClients().producer("alone", plain)
+    clients.WorkerClients().producer("told", told, unit=True)
+    assert built == {"unit": clients.UNIT_WRITES, "alone": {}, "told": {"linger.ms": 5, "compression.type": "lz4"}}
+    assert clients.UNIT_WRITES["linger.ms"] > 50  # (the producers' own default: transactions.settings)
+
+
 def test_a_unit_whose_input_is_gone_when_read_together_goes_back_to_the_planner_and_loses_nothing(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The first read together finds an offset the partition no longer has (as after retention): the plan is
