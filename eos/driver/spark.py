@@ -733,6 +733,7 @@ def stop_context(sc: SparkContext) -> None:
         with jvm_may_be_gone() as gone:
             sc.stop()
     except (Py4JError, OSError) as exc:
+        _forget_jvm(sc)
         log.info("Spark's JVM had already exited", error=f"{type(exc).__name__}: {exc}")
         from pyspark import SparkContext
 
@@ -744,7 +745,19 @@ def stop_context(sc: SparkContext) -> None:
             SparkContext._active_spark_context = None
     else:
         if gone.errors:  # PySpark caught Py4J's error itself and stopped what remained
+            _forget_jvm(sc)
             log.info("Spark's JVM had already exited", error=gone.errors[0])
+
+
+def _forget_jvm(sc: SparkContext) -> None:
+    """Tell Py4J that the context's JVM is gone. The driver still holds proxies of Java objects (the last batch's,
+    the context's own), and each one's finalizer, when it is collected after the stop or at exit, sends the JVM
+    a release command: to a JVM that is gone, Py4J logged a traceback through the root logger after the run had
+    ended cleanly (`make test`, the SIGTERM to the process group, once). A client that is not connected sends
+    nothing."""
+    client = getattr(getattr(sc, "_gateway", None), "_gateway_client", None)
+    if client is not None:
+        client.is_connected = False
 
 
 def build_spark_session(master: str | None = None, app_name: str = "eos",

@@ -7,6 +7,7 @@ import socket
 import struct
 import sys
 import threading
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -147,6 +148,25 @@ def test_stopping_a_context_whose_jvm_is_gone_is_not_an_error(error, monkeypatch
     stop_context(sc)  # type: ignore[arg-type]
     assert sc.stops == 1 and SparkContext._active_spark_context is None  # a new context may start
     assert sc.server_stopped and sc._accumulatorServer is None  # its accumulator thread does not linger
+
+
+def test_the_java_objects_a_driver_still_holds_send_nothing_to_a_jvm_found_gone(capfd, caplog, monkeypatch):
+    """After the stop found the JVM gone, the finalizer of a Java object the driver still held (collected after
+    the run, or at exit) sent its release command all the same, and Py4J logged the reset connection's
+    traceback through the root logger, after the run had ended cleanly."""
+    from pyspark import SparkContext
+
+    jvm = _ResettingJvm()  # (what the JVM's socket does as the JVM dies: it resets the connection)
+    sc = _GoneContext(ConnectionRefusedError(111, "Connection refused"))
+    sc._gateway = SimpleNamespace(_gateway_client=GatewayClient(gateway_parameters=GatewayParameters(port=jvm.port)))
+    monkeypatch.setattr(SparkContext, "_active_spark_context", sc)
+    stop_context(sc)  # type: ignore[arg-type]
+    sc._gateway._gateway_client.garbage_collect_object("o42")  # (what a JavaObject's finalizer calls)
+    stderr = capfd.readouterr().err
+    assert "Traceback" not in stderr and "Exception while sending command" not in stderr, stderr
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not sc._gateway._gateway_client.is_connected
+    assert jvm._thread.is_alive()  # nothing connected to it
 
 
 class _ResettingJvm:
