@@ -203,6 +203,7 @@ class _ResetContext:
                 return get_return_value(client.send_command("c\no0\nstop\ne\n"), client, "o0", "stop")
 
         self._jsc, self._accumulatorServer = Jsc(), None
+        self._gateway = SimpleNamespace(_gateway_client=client)
 
 
 def test_stopping_a_context_whose_jvm_reset_mid_answer_prints_no_traceback_and_says_so_in_one_line(capfd, caplog,
@@ -224,6 +225,7 @@ def test_stopping_a_context_whose_jvm_reset_mid_answer_prints_no_traceback_and_s
     [said] = [e for e in logs if e["event"] == "Spark's JVM had already exited"]
     assert "ConnectionResetError" in said["error"] or "Py4J" in said["error"], said
     assert sc._jsc is None
+    assert not sc._gateway._gateway_client.is_connected  # (the proxies it still holds send nothing more)
     assert _Py4JSendErrors not in {type(f) for f in root.filters}  # the filter was only for the stop
     assert root.handlers == handlers
 
