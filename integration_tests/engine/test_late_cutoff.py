@@ -16,14 +16,21 @@ from confluent_kafka import Producer
 
 from eos import Application
 from eos.audit import audit_application
+from eos.driver.planner import CADENCE_SLACK
 from eos.testing import CrashWorker, Match
-from eos.worker.plans import TaskStatus
+from eos.worker.attempt import CADENCE_WAIT_SHARE
+from eos.worker.plans import TaskResult, TaskStatus
 from integration_tests.engine.test_exactly_once import transform_app
 from integration_tests.helpers import assert_exactly_once
 
 RATE_S = 0.01  # a record to each partition every 10 ms: a batch's Spark job takes longer to reach its tasks
 FEED_S = 8.0  # a run's time while input arrives
 FEED_MAX_S = 40.0  # the input's time at most (a loaded machine may need more than one run)
+#: The streamed step's trigger interval: long enough that its batches are paced by the interval, not by their own
+#: time, even under the suite's load, so that a task's start moves from batch to batch with the Spark job's
+#: dispatch, and some top-ups come sooner than the last plus the interval (at 0.3 s a loaded machine's batches
+#: took longer than the interval, and no top-up ever had to wait for its cadence)
+STREAMED_INTERVAL_S = 1.0
 
 
 def feed(bootstrap: str, topic: str, seconds: float, produced: list[int],
@@ -56,7 +63,8 @@ def test_batches_read_past_their_plan_and_stay_exactly_once_when_workers_die_bef
         make_app, kafka, spark, topic_factory, unique_name):
     streamed = make_app is transform_app
     src, dst = topic_factory("in", partitions=2), topic_factory("out", partitions=2)
-    app = make_app(unique_name("app"), kafka.bootstrap_servers, src, dst, trigger_interval=0.3)
+    app = make_app(unique_name("app"), kafka.bootstrap_servers, src, dst,
+                   trigger_interval=STREAMED_INTERVAL_S if streamed else 0.3)
     for batch in (3, 6):  # each kill lands on a batch that read past its plan (input arrives all the time)
         app.fault_hooks.on("before_commit", CrashWorker(Match(partition=batch % 2, spark_attempt=0, batch=batch)))
     produced: list[int] = []
@@ -64,7 +72,8 @@ def test_batches_read_past_their_plan_and_stay_exactly_once_when_workers_die_bef
     feeder = threading.Thread(target=feed, args=(kafka.bootstrap_servers, src, FEED_MAX_S, produced, stop))
     feeder.start()
     time.sleep(0.5)  # the first plan finds input
-    results: list = []
+    results: list[TaskResult] = []
+    runs: list[list[TaskResult]] = []
     try:
         # batches all the time the input arrives (caught up for a moment, a run until_caught_up would end
         # early, and its rest would be read as a backlog, with nothing arriving to read past the plan); under
@@ -72,7 +81,8 @@ def test_batches_read_past_their_plan_and_stay_exactly_once_when_workers_die_bef
         # at batches 3 and 6) until three committed tasks have read past their plans and a kill was retried
         deadline = time.monotonic() + FEED_MAX_S - FEED_S
         while True:
-            results += app.run(spark, max_seconds=FEED_S, keep_task_results=True).task_results
+            runs.append(app.run(spark, max_seconds=FEED_S, keep_task_results=True).task_results)
+            results += runs[-1]
             committed = [r for r in results if r.status is TaskStatus.COMMITTED]
             if ((sum(r.extended > 0 for r in committed) >= 3 and any(r.spark_attempt > 0 for r in results)
                  and (not streamed or (any(r.topped_up > 0 for r in committed)
@@ -92,9 +102,28 @@ def test_batches_read_past_their_plan_and_stay_exactly_once_when_workers_die_bef
         assert any(r.topped_up > 0 for r in committed)
         # and a top-up that came sooner than its task's last plus the interval waited for it (the cadence)
         assert any(r.cadence_wait_ms > 0 for r in committed)
+        assert_top_ups_keep_their_cadence(runs, STREAMED_INTERVAL_S)
     assert [r for r in results if r.spark_attempt > 0]  # the kills happened and Spark retried
     result = assert_exactly_once(kafka.bootstrap_servers, inputs=[src], outputs=[dst], group=app.config.group_id,
                                  expected_inputs=total)
     assert result.output_records == total
     reports = audit_application(app)
     assert reports and all(r.verdict == "PASS" for r in reports), [(r.mode, r.verdict) for r in reports]
+
+
+def assert_top_ups_keep_their_cadence(runs: list[list[TaskResult]], interval: float) -> None:
+    """Within a run, a task's top-up comes no sooner than its top-up of the batch before plus the interval (less
+    the planner's slack), unless its wait was cut at its share of the interval: whatever the machine's load, as
+    a top-up that came later than that had nothing to wait for."""
+    pairs = 0
+    for run in runs:
+        topped_up = {(r.task, r.batch): r for r in run if r.status is TaskStatus.COMMITTED and r.topped_up_at}
+        for (task, batch), r in topped_up.items():
+            last = topped_up.get((task, batch - 1))
+            if last is None:
+                continue
+            pairs += 1
+            gap = r.topped_up_at - last.topped_up_at
+            cut = r.cadence_wait_ms >= CADENCE_WAIT_SHARE * interval * 1000 - 1
+            assert gap >= interval * (1 - CADENCE_SLACK) - 0.005 or cut, (task, batch, gap, r.cadence_wait_ms)
+    assert pairs, "no task topped up in two batches in a row"
