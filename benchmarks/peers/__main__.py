@@ -342,7 +342,8 @@ def launched(cmd: list[str], env: dict[str, str], scratch: Path) -> Iterator[sub
         try:
             yield proc
         finally:
-            os.killpg(proc.pid, signal.SIGTERM)
+            with contextlib.suppress(ProcessLookupError):  # (a peer that exited on its own has left no group to stop)
+                os.killpg(proc.pid, signal.SIGTERM)
             try:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
