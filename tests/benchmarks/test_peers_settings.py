@@ -46,3 +46,32 @@ def test_the_framework_s_runs_import_this_checkout_whatever_is_installed(monkeyp
     found = subprocess.run([sys.executable, "-c", "import eos; print(eos.__file__)"], env=env, cwd=tmp_path / "eos",
                            capture_output=True, text=True, check=True).stdout.strip()
     assert Path(found) == Path(eos.__file__).resolve()
+
+
+@pytest.mark.parametrize("tried, interval", [(None, 1.0), ({"trigger_interval": 2.0}, 2.0)])
+def test_the_framework_s_job_triggers_every_second_unless_a_trigger_interval_is_tried(monkeypatch, tmp_path, tried,
+                                                                                     interval):
+    """The job's own trigger interval (Kafka Streams' commit.interval.ms of 1,000 beside it) was passed beside
+    the tried settings, and trying another raised a TypeError for a keyword given twice."""
+    import runpy
+
+    for name, value in {"PEER_APP": "peer-settings", "PEER_STATE": str(tmp_path), "PEER_JOB": "stateless",
+                        "PEER_INPUT": "in", "PEER_OUTPUT": "out"}.items():
+        monkeypatch.setenv(name, value)
+    if tried is None:
+        monkeypatch.delenv("PEER_SETTINGS", raising=False)
+    else:
+        monkeypatch.setenv("PEER_SETTINGS", json.dumps(tried))
+    app = runpy.run_path(str(Path(__file__).parents[2] / "benchmarks" / "peers" / "eos_job.py"))["app"]
+    assert app.config.trigger_interval == interval
+
+
+def test_a_peer_that_exited_on_its_own_is_not_stopped_again(tmp_path):
+    """Stopping the process group of a peer that had exited and been reaped raised ProcessLookupError, which
+    hid the peer's own error (its exit code and log)."""
+    import sys
+
+    from benchmarks.peers.__main__ import launched
+
+    with launched([sys.executable, "-c", "pass"], {}, tmp_path) as proc:
+        assert proc.wait(30) == 0
