@@ -1,6 +1,7 @@
 """Tasks that share a transaction (`tasks_per_transaction`) on a real broker and real Spark: a count and a
 stateless step, 8 partitions in units of 4. Workers die inside a unit's transaction (before the commit of
-its third task; after a streamed slice of its first), and the whole job is SIGKILLed three times and
+its third task; after a streamed slice of its first; while the unit produces its tasks' changelog records,
+which it does last, all together), and the whole job is SIGKILLed three times and
 restarted. Each key's committed counts are 1, 2, ..., its reference total, once each; every input is mapped
 once; the auditor says PASS, and FAIL once a broken writer commits a result again; and each batch of a unit
 commits in one transaction. The SIGKILLed job sets no tasks_per_transaction: "auto" makes the units of 4 on
@@ -62,9 +63,11 @@ def test_workers_dying_inside_a_unit_s_transaction_leave_every_result_once(kafka
                             max_records_per_batch=500, batch_slice_records=100, cache_max_bytes=0,
                             trigger_interval=0.0), src, counts, mapped)
     # batch 1: the worker running unit 0-3 dies before the commit, after tasks 0-2 produced into its
-    # transaction; batch 2: the one running unit 4-7 dies after task 4's first slice
+    # transaction; batch 2: the one running unit 4-7 dies after task 4's first slice; batch 3: the one running
+    # unit 4-7 dies once task 5's changelog records are produced, task 4's before them and tasks 6-7's not
     app.fault_hooks.on("before_commit", CrashWorker(Match(partition=2, spark_attempt=0, batch=1)))
     app.fault_hooks.on("after_slice", CrashWorker(Match(partition=4, spark_attempt=0, batch=2)))
+    app.fault_hooks.on("after_produce", CrashWorker(Match(partition=5, spark_attempt=0, batch=3)))
     summary = app.run(spark, until_caught_up=True, keep_task_results=True)
 
     results = summary.task_results
@@ -72,7 +75,8 @@ def test_workers_dying_inside_a_unit_s_transaction_leave_every_result_once(kafka
     # the run's first batch: each unit commits after its first task, the rest follow in the next batch at once
     assert [(r.task.partition, r.status) for r in sorted(results, key=lambda r: r.task) if r.batch == 0] == [
         (p, TaskStatus.COMMITTED if p % UNIT == 0 else TaskStatus.DEFERRED) for p in range(PARTITIONS)]
-    assert [r.spark_attempt > 0 for r in results if (r.batch, r.task.partition) in {(1, 2), (2, 4)}] == [True, True]
+    assert [r.spark_attempt > 0 for r in results if (r.batch, r.task.partition) in {(1, 2), (2, 4), (3, 5)}] == [
+        True, True, True]
     commits: dict[tuple[int, int], set[float]] = {}
     for r in results:
         if r.status is TaskStatus.COMMITTED:

@@ -443,6 +443,53 @@ def test_the_consumer_a_unit_reads_together_with_reads_ahead_little_unless_the_a
     assert built["told-restores"] == {"queued.min.messages": 1_000}
 
 
+def test_a_unit_produces_its_tasks_changelog_records_last_all_together(monkeypatch: pytest.MonkeyPatch) -> None:
+    """librdkafka adds a partition to the transaction when its first record is produced: a unit's tasks, each
+    staging its changelog records in turn, added their changelog partitions in a request each. A unit now
+    produces every task's changelog records after all its tasks' outputs, dead letters and ledger entries; a
+    task alone produces them within its own staging. Either way a task's AFTER_PRODUCE hook fires once all its
+    records are produced."""
+    produced: list[tuple[str, int | None, str]] = []  # (transactional id, transaction, topic), in order
+
+    real = MemoryProducer.produce
+
+    def produce(self, topic, *args, **kwargs):
+        produced.append((self.transactional_id, self._txn, topic))
+        return real(self, topic, *args, **kwargs)
+
+    monkeypatch.setattr(MemoryProducer, "produce", produce)
+
+    def run(grouping: int, partitions: int, records: list[tuple]) -> tuple[dict, list[int]]:
+        produced.clear()
+        app = counts_app(tasks_per_transaction=grouping)
+        hooked: list[int] = []  # how many records were produced when a task's AFTER_PRODUCE fired
+        app.fault_hooks.on("after_produce", lambda point: hooked.append(len(produced)))
+        TopologyTestDriver(app, partitions={"in": partitions, "out": partitions}).pipe_records(records)
+        txns: dict[tuple[str, int | None], list[str]] = {}
+        for txn_id, txn, topic in produced:
+            kind = "changelog" if topic.endswith("-changelog") else "out" if topic == "out" else "other"
+            txns.setdefault((txn_id, txn), []).append(kind)
+        return txns, hooked
+
+    txns, hooked = run(4, PARTITIONS, inputs(400))
+    units = [kinds for (txn_id, _), kinds in txns.items() if txn_id.startswith(f"shared-{SUB}-") and "x4" in txn_id]
+    assert units and all("out" in kinds and "changelog" in kinds for kinds in units)
+    for kinds in units:  # the changelog records last, none before the unit's other records
+        first = kinds.index("changelog")
+        assert kinds[first:] == ["changelog"] * (len(kinds) - first), kinds
+    # each task's hook fired after its changelog records, when only changelog records of its unit were still to come
+    assert len(hooked) >= PARTITIONS
+    for at in hooked:
+        assert produced[at - 1][2].endswith("-changelog")
+        assert all(topic.endswith("-changelog") for txn_id, txn, topic in produced[at:]
+                   if (txn_id, txn) == produced[at - 1][:2])
+
+    txns, hooked = run(1, 2, inputs(50, 2, 2))
+    alone = [kinds for (txn_id, _), kinds in txns.items() if txn_id in (f"shared-{SUB}-0", f"shared-{SUB}-1")]
+    assert alone and all("changelog" in kinds for kinds in alone)
+    assert hooked and all(produced[at - 1][2].endswith("-changelog") for at in hooked)
+
+
 def test_a_unit_s_producer_lingers_longer_than_a_task_s_own_unless_the_application_says_otherwise(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A unit's producer writes its tasks' outputs to all their output partitions, and librdkafka sends one
