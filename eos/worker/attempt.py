@@ -679,8 +679,9 @@ class UnitAttempt:
 
     def run(self) -> list[TaskResult]:
         self.txn.acquire()
+        shared = len(self.members) > 1  # (a unit of one is a task alone: it reads and stages as one)
         t0 = time.monotonic()  # step 2 for all the unit's tasks at once: which have work, where their input starts
-        read = self.read_committed() if len(self.members) > 1 else None  # (a task alone reads its own)
+        read = self.read_committed() if shared else None  # (a task alone reads its own)
         read_ms = (time.monotonic() - t0) * 1000
         runnable = self._runnable([m for m in self.members if m.progress(read)])
         self._read_bounds(runnable)
@@ -694,9 +695,9 @@ class UnitAttempt:
                 if i + 1 < len(runnable) and not together:
                     self._prefetch(runnable[i + 1], member)
                 if member.work(scope):
-                    staged.append((member, member.stage(changelog=len(self.members) == 1)))
+                    staged.append((member, member.stage(changelog=not shared)))
             if staged:
-                if len(self.members) > 1:
+                if shared:
                     # A unit's changelog records last, all together: librdkafka adds a partition to the
                     # transaction when its first record is produced, and a unit's tasks, staged one after
                     # another, each added its changelog partition in a request of its own (~19 a transaction
