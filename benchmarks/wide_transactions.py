@@ -69,7 +69,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="rounds, each running every count on both brokers")
     parser.add_argument("--gap", type=float, default=0.3, help="seconds between a producer's transactions")
     args = parser.parse_args()
-    counts = [int(n) for n in args.partitions.split(",")]
+    try:
+        counts = [int(n) for n in args.partitions.split(",")]
+    except ValueError:
+        parser.error(f"--partitions takes whole numbers separated by commas, not {args.partitions!r}")
+    if min(counts) < 1 or args.transactions < 4 or args.rounds < 1 or args.gap < 0:
+        parser.error("partition counts and --rounds must be at least 1, --transactions at least 4 (each "
+                     "producer's first 3 are not counted), --gap not negative")
     scratch = Path(tempfile.mkdtemp(prefix="eos-txn-bench-"))
     results: dict[tuple[int, str], list[tuple[float, float]]] = {}
     try:
