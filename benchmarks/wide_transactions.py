@@ -37,6 +37,7 @@ from transactions import KafkaAdmin, TopicSpec, TransactionalProducer
 console = Console()
 VERIFICATION = "transaction.partition.verification.enable"
 SETTINGS = ("true", "false")  # Kafka's default first
+COLD = 3  # transactions of each producer not counted
 
 
 def timed_transactions(bootstrap: str, topic: str, partitions: int, count: int,
@@ -59,7 +60,7 @@ def timed_transactions(bootstrap: str, topic: str, partitions: int, count: int,
             times.append(((t1 - t0) * 1000, (time.perf_counter() - t1) * 1000))
     finally:
         producer.close()
-    return times[min(3, count - 1):]  # (the first ones find the producer's connections and metadata cold)
+    return times[COLD:]  # (a new producer's first transactions find its connections and metadata cold)
 
 
 def main() -> None:
@@ -73,9 +74,9 @@ def main() -> None:
         counts = [int(n) for n in args.partitions.split(",")]
     except ValueError:
         parser.error(f"--partitions takes whole numbers separated by commas, not {args.partitions!r}")
-    if min(counts) < 1 or args.transactions < 4 or args.rounds < 1 or args.gap < 0:
-        parser.error("partition counts and --rounds must be at least 1, --transactions at least 4 (each "
-                     "producer's first 3 are not counted), --gap not negative")
+    if min(counts) < 1 or args.transactions <= COLD or args.rounds < 1 or args.gap < 0:
+        parser.error(f"partition counts and --rounds must be at least 1, --transactions at least {COLD + 1} (each "
+                     f"producer's first {COLD} are not counted), --gap not negative")
     scratch = Path(tempfile.mkdtemp(prefix="eos-txn-bench-"))
     results: dict[tuple[int, str], list[tuple[float, float]]] = {}
     try:
@@ -89,7 +90,7 @@ def main() -> None:
                 brokers[setting] = (cluster.bootstrap_servers, topic)
             for n in counts:  # warm-up, not counted: a fresh broker's JIT compiles its request paths first
                 for bootstrap, topic in brokers.values():
-                    timed_transactions(bootstrap, topic, n, 5, 0.0)
+                    timed_transactions(bootstrap, topic, n, COLD + 2, 0.0)
             for rnd in range(args.rounds):
                 for n in counts:
                     for setting, (bootstrap, topic) in brokers.items():
