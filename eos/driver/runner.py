@@ -22,10 +22,10 @@ from py4j.protocol import Py4JError
 from pyspark import cloudpickle  # the pickler Spark itself uses for Python functions
 
 from eos.driver.checks import (
+    InternalTopics,
     check_broker,
     check_spark_conf,
     check_topics,
-    create_internal_topics,
     create_repartition_topics,
 )
 from eos.driver.groups import one_result_per_task, share_out
@@ -100,7 +100,8 @@ class Runner:
     def prepare(self) -> tuple[Planner, Job]:
         """Start-up checks, internal topics, offsets of new partitions; the job definition for the tasks. What
         needs Kafka comes first, what needs Spark last: a context still starting (`ContextStart`) is waited
-        for only then."""
+        for only then, and the internal topics (`InternalTopics`, created on a thread of their own meanwhile)
+        after it."""
         cfg = self.config
         cfg.require_bootstrap()
         admin = KafkaAdmin(cfg.bootstrap_servers)
@@ -108,13 +109,10 @@ class Runner:
         counts = check_topics(admin, self.app.subtopologies)
         check_registries(self.app.subtopologies, cfg.application_id)
         check_broker(admin, cfg)
-        dlq_partitions = create_internal_topics(admin, cfg, self.app.subtopologies, counts)
+        internal = InternalTopics(cfg, self.app.subtopologies, counts)  # (created while the rest goes on)
         if cfg.driver_lease:
             self.lease = acquire_driver_lease(admin, cfg)
         clocked = self.app.clocked_topics
-        job = Job(cfg, dict(self.app.subtopologies), self.app.fault_hooks, dlq_partitions,
-                  ledger_topic(cfg.application_id),
-                  frozenset(t.name for t in self.app.internal_topics.values() if t.purge), clocked)
         planner = Planner(admin, cfg, self.app.subtopologies, counts, clocked)
         planner.refresh_topic_ids()
         planner.initialize_offsets()
@@ -125,6 +123,10 @@ class Runner:
         check_spark_conf(spark_conf(self.sc))
         planner.set_task_slots(total_task_slots(self.sc))  # (what tasks_per_transaction="auto" goes by)
         ship_framework(self.sc, local=is_local_master(str(self.sc.master)))
+        # the internal topics exist before the run's first batch: waited for here, their creation overlapped by the rest
+        job = Job(cfg, dict(self.app.subtopologies), self.app.fault_hooks, internal.dlq_partitions(),
+                  ledger_topic(cfg.application_id),
+                  frozenset(t.name for t in self.app.internal_topics.values() if t.purge), clocked)
         self.placer = Placer(self.sc, admin, cfg, self.app.subtopologies, counts) if cfg.placement else None
         if cfg.metrics_port is not None and self.metrics is None:
             from eos.driver.metrics import DriverMetrics  # (prometheus_client: ~25 ms, only for a job that serves)

@@ -110,3 +110,55 @@ def test_a_topic_still_missing_after_the_grace_is_a_config_error(monkeypatch):
     with pytest.raises(ConfigError, match=r"topic\(s\) late do not exist on 127\.0\.0\.1:1\. Create them first"):
         checks.check_topics(admin, subtopologies())
     assert admin.asked >= 2  # asked again before giving up
+
+
+def _counting_app(bootstrap: str = "127.0.0.1:1"):
+    from eos import Application
+
+    app = Application("internal", bootstrap, state_dir="/tmp/unused")
+    app.count("orders", "counts", name="counts")
+    return app
+
+
+def _changelog(app) -> str:
+    (store,) = [spec for sub in app.subtopologies.values() for spec in sub.stores]
+    return store.changelog_topic(app.config.application_id)
+
+
+def test_internal_topics_are_created_on_a_thread_of_their_own_and_waited_for_once():
+    import threading
+
+    from eos.driver.checks import InternalTopics
+    from transactions.memory import MemoryAdmin, MemoryCluster
+
+    cluster = MemoryCluster()
+    cluster.create_topic("orders", 6)
+    app = _counting_app()
+    threads: list[str] = []
+    release = threading.Event()
+
+    def new_admin():
+        threads.append(threading.current_thread().name)
+        release.wait(5)  # the broker is slow: the caller goes on meanwhile
+        return MemoryAdmin(cluster)
+
+    topics = InternalTopics(app.config, app.subtopologies, {"orders": 6}, new_admin)
+    assert app.config.dlq_topic not in cluster.logs  # (not yet: the thread waits for its admin)
+    release.set()
+    assert topics.dlq_partitions() == 6 == cluster.partitions(app.config.dlq_topic)
+    assert cluster.partitions(_changelog(app)) == 6
+    assert threads == ["eos-internal-topics"]
+    assert topics.dlq_partitions() == 6  # (asked again: the same answer, no second creation)
+
+
+def test_what_creating_the_internal_topics_raised_is_raised_when_they_are_waited_for():
+    from eos.driver.checks import InternalTopics
+    from transactions.memory import MemoryAdmin, MemoryCluster
+
+    cluster = MemoryCluster()
+    cluster.create_topic("orders", 2)
+    app = _counting_app()
+    cluster.create_topic(_changelog(app), 3, {"cleanup.policy": "compact"})
+    topics = InternalTopics(app.config, app.subtopologies, {"orders": 2}, lambda: MemoryAdmin(cluster))
+    with pytest.raises(ConfigError, match="has 3 partitions but its sub-topology has 2 tasks"):
+        topics.dlq_partitions()
