@@ -20,6 +20,8 @@ from eos.driver.jvm import LaunchedJvm
 
 
 class FakeProcess:
+    pid = -1  # (no such process: not a `java` to signal)
+
     def __init__(self, command: list[str], **kwargs: Any) -> None:
         self.command, self.kwargs = command, kwargs
         self.stdin = open("/dev/null", "wb")  # (closed by discard)
@@ -219,3 +221,30 @@ def test_held_logs_come_out_once_logging_is_configured_at_its_level(capsys):
         assert not isinstance(logs.logger("eos.x"), logs._HeldLogger)  # (nothing held from here on)
     finally:
         logs.reset_logging()
+
+
+def _launched(tmp_path: Path, executable: str, *args: str) -> LaunchedJvm:
+    """A LaunchedJvm around a real process running `executable` under the name it has."""
+    jvm = object.__new__(LaunchedJvm)
+    jvm._conn_dir = str(tmp_path / "conn")
+    os.mkdir(jvm._conn_dir)
+    jvm.proc = subprocess.Popen([executable, *args], stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    return jvm
+
+
+def test_a_discarded_jvm_still_starting_is_ended_at_once_and_a_launch_script_by_its_stdin(tmp_path):
+    import shutil
+    import signal
+
+    # a JVM that does not read its stdin yet (still starting): a `java` that sleeps
+    (tmp_path / "bin").mkdir()
+    java = shutil.copy(shutil.which("sleep") or "/bin/sleep", tmp_path / "bin" / "java")
+    starting = _launched(tmp_path, str(java), "60")
+    starting.discard(timeout=30)
+    assert starting.proc.returncode == -signal.SIGTERM  # ended at once, not killed after the timeout
+    assert not os.path.exists(starting._conn_dir)
+    # spark-submit's scripts before they exec the JVM (here a program that ends when its stdin does, as the
+    # gateway does): not signalled, which would leave their launcher JVM behind
+    script = _launched(tmp_path, shutil.which("cat") or "/bin/cat")
+    script.discard(timeout=30)
+    assert script.proc.returncode == 0
