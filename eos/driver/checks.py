@@ -8,6 +8,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 
 import structlog
@@ -23,7 +24,7 @@ from transactions import BrokerUnreachableError, KafkaAdmin, TopicSpec, check_re
 log = structlog.get_logger(__name__)
 
 __all__ = ["preflight", "user_topics", "check_state_dir", "check_spark_conf", "check_topics", "check_broker",
-           "create_internal_topics", "create_repartition_topics", "InternalTopics", "TRANSACTION_LOG"]
+           "create_internal_topics", "create_internal_topics_soon", "create_repartition_topics", "TRANSACTION_LOG"]
 
 
 def preflight(config: EosConfig, *, local_master: bool, topics: Collection[str] = ()) -> None:
@@ -206,40 +207,28 @@ def create_internal_topics(admin: KafkaAdmin, config: EosConfig, subtopologies: 
     return admin.partition_counts([config.dlq_topic])[config.dlq_topic] or 1
 
 
-class InternalTopics:
+def create_internal_topics_soon(config: EosConfig, subtopologies: Mapping[str, SubTopology],
+                                partition_counts: Mapping[str, int],
+                                new_admin: Callable[[], KafkaAdmin] | None = None) -> Future[int]:
     """`create_internal_topics` on a thread of its own, with an admin client of its own, so that the driver's other
     preparations and the JVM's start overlap it: a broker takes about a second to create a 64-partition topic (the
     dead-letter topic of a 64-partition job, and each changelog as wide), which a fresh run of such a job waited
-    for before its other look-ups (docs/measurements.md). `dlq_partitions()` waits for it and returns the
-    dead-letter topic's partition count, or raises what creating or validating the topics raised."""
+    for before its other look-ups (docs/measurements.md). The future's result is the dead-letter topic's partition
+    count, or what creating or validating the topics raised."""
+    future: Future[int] = Future()
 
-    def __init__(self, config: EosConfig, subtopologies: Mapping[str, SubTopology], partition_counts: Mapping[str, int],
-                 new_admin: Callable[[], KafkaAdmin] | None = None) -> None:
-        self._partitions: int | None = None
-        self._error: BaseException | None = None
-        if new_admin is None:
-            def new_admin() -> KafkaAdmin:
-                return KafkaAdmin(config.bootstrap_servers)
-        context = contextvars.copy_context()  # (its log lines name the application as the driver's do)
-        # a daemon thread: a driver that stops on an error meanwhile does not wait for the broker
-        self._thread = threading.Thread(target=context.run, args=(self._create, new_admin, config, subtopologies,
-                                                                  partition_counts),
-                                        name="eos-internal-topics", daemon=True)
-        self._thread.start()
-
-    def _create(self, new_admin: Callable[[], KafkaAdmin], config: EosConfig, subtopologies: Mapping[str, SubTopology],
-                partition_counts: Mapping[str, int]) -> None:
+    def create() -> None:
         try:
-            self._partitions = create_internal_topics(new_admin(), config, subtopologies, partition_counts)
+            admin = new_admin() if new_admin is not None else KafkaAdmin(config.bootstrap_servers)
+            future.set_result(create_internal_topics(admin, config, subtopologies, partition_counts))
         except BaseException as exc:  # handed to the thread that asks for the result
-            self._error = exc
+            future.set_exception(exc)
 
-    def dlq_partitions(self) -> int:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        assert self._partitions is not None
-        return self._partitions
+    # a daemon thread (a driver that stops on an error meanwhile does not wait for the broker), in the caller's
+    # context (its log lines name the application as the driver's do)
+    threading.Thread(target=contextvars.copy_context().run, args=(create,), name="eos-internal-topics",
+                     daemon=True).start()
+    return future
 
 
 def orphaned_changelogs(topics: Iterable[str], application_id: str, changelogs: set[str]) -> list[str]:

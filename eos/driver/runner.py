@@ -22,10 +22,10 @@ from py4j.protocol import Py4JError
 from pyspark import cloudpickle  # the pickler Spark itself uses for Python functions
 
 from eos.driver.checks import (
-    InternalTopics,
     check_broker,
     check_spark_conf,
     check_topics,
+    create_internal_topics_soon,
     create_repartition_topics,
 )
 from eos.driver.groups import one_result_per_task, share_out
@@ -100,7 +100,7 @@ class Runner:
     def prepare(self) -> tuple[Planner, Job]:
         """Start-up checks, internal topics, offsets of new partitions; the job definition for the tasks. What
         needs Kafka comes first, what needs Spark last: a context still starting (`ContextStart`) is waited
-        for only then, and the internal topics (`InternalTopics`, created on a thread of their own meanwhile)
+        for only then, and the internal topics (`create_internal_topics_soon`, made on a thread of their own meanwhile)
         after it."""
         cfg = self.config
         cfg.require_bootstrap()
@@ -109,7 +109,7 @@ class Runner:
         counts = check_topics(admin, self.app.subtopologies)
         check_registries(self.app.subtopologies, cfg.application_id)
         check_broker(admin, cfg)
-        internal = InternalTopics(cfg, self.app.subtopologies, counts)  # (created while the rest goes on)
+        internal = create_internal_topics_soon(cfg, self.app.subtopologies, counts)  # (while the rest goes on)
         if cfg.driver_lease:
             self.lease = acquire_driver_lease(admin, cfg)
         clocked = self.app.clocked_topics
@@ -124,7 +124,7 @@ class Runner:
         planner.set_task_slots(total_task_slots(self.sc))  # (what tasks_per_transaction="auto" goes by)
         ship_framework(self.sc, local=is_local_master(str(self.sc.master)))
         # the internal topics exist before the run's first batch: waited for here, their creation overlapped by the rest
-        job = Job(cfg, dict(self.app.subtopologies), self.app.fault_hooks, internal.dlq_partitions(),
+        job = Job(cfg, dict(self.app.subtopologies), self.app.fault_hooks, internal.result(),
                   ledger_topic(cfg.application_id),
                   frozenset(t.name for t in self.app.internal_topics.values() if t.purge), clocked)
         self.placer = Placer(self.sc, admin, cfg, self.app.subtopologies, counts) if cfg.placement else None

@@ -128,7 +128,7 @@ def _changelog(app) -> str:
 def test_internal_topics_are_created_on_a_thread_of_their_own_and_waited_for_once():
     import threading
 
-    from eos.driver.checks import InternalTopics
+    from eos.driver.checks import create_internal_topics_soon
     from transactions.memory import MemoryAdmin, MemoryCluster
 
     cluster = MemoryCluster()
@@ -142,23 +142,23 @@ def test_internal_topics_are_created_on_a_thread_of_their_own_and_waited_for_onc
         release.wait(5)  # the broker is slow: the caller goes on meanwhile
         return MemoryAdmin(cluster)
 
-    topics = InternalTopics(app.config, app.subtopologies, {"orders": 6}, new_admin)
+    topics = create_internal_topics_soon(app.config, app.subtopologies, {"orders": 6}, new_admin)
     assert app.config.dlq_topic not in cluster.logs  # (not yet: the thread waits for its admin)
     release.set()
-    assert topics.dlq_partitions() == 6 == cluster.partitions(app.config.dlq_topic)
+    assert topics.result(10) == 6 == cluster.partitions(app.config.dlq_topic)
     assert cluster.partitions(_changelog(app)) == 6
     assert threads == ["eos-internal-topics"]
-    assert topics.dlq_partitions() == 6  # (asked again: the same answer, no second creation)
+    assert topics.result(10) == 6  # (asked again: the same answer, no second creation)
 
 
 def test_what_creating_the_internal_topics_raised_is_raised_when_they_are_waited_for():
-    from eos.driver.checks import InternalTopics
+    from eos.driver.checks import create_internal_topics_soon
     from transactions.memory import MemoryAdmin, MemoryCluster
 
     cluster = MemoryCluster()
     cluster.create_topic("orders", 2)
     app = _counting_app()
     cluster.create_topic(_changelog(app), 3, {"cleanup.policy": "compact"})
-    topics = InternalTopics(app.config, app.subtopologies, {"orders": 2}, lambda: MemoryAdmin(cluster))
+    topics = create_internal_topics_soon(app.config, app.subtopologies, {"orders": 2}, lambda: MemoryAdmin(cluster))
     with pytest.raises(ConfigError, match="has 3 partitions but its sub-topology has 2 tasks"):
-        topics.dlq_partitions()
+        topics.result(10)
