@@ -33,6 +33,11 @@ Quix Streams and a bare confluent-kafka transactional copy loop, side by side on
 * Every run's output is verified before it counts: stateless, every input id exactly once in the
   committed output; count and pipeline, every key's last aggregate exact, none repeated or going back
   (and, one output per input, as many outputs as inputs kept). A failed verification stops the benchmark.
+* The machine's speed: before each run, the best of five timings of a fixed piece of Python work
+  (`benchmarks.calibrate`, ~0.1 s each), printed with the run, per peer after the rounds, and in the report
+  with the CPU time the hypervisor stole over the rounds. On this machine the work took ~1.7x as long in
+  spells of a few seconds, with no steal to show for it, and both peers ran at a half to a third of their
+  rates on slow days: a ratio is of its rounds' machine (docs/measurements.md, 2026-11-30).
 * Latency (each round, stateless job, every peer but kstreams-cache): a fresh topic is fed at
   --latency-rate records/s; the time from handing a record to the harness's producer to receiving its
   output on a read_committed consumer, over the records fed after a warm-up that absorbs start-up.
@@ -70,6 +75,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from rich.console import Console
 from rich.table import Table
 
+from benchmarks.calibrate import cpu_times, python_ms, steal_share
 from benchmarks.visible import visible
 from eos.audit.scan import scan_topic
 from localkafka.provision import provide_kafka
@@ -114,6 +120,9 @@ class Run:
     outputs: int = 0
     verified: str = ""
     notes: list[str] = field(default_factory=list)
+    #: the machine's speed just before the run: the best timing of a fixed piece of Python work
+    #: (`benchmarks.calibrate`; larger on a slower spell of the machine)
+    machine_ms: float = 0.0
 
 
 @dataclass
@@ -530,6 +539,25 @@ def verify(run: Run, bootstrap: str, admin: KafkaAdmin, sink: str, n: int, expec
 # ---------------------------------------------------------------- the table
 
 
+#: timings of the fixed Python work before each run (~0.1 s each here): the best is the machine's speed
+MACHINE_REPEATS = 5
+
+
+def machine_line(runs: list[Run], steal: float | None) -> str:
+    """How fast the machine was around the runs: the fixed Python work's best timing before each run (its
+    range, and the median per peer, so that a peer whose runs met slower spells shows), and the share of CPU
+    time stolen over the rounds. Empty without runs."""
+    timed = [r for r in runs if r.machine_ms > 0]
+    if not timed:
+        return ""
+    all_ms = [r.machine_ms for r in timed]
+    per_peer = ", ".join(f"{peer} {statistics.median(r.machine_ms for r in timed if r.peer == peer):.0f}"
+                         for peer in dict.fromkeys(r.peer for r in timed))
+    line = (f"machine: the fixed Python work of benchmarks.calibrate took {min(all_ms):.0f}-{max(all_ms):.0f} ms "
+            f"before the runs (median per peer: {per_peer}; larger is slower)")
+    return line + (f"; {steal:.1%} of the CPU time stolen over the rounds" if steal is not None else "")
+
+
 def report(runs: list[Run], latencies: list[Latency], n: int) -> dict:
     def median(peer: str, job: str, attr: str) -> float | None:
         values = [getattr(r, attr) for r in runs if r.peer == peer and r.job == job]
@@ -643,23 +671,26 @@ def main(argv: list[str] | None = None) -> None:
                          kstreams, quix, args.timeout, brokers)
                 console.print(f"warmed the broker up: the copy loop over them, not counted "
                               f"({time.monotonic() - t0:.1f} s)")
+        rounds_began = cpu_times()
         for rnd in range(0 if args.warm_up_peers else 1, args.rounds + 1):
             for job in jobs:
                 for peer in peers:
                     if (peer == "copy" and base_job(job) in AGGREGATING) or (peer in CACHED and job not in AGGREGATING):
                         continue
                     source = sources[str(WIDE_PARTITIONS if is_wide(job) else PARTITIONS)]
+                    machine_ms = python_ms(MACHINE_REPEATS)
                     run = run_once(peer, job, rnd, kafka.bootstrap_servers, admin, source, args.records, expected,
                                    kstreams, quix, args.timeout, brokers)
                     if rnd == 0:  # --warm-up-peers: not counted
                         console.print(f"warmed the broker up: {job} {peer}, not counted ({run.total_s:.1f} s)")
                         continue
+                    run.machine_ms = machine_ms
                     runs.append(run)
                     console.print(f"round {rnd} {job:11} {peer:14} {run.steady_rps:>10,.0f} rec/s  start-up "
                                   f"{run.startup_s:5.1f} s  peak {run.peak_rss_mib:7,.0f} MiB RSS, "
                                   f"{run.peak_pss_mib:,.0f} PSS, {run.cores_busy:.2f} cores busy, broker "
                                   f"{run.broker_cores:.2f} "
-                                  f"({_shares(run.peak_processes)})  {run.verified}"
+                                  f"({_shares(run.peak_processes)}), machine {run.machine_ms:.0f} ms  {run.verified}"
                                   + (f"  ({'; '.join(run.notes)})" if run.notes else ""))
             for peer in peers if args.latency_rate > 0 and rnd > 0 else []:
                 if peer in CACHED:
@@ -669,11 +700,15 @@ def main(argv: list[str] | None = None) -> None:
                 latencies.append(lat)
                 console.print(f"round {rnd} latency   {peer:14} p50 {lat.p50_ms:7,.0f} ms  p99 {lat.p99_ms:7,.0f} ms  "
                               f"max {lat.max_ms:7,.0f} ms  {lat.verified}")
+        steal = steal_share(rounds_began, cpu_times())
     summary = report(runs, latencies, args.records)
+    machine = machine_line(runs, steal)
+    if machine:
+        console.print(machine)
     out = ROOT / "reports" / "peers.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"records": args.records, "keys": args.keys, "rounds": args.rounds,
-                               "medians": summary, "runs": [asdict(r) for r in runs],
+                               "medians": summary, "steal": steal, "runs": [asdict(r) for r in runs],
                                "latency_runs": [asdict(r) for r in latencies]}, indent=2))
     console.print(f"report: {out}")
 
