@@ -6,7 +6,10 @@ work below before each run and reports the steal over its rounds:
 
 * `python_ms`: the best of several timings of one fixed piece of Python work (parse a ~100 B JSON order, add a
   field, serialize it, count its key: 20,000 times), the kind of work a Python worker does per record. The
-  best timing is the least disturbed one; a slower day shows as a larger best.
+  best timing is the least disturbed one; a slower day shows as a larger best. Taken just after a run, it also
+  shares the machine with the broker's work on what the run wrote (149-191 ms against 111-114 on the idle
+  machine minutes later, 2026-11-30): it tells fast days and slow spells apart, not one run's conditions
+  exactly.
 * `steal`: the share of the machine's CPU time the hypervisor gave to others (`/proc/stat`), over the run.
 
     python -m benchmarks.calibrate        # prints one sample
