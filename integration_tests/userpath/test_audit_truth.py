@@ -97,16 +97,25 @@ def partition_records(bootstrap: str, topic: str, partition: int) -> list[tuple[
 
 
 def recreate(admin: KafkaAdmin, topic: str, partitions: int) -> None:
+    """Delete `topic` and create it again; returns once the cluster lists the new topic (told by its new topic
+    id) and its partitions answer for their offsets, empty. The records produced next were once refused
+    (UNKNOWN_TOPIC_OR_PART; a clean-clone run on 2026-11-30): a deletion completes on the broker after it
+    returns, so a create right after it can find the old topic still listed and create nothing; and a broker
+    can list a new topic a moment before it serves its partitions (librdkafka#4904)."""
+    old = admin.topic_ids([topic])[topic]
+    assert old is not None, f"{topic} does not exist"
     admin.delete_topics([topic])
     deadline = time.monotonic() + 60
     while True:
         try:
-            if admin.create_topics([TopicSpec(topic, partitions)]) or admin.partition_counts([topic])[topic]:
+            admin.create_topics([TopicSpec(topic, partitions)])
+            if (admin.topic_ids([topic])[topic] not in (None, old)
+                    and set(admin.end_offsets([(topic, p) for p in range(partitions)]).values()) == {0}):
                 return
         except Exception:  # still being deleted
             pass
         assert time.monotonic() < deadline, f"{topic} could not be created again"
-        time.sleep(0.5)
+        time.sleep(0.2)
 
 
 def test_a_recreated_input_topic_is_read_again_from_its_start_and_audited_as_such(kafka, spark, topic_factory,
