@@ -220,9 +220,13 @@ def create_internal_topics_soon(config: EosConfig, subtopologies: Mapping[str, S
     def create() -> None:
         try:
             admin = new_admin() if new_admin is not None else KafkaAdmin(config.bootstrap_servers)
-            future.set_result(create_internal_topics(admin, config, subtopologies, partition_counts))
+            try:
+                future.set_result(create_internal_topics(admin, config, subtopologies, partition_counts))
+            finally:
+                admin.close()  # (its client's threads and connections, not kept for the run's life)
         except BaseException as exc:  # handed to the thread that asks for the result
-            future.set_exception(exc)
+            if not future.done():
+                future.set_exception(exc)
 
     # a daemon thread (a driver that stops on an error meanwhile does not wait for the broker), in the caller's
     # context (its log lines name the application as the driver's do)

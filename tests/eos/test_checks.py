@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -135,12 +136,17 @@ def test_internal_topics_are_created_on_a_thread_of_their_own_and_waited_for_onc
     cluster.create_topic("orders", 6)
     app = _counting_app()
     threads: list[str] = []
+    closed: list[bool] = []
     release = threading.Event()
+
+    class ClosingAdmin(MemoryAdmin):
+        def close(self) -> None:
+            closed.append(True)
 
     def new_admin():
         threads.append(threading.current_thread().name)
         release.wait(5)  # the broker is slow: the caller goes on meanwhile
-        return MemoryAdmin(cluster)
+        return ClosingAdmin(cluster)
 
     topics = create_internal_topics_soon(app.config, app.subtopologies, {"orders": 6}, new_admin)
     assert app.config.dlq_topic not in cluster.logs  # (not yet: the thread waits for its admin)
@@ -149,6 +155,10 @@ def test_internal_topics_are_created_on_a_thread_of_their_own_and_waited_for_onc
     assert cluster.partitions(_changelog(app)) == 6
     assert threads == ["eos-internal-topics"]
     assert topics.result(10) == 6  # (asked again: the same answer, no second creation)
+    deadline = time.monotonic() + 5
+    while not closed and time.monotonic() < deadline:  # (closed just after the result is set)
+        time.sleep(0.01)
+    assert closed == [True]  # its own admin client is not left open for the run's life
 
 
 def test_what_creating_the_internal_topics_raised_is_raised_when_they_are_waited_for():
