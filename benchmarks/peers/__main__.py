@@ -4,7 +4,7 @@ Quix Streams and a bare confluent-kafka transactional copy loop, side by side on
     python -m benchmarks.peers [--records 1000000] [--rounds 3] [--keys 10000]
                                [--jobs stateless,count,pipeline,stateless64,count64]
                                [--peers eos,eos-cache,kstreams,kstreams-cache,quix,copy] [--latency-rate 2000]
-                               [--eos-settings '{"max_records_per_batch": 20000}'] [--no-warm-up] [--warm-up-peers]
+                               [--eos-settings '{"max_records_per_batch": 20000}'] [--no-warm-up] [--warm-up-peers [N]]
 
 * stateless: parse each JSON order (~100 B), add `total`, write it; count: records per key, one output
   per input (Kafka Streams with its record cache off). pipeline: four operators in one task, as each DSL
@@ -19,12 +19,15 @@ Quix Streams and a bare confluent-kafka transactional copy loop, side by side on
   can set another. count64: the count on that input, the same way (each task's store in
   RocksDB on every peer). The copy loop runs the stateless jobs only.
 * CPU: the run's processes' CPU-seconds over the steady phase, divided by its wall time ("cores busy"); and
-  the broker's, which every peer shares the two cores with ("broker cores", local brokers only).
+  the broker's, which every peer shares the two cores with ("broker cores", local brokers only), with the
+  share of its JVM's JIT compiler threads in brackets.
 * Interleaved: round 1 runs every peer once (A B C D), round 2 again, ...; medians over the rounds. Before
   round 1 the copy loop runs once over each input, not counted, so that no peer's round is the broker's
-  first heavy run (--no-warm-up leaves it out); --warm-up-peers adds an uncounted round of every peer and job
-  (a fresh broker JIT-compiles its request path during the first thousands of requests: during the
-  framework's cached count, which makes more requests a second, at ~0.24 cores; docs/measurements.md).
+  first heavy run (--no-warm-up leaves it out); --warm-up-peers N adds N uncounted rounds of every peer and
+  job. The broker this benchmark starts is young: it JIT-compiles its request paths for minutes, each run
+  the kinds of request it makes (beside the framework's cached count, 0.15 cores of compiling in the first
+  rounds and 0.03 after ~4 minutes of them; docs/measurements.md). A broker that has served for long does
+  little of that.
 * Each run reads the pre-loaded input from the start under a fresh group and writes a fresh topic.
   Progress is the group's committed input offsets, polled every 0.2 s: start-up = launch to the first
   commit, steady rate = records committed after the first commit / time from it to the last.
@@ -117,6 +120,9 @@ class Run:
     cpu_s_per_m: float = 0.0  # CPU-seconds per million records, steady phase
     #: the broker's CPU-seconds per second of the steady phase (NaN: a broker this benchmark did not start)
     broker_cores: float = float("nan")
+    #: of `broker_cores`, its JVM's JIT compiler threads' (a young broker compiles its request paths for
+    #: minutes, the more the more kinds of request it is sent; a broker that has served for long, little)
+    broker_jit_cores: float = float("nan")
     outputs: int = 0
     verified: str = ""
     notes: list[str] = field(default_factory=list)
@@ -253,6 +259,33 @@ def _cpu_s(pids: list[int]) -> float:
     return ticks / CLOCK_TICKS
 
 
+#: The threads of a HotSpot JVM that JIT-compile (`/proc/<pid>/task/<tid>/comm`, cut to 15 characters:
+#: "C2 CompilerThread0" reads "C2 CompilerThre")
+JIT_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
+
+
+def _jit_cpu_s(pids: list[int], proc: Path = Path("/proc")) -> float:
+    """User + system CPU-seconds of the JIT compiler threads of the JVMs `pids` (NaN without any, or if one
+    is gone). A compiler thread that has ended takes its CPU time with it, so over a span this is a floor."""
+    if not pids:
+        return float("nan")
+    ticks = 0
+    for pid in pids:
+        try:
+            for task in (proc / str(pid) / "task").iterdir():
+                with contextlib.suppress(OSError, ValueError, IndexError):  # (a thread that ended meanwhile)
+                    if (task / "comm").read_text().strip() in JIT_THREADS:
+                        ticks += _ticks((task / "stat").read_text())
+        except OSError:
+            return float("nan")
+    return ticks / CLOCK_TICKS
+
+
+def _broker_cpu_s(pids: list[int]) -> tuple[float, float]:
+    """The brokers' CPU-seconds so far, and their JIT compiler threads' of them."""
+    return _cpu_s(pids), _jit_cpu_s(pids)
+
+
 def _memory(session: int) -> Memory:
     procs: dict[int, tuple[int, str, int, int]] = {}  # pid -> (ppid, command line, RSS KiB, PSS KiB)
     ticks = 0
@@ -372,7 +405,8 @@ def run_once(peer: str, job: str, rnd: int, bootstrap: str, admin: KafkaAdmin, s
     cmd, env = command(peer, job, bootstrap, source, sink, group, scratch, kstreams, quix)
     first: tuple[float, int] | None = None
     done_at = None
-    cpu_first = cpu_done = broker_first = broker_done = 0.0
+    cpu_first = cpu_done = 0.0
+    broker_first = broker_done = (0.0, 0.0)
     with launched(cmd, env, scratch) as proc:
         launched_at = time.monotonic()
         while time.monotonic() - launched_at < timeout:
@@ -386,9 +420,9 @@ def run_once(peer: str, job: str, rnd: int, bootstrap: str, admin: KafkaAdmin, s
             committed = sum(o or 0 for o in admin.group_offsets(group, tps, stable=False).values())
             now = time.monotonic()
             if committed and first is None:
-                first, cpu_first, broker_first = (now, committed), sample.cpu_s, _cpu_s(brokers or [])
+                first, cpu_first, broker_first = (now, committed), sample.cpu_s, _broker_cpu_s(brokers or [])
             if committed >= n:
-                done_at, cpu_done, broker_done = now, _memory(proc.pid).cpu_s, _cpu_s(brokers or [])
+                done_at, cpu_done, broker_done = now, _memory(proc.pid).cpu_s, _broker_cpu_s(brokers or [])
                 break
         if done_at is None or first is None:
             raise RuntimeError(f"{peer} did not finish {job} in {timeout:.0f} s; see {scratch / 'run.log'}")
@@ -398,7 +432,8 @@ def run_once(peer: str, job: str, rnd: int, bootstrap: str, admin: KafkaAdmin, s
     if done_at > first[0] and n > first[1]:
         run.cores_busy = (cpu_done - cpu_first) / (done_at - first[0])
         run.cpu_s_per_m = (cpu_done - cpu_first) / (n - first[1]) * 1e6
-        run.broker_cores = (broker_done - broker_first) / (done_at - first[0])
+        run.broker_cores, run.broker_jit_cores = ((done - began) / (done_at - first[0])
+                                                  for began, done in zip(broker_first, broker_done, strict=True))
     if first[1] > n / 2:
         run.notes.append(f"the first commit held {first[1]:,} of {n:,} records: the steady rate is rough")
     if run.startup_s > SLOW_STARTUP_S:
@@ -558,6 +593,13 @@ def machine_line(runs: list[Run], steal: float | None) -> str:
     return line + (f"; {steal:.1%} of the CPU time stolen over the rounds" if steal is not None else "")
 
 
+def _broker_cell(cores: float | None, jit: float | None) -> str:
+    """The broker's cores, with its JIT's share: "0.28 (JIT 0.11)"; "-" for a broker not started here."""
+    if cores is None or math.isnan(cores):
+        return "-"
+    return f"{cores:.2f}" + ("" if jit is None or math.isnan(jit) else f" (JIT {jit:.2f})")
+
+
 def report(runs: list[Run], latencies: list[Latency], n: int) -> dict:
     def median(peer: str, job: str, attr: str) -> float | None:
         values = [getattr(r, attr) for r in runs if r.peer == peer and r.job == job]
@@ -570,7 +612,7 @@ def report(runs: list[Run], latencies: list[Latency], n: int) -> dict:
     summary: dict = {}
     for job in JOBS:
         attrs = ("steady_rps", "startup_s", "peak_rss_mib", "peak_pss_mib", "cores_busy", "cpu_s_per_m",
-                 "broker_cores")
+                 "broker_cores", "broker_jit_cores")
         rows = {p: {a: median(p, job, a) for a in attrs} for p in PEERS if median(p, job, "steady_rps") is not None}
         if not rows:
             continue
@@ -591,7 +633,7 @@ def report(runs: list[Run], latencies: list[Latency], n: int) -> dict:
                           f"{row['startup_s']:.1f} s ({spread(peer, job, 'startup_s')})",
                           f"{row['peak_pss_mib']:,.0f} MiB ({spread(peer, job, 'peak_pss_mib')})",
                           f"{row['peak_rss_mib']:,.0f} MiB", f"{row['cores_busy']:.2f}", f"{row['cpu_s_per_m']:.1f}",
-                          "-" if math.isnan(row["broker_cores"]) else f"{row['broker_cores']:.2f}")
+                          _broker_cell(row["broker_cores"], row["broker_jit_cores"]))
         console.print(table)
         summary[job] = rows
     if latencies:
@@ -626,9 +668,9 @@ def main(argv: list[str] | None = None) -> None:
                         help='the framework\'s Application settings to try, e.g. \'{"max_records_per_batch": 20000}\'')
     parser.add_argument("--no-warm-up", dest="warm_up", action="store_false",
                         help="no uncounted copy-loop run over each input before the first round")
-    parser.add_argument("--warm-up-peers", action="store_true",
-                        help="also one uncounted run of every peer's every job before the first round (the "
-                        "broker's request path is JIT-compiled by then, not during a counted run)")
+    parser.add_argument("--warm-up-peers", type=int, nargs="?", const=1, default=0, metavar="ROUNDS",
+                        help="also ROUNDS (default 1) uncounted rounds of every peer's every job before the first "
+                        "(a young broker JIT-compiles its request paths for minutes; each run prints how much)")
     parser.add_argument("--eos-master", default="", help="the Spark master of the framework's runs (default: "
                         "the framework's own default, local[2,4])")
     args = parser.parse_args(argv)
@@ -672,7 +714,7 @@ def main(argv: list[str] | None = None) -> None:
                 console.print(f"warmed the broker up: the copy loop over them, not counted "
                               f"({time.monotonic() - t0:.1f} s)")
         rounds_began = cpu_times()
-        for rnd in range(0 if args.warm_up_peers else 1, args.rounds + 1):
+        for rnd in range(1 - args.warm_up_peers, args.rounds + 1):
             for job in jobs:
                 for peer in peers:
                     if (peer == "copy" and base_job(job) in AGGREGATING) or (peer in CACHED and job not in AGGREGATING):
@@ -681,15 +723,16 @@ def main(argv: list[str] | None = None) -> None:
                     machine_ms = python_ms(MACHINE_REPEATS)
                     run = run_once(peer, job, rnd, kafka.bootstrap_servers, admin, source, args.records, expected,
                                    kstreams, quix, args.timeout, brokers)
-                    if rnd == 0:  # --warm-up-peers: not counted
-                        console.print(f"warmed the broker up: {job} {peer}, not counted ({run.total_s:.1f} s)")
+                    if rnd <= 0:  # --warm-up-peers: not counted
+                        console.print(f"warmed the broker up: {job} {peer}, not counted ({run.total_s:.1f} s, "
+                                      f"broker {_broker_cell(run.broker_cores, run.broker_jit_cores)})")
                         continue
                     run.machine_ms = machine_ms
                     runs.append(run)
                     console.print(f"round {rnd} {job:11} {peer:14} {run.steady_rps:>10,.0f} rec/s  start-up "
                                   f"{run.startup_s:5.1f} s  peak {run.peak_rss_mib:7,.0f} MiB RSS, "
                                   f"{run.peak_pss_mib:,.0f} PSS, {run.cores_busy:.2f} cores busy, broker "
-                                  f"{run.broker_cores:.2f} "
+                                  f"{_broker_cell(run.broker_cores, run.broker_jit_cores)} "
                                   f"({_shares(run.peak_processes)}), machine {run.machine_ms:.0f} ms  {run.verified}"
                                   + (f"  ({'; '.join(run.notes)})" if run.notes else ""))
             for peer in peers if args.latency_rate > 0 and rnd > 0 else []:
