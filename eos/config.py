@@ -65,6 +65,10 @@ class EosConfig:
     #: produces it in slices, handing the producer its outputs (and dead letters) whenever this many have
     #: gathered, so a batch is never held whole. 0: every batch is read whole, then processed, then produced.
     batch_slice_records: int = 5_000
+    #: A unit of tasks sharing a transaction (`tasks_per_transaction`) reads the input of consecutive tasks in
+    #: one read of at most this many offsets (a task with more reads alone), and holds it until each of them
+    #: processes its own: larger is fewer reads and more memory held.
+    unit_read_records: int = 50_000
     #: Longest time a task may need to produce and commit one batch. Must stay below the transaction timeout.
     batch_timeout: float = 30.0
     #: transaction.timeout.ms of the task producers; the broker aborts a transaction open longer than this.
@@ -199,6 +203,9 @@ class EosConfig:
         if self.batch_slice_records < 0:
             raise ConfigError(f"batch_slice_records must be >= 0 records (0: batches held whole, not streamed), got "
                               f"{self.batch_slice_records}")
+        if self.unit_read_records < 1:
+            raise ConfigError(f"unit_read_records must be >= 1 offsets (the most a unit of tasks reads at once), got "
+                              f"{self.unit_read_records}")
         if self.cache_max_bytes < 0:
             raise ConfigError(f"cache_max_bytes must be >= 0 bytes (0: no record cache; Kafka Streams' default is "
                               f"10485760), got {self.cache_max_bytes}")

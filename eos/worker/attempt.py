@@ -93,6 +93,22 @@ class StalePlanError(Exception):
     back to the planner."""
 
 
+def together_groups(sizes: Sequence[int], cap: int) -> list[tuple[int, int]]:
+    """`sizes` (each task's offsets to read, in the order the tasks run) cut into runs of consecutive tasks,
+    `(first, end)` indexes, each at most `cap` offsets in all or a single task: the tasks whose input is read
+    in one read (`UnitAttempt._read_together`)."""
+    groups: list[tuple[int, int]] = []
+    first, total = 0, 0
+    for i, size in enumerate(sizes):
+        if i > first and total + size > cap:
+            groups.append((first, i))
+            first, total = i, 0
+        total += size
+    if sizes:
+        groups.append((first, len(sizes)))
+    return groups
+
+
 @contextmanager
 def planned_input() -> Iterator[None]:
     """Around a read of planned input: input that is no longer there (deleted by retention, the topic created
@@ -652,18 +668,13 @@ class BatchAttempt:
                                   self.batch_attempt))
 
 
-#: The most offsets a unit's tasks read together (`UnitAttempt._read_together`): what the unit then holds at
-#: once, where one after another it holds one task's batch at a time. A unit of 32 tasks at ~65,000 records a
-#: second on two workers reads ~30,000 a batch.
-TOGETHER_RECORDS = 50_000
-
-
 class UnitAttempt:
     """One attempt at one batch of a unit: step 2 for all its tasks, then each through steps 3-6a in turn,
     then one commit for all.
 
     A task's outputs go into the transaction as it goes, so the unit holds no more than one task's outputs at a
-    time; its input, up to `TOGETHER_RECORDS`, is read for all its tasks at once (`_read_together`). Once the
+    time; its input is read for several of its tasks at once, at most `unit_read_records` offsets a read
+    (`_read_together`). Once the
     transaction has been open for as long as `_open_budget` allows, the tasks not yet run are
     left for the next batch (DEFERRED: the planner plans them again), as a streamed batch stops early; so are
     all but the first task with input in a run's first batch."""
@@ -739,25 +750,47 @@ class UnitAttempt:
             member.known_bounds = {tp: bounds[tp] for tp in tps}
 
     def _read_together(self, runnable: list[BatchAttempt]) -> bool:
-        """Read the input of all the unit's tasks that have some in one read, before the first runs, when it
-        is at most `TOGETHER_RECORDS` offsets: the partitions are fetched side by side, where a task after
-        task read meant an assignment, a fetch and an unassignment each (a unit of 32 tasks spent more on
-        those than on its records: docs/measurements.md). Each task then processes what was read for it
-        (`read_together`); the late cut-off is applied to all of them first. True when it was read so."""
+        """Read the input of the unit's tasks that have some in reads of several tasks each, at most
+        `unit_read_records` offsets a read (`together_groups`; 50,000 by default, where a unit of 32 tasks at
+        ~120,000 records a second on two workers has ~60,000 a batch): the partitions of a read are fetched side by
+        side, where a task after task read meant an assignment, a fetch and an unassignment each (a unit of 32
+        tasks spent more on those than on its records: docs/measurements.md). The first read happens now,
+        before the first task runs; each later one when the first task of its group asks for its input. Each
+        task then processes what was read for it (`read_together`); the late cut-off is applied to all of them
+        first, so a later read reads ranges fixed now. True when every task with input reads so."""
         reading = [m for m in runnable if not m.plan.idle and not all(r.empty for r in m.ranges)]
         if len(reading) < 2:
             return False
         cut_off_late([m for m in reading if len(m.ranges) == 1], self.clients, self.config)
-        ranges = [r for m in reading for r in m.ranges]
-        if sum(r.end - r.start for r in ranges) > TOGETHER_RECORDS:
+        groups = together_groups([sum(r.end - r.start for r in m.ranges) for m in reading],
+                                 self.config.unit_read_records)
+        if len(groups) == len(reading):  # (no two tasks fit in one read: each reads alone, the next prefetched)
             return False
-        t0 = time.monotonic()
-        with planned_input():
-            read = read_together(self.clients.reader(self.config, UNIT_PURPOSE), ranges, self.config.batch_timeout)
-        self.together_ms = (time.monotonic() - t0) * 1000
-        for member in reading:
-            member.reader = read
+        for first, end in groups:
+            group = reading[first:end]
+            read = self._together([r for m in group for r in m.ranges])
+            if first == 0:  # (the first group's read now, counted as the unit's; a later one in its first task's)
+                t0 = time.monotonic()
+                read([], self.config.batch_timeout)
+                self.together_ms = (time.monotonic() - t0) * 1000
+            for member in group:
+                member.reader = read
         return True
+
+    def _together(self, ranges: list[OffsetRange]) -> RangeReader:
+        """The reader of `ranges` read together (`read_together`) on the unit's consumer, which reads them once
+        it is first asked for any (a read of none only reads them)."""
+        together: RangeReader | None = None
+
+        def read(later: list[OffsetRange], timeout: float) -> Iterator[list[Message]]:
+            nonlocal together
+            if together is None:
+                with planned_input():
+                    together = read_together(self.clients.reader(self.config, UNIT_PURPOSE), ranges,
+                                             self.config.batch_timeout)
+            return together(later, timeout) if later else iter([])
+
+        return read
 
     def _prefetch(self, member: BatchAttempt, running: BatchAttempt) -> None:
         """Start fetching `member`'s input on the worker's other input consumer while `running` runs, so that

@@ -1,7 +1,9 @@
 """Tasks that share a transaction (`tasks_per_transaction`) on a real broker and real Spark: a count and a
 stateless step, 8 partitions in units of 4. Workers die inside a unit's transaction (before the commit of
 its third task; after a streamed slice of its first; while the unit produces its tasks' changelog records,
-which it does last, all together), and the whole job is SIGKILLed three times and
+which it does last, all together), where the unit reads its tasks' input in runs of two tasks a read
+(`unit_read_records`: the third task's run is read after the first two tasks have produced into the
+transaction), and the whole job, reading each unit's input in one read, is SIGKILLed three times and
 restarted. Each key's committed counts are 1, 2, ..., its reference total, once each; every input is mapped
 once; the auditor says PASS, and FAIL once a broken writer commits a result again; and each batch of a unit
 commits in one transaction. The SIGKILLed job sets no tasks_per_transaction: "auto" makes the units of 4 on
@@ -59,9 +61,10 @@ def test_workers_dying_inside_a_unit_s_transaction_leave_every_result_once(kafka
     src, counts, mapped = (topic_factory(n, partitions=PARTITIONS) for n in ("in", "counts", "mapped"))
     inputs = orders(12_000, seed=3)
     produce(bootstrap, src, inputs)
+    # a backlog batch plans 500 records a task: runs of two tasks (1,000 offsets) a read
     app = build(Application(unique_name("app"), bootstrap_servers=bootstrap, tasks_per_transaction=UNIT,
                             max_records_per_batch=500, batch_slice_records=100, cache_max_bytes=0,
-                            trigger_interval=0.0), src, counts, mapped)
+                            trigger_interval=0.0, unit_read_records=1_100), src, counts, mapped)
     # batch 1: the worker running unit 0-3 dies before the commit, after tasks 0-2 produced into its
     # transaction; batch 2: the one running unit 4-7 dies after task 4's first slice; batch 3: the one running
     # unit 4-7 dies once task 5's changelog records are produced, task 4's before them and tasks 6-7's not

@@ -14,7 +14,7 @@ from eos import Application, ConfigError
 from eos.driver.planner import Planner
 from eos.testing import TopologyTestDriver
 from eos.topology import TaskId
-from eos.worker.attempt import BatchAttempt
+from eos.worker.attempt import BatchAttempt, together_groups
 from eos.worker.plans import TaskStatus
 from eos.worker.progress import CommitMetadata, fenced_since
 from transactions import ProducerFencedError, TopicPartition, issued_after, producer_token
@@ -62,6 +62,12 @@ def test_the_grouping_travels_with_the_committed_offsets():
     assert ";g=" not in CommitMetadata(12, "tok").encode()
     assert CommitMetadata.decode("eos1;st=3;p=tok").grouping == 1  # written before units existed: its own id
     assert CommitMetadata.decode("eos1;st=3;p=tok;g=x").grouping == 1
+
+
+@pytest.mark.parametrize("value", [0, -2])
+def test_a_unit_read_below_one_offset_is_refused_with_what_it_is(value):
+    with pytest.raises(ConfigError, match="unit_read_records must be >= 1 offsets"):
+        Application("bad", unit_read_records=value)
 
 
 @pytest.mark.parametrize("value", [0, -2])
@@ -274,9 +280,7 @@ def test_a_unit_read_together_cuts_each_task_off_late(monkeypatch: pytest.Monkey
 def test_each_task_of_a_unit_too_large_to_read_together_reads_what_was_prefetched_while_the_one_before_ran(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import eos.testing.clients as memory_clients
-    import eos.worker.attempt as attempt
 
-    monkeypatch.setattr(attempt, "TOGETHER_RECORDS", 10)
     prefetched: list[tuple[int, str]] = []
     real = memory_clients.MemoryClients.prefetch
 
@@ -285,7 +289,8 @@ def test_each_task_of_a_unit_too_large_to_read_together_reads_what_was_prefetche
         return real(self, config, ranges, purpose)
 
     monkeypatch.setattr(memory_clients.MemoryClients, "prefetch", spy)
-    driver = TopologyTestDriver(counts_app(tasks_per_transaction=4), partitions={"in": PARTITIONS, "out": PARTITIONS})
+    driver = TopologyTestDriver(counts_app(tasks_per_transaction=4, unit_read_records=10),
+                                partitions={"in": PARTITIONS, "out": PARTITIONS})
     driver.pipe_records(inputs(400))
     # the first task of each unit reads with the worker's input consumer, the next ones alternate
     assert prefetched == [(1, "input-ahead"), (2, "input"), (3, "input-ahead"),
@@ -294,6 +299,123 @@ def test_each_task_of_a_unit_too_large_to_read_together_reads_what_was_prefetche
     alone.pipe_records(inputs(400))
     assert sorted((r.key, r.value) for r in driver.records("out")) == sorted(
         (r.key, r.value) for r in alone.records("out"))
+
+
+@pytest.mark.parametrize(("sizes", "cap", "groups"), [
+    ([], 10, []),
+    ([4, 4, 4], 10, [(0, 2), (2, 3)]),
+    ([5, 5, 5, 5], 10, [(0, 2), (2, 4)]),  # (a read of exactly the cap)
+    ([3, 12, 3, 3, 3], 10, [(0, 1), (1, 2), (2, 5)]),  # a task above the cap reads alone
+    ([12, 12], 10, [(0, 1), (1, 2)]),
+    ([1] * 5, 100, [(0, 5)])])
+def test_a_unit_s_tasks_are_read_in_runs_of_consecutive_tasks_each_within_the_cap(sizes, cap, groups):
+    assert together_groups(sizes, cap) == groups
+
+
+def test_a_unit_too_large_for_one_read_reads_its_tasks_in_runs_each_within_the_cap_each_range_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """At ~120,000 records a second a unit of 32 tasks has ~60,000 to read a batch, above the most of one read:
+    its tasks are read in runs of consecutive tasks, each in one read of at most the cap (a task above it
+    alone), the first before any task runs and each later one when its first task is about to, rather than
+    task after task. What each task processes, and the counts, are what a transaction per task gives."""
+
+    sizes = [50, 50, 50, 50, 30, 90, 30, 30]  # unit 0: two runs of two; unit 1: 30 | 90 | 30 + 30
+
+    def records(seed: int) -> list[tuple]:
+        return [("in", f"k{p}-{i % 7}", {"n": seed * 1000 + i}, None, p) for p in range(PARTITIONS)
+                for i in range(sizes[p])]
+
+    driver = TopologyTestDriver(counts_app(tasks_per_transaction=4, unit_read_records=110),
+                                partitions={"in": PARTITIONS, "out": PARTITIONS})
+    alone = TopologyTestDriver(counts_app(tasks_per_transaction=1), partitions={"in": PARTITIONS, "out": PARTITIONS})
+    driver.pipe_records([("in", "warm", {"n": 1}, None, p) for p in range(PARTITIONS)])  # (past the first batch)
+    alone.pipe_records([("in", "warm", {"n": 1}, None, p) for p in range(PARTITIONS)])
+    events = spy_reads(monkeypatch)
+    real = BatchAttempt.work
+
+    def work(self, scope):
+        events.append([("ran", self.task.partition, 0)])
+        return real(self, scope)
+
+    monkeypatch.setattr(BatchAttempt, "work", work)
+    done = len(driver.results)
+    driver.pipe_records(records(1))
+    reads = [[p for p, _, _ in e] for e in events if e and e[0][0] != "ran"]
+    assert reads == [[0, 1], [2, 3], [4], [5], [6, 7]]
+    assert [e for e in events if e] == [  # each later run read as its first task begins
+        [(0, 1, 51), (1, 1, 51)], [("ran", 0, 0)], [("ran", 1, 0)], [("ran", 2, 0)], [(2, 1, 51), (3, 1, 51)],
+        [("ran", 3, 0)],
+        [(4, 1, 31)], [("ran", 4, 0)], [("ran", 5, 0)], [(5, 1, 91)], [("ran", 6, 0)], [(6, 1, 31), (7, 1, 31)],
+        [("ran", 7, 0)]]
+    alone.pipe_records(records(1))
+    assert latest_counts(driver) == latest_counts(alone)
+    assert sorted((r.task.partition, r.records_in) for r in driver.results[done:]) == [
+        (p, n) for p, n in enumerate(sizes)]
+
+
+def test_crashes_anywhere_in_a_unit_read_in_runs_leave_results_exactly_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches killed at random steps (among them the reads of a unit's later runs, and the tasks between) give
+    what the run without crashes gives."""
+    import eos.worker.attempt as attempt
+
+    runs: list[list[tuple[int, int]]] = []
+    real = attempt.together_groups
+
+    def spy(sizes, cap):
+        runs.append(real(sizes, cap))
+        return runs[-1]
+
+    monkeypatch.setattr(attempt, "together_groups", spy)
+    driver = TopologyTestDriver(counts_app(tasks_per_transaction=4, unit_read_records=12),
+                                partitions={"in": PARTITIONS, "out": PARTITIONS})
+    report = driver.check_exactly_once(inputs(600, seed=4), crashes=12, seed=4, chunk=37)
+    assert report.ok and len(report.crashes) >= 8
+    assert sum(1 < len(g) and any(end - first > 1 for first, end in g) for g in runs) >= 20  # (runs were read)
+
+
+def test_a_unit_whose_input_is_gone_at_a_later_run_s_read_aborts_what_its_earlier_tasks_wrote_and_loses_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The second run's read finds an offset the partition no longer has, after the first run's tasks wrote
+    their outputs into the unit's transaction: the transaction is aborted, the unit's tasks are deferred, and
+    the next batch reads and commits each once."""
+    import eos.testing.clients as memory_clients
+    from transactions import OffsetOutOfRangeError
+
+    real = memory_clients.MemoryClients.reader
+    unit_reads: list[list[int]] = []
+
+    def reader(self, config, purpose="input"):
+        read = real(self, config, purpose)
+        if purpose != "input-unit":
+            return read
+
+        def second_gone(ranges, timeout):
+            unit_reads.append([r.partition for r in ranges])
+            if len(unit_reads) == 2:
+                raise OffsetOutOfRangeError("in[2]: offset 0 is out of range")
+            return read(ranges, timeout)
+
+        return second_gone
+
+    monkeypatch.setattr(memory_clients.MemoryClients, "reader", reader)
+    driver = TopologyTestDriver(counts_app(tasks_per_transaction=4, unit_read_records=60),
+                                partitions={"in": 4, "out": 4})
+    driver.pipe_records([("in", "warm", {"n": 1}, None, p) for p in range(4)])  # (past the first batch)
+    unit_reads.clear()
+    batch = [("in", f"k{p}-{i % 3}", {"n": i}, None, p) for p in range(4) for i in range(30)]
+    done = len(driver.results)
+    driver.pipe_records(batch)
+    assert unit_reads[:3] == [[0, 1], [2, 3], [0, 1]]  # the failed attempt's two runs, then the next batch's
+    failed = driver.results[done:done + 4]
+    assert {r.status for r in failed} == {TaskStatus.DEFERRED} and not any(r.committed_offsets for r in failed)
+    written = [m for log in driver.cluster.logs["out"] for m in log if not m.marker]
+    assert len(written) > len(driver.records("out"))  # (the first run's outputs, written and aborted)
+    alone = TopologyTestDriver(counts_app(), partitions={"in": 4, "out": 4})
+    alone.pipe_records([("in", "warm", {"n": 1}, None, p) for p in range(4)])
+    alone.pipe_records(batch)
+    assert latest_counts(driver) == latest_counts(alone)
+    assert sorted(r.value for r in driver.records("out")) == sorted(r.value for r in alone.records("out"))
+    assert sum(r.records_in for r in driver.results) == 124
 
 
 def spy_bounds(monkeypatch: pytest.MonkeyPatch) -> list[list[tuple[str, int]]]:
