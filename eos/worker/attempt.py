@@ -674,10 +674,9 @@ class UnitAttempt:
 
     A task's outputs go into the transaction as it goes, so the unit holds no more than one task's outputs at a
     time; its input is read for several of its tasks at once, at most `unit_read_records` offsets a read
-    (`_read_together`). Once the
-    transaction has been open for as long as `_open_budget` allows, the tasks not yet run are
-    left for the next batch (DEFERRED: the planner plans them again), as a streamed batch stops early; so are
-    all but the first task with input in a run's first batch."""
+    (`_read_together`). Once the transaction has been open for as long as `_open_budget` allows, the tasks not
+    yet run are left for the next batch (DEFERRED: the planner plans them again), as a streamed batch stops
+    early; so are all but the first task with input in a run's first batch."""
 
     def __init__(self, plans: Sequence[TaskPlan], job: Job, clients: TaskClients, runtimes: RuntimeCache,
                  spark_attempt: int, batch_attempt: int, *, in_memory: bool = False) -> None:
