@@ -22,6 +22,7 @@ import zipfile
 from types import ModuleType
 from typing import Any
 
+from eos.worker.memory import cap_arenas
 from eos.worker.standin import wait_for
 from eos.worker.zygote import ZYGOTE_ENV, request_daemon
 
@@ -73,7 +74,9 @@ PRELOADED = ("pyspark.worker", "eos.worker.entry")
 def preload() -> None:
     """Import `PRELOADED`, then freeze what the imports made: the collector of a forked worker then never
     walks (and so never copies) the pages of those objects it shares with this process. The workers of the
-    phases benchmark's stateless job held 172-174 MiB (PSS, together) against 195-197 (docs/measurements.md)."""
+    phases benchmark's stateless job held 172-174 MiB (PSS, together) against 195-197 (docs/measurements.md).
+    The workers forked from here share at most `eos.worker.memory.ARENAS` malloc arenas."""
+    cap_arenas()
     for module in PRELOADED:
         try:
             importlib.import_module(module)

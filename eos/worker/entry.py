@@ -38,7 +38,7 @@ from eos.worker.claims import TaskClaims, claim_order, claims_root
 from eos.worker.clients import CLIENTS, TaskClients
 from eos.worker.collection import fewer_collections
 from eos.worker.executor import executor_location
-from eos.worker.memory import release_free_memory
+from eos.worker.memory import cap_arenas, release_free_memory
 from eos.worker.plans import (
     GroupMember,
     Job,
@@ -107,6 +107,8 @@ class SparkTaskFunction:
         job = _JOBS.get(self.token)
         if job is None:
             from pyspark import cloudpickle
+
+            cap_arenas()  # (set by the framework's daemon; a worker of PySpark's own daemon: before its clients)
 
             job = _JOBS[self.token] = cloudpickle.loads(self.job_broadcast.value)
         return job

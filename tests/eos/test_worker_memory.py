@@ -3,8 +3,10 @@ its arenas, resident, unless asked."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -12,6 +14,7 @@ from eos.worker import memory
 
 PROBE = """
 import sys
+from types import SimpleNamespace
 from eos.worker.memory import TRIM_ABOVE, free_bytes, release_free_memory
 
 def private_kib():
@@ -38,3 +41,79 @@ def test_the_free_memory_of_a_batch_goes_back_to_the_system():
     # of ~69 MiB freed in whole pages between the survivors: 44 MiB every time alone (70 probes, idle or with
     # the cores loaded), 38 once inside the suite; without the trim, none
     assert int(released_mib) > 30, done.stdout
+
+
+ARENAS_PROBE = """
+import ctypes, os, sys, tempfile, threading
+
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.fopen.restype = ctypes.c_void_p
+libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+libc.fclose.argtypes = [ctypes.c_void_p]
+
+if sys.argv[1] == "capped":
+    from eos.worker.memory import cap_arenas
+    print(cap_arenas())
+elif sys.argv[1] == "daemon":  # what the framework's daemon does before it forks the workers
+    from eos.worker.daemon import preload
+    preload()
+    print(True)
+else:
+    print(False)
+
+if os.fork() == 0:  # a worker forked from it, whose clients start their threads
+    allocated, counted = threading.Barrier(9), threading.Barrier(9)
+    def client_thread():
+        libc.malloc(4096)  # (a thread gets its arena with its first allocation)
+        allocated.wait()
+        counted.wait()
+    threads = [threading.Thread(target=client_thread) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    allocated.wait()
+    with tempfile.NamedTemporaryFile(suffix=".xml") as out:
+        stream = libc.fopen(out.name.encode(), b"w")
+        libc.malloc_info(0, stream)
+        libc.fclose(stream)
+        print(open(out.name).read().count("<heap nr="), flush=True)
+    counted.wait()
+    os._exit(0)
+os.wait()
+"""
+
+
+def _arenas(how: str, env: dict[str, str] | None = None) -> tuple[str, int]:
+    done = subprocess.run([sys.executable, "-c", ARENAS_PROBE, how], capture_output=True, text=True, check=True,
+                          env=env)
+    capped, arenas = done.stdout.split()
+    return capped, int(arenas)
+
+
+@pytest.mark.skipif(memory.free_bytes() is None, reason="not glibc 2.33 or later")
+def test_a_workers_threads_share_at_most_two_malloc_arenas():
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    assert _arenas("uncapped", env) == ("False", 9)  # glibc: an arena per thread (up to eight per core)
+    assert _arenas("capped", env) == ("True", memory.ARENAS)
+    assert _arenas("daemon", env) == ("True", memory.ARENAS)  # the daemon's workers: capped before their fork
+
+
+@pytest.mark.skipif(memory.free_bytes() is None, reason="not glibc 2.33 or later")
+def test_malloc_arena_max_in_the_environment_is_the_users_choice():
+    capped, arenas = _arenas("capped", {**os.environ, "MALLOC_ARENA_MAX": "4"})
+    assert (capped, arenas) == ("False", 4)
+
+
+def test_a_worker_of_pysparks_own_daemon_caps_its_arenas_when_it_first_loads_a_job(monkeypatch):
+    """Cluster masters fork their workers from PySpark's daemon, not the framework's: a worker caps its arenas
+    itself, before its first task makes clients."""
+    from pyspark import cloudpickle
+
+    from eos.worker import entry
+
+    calls: list[int] = []
+    monkeypatch.setattr(entry, "cap_arenas", lambda: calls.append(1) or True)
+    task = entry.SparkTaskFunction(SimpleNamespace(value=cloudpickle.dumps({"job": 1})))
+    assert task._job() == {"job": 1} and task._job() == {"job": 1}
+    assert calls == [1]
