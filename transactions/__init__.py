@@ -39,7 +39,15 @@ from transactions.errors import (
 from transactions.lease import GroupLease, LeaseState
 from transactions.offsets import Committed, stable_committed
 from transactions.producer import IllegalStateError, TransactionalProducer, TxnState
-from transactions.reader import OffsetRange, RangeReader, prefetch_ranges, range_reader, read_ranges, read_together
+from transactions.reader import (
+    CHUNK_RECORDS,
+    OffsetRange,
+    RangeReader,
+    prefetch_ranges,
+    range_reader,
+    read_ranges,
+    read_together,
+)
 from transactions.records import Headers, OutputProducer, ProducerRecord, issued_after, producer_token
 from transactions.retry import DEFAULT_POLICY, RetryPolicy, call
 from transactions.settings import (
@@ -99,6 +107,7 @@ __all__ = [
     "producer_settings",
     "read_ranges",
     "read_together",
+    "CHUNK_RECORDS",
     "RangeReader",
     "range_reader",
     "scan_consumer",

@@ -18,13 +18,16 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from transactions.clients import Message
 from transactions.errors import RetriableKafkaError, classify
 
-__all__ = ["OffsetRange", "read_ranges", "RangeReader", "range_reader", "prefetch_ranges", "read_together"]
+__all__ = ["OffsetRange", "read_ranges", "RangeReader", "range_reader", "prefetch_ranges", "read_together",
+           "CHUNK_RECORDS"]
 
 #: How long one consume() waits for the records it asks for. A range that ends at a transaction marker (every
 #: changelog and every topic another step writes) holds fewer records than offsets, so its last consume()
 #: waits this out in full: at 0.05 s a changelog read past a commit marker took 53 ms, at 0.01 s 13 ms,
 #: with no change to the rate of large reads (docs/measurements.md, "Reads that end at a transaction marker").
 POLL_S = 0.01
+#: The most records one consume() asks for: what a read hands over at a time (`read_ranges`' `batch_size`).
+CHUNK_RECORDS = 10_000
 
 
 @dataclass(frozen=True)
@@ -48,12 +51,13 @@ class OffsetRange:
 RangeReader = Callable[[list[OffsetRange], float], Iterator[list[Message]]]
 
 
-def range_reader(consumer: Consumer) -> RangeReader:
-    """`read_ranges` with this consumer."""
-    return lambda ranges, timeout: read_ranges(consumer, ranges, timeout=timeout)
+def range_reader(consumer: Consumer, batch_size: int = CHUNK_RECORDS) -> RangeReader:
+    """`read_ranges` with this consumer, in lists of at most `batch_size` records."""
+    return lambda ranges, timeout: read_ranges(consumer, ranges, timeout=timeout, batch_size=batch_size)
 
 
-def prefetch_ranges(consumer: Consumer, ranges: list[OffsetRange], timeout: float) -> RangeReader:
+def prefetch_ranges(consumer: Consumer, ranges: list[OffsetRange], timeout: float,
+                    batch_size: int = CHUNK_RECORDS) -> RangeReader:
     """Assign `ranges` to the consumer now, so that librdkafka fetches them in the background while the caller
     does something else (runs the task before), and return the reader that reads them later: ranges that
     start where these start (their ends may have moved on since) are read from what was fetched; any others
@@ -69,7 +73,7 @@ def prefetch_ranges(consumer: Consumer, ranges: list[OffsetRange], timeout: floa
         if not same:
             consumer.unassign()
         starts.clear()  # what was fetched is read once: a second read assigns again
-        return read_ranges(consumer, later, timeout=read_timeout, assigned=same)
+        return read_ranges(consumer, later, timeout=read_timeout, assigned=same, batch_size=batch_size)
 
     return read
 
@@ -99,7 +103,7 @@ def read_together(read: RangeReader, ranges: list[OffsetRange], timeout: float) 
 
 
 def read_ranges(consumer: Consumer, ranges: list[OffsetRange], *, timeout: float = 60.0,
-                batch_size: int = 10_000, assigned: bool = False) -> Generator[list[Message], None, None]:
+                batch_size: int = CHUNK_RECORDS, assigned: bool = False) -> Generator[list[Message], None, None]:
     """Yield lists of visible records with `start <= offset < end`, partition by partition in offset order.
 
     The consumer is assigned exactly these partitions for the duration of the read, then unassigned

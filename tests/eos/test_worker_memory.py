@@ -117,3 +117,32 @@ def test_a_worker_of_pysparks_own_daemon_caps_its_arenas_when_it_first_loads_a_j
     task = entry.SparkTaskFunction(SimpleNamespace(value=cloudpickle.dumps({"job": 1})))
     assert task._job() == {"job": 1} and task._job() == {"job": 1}
     assert calls == [1]
+
+
+def test_a_tasks_input_is_handed_over_in_small_chunks_a_units_and_a_restores_in_large_ones():
+    """A streamed task processes each chunk its read hands over and drops it: `INPUT_CHUNK` records at a time
+    (the chunk's records are Python objects). A unit keeps everything it reads until its tasks take it, and a
+    restore applies each chunk to the store: those read in chunks of `CHUNK_RECORDS`."""
+    from eos.config import EosConfig
+    from eos.worker.clients import INPUT_CHUNK, UNIT_PURPOSE, WorkerClients
+    from transactions import CHUNK_RECORDS, OffsetRange
+    from transactions.memory import MemoryCluster, MemoryConsumer
+
+    n = CHUNK_RECORDS + INPUT_CHUNK + 1
+    cluster = MemoryCluster()
+    cluster.create_topic("in", 1)
+    for i in range(n):
+        cluster.append("in", 0, b"k", b"%d" % i, [], None)
+    config, clients = EosConfig("app", "127.0.0.1:1"), WorkerClients()
+
+    def chunks(purpose: str, prefetched: bool = False) -> list[int]:
+        clients._consumers[(config.bootstrap_servers, config.group_id, purpose)] = MemoryConsumer(  # type: ignore[assignment]
+            cluster, config.group_id)
+        ranges = [OffsetRange("in", 0, 0, n)]
+        read = clients.prefetch(config, ranges, purpose) if prefetched else clients.reader(config, purpose)
+        return [len(chunk) for chunk in read(ranges, 5)]
+
+    small = [INPUT_CHUNK] * (n // INPUT_CHUNK) + [n % INPUT_CHUNK]
+    assert chunks("input") == small
+    assert chunks("input", prefetched=True) == small  # (the next task's input, fetched while one runs)
+    assert chunks(UNIT_PURPOSE) == chunks("restore") == [CHUNK_RECORDS, n - CHUNK_RECORDS]
