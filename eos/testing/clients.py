@@ -8,7 +8,7 @@ from typing import cast
 
 from eos.config import EosConfig
 from eos.tables import GlobalTable
-from eos.worker.clients import KafkaChangelogs
+from eos.worker.clients import KafkaChangelogs, chunk_records
 from eos.worker.global_tables import GlobalCopy
 from eos.worker.runtime import RuntimeCache
 from eos.worker.topic_rules import TopicRules
@@ -58,10 +58,10 @@ class MemoryClients:
         self._consumers.clear()
 
     def reader(self, config: EosConfig, purpose: str = "input") -> RangeReader:
-        return range_reader(self.consumer(config, purpose))
+        return range_reader(self.consumer(config, purpose), chunk_records(purpose))
 
     def prefetch(self, config: EosConfig, ranges: list[OffsetRange], purpose: str) -> RangeReader:
-        return prefetch_ranges(self.consumer(config, purpose), ranges, config.batch_timeout)
+        return prefetch_ranges(self.consumer(config, purpose), ranges, config.batch_timeout, chunk_records(purpose))
 
     def changelogs(self, config: EosConfig) -> ChangelogSource:
         return KafkaChangelogs(cast(KafkaAdmin, self.admin), self.consumer(config, purpose="restore"))

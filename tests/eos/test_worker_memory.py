@@ -122,8 +122,10 @@ def test_a_worker_of_pysparks_own_daemon_caps_its_arenas_when_it_first_loads_a_j
 def test_a_tasks_input_is_handed_over_in_small_chunks_a_units_and_a_restores_in_large_ones():
     """A streamed task processes each chunk its read hands over and drops it: `INPUT_CHUNK` records at a time
     (the chunk's records are Python objects). A unit keeps everything it reads until its tasks take it, and a
-    restore applies each chunk to the store: those read in chunks of `CHUNK_RECORDS`."""
+    restore applies each chunk to the store: those read in chunks of `CHUNK_RECORDS`. The test driver's worker
+    reads as a worker does."""
     from eos.config import EosConfig
+    from eos.testing.clients import MemoryClients
     from eos.worker.clients import INPUT_CHUNK, UNIT_PURPOSE, WorkerClients
     from transactions import CHUNK_RECORDS, OffsetRange
     from transactions.memory import MemoryCluster, MemoryConsumer
@@ -142,7 +144,12 @@ def test_a_tasks_input_is_handed_over_in_small_chunks_a_units_and_a_restores_in_
         read = clients.prefetch(config, ranges, purpose) if prefetched else clients.reader(config, purpose)
         return [len(chunk) for chunk in read(ranges, 5)]
 
-    small = [INPUT_CHUNK] * (n // INPUT_CHUNK) + [n % INPUT_CHUNK]
+    small, large = [INPUT_CHUNK] * (n // INPUT_CHUNK) + [n % INPUT_CHUNK], [CHUNK_RECORDS, n - CHUNK_RECORDS]
     assert chunks("input") == small
     assert chunks("input", prefetched=True) == small  # (the next task's input, fetched while one runs)
-    assert chunks(UNIT_PURPOSE) == chunks("restore") == [CHUNK_RECORDS, n - CHUNK_RECORDS]
+    assert chunks(UNIT_PURPOSE) == chunks("restore") == large
+
+    memory, ranges = MemoryClients(cluster), [OffsetRange("in", 0, 0, n)]
+    assert [len(chunk) for chunk in memory.reader(config, "input")(ranges, 5)] == small
+    assert [len(chunk) for chunk in memory.prefetch(config, ranges, "input")(ranges, 5)] == small
+    assert [len(chunk) for chunk in memory.reader(config, UNIT_PURPOSE)(ranges, 5)] == large
