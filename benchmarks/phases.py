@@ -10,7 +10,8 @@ commits (a unit's tasks share one: counted once) and when its last commit landed
 By default the input is a backlog of --records loaded first, read until caught up; with --rate, records are
 fed at that rate for --seconds while the job runs (the peers' latency runs: where the time between a
 batch's plan and its records turning visible goes), and the medians over the batches after the first five
-are printed last.
+are printed last, with the time from each task's top-up (the look-up of the records that arrived meanwhile)
+to its commit.
 """
 
 from __future__ import annotations
@@ -122,6 +123,7 @@ def main() -> None:
             app = build(bootstrap, src, dst, args.job, state_dir, settings)
             lines: list[str] = []
             batches: list[dict[str, float]] = []
+            windows: list[float] = []
 
             def on_batch(report, results) -> None:
                 lines.append(f"batch {report.batch}: {report.duration_s * 1000:.0f} ms, {report.records_in:,} records")
@@ -129,6 +131,9 @@ def main() -> None:
                 for pid in sorted({r.pid for r in tasks}):
                     lines.append(f"  pid {pid}: " + worker_line([r for r in tasks if r.pid == pid], report.started))
                 batches.append(phase_times(report, tasks))
+                if len(batches) > 5:
+                    windows.extend((r.committed_at - r.topped_up_at) * 1000 for r in tasks
+                                   if r.topped_up_at and r.committed_at)
 
             began = time.monotonic()
             if args.rate:
@@ -145,6 +150,10 @@ def main() -> None:
             if steady:
                 print(f"medians over batches 5-{len(batches) - 1} (ms): " + "  ".join(
                     f"{name} {statistics.median(b[name] for b in steady):.0f}" for name in steady[0]))
+            if len(windows) >= 10:
+                cuts = statistics.quantiles(windows, n=100)
+                print(f"from a task's top-up to its commit over batches 5-{len(batches) - 1} ({len(windows)} "
+                      f"commits, ms): p50 {cuts[49]:.1f}  p90 {cuts[89]:.1f}  p99 {cuts[98]:.1f}")
     finally:
         shutil.rmtree(state_dir, ignore_errors=True)
 
