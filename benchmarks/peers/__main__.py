@@ -21,7 +21,9 @@ Quix Streams and a bare confluent-kafka transactional copy loop, side by side on
 * CPU: the run's processes' CPU-seconds over the steady phase, divided by its wall time ("cores busy"); and
   the broker's, which every peer shares the two cores with ("broker cores", local brokers only), with the
   share of its JVM's JIT compiler threads in brackets.
-* Interleaved: round 1 runs every peer once (A B C D), round 2 again, ...; medians over the rounds. Before
+* Interleaved: round 1 runs every peer once (A B C D), round 2 in the reverse order (D C B A), round 3 as
+  round 1, ... (`round_order`), so that no peer always runs first, or always right after another; medians
+  over the rounds (an even number of rounds balances the orders). Before
   round 1 the copy loop runs once over each input, not counted, so that no peer's round is the broker's
   first heavy run (--no-warm-up leaves it out); --warm-up-peers N adds N uncounted rounds of every peer and
   job. The broker this benchmark starts is young: it JIT-compiles its request paths for minutes, each run
@@ -393,6 +395,14 @@ def launched(cmd: list[str], env: dict[str, str], scratch: Path) -> Iterator[sub
                 proc.wait()
 
 
+def round_order(peers: list[str], rnd: int) -> list[str]:
+    """The order the peers run in round `rnd`: as given in odd rounds, reversed in even ones. In pairs of runs
+    alternated by hand, which ran first moved the rates more than the change measured (docs/measurements.md,
+    thirtieth session): with one order in every round, whatever running first costs or gains fell on the same
+    peer in every round."""
+    return list(peers) if rnd % 2 else list(reversed(peers))
+
+
 def run_once(peer: str, job: str, rnd: int, bootstrap: str, admin: KafkaAdmin, source: str, n: int,
              expected: Expected, kstreams: list[str], quix: str | None, timeout: float,
              brokers: list[int] | None = None) -> Run:
@@ -715,8 +725,9 @@ def main(argv: list[str] | None = None) -> None:
                               f"({time.monotonic() - t0:.1f} s)")
         rounds_began = cpu_times()
         for rnd in range(1 - args.warm_up_peers, args.rounds + 1):
+            order = round_order(peers, rnd)
             for job in jobs:
-                for peer in peers:
+                for peer in order:
                     if (peer == "copy" and base_job(job) in AGGREGATING) or (peer in CACHED and job not in AGGREGATING):
                         continue
                     source = sources[str(WIDE_PARTITIONS if is_wide(job) else PARTITIONS)]
@@ -735,7 +746,7 @@ def main(argv: list[str] | None = None) -> None:
                                   f"{_broker_cell(run.broker_cores, run.broker_jit_cores)} "
                                   f"({_shares(run.peak_processes)}), machine {run.machine_ms:.0f} ms  {run.verified}"
                                   + (f"  ({'; '.join(run.notes)})" if run.notes else ""))
-            for peer in peers if args.latency_rate > 0 and rnd > 0 else []:
+            for peer in order if args.latency_rate > 0 and rnd > 0 else []:
                 if peer in CACHED:
                     continue
                 lat = latency_once(peer, rnd, kafka.bootstrap_servers, admin, args.latency_rate, args.latency_warmup,
