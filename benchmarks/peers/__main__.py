@@ -131,6 +131,9 @@ class Run:
     #: the machine's speed just before the run: the best timing of a fixed piece of Python work
     #: (`benchmarks.calibrate`; larger on a slower spell of the machine)
     machine_ms: float = 0.0
+    #: how long the run's other processes outlived the one launched once it was stopped (the next run waits
+    #: for them: `outlived`)
+    outlived_s: float = 0.0
 
 
 @dataclass
@@ -378,8 +381,9 @@ def command(peer: str, job: str, bootstrap: str, source: str, sink: str, group: 
 
 
 @contextmanager
-def launched(cmd: list[str], env: dict[str, str], scratch: Path) -> Iterator[subprocess.Popen]:
-    """The peer's process, in a session of its own (its RSS is summed per session), stopped afterwards."""
+def launched(cmd: list[str], env: dict[str, str], scratch: Path, run: Run | None = None) -> Iterator[subprocess.Popen]:
+    """The peer's process, in a session of its own (its RSS is summed per session), stopped afterwards, with
+    every process of its session: the next run starts only once they have all exited (`outlived`)."""
     with open(scratch / "run.log", "wb") as log:
         proc = subprocess.Popen(cmd, env=env, cwd=scratch, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
@@ -393,6 +397,43 @@ def launched(cmd: list[str], env: dict[str, str], scratch: Path) -> Iterator[sub
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+            left_for = outlived(proc.pid, 30.0)
+            if run is not None:
+                run.outlived_s = left_for
+
+
+def outlived(session: int, timeout: float) -> float:
+    """Wait until no process of `session` is left (SIGKILL for those left after `timeout` s); returns how long
+    they outlived the call. A peer's processes can exit after the one the benchmark launched (a JVM running its
+    shutdown hooks, a daemon's workers): the next run would share the cores with them."""
+    began = time.monotonic()
+    deadline, killed = began + timeout, False
+    while left := _session_pids(session):
+        if time.monotonic() > deadline:
+            if killed:  # (a process the kernel has not let go of yet: the run goes on beside it)
+                console.print(f"processes {left} of a stopped peer are still there after SIGKILL")
+                break
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            deadline, killed = time.monotonic() + 10.0, True
+        time.sleep(0.05)
+    return time.monotonic() - began
+
+
+def _session_pids(session: int) -> list[int]:
+    """The live processes of `session` (zombies, which hold no CPU or memory, left out)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[3]) == session and fields[0] != "Z":  # fields 3 and 6: the state and the session id
+            pids.append(int(proc.name))
+    return pids
 
 
 def round_order(peers: list[str], rnd: int) -> list[str]:
@@ -417,7 +458,7 @@ def run_once(peer: str, job: str, rnd: int, bootstrap: str, admin: KafkaAdmin, s
     done_at = None
     cpu_first = cpu_done = 0.0
     broker_first = broker_done = (0.0, 0.0)
-    with launched(cmd, env, scratch) as proc:
+    with launched(cmd, env, scratch, run) as proc:
         launched_at = time.monotonic()
         while time.monotonic() - launched_at < timeout:
             time.sleep(0.2)
@@ -448,11 +489,15 @@ def run_once(peer: str, job: str, rnd: int, bootstrap: str, admin: KafkaAdmin, s
         run.notes.append(f"the first commit held {first[1]:,} of {n:,} records: the steady rate is rough")
     if run.startup_s > SLOW_STARTUP_S:
         run.notes.append(f"start-up {run.startup_s:.1f} s: {keep_log(scratch, f'{peer}-{job}-round{rnd}-{tag}')}")
+    if run.outlived_s >= OUTLIVED_NOTE_S:
+        run.notes.append(f"its processes outlived it by {run.outlived_s:.1f} s")
     verify(run, bootstrap, admin, sink, n, expected)
     shutil.rmtree(scratch, ignore_errors=True)
     return run
 
 
+#: A run whose processes outlived the one launched by this long says so
+OUTLIVED_NOTE_S = 0.5
 #: A start-up slower than this keeps the peer's log (this machine's usual start-ups are 3-18 s)
 SLOW_STARTUP_S = 25.0
 
