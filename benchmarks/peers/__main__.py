@@ -800,6 +800,9 @@ def main(argv: list[str] | None = None) -> None:
                 console.print(f"round {rnd} latency   {peer:14} p50 {lat.p50_ms:7,.0f} ms  p99 {lat.p99_ms:7,.0f} ms  "
                               f"max {lat.max_ms:7,.0f} ms  {lat.verified}")
         steal = steal_share(rounds_began, cpu_times())
+        # the admin client goes with the stack's close, before the broker stops: kept to the end of this function,
+        # it logged every second that it could not reconnect to the stopped broker
+        del admin
     summary = report(runs, latencies, args.records)
     machine = machine_line(runs, steal)
     if machine:
