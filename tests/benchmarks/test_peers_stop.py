@@ -46,3 +46,19 @@ def test_processes_left_past_the_timeout_are_killed(tmp_path):
     took = outlived(proc.pid, 0.5)
     assert 0.5 <= took < 10 and _session_pids(proc.pid) == []
     assert outlived(proc.pid, 0.5) < 0.1  # nothing left: no wait
+
+
+def test_a_zombie_is_not_waited_for():
+    """A child that exited and that its parent has not reaped holds neither CPU nor memory."""
+    leader = subprocess.Popen([sys.executable, "-c", "import os, time\nif os.fork() == 0:\n    os._exit(0)\n"
+                               "print('forked', flush=True)\ntime.sleep(30)"], stdout=subprocess.PIPE,
+                              start_new_session=True)
+    try:
+        assert leader.stdout is not None and leader.stdout.readline() == b"forked\n"
+        deadline = time.monotonic() + 10
+        while _session_pids(leader.pid) != [leader.pid] and time.monotonic() < deadline:
+            time.sleep(0.05)  # (the child exits)
+        assert _session_pids(leader.pid) == [leader.pid]
+    finally:
+        leader.kill()
+        leader.wait()
