@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Proc", "job_processes", "executors", "executor_pid", "python_workers", "alive"]
+__all__ = ["Proc", "job_processes", "session_processes", "executors", "executor_pid", "python_workers", "alive"]
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,7 @@ class Proc:
     pgid: int
     state: str
     cmdline: str
+    sid: int = 0
 
 
 def _read(pid_dir: Path) -> Proc | None:
@@ -29,13 +30,18 @@ def _read(pid_dir: Path) -> Proc | None:
         cmd = (pid_dir / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except (OSError, IndexError):
         return None
-    return Proc(int(pid_dir.name), int(stat[1]), int(stat[2]), stat[0], cmd)
+    return Proc(int(pid_dir.name), int(stat[1]), int(stat[2]), stat[0], cmd, int(stat[3]))
+
+
+def _live() -> list[Proc]:
+    """Every live process (zombies, which hold no CPU or memory, left out)."""
+    return [p for entry in Path("/proc").iterdir() if entry.name.isdigit()
+            if (p := _read(entry)) is not None and p.state not in ("Z", "X")]
 
 
 def job_processes(pgid: int) -> list[Proc]:
     """Live processes of the job whose session leader is `pgid`: its process group and all descendants."""
-    procs = [p for entry in Path("/proc").iterdir() if entry.name.isdigit()
-             if (p := _read(entry)) is not None and p.state not in ("Z", "X")]
+    procs = _live()
     children: dict[int, list[Proc]] = {}
     for p in procs:
         children.setdefault(p.ppid, []).append(p)
@@ -47,6 +53,12 @@ def job_processes(pgid: int) -> list[Proc]:
                 found[child.pid] = child
                 todo.append(child.pid)
     return list(found.values())
+
+
+def session_processes(sid: int) -> list[Proc]:
+    """Live processes of session `sid`, whatever their group or parent: those of a stopped job whose leader has
+    exited (its other processes are then orphans, and PySpark's daemon leads a group of its own)."""
+    return [p for p in _live() if p.sid == sid]
 
 
 def executors(pgid: int) -> list[Proc]:

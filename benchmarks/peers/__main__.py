@@ -82,6 +82,7 @@ from rich.table import Table
 
 from benchmarks.calibrate import cpu_times, python_ms, steal_share
 from benchmarks.visible import visible
+from chaos.processes import session_processes
 from eos.audit.scan import scan_topic
 from localkafka.provision import provide_kafka
 from transactions import KafkaAdmin, TopicSpec
@@ -408,7 +409,7 @@ def outlived(session: int, timeout: float) -> float:
     shutdown hooks, a daemon's workers): the next run would share the cores with them."""
     began = time.monotonic()
     deadline, killed = began + timeout, False
-    while left := _session_pids(session):
+    while left := [p.pid for p in session_processes(session)]:
         if time.monotonic() > deadline:
             if killed:  # (a process the kernel has not let go of yet: the run goes on beside it)
                 console.print(f"processes {left} of a stopped peer are still there after SIGKILL")
@@ -419,21 +420,6 @@ def outlived(session: int, timeout: float) -> float:
             deadline, killed = time.monotonic() + 10.0, True
         time.sleep(0.05)
     return time.monotonic() - began
-
-
-def _session_pids(session: int) -> list[int]:
-    """The live processes of `session` (zombies, which hold no CPU or memory, left out)."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[3]) == session and fields[0] != "Z":  # fields 3 and 6: the state and the session id
-            pids.append(int(proc.name))
-    return pids
 
 
 def round_order(peers: list[str], rnd: int) -> list[str]:

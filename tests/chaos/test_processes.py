@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from chaos.processes import executor_pid, job_processes, python_workers
+from chaos.processes import executor_pid, job_processes, python_workers, session_processes
 
 # A session leader whose child makes a process group of its own, as the pyspark daemon does.
 FORKS = """
@@ -134,3 +134,36 @@ def test_python_workers_of_a_daemon_forked_from_the_zygote_are_the_daemons_child
         for p in job_processes(driver.pid):
             os.kill(p.pid, signal.SIGKILL)
         driver.wait()
+
+
+# A session leader that exits once its child, leading a process group of its own, has forked a grandchild that
+# exits at once and is never reaped (a zombie).
+ORPHAN = """
+import os, sys, time
+if os.fork() == 0:
+    os.setpgid(0, 0)
+    if os.fork() == 0:
+        os._exit(0)
+    print(os.getpid(), flush=True)
+    time.sleep(30)
+    os._exit(0)
+"""
+
+
+def test_a_session_s_processes_are_the_live_ones_whatever_their_group_or_parent():
+    """What is left of a stopped job whose leader has exited: an orphan in a group of its own is still the
+    session's; a zombie (exited, never reaped) holds neither CPU nor memory and is left out."""
+    leader = subprocess.Popen([sys.executable, "-c", ORPHAN], stdout=subprocess.PIPE, start_new_session=True)
+    assert leader.stdout is not None
+    orphan = int(leader.stdout.readline())
+    try:
+        leader.wait(10)
+        deadline = time.monotonic() + 10
+        while [p.pid for p in session_processes(leader.pid)] != [orphan] and time.monotonic() < deadline:
+            time.sleep(0.05)  # (the grandchild exits)
+        found = session_processes(leader.pid)
+        assert [p.pid for p in found] == [orphan]
+        assert found[0].pgid == orphan and found[0].sid == leader.pid
+        assert job_processes(leader.pid) == []  # (a group and descendants of a leader that is gone: nothing)
+    finally:
+        os.kill(orphan, signal.SIGKILL)
