@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -28,10 +29,12 @@ from localkafka.jars import LOG4J_CONFIG, KafkaJars, check_java, ensure_kafka_ja
 from localkafka.process import ProcState, proc_state, send, wait_dead
 from localkafka.readiness import live_broker_ids, node_answers, wait_ready
 
-__all__ = ["LocalCluster", "BrokerStatus", "ClusterError"]
+__all__ = ["LocalCluster", "BrokerStatus", "ClusterError", "check_features", "parse_feature"]
 
 STATE_FILE = "cluster.json"
 ENV_FILE = "bootstrap.env"
+#: A Kafka feature's name (`transaction.version`, `group.version`, `metadata.version`)
+_FEATURE_NAME = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
 
 
 class ClusterError(RuntimeError):
@@ -51,13 +54,16 @@ class BrokerStatus:
 class LocalCluster:
     def __init__(self, root: str | Path, brokers: int = 1, *, heap: str = "512m",
                  extra_config: dict[str, str] | None = None, proxied: bool = False,
-                 archive_to: Path | None = None) -> None:
+                 archive_to: Path | None = None, features: dict[str, int] | None = None) -> None:
         """`proxied`: advertise CLIENT and INTERNAL on separate ports for a TCP proxy per broker (start the
         proxies from `proxy_routes()` before `up()`), and add an unproxied DIRECT listener. `archive_to`: the
         brokers write the classes they loaded there as they exit (`localkafka.classdata` makes its archive so);
-        otherwise they map that archive when there is one."""
+        otherwise they map that archive when there is one. `features`: the levels the storage is formatted
+        with (`StorageTool format --feature NAME=LEVEL`), e.g. `{"transaction.version": 1}` for the
+        transactions of a Kafka before 4.0; the release's defaults otherwise."""
         if brokers not in (1, 3):
             raise ClusterError(f"brokers must be 1 or 3, got {brokers}")
+        self.features = check_features(features or {})
         self.root = Path(root).expanduser().resolve()
         self.settings = ClusterSettings(brokers, dict(extra_config or {}))
         self.heap = heap
@@ -79,7 +85,7 @@ class LocalCluster:
             raise ClusterError(f"no cluster in {path.parent} (run `eos cluster up` first)")
         data = json.loads(path.read_text())
         cluster = cls(path.parent, data["brokers"], heap=data.get("heap", "512m"), extra_config=data.get("extra", {}),
-                      proxied=data.get("proxied", False))
+                      proxied=data.get("proxied", False), features=data.get("features", {}))
         cluster.cluster_id = data["cluster_id"]
         cluster.nodes = [NodeSpec(**n) for n in data["nodes"]]
         return cluster
@@ -91,7 +97,7 @@ class LocalCluster:
     def _save(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         data = {"brokers": self.settings.brokers, "heap": self.heap, "extra": self.settings.extra,
-                "proxied": self.proxied,
+                "proxied": self.proxied, "features": self.features,
                 "cluster_id": self.cluster_id, "nodes": [asdict(n) for n in self.nodes]}
         tmp = self.root / (STATE_FILE + ".tmp")
         tmp.write_text(json.dumps(data, indent=2))
@@ -298,10 +304,16 @@ class LocalCluster:
 
     def _format(self, node: NodeSpec) -> None:
         cmd = self._java("kafka.tools.StorageTool", "format", "-t", self.cluster_id,
-                         "-c", str(self._config_path(node)), "--ignore-formatted")
+                         "-c", str(self._config_path(node)), "--ignore-formatted",
+                         *(f"--feature={name}={level}" for name, level in self.features.items()))
         out = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if out.returncode != 0:
-            raise ClusterError(f"formatting storage of node {node.node_id} failed:\n{out.stdout}\n{out.stderr}")
+            # (the tool logs its whole configuration first: its exception's message leads, e.g. a feature level
+            # this Kafka does not have)
+            errors = [line.split(": ", 1)[1] for line in f"{out.stdout}\n{out.stderr}".splitlines()
+                      if line.startswith("Exception in thread") and ": " in line]
+            raise ClusterError(f"formatting storage of node {node.node_id} failed"
+                               f"{': ' + errors[-1] if errors else ''}:\n{out.stdout}\n{out.stderr}")
 
     def _spawn(self, node: NodeSpec) -> None:
         log = self.log_path(node.node_id)
@@ -318,6 +330,24 @@ class LocalCluster:
 
 #: Extra JVM options for the brokers this process starts (the test suite's: C1-only compilation).
 JVM_OPTIONS_ENV = "EOS_KAFKA_JVM_OPTIONS"
+
+
+def check_features(features: dict[str, int]) -> dict[str, int]:
+    """`features` as `LocalCluster` formats with them: names of the form `a.b`, whole levels from 0 up."""
+    for name, level in features.items():
+        if not _FEATURE_NAME.fullmatch(name) or isinstance(level, bool) or not isinstance(level, int) or level < 0:
+            raise ClusterError(f"a broker feature is a name and a level from 0 up, such as transaction.version=1; "
+                               f"got {name}={level!r}")
+    return dict(features)
+
+
+def parse_feature(text: str) -> tuple[str, int]:
+    """`NAME=LEVEL` (a command line's `--broker-feature transaction.version=1`) as (name, level)."""
+    name, sep, level = text.partition("=")
+    if not sep or not level.strip().isdigit():
+        raise ClusterError(f"a broker feature is NAME=LEVEL, such as transaction.version=1; got {text!r}")
+    (pair,) = check_features({name.strip(): int(level)}).items()
+    return pair
 
 
 def broker_jvm_options(heap: str, log_dir: Path) -> list[str]:

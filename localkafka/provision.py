@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from localkafka.cluster import LocalCluster
+from localkafka.cluster import ClusterError, LocalCluster
 from localkafka.readiness import live_broker_ids, wait_ready
 
 __all__ = ["KafkaEndpoint", "provide_kafka", "docker_daemon_answers", "docker_wanted", "exit_on_sigterm",
@@ -60,22 +60,29 @@ def docker_wanted() -> bool:
 
 
 @contextmanager
-def provide_kafka(brokers: int = 1, root: str | Path | None = None) -> Iterator[KafkaEndpoint]:
-    if brokers == 1 and (env := os.environ.get(ENV_BOOTSTRAP)):
+def provide_kafka(brokers: int = 1, root: str | Path | None = None, *,
+                  features: dict[str, int] | None = None) -> Iterator[KafkaEndpoint]:
+    """`features`: a local cluster formatted with these feature levels (`LocalCluster`), whatever a Docker
+    daemon or `EOS_BOOTSTRAP_SERVERS` offers: a running cluster's levels are its own."""
+    if features and os.environ.get(ENV_BOOTSTRAP):
+        raise ClusterError(f"broker features {features} are set where this process formats its own broker; "
+                           f"unset {ENV_BOOTSTRAP}, or set the levels on that cluster (kafka-features.sh)")
+    if brokers == 1 and not features and (env := os.environ.get(ENV_BOOTSTRAP)):
         yield KafkaEndpoint(env, "environment", _count_brokers(env))
         return
-    if brokers == 1 and docker_wanted():
+    if brokers == 1 and not features and docker_wanted():
         with _testcontainers_kafka() as bootstrap:
             yield KafkaEndpoint(bootstrap, "testcontainers", 1)
         return
-    with _local_cluster(brokers, root) as cluster:
+    with _local_cluster(brokers, root, features) as cluster:
         yield KafkaEndpoint(cluster.bootstrap_servers, "local", brokers, cluster)
 
 
 @contextmanager
-def _local_cluster(brokers: int, root: str | Path | None) -> Iterator[LocalCluster]:
-    base = Path(root) if root else Path(tempfile.mkdtemp(prefix=f"eos-kafka-{brokers}b-"))
-    cluster = LocalCluster(base, brokers)
+def _local_cluster(brokers: int, root: str | Path | None,
+                   features: dict[str, int] | None = None) -> Iterator[LocalCluster]:
+    cluster = LocalCluster(Path(root) if root else Path(tempfile.mkdtemp(prefix=f"eos-kafka-{brokers}b-")), brokers,
+                           features=features)
     with exit_on_sigterm():
         try:
             cluster.up()

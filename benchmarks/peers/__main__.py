@@ -84,6 +84,7 @@ from benchmarks.calibrate import cpu_times, python_ms, steal_share
 from benchmarks.visible import visible
 from chaos.processes import session_processes
 from eos.audit.scan import scan_topic
+from localkafka.cluster import ClusterError, parse_feature
 from localkafka.provision import provide_kafka
 from transactions import KafkaAdmin, TopicSpec
 
@@ -714,7 +715,15 @@ def main(argv: list[str] | None = None) -> None:
                         "(a young broker JIT-compiles its request paths for minutes; each run prints how much)")
     parser.add_argument("--eos-master", default="", help="the Spark master of the framework's runs (default: "
                         "the framework's own default, local[2,4])")
+    parser.add_argument("--broker-feature", action="append", default=[], metavar="NAME=LEVEL",
+                        help="format the benchmark's broker with this feature level, e.g. transaction.version=1 "
+                        "(the transactions of a Kafka before 4.0, whose clients add a transaction's partitions and "
+                        "groups with requests of their own); repeatable")
     args = parser.parse_args(argv)
+    try:
+        features = dict(parse_feature(f) for f in args.broker_feature)
+    except ClusterError as exc:
+        parser.error(str(exc))
     if args.eos_master:
         os.environ["PEER_MASTER"] = args.eos_master
     if args.eos_settings:
@@ -734,10 +743,12 @@ def main(argv: list[str] | None = None) -> None:
         class_data_archive()
     runs: list[Run] = []
     latencies: list[Latency] = []
-    with provide_kafka(brokers=1) as kafka, contextlib.ExitStack() as stack:
+    with provide_kafka(brokers=1, features=features) as kafka, contextlib.ExitStack() as stack:
         admin = KafkaAdmin(kafka.bootstrap_servers)
         stack.callback(admin.close)  # its group readers, before the broker stops (or they log reconnects)
         brokers = [b.pid for b in kafka.cluster.status() if b.pid] if kafka.cluster is not None else []
+        if features:
+            console.print("the broker's storage formatted with " + ", ".join(f"{k}={v}" for k, v in features.items()))
         sources: dict[str, str] = {}
         for partitions in sorted({WIDE_PARTITIONS if is_wide(job) else PARTITIONS for job in jobs}):
             source = sources[str(partitions)] = f"peers-orders-{partitions}-{uuid.uuid4().hex[:8]}"
@@ -796,8 +807,9 @@ def main(argv: list[str] | None = None) -> None:
     out = ROOT / "reports" / "peers.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"records": args.records, "keys": args.keys, "rounds": args.rounds,
-                               "medians": summary, "steal": steal, "runs": [asdict(r) for r in runs],
-                               "latency_runs": [asdict(r) for r in latencies]}, indent=2))
+                               "broker_features": features, "medians": summary, "steal": steal,
+                               "runs": [asdict(r) for r in runs], "latency_runs": [asdict(r) for r in latencies]},
+                              indent=2))
     console.print(f"report: {out}")
 
 
