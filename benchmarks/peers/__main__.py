@@ -681,17 +681,40 @@ def report(runs: list[Run], latencies: list[Latency], n: int) -> dict:
     if latencies:
         table = Table(title=f"stateless latency at {latencies[0].rate:,} records/s, input to visible "
                             f"(read_committed), medians of {max(r.round for r in latencies)} rounds")
-        for column in ("peer", "p50", "p99", "max", "records measured"):
+        for column in ("peer", "p50", "p99", "max", "records measured", "p50 / p99 - Kafka Streams', per round"):
             table.add_column(column, justify="left" if column == "peer" else "right")
         summary["latency"] = {}
         for peer in dict.fromkeys(r.peer for r in latencies):
             mine = [r for r in latencies if r.peer == peer]
-            row = {a: statistics.median(getattr(r, a) for r in mine) for a in ("p50_ms", "p99_ms", "max_ms")}
+            row: dict = {a: statistics.median(getattr(r, a) for r in mine) for a in ("p50_ms", "p99_ms", "max_ms")}
+            against = KSTREAMS_PEER.get(peer, "kstreams")
+            row["minus_kstreams_ms"] = {a: paired_differences(latencies, peer, against, a)
+                                        for a in ("p50_ms", "p99_ms")}
             table.add_row(peer, f"{row['p50_ms']:,.0f} ms", f"{row['p99_ms']:,.0f} ms", f"{row['max_ms']:,.0f} ms",
-                          f"{mine[0].measured:,}")
+                          f"{mine[0].measured:,}",
+                          " / ".join(_differences_cell(d) for d in row["minus_kstreams_ms"].values()))
             summary["latency"][peer] = row
         console.print(table)
     return summary
+
+
+def paired_differences(latencies: list[Latency], peer: str, against: str, attr: str) -> list[float]:
+    """`peer`'s `attr` less `against`'s in each round both ran, in round order: the rounds' conditions (the
+    machine's speed, the broker's state) move both runs of a round alike, so their differences spread less
+    than either peer's figures do. None for a peer against itself."""
+    if peer == against:
+        return []
+    theirs = {r.round: getattr(r, attr) for r in latencies if r.peer == against}
+    return [getattr(r, attr) - theirs[r.round] for r in sorted(latencies, key=lambda r: r.round)
+            if r.peer == peer and r.round in theirs]
+
+
+def _differences_cell(differences: list[float]) -> str:
+    """'+2.3 ms (-1 to +7)': the mean of a peer's per-round differences and their range; '-' for none."""
+    if not differences:
+        return "-"
+    low, high = (round(v) for v in (min(differences), max(differences)))
+    return f"{statistics.fmean(differences):+.1f} ms ({low:+d} to {high:+d})"
 
 
 def main(argv: list[str] | None = None) -> None:

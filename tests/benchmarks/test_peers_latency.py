@@ -1,0 +1,34 @@
+"""The peers benchmark's latency table sets each peer against Kafka Streams round by round: the difference of
+the two runs of a round, which the round's conditions move alike."""
+
+from __future__ import annotations
+
+from benchmarks.peers.__main__ import Latency, _differences_cell, paired_differences, report
+
+
+def runs() -> list[Latency]:
+    rows = [("eos", 3, 517, 1008), ("kstreams", 3, 514, 1007), ("eos", 1, 522, 1013), ("kstreams", 1, 517, 1009),
+            ("kstreams", 2, 519, 1012), ("eos", 2, 519, 1011), ("eos", 4, 530, 1030)]  # round 4: no Kafka Streams
+    return [Latency(peer, rnd, 2000, 120_000, p50, p99, p99 + 80) for peer, rnd, p50, p99 in rows]
+
+
+def test_each_round_is_set_against_the_same_rounds_run_and_a_round_without_one_is_left_out():
+    assert paired_differences(runs(), "eos", "kstreams", "p99_ms") == [4, -1, 1]
+    assert paired_differences(runs(), "eos", "kstreams", "p50_ms") == [5, 0, 3]
+
+
+def test_a_peer_is_not_set_against_itself_nor_against_one_that_did_not_run():
+    assert paired_differences(runs(), "kstreams", "kstreams", "p99_ms") == []
+    assert paired_differences(runs(), "eos", "kstreams-cache", "p99_ms") == []
+
+
+def test_the_cell_gives_the_mean_and_the_range():
+    assert _differences_cell([4, -1, 1]) == "+1.3 ms (-1 to +4)"
+    assert _differences_cell([-2.5, -0.5]) == "-1.5 ms (-2 to +0)"
+    assert _differences_cell([]) == "-"
+
+
+def test_the_report_keeps_the_differences():
+    summary = report([], runs(), 50_000)
+    assert summary["latency"]["eos"]["minus_kstreams_ms"] == {"p50_ms": [5, 0, 3], "p99_ms": [4, -1, 1]}
+    assert summary["latency"]["kstreams"]["minus_kstreams_ms"] == {"p50_ms": [], "p99_ms": []}
