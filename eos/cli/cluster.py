@@ -11,6 +11,7 @@ from rich.table import Table
 
 from eos.cli.app import app
 from localkafka import ClusterError, LocalCluster, ToolMissingError
+from localkafka.cluster import parse_feature
 
 cluster_app = typer.Typer(no_args_is_help=True, help="Start, inspect, fault and stop a local KRaft cluster.")
 app.add_typer(cluster_app, name="cluster")
@@ -36,18 +37,26 @@ def _open(path: Path | None) -> LocalCluster:
 @cluster_app.command()
 def up(brokers: int = typer.Option(1, "--brokers", "-b", help="1 or 3 brokers"),
        dir: Path | None = DirOption,
-       timeout: float = typer.Option(180, help="Seconds to wait for the cluster to accept transactions")) -> None:
+       timeout: float = typer.Option(180, help="Seconds to wait for the cluster to accept transactions"),
+       feature: list[str] = typer.Option([], "--feature", metavar="NAME=LEVEL",
+                                         help="Format the storage with this feature level, e.g. "
+                                              "transaction.version=1 (the transactions of a Kafka before 4.0); "
+                                              "repeatable")) -> None:
     """Start a cluster (formats storage on first start) and wait until transactions work."""
     root = cluster_dir(dir)
-    if LocalCluster.exists(root):
-        existing = LocalCluster.open(root)
-        if existing.is_running():
-            console.print(f"A cluster is already running in {root}: {existing.bootstrap_servers}")
-            return
-        cluster = existing  # stopped earlier with --keep-data: start it again
-    else:
-        cluster = LocalCluster(root, brokers)
     try:
+        features = dict(parse_feature(f) for f in feature)
+        if LocalCluster.exists(root):
+            existing = LocalCluster.open(root)
+            if feature and features != existing.features:
+                raise ClusterError(f"the cluster in {root} was formatted with {existing.features or 'the defaults'}, "
+                                   f"not {features}: `eos cluster down` it (without --keep-data) first")
+            if existing.is_running():
+                console.print(f"A cluster is already running in {root}: {existing.bootstrap_servers}")
+                return
+            cluster = existing  # stopped earlier with --keep-data: start it again
+        else:
+            cluster = LocalCluster(root, brokers, features=features)
         cluster.up(timeout=timeout)
     except (ClusterError, ToolMissingError) as exc:
         console.print(str(exc), style="red", markup=False)  # its text may hold [brackets]
@@ -61,6 +70,8 @@ def status(dir: Path | None = DirOption) -> None:
     """Bootstrap servers and each broker's state."""
     cluster = _open(dir)
     console.print(f"bootstrap servers: [bold]{cluster.bootstrap_servers}[/bold]")
+    if cluster.features:
+        console.print("formatted with " + ", ".join(f"{k}={v}" for k, v in cluster.features.items()))
     table = Table("node", "process", "pid", "address", "answers", "in metadata")
     rows = cluster.status()
     for s in rows:

@@ -4,6 +4,7 @@ brokers that would not map it."""
 
 from __future__ import annotations
 
+import pytest
 from typer.testing import CliRunner
 
 from eos.cli import cluster as cli
@@ -28,3 +29,30 @@ def test_no_broker_archive_is_made_for_brokers_that_would_not_map_it(monkeypatch
     said = " ".join(result.output.split())
     assert result.exit_code == 0 and "class-data options of its own (-XX:TieredStopAtLevel=1 -Xshare:off)" in said, said
     assert CliRunner().invoke(kafka_app, ["archive", "--strict"]).exit_code == 1
+
+
+def test_up_formats_a_new_cluster_with_the_features_asked_for(monkeypatch, tmp_path):
+    started: list[dict[str, int]] = []
+    monkeypatch.setattr(cli.LocalCluster, "up", lambda self, timeout: started.append(self.features) or self)
+    result = CliRunner().invoke(cli.cluster_app, ["up", "--dir", str(tmp_path / "c"),
+                                                  "--feature", "transaction.version=1"])
+    assert result.exit_code == 0, result.output
+    assert started == [{"transaction.version": 1}]
+
+
+def test_up_refuses_a_malformed_feature_and_says_what_one_looks_like(monkeypatch, tmp_path):
+    monkeypatch.setattr(cli.LocalCluster, "up", lambda self, timeout: pytest.fail("started"))
+    result = CliRunner().invoke(cli.cluster_app, ["up", "--dir", str(tmp_path / "c"), "--feature", "transaction"])
+    assert result.exit_code == 1
+    assert "NAME=LEVEL, such as transaction.version=1" in " ".join(result.output.split())
+
+
+def test_up_does_not_restart_a_kept_cluster_with_other_features(monkeypatch, tmp_path):
+    cli.LocalCluster(tmp_path / "c", features={"transaction.version": 1})._save()  # stopped with --keep-data
+    monkeypatch.setattr(cli.LocalCluster, "up", lambda self, timeout: pytest.fail("started"))
+    result = CliRunner().invoke(cli.cluster_app, ["up", "--dir", str(tmp_path / "c"),
+                                                  "--feature", "transaction.version=2"])
+    said = " ".join(result.output.split())
+    assert result.exit_code == 1
+    assert "was formatted with {'transaction.version': 1}, not {'transaction.version': 2}" in said
+    assert "`eos cluster down` it (without --keep-data) first" in said
