@@ -5,6 +5,7 @@ Quix Streams and a bare confluent-kafka transactional copy loop, side by side on
                                [--jobs stateless,count,pipeline,stateless64,count64]
                                [--peers eos,eos-cache,kstreams,kstreams-cache,quix,copy] [--latency-rate 2000]
                                [--eos-settings '{"max_records_per_batch": 20000}'] [--no-warm-up] [--warm-up-peers [N]]
+                               [--broker-feature transaction.version=1]
 
 * stateless: parse each JSON order (~100 B), add `total`, write it; count: records per key, one output
   per input (Kafka Streams with its record cache off). pipeline: four operators in one task, as each DSL
@@ -46,7 +47,12 @@ Quix Streams and a bare confluent-kafka transactional copy loop, side by side on
 * Latency (each round, stateless job, every peer but kstreams-cache): a fresh topic is fed at
   --latency-rate records/s; the time from handing a record to the harness's producer to receiving its
   output on a read_committed consumer, over the records fed after a warm-up that absorbs start-up.
-  Every input must reach the output exactly once here too.
+  Every input must reach the output exactly once here too. Each peer's p50 and p99 are also set against
+  Kafka Streams' of the same round (`paired_differences`): the two runs of a round share its conditions.
+* The broker: Kafka 4.3's feature levels unless --broker-feature NAME=LEVEL formats it with others;
+  transaction.version=1 gives the transactions of a Kafka before 4.0, where every client adds a transaction's
+  partitions and its offsets' group with requests of their own (librdkafka always does, Kafka Streams' client
+  does not with the default version 2).
 
 Kafka Streams is built from benchmarks/peers/kstreams by Maven (once); Quix Streams is installed in its
 own virtualenv under .cache/peers (once), so its client pins never touch ours. Writes reports/peers.json.
