@@ -29,7 +29,7 @@ from localkafka.jars import LOG4J_CONFIG, KafkaJars, check_java, ensure_kafka_ja
 from localkafka.process import ProcState, proc_state, send, wait_dead
 from localkafka.readiness import live_broker_ids, node_answers, wait_ready
 
-__all__ = ["LocalCluster", "BrokerStatus", "ClusterError", "check_features", "parse_feature"]
+__all__ = ["LocalCluster", "BrokerStatus", "ClusterError", "check_features", "parse_feature", "format_features"]
 
 STATE_FILE = "cluster.json"
 ENV_FILE = "bootstrap.env"
@@ -348,6 +348,12 @@ def parse_feature(text: str) -> tuple[str, int]:
         raise ClusterError(f"a broker feature is NAME=LEVEL, such as transaction.version=1; got {text!r}")
     (pair,) = check_features({name.strip(): int(level)}).items()
     return pair
+
+
+def format_features(features: dict[str, int]) -> str:
+    """`features` as a command line gives them, "transaction.version=1, group.version=0" (`parse_feature`'s
+    inverse); "the release's defaults" for none."""
+    return ", ".join(f"{name}={level}" for name, level in features.items()) or "the release's defaults"
 
 
 def broker_jvm_options(heap: str, log_dir: Path) -> list[str]:

@@ -90,7 +90,7 @@ from benchmarks.calibrate import cpu_times, python_ms, steal_share
 from benchmarks.visible import visible
 from chaos.processes import session_processes
 from eos.audit.scan import scan_topic
-from localkafka.cluster import ClusterError, parse_feature
+from localkafka.cluster import ClusterError, format_features, parse_feature
 from localkafka.provision import provide_kafka
 from transactions import KafkaAdmin, TopicSpec
 
@@ -707,7 +707,7 @@ def report(runs: list[Run], latencies: list[Latency], n: int) -> dict:
 def paired_differences(latencies: list[Latency], peer: str, against: str, attr: str) -> list[float]:
     """`peer`'s `attr` less `against`'s in each round both ran, in round order: the rounds' conditions (the
     machine's speed, the broker's state) move both runs of a round alike, so their differences spread less
-    than either peer's figures do. None for a peer against itself."""
+    than either peer's figures do. Empty for a peer against itself, or one it never ran beside."""
     if peer == against:
         return []
     theirs = {r.round: getattr(r, attr) for r in latencies if r.peer == against}
@@ -777,7 +777,7 @@ def main(argv: list[str] | None = None) -> None:
         stack.callback(admin.close)  # its group readers, before the broker stops (or they log reconnects)
         brokers = [b.pid for b in kafka.cluster.status() if b.pid] if kafka.cluster is not None else []
         if features:
-            console.print("the broker's storage formatted with " + ", ".join(f"{k}={v}" for k, v in features.items()))
+            console.print(f"the broker's storage formatted with {format_features(features)}")
         sources: dict[str, str] = {}
         for partitions in sorted({WIDE_PARTITIONS if is_wide(job) else PARTITIONS for job in jobs}):
             source = sources[str(partitions)] = f"peers-orders-{partitions}-{uuid.uuid4().hex[:8]}"

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from eos.cli.app import app
 from localkafka import ClusterError, LocalCluster, ToolMissingError
-from localkafka.cluster import parse_feature
+from localkafka.cluster import format_features, parse_feature
 
 cluster_app = typer.Typer(no_args_is_help=True, help="Start, inspect, fault and stop a local KRaft cluster.")
 app.add_typer(cluster_app, name="cluster")
@@ -49,8 +49,9 @@ def up(brokers: int = typer.Option(1, "--brokers", "-b", help="1 or 3 brokers"),
         if LocalCluster.exists(root):
             existing = LocalCluster.open(root)
             if feature and features != existing.features:
-                raise ClusterError(f"the cluster in {root} was formatted with {existing.features or 'the defaults'}, "
-                                   f"not {features}: `eos cluster down` it (without --keep-data) first")
+                raise ClusterError(f"the cluster in {root} was formatted with {format_features(existing.features)}"
+                                   f", not {format_features(features)}: `eos cluster down` it (without --keep-data) "
+                                   "first")
             if existing.is_running():
                 console.print(f"A cluster is already running in {root}: {existing.bootstrap_servers}")
                 return
@@ -71,7 +72,7 @@ def status(dir: Path | None = DirOption) -> None:
     cluster = _open(dir)
     console.print(f"bootstrap servers: [bold]{cluster.bootstrap_servers}[/bold]")
     if cluster.features:
-        console.print("formatted with " + ", ".join(f"{k}={v}" for k, v in cluster.features.items()))
+        console.print(f"formatted with {format_features(cluster.features)}")
     table = Table("node", "process", "pid", "address", "answers", "in metadata")
     rows = cluster.status()
     for s in rows:

@@ -1,9 +1,13 @@
 """The peers benchmark's latency table sets each peer against Kafka Streams round by round: the difference of
-the two runs of a round, which the round's conditions move alike."""
+the two runs of a round, which the round's conditions move alike. A malformed --broker-feature is refused
+before anything starts."""
 
 from __future__ import annotations
 
+import pytest
+
 from benchmarks.peers.__main__ import Latency, _differences_cell, paired_differences, report
+from benchmarks.peers.__main__ import main as peers_main
 
 
 def runs() -> list[Latency]:
@@ -32,3 +36,10 @@ def test_the_report_keeps_the_differences():
     summary = report([], runs(), 50_000)
     assert summary["latency"]["eos"]["minus_kstreams_ms"] == {"p50_ms": [5, 0, 3], "p99_ms": [4, -1, 1]}
     assert summary["latency"]["kstreams"]["minus_kstreams_ms"] == {"p50_ms": [], "p99_ms": []}
+
+
+def test_the_peers_benchmark_refuses_a_malformed_feature_before_it_starts_anything(capsys):
+    with pytest.raises(SystemExit) as info:
+        peers_main(["--broker-feature", "transaction.version"])
+    assert info.value.code == 2
+    assert "NAME=LEVEL" in capsys.readouterr().err

@@ -54,5 +54,5 @@ def test_up_does_not_restart_a_kept_cluster_with_other_features(monkeypatch, tmp
                                                   "--feature", "transaction.version=2"])
     said = " ".join(result.output.split())
     assert result.exit_code == 1
-    assert "was formatted with {'transaction.version': 1}, not {'transaction.version': 2}" in said
+    assert "was formatted with transaction.version=1, not transaction.version=2" in said
     assert "`eos cluster down` it (without --keep-data) first" in said

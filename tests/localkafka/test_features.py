@@ -8,9 +8,8 @@ import subprocess
 
 import pytest
 
-from benchmarks.peers.__main__ import main as peers_main
 from localkafka import cluster as module
-from localkafka.cluster import ClusterError, LocalCluster, check_features, parse_feature
+from localkafka.cluster import ClusterError, LocalCluster, check_features, format_features, parse_feature
 from localkafka.config import NodeSpec
 from localkafka.provision import ENV_BOOTSTRAP, provide_kafka
 
@@ -36,6 +35,12 @@ def test_what_is_not_a_feature_says_what_one_looks_like(text):
 def test_a_level_is_a_whole_number_from_zero(level):
     with pytest.raises(ClusterError, match="a name and a level from 0 up"):
         check_features({"transaction.version": level})
+
+
+def test_features_print_as_they_are_given():
+    assert format_features({"transaction.version": 1, "group.version": 0}) == "transaction.version=1, group.version=0"
+    assert format_features({}) == "the release's defaults"
+    assert parse_feature(format_features({"transaction.version": 1})) == ("transaction.version", 1)
 
 
 def test_the_storage_is_formatted_with_each_feature(tmp_path, monkeypatch):
@@ -70,13 +75,6 @@ def test_features_cannot_be_set_on_a_cluster_named_by_the_environment(monkeypatc
     with pytest.raises(ClusterError, match=f"unset {ENV_BOOTSTRAP}"):
         with provide_kafka(features={"transaction.version": 1}):
             pass
-
-
-def test_the_peers_benchmark_refuses_a_malformed_feature_before_it_starts_anything(capsys):
-    with pytest.raises(SystemExit) as info:
-        peers_main(["--broker-feature", "transaction.version"])
-    assert info.value.code == 2
-    assert "NAME=LEVEL" in capsys.readouterr().err
 
 
 def test_a_level_the_release_does_not_have_fails_the_format_with_the_tools_reason(tmp_path, monkeypatch):
