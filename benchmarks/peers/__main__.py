@@ -90,6 +90,7 @@ from benchmarks.calibrate import cpu_times, python_ms, steal_share
 from benchmarks.visible import visible
 from chaos.processes import session_processes
 from eos.audit.scan import scan_topic
+from eos.worker.daemon import STAND_IN
 from localkafka.cluster import ClusterError, format_features, parse_feature
 from localkafka.provision import provide_kafka
 from transactions import KafkaAdmin, TopicSpec
@@ -330,8 +331,8 @@ def _memory(session: int) -> Memory:
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-#: command lines of a Python daemon: launched by Spark, started beside the driver (the zygote), or the stand-in
-_DAEMONS = (" -m eos.worker.daemon", " -m pyspark.daemon", " -m eos.worker.zygote", "eos/worker/standin.py")
+#: command lines of a Python daemon: launched by Spark, or started beside the driver (the zygote)
+_DAEMONS = (" -m eos.worker.daemon", " -m pyspark.daemon", " -m eos.worker.zygote")
 
 
 def _role(cmdline: str, forked: bool) -> str:
@@ -339,6 +340,8 @@ def _role(cmdline: str, forked: bool) -> str:
     forked from the zygote counts as forked, among the workers; so does a zygote forked from the driver."""
     if Path(cmdline.split(" ", 1)[0]).name == "java":
         return "JVM"
+    if cmdline == " ".join(STAND_IN):
+        return "daemon stand-in"
     if forked:
         return "python workers"
     if any(name in cmdline for name in _DAEMONS):

@@ -19,14 +19,15 @@ import os
 import signal
 import sys
 import zipfile
+from contextlib import suppress
 from types import ModuleType
 from typing import Any
 
 from eos.worker.memory import cap_arenas
-from eos.worker.standin import wait_for
 from eos.worker.zygote import ZYGOTE_ENV, request_daemon
 
-__all__ = ["prefer_installed_pyspark", "preload", "quiet_closed_connections", "stand_in", "main", "PRELOADED"]
+__all__ = ["prefer_installed_pyspark", "preload", "quiet_closed_connections", "stand_in", "relay_stdin", "main",
+           "PRELOADED", "STAND_IN"]
 
 #: (module, file compared between the zip and the installed copy, zip name test)
 _PACKAGES = (("pyspark", "version.py", lambda name: name == "pyspark.zip"),
@@ -104,36 +105,49 @@ def quiet_closed_connections(daemon: ModuleType) -> None:
     setattr(daemon, "worker", worker)  # noqa: B010  (a module attribute the type checker cannot see)
 
 
-#: what Spark may signal its daemon with, held back while this process becomes the stand-in
-_STAND_IN_SIGNALS = {signal.SIGTERM, signal.SIGHUP}
+#: the stand-in's command: POSIX `cat`, unbuffered (`-u`: each read written at once)
+STAND_IN = ("cat", "-u")
 
 
-def stand_in(pid: int) -> None:
-    """Become the bare stand-in for the daemon `pid` that the zygote forked (eos.worker.standin): a new
-    interpreter without site or packages, in this process. Spark's signals are held back until the stand-in
-    passes them on. Where the interpreter cannot be started again, this process stands for the daemon itself."""
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "standin.py")
-    signal.pthread_sigmask(signal.SIG_BLOCK, _STAND_IN_SIGNALS)  # (the mask survives exec)
-    try:
-        os.execv(sys.executable, [sys.executable, "-I", "-S", script, str(pid)])
-    except OSError:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STAND_IN_SIGNALS)
-        wait_for(pid)
+def stand_in(relay: int) -> None:
+    """Stand for the daemon the zygote forked, whose stdin is the read end of the pipe `relay` writes to: relay
+    Spark's stdin to it (the pids of workers Spark asks the daemon to kill), and nothing more. This process
+    becomes `cat -u` with `relay` as its stdout (0.25 MiB against 4.5 for a bare interpreter here), and only it
+    holds the pipe's write end. However it ends (Spark closes its stdin or destroys it, a SIGKILL), the pipe
+    closes and the daemon reads the end of its stdin, on which PySpark's daemon loop shuts down with its
+    workers, as it does when Spark closes the stdin of a daemon it launched itself. Where there is no `cat`,
+    this process relays itself. Like PySpark's daemon, the stand-in leaves the driver's process group first,
+    so that a Ctrl-C at the driver's terminal does not reach it."""
+    os.setpgid(0, 0)
+    os.dup2(relay, 1)
+    os.close(relay)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # (Python ignores it, and an ignored signal stays so in `cat`)
+    with suppress(OSError):
+        os.execvp(STAND_IN[0], list(STAND_IN))
+    relay_stdin()
+
+
+def relay_stdin() -> None:
+    """What `cat -u` does: copy stdin to stdout as it comes, until stdin ends or stdout's reader has gone."""
+    with suppress(OSError):
+        while data := os.read(0, 4096):
+            while data:
+                data = data[os.write(1, data):]
 
 
 def main() -> None:
     sys.path[:] = prefer_installed_pyspark(sys.path)
     zygote = os.environ.get(ZYGOTE_ENV)
     if zygote:  # a warm copy of this daemon is waiting (eos.worker.zygote): it runs as this daemon instead
-        # Spark may destroy this process as soon as the forked daemon answers on its port, before this one has
-        # become the stand-in that passes the signal on: held back from here on, it is passed on then (killed
-        # meanwhile, this process left the forked daemon and its workers behind until the JVM exited)
-        signal.pthread_sigmask(signal.SIG_BLOCK, _STAND_IN_SIGNALS)
-        pid = request_daemon(zygote, sys.path)
+        # its stdin is a pipe from this process, which stands for it: when this process ends, however early, so
+        # does that stdin and with it the forked daemon
+        stdin, relay = os.pipe()
+        pid = request_daemon(zygote, sys.path, stdin=stdin)
+        os.close(stdin)
         if pid is not None:
-            stand_in(pid)
+            stand_in(relay)
             return
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STAND_IN_SIGNALS)  # (it runs the daemon loop itself)
+        os.close(relay)
     from pyspark import daemon
 
     preload()

@@ -10,7 +10,8 @@ names its socket in `$EOS_DAEMON_ZYGOTE`, which the JVM and so the daemon Spark 
 daemon, instead of importing, hands the zygote what Spark gave it (its stdin, stdout and stderr,
 environment, arguments, working directory and module path) and the zygote forks; the child takes them on and
 runs PySpark's daemon loop, which forks the workers as always. The launched process stays as the daemon Spark
-knows: it passes Spark's signals on to the child and exits when the child does (eos.worker.standin).
+knows, as `cat -u`: the child's stdin is a pipe from it, which relays Spark's and ends when it ends
+(`eos.worker.daemon.stand_in`).
 
 The zygote serves one daemon, and exits when the driver does (its stdin closes). It refuses a
 request (the daemon then imports by itself, as without it) when the two would not import the same code:
@@ -221,10 +222,11 @@ def _unbuffered(fd: int, was: Any, errors: str) -> io.TextIOWrapper:
 
 
 # ---------------------------------------------------------------------------------------------- the daemon side
-def request_daemon(socket_path: str, path: list[str], timeout: float = 10.0) -> int | None:
-    """Ask the zygote at `socket_path` to fork this daemon, with this process's stdin, stdout, stderr,
-    environment, arguments, working directory and module path `path`. Returns the forked daemon's pid, or
-    None when the zygote is not there or refused (the caller then runs the daemon itself)."""
+def request_daemon(socket_path: str, path: list[str], timeout: float = 10.0, stdin: int = 0) -> int | None:
+    """Ask the zygote at `socket_path` to fork this daemon, with the descriptor `stdin` as its stdin, this
+    process's stdout and stderr, environment, arguments, working directory and module path `path`. Returns the
+    forked daemon's pid, or None when the zygote is not there or refused (the caller then runs the daemon
+    itself)."""
     env = {k: v for k, v in os.environ.items() if k != ZYGOTE_ENV}  # a daemon launched again goes alone
     request = json.dumps({"identity": _identity(path), "env": env, "argv": sys.argv,
                           "cwd": os.getcwd(), "path": path}).encode()
@@ -232,7 +234,7 @@ def request_daemon(socket_path: str, path: list[str], timeout: float = 10.0) -> 
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.settimeout(timeout)
             conn.connect(socket_path)
-            socket.send_fds(conn, [len(request).to_bytes(4, "big") + request], [0, 1, 2])
+            socket.send_fds(conn, [len(request).to_bytes(4, "big") + request], [stdin, 1, 2])
             reply = conn.recv(64).decode()
     except OSError:
         return None

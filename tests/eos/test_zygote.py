@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from eos.worker.daemon import STAND_IN
 from eos.worker.zygote import ZYGOTE_ENV, start_zygote
 
 SPARK_ENV = {"PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "YES", "PYTHONDONTWRITEBYTECODE": "1",
@@ -78,6 +79,26 @@ def _parent(pid: int) -> int:
     return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
 
 
+def _ended(pid: int) -> bool:
+    return not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def _wait_ended(pid: int, what: str, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not _ended(pid):
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def _stand_in_command(pid: int) -> list[str]:
+    """The command line `pid` runs once it has become the stand-in (`cat -u`)."""
+    deadline = time.monotonic() + 10
+    while (command := open(f"/proc/{pid}/cmdline").read().split("\0")[:-1]) != list(STAND_IN):
+        assert time.monotonic() < deadline, command
+        time.sleep(0.01)
+    return command
+
+
 def test_the_launched_daemon_is_forked_from_the_zygote_and_stops_when_spark_closes_its_stdin(zygote):
     proc, path = zygote
     launched = _launch(path)
@@ -87,35 +108,112 @@ def test_the_launched_daemon_is_forked_from_the_zygote_and_stops_when_spark_clos
     assert _worker_answers(port) == b"ok"  # its worker knows Spark's secret: the environment is the launched one
     assert not os.path.exists(path)  # one daemon served: a daemon Spark launches again goes alone
     assert proc.poll() is None  # until the driver exits, the daemon stays among its descendants
-    assert launched.poll() is None  # it stands for the daemon, as a bare interpreter running eos.worker.standin
-    deadline = time.monotonic() + 10
-    while not (command := open(f"/proc/{launched.pid}/cmdline").read().split("\0")[:-1])[-2].endswith("standin.py"):
-        assert time.monotonic() < deadline, command
-        time.sleep(0.01)
-    assert command[1:3] == ["-I", "-S"] and command[-1] == str(daemon)
+    assert launched.poll() is None  # it stands for the daemon, as `cat -u`, in a process group of its own
+    _stand_in_command(launched.pid)
+    assert os.getpgid(launched.pid) == launched.pid
     assert launched.stdin is not None
     launched.stdin.close()  # how Spark stops its daemon
     assert launched.wait(10) == 0
-    assert not os.path.exists(f"/proc/{daemon}") or open(f"/proc/{daemon}/stat").read().split()[2] == "Z"
+    _wait_ended(daemon, "the forked daemon outlived its stdin")
 
 
-def test_spark_destroying_the_launched_daemon_ends_the_forked_one(zygote):
+def test_a_worker_spark_asks_to_kill_is_killed_through_the_stand_in(zygote):
+    _proc, path = zygote
+    launched = _launch(path)
+    port = _port(launched)
+    _stand_in_command(launched.pid)
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        stream = conn.makefile("rwb")
+        worker = struct.unpack(">i", stream.read(4))[0]
+        stream.write(struct.pack(">i", 6) + b"secret")
+        stream.flush()
+        assert stream.read(struct.unpack(">i", stream.read(4))[0]) == b"ok"
+        assert launched.stdin is not None
+        launched.stdin.write(struct.pack(">i", worker))  # PythonWorkerFactory.stopWorker: the pid on the stdin
+        launched.stdin.flush()
+        _wait_ended(worker, "the worker Spark asked the daemon to kill lives on")
+    assert launched.poll() is None
+    launched.stdin.close()
+    assert launched.wait(10) == 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_spark_destroying_the_launched_daemon_ends_the_forked_one(zygote, sig):
     _proc, path = zygote
     launched = _launch(path)
     daemon = _daemon_pid(_port(launched))
-    launched.send_signal(signal.SIGTERM)  # Process.destroy()
-    launched.wait(10)
-    deadline = time.monotonic() + 10
-    while os.path.exists(f"/proc/{daemon}") and open(f"/proc/{daemon}/stat").read().split()[2] != "Z":
-        assert time.monotonic() < deadline, "the forked daemon outlived the destroyed one"
-        time.sleep(0.05)
+    _stand_in_command(launched.pid)
+    launched.send_signal(sig)  # Process.destroy(), or destroyForcibly()
+    assert launched.wait(10) == -sig
+    _wait_ended(daemon, "the forked daemon outlived the destroyed one")
 
 
-def test_a_killed_forked_daemon_ends_the_launched_one(zygote):
+def test_after_the_forked_daemon_was_killed_the_stand_in_ends_quietly_at_sparks_next_request(zygote):
     _proc, path = zygote
-    launched = _launch(path)
-    os.kill(_daemon_pid(_port(launched)), signal.SIGKILL)
-    assert launched.wait(10) == 0  # Spark sees its daemon gone, and launches another
+    launched = subprocess.Popen([sys.executable, "-m", "eos.worker.daemon", "pyspark.worker"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env={**os.environ, **SPARK_ENV, ZYGOTE_ENV: path})
+    daemon = _daemon_pid(_port(launched))
+    _stand_in_command(launched.pid)
+    os.kill(daemon, signal.SIGKILL)
+    _wait_ended(daemon, "SIGKILL")
+    assert launched.poll() is None  # (as PySpark's own daemon's would be: Spark finds it gone when it connects)
+    assert launched.stdin is not None and launched.stderr is not None
+    launched.stdin.write(struct.pack(">i", 12345))  # a worker to kill, for a daemon no longer there
+    launched.stdin.flush()
+    assert launched.wait(10) == -signal.SIGPIPE
+    assert launched.stderr.read() == b""  # not "cat: write error: Broken pipe" in the executor's log
+
+
+# the launched daemon, destroyed by Spark at a moment of its own (the forked daemon answers on its port, by which
+# Spark finds it, before the zygote has answered the launched process), with the zygote at `sys.argv[1]`; the
+# forked daemon's pid on its stderr
+DESTROYED_MEANWHILE = """
+import os, signal, sys
+import eos.worker.daemon as d
+
+def then(call, destroyed):
+    def meanwhile(*args, **kwargs):
+        result = call(*args, **kwargs)
+        if call is request:
+            print(result, file=sys.stderr, flush=True)
+        if destroyed:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return result
+    return meanwhile
+
+request = d.request_daemon
+d.request_daemon = then(request, sys.argv[2] == "request")  # the daemon forked, the zygote's answer not yet taken
+d.os.setpgid = then(d.os.setpgid, sys.argv[2] == "exec")  # about to become `cat`
+d.main()
+"""
+
+
+@pytest.mark.parametrize("moment", ["request", "exec"])
+def test_a_launched_daemon_destroyed_before_it_stands_in_ends_the_forked_one(zygote, moment):
+    _proc, path = zygote
+    launched = subprocess.Popen([sys.executable, "-c", DESTROYED_MEANWHILE, path, moment], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env={**os.environ, **SPARK_ENV, ZYGOTE_ENV: path})
+    assert launched.stderr is not None
+    daemon = int(launched.stderr.readline())
+    assert launched.wait(10) == -signal.SIGTERM
+    assert launched.stdin is not None and not launched.stdin.closed  # (the test, as Spark, holds it open)
+    _wait_ended(daemon, "the forked daemon outlived the launched one")
+
+
+def test_without_cat_the_launched_daemon_relays_by_itself(zygote):
+    _proc, path = zygote
+    launched = _launch(path, PATH="/nowhere")
+    port = _port(launched)
+    daemon = _daemon_pid(port)
+    assert _worker_answers(port) == b"ok"
+    assert launched.poll() is None and open(f"/proc/{launched.pid}/cmdline").read().split("\0")[1:3] == [
+        "-m", "eos.worker.daemon"]
+    assert launched.stdin is not None
+    launched.stdin.close()
+    assert launched.wait(10) == 0
+    _wait_ended(daemon, "the forked daemon outlived its stdin")
 
 
 def test_a_daemon_with_other_start_up_settings_runs_by_itself_and_the_zygote_waits(zygote):
@@ -143,24 +241,6 @@ def test_the_zygote_exits_with_the_driver(zygote):
     assert proc.wait(10) == 0 and not os.path.exists(path)
 
 
-def test_without_pidfds_the_launched_daemon_still_waits_for_the_forked_one(monkeypatch):
-    import threading
-
-    from eos.worker import standin
-
-    def no_pidfds(pid: int) -> int:
-        raise OSError(38, "Function not implemented")
-
-    monkeypatch.setattr(os, "pidfd_open", no_pidfds)
-    monkeypatch.setattr(os, "setpgid", lambda pid, pgid: None)  # (this test process keeps its group)
-    monkeypatch.setattr(signal, "signal", lambda sig, handler: None)
-    daemon = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.8)"])
-    threading.Thread(target=daemon.wait, daemon=True).start()  # reaped at exit, as the zygote's SIGCHLD does
-    started = time.monotonic()
-    standin.wait_for(daemon.pid)
-    assert daemon.returncode == 0 and time.monotonic() - started >= 0.5
-
-
 @pytest.mark.parametrize("master, conf", [
     ("local[2]", {"spark.python.daemon.module": "eos.worker.daemon", "spark.eos.daemonZygote": "false"}),
     ("local[2]", {"spark.python.daemon.module": "pyspark.daemon"}),
@@ -176,54 +256,6 @@ def test_a_jvm_launched_without_a_zygote_does_not_inherit_an_earlier_ones_socket
     monkeypatch.setenv(ZYGOTE_ENV, "/tmp/an-earlier-contexts-zygote/socket")
     spark._start_zygote(master, conf)
     assert ZYGOTE_ENV not in os.environ
-
-
-def test_a_signal_spark_sends_while_the_launched_daemon_becomes_the_stand_in_is_passed_on():
-    daemon = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    # the launched daemon, SIGTERMed by Spark as it replaces itself by the stand-in (the signal must wait for it)
-    becoming = ("import os, signal; from eos.worker.daemon import stand_in; execv = os.execv\n"
-                "def destroyed_meanwhile(path, args):\n"
-                "    os.kill(os.getpid(), signal.SIGTERM)\n"
-                "    execv(path, args)\n"
-                f"os.execv = destroyed_meanwhile; stand_in({daemon.pid})")
-    launched = subprocess.Popen([sys.executable, "-c", becoming])
-    try:
-        assert daemon.wait(10) == -signal.SIGTERM  # passed on once the stand-in listens
-        assert launched.wait(10) == 0  # and the stand-in ends with the daemon it stood for
-    finally:
-        for proc in (daemon, launched):
-            proc.kill()
-            proc.wait()
-
-
-@pytest.mark.parametrize("forked", [True, False])
-def test_a_signal_spark_sends_while_the_zygote_forks_the_daemon_is_passed_on_or_ends_the_launched_one(forked):
-    """Spark finds the daemon by its port, which the forked daemon opens before the zygote has answered the
-    launched one: a SIGTERM then came before the launched daemon held signals back, ended it, and left the forked
-    daemon behind (`test_spark_destroying_the_launched_daemon_ends_the_forked_one` failed so once, on a busy
-    machine). A launched daemon the zygote turned down runs by itself, and the signal ends it."""
-    daemon = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    answer = daemon.pid if forked else None
-    requesting = ("import os, signal, sys; import eos.worker.daemon as d\n"
-                  "def destroyed_meanwhile(path, sys_path):\n"
-                  "    os.kill(os.getpid(), signal.SIGTERM)\n"
-                  f"    return {answer}\n"
-                  "d.request_daemon = destroyed_meanwhile\n"
-                  "d.preload = d.quiet_closed_connections = lambda *a: None\n"
-                  "import pyspark.daemon; pyspark.daemon.manager = lambda: os._exit(3)\n"
-                  "d.main()")
-    launched = subprocess.Popen([sys.executable, "-c", requesting], env={**os.environ, ZYGOTE_ENV: "/nowhere"})
-    try:
-        if forked:
-            assert daemon.wait(10) == -signal.SIGTERM  # passed on once the stand-in listens
-            assert launched.wait(10) == 0
-        else:
-            assert launched.wait(10) == -signal.SIGTERM  # not forked: the signal is the launched daemon's own
-            assert daemon.poll() is None
-    finally:
-        for proc in (daemon, launched):
-            proc.kill()
-            proc.wait()
 
 
 # A driver that writes a line it does not flush, forks the zygote (`fork_zygote`), names its socket and waits.
