@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from integration_tests.helpers import assert_exactly_once, assert_totals_exact, produce
 
@@ -22,6 +23,13 @@ ROOT = Path(__file__).resolve().parents[2]
 JOB = ROOT / "integration_tests" / "jobs" / "pipeline.py"
 N, KILLS = 60_000, 2  # --soak: SOAK_N, SOAK_KILLS
 SOAK_N, SOAK_KILLS = 200_000, 10
+
+
+class PipelineTopics(NamedTuple):
+    input: str
+    output: str
+    totals: str
+    app_id: str
 
 
 def start_job(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -89,17 +97,35 @@ def kill_job_repeatedly(cwd, env: dict[str, str], kills: int, marks, seed: int,
     return in_txn
 
 
+def pipeline_run(kafka, topic_factory, unique_name, tmp_path, n: int) -> tuple[dict[str, str], PipelineTopics]:
+    """`n` inputs on 1,000 keys for the pipeline job, and the environment of its runs: batches of 1,500, a mark in
+    `tmp_path / "marks"` while a task is inside its transaction."""
+    topics = PipelineTopics(topic_factory("in", partitions=4), topic_factory("out", partitions=4),
+                            topic_factory("totals", partitions=4), unique_name("app"))
+    produce(kafka.bootstrap_servers, topics.input,
+            ((f"k{i % 1000}".encode(), json.dumps({"id": i, "n": i}).encode()) for i in range(n)))
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": kafka.bootstrap_servers, "EOS_TEST_APP_ID": topics.app_id,
+           "EOS_TEST_INPUT": topics.input, "EOS_TEST_OUTPUT": topics.output, "EOS_TEST_TOTALS": topics.totals,
+           "EOS_TEST_STATE_DIR": str(tmp_path / "state"), "EOS_TEST_MARK_DIR": str(marks), "EOS_TEST_BATCH": "1500"}
+    return env, topics
+
+
+def assert_pipeline_exact(bootstrap: str, topics: PipelineTopics, n: int) -> None:
+    """Each committed output holds every one of its inputs once, and every key's committed totals equal those
+    recomputed from the committed input."""
+    app_id = topics.app_id
+    assert_exactly_once(bootstrap, inputs=[topics.input], outputs=[topics.output], group=app_id, expected_inputs=n)
+    assert_exactly_once(bootstrap, inputs=[topics.output], outputs=[topics.totals], group=app_id, expected_inputs=n)
+    result = assert_totals_exact(bootstrap, inputs=[topics.output], totals=[topics.totals], group=app_id)
+    assert result["count"].keys_expected == 1000 and result["count"].output_records == n
+
+
 def test_job_survives_repeated_sigkill_and_restart(kafka, topic_factory, unique_name, tmp_path, request):
     n, kill_count = (SOAK_N, SOAK_KILLS) if request.config.getoption("--soak") else (N, KILLS)
-    src, dst, totals = (topic_factory("in", partitions=4), topic_factory("out", partitions=4),
-                        topic_factory("totals", partitions=4))
-    produce(kafka.bootstrap_servers, src,
-            ((f"k{i % 1000}".encode(), json.dumps({"id": i, "n": i}).encode()) for i in range(n)))
-    app_id, marks = unique_name("app"), tmp_path / "marks"
-    marks.mkdir()
-    env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": kafka.bootstrap_servers, "EOS_TEST_APP_ID": app_id,
-           "EOS_TEST_INPUT": src, "EOS_TEST_OUTPUT": dst, "EOS_TEST_TOTALS": totals,
-           "EOS_TEST_STATE_DIR": str(tmp_path / "state"), "EOS_TEST_MARK_DIR": str(marks), "EOS_TEST_BATCH": "1500"}
+    env, topics = pipeline_run(kafka, topic_factory, unique_name, tmp_path, n)
+    marks = tmp_path / "marks"
     rng = random.Random(20261121)
     log = tmp_path / "job.log"
     kills = in_txn_kills = 0
@@ -120,7 +146,4 @@ def test_job_survives_repeated_sigkill_and_restart(kafka, topic_factory, unique_
     env["EOS_TEST_BATCH"] = "25000"  # the catch-up run: small batches only matter while killing
     final = start_job(env, log)
     assert final.wait(600) == 0, f"the final run failed; see {log}"
-    assert_exactly_once(kafka.bootstrap_servers, inputs=[src], outputs=[dst], group=app_id, expected_inputs=n)
-    assert_exactly_once(kafka.bootstrap_servers, inputs=[dst], outputs=[totals], group=app_id, expected_inputs=n)
-    result = assert_totals_exact(kafka.bootstrap_servers, inputs=[dst], totals=[totals], group=app_id)
-    assert result["count"].keys_expected == 1000 and result["count"].output_records == n
+    assert_pipeline_exact(kafka.bootstrap_servers, topics, n)
