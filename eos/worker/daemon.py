@@ -107,6 +107,8 @@ def quiet_closed_connections(daemon: ModuleType) -> None:
 
 #: the stand-in's command: POSIX `cat`, unbuffered (`-u`: each read written at once)
 STAND_IN = ("cat", "-u")
+#: the signals that end the stand-in: Spark's destroy (SIGTERM), a hang-up, a gone reader
+_ENDING = {signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE}
 
 
 def stand_in(relay: int) -> None:
@@ -122,6 +124,7 @@ def stand_in(relay: int) -> None:
     os.dup2(relay, 1)
     os.close(relay)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # (Python ignores it, and an ignored signal stays so in `cat`)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _ENDING)  # (as is a blocked one: whatever launched this process)
     with suppress(OSError):
         os.execvp(STAND_IN[0], list(STAND_IN))
     relay_stdin()

@@ -367,3 +367,16 @@ def test_a_fork_the_system_refuses_forks_no_zygote_and_leaves_nothing_behind(tmp
     assert done.returncode == 0, done.stderr
     assert done.stdout.split(" ", 2)[:2] == ["None", "[]"]  # no socket directory left
     assert int(done.stdout.split()[-1]) <= 4  # (0-2 and the listing's own): no listener or pipe left open
+
+
+def test_a_stand_in_launched_with_sparks_signals_blocked_still_ends_when_destroyed(zygote):
+    _proc, path = zygote
+    blocked = ("import os, signal, sys; signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGHUP})\n"
+               "os.execv(sys.executable, [sys.executable, '-m', 'eos.worker.daemon', 'pyspark.worker'])")
+    launched = subprocess.Popen([sys.executable, "-c", blocked], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                env={**os.environ, **SPARK_ENV, ZYGOTE_ENV: path})
+    daemon = _daemon_pid(_port(launched))
+    _stand_in_command(launched.pid)
+    launched.send_signal(signal.SIGTERM)
+    assert launched.wait(10) == -signal.SIGTERM
+    _wait_ended(daemon, "the forked daemon outlived the destroyed one")
