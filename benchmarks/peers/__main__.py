@@ -360,7 +360,10 @@ def base_job(job: str) -> str:
 
 
 def _shares(processes: dict[str, float]) -> str:
-    return ", ".join(f"{role} {mib:,.0f}" for role, mib in sorted(processes.items(), key=lambda kv: -kv[1]))
+    """Each role's MiB of a run's peak, largest first; under 10 MiB with a decimal (the daemon's stand-in holds
+    0.25, which a whole number would print as nothing)."""
+    return ", ".join(f"{role} {mib:,.{0 if mib >= 10 else 1}f}"
+                     for role, mib in sorted(processes.items(), key=lambda kv: -kv[1]))
 
 
 def command(peer: str, job: str, bootstrap: str, source: str, sink: str, group: str, scratch: Path,

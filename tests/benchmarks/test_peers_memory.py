@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from benchmarks.peers.__main__ import _memory, _role
+from benchmarks.peers.__main__ import _memory, _role, _shares
 
 #: a process that forks two children like it; each then holds 30 MiB of its own
 _FORKS = """
@@ -42,3 +42,8 @@ def test_roles_by_command_line():
     assert _role("/venv/bin/python -m eos.worker.daemon", forked=True) == "python workers"
     assert _role("cat -u", forked=False) == "daemon stand-in"  # what the launched daemon becomes (eos.worker.daemon)
     assert _role("/venv/bin/python -m eos.cli run job.py", forked=False) == "python main"
+
+
+def test_shares_print_small_processes_with_a_decimal():
+    assert _shares({"python main": 33.4, "JVM": 162.6, "daemon stand-in": 0.25}) == \
+        "JVM 163, python main 33, daemon stand-in 0.2"
