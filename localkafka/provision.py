@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from localkafka.cluster import ClusterError, LocalCluster
+from localkafka.cluster import ClusterError, LocalCluster, check_features
 from localkafka.readiness import live_broker_ids, wait_ready
 
 __all__ = ["KafkaEndpoint", "provide_kafka", "docker_daemon_answers", "docker_wanted", "exit_on_sigterm",
@@ -67,7 +67,7 @@ def provide_kafka(brokers: int = 1, root: str | Path | None = None, *,
     if features and os.environ.get(ENV_BOOTSTRAP):
         raise ClusterError(f"broker features {features} are set where this process formats its own broker; "
                            f"unset {ENV_BOOTSTRAP}, or set the levels on that cluster (kafka-features.sh)")
-    if brokers == 1 and not features and (env := os.environ.get(ENV_BOOTSTRAP)):
+    if brokers == 1 and (env := os.environ.get(ENV_BOOTSTRAP)):
         yield KafkaEndpoint(env, "environment", _count_brokers(env))
         return
     if brokers == 1 and not features and docker_wanted():
@@ -81,6 +81,7 @@ def provide_kafka(brokers: int = 1, root: str | Path | None = None, *,
 @contextmanager
 def _local_cluster(brokers: int, root: str | Path | None,
                    features: dict[str, int] | None = None) -> Iterator[LocalCluster]:
+    features = check_features(features or {})  # (before a directory is made for a cluster that would refuse them)
     cluster = LocalCluster(Path(root) if root else Path(tempfile.mkdtemp(prefix=f"eos-kafka-{brokers}b-")), brokers,
                            features=features)
     with exit_on_sigterm():

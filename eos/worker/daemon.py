@@ -26,8 +26,8 @@ from typing import Any
 from eos.worker.memory import cap_arenas
 from eos.worker.zygote import ZYGOTE_ENV, request_daemon
 
-__all__ = ["prefer_installed_pyspark", "preload", "quiet_closed_connections", "stand_in", "relay_stdin", "main",
-           "PRELOADED", "STAND_IN"]
+__all__ = ["prefer_installed_pyspark", "preload", "quiet_closed_connections", "stand_in", "main", "PRELOADED",
+           "STAND_IN"]
 
 #: (module, file compared between the zip and the installed copy, zip name test)
 _PACKAGES = (("pyspark", "version.py", lambda name: name == "pyspark.zip"),
@@ -127,10 +127,10 @@ def stand_in(relay: int) -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _ENDING)  # (as is a blocked one: whatever launched this process)
     with suppress(OSError):
         os.execvp(STAND_IN[0], list(STAND_IN))
-    relay_stdin()
+    _relay_stdin()
 
 
-def relay_stdin() -> None:
+def _relay_stdin() -> None:
     """What `cat -u` does: copy stdin to stdout as it comes, until stdin ends or stdout's reader has gone."""
     with suppress(OSError):
         while data := os.read(0, 4096):

@@ -5,6 +5,7 @@ clear errors for what cannot be done."""
 from __future__ import annotations
 
 import subprocess
+import tempfile
 
 import pytest
 
@@ -87,3 +88,13 @@ def test_a_level_the_release_does_not_have_fails_the_format_with_the_tools_reaso
     with pytest.raises(ClusterError, match=r"^formatting storage of node 1 failed: No feature:transaction\.version "
                                            r"with feature level 9:\n"):
         cluster._format(NodeSpec(1, 9001, 9101, 9201))
+
+
+def test_malformed_features_leave_no_cluster_directory_behind(tmp_path, monkeypatch):
+    monkeypatch.delenv(ENV_BOOTSTRAP, raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # (read again from TMPDIR)
+    with pytest.raises(ClusterError, match=r"such as transaction\.version=1"):
+        with provide_kafka(features={"transaction.version": -1}):
+            pass
+    assert list(tmp_path.iterdir()) == []
