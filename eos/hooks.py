@@ -6,6 +6,9 @@ sleep, SIGSTOP or SIGKILL its own process. Points, in protocol order (`eos.worke
 
 * `after_slice`    a slice of a streamed batch's outputs produced inside the open transaction, more input to
                    come (a task reading one input partition reads, processes and produces in slices)
+* `before_top_up`  a streamed batch read to the end it was cut off at, about to take what arrived since (the
+                   top-up): its outputs so far, the ledger's opening and the offsets committed before it are
+                   in the open transaction
 * `after_read`     records read and processed; nothing produced yet, or (streamed) every slice but the last
 * `after_produce`  outputs produced inside the open transaction, offsets not yet added
 * `before_commit`  offsets added, `commit_transaction()` not yet called
@@ -23,6 +26,7 @@ __all__ = ["FaultHooks", "FaultPoint", "HookPoint"]
 
 class HookPoint(enum.StrEnum):
     AFTER_SLICE = "after_slice"
+    BEFORE_TOP_UP = "before_top_up"
     AFTER_READ = "after_read"
     AFTER_PRODUCE = "after_produce"
     BEFORE_COMMIT = "before_commit"

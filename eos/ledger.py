@@ -14,6 +14,10 @@ once in the output": a filtered record is accounted for instead of lost, an offs
 committed batches is a violation in itself (invariant I1), and outputs whose input is gone (retention,
 a recreated topic, a purged repartition topic) are attributed instead of being called unexpected.
 Roaring bitmaps keep an entry small (a run of consecutive offsets costs a few bytes).
+
+A batch that reads on just before its commit (a top-up) first writes an **opening** record (`ledger_opening`),
+which puts the ledger's partition in its transaction before the top-up rather than in the commit's window.
+It says nothing about the input; readers skip it (`LedgerEntry.decode` returns None for it).
 """
 
 from __future__ import annotations
@@ -25,13 +29,18 @@ from typing import Any
 
 from pyroaring import BitMap64
 
-__all__ = ["LedgerInput", "LedgerEntry", "ledger_topic", "LEDGER_VERSION"]
+__all__ = ["LedgerInput", "LedgerEntry", "ledger_topic", "ledger_opening", "LEDGER_VERSION"]
 
 LEDGER_VERSION = 1
 
 
 def ledger_topic(application_id: str) -> str:
     return f"{application_id}-ledger"
+
+
+def ledger_opening(task: str) -> bytes:
+    """The value of a task's opening record: no input, no batch; not an entry."""
+    return json.dumps({"v": LEDGER_VERSION, "opens": task}, separators=(",", ":")).encode()
 
 
 def _bitmap(raw: str | None) -> BitMap64:
@@ -86,10 +95,10 @@ class LedgerEntry:
 
     @classmethod
     def decode(cls, raw: bytes | None) -> LedgerEntry | None:
-        """None for a record that is not a ledger entry of a version this code reads."""
+        """None for a record that is not a ledger entry of a version this code reads (an opening among them)."""
         try:
             data = json.loads(raw or b"")
-            if data.get("v") != LEDGER_VERSION:
+            if data.get("v") != LEDGER_VERSION or "opens" in data:
                 return None
             filtered = {(f["topic"], int(f["partition"])): _bitmap(f["offsets"]) for f in data.get("filtered", [])}
             late = {(f["topic"], int(f["partition"])): _bitmap(f["offsets"]) for f in data.get("late", [])}

@@ -50,7 +50,7 @@ from transactions.memory import MemoryAdmin, MemoryCluster, MemoryMessage
 
 __all__ = ["TopologyTestDriver", "TestRecord", "DeadLetter", "CrashPoint", "SimulatedCrash", "ExactlyOnceReport"]
 
-Step = Literal["after_slice", "after_read", "after_produce", "before_commit", "after_commit"]
+Step = Literal["after_slice", "before_top_up", "after_read", "after_produce", "before_commit", "after_commit"]
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from pyroaring import BitMap64
 
 from eos.config import EosConfig
 from eos.hooks import FaultPoint, HookPoint
-from eos.ledger import LedgerEntry, LedgerInput
+from eos.ledger import LedgerEntry, LedgerInput, ledger_opening
 from eos.origin import lineage_origin
 from eos.topology import SubTopology
 from eos.tracing import batch_span, link_inputs
@@ -409,11 +409,12 @@ class BatchAttempt:
                 and r.end < r.start + self.config.max_records_per_batch)
 
     def _send_gathered(self) -> bool:
-        """Before the top-up's look-up: produce the outputs and dead letters gathered so far and wait for their
-        delivery, so that the commit after the top-up waits only for what the top-up read. librdkafka sends one
-        produce request per partition, and the broker checks a partition's first request in a transaction
-        against the transaction: a task's commit after its top-up waited for those checks in turn (in the
-        peers' latency run, the window from the top-up's look-up to the commit fell from 33 to 27-29 ms;
+        """Before the top-up's look-up: produce the outputs and dead letters gathered so far, put the ledger's
+        partition and the task's consumer group in the transaction (`_join_early`) and wait for the deliveries,
+        so that the commit after the top-up waits only for what the top-up read. librdkafka sends one produce
+        request per partition, and the broker checks a partition's first request in a transaction against the
+        transaction: a task's commit after its top-up waited for those checks in turn (in the peers' latency
+        run, the window from the top-up's look-up to the commit fell from 33 to 27-29 ms;
         docs/measurements.md). False (no top-up) when the transaction has been open as long as the batch may
         keep it open."""
         outcome = self._gathering
@@ -421,12 +422,39 @@ class BatchAttempt:
             return True
         if (outcome.outputs or outcome.dead_letters) and self._drain(outcome):
             return False
-        if outcome.drained_outputs or outcome.drained_dead_letters:
+        joined = self._join_early()
+        if joined or outcome.drained_outputs or outcome.drained_dead_letters:
             assert self.producer is not None
             t0 = time.monotonic()
             self.producer.flush(self.config.batch_timeout)
             self.result.produce_ms += (time.monotonic() - t0) * 1000
         return True
+
+    def _join_early(self) -> bool:
+        """Before the top-up, what the commit would otherwise add to the transaction in its window, each with a
+        round trip to the transaction coordinator of its own (librdkafka asks for them explicitly): the ledger's
+        partition, with an opening record (`eos.ledger.ledger_opening`: the entry itself says what the batch read,
+        known only at its commit), and the task's consumer group, with the offsets it has committed (the
+        commit sends the batch's own after the top-up, into the same transaction: these are never the ones
+        that commit). At 2,000 records a second on 4 partitions the window from a task's top-up to its commit
+        fell from 15.8 to 11.2 ms at the median, from 37.2 to 29.6 at its p99, and the peers' p99 latency by
+        3 ms (docs/measurements.md). True when the ledger's record was produced (then flushed before the
+        top-up)."""
+        assert self.producer is not None
+        if self.config.processing_guarantee != "exactly_once":
+            return False  # (no transaction: the offsets are committed apart, after the outputs)
+        (r,) = self.ranges
+        self.txn.begin()
+        opened = self.config.lineage and not self.plan.idle
+        if opened:
+            self.producer.produce(self.job.ledger_topic, ledger_opening(str(self.task)), str(self.task).encode(),
+                                  partition=0, track=False)
+        t0 = time.monotonic()
+        for consumer, _ in self._by_group([(r.topic, r.partition)]):
+            self.producer.send_offsets([TopicPartition(r.topic, r.partition, r.start)],
+                                       consumer.consumer_group_metadata(), timeout=self.config.batch_timeout)
+        self.result.produce_ms += (time.monotonic() - t0) * 1000
+        return opened
 
     def _top_up(self) -> Iterator[list[Message]] | None:
         """The records that became stable while a streamed batch read and processed the rest: once its read
@@ -439,6 +467,7 @@ class BatchAttempt:
         first (`_send_gathered`). The consumer starts fetching from the end it was cut off at before the
         look-up, so that the records are fetched while the look-up runs."""
         (r,) = self.ranges
+        self._fire(HookPoint.BEFORE_TOP_UP)
         self._keep_cadence()
         ahead = OffsetRange(r.topic, r.partition, r.end, r.start + self.config.max_records_per_batch)
         read = self.clients.prefetch(self.config, [ahead], self.slot)

@@ -2,7 +2,8 @@
 partition up to the last stable offset as it is when the task begins reading, past the end the driver
 planned, reads on to it once more when it has read that far (the top-up; no sooner than its task's last
 top-up plus the trigger interval), and commits the end it read to.
-With workers SIGKILLed before their commits, every record is output exactly once, the committed ranges of
+With workers SIGKILLed before their commits, and (streamed) before a top-up, with the ledger's opening and
+the group's offsets already in the transaction, every record is output exactly once, the committed ranges of
 the ledger tile each partition, and the auditor's lineage check says PASS."""
 
 from __future__ import annotations
@@ -67,6 +68,11 @@ def test_batches_read_past_their_plan_and_stay_exactly_once_when_workers_die_bef
                    trigger_interval=STREAMED_INTERVAL_S if streamed else 0.3)
     for batch in (3, 6):  # each kill lands on a batch that read past its plan (input arrives all the time)
         app.fault_hooks.on("before_commit", CrashWorker(Match(partition=batch % 2, spark_attempt=0, batch=batch)))
+    app.fault_hooks.on("before_top_up", CrashWorker(Match(partition=0, spark_attempt=0, batch=4)))
+
+    def killed_before_top_up(results: list[TaskResult]) -> bool:  # (batch 4's retry of partition 0 topped up)
+        return any(r.batch == 4 and r.task.partition == 0 and r.spark_attempt > 0 and r.topped_up_at
+                   for r in results)
     produced: list[int] = []
     stop = threading.Event()
     feeder = threading.Thread(target=feed, args=(kafka.bootstrap_servers, src, FEED_MAX_S, produced, stop))
@@ -86,7 +92,8 @@ def test_batches_read_past_their_plan_and_stay_exactly_once_when_workers_die_bef
             committed = [r for r in results if r.status is TaskStatus.COMMITTED]
             if ((sum(r.extended > 0 for r in committed) >= 3 and any(r.spark_attempt > 0 for r in results)
                  and (not streamed or (any(r.topped_up > 0 for r in committed)
-                                       and any(r.cadence_wait_ms > 0 for r in committed))))
+                                       and any(r.cadence_wait_ms > 0 for r in committed)
+                                       and killed_before_top_up(results))))
                     or time.monotonic() > deadline or not feeder.is_alive()):
                 break
     finally:
@@ -103,6 +110,7 @@ def test_batches_read_past_their_plan_and_stay_exactly_once_when_workers_die_bef
         # and a top-up that came sooner than its task's last plus the interval waited for it (the cadence)
         assert any(r.cadence_wait_ms > 0 for r in committed)
         assert_top_ups_keep_their_cadence(runs, STREAMED_INTERVAL_S)
+        assert killed_before_top_up(results)  # a batch killed with the ledger and group joined was done again
     assert [r for r in results if r.spark_attempt > 0]  # the kills happened and Spark retried
     result = assert_exactly_once(kafka.bootstrap_servers, inputs=[src], outputs=[dst], group=app.config.group_id,
                                  expected_inputs=total)

@@ -2,8 +2,8 @@
 planning of a batch and its task's read go in that batch, up to `max_records_per_batch` from its start; the
 batch commits the end it read to, its ledger entry says so, and a batch killed after it read further is done
 again exactly once. A streamed batch whose task has its transaction to itself asks once more when its read
-reaches that end (the top-up). Records "arrive" here when the task asks for the partition's last stable
-offset."""
+reaches that end (the top-up), with the ledger's partition and its consumer group put in its transaction first.
+Records "arrive" here when the task asks for the partition's last stable offset."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from collections import Counter
 import pytest
 
 from eos import Application
+from eos.ledger import LedgerEntry, ledger_topic
 from eos.testing import TopologyTestDriver
 from eos.testing.clients import MemoryClients
 from transactions import RetriableKafkaError
@@ -187,13 +188,17 @@ def test_tasks_sharing_a_transaction_do_not_top_up(monkeypatch):
 
 
 def watched(monkeypatch, driver: TopologyTestDriver, waves: list[list[int]]) -> list[tuple]:
-    """As `arriving`; also notes each look-up (with the outputs then in the open transaction) and each flush."""
+    """As `arriving`; also notes each look-up (with the records then in the open transaction, not visible yet:
+    outputs, ledger records), each flush and each set of offsets sent into a transaction."""
     events: list[tuple] = []
-    lookup, flush = MemoryClients.stable_ends, MemoryProducer.flush
+    lookup, flush, send_offsets = MemoryClients.stable_ends, MemoryProducer.flush, MemoryProducer.send_offsets
+
+    def pending(topic: str) -> int:
+        return sum(e.txn is not None and not e.marker and not driver.cluster.visible(e)
+                   for log in driver.cluster.logs.get(topic, []) for e in log)
 
     def stable_ends(self, config, partitions, timeout):
-        pending = [e for e in driver.cluster.logs["out"][0] if e.txn is not None and not driver.cluster.visible(e)]
-        events.append(("look-up", len(pending)))
+        events.append(("look-up", pending("out"), pending(ledger_topic(driver.config.application_id))))
         if waves:
             driver.pipe_records([("in", f"k{v}", v, None, 0) for v in waves.pop(0)], process=False)
         return lookup(self, config, partitions, timeout)
@@ -202,25 +207,41 @@ def watched(monkeypatch, driver: TopologyTestDriver, waves: list[list[int]]) -> 
         events.append(("flush",))
         return flush(self, timeout)
 
+    def sent(self, offsets, group_metadata, timeout=30.0):
+        events.append(("offsets", {(tp.topic, tp.partition): tp.offset for tp in offsets}))
+        return send_offsets(self, offsets, group_metadata, timeout)
+
     monkeypatch.setattr(MemoryClients, "stable_ends", stable_ends)
     monkeypatch.setattr(MemoryProducer, "flush", flushed)
+    monkeypatch.setattr(MemoryProducer, "send_offsets", sent)
     return events
 
 
-def test_a_batch_sends_what_it_gathered_before_its_top_up_looks_up(monkeypatch):
+def test_a_batch_sends_what_it_gathered_and_joins_the_ledger_and_its_group_before_its_top_up_looks_up(
+        monkeypatch):
     # so that its commit waits only for what the top-up read: librdkafka sends a produce request per partition,
-    # and a partition's first in a transaction waits for the broker's check against the transaction
+    # and a partition's first in a transaction waits for the broker's check against the transaction; the
+    # ledger's partition and the group would each cost the commit a round trip to the coordinator
     driver = TopologyTestDriver(doubling_app(), partitions=1)
     events = watched(monkeypatch, driver, [[3], [4, 5]])
     driver.pipe_many("in", [("k1", 1), ("k2", 2)])
-    assert events == [("look-up", 0), ("flush",), ("look-up", 3)]  # the cut-off's, then the top-up's
+    assert events == [("look-up", 0, 0),  # the cut-off's
+                      ("offsets", {("in", 0): 0}),  # the group joins with the offset committed before
+                      ("flush",),
+                      ("look-up", 3, 1),  # the top-up's: the outputs so far and the ledger's opening are in
+                      ("offsets", {("in", 0): 5})]  # the commit's
     assert [r.value for r in driver.read("out")] == [2, 4, 6, 8, 10]
     (result,) = driver.results
     assert (result.records_in, result.topped_up, result.committed_offsets) == (5, 2, {("in", 0): 5})
+    assert driver.cluster.groups[driver.config.group_id][("in", 0)][0] == 5  # the commit's offsets won
+    assert len(driver.cluster.records(ledger_topic("late"))) == 2  # the opening, then the entry
+    (entry,) = driver.ledger()  # (the opening is no entry)
+    assert [(i.start, i.end) for i in entry.inputs] == [(0, 5)]
 
 
-def test_a_batch_that_gathered_nothing_tops_up_without_a_flush(monkeypatch):
-    app = Application("late")
+@pytest.mark.parametrize("lineage", [True, False])
+def test_a_batch_that_gathered_nothing_flushes_only_the_ledgers_opening_before_its_top_up(monkeypatch, lineage):
+    app = Application("late", lineage=lineage)
 
     @app.process(input="in", output="out", key_serde="string", value_serde="json")
     def odd_only(record):
@@ -229,7 +250,8 @@ def test_a_batch_that_gathered_nothing_tops_up_without_a_flush(monkeypatch):
     driver = TopologyTestDriver(app, partitions=1)
     events = watched(monkeypatch, driver, [[4], [5, 6]])
     driver.pipe_many("in", [("k2", 2)])
-    assert events == [("look-up", 0), ("look-up", 0)]
+    assert events == [("look-up", 0, 0), ("offsets", {("in", 0): 0}), *([("flush",)] if lineage else []),
+                      ("look-up", 0, int(lineage)), ("offsets", {("in", 0): 4})]
     assert [r.value for r in driver.read("out")] == [5]
     assert driver.results[0].topped_up == 2
 
@@ -238,10 +260,21 @@ def test_a_top_up_that_finds_nothing_leaves_its_consumer_unassigned(monkeypatch)
     driver = TopologyTestDriver(doubling_app(), partitions=1)
     events = watched(monkeypatch, driver, [[3]])  # at the cut-off; nothing arrives by the top-up
     driver.pipe_many("in", [("k1", 1), ("k2", 2)])
-    assert events == [("look-up", 0), ("flush",), ("look-up", 3)]
+    assert events == [("look-up", 0, 0), ("offsets", {("in", 0): 0}), ("flush",), ("look-up", 3, 1),
+                      ("offsets", {("in", 0): 3})]
     (result,) = driver.results
     assert (result.records_in, result.extended, result.topped_up) == (3, 1, 0)
     assert assigned(driver) == []
+
+
+def test_at_least_once_tops_up_with_no_early_offsets_and_no_opening(monkeypatch):
+    # (no transaction to join: its offsets are committed after the outputs are delivered, once)
+    driver = TopologyTestDriver(doubling_app(processing_guarantee="at_least_once"), partitions=1)
+    events = watched(monkeypatch, driver, [[3], [4, 5]])
+    driver.pipe_many("in", [("k1", 1), ("k2", 2)])
+    assert [e for e in events if e[0] == "offsets"] == [("offsets", {("in", 0): 5})]
+    assert driver.results[0].topped_up == 2 and len(driver.ledger()) == 1
+    assert all(LedgerEntry.decode(r.value()) for r in driver.cluster.records(ledger_topic("late")))
 
 
 def test_a_transaction_open_too_long_commits_without_a_top_up(monkeypatch):
@@ -251,13 +284,13 @@ def test_a_transaction_open_too_long_commits_without_a_top_up(monkeypatch):
     driver = TopologyTestDriver(doubling_app(), partitions=1)
     events = watched(monkeypatch, driver, [[3], [4, 5]])
     driver.pipe_many("in", [("k1", 1), ("k2", 2)])
-    assert events == [("look-up", 0)]  # the cut-off's only
+    assert events == [("look-up", 0, 0), ("offsets", {("in", 0): 3})]  # the cut-off's, then the commit's
     (result,) = driver.results
     assert (result.records_in, result.topped_up, result.committed_offsets) == (3, 0, {("in", 0): 3})
     assert [r.value for r in driver.read("out")] == [2, 4, 6]
 
 
-@pytest.mark.parametrize("step", ["after_read", "after_slice", "after_produce", "before_commit"])
+@pytest.mark.parametrize("step", ["after_slice", "before_top_up", "after_read", "after_produce", "before_commit"])
 def test_a_batch_killed_after_its_top_up_is_done_again_exactly_once(monkeypatch, step):
     driver = TopologyTestDriver(doubling_app(), partitions=1)
     arriving(monkeypatch, driver, [[3], [4, 5], [6], [7, 8], [9]])
@@ -265,6 +298,7 @@ def test_a_batch_killed_after_its_top_up_is_done_again_exactly_once(monkeypatch,
     driver.pipe_many("in", [("k1", 1), ("k2", 2)])
     driver.pipe_many("in", [("k10", 10)])
     values = [r.value for r in driver.read("out")]
+    assert [c.step for c, _ in driver.crashes] == [step]
     assert Counter(values) == Counter(v * 2 for v in range(1, 11))  # each once
     assert any(r.topped_up for r in driver.results)  # (the batches that committed read on)
     entries = driver.ledger()
@@ -273,7 +307,7 @@ def test_a_batch_killed_after_its_top_up_is_done_again_exactly_once(monkeypatch,
     assert covered[0][0] == 0 and covered[-1][1] == 10
 
 
-@pytest.mark.parametrize("step", ["after_read", "after_slice", "after_produce", "before_commit"])
+@pytest.mark.parametrize("step", ["after_slice", "before_top_up", "after_read", "after_produce", "before_commit"])
 def test_a_count_that_topped_up_is_exact_after_a_kill(monkeypatch, step):
     # a stateful task: what the top-up read is folded into its store and changelog with the rest, and a batch
     # killed after it starts again from the committed store
@@ -302,6 +336,7 @@ def test_a_count_that_topped_up_is_exact_after_a_kill(monkeypatch, step):
     write([12])
     driver.pipe_records([], process=True)
     updates = driver.read("out")
+    assert [c.step for c, _ in driver.crashes] == [step]
     assert len(updates) == len(written) > 8  # one update per record, each once
     assert {r.key: r.value for r in updates} == Counter(written)
     assert any(r.topped_up for r in driver.results)
@@ -329,14 +364,16 @@ def test_a_top_up_waits_for_its_tasks_cadence_then_looks_up(monkeypatch):
     driver.pipe_many("in", [("k1", 1), ("k2", 2)])  # batch 0: tops up, with no earlier top-up to keep up with
     first = driver.results[0]
     assert first.topped_up_at and first.cadence_wait_ms == 0
-    assert events == [("look-up", 0), ("flush",), ("look-up", 3)]
+    assert events == [("look-up", 0, 0), ("offsets", {("in", 0): 0}), ("flush",), ("look-up", 3, 1),
+                      ("offsets", {("in", 0): 4})]
     events.clear()
     driver.pipe_many("in", [("k5", 5)])  # batch 1: comes at once in a test, so its top-up waits out its share
     second = driver.results[-1]
     [(_, waited)] = [e for e in events if e[0] == "wait"]
     due = first.topped_up_at + 0.2 * (1 - CADENCE_SLACK) - second.topped_up_at
     assert waited == round(CADENCE_WAIT_SHARE * 0.2, 2) < due  # (at most its share of the interval)
-    assert [e[0] for e in events] == ["look-up", "flush", "wait", "look-up"]  # sent what it had, waited, looked up
+    # sent what it had, joined the ledger and the group, waited, looked up, committed
+    assert [e[0] for e in events] == ["look-up", "offsets", "flush", "wait", "look-up", "offsets"]
     assert second.cadence_wait_ms == pytest.approx(waited * 1000, abs=10)
     assert sorted(r.value for r in driver.read("out")) == [2, 4, 6, 8, 10, 12, 14]
 
