@@ -91,6 +91,12 @@ def test_stale_leadership_is_retriable_even_unflagged(code):
     assert isinstance(classify(KafkaException(KafkaError(code)), "list_offsets"), RetriableKafkaError)
 
 
+def test_a_new_leaders_high_watermark_not_caught_up_is_retriable_even_unflagged():
+    # (ListOffsets right after a leader election: the offsets are there once the high watermark catches up)
+    error = classify(KafkaException(KafkaError(KafkaError.OFFSET_NOT_AVAILABLE)), "list_offsets")
+    assert isinstance(error, RetriableKafkaError)
+
+
 class _FakeAdminClient:
     """Answers list_offsets with `error` (a KafkaError) or with offset 42 for every partition."""
 
