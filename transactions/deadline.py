@@ -7,12 +7,21 @@ librdkafka 2.16 can block in coordinator requests past the timeout given to the 
 caller replaces the client). A stuck client is parked, never destroyed: destroying a librdkafka handle
 while a call is inside it is unsafe. A new producer with the same transactional id fences it, so it can
 never commit.
+
+The helper threads are kept: one that returned takes the next call, so that a call costs a hand-off rather
+than a thread's start. A batch's commit makes two or three such calls in the window from its top-up to its
+commit: a thread started per call added 0.3-0.7 ms to that window at the median on a local broker
+(docs/measurements.md). A helper stuck in a call takes no other until that call returns.
 """
 
 from __future__ import annotations
 
+import collections
+import os
+import queue
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from transactions.errors import FatalKafkaError
@@ -43,21 +52,60 @@ def close_or_park(consumer: Any, deadline: float = 10.0) -> None:
         pass
 
 
-def call_with_deadline(operation: str, fn: Callable[[], T], deadline: float) -> T:
-    outcome: dict[str, Any] = {}
+@dataclass
+class _Call:
+    operation: str
+    fn: Callable[[], Any]
+    done: threading.Event = field(default_factory=threading.Event)
+    value: Any = None
+    error: BaseException | None = None
 
-    def target() -> None:
+
+#: The inboxes of the helper threads waiting for a call, the last to return last (a deque's ends are thread-safe)
+_idle: collections.deque[queue.SimpleQueue[_Call]] = collections.deque()
+
+
+def _forget_helpers() -> None:
+    """In a forked child: the parent's helper threads do not exist there."""
+    global _idle
+    _idle = collections.deque()
+
+
+os.register_at_fork(after_in_child=_forget_helpers)
+
+
+def _serve(inbox: queue.SimpleQueue[_Call]) -> None:
+    while True:
+        call = inbox.get()
+        threading.current_thread().name = f"kafka-call-{call.operation}"  # (what a stuck helper is stuck in)
         try:
-            outcome["value"] = fn()
+            call.value = call.fn()
         except BaseException as exc:  # re-raised in the caller's thread
-            outcome["error"] = exc
+            call.error = exc
+        _idle.append(inbox)  # (before `done`: the caller's next call may take this thread again)
+        call.done.set()
+        del call  # (nor keep its answer until the next)
 
-    thread = threading.Thread(target=target, name=f"kafka-call-{operation}", daemon=True)
-    thread.start()
-    thread.join(deadline)
-    if thread.is_alive():
+
+def _helper() -> queue.SimpleQueue[_Call]:
+    """The inbox of the helper that returned last, or of a new one."""
+    try:
+        return _idle.pop()
+    except IndexError:
+        inbox: queue.SimpleQueue[_Call] = queue.SimpleQueue()
+        threading.Thread(target=_serve, args=(inbox,), name="kafka-call", daemon=True).start()
+        return inbox
+
+
+def call_with_deadline(operation: str, fn: Callable[[], T], deadline: float) -> T:
+    """`fn()` run by a helper thread; raises StuckClientError when it has not returned within `deadline`
+    seconds (the helper stays in the call)."""
+    call = _Call(operation, fn)
+    _helper().put(call)
+    if not call.done.wait(deadline):
         raise StuckClientError(f"{operation} did not return within {deadline:.0f}s (a librdkafka call that "
                                "ignores its timeout); the client is abandoned and replaced")
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
+    if call.error is not None:
+        raise call.error
+    value: T = call.value
+    return value

@@ -84,6 +84,59 @@ def test_calls_past_their_deadline_declare_the_client_stuck():
         call_with_deadline("raises", lambda: (_ for _ in ()).throw(ValueError("x")), 5)
 
 
+def test_a_helper_that_returned_takes_the_next_call_and_a_stuck_one_takes_none():
+    import threading
+
+    from transactions.deadline import StuckClientError, call_with_deadline
+
+    def ident() -> int:
+        return threading.get_ident()
+
+    first = call_with_deadline("first", ident, 5)
+    assert first != threading.get_ident()  # (run by a helper)
+    assert call_with_deadline("second", ident, 5) == first  # (the same helper, not a new thread)
+    release = threading.Event()
+    with pytest.raises(StuckClientError):
+        call_with_deadline("stuck", lambda: release.wait(30), 0.2)
+    try:
+        assert call_with_deadline("after", ident, 5) != first  # (the stuck helper is still in its call)
+    finally:
+        release.set()
+    names = {t.name for t in threading.enumerate()}
+    assert "kafka-call-after" in names or "kafka-call-stuck" in names
+
+
+def test_calls_from_two_threads_run_at_once():
+    import threading
+
+    from transactions.deadline import call_with_deadline
+
+    both = threading.Barrier(2, timeout=5)
+    answers: list[int] = []
+    other = threading.Thread(target=lambda: answers.append(call_with_deadline("a", both.wait, 10)))
+    other.start()
+    answers.append(call_with_deadline("b", both.wait, 10))
+    other.join(10)
+    assert sorted(answers) == [0, 1]
+
+
+def test_a_forked_child_starts_helpers_of_its_own():
+    import os
+
+    from transactions.deadline import call_with_deadline
+
+    assert call_with_deadline("in the parent", lambda: 1, 5) == 1  # (the parent has an idle helper)
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's helper thread does not exist here
+        try:
+            code = 0 if call_with_deadline("in the child", lambda: 2, 2) == 2 else 1
+        except BaseException:
+            code = 2
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
 @pytest.mark.parametrize("code", [KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH,
                                   KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE])
 def test_stale_leadership_is_retriable_even_unflagged(code):
