@@ -10,7 +10,7 @@ never commit.
 
 The helper threads are kept: one that returned takes the next call, so that a call costs a hand-off rather
 than a thread's start. A batch's commit makes two or three such calls in the window from its top-up to its
-commit: a thread started per call added 0.3-0.7 ms to that window at the median on a local broker
+commit: a thread started per call added 0.4-0.5 ms to that window at the median on a local broker
 (docs/measurements.md). A helper stuck in a call takes no other until that call returns.
 """
 
