@@ -11,7 +11,9 @@ never commit.
 The helper threads are kept: one that returned takes the next call, so that a call costs a hand-off rather
 than a thread's start. A batch's commit makes two or three such calls in the window from its top-up to its
 commit: a thread started per call added 0.4-0.5 ms to that window at the median on a local broker
-(docs/measurements.md). A helper stuck in a call takes no other until that call returns.
+(docs/measurements.md). A helper stuck in a call takes no other until that call returns, and a call that finds
+no idle helper starts one: a `concurrent.futures.ThreadPoolExecutor` would queue a call behind its bounded
+workers once enough of them were stuck, and declare a healthy client stuck.
 """
 
 from __future__ import annotations
