@@ -24,6 +24,7 @@ import structlog
 
 from eos.clock import wall_ms, wall_time
 from eos.config import EosConfig
+from eos.ledger import ledger_topic
 from eos.topology import SubTopology, TaskId, offset_groups
 from eos.worker.plans import OffsetReset, SkipReason, StampPlan, TaskPlan, TaskResult, TaskStatus
 from eos.worker.progress import CommitMetadata
@@ -37,6 +38,10 @@ log = structlog.get_logger(__name__)
 TOPIC_ID_REFRESH_S = 10.0
 
 TP = tuple[str, int]
+#: With auto_offset_reset='latest', a group of an application that has run before answering "nothing committed"
+#: is read again this many times, this far apart, before its partitions are pinned to their ends
+PIN_CONFIRM_READS = 4
+PIN_CONFIRM_PAUSE_S = 0.5
 
 
 #: Records of the first batch behind a backlog, before any has been timed: shared by the widest sub-topology's
@@ -122,18 +127,49 @@ class Planner:
 
     def initialize_offsets(self) -> dict[TP, int]:
         """With auto_offset_reset='latest', pin partitions that have no committed offset to their current end,
-        so that the first batch does not chase a moving start. Returns what was pinned."""
+        so that the first batch does not chase a moving start. Returns what was pinned.
+
+        A pin overwrites what a group has committed, and librdkafka 2.16 answers a read during a coordinator
+        move as "nothing committed" for every partition, with no error (README, "Known limits"). So when the
+        application has run before (its ledger holds records) and a group answers so, the group is read again,
+        up to `PIN_CONFIRM_READS` times `PIN_CONFIRM_PAUSE_S` apart, before anything is pinned."""
         if self.config.auto_offset_reset != "latest":
             return {}
         pinned: dict[TP, int] = {}
+        ran_before: bool | None = None
         for group, tps in self._by_group().items():
             committed = self.admin.group_offsets(group, tps, stable=False)
+            if all(o is None for o in committed.values()):
+                ran_before = self._ran_before() if ran_before is None else ran_before
+                if ran_before:
+                    committed = self._read_again(group, tps)
             missing = [tp for tp in tps if committed.get(tp) is None]
             if missing:
                 ends = self.admin.end_offsets(missing, committed=True)
                 self.admin.set_group_offsets(group, ends)
                 pinned.update(ends)
         return pinned
+
+    def _read_again(self, group: str, tps: list[TP]) -> dict[TP, int | None]:
+        """`group`'s offsets read again until one shows (see `initialize_offsets`), or what the last read said."""
+        for _ in range(PIN_CONFIRM_READS):
+            time.sleep(PIN_CONFIRM_PAUSE_S)
+            committed = self.admin.group_offsets(group, tps, stable=False)
+            if any(o is not None for o in committed.values()):
+                return committed
+        log.warning("the application has run before, but its group has no offsets committed for these inputs "
+                    "(expired, deleted, or the inputs changed): they start at their ends", group=group,
+                    partitions=len(tps))
+        return committed
+
+    def _ran_before(self) -> bool:
+        """Whether the application's ledger holds records: some batch of an earlier run wrote to it."""
+        topic = ledger_topic(self.config.application_id)
+        count = self.admin.partition_counts([topic]).get(topic)
+        if not count:
+            return False
+        ends = self.admin.end_offsets([(topic, p) for p in range(count)], committed=False)
+        return any(end > 0 for end in ends.values())
 
     def _by_group(self) -> dict[str, list[TP]]:
         """Input partitions by the group their progress is committed under."""

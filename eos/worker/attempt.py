@@ -245,6 +245,12 @@ class BatchAttempt:
             committed = self.read_committed(partitions)
         else:
             committed = {tp: read[tp] for tp in partitions}
+        if self.plan.last_producer is not None and all(c.offset is None for c in committed.values()):
+            # The plan's read found the task's offsets committed, and committed offsets do not vanish while a
+            # job runs: librdkafka 2.16 answers a read during a coordinator move as "nothing committed", with
+            # no error (README, "Known limits"). Reading from the reset position would do the batches again.
+            raise RetriableKafkaError(f"{self.txn_id}: the offsets of {sorted(partitions)} were answered as never "
+                                      f"committed, where the plan found them committed by {self.plan.last_producer}")
         decoded = [CommitMetadata.decode(c.metadata) for c in committed.values()]
         if self._fence_other_groupings(m.grouping for c, m in zip(committed.values(), decoded, strict=True)
                                        if c.offset is not None and m.producer):
