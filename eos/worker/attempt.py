@@ -248,7 +248,8 @@ class BatchAttempt:
         if self.plan.last_producer is not None and all(c.offset is None for c in committed.values()):
             # The plan's read found the task's offsets committed, and committed offsets do not vanish while a
             # job runs: librdkafka 2.16 answers a read during a coordinator move as "nothing committed", with
-            # no error (README, "Known limits"). Reading from the reset position would do the batches again.
+            # no error (README, "Known limits"). Believed, the batch would start from the plan's start without
+            # the task's stream time, punctuation schedule and clocks, which the commit's metadata carries.
             raise RetriableKafkaError(f"{self.txn_id}: the offsets of {sorted(partitions)} were answered as never "
                                       f"committed, where the plan found them committed by {self.plan.last_producer}")
         decoded = [CommitMetadata.decode(c.metadata) for c in committed.values()]
