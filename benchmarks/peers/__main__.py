@@ -49,6 +49,8 @@ Quix Streams and a bare confluent-kafka transactional copy loop, side by side on
   output on a read_committed consumer, over the records fed after a warm-up that absorbs start-up.
   Every input must reach the output exactly once here too. Each peer's p50 and p99 are also set against
   Kafka Streams' of the same round (`paired_differences`): the two runs of a round share its conditions.
+  A run whose slowest record came more than LATE_RECORD_MS after its p99 (a late commit) keeps the peer's
+  log under reports/peers-logs, with the time that record was sent, to find its batch by.
 * The broker: Kafka 4.3's feature levels unless --broker-feature NAME=LEVEL formats it with others;
   transaction.version=1 gives the transactions of a Kafka before 4.0, where every client adds a transaction's
   partitions and its offsets' group with requests of their own (librdkafka always does, Kafka Streams' client
@@ -80,6 +82,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
@@ -157,6 +160,7 @@ class Latency:
     p99_ms: float = 0.0
     max_ms: float = 0.0
     verified: str = ""
+    notes: list[str] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------- set-up
@@ -499,6 +503,9 @@ def run_once(peer: str, job: str, rnd: int, bootstrap: str, admin: KafkaAdmin, s
 OUTLIVED_NOTE_S = 0.5
 #: A start-up slower than this keeps the peer's log (this machine's usual start-ups are 3-18 s)
 SLOW_STARTUP_S = 25.0
+#: A latency run whose slowest record came this much later than its p99 keeps the peer's log: a commit came late
+#: (the usual gap on this machine is 50-130 ms; one late commit in 20 s moves a round's p99 by tens of ms)
+LATE_RECORD_MS = 150.0
 
 
 def keep_log(scratch: Path, name: str) -> str:
@@ -565,14 +572,25 @@ def latency_once(peer: str, rnd: int, bootstrap: str, admin: KafkaAdmin, rate: i
     observer.close()
     if len(seen) != total or repeated:
         raise RuntimeError(f"{peer} latency run: {len(seen):,} of {total:,} ids, {repeated:,} repeated")
-    latencies = sorted((seen[i] - sent[i]) * 1000 for i in range(rate * warmup_s, total))
-    result.measured = len(latencies)
-    result.p50_ms = latencies[len(latencies) // 2]
-    result.p99_ms = latencies[int(len(latencies) * 0.99)]
-    result.max_ms = latencies[-1]
+    slowest = measure(result, sent, seen, rate * warmup_s)
     result.verified = f"{total:,} ids once each"
+    if result.max_ms - result.p99_ms > LATE_RECORD_MS:
+        at = datetime.fromtimestamp(sent[slowest], UTC).strftime("%H:%M:%S.%f")[:-3]
+        result.notes.append(f"its slowest record, sent at {at} UTC, took {result.max_ms:,.0f} ms: "
+                            + keep_log(scratch, f"{peer}-latency-round{rnd}-{tag}"))
     shutil.rmtree(scratch, ignore_errors=True)
     return result
+
+
+def measure(result: Latency, sent: list[float], seen: dict[int, float], first: int) -> int:
+    """Fill in the latencies of the records from `first` on (sent and seen: wall-clock seconds by id); the id
+    of the slowest."""
+    latencies = sorted(((seen[i] - sent[i]) * 1000, i) for i in range(first, len(sent)))
+    result.measured = len(latencies)
+    result.p50_ms = latencies[len(latencies) // 2][0]
+    result.p99_ms = latencies[int(len(latencies) * 0.99)][0]
+    result.max_ms, slowest = latencies[-1]
+    return slowest
 
 
 def _number(peer: str, job: str, raw: bytes) -> float:
@@ -830,7 +848,8 @@ def main(argv: list[str] | None = None) -> None:
                                    args.latency_seconds, args.keys, kstreams, quix)
                 latencies.append(lat)
                 console.print(f"round {rnd} latency   {peer:14} p50 {lat.p50_ms:7,.0f} ms  p99 {lat.p99_ms:7,.0f} ms  "
-                              f"max {lat.max_ms:7,.0f} ms  {lat.verified}")
+                              f"max {lat.max_ms:7,.0f} ms  {lat.verified}"
+                              + (f"  ({'; '.join(lat.notes)})" if lat.notes else ""))
         steal = steal_share(rounds_began, cpu_times())
         # the admin client goes with the stack's close, before the broker stops: kept to the end of this function,
         # it logged every second that it could not reconnect to the stopped broker

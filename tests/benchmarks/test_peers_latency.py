@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.peers.__main__ import Latency, _differences_cell, paired_differences, report
+from benchmarks.peers.__main__ import Latency, _differences_cell, measure, paired_differences, report
 from benchmarks.peers.__main__ import main as peers_main
 
 
@@ -43,3 +43,16 @@ def test_the_peers_benchmark_refuses_a_malformed_feature_before_it_starts_anythi
         peers_main(["--broker-feature", "transaction.version"])
     assert info.value.code == 2
     assert "NAME=LEVEL" in capsys.readouterr().err
+
+
+def test_the_measure_counts_the_records_after_the_warm_up_and_names_the_slowest():
+    sent = [float(i) for i in range(300)]
+    seen = {i: sent[i] + 0.5 + (i % 10) / 1000 for i in range(300)}
+    seen[3] = sent[3] + 9.0  # in the warm-up: not counted
+    seen[150] = sent[150] + 1.2
+    lat = Latency("eos", 1, 2000)
+    assert measure(lat, sent, seen, 100) == 150
+    assert lat.measured == 200
+    assert lat.max_ms == pytest.approx(1200)
+    assert lat.p50_ms == pytest.approx(505)
+    assert lat.p99_ms == pytest.approx(509)
