@@ -8,9 +8,8 @@ from __future__ import annotations
 import os
 import signal
 import time
-from pathlib import Path
 
-from chaos.processes import job_processes
+from chaos.processes import alive, job_processes
 from eos.worker.daemon import STAND_IN
 from integration_tests.engine.test_kill_restart import (
     assert_pipeline_exact,
@@ -33,15 +32,6 @@ def _daemons(pgid: int, stand_in: int) -> list[int]:
             and "python" in p.cmdline.split(" ", 1)[0]]
 
 
-def _running(pid: int) -> bool:
-    """Whether `pid` is a process that has not ended (a zombie has; so has one reaped while its state is read)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state not in ("Z", "X")
-
-
 def test_a_stand_in_killed_mid_transaction_takes_its_daemon_along_and_loses_nothing(kafka, topic_factory,
                                                                                    unique_name, tmp_path):
     env, topics = pipeline_run(kafka, topic_factory, unique_name, tmp_path, N)
@@ -55,7 +45,7 @@ def test_a_stand_in_killed_mid_transaction_takes_its_daemon_along_and_loses_noth
         assert len(daemons) == 1, daemons
         os.kill(stand_in, signal.SIGKILL)
         deadline = time.monotonic() + 10
-        while _running(daemons[0]):
+        while alive(daemons[0]):  # a zombie has ended; so has one reaped while its state is read
             assert time.monotonic() < deadline, "the daemon outlived its stand-in"
             time.sleep(0.01)
         assert proc.poll() is None, f"the job ended before its daemon did; see {log}"  # (which would end it too)

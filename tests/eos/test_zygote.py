@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from chaos.processes import alive
 from eos.worker.daemon import STAND_IN
 from eos.worker.zygote import ZYGOTE_ENV, start_zygote
 
@@ -79,13 +80,12 @@ def _parent(pid: int) -> int:
     return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
 
 
-def _ended(pid: int) -> bool:
-    return not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
-
-
 def _wait_ended(pid: int, what: str, timeout: float = 10) -> None:
+    """Until `pid` has exited (a zombie counts). `alive` reads /proc once and takes a process gone while it reads as
+    ended: a check of the directory and then a read of its stat could see the process between the two vanish
+    (ProcessLookupError), which failed this test once on a loaded machine."""
     deadline = time.monotonic() + timeout
-    while not _ended(pid):
+    while alive(pid):
         assert time.monotonic() < deadline, what
         time.sleep(0.05)
 
@@ -295,10 +295,7 @@ def test_a_zygote_forked_from_the_driver_forks_the_daemon_spark_launches():
         assert launched.wait(10) == 0
         driver.kill()  # the zygote ends with the driver (its pipe closes), without a word on the driver's stdout
         driver.wait()
-        deadline = time.monotonic() + 10
-        while os.path.exists(f"/proc/{zygote['pid']}") and open(f"/proc/{zygote['pid']}/stat").read().split()[2] != "Z":
-            assert time.monotonic() < deadline, "the forked zygote outlived the driver"
-            time.sleep(0.05)
+        _wait_ended(zygote["pid"], "the forked zygote outlived the driver")
         assert driver.stdout is not None and driver.stdout.read() == ""  # the unflushed line was written once
     finally:
         driver.kill()
