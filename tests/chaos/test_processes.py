@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from chaos.processes import executor_pid, job_processes, python_workers, session_processes
+from chaos.processes import alive, executor_pid, job_processes, python_workers, session_processes
 
 # A session leader whose child makes a process group of its own, as the pyspark daemon does.
 FORKS = """
@@ -167,3 +167,22 @@ def test_a_session_s_processes_are_the_live_ones_whatever_their_group_or_parent(
         assert job_processes(leader.pid) == []  # (a group and descendants of a leader that is gone: nothing)
     finally:
         os.kill(orphan, signal.SIGKILL)
+
+
+def test_alive_is_a_running_process_not_a_zombie_nor_one_reaped():
+    """What the tests that wait for a process's end rely on: an exited child not yet reaped (a zombie) has ended,
+    and so has a pid no longer in /proc."""
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        assert alive(proc.pid)
+        assert proc.stdin is not None
+        proc.stdin.close()
+        deadline = time.monotonic() + 10
+        while open(f"/proc/{proc.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":  # exited, not reaped
+            assert time.monotonic() < deadline, "the child did not exit"
+            time.sleep(0.01)
+        assert not alive(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not alive(proc.pid)
