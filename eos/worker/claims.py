@@ -53,14 +53,25 @@ class Claim:
         os.pwrite(self._fd, data, 0)
 
 
+#: The directories of claims whose other applications this process has looked through (`claims_root`)
+_LOOKED_THROUGH: set[Path] = set()
+
+
 def claims_root(application_id: str) -> Path:
     """This user's directory of an application's claims, in the temporary directory ($TMPDIR, /tmp) that the
     processes of an executor share; the group's key (its executor and Spark job) tells executors on one host
-    apart."""
+    apart. A process's first call removes the claims of other applications that no batch has touched for
+    OTHER_RUNS_STALE_S: nothing else would (an application's runs remove only each other's), and every
+    application id that ever ran on the host (a test suite's, a benchmark's) left a directory behind."""
     base = Path(tempfile.gettempdir()) / f"eos-claims-{os.getuid()}"
     base.mkdir(mode=0o700, exist_ok=True)
     if base.stat().st_uid != os.getuid():
         raise PermissionError(f"{base} belongs to another user: claims cannot be kept there (set TMPDIR)")
+    if base not in _LOOKED_THROUGH:
+        _LOOKED_THROUGH.add(base)
+        for entry in _entries(base):
+            if entry.name != application_id and entry.is_dir() and _quiet(entry, OTHER_RUNS_STALE_S):
+                shutil.rmtree(entry, ignore_errors=True)
     return base / application_id
 
 
@@ -127,6 +138,13 @@ def _untouched_for(entry: Path, seconds: float) -> bool:
         return time.time() - entry.stat().st_mtime > seconds
     except FileNotFoundError:
         return False
+
+
+def _quiet(application: Path, seconds: float) -> bool:
+    """Whether no run of an application has started or added a batch for `seconds` (a run's directory gets one
+    for each of its batches)."""
+    return _untouched_for(application, seconds) and all(_untouched_for(run, seconds)
+                                                         for run in _entries(application))
 
 
 def _entries(directory: Path) -> list[Path]:

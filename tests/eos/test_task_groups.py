@@ -16,7 +16,7 @@ from eos.driver.groups import one_result_per_task, place_units_together, share_o
 from eos.testing import TopologyTestDriver
 from eos.testing.clients import MemoryWorker
 from eos.topology import TaskId
-from eos.worker.claims import TaskClaims, claim_order
+from eos.worker.claims import TaskClaims, claim_order, claims_root
 from eos.worker.entry import run_member
 from eos.worker.plans import GroupMember, StandbyPlan, TaskGroup, TaskPlan, TaskResult, TaskStatus
 
@@ -163,6 +163,28 @@ def test_claims_of_batches_before_the_previous_one_and_of_other_runs_gone_quiet_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other-run", "run"]
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["2-local", "3-local"]
     with TaskClaims(tmp_path, "other-run", GroupMember(group_of(0, batch=7), 1)).claim("t") as claim:
+        assert claim is not None
+
+
+def test_a_process_removes_the_claims_of_other_applications_that_no_batch_touched_for_an_hour(tmp_path,
+                                                                                               monkeypatch):
+    import time
+
+    from eos.worker.claims import OTHER_RUNS_STALE_S
+
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
+    base = tmp_path / f"eos-claims-{os.getuid()}"
+    for app in ("gone-quiet", "long-running", "mine"):
+        TaskClaims(base / app, "run", GroupMember(group_of(0, batch=3), 0))
+    (base / "someone's-file").write_text("not a directory of claims")
+    quiet = time.time() - OTHER_RUNS_STALE_S - 60
+    for path in (base / "gone-quiet", base / "gone-quiet" / "run", base / "long-running", base / "mine",
+                 base / "mine" / "run", base / "someone's-file"):
+        os.utime(path, (quiet, quiet))  # the long-running application's run still adds batches
+
+    assert claims_root("mine") == base / "mine"
+    assert sorted(p.name for p in base.iterdir()) == ["long-running", "mine", "someone's-file"]
+    with TaskClaims(base / "long-running", "run", GroupMember(group_of(0, batch=3), 1)).claim("t") as claim:
         assert claim is not None
 
 
