@@ -48,16 +48,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def spark_scratch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Spark's scratch (`spark-*`, `blockmgr-*`) in the session's temporary directory, which pytest removes
-    after three runs, not in /tmp: every process a test kills (a chaos fault, a failover) leaves its own there,
-    ~36 block managers and ~74 scratch directories a `make test`. The JVMs the tests start inherit it; a
-    SPARK_LOCAL_DIRS of the caller's is kept."""
-    if "SPARK_LOCAL_DIRS" in os.environ:
+    """Spark's scratch (`blockmgr-*`, `spark-*`) in the session's temporary directory, which pytest removes after
+    three runs: a process a test kills (a chaos fault, a failover) cannot remove its own, and a `make test` left
+    36 block managers and 74 scratch directories in /tmp (now none and 35, empty ones Spark makes in /tmp
+    whatever this says). The JVMs the tests start inherit it; a SPARK_LOCAL_DIRS of the caller's is kept."""
+    with pytest.MonkeyPatch.context() as patch:
+        if "SPARK_LOCAL_DIRS" not in os.environ:
+            patch.setenv("SPARK_LOCAL_DIRS", str(tmp_path_factory.mktemp("spark-scratch")))
         yield
-        return
-    os.environ["SPARK_LOCAL_DIRS"] = str(tmp_path_factory.mktemp("spark-scratch"))
-    yield
-    os.environ.pop("SPARK_LOCAL_DIRS", None)
 
 
 @pytest.fixture(scope="session")
