@@ -77,9 +77,57 @@ def _identity(path: list[str]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------- the driver side
+#: a zygote's directory in the temporary directory: this prefix, then the pid of the driver it serves and a dash
+_DIRECTORY_PREFIX = "eos-zygote-"
+#: the temporary directories this process has looked through for the zygote directories of dead drivers
+_LOOKED_THROUGH: set[str] = set()
+
+
 def zygote_socket_path() -> str:
-    """A new socket path for a zygote, in a directory of its own (removed by the zygote when it ends)."""
-    return os.path.join(tempfile.mkdtemp(prefix="eos-zygote-"), "socket")
+    """A new socket path for a zygote, in a directory of its own, named after this process, the driver the zygote
+    serves (the zygote removes it when it ends). A process's first call removes the directories left by drivers
+    that are gone (`remove_left_behind`)."""
+    base = tempfile.gettempdir()
+    if base not in _LOOKED_THROUGH:
+        _LOOKED_THROUGH.add(base)
+        remove_left_behind(base)
+    return os.path.join(tempfile.mkdtemp(prefix=f"{_DIRECTORY_PREFIX}{os.getpid()}-", dir=base), "socket")
+
+
+def remove_left_behind(base: str) -> list[str]:
+    """Remove the zygote directories in `base` whose driver is no longer running, and return their names. A
+    zygote ends with its driver and removes its directory as it ends, or as soon as it has forked its daemon; a
+    directory stays only when both were killed outright (SIGKILL to the job's processes, a node's crash) or the
+    driver died between making the directory and forking the zygote. Only this user's directories named after a
+    pid that no process has now are removed (a pid reused since keeps its directory, which costs nothing)."""
+    removed: list[str] = []
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return removed
+    for entry in entries:
+        pid = entry.name[len(_DIRECTORY_PREFIX):].split("-", 1)[0]
+        if not (entry.name.startswith(_DIRECTORY_PREFIX) and pid.isdigit()) or _running(int(pid)):
+            continue
+        try:
+            if not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_uid != os.getuid():
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(entry.name)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    """Whether a process with this pid exists (of any user)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # (another user's: it exists)
+        return True
+    return True
 
 
 def start_zygote(socket_path: str | None = None) -> subprocess.Popen[bytes]:

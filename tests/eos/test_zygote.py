@@ -377,3 +377,43 @@ def test_a_stand_in_launched_with_sparks_signals_blocked_still_ends_when_destroy
     launched.send_signal(signal.SIGTERM)
     assert launched.wait(10) == -signal.SIGTERM
     _wait_ended(daemon, "the forked daemon outlived the destroyed one")
+
+
+def test_the_next_driver_removes_the_directory_of_a_driver_killed_with_its_zygote(tmp_path):
+    # a driver that starts a zygote, and is killed with it (as SIGKILL to a job's processes does): the
+    # zygote's directory stays, named after the driver's pid
+    driver = subprocess.Popen(
+        [sys.executable, "-c", "import os, sys, time\nfrom eos.worker.zygote import start_zygote\n"
+         "zygote = start_zygote()\nwhile not os.path.exists(os.environ['EOS_DAEMON_ZYGOTE']):\n    time.sleep(0.01)\n"
+         "print(zygote.pid, os.environ['EOS_DAEMON_ZYGOTE'], flush=True)\ntime.sleep(60)"],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmp_path)}, start_new_session=True)
+    assert driver.stdout is not None
+    zygote_pid, left = driver.stdout.readline().split()
+    os.killpg(driver.pid, signal.SIGKILL)
+    driver.wait(10)
+    deadline = time.monotonic() + 10
+    while alive(int(zygote_pid)):
+        assert time.monotonic() < deadline, "the zygote outlived the SIGKILL"
+        time.sleep(0.01)
+    left_dir = os.path.dirname(left)
+    assert os.path.basename(left_dir).startswith(f"eos-zygote-{driver.pid}-") and os.path.exists(left)
+    # what is not a dead driver's zygote directory stays: this process's, another's without a pid, a file
+    running = tmp_path / f"eos-zygote-{os.getpid()}-kept"
+    unnamed = tmp_path / "eos-zygote-abcd1234"
+    a_file = tmp_path / f"eos-zygote-{driver.pid}-file"
+    for directory in (running, unnamed):
+        directory.mkdir()
+        (directory / "socket").touch()
+    a_file.touch()
+    probe = ("import json, os; from eos.worker import zygote\n"
+             "paths = [zygote.zygote_socket_path(), zygote.zygote_socket_path()]\n"
+             "print(json.dumps([os.getpid(), paths, sorted(os.listdir(os.path.dirname(os.path.dirname(paths[0]))))]))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    pid, paths, listing = json.loads(done.stdout)
+    assert not os.path.exists(left_dir)
+    assert running.exists() and unnamed.exists() and a_file.exists()
+    new = {os.path.basename(os.path.dirname(path)) for path in paths}
+    assert len(new) == 2 and all(name.startswith(f"eos-zygote-{pid}-") for name in new)
+    assert listing == sorted({*new, running.name, unnamed.name, a_file.name})
