@@ -34,7 +34,7 @@ __all__ = ["build_spark_context", "ContextStart", "launch_jvm_early", "discard_e
            "task_slots", "total_task_slots", "located_rdd", "task_rdd", "spark_conf", "is_local", "resolve_master",
            "is_local_master",
            "QUICK_JIT_KEY", "EARLY_JVM_KEY", "BLOCK_MANAGER_THREADS_KEY", "block_manager_threads",
-           "bound_block_manager_pools"]
+           "bound_block_manager_pools", "check_socket_dir", "unix_sockets_fit"]
 
 #: Spark's settings of Unix domain sockets between its JVMs and their Python workers (`check_socket_dir`)
 UNIX_SOCKETS_KEY = "spark.python.unix.domain.socket.enabled"
@@ -543,6 +543,24 @@ _SOCKET_NAME = ".00000000-0000-0000-0000-000000000000.sock"
 _JAVA_TMPDIR = re.compile(r"-Djava\.io\.tmpdir=(\S+)")
 
 
+def unix_sockets_fit(directory: str) -> bool:
+    """Whether Spark's Unix domain sockets (`.<uuid>.sock`) can be made in `directory` (their paths are short
+    enough)."""
+    return len(os.fsencode(os.path.join(directory, _SOCKET_NAME))) <= _SOCKET_PATH_MAX
+
+
+def _driver_tmpdir(conf: Any) -> tuple[str, str]:
+    """The driver JVM's `java.io.tmpdir` (/tmp unless set), and what sets it ("" for the default). A JVM reads
+    JAVA_TOOL_OPTIONS, then the java launcher's JDK_JAVA_OPTIONS, then its command line (the user's options),
+    then _JAVA_OPTIONS; the last setting of a property wins."""
+    found = ("/tmp", "")
+    for name in ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "", "_JAVA_OPTIONS"):
+        options = os.environ.get(name, "") if name else user_java_options(conf)
+        for directory in _JAVA_TMPDIR.findall(options):
+            found = (directory, f"-Djava.io.tmpdir in {name}" if name else "-Djava.io.tmpdir")
+    return found
+
+
 def check_socket_dir(conf: Any) -> None:
     """With Unix domain sockets on, the driver's sockets go in `spark.python.unix.domain.socket.dir`, else in the
     driver JVM's `java.io.tmpdir`. A directory too long for a socket's path would fail the context's start with
@@ -552,10 +570,9 @@ def check_socket_dir(conf: Any) -> None:
     directory = conf.get(UNIX_SOCKET_DIR_KEY)
     setting = UNIX_SOCKET_DIR_KEY
     if directory is None:
-        found = _JAVA_TMPDIR.findall(user_java_options(conf))
-        directory, setting = (found[-1], "-Djava.io.tmpdir") if found else ("/tmp", "")
-    longest = len(os.fsencode(os.path.join(directory, _SOCKET_NAME)))
-    if longest > _SOCKET_PATH_MAX:
+        directory, setting = _driver_tmpdir(conf)
+    if not unix_sockets_fit(directory):
+        longest = len(os.fsencode(os.path.join(directory, _SOCKET_NAME)))
         from eos.errors import ConfigError
 
         raise ConfigError(

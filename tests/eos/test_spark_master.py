@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import socket
 import struct
 import sys
@@ -58,6 +59,27 @@ def test_a_socket_directory_too_long_for_unix_sockets_fails_fast_and_says_what_t
         check_socket_dir({**on, "spark.driver.extraJavaOptions": f"-Xmx1g -Djava.io.tmpdir={long_dir}"})
     check_socket_dir({"spark.python.unix.domain.socket.enabled": "false",
                       "spark.python.unix.domain.socket.dir": long_dir})  # loopback TCP: any directory
+
+
+def test_a_temporary_directory_that_the_environment_gives_every_jvm_is_the_drivers_socket_directory(monkeypatch):
+    monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
+    for name in ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS"):
+        monkeypatch.delenv(name, raising=False)
+    on = {"spark.python.unix.domain.socket.enabled": "true"}
+    long_dir, short = "/tmp/" + "d" * 70, "-Djava.io.tmpdir=/tmp/s"
+    for name in ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS"):  # read before the command line
+        monkeypatch.setenv(name, f"-Xss1m -Djava.io.tmpdir={long_dir}")
+        with pytest.raises(ConfigError, match=re.escape(f"-Djava.io.tmpdir in {name}")):
+            check_socket_dir(on)
+        check_socket_dir({**on, "spark.driver.extraJavaOptions": short})  # the command line's wins
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("_JAVA_OPTIONS", f"-Djava.io.tmpdir={long_dir}")  # read after the command line
+    with pytest.raises(ConfigError, match=re.escape("-Djava.io.tmpdir in _JAVA_OPTIONS")):
+        check_socket_dir({**on, "spark.driver.extraJavaOptions": short})
+    check_socket_dir({**on, "spark.python.unix.domain.socket.dir": "/tmp/s"})  # (Spark's own setting first)
+    monkeypatch.setenv("JAVA_TOOL_OPTIONS", short)
+    monkeypatch.setenv("_JAVA_OPTIONS", "-Xss1m")
+    check_socket_dir(on)
 
 
 class Conf(dict):
