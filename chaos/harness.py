@@ -33,14 +33,36 @@ from localkafka import LocalCluster
 from localkafka.provision import exit_on_sigterm
 from transactions import KafkaAdmin, TopicSpec
 
-__all__ = ["run_scenario", "ChaosResult", "Context"]
+__all__ = ["run_scenario", "scratch_environment", "ChaosResult", "Context"]
+
+
+def scratch_environment(directory: Path, env: dict[str, str] | None = None) -> dict[str, str]:
+    """`env` (default: this process's environment) for a job whose processes are killed outright, with their
+    temporary files in `directory` (removed with the scenario's scratch) rather than in /tmp, where a killed
+    process's stay: Python's (the zygote's socket, task claims) follow TMPDIR; the JVMs' (each of Spark's leaves
+    lz4's native library, 145 KB, Spark's submit and faulthandler directories, and its block managers unless
+    SPARK_LOCAL_DIRS says otherwise) follow `java.io.tmpdir`, which every JVM the job starts, executors
+    included, reads from JAVA_TOOL_OPTIONS (and says so on its stderr), where Spark's sockets fit."""
+    from eos.driver.spark import unix_sockets_fit
+
+    env = dict(os.environ if env is None else env)
+    directory.mkdir(parents=True, exist_ok=True)
+    options = env.get("JAVA_TOOL_OPTIONS", "")
+    # (the caller's own choice stands; and a directory too long for the Unix sockets the driver's JVM makes
+    # there would fail the job's start)
+    if "-Djava.io.tmpdir=" not in options and unix_sockets_fit(str(directory)):
+        env["JAVA_TOOL_OPTIONS"] = f"{options} -Djava.io.tmpdir={directory}".strip()
+    env["TMPDIR"] = str(directory)
+    return env
 
 
 class JobSupervisor:
-    """Keeps the job running: restarts the driver whenever it exits (as a cluster manager would)."""
+    """Keeps the job running: restarts the driver whenever it exits (as a cluster manager would). `scratch`: a
+    directory for the temporary files of the job's processes (`scratch_environment`)."""
 
-    def __init__(self, config: Path, log: Path, timeline: Timeline) -> None:
+    def __init__(self, config: Path, log: Path, timeline: Timeline, scratch: Path | None = None) -> None:
         self.config, self.log, self.timeline = config, log, timeline
+        self.env = scratch_environment(scratch) if scratch is not None else None
         self.proc: subprocess.Popen[bytes] | None = None
         self.restarts = 0
         self._stopping = threading.Event()
@@ -59,7 +81,7 @@ class JobSupervisor:
     def _spawn(self) -> None:
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", "chaos.jobs", str(self.config)], stdout=out,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+                                         stderr=subprocess.STDOUT, start_new_session=True, env=self.env)
         self.timeline.record("job", "start", f"driver pid {self.proc.pid}")
 
     def _reap_group(self, pgid: int) -> None:
@@ -189,7 +211,7 @@ def _run_scenario(scenario: Scenario, workdir: str | Path | None, keep_logs: boo
                   "marks_dir": str(marks) if uses_marks else None, "spark_conf": _spark_conf(scenario)}
         (workdir / "job.json").write_text(json.dumps(config, indent=2))
         (workdir / "batches.jsonl").write_text("")
-        job = JobSupervisor(workdir / "job.json", workdir / "job.log", timeline)
+        job = JobSupervisor(workdir / "job.json", workdir / "job.log", timeline, scratch / "tmp")
         load = LoadGenerator(direct, src, records=scenario.records, rate=scenario.rate, keys=scenario.keys,
                              seed=scenario.seed)
         ctx = Context(scenario, cluster, proxies, job, load, timeline, str(marks))

@@ -6,9 +6,17 @@ bug. `--chaos-full` runs the whole failover matrix (every fault kind x stateless
 
 from __future__ import annotations
 
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
 import pytest
 
-from chaos.harness import run_scenario
+from chaos.harness import run_scenario, scratch_environment
 from chaos.matrix import matrix_scenarios
 from chaos.scenario import load_scenario
 
@@ -64,3 +72,32 @@ def test_failover_matrix(name, tmp_path, request):
         if result.verdict != "PASS":
             failures.append((seed, result.reasons, result.workdir))
     assert not failures
+
+
+def test_a_driver_killed_outright_leaves_its_temporary_files_in_the_scratch():
+    # a driver as the harness starts one, its Python task run, then SIGKILLed with its JVM and zygote: nothing
+    # of theirs removes what they made, which is all in the scratch the harness removes after the scenario
+    with tempfile.TemporaryDirectory(prefix="chaos-cluster-") as directory:  # (as short as the harness's)
+        _killed_drivers_files_in(Path(directory) / "tmp")
+
+
+def _killed_drivers_files_in(scratch: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "SPARK_LOCAL_DIRS"}  # (the suite's; a user has none)
+    driver = subprocess.Popen(
+        [sys.executable, "-c", "from eos.driver.spark import build_spark_context\n"
+         "sc = build_spark_context('local[1]')\n"
+         "print(sc.parallelize(range(10)).map(lambda x: x + 1).sum(), flush=True)\n"
+         "import time; time.sleep(120)"],
+        env=scratch_environment(scratch, env), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        start_new_session=True)
+    try:
+        assert driver.stdout is not None and driver.stdout.readline().strip() == "55"
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(10)
+    left = os.listdir(scratch)
+    made = {"lz4's native library": r"liblz4-java-\d+\.so", "Spark's block manager": "blockmgr-.+",
+            "a Python worker's fault handler": "faulthandler-.+", "spark-submit's scratch": "spark-.+",
+            "a Unix socket of the driver's JVM": r"\..+\.sock"}
+    missing = [what for what, pattern in made.items() if not any(re.fullmatch(pattern, name) for name in left)]
+    assert not missing, (missing, left)
