@@ -48,13 +48,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def spark_scratch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Spark's scratch (`blockmgr-*`, `spark-*`) in the session's temporary directory, which pytest removes after
-    three runs: a process a test kills (a chaos fault, a failover) cannot remove its own, and a `make test` left
-    36 block managers and 74 scratch directories in /tmp (now none and 35, empty ones Spark makes in /tmp
-    whatever this says). The JVMs the tests start inherit it; a SPARK_LOCAL_DIRS of the caller's is kept."""
+    """Spark's scratch (`blockmgr-*`, `spark-*`) and the rest of its drivers' temporary files in the session's
+    temporary directory, which pytest removes after three runs: a process a test kills (a chaos fault, a
+    failover) cannot remove its own, and a `make test` left 36 block managers and 74 scratch directories in /tmp
+    (SPARK_LOCAL_DIRS: none and 35), and of its 36 killed drivers' JVMs lz4's native library (~145 KB with its
+    lock file), a faulthandler directory, spark-submit's scratch and a Unix socket each (`java.io.tmpdir`, which
+    spark-submit gives the driver's JVM from SPARK_SUBMIT_OPTS). Processes the tests start inherit both; the
+    caller's own SPARK_LOCAL_DIRS, or java.io.tmpdir in SPARK_SUBMIT_OPTS, is kept."""
     with pytest.MonkeyPatch.context() as patch:
         if "SPARK_LOCAL_DIRS" not in os.environ:
             patch.setenv("SPARK_LOCAL_DIRS", str(tmp_path_factory.mktemp("spark-scratch")))
+        options = os.environ.get("SPARK_SUBMIT_OPTS", "")
+        if "-Djava.io.tmpdir=" not in options:
+            tmp = tmp_path_factory.mktemp("jvm-tmp")
+            patch.setenv("SPARK_SUBMIT_OPTS", f"{options} -Djava.io.tmpdir={tmp}".strip())
         yield
 
 

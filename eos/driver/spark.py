@@ -551,10 +551,10 @@ def unix_sockets_fit(directory: str) -> bool:
 
 def _driver_tmpdir(conf: Any) -> tuple[str, str]:
     """The driver JVM's `java.io.tmpdir` (/tmp unless set), and what sets it ("" for the default). A JVM reads
-    JAVA_TOOL_OPTIONS, then the java launcher's JDK_JAVA_OPTIONS, then its command line (the user's options),
-    then _JAVA_OPTIONS; the last setting of a property wins."""
+    JAVA_TOOL_OPTIONS, then the java launcher's JDK_JAVA_OPTIONS, then its command line (where spark-submit puts
+    SPARK_SUBMIT_OPTS before the user's options), then _JAVA_OPTIONS; the last setting of a property wins."""
     found = ("/tmp", "")
-    for name in ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "", "_JAVA_OPTIONS"):
+    for name in ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "SPARK_SUBMIT_OPTS", "", "_JAVA_OPTIONS"):
         options = os.environ.get(name, "") if name else user_java_options(conf)
         for directory in _JAVA_TMPDIR.findall(options):
             found = (directory, f"-Djava.io.tmpdir in {name}" if name else "-Djava.io.tmpdir")

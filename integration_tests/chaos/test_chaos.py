@@ -82,7 +82,8 @@ def test_a_driver_killed_outright_leaves_its_temporary_files_in_the_scratch():
 
 
 def _killed_drivers_files_in(scratch: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "SPARK_LOCAL_DIRS"}  # (the suite's; a user has none)
+    # (the suite's own scratch, which the driver would take instead: a user has neither)
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_LOCAL_DIRS", "SPARK_SUBMIT_OPTS")}
     driver = subprocess.Popen(
         [sys.executable, "-c", "from eos.driver.spark import build_spark_context\n"
          "sc = build_spark_context('local[1]')\n"

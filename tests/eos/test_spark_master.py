@@ -63,11 +63,11 @@ def test_a_socket_directory_too_long_for_unix_sockets_fails_fast_and_says_what_t
 
 def test_a_temporary_directory_that_the_environment_gives_every_jvm_is_the_drivers_socket_directory(monkeypatch):
     monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
-    for name in ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS"):
+    for name in ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "SPARK_SUBMIT_OPTS", "_JAVA_OPTIONS"):
         monkeypatch.delenv(name, raising=False)
     on = {"spark.python.unix.domain.socket.enabled": "true"}
     long_dir, short = "/tmp/" + "d" * 70, "-Djava.io.tmpdir=/tmp/s"
-    for name in ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS"):  # read before the command line
+    for name in ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "SPARK_SUBMIT_OPTS"):  # before the user's options
         monkeypatch.setenv(name, f"-Xss1m -Djava.io.tmpdir={long_dir}")
         with pytest.raises(ConfigError, match=re.escape(f"-Djava.io.tmpdir in {name}")):
             check_socket_dir(on)
