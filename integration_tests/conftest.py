@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from eos.driver.classdata import cache_root
-from eos.driver.spark import DEFAULT_MASTER, build_spark_context
+from eos.driver.spark import DEFAULT_MASTER, build_spark_context, unix_sockets_fit
 from localkafka.cluster import JVM_OPTIONS_ENV
 from localkafka.provision import KafkaEndpoint, provide_kafka
 from localkafka.registry import RegistryEndpoint, provide_registry
@@ -54,13 +54,14 @@ def spark_scratch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     (SPARK_LOCAL_DIRS: none and 35), and of its 36 killed drivers' JVMs lz4's native library (~145 KB with its
     lock file), a faulthandler directory, spark-submit's scratch and a Unix socket each (`java.io.tmpdir`, which
     spark-submit gives the driver's JVM from SPARK_SUBMIT_OPTS). Processes the tests start inherit both; the
-    caller's own SPARK_LOCAL_DIRS, or java.io.tmpdir in SPARK_SUBMIT_OPTS, is kept."""
+    caller's own SPARK_LOCAL_DIRS, or java.io.tmpdir in SPARK_SUBMIT_OPTS, is kept, and /tmp where the session's
+    directory is too long for the drivers' Unix sockets."""
     with pytest.MonkeyPatch.context() as patch:
         if "SPARK_LOCAL_DIRS" not in os.environ:
             patch.setenv("SPARK_LOCAL_DIRS", str(tmp_path_factory.mktemp("spark-scratch")))
         options = os.environ.get("SPARK_SUBMIT_OPTS", "")
-        if "-Djava.io.tmpdir=" not in options:
-            tmp = tmp_path_factory.mktemp("jvm-tmp")
+        tmp = tmp_path_factory.mktemp("jvm-tmp")
+        if "-Djava.io.tmpdir=" not in options and unix_sockets_fit(str(tmp)):  # (else the drivers' sockets fail)
             patch.setenv("SPARK_SUBMIT_OPTS", f"{options} -Djava.io.tmpdir={tmp}".strip())
         yield
 
