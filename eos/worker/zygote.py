@@ -94,17 +94,16 @@ def zygote_socket_path() -> str:
     return os.path.join(tempfile.mkdtemp(prefix=f"{_DIRECTORY_PREFIX}{os.getpid()}-", dir=base), "socket")
 
 
-def remove_left_behind(base: str) -> list[str]:
-    """Remove the zygote directories in `base` whose driver is no longer running, and return their names. A
-    zygote ends with its driver and removes its directory as it ends, or as soon as it has forked its daemon; a
-    directory stays only when both were killed outright (SIGKILL to the job's processes, a node's crash) or the
-    driver died between making the directory and forking the zygote. Only this user's directories named after a
-    pid that no process has now are removed (a pid reused since keeps its directory, which costs nothing)."""
-    removed: list[str] = []
+def remove_left_behind(base: str) -> None:
+    """Remove the zygote directories in `base` whose driver is no longer running. A zygote ends with its driver
+    and removes its directory as it ends, or as soon as it has forked its daemon; a directory stays only when both
+    were killed outright (SIGKILL to the job's processes, a node's crash) or the driver died between making the
+    directory and forking the zygote. Only this user's directories named after a pid that no process has now are
+    removed (a pid reused since keeps its directory, which costs nothing)."""
     try:
         entries = list(os.scandir(base))
     except OSError:
-        return removed
+        return
     for entry in entries:
         pid = entry.name[len(_DIRECTORY_PREFIX):].split("-", 1)[0]
         if not (entry.name.startswith(_DIRECTORY_PREFIX) and pid.isdigit()) or _running(int(pid)):
@@ -115,8 +114,6 @@ def remove_left_behind(base: str) -> list[str]:
         except OSError:
             continue
         shutil.rmtree(entry.path, ignore_errors=True)
-        removed.append(entry.name)
-    return removed
 
 
 def _running(pid: int) -> bool:
