@@ -27,7 +27,12 @@ def load_application(target: str) -> Application:
                 module = importlib.import_module(spec)
         except ImportError as exc:
             raise ValueError(f"cannot import {spec!r} ({exc}); give module:attr or path/to/job.py[:attr]") from None
-    obj = getattr(module, attr, None)
+    if not hasattr(module, attr):
+        apps = [name for name, value in vars(module).items() if isinstance(value, Application)]
+        raise ValueError(f"{target}: {spec} defines no {attr!r}; " + (
+            f"its Applications: {', '.join(apps)} (give {spec}:{apps[0]})" if apps else
+            "it defines no eos.Application at its top level (app = Application(...))"))
+    obj = getattr(module, attr)
     if callable(obj) and not isinstance(obj, Application):
         obj = obj()
     if not isinstance(obj, Application):

@@ -11,6 +11,7 @@ from typing import Any
 
 from eos.dsl.base import SerdeSpec
 from eos.dsl.streams import StreamMethods
+from eos.graph.operators import require_functions
 from eos.operators.aggregate import AggregateProcessor, Aggregation, counter, reducer, summer
 from eos.operators.windows import (
     Emit,
@@ -82,6 +83,8 @@ class AggregationMethods(StreamMethods):
                      merger: Callable[[Any, Any, Any], Any] | None, windowed_key: str,
                      retention: int | timedelta | None) -> AggregationStep:
         """The processor and stores of an aggregation named `name` (one engine for both APIs)."""
+        require_functions(name, initializer=initializer, aggregator=aggregator,
+                          **({"merger": merger} if merger is not None else {}))
         if emit not in ("update", "final"):
             raise ValueError(f"{name}: emit must be 'update' or 'final', got {emit!r}")
         if windows is None and emit == "final":
@@ -93,11 +96,18 @@ class AggregationMethods(StreamMethods):
                             f"{windows!r}")
         ks, agg_serde = serde_for(key_serde), serde_for(aggregate_serde)
         if windows is None:
+            if retention is not None:
+                raise ValueError(f"{name}: retention is how long windows are kept; an aggregation without windows "
+                                 "keeps each key until it is deleted: leave retention out")
             spec = StoreSpec(f"{name}-store", ks, agg_serde, persistent, timestamped=True)
             return AggregationStep(partial(AggregateProcessor, spec.name, initializer, aggregator), (spec,), None, ks,
                                    "aggregation")
         if late_records not in ("drop", "dead_letter"):
             raise ValueError(f"late_records must be 'drop' or 'dead_letter', got {late_records!r}")
+        if retention is not None and ms(retention) < windows.retention_ms:
+            raise ValueError(f"{name}: retention must be at least {windows.retention_ms} ms, as long as a window "
+                             f"stays open (its size and grace), got {ms(retention)}; leave it out to keep windows "
+                             "that long, or give more to query closed windows longer")
         keep = max(ms(retention or 0), windows.retention_ms)
         factory, stores = self._windowed(name, windows, keep, ks, serde_for(value_serde), agg_serde, persistent,
                                          Aggregation(initializer, aggregator, merger or _no_merger), emit,

@@ -15,9 +15,20 @@ from eos.serde import Serde, serde_for
 from eos.time import RECORD_TIME, TimestampSpec, timestamp_extractor
 from eos.topology import SubTopology
 
-__all__ = ["TopologyBuilder", "InternalTopic", "SerdeSpec", "step_kind"]
+__all__ = ["TopologyBuilder", "InternalTopic", "SerdeSpec", "step_kind", "topic_tuple"]
 
 SerdeSpec = Serde | str | None
+
+
+def topic_tuple(topics: str | Sequence[str], reader: str) -> tuple[str, ...]:
+    """`topics` (a topic's name, or several) as a tuple; `reader` names who reads them in the error."""
+    if isinstance(topics, str):
+        return (topics,)
+    if not isinstance(topics, Sequence | set | frozenset):  # a set: read alike, in no order
+        raise TypeError(f"{reader} reads topics: a topic's name or a list of names, got {topics!r}")
+    if not topics:
+        raise ValueError(f"{reader} has no input topic")
+    return tuple(topics)
 
 
 @dataclass(frozen=True)
@@ -69,9 +80,7 @@ class TopologyBuilder:
         """One step of its own: a source reading `inputs` (topics in `per_topic` each with their own serdes
         and timestamps, None there meaning the record's own), the processor `name`, a sink to `output`."""
         self._unused(name)
-        topics = (inputs,) if isinstance(inputs, str) else tuple(inputs)
-        if not topics:
-            raise ValueError(f"sub-topology {name!r} has no input topic")
+        topics = topic_tuple(inputs, f"sub-topology {name!r}")
         ks, vs = serde_for(key_serde), serde_for(value_serde)
         extractor = timestamp_extractor(timestamp) if timestamp is not None else None
         own = per_topic or {}

@@ -19,7 +19,18 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from eos.graph import ProcessorNode, SinkNode, SourceNode
-from eos.graph.operators import Branch, Filter, FlatMap, FlatMapValues, Map, MapValues, PassThrough, Peek, SelectKey
+from eos.graph.operators import (
+    Branch,
+    Filter,
+    FlatMap,
+    FlatMapValues,
+    Map,
+    MapValues,
+    PassThrough,
+    Peek,
+    SelectKey,
+    require_functions,
+)
 from eos.operators.windows import LatePolicy
 from eos.serde import Serde, serde_for
 from eos.tables import GlobalTable, JoinKind, JoinWindows
@@ -174,6 +185,7 @@ class Stream:
     def group_by(self, fn: Callable[[Any, Any], Any], *, key_serde: Serde | str | None = None,
                  value_serde: Serde | str | None = None, name: str | None = None) -> GroupedStream:
         """Group by `fn(key, value)` (records are repartitioned by it before the aggregation)."""
+        require_functions("group_by", key_selector=fn)
         return self._then("group_by", SelectKey(_required_key(fn)), name, changes_key=True).group_by_key(
             key_serde=key_serde, value_serde=value_serde)
 
@@ -191,6 +203,7 @@ class Stream:
 
         app = self.app
         name = app.node_name("join", name)
+        require_functions(f"join {name!r}", joiner=joiner, **({"key": key} if key is not None else {}))
         right: Any = (other.topics[0] if isinstance(other, Stream) else other.spec if isinstance(other, Table)
                       else other)
         kind = _kind(self.topics[0], right, windows)
@@ -246,6 +259,7 @@ class BranchedStream:
         self._node: str | None = None
 
     def branch(self, predicate: Callable[[Any, Any], Any], *, name: str | None = None) -> BranchedStream:
+        require_functions(f"split {self.name!r}", predicate=predicate)
         self._add(predicate, name)
         return self
 

@@ -14,7 +14,7 @@ from eos.graph import ProcessorNode
 from eos.operators.aggregate import counter, reducer, summer
 from eos.operators.windows import Emit, LatePolicy
 from eos.serde import Serde, serde_for
-from eos.windows import WindowSpec
+from eos.windows import HoppingWindows, SessionWindows, SlidingWindows, WindowSpec
 
 __all__ = ["GroupedStream", "WindowedStream"]
 
@@ -30,6 +30,9 @@ class GroupedStream:
         """Aggregate per key and window (`eos.windows`: TumblingWindows, HoppingWindows, SlidingWindows,
         SessionWindows, each with its grace); `emit="final"`: each window's result once, when it closes;
         late records dropped and counted, or dead-lettered (`late_records="dead_letter"`)."""
+        if not isinstance(windows, HoppingWindows | SlidingWindows | SessionWindows):
+            raise TypeError("window() takes TumblingWindows, HoppingWindows, SlidingWindows or SessionWindows from "
+                            f"eos.windows, e.g. window(TumblingWindows(60_000)); got {windows!r}")
         return WindowedStream(self, windows, emit, late_records, retention, windowed_key)
 
     def count(self, *, name: str | None = None, persistent: bool = True) -> Table:

@@ -11,6 +11,7 @@ from eos.dsl.aggregations import AggregationMethods
 from eos.dsl.base import SerdeSpec
 from eos.dsl.tables import Table, foreign_key_join, store_name, table_aggregation, table_store
 from eos.graph import SinkNode, SourceNode
+from eos.graph.operators import require_functions
 from eos.operators.joins import GlobalTableJoin, StreamStreamJoin, StreamTableJoin, TableTableJoin
 from eos.operators.windows import LatePolicy
 from eos.processor import Processor
@@ -114,6 +115,7 @@ class JoinMethods(AggregationMethods):
         `right` are topics (streams), `TableSource`s (how a table is kept) or a `GlobalTable`; `left_topics`
         and `right_topics` the topics each side's records come from (default: the side's own topic)."""
         right_topics = right_topics or frozenset({_topic(right)})
+        require_functions(f"join {name!r}", joiner=joiner, **({"key": key} if key is not None else {}))
         if how not in _HOW[kind]:
             raise ValueError(f"join {name!r}: a {kind} join is one of {', '.join(_HOW[kind])}, got how={how!r}")
         if late_records not in ("drop", "dead_letter"):
@@ -208,6 +210,7 @@ class JoinMethods(AggregationMethods):
                     **kwargs: Any) -> SubTopology:
         """Rows per group of a table: `group_by(key, value) -> group key` (a long per group; a row that
         changes group moves from one count to the other)."""
+        require_functions(name, group_by=group_by)
         return self.aggregate_table(table, output, name=name, group_by=lambda k, v: (group_by(k, v), 1),
                                     initializer=lambda: 0, adder=lambda g, v, n: n + v,
                                     subtractor=lambda g, v, n: n - v, **{"aggregate_serde": "long", **kwargs})
@@ -215,6 +218,7 @@ class JoinMethods(AggregationMethods):
     def sum_table(self, table: Table, output: str | None, *, name: str, group_by: Callable[[Any, Any], Any],
                   value: Callable[[Any], Any] = lambda v: v, **kwargs: Any) -> SubTopology:
         """Sum of `value(row value)` per group of a table, `group_by(key, value) -> group key`."""
+        require_functions(name, group_by=group_by, value=value)
         return self.aggregate_table(table, output, name=name, group_by=lambda k, v: (group_by(k, v), value(v)),
                                     initializer=lambda: 0, adder=lambda g, v, total: total + v,
                                     subtractor=lambda g, v, total: total - v, **kwargs)
@@ -226,6 +230,14 @@ def _read_table(side: Any) -> Any:
 
 
 def _kind(left: Any, right: Any, windows: JoinWindows | None) -> JoinType:
+    kind = _sides(left, right, windows)
+    if windows is not None and kind != "stream-stream":
+        raise ValueError(f"windows= is for joins of two streams; a {kind} join pairs each record with the "
+                         "table's current value for its key: leave windows out")
+    return kind
+
+
+def _sides(left: Any, right: Any, windows: JoinWindows | None) -> JoinType:
     if isinstance(left, GlobalTable):
         raise TypeError("a global table can only be the right side of a join (stream x global table)")
     if isinstance(left, str) and isinstance(right, TableSource):

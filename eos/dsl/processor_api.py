@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from eos.dsl.base import SerdeSpec
+from eos.dsl.base import SerdeSpec, topic_tuple
 from eos.dsl.fluent import Stream
 from eos.dsl.joins import JoinMethods
 from eos.graph import ProcessorNode, SinkNode, SourceNode
@@ -30,7 +30,7 @@ class GraphMethods(JoinMethods):
     def add_source(self, name: str, topics: str | Sequence[str], *, key_serde: SerdeSpec = "string",
                    value_serde: SerdeSpec = "json", timestamp: TimestampSpec = None) -> str:
         """A source node reading `topics` (all read alike; the application's timestamp unless given)."""
-        topics = (topics,) if isinstance(topics, str) else tuple(topics)
+        topics = topic_tuple(topics, f"source {name!r}")
         extract = timestamp_extractor(timestamp) if timestamp is not None else None
         return self.graph.add(SourceNode(name, topics, serde_for(key_serde), serde_for(value_serde), extract)).name
 
@@ -63,7 +63,7 @@ class GraphMethods(JoinMethods):
                timestamp: TimestampSpec = None, name: str | None = None) -> Stream:
         """The records of `topics` as a stream (`eos.dsl.fluent.Stream`): string keys and JSON values unless
         told otherwise; event time from `timestamp` (the application's default, else the record's own)."""
-        topics = (topics,) if isinstance(topics, str) else tuple(topics)
+        topics = topic_tuple(topics, "stream()")
         ks, vs = serde_for(key_serde), serde_for(value_serde)
         source = self.add_source(self.node_name(f"{topics[0]}.source", name, numbered=False), topics, key_serde=ks,
                                  value_serde=vs, timestamp=timestamp)

@@ -7,7 +7,8 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any
 
-from eos.dsl.base import InternalTopic, SerdeSpec, TopologyBuilder
+from eos.dsl.base import InternalTopic, SerdeSpec, TopologyBuilder, topic_tuple
+from eos.graph.operators import require_functions
 from eos.operators.repartition import RepartitionProcessor
 from eos.processor import FunctionProcessor
 from eos.records import Record
@@ -59,8 +60,10 @@ class StreamMethods(TopologyBuilder):
         topic's name, to read it from the next step: `app.count(app.repartition(...), ...)`. Records are
         deleted from the topic once the next step has committed them, as Kafka Streams purges them. The
         sub-topology that writes it is `subtopology` (default: `name`)."""
+        if key is not None:
+            require_functions(f"repartition {name!r}", key=key)
         topic = self.internal_name(name, "repartition")
-        first = input if isinstance(input, str) else input[0]
+        first = topic_tuple(input, f"repartition {name!r}")[0]
         self.internal_topics[topic] = InternalTopic(topic, partitions, like=None if partitions else first,
                                                     purge=True)
         self._add(subtopology or name, input, topic, key_serde, value_serde, output_key_serde, value_serde, (),

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from eos.dsl.base import InternalTopic
 from eos.graph import ProcessorNode, SinkNode, SourceNode
-from eos.graph.operators import Filter, MapValues, fan_out
+from eos.graph.operators import Filter, MapValues, fan_out, require_functions
 from eos.operators.tables import ForeignKeyLeft, ForeignKeyRight, TableAggregate, TableRegroup
 from eos.serde import BytesSerde, Serde, serde_for
 from eos.tables import JoinKind, JoinSpec, TableSource
@@ -156,6 +156,7 @@ class Table:
         `KTable.groupBy`)."""
         if self.windowed:
             raise ValueError(f"{self!r} is windowed: re-group its to_stream() instead")
+        require_functions("group_by", key_value_selector=fn)
         return GroupedTable(self, fn, serde_for(key_serde, self.key_serde), serde_for(value_serde, self.value_serde))
 
 
@@ -184,12 +185,14 @@ class GroupedTable:
     def sum(self, value: Callable[[Any], Any] = lambda v: v, *, name: str | None = None,
             persistent: bool = True) -> Table:
         """Sum of `value(new value)` per group."""
+        require_functions("sum", value=value)
         return self._aggregate("sum", name, self.fn, lambda: 0, lambda g, v, total: total + value(v),
                                lambda g, v, total: total - value(v), "json", persistent)
 
     def reduce(self, adder: Callable[[Any, Any], Any], subtractor: Callable[[Any, Any], Any], *,
                name: str | None = None, persistent: bool = True) -> Table:
         """`adder(aggregate, value)` and `subtractor(aggregate, value)`, the first value starting a group."""
+        require_functions("reduce", adder=adder, subtractor=subtractor)
         return self._aggregate("reduce", name, self.fn, lambda: None,
                                lambda g, v, agg: v if agg is None else adder(agg, v),
                                lambda g, v, agg: subtractor(agg, v), self.value_serde, persistent)
@@ -219,6 +222,7 @@ def table_aggregation(app: GraphMethods, name: str, parent: str, table: TableSou
     re-grouping processor `<name>.repartition` (the table's previous values in `<name>-source`), the
     repartition topic `<application_id>-<name>-repartition`, the aggregating processor `name` (the aggregates
     in `<name>-store`). Returns the aggregating node, its store and the repartition topic."""
+    require_functions(name, group_by=group_by, initializer=initializer, adder=adder, subtractor=subtractor)
     graph = app.graph
     topic = app.internal_name(name, "repartition")
     app.internal_topics[topic] = InternalTopic(topic, like=table.topic, purge=True)
@@ -242,6 +246,7 @@ def foreign_key_join(app: GraphMethods, name: str, left: Table, right: Table, jo
     """A foreign-key join of two tables (`eos.operators.tables`): the left processor `name` (the left table
     and the responses) and the right processor `<name>.right` (the subscriptions and the right table), in
     two sub-topologies linked by two internal topics. Returns the left node, whose output is the result."""
+    require_functions(f"join {name!r}", joiner=joiner, foreign_key=foreign_key)
     if how not in ("inner", "left"):
         raise ValueError(f"join {name!r}: a foreign-key join is inner or left, got how={how!r}")
     graph, raw = app.graph, BytesSerde()
@@ -301,6 +306,7 @@ class _RowFilter(Filter):
 
 
 def _keep_none(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    require_functions("map_values", fn=fn)
     def mapped(value: Any) -> Any:
         return None if value is None else fn(value)
     return mapped

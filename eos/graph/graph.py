@@ -16,7 +16,7 @@ from functools import partial
 from typing import Any
 
 from eos.graph.nodes import Node, ProcessorNode, SinkNode, SourceNode
-from eos.graph.operators import Branch
+from eos.graph.operators import Branch, require_functions
 from eos.serde import Serde
 from eos.time import RECORD_TIME
 from eos.topology import SubTopology
@@ -25,6 +25,7 @@ from recovery import StoreSpec
 __all__ = ["ProcessorGraph", "GraphPart"]
 
 _INVALID = re.compile(r"[^A-Za-z0-9_.]")
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")  # Kafka's rule for a topic's name (and not "." or "..")
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,22 @@ class GraphPart:
             if node.name == name:
                 return node
         raise KeyError(name)
+
+
+def _check_topics_and_functions(node: Node) -> None:
+    """A node's topics are Kafka topic names and its functions callable (a sink's partitioner and a source's
+    timestamp extractor are optional)."""
+    topics = node.topics if isinstance(node, SourceNode) else (node.topic,) if isinstance(node, SinkNode) else ()
+    for topic in topics:
+        if not isinstance(topic, str) or not _TOPIC.match(topic) or topic in (".", ".."):
+            raise ValueError(f"{node.name!r}: {topic!r} is not a Kafka topic name (1-249 characters of A-Z a-z 0-9 "
+                             ". _ -, other than '.' and '..')")
+    if isinstance(node, ProcessorNode):
+        require_functions(repr(node.name), factory=node.factory)
+    elif isinstance(node, SinkNode) and node.partitioner is not None:
+        require_functions(repr(node.name), partitioner=node.partitioner)
+    elif isinstance(node, SourceNode) and node.timestamp is not None:
+        require_functions(repr(node.name), timestamp=node.timestamp)
 
 
 class ProcessorGraph:
@@ -74,6 +91,7 @@ class ProcessorGraph:
             raise ValueError(f"{node.name!r} needs at least one parent (a source or a processor)")
         if isinstance(node, SourceNode) and not node.topics:
             raise ValueError(f"source {node.name!r} reads no topic")
+        _check_topics_and_functions(node)
         self.nodes[node.name] = node
         if isinstance(node, ProcessorNode):
             self.connected.setdefault(node.name, [])

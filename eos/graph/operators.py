@@ -17,9 +17,18 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["Filter", "Map", "MapValues", "FlatMap", "FlatMapValues", "Peek", "SelectKey", "Branch", "PassThrough",
-           "Operator", "fan_out"]
+           "Operator", "fan_out", "require_functions"]
 
 Emit = Callable[[Any, Any, int, Any], None]
+
+
+def require_functions(step: str, **functions: Any) -> None:
+    """Refuse, where the topology is built, what is not callable among a step's `functions` (by their role), so
+    that the mistake stops the build instead of sending every record to the dead-letter topic."""
+    for role, fn in functions.items():
+        if not callable(fn):
+            raise TypeError(f"{step}: {role} must be a function (callable), got {fn!r} of type "
+                            f"{type(fn).__name__}")
 
 
 def fan_out(children: Sequence[Emit]) -> Emit:
@@ -49,6 +58,9 @@ class Filter:
     negate: bool = False
     kind = "filter"
 
+    def __post_init__(self) -> None:
+        require_functions(self.kind, predicate=self.predicate)
+
     def bind(self, children: Sequence[Emit]) -> Emit:
         test, emit = self.predicate, fan_out(children)
         if self.negate:
@@ -70,6 +82,9 @@ class Map:
     fn: Callable[[Any, Any], tuple[Any, Any]]
     kind = "map"
 
+    def __post_init__(self) -> None:
+        require_functions(self.kind, fn=self.fn)
+
     def bind(self, children: Sequence[Emit]) -> Emit:
         fn, emit = self.fn, fan_out(children)
 
@@ -86,6 +101,9 @@ class MapValues:
     fn: Callable[[Any], Any]
     kind = "map_values"
 
+    def __post_init__(self) -> None:
+        require_functions(self.kind, fn=self.fn)
+
     def bind(self, children: Sequence[Emit]) -> Emit:
         fn, emit = self.fn, fan_out(children)
 
@@ -100,6 +118,9 @@ class FlatMap:
 
     fn: Callable[[Any, Any], Iterable[tuple[Any, Any]]]
     kind = "flat_map"
+
+    def __post_init__(self) -> None:
+        require_functions(self.kind, fn=self.fn)
 
     def bind(self, children: Sequence[Emit]) -> Emit:
         fn, emit = self.fn, fan_out(children)
@@ -118,6 +139,9 @@ class FlatMapValues:
     fn: Callable[[Any], Iterable[Any]]
     kind = "flat_map_values"
 
+    def __post_init__(self) -> None:
+        require_functions(self.kind, fn=self.fn)
+
     def bind(self, children: Sequence[Emit]) -> Emit:
         fn, emit = self.fn, fan_out(children)
 
@@ -135,6 +159,9 @@ class Peek:
     fn: Callable[[Any, Any], Any]
     kind = "peek"
 
+    def __post_init__(self) -> None:
+        require_functions(self.kind, fn=self.fn)
+
     def bind(self, children: Sequence[Emit]) -> Emit:
         fn, emit = self.fn, fan_out(children)
 
@@ -150,6 +177,9 @@ class SelectKey:
 
     fn: Callable[[Any, Any], Any]
     kind = "select_key"
+
+    def __post_init__(self) -> None:
+        require_functions(self.kind, fn=self.fn)
 
     def bind(self, children: Sequence[Emit]) -> Emit:
         fn, emit = self.fn, fan_out(children)

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from eos.cache import ENTRY_OVERHEAD, RecordCache, updates
+from eos.graph.operators import require_functions
 from eos.processor import Processor, ProcessorContext
 from eos.records import Record
 from eos.serde import DoubleSerde, IntegerSerde, JsonSerde, LongSerde, Serde
@@ -188,6 +189,7 @@ def counter() -> Aggregation:
 
 
 def summer(value: Callable[[Any], Any]) -> Aggregation:
+    require_functions("sum", value=value)
     return Aggregation(lambda: 0, lambda key, v, total: total + value(v), lambda key, a, b: a + b)
 
 
@@ -196,5 +198,6 @@ _FIRST = object()
 
 def reducer(reduce: Callable[[Any, Any], Any]) -> Aggregation:
     """The first value of a key is its aggregate; later values are folded in with `reduce(aggregate, value)`."""
+    require_functions("reduce", reducer=reduce)
     return Aggregation(lambda: _FIRST, lambda key, v, agg: v if agg is _FIRST else reduce(agg, v),
                        lambda key, a, b: b if a is _FIRST else a if b is _FIRST else reduce(a, b))

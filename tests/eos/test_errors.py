@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from eos.driver.runner import root_cause
 from eos.errors import (
     BadRecordError,
@@ -33,3 +35,21 @@ def test_root_cause_of_a_spark_error_is_the_python_exception_line():
     assert root_cause(RuntimeError(text)) == (
         "eos.errors.BatchFailedError: task enrich-1 batch 4 failed after 5 attempts: timed out")
     assert root_cause(RuntimeError("plain message")) == "plain message"
+
+
+def test_a_job_target_without_the_application_names_the_ones_its_file_defines(tmp_path):
+    from eos.cli.loader import load_application
+
+    job = tmp_path / "orders_job.py"
+    job.write_text('from eos import Application\norders = Application("o", bootstrap_servers="unused:9092")\n'
+                   'limit = 3\n')
+    with pytest.raises(ValueError, match=r"orders_job.py defines no 'app'; its Applications: orders \(give "
+                                         r".*orders_job.py:orders\)"):
+        load_application(str(job))
+    with pytest.raises(ValueError, match="'limit' is not an eos.Application \\(got int\\)"):
+        load_application(f"{job}:limit")
+    assert load_application(f"{job}:orders").config.application_id == "o"
+    empty = tmp_path / "empty_job.py"
+    empty.write_text("x = 1\n")
+    with pytest.raises(ValueError, match=r"defines no eos.Application at its top level \(app = Application"):
+        load_application(str(empty))

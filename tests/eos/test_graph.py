@@ -228,6 +228,73 @@ def test_names_pin_nodes_stores_and_topics_and_bad_graphs_are_refused():
         s.name for sub in other.subtopologies.values() for s in sub.stores}
 
 
+_MISTAKES = {
+    # what is not a function is refused where the step is added, not called on each record (which would send
+    # every record to the dead-letter topic)
+    "stream filter": (lambda a: a.stream("in").filter("x"), TypeError,
+                      r"filter: predicate must be a function \(callable\), got 'x' of type str"),
+    "stream map_values": (lambda a: a.stream("in").map_values(None), TypeError, "map_values: fn must be a function"),
+    "group_by": (lambda a: a.stream("in").group_by({"k": 1}), TypeError, "group_by: key_selector must be a function"),
+    "branch": (lambda a: a.stream("in").split().branch(True), TypeError,
+               "split 'split-1': predicate must be a function"),
+    "joiner": (lambda a: a.stream("in").join(a.table("t"), "joiner"), TypeError,
+               "join 'join-[0-9]+': joiner must be a function"),
+    "sum": (lambda a: a.stream("in").group_by_key().sum(value=3), TypeError, "sum: value must be a function"),
+    "reduce": (lambda a: a.stream("in").group_by_key().reduce(max(1, 2)), TypeError,
+               "reduce: reducer must be a function"),
+    "aggregate": (lambda a: a.stream("in").group_by_key().aggregate(dict, None, name="agg"), TypeError,
+                  "agg: aggregator must be a function"),
+    "table filter": (lambda a: a.table("t").filter(1), TypeError, "filter: predicate must be a function"),
+    "table map_values": (lambda a: a.table("t").map_values("v"), TypeError, "map_values: fn must be a function"),
+    "table reduce": (lambda a: a.table("t").group_by(lambda k, v: (v, k)).reduce(max, "sub"), TypeError,
+                     "reduce: subtractor must be a function"),
+    "table aggregate": (lambda a: a.table("t").group_by(lambda k, v: (v, k)).aggregate(int, max, None, name="agg"),
+                        TypeError, "agg: subtractor must be a function"),
+    "count_table": (lambda a: a.count_table(a.table("t"), "out", name="c", group_by="region"), TypeError,
+                    "c: group_by must be a function"),
+    "repartition": (lambda a: a.repartition("in", name="r", key="id"), TypeError,
+                    "repartition 'r': key must be a function"),
+    "one-step aggregate": (lambda a: a.aggregate("in", "out", name="agg", initializer=dict, aggregator=[]), TypeError,
+                           "agg: aggregator must be a function"),
+    "partitioner": (lambda a: a.stream("in").to("out", partitioner="murmur2"), TypeError,
+                    "'out.sink': partitioner must be a function"),
+    "processor": (lambda a: a.add_processor("p", "WordCount", a.add_source("s", "in")), TypeError,
+                  "'p': factory must be a function"),
+    # topics: Kafka's names
+    "topic not a string": (lambda a: a.stream("in").to(123), ValueError, "'123.sink': 123 is not a Kafka topic name"),
+    "topic with a space": (lambda a: a.stream("in").to("orders enriched"), ValueError,
+                           "'orders enriched' is not a Kafka topic name"),
+    "empty topic": (lambda a: a.stream(""), ValueError, "'' is not a Kafka topic name"),
+    "long topic": (lambda a: a.stream("in").to("x" * 250), ValueError, "is not a Kafka topic name"),
+    "dots": (lambda a: a.stream("in").to(".."), ValueError, "'..' is not a Kafka topic name"),
+    "no topic": (lambda a: a.stream([]), ValueError, r"stream\(\) has no input topic"),
+    "topics not a list": (lambda a: a.stream(7), TypeError,
+                          r"stream\(\) reads topics: a topic's name or a list of names, got 7"),
+    "internal topic": (lambda a: a.stream("in").repartition(name="by page"), ValueError,
+                       "'g-by page-repartition' is not a Kafka topic name"),
+    # windows
+    "no windows": (lambda a: a.stream("in").group_by_key().window(None), TypeError,
+                   r"window\(\) takes TumblingWindows, HoppingWindows, SlidingWindows or SessionWindows"),
+    "short retention": (lambda a: a.stream("in").group_by_key().window(TumblingWindows(60_000, grace=5_000),
+                                                                          retention=60_000).count(name="c"),
+                        ValueError, "c: retention must be at least 65000 ms"),
+    "retention without windows": (lambda a: a.count("in", "out", name="c", retention=60_000), ValueError,
+                                  "c: retention is how long windows are kept"),
+    "table join with windows": (lambda a: a.stream("in").join(a.table("t"), lambda x, y: x, windows=JoinWindows(1000)),
+                                ValueError, "windows= is for joins of two streams; a stream-table join"),
+    "one-step table join with windows": (
+        lambda a: a.join("in", a.table("t"), "out", name="j", joiner=lambda x, y: x, windows=JoinWindows(1000)),
+        ValueError, "windows= is for joins of two streams; a stream-table join"),
+}
+
+
+@pytest.mark.parametrize("mistake", _MISTAKES)
+def test_a_mistake_in_building_a_topology_fails_where_the_step_is_added_and_says_what_is_wrong(mistake):
+    build, error, match = _MISTAKES[mistake]
+    with pytest.raises(error, match=match):
+        build(app_())
+
+
 def test_forwarding_without_a_child_or_to_an_unknown_one_is_an_error_not_a_silent_loss():
     class Nowhere(Processor):
         def process(self, record):
