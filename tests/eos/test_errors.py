@@ -46,7 +46,7 @@ def test_a_job_target_without_the_application_names_the_ones_its_file_defines(tm
     with pytest.raises(ValueError, match=r"orders_job.py defines no 'app'; its Applications: orders \(give "
                                          r".*orders_job.py:orders\)"):
         load_application(str(job))
-    with pytest.raises(ValueError, match="'limit' is not an eos.Application \\(got int\\)"):
+    with pytest.raises(ValueError, match=r"'limit' is not an eos.Application \(got int\)"):
         load_application(f"{job}:limit")
     assert load_application(f"{job}:orders").config.application_id == "o"
     empty = tmp_path / "empty_job.py"
