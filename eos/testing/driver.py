@@ -29,6 +29,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -43,6 +44,7 @@ from eos.serde import Serde
 from eos.streamtime import is_marker
 from eos.testing.clients import MemoryWorker
 from eos.testing.crashes import ExactlyOnceReport, check_exactly_once
+from eos.windows import ms as to_ms
 from eos.worker.entry import run_unit, units_of
 from eos.worker.plans import Job, TaskPlan, TaskResult
 from transactions import KafkaAdmin, TopicSpec
@@ -193,9 +195,13 @@ class TopologyTestDriver:
             self.batch += 1
         return bool(results)
 
-    def advance_wall_clock(self, ms: int) -> None:
-        """Move the wall clock on (wall-clock punctuation that comes due runs, as on a cluster)."""
-        self.now += int(ms)
+    def advance_wall_clock(self, ms: int | timedelta) -> None:
+        """Move the wall clock on by `ms` milliseconds or a timedelta (wall-clock punctuation that comes due runs,
+        as on a cluster)."""
+        step = to_ms(ms)
+        if step < 0:
+            raise ValueError(f"advance_wall_clock({ms!r}): the wall clock only moves on (give 0 or more)")
+        self.now += step
         self._run()
 
     # ------------------------------------------------------------------ output

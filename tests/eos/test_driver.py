@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import time
+from datetime import timedelta
 
 import pytest
 
@@ -168,6 +169,10 @@ def test_windows_stream_time_and_wall_clock_punctuation_in_the_driver():
         assert driver.read("beats") == []
         driver.advance_wall_clock(10_000)
         assert [(r.key, r.value) for r in driver.read("beats")] == [("d1", 1_010_000)]
+        driver.advance_wall_clock(timedelta(seconds=10))  # Kafka Streams' Duration
+        assert [(r.key, r.value) for r in driver.read("beats")] == [("d1", 1_020_000)]
+        with pytest.raises(ValueError, match="the wall clock only moves on"):
+            driver.advance_wall_clock(-1)
 
 
 def test_a_rekeyed_session_count_on_four_partitions_with_crashes():
