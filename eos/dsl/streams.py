@@ -27,7 +27,7 @@ class StreamMethods(TopologyBuilder):
         Outputs keep the record's timestamp (as `timestamp` extracts it) unless an `Output` gives one."""
 
         def register(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
-            self._add(name or fn.__name__, input, output, key_serde, value_serde, output_key_serde,
+            self._add(_step_name(name, fn, "process"), input, output, key_serde, value_serde, output_key_serde,
                       output_value_serde, extra_outputs, timestamp=timestamp,
                       processor_factory=partial(FunctionProcessor, fn))
             return fn
@@ -44,8 +44,9 @@ class StreamMethods(TopologyBuilder):
             raise ValueError(f"format must be 'pandas' or 'arrow', got {format!r}")
 
         def register(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
-            self._add(name or fn.__name__, input, output, key_serde, value_serde, output_key_serde,
-                      output_value_serde, extra_outputs, timestamp=timestamp, batch_fn=fn, batch_format=format)
+            self._add(_step_name(name, fn, "process_batch"), input, output, key_serde, value_serde,
+                      output_key_serde, output_value_serde, extra_outputs, timestamp=timestamp, batch_fn=fn,
+                      batch_format=format)
             return fn
 
         return register
@@ -69,3 +70,16 @@ class StreamMethods(TopologyBuilder):
         self._add(subtopology or name, input, topic, key_serde, value_serde, output_key_serde, value_serde, (),
                   timestamp=timestamp, processor_factory=partial(RepartitionProcessor, key))
         return topic
+
+
+def _step_name(name: str | None, fn: Callable[[Any], Any], decorator: str) -> str:
+    """The step's name: `name`, else the decorated function's own (a lambda has none)."""
+    require_functions(f"app.{decorator}", function=fn)
+    if name is not None:
+        return name
+    own = getattr(fn, "__name__", None)
+    if not isinstance(own, str) or own == "<lambda>":
+        nameless = "a lambda has no name" if own == "<lambda>" else f"{fn!r} has no __name__"
+        raise ValueError(f"app.{decorator}(...) names its step after the function it decorates, and {nameless}: "
+                         f"give one, app.{decorator}(..., name=\"clean\")")
+    return own

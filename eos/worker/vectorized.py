@@ -171,6 +171,8 @@ def _origins(cols: dict[str, list[Any]], n: int, start: int, stop: int,
         default: tuple[Any, Any] = next(iter(single)) if len(single) == 1 else (None, None)
         return [(t if t is not None else default[0], int(p) if p is not None else default[1], int(o))
                 for t, p, o in zip(topics, parts, cols["offset"], strict=True)]
+    if n == 0:  # every row dropped: nothing to name an origin for
+        return []
     if n != stop - start:
         raise ValueError(f"the batch function returned {n} rows for {stop - start} input rows and no 'offset' column: "
                          "keep the input's offset column so each output row names its origin")

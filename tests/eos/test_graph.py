@@ -260,6 +260,11 @@ _MISTAKES = {
                     "'out.sink': partitioner must be a function"),
     "processor": (lambda a: a.add_processor("p", "WordCount", a.add_source("s", "in")), TypeError,
                   "'p': factory must be a function"),
+    "nameless step": (lambda a: a.process_batch(input="in", output="out")(lambda df: df), ValueError,
+                      r"names its step after the function it decorates, and a lambda has no name: give one, "
+                      r"app.process_batch\(..., name=\"clean\"\)"),
+    "decorated non-function": (lambda a: a.process("in", "out", name="p")("x"), TypeError,
+                               "app.process: function must be a function"),
     # topics: Kafka's names
     "topic not a string": (lambda a: a.stream("in").to(123), ValueError, "'123.sink': 123 is not a Kafka topic name"),
     "topic with a space": (lambda a: a.stream("in").to("orders enriched"), ValueError,

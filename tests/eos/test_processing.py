@@ -140,6 +140,10 @@ def test_vectorized_filters_need_the_offset_column():
     lost = TopologyTestDriver(vectorized(lambda df: df[["value"]].iloc[:2]), wall_clock_ms=0)
     with pytest.raises(Exception, match="offset"):
         lost.pipe_many("in", [("k", {"n": i}) for i in range(4)])
+    for nothing in (lambda df: None, lambda df: df[["value"]].iloc[:0]):  # every row dropped: nothing to attribute
+        none = TopologyTestDriver(vectorized(nothing), wall_clock_ms=0)
+        none.pipe_many("in", [("k", {"n": i}) for i in range(4)])
+        assert none.records("out") == [] and filtered(none) == [0, 1, 2, 3] and none.dead_letters() == []
 
 
 def test_return_shapes_a_user_writes():
