@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 from eos.graph.graph import GraphPart
 from eos.graph.nodes import ProcessorNode, SinkNode
+from eos.graph.operators import require_functions
 from eos.processor import Cancellable, Processor, ProcessorContext, PunctuationType, RecordMetadata
 from eos.records import Output, Record
 
@@ -373,6 +374,7 @@ class NodeContext(ProcessorContext):
     def schedule(self, interval: int | timedelta, callback: Callable[[int], None],
                  type: PunctuationType = "stream") -> Cancellable:
         graph = self._graph
+        require_functions(f"{self.name}: schedule", callback=callback)  # before it is wrapped
 
         @functools.wraps(callback)
         def punctuation(timestamp: int) -> None:

@@ -113,6 +113,8 @@ def test_a_cancelled_schedule_stops_and_intervals_must_be_positive():
             context.schedule(10, lambda ts: context.forward("never", ts)).cancel()
             with pytest.raises(ValueError, match="must be > 0"):
                 context.schedule(0, lambda ts: None)
+            with pytest.raises(TypeError, match="callback must be a function"):  # not at its first time
+                context.schedule(10, "tick")
 
         def process(self, rec):
             self.context.forward(rec.key, 1)
