@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+import traceback
 from pathlib import Path
 from types import ModuleType
 
@@ -53,6 +54,11 @@ def _load_file(path: Path) -> ModuleType:
     from pyspark import cloudpickle
 
     cloudpickle.register_pickle_by_value(module)
-    with loading_job(str(path)):
-        spec.loader.exec_module(module)
+    try:
+        with loading_job(str(path)):
+            spec.loader.exec_module(module)
+    except Exception as exc:  # one line naming the job file's line, as the commands print a ValueError
+        lines = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).resolve() == path.resolve()]
+        where = f"{path}, line {lines[-1].lineno}: " if lines else f"{path}: "
+        raise ValueError(f"{where}{type(exc).__name__}: {exc}") from exc
     return module

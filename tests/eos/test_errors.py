@@ -53,3 +53,17 @@ def test_a_job_target_without_the_application_names_the_ones_its_file_defines(tm
     empty.write_text("x = 1\n")
     with pytest.raises(ValueError, match=r"defines no eos.Application at its top level \(app = Application"):
         load_application(str(empty))
+
+
+def test_a_job_file_that_raises_while_loaded_is_one_line_naming_its_line(tmp_path):
+    from eos.cli.loader import load_application
+
+    job = tmp_path / "bad_job.py"
+    job.write_text('from eos import Application\napp = Application("o", bootstrap_servers="unused:9092")\n'
+                   'app.stream("orders").filter("total > 10").to("big-orders")\n')
+    with pytest.raises(ValueError, match=r"bad_job.py, line 3: TypeError: filter: predicate must be a function"):
+        load_application(str(job))
+    job.write_text('from eos import Application\napp = Application("o", bath_timeout=3)\n')
+    with pytest.raises(ValueError, match=r"bad_job.py, line 2: ConfigError: unknown setting 'bath_timeout'. Did you "
+                                         r"mean 'batch_timeout'\?"):
+        load_application(str(job))
