@@ -156,18 +156,30 @@ def create_repartition_topics(admin: KafkaAdmin, config: EosConfig, topics: Mapp
     """Create the application's repartition topics (before the topic checks: they are its inputs and
     outputs too), each with its partition count or as many partitions as the topic it is `like`. Records
     are kept until the next step has committed them (the driver deletes them then)."""
-    specs = []
-    for topic in topics.values():
-        partitions = topic.partitions
-        if partitions is None:
-            assert topic.like is not None
-            partitions = admin.partition_counts([topic.like])[topic.like]
-            if partitions is None:
-                raise ConfigError(f"topic {topic.like!r} does not exist on {admin.bootstrap_servers}: it is read "
-                                  f"before the repartition topic {topic.name}. Create it first.")
-        specs.append(TopicSpec(topic.name, partitions, config.internal_replication_factor,
-                               {"cleanup.policy": "delete", "retention.ms": "-1", **topic.config}))
-    admin.create_topics(specs)
+    likes = [t.like for t in topics.values() if t.partitions is None and t.like is not None]
+    existing = admin.partition_counts(sorted(set(likes))) if likes else {}
+    counts: dict[str, int] = {}
+
+    def partitions_of(topic: InternalTopic, seen: tuple[str, ...] = ()) -> int:
+        """Its own count, or its `like`'s: a topic on the cluster, or a repartition topic made here (a table
+        re-grouped after an aggregation that was itself repartitioned is like another repartition topic)."""
+        if topic.partitions is not None:
+            return topic.partitions
+        like = topic.like
+        assert like is not None
+        on_cluster = existing.get(like)
+        if on_cluster is not None:
+            return on_cluster
+        if like in topics and like not in seen:
+            if like not in counts:
+                counts[like] = partitions_of(topics[like], (*seen, topic.name))
+            return counts[like]
+        raise ConfigError(f"topic {like!r} does not exist on {admin.bootstrap_servers}: it is read before the "
+                          f"repartition topic {topic.name}. Create it first.")
+
+    admin.create_topics([TopicSpec(topic.name, partitions_of(topic), config.internal_replication_factor,
+                                   {"cleanup.policy": "delete", "retention.ms": "-1", **topic.config})
+                         for topic in topics.values()])
 
 
 def _longest_retention(admin: KafkaAdmin, topics: list[str]) -> str:

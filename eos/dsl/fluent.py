@@ -105,6 +105,11 @@ class Stream:
         """Call `fn(key, value)` and pass the record on (a retried batch calls it again)."""
         return self._then("peek", Peek(fn), name)
 
+    def foreach(self, fn: Callable[[Any, Any], Any], *, name: str | None = None) -> None:
+        """Call `fn(key, value)` for each record, and end the stream there (Kafka Streams' `foreach`). What `fn`
+        does outside Kafka is not exactly-once: a retried batch calls it again."""
+        self._then("foreach", Peek(fn), name)
+
     def select_key(self, fn: Callable[[Any, Any], Any], *, name: str | None = None) -> Stream:
         """`fn(key, value) -> new key`."""
         return self._then("select_key", SelectKey(fn), name, changes_key=True)
@@ -173,6 +178,20 @@ class Stream:
     def keyed(self, name: str) -> Stream:
         """This stream, or, after a key change, this stream through a repartition topic named after `name`."""
         return self.repartition(name=name) if self.rekeyed else self
+
+    def to_table(self, *, name: str | None = None) -> Table:
+        """This stream as a table (Kafka Streams' `toTable`): each record is the new row of its key, a record
+        whose value is None deletes the row. After a key change its records go through the repartition topic
+        `<application_id>-<name>-repartition` first. It keeps no store of its own: a join or an aggregation of
+        it keeps the rows it needs in its own."""
+        from eos.dsl.tables import Table
+
+        app = self.app
+        name = app.node_name("to_table", name)
+        keyed = self.keyed(name)
+        node = app.graph.add(ProcessorNode(name, (keyed.node,), Const(PassThrough("to_table")), kind="to_table",
+                                           operator=True))
+        return Table(app, keyed.key_serde, keyed.value_serde, keyed.topics, node=node.name)
 
     # ------------------------------------------------------------------ grouping
     def group_by_key(self, *, key_serde: Serde | str | None = None,

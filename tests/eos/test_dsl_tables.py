@@ -138,6 +138,57 @@ def test_re_grouped_table_aggregations_follow_rows_between_groups():
     assert driver.store("per_tier-store").get("basic") == 1
 
 
+def test_a_stream_made_a_table_is_joined_counted_and_filtered_by_each_keys_latest_row():
+    app = app_()
+    places = app.stream("moves").to_table(name="places")  # each record the new row of its key, None a deletion
+    app.stream("orders").left_join(places, lambda o, p: {"id": o["id"], "city": p and p["city"]},
+                                   name="ship").to("shipping")
+    places.group_by(lambda k, p: (p["city"], p)).count(name="residents").to_stream().to("residents")
+    places.filter(lambda k, p: p["city"] != "x").to_stream().to("kept")
+    assert "Processor: places (to_table; stores: [])" in str(app.describe())
+    driver = TopologyTestDriver(app)
+    driver.pipe_records([("moves", "c1", {"city": "a"}, BASE), ("moves", "c2", {"city": "a"}, BASE + 1),
+                         ("orders", "c1", {"id": 1}, BASE + 2), ("moves", "c1", {"city": "x"}, BASE + 3),
+                         ("orders", "c1", {"id": 2}, BASE + 4), ("moves", "c2", None, BASE + 5),
+                         ("orders", "c2", {"id": 3}, BASE + 6)])
+    assert [(r.key, r.value) for r in driver.read("shipping")] == [
+        ("c1", {"id": 1, "city": "a"}), ("c1", {"id": 2, "city": "x"}), ("c2", {"id": 3, "city": None})]
+    assert [(r.key, r.value) for r in driver.read("residents")] == [("a", 1), ("a", 2), ("a", 1), ("x", 1), ("a", 0)]
+    assert [(r.key, r.value) for r in driver.read("kept")] == [
+        ("c1", {"city": "a"}), ("c2", {"city": "a"}), ("c1", None), ("c2", None)]  # moved out, deleted
+
+
+def test_a_rekeyed_stream_made_a_table_goes_through_a_repartition_topic_first():
+    app = app_()
+    latest = app.stream("logins").map(lambda user, login: (login["device"], user)).to_table(name="device_owner")
+    app.stream("alerts").join(latest, lambda alert, user: {**alert, "user": user}, name="owned").to("owned-alerts")
+    assert list(app.internal_topics) == ["t-device_owner-repartition"]
+    driver = TopologyTestDriver(app, partitions=2)
+    driver.pipe_records([("logins", "ann", {"device": "d1"}, BASE), ("logins", "bob", {"device": "d2"}, BASE + 1),
+                         ("logins", "bob", {"device": "d1"}, BASE + 2)])  # through the topic, into the table
+    driver.pipe_records([("alerts", "d1", {"n": 1}, BASE + 3), ("alerts", "d2", {"n": 2}, BASE + 4),
+                         ("alerts", "d3", {"n": 3}, BASE + 5)])
+    assert sorted((r.key, r.value["user"]) for r in driver.read("owned-alerts")) == [("d1", "bob"), ("d2", "bob")]
+
+
+def test_a_table_re_grouped_after_a_repartitioned_aggregation_gets_its_partitions_from_that_topic():
+    app = app_()  # the second repartition topic is like the first, which start-up creates in the same call
+    views = app.stream("views").group_by(lambda page, view: view["user"], name="by_user").count(name="per_user")
+    views.group_by(lambda user, n: (str(n), user)).count(name="users_per_count").to_stream().to("histogram")
+    driver = TopologyTestDriver(app, partitions=3)
+    assert driver.cluster.partitions("t-users_per_count-repartition") == 3
+    driver.pipe_many("views", [("home", {"user": "u1"}), ("cart", {"user": "u1"}), ("home", {"user": "u2"})])
+    assert {r.key: r.value for r in driver.read("histogram")} == {"1": 1, "2": 1}
+
+
+def test_foreach_calls_its_function_per_record_and_ends_the_stream():
+    app, seen = app_(), []
+    app.stream("orders").foreach(lambda key, order: seen.append((key, order["id"])), name="log")
+    assert "Processor: log (foreach; stores: [])\n      --> none" in str(app.describe())
+    TopologyTestDriver(app).pipe_many("orders", [("c1", {"id": 1}), ("c2", {"id": 2})])
+    assert seen == [("c1", 1), ("c2", 2)]
+
+
 def test_table_dsl_jobs_commit_the_same_results_when_batches_crash():
     app = app_()
     customers = app.table("customers")
@@ -149,13 +200,17 @@ def test_table_dsl_jobs_commit_the_same_results_when_batches_crash():
     customers.group_by(lambda k, c: (c["tier"], c)).count(name="tiers").to_stream().to("tiers")
     app.table("subscriptions").join(customers, lambda s, c: {**s, "tier": c["tier"]},
                                     foreign_key=lambda s: s["customer"], name="sub").to_stream().to("subs")
+    places = app.stream("moves").map(lambda k, m: (m["who"], m["city"])).to_table(name="places")
+    orders.join(places, lambda o, city: {**o, "city": city}, name="shipping").to("shipping")
+    places.group_by(lambda who, city: (city, who)).count(name="residents").to_stream().to("residents")
     inputs = []
     for i in range(40):
         t = BASE + i * 1_000
         inputs += [("customers", f"c{i % 6}", {"tier": "gold" if i % 3 else "basic"}, t),
                    ("addresses", f"c{i % 7}", None if i % 5 == 0 else {"city": f"x{i}"}, t + 1),
                    ("orders", f"c{i % 8}", {"order": i}, t + 2),
-                   ("subscriptions", f"s{i % 9}", {"customer": f"c{i % 8}"}, t + 3)]
+                   ("subscriptions", f"s{i % 9}", {"customer": f"c{i % 8}"}, t + 3),
+                   ("moves", f"m{i}", {"who": f"c{i % 8}", "city": f"x{i % 4}"}, t + 4)]
     report = TopologyTestDriver(app, partitions=2).check_exactly_once(inputs, crashes=10, seed=5)
     assert report.crashes and report.records > 100
 
