@@ -6,7 +6,9 @@ restarted. One job, three sub-topologies:
   payments summed, no repartition needed), a table-table outer join (customers with addresses), the right
   side of a foreign-key join and the tier re-grouping, all in the task that reads the customers;
 * the foreign-key join's left side (accounts with their customer's tier);
-* customers re-grouped by tier and counted (after a repartition topic).
+* customers re-grouped by tier and counted (after a repartition topic);
+* a stream of moves made a table (`to_table`) after a key change, and its rows re-grouped by city and counted:
+  a repartition topic like another repartition topic, three more sub-topologies.
 
 Every order is joined once with the table as it stood at the order's time; the tables' final joins and the
 tier counts equal a reference computed from the final tables; `audit_application` says PASS (lineage of
@@ -50,11 +52,13 @@ app.table(os.environ["ACCOUNTS"]).left_join(
     customers, lambda account, c: {"account": account["id"], "tier": c and c["tier"]},
     foreign_key=lambda account: account["customer"], name="owner").to_stream().to(os.environ["OWNERS"])
 customers.group_by(lambda key, c: (c["tier"], c)).count(name="tiers").to_stream().to(os.environ["TIERS"])
+places = app.stream(os.environ["MOVES"]).select_key(lambda who, move: who.upper(), name="mover").to_table(name="places")
+places.group_by(lambda who, move: (move["city"], move)).count(name="residents").to_stream().to(os.environ["RESIDENTS"])
 if os.environ.get("MARKS"):
     app.fault_hooks.on("before_commit", MarkWhile(os.environ["MARKS"], seconds=0.3))
 """
 
-PARTITIONS, ORDERS, PAYMENTS = 2, 1600, 700
+PARTITIONS, ORDERS, PAYMENTS, MOVES = 2, 1600, 700, 600
 BASE = (int(time.time()) // 3600 - 4) * 3_600_000
 END = BASE + 3_600_000  # the tables change after every order and payment
 
@@ -74,8 +78,10 @@ def inputs() -> dict[str, list[tuple[str, dict | None]]]:
     accounts += [("a3", {"id": 3, "customer": "c4", "at": END + 20}), ("a5", None)]
     payments = [(f"c{i % 12}", {"amount": i % 7 + 1, "at": BASE + i * 1_000}) for i in range(PAYMENTS)]
     orders = [(f"c{i % 12}", {"id": i, "at": BASE + i * 500 + 250}) for i in range(ORDERS)]
+    moves = [(f"p{i % 30}", None if i % 29 == 28 else {"city": f"city{i * 7 % 9}", "at": BASE + i * 1_000})
+             for i in range(MOVES)]  # a tombstone now and then: the row leaves its city
     return {"customers": customers, "addresses": addresses, "accounts": accounts, "payments": payments,
-            "orders": orders}
+            "orders": orders, "moves": moves}
 
 
 def final(rows: list[tuple[str, dict | None]]) -> dict[str, dict]:
@@ -98,7 +104,7 @@ def last_per_key(bootstrap: str, topic: str) -> dict[str, object]:
 def test_table_dsl_joins_and_aggregations_are_exactly_once_across_sigkills(
         kafka, topic_factory, unique_name, tmp_path, monkeypatch):
     names = ("customers", "addresses", "accounts", "payments", "orders", "vip", "spent", "profiles", "owners",
-             "tiers")
+             "tiers", "moves", "residents")
     topics = dict(zip(names, (topic_factory(n, partitions=PARTITIONS) for n in names), strict=True))
     bootstrap = kafka.bootstrap_servers
     data = inputs()
@@ -152,10 +158,18 @@ def test_table_dsl_joins_and_aggregations_are_exactly_once_across_sigkills(
     for key, value, _ in committed_records(bootstrap, topics["tiers"]):
         tiers[key.decode()] = int.from_bytes(value, "big")
     assert tiers == counts
+    # The moves as a table: every row in the city of its last move, a deleted one in none (a city left empty
+    # counts 0, which Counter's equality takes as absent).
+    places = final([(who.upper(), move) for who, move in data["moves"]])
+    residents = Counter(move["city"] for move in places.values())
+    counted = {key.decode(): int.from_bytes(value, "big")
+               for key, value, _ in committed_records(bootstrap, topics["residents"])}
+    assert Counter(counted) == residents and len(places) < 30
 
     app = load_job(tmp_path, env, monkeypatch)
-    assert len(app.subtopologies) == 3
+    assert len(app.subtopologies) == 6
     assert dict(app.store_view("tiers-store").all()) == dict(counts)
+    assert Counter(dict(app.store_view("residents-store").all())) == residents
     reports = audit_application(app)
     failed = [(r.mode, r.inputs, r.outputs) for r in reports if r.verdict != "PASS"]
     assert not failed, failed
