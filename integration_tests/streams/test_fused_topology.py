@@ -97,12 +97,14 @@ def load_job(tmp_path, env: dict[str, str], monkeypatch):
         sys.path.remove(str(tmp_path))
 
 
-def commit_copy(bootstrap: str, topic: str, key: bytes | None, value: bytes | None) -> None:
-    """A broken writer: commit one more copy of a record in a transaction of its own."""
+def commit_copy(bootstrap: str, topic: str, key: bytes | None, value: bytes | None,
+                headers: dict[str, bytes] | None = None) -> None:
+    """A broken writer: commit one more copy of a record (with `headers`, its origin too) in a transaction of
+    its own."""
     copy = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"copy-{time.time_ns()}"})
     copy.init_transactions(30)
     copy.begin_transaction()
-    copy.produce(topic, key=key, value=value)
+    copy.produce(topic, key=key, value=value, headers=list((headers or {}).items()))
     copy.commit_transaction(30)
 
 
