@@ -222,7 +222,8 @@ class Stream:
 
         app = self.app
         name = app.node_name("join", name)
-        require_functions(f"join {name!r}", joiner=joiner, **({"key": key} if key is not None else {}))
+        if key is not None:  # the joiner is checked by the join step, the key here before it is wrapped
+            require_functions(f"join {name!r}", key=key)
         right: Any = (other.topics[0] if isinstance(other, Stream) else other.spec if isinstance(other, Table)
                       else other)
         kind = _kind(self.topics[0], right, windows)

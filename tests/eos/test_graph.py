@@ -239,6 +239,8 @@ _MISTAKES = {
                "split 'split-1': predicate must be a function"),
     "joiner": (lambda a: a.stream("in").join(a.table("t"), "joiner"), TypeError,
                "join 'join-[0-9]+': joiner must be a function"),
+    "global table key": (lambda a: a.stream("in").join(a.global_table("g"), lambda o, p: o, key="id"), TypeError,
+                         "join 'join-[0-9]+': key must be a function"),
     "sum": (lambda a: a.stream("in").group_by_key().sum(value=3), TypeError, "sum: value must be a function"),
     "reduce": (lambda a: a.stream("in").group_by_key().reduce(max(1, 2)), TypeError,
                "reduce: reducer must be a function"),
