@@ -208,7 +208,10 @@ def _lineage_reports(app: Application, bootstrap_servers: str | None, max_sample
     """A lineage audit of every sub-topology, each held to its own inputs, with the job's dead-letter topic,
     changelogs and ledger. A repartition step and the step reading its topic are audited as one, from the
     first one's inputs to the second one's outputs: the repartition topic's records are deleted once
-    consumed, and lineage reaches through them."""
+    consumed, and lineage reaches through them. Input order is checked where no repartition topic is
+    between input and output: behind one, an input partition's records are spread over its partitions and
+    read by as many tasks, and an output partition that several of them write gets them in no set order (as
+    in Kafka Streams, whose order holds per partition of a repartition topic)."""
     cfg = app.config
     bootstrap = bootstrap_servers or cfg.bootstrap_servers
     hops = {t.name for t in app.internal_topics.values() if t.purge}
@@ -222,14 +225,11 @@ def _lineage_reports(app: Application, bootstrap_servers: str | None, max_sample
         input_groups = {t: groups[(sub.name, t)] for sub in members for t in sub.inputs if t not in hops}
         # a topic several sub-topologies read: each audit counts only its own ledger entries and dead letters
         only = frozenset(sub.name for sub in members) if shared & set(inputs) else None
-        # a step between two repartition topics spreads an input partition's records over its tasks, and the
-        # order they meet in again is not the input's (as in Kafka Streams)
-        chained = any(set(sub.inputs) & hops and set(sub.output_topics) & hops for sub in members)
         changelogs = [spec.changelog_topic(cfg.application_id) for sub in members for spec in sub.stores]
         reports.append(audit(bootstrap, inputs=inputs, outputs=outputs, dead_letter_topic=cfg.dlq_topic,
                              group=cfg.group_id, extra_topics=[*changelogs, *through], max_samples=max_samples,
                              progress=progress, ledger_topic=ledger_topic(cfg.application_id), through=through,
-                             subtopologies=only, groups=input_groups, ordered=not chained))
+                             subtopologies=only, groups=input_groups, ordered=not through))
     return reports
 
 

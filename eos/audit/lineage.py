@@ -115,8 +115,8 @@ def audit_lineage(bootstrap_servers: str, inputs: Iterable[str], outputs: Iterab
     `inputs` and `outputs` (lineage reaches through them; their records are deleted once consumed).
     `subtopologies`: only their ledger entries and dead letters count (a topic several sub-topologies read);
     `groups`: inputs whose progress another group than `group` holds. `ordered=False`: outputs of one input
-    partition need not follow its order (they passed through two repartition topics in a row, where one input
-    partition's records are spread over several tasks before they meet again)."""
+    partition need not follow its order (they passed through a repartition topic, whose partitions spread one
+    input partition's records over several tasks before they meet again in an output partition)."""
     inputs = list(inputs)
     admin = admin or KafkaAdmin(bootstrap_servers)
     executor = executor or LocalExecutor()

@@ -180,7 +180,7 @@ def test_table_dsl_joins_and_aggregations_are_exactly_once_across_sigkills(
     failed = [(r.mode, r.outputs) for r in audit_application(app) if r.verdict != "PASS"]
     assert "lineage" in [mode for mode, _ in failed] and all(topics["profiles"] in o for _, o in failed), failed
     # A city's count committed twice, origin and all, behind the two repartition topics (whose audit leaves
-    # out the input-order check): a duplicate.
+    # out the input-order check, as behind any repartition topic): a duplicate.
     key, value, _, headers = committed_records(bootstrap, topics["residents"], headers=True)[0]
     commit_copy(bootstrap, topics["residents"], key, value, headers)
     (chained,) = [r for r in audit_application(app) if r.mode == "lineage" and topics["residents"] in r.outputs]
