@@ -10,7 +10,7 @@ from confluent_kafka import Producer
 
 from eos import Application
 from eos.audit import audit_application
-from eos.origin import ORIGIN_HEADER, encode_origin
+from eos.origin import ORIGIN_HEADER, decode_origin, encode_origin
 from integration_tests.helpers import produce
 from transactions import KafkaAdmin, TopicSpec
 
@@ -238,3 +238,29 @@ def test_audit_app_proves_window_results_and_punctuations_and_catches_a_copy_of_
     assert [r.verdict for r in reports] == ["FAIL", "FAIL", "FAIL"]
     assert reports[0].lineage.derived_duplicates == 1 and reports[1].lineage.derived_duplicates == 1
     assert reports[2].window.duplicates == 1
+
+
+def test_outputs_behind_a_repartition_topic_pass_in_whatever_order_its_tasks_wrote_them(kafka, spark, topic_factory,
+                                                                                        unique_name):
+    """An input partition's records spread over the repartition topic's partitions, and the tasks reading them
+    write into one output partition in no set order: that is not a violation (order holds per partition of a
+    repartition topic, as in Kafka Streams); a duplicate still is."""
+    from integration_tests.streams.test_time_and_rekey import committed_records  # (it imports this module)
+
+    src, out = topic_factory("in", partitions=2), topic_factory("out", partitions=1)
+    produce(kafka.bootstrap_servers, src, ((f"k{i % 7}".encode(), json.dumps({"g": f"g{i % 13}"}).encode())
+                                           for i in range(2_000)))
+    app = Application(unique_name("app"), kafka.bootstrap_servers, log_level="ERROR", max_records_per_batch=40,
+                      first_batch_max_records=40, trigger_interval=0.0)
+    (app.stream(src).group_by(lambda key, view: view["g"], name="by_group").count(name="per_group")
+        .to_stream().map(lambda group, n: ("all", {"group": group, "n": n}), name="one_key")
+        .to(out, value_serde="json"))  # one output partition, written by both tasks of the repartition topic
+    app.run(spark, until_caught_up=True)
+    (report,) = audit_application(app)
+    assert report.verdict == "PASS" and report.lineage.output_records == 2_000, report.lineage
+    _, value, _, headers = committed_records(kafka.bootstrap_servers, out, headers=True)[0]
+    origin = decode_origin(headers[ORIGIN_HEADER])
+    assert origin.index == 0
+    inject(kafka.bootstrap_servers, out, value, (origin.topic, origin.partition, origin.offset))
+    (report,) = audit_application(app)
+    assert report.verdict == "FAIL" and report.lineage.duplicates == 1, report.lineage
