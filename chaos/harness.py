@@ -43,15 +43,13 @@ def scratch_environment(directory: Path, env: dict[str, str] | None = None) -> d
     lz4's native library, 145 KB, Spark's submit and faulthandler directories, and its block managers unless
     SPARK_LOCAL_DIRS says otherwise) follow `java.io.tmpdir`, which every JVM the job starts, executors
     included, reads from JAVA_TOOL_OPTIONS (and says so on its stderr), where Spark's sockets fit."""
-    from eos.driver.spark import unix_sockets_fit
+    from eos.driver.spark import with_java_tmpdir
 
     env = dict(os.environ if env is None else env)
     directory.mkdir(parents=True, exist_ok=True)
-    options = env.get("JAVA_TOOL_OPTIONS", "")
-    # (the caller's own choice stands; and a directory too long for the Unix sockets the driver's JVM makes
-    # there would fail the job's start)
-    if "-Djava.io.tmpdir=" not in options and unix_sockets_fit(str(directory)):
-        env["JAVA_TOOL_OPTIONS"] = f"{options} -Djava.io.tmpdir={directory}".strip()
+    options = with_java_tmpdir(env.get("JAVA_TOOL_OPTIONS", ""), str(directory))
+    if options:
+        env["JAVA_TOOL_OPTIONS"] = options
     env["TMPDIR"] = str(directory)
     return env
 

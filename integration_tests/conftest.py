@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from eos.driver.classdata import cache_root
-from eos.driver.spark import DEFAULT_MASTER, build_spark_context, unix_sockets_fit
+from eos.driver.spark import DEFAULT_MASTER, build_spark_context, with_java_tmpdir
 from localkafka.cluster import JVM_OPTIONS_ENV
 from localkafka.provision import KafkaEndpoint, provide_kafka
 from localkafka.registry import RegistryEndpoint, provide_registry
@@ -59,10 +59,9 @@ def spark_scratch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         if "SPARK_LOCAL_DIRS" not in os.environ:
             patch.setenv("SPARK_LOCAL_DIRS", str(tmp_path_factory.mktemp("spark-scratch")))
-        options = os.environ.get("SPARK_SUBMIT_OPTS", "")
-        tmp = tmp_path_factory.mktemp("jvm-tmp")
-        if "-Djava.io.tmpdir=" not in options and unix_sockets_fit(str(tmp)):  # (else the drivers' sockets fail)
-            patch.setenv("SPARK_SUBMIT_OPTS", f"{options} -Djava.io.tmpdir={tmp}".strip())
+        options = with_java_tmpdir(os.environ.get("SPARK_SUBMIT_OPTS", ""), str(tmp_path_factory.mktemp("jvm-tmp")))
+        if options:
+            patch.setenv("SPARK_SUBMIT_OPTS", options)
         yield
 
 

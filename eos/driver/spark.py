@@ -34,7 +34,7 @@ __all__ = ["build_spark_context", "ContextStart", "launch_jvm_early", "discard_e
            "task_slots", "total_task_slots", "located_rdd", "task_rdd", "spark_conf", "is_local", "resolve_master",
            "is_local_master",
            "QUICK_JIT_KEY", "EARLY_JVM_KEY", "BLOCK_MANAGER_THREADS_KEY", "block_manager_threads",
-           "bound_block_manager_pools", "check_socket_dir", "unix_sockets_fit"]
+           "bound_block_manager_pools", "check_socket_dir", "unix_sockets_fit", "with_java_tmpdir"]
 
 #: Spark's settings of Unix domain sockets between its JVMs and their Python workers (`check_socket_dir`)
 UNIX_SOCKETS_KEY = "spark.python.unix.domain.socket.enabled"
@@ -543,10 +543,23 @@ _SOCKET_NAME = ".00000000-0000-0000-0000-000000000000.sock"
 _JAVA_TMPDIR = re.compile(r"-Djava\.io\.tmpdir=(\S+)")
 
 
+def _socket_path_length(directory: str) -> int:
+    return len(os.fsencode(os.path.join(directory, _SOCKET_NAME)))
+
+
 def unix_sockets_fit(directory: str) -> bool:
     """Whether Spark's Unix domain sockets (`.<uuid>.sock`) can be made in `directory` (their paths are short
     enough)."""
-    return len(os.fsencode(os.path.join(directory, _SOCKET_NAME))) <= _SOCKET_PATH_MAX
+    return _socket_path_length(directory) <= _SOCKET_PATH_MAX
+
+
+def with_java_tmpdir(options: str, directory: str) -> str:
+    """JVM `options` (JAVA_TOOL_OPTIONS, SPARK_SUBMIT_OPTS) that put `java.io.tmpdir` in `directory`: unchanged
+    when they set it already (the caller's choice stands) or when Spark's Unix sockets would not fit there (the
+    driver's start would fail)."""
+    if "-Djava.io.tmpdir=" in options or not unix_sockets_fit(directory):
+        return options
+    return f"{options} -Djava.io.tmpdir={directory}".strip()
 
 
 def _driver_tmpdir(conf: Any) -> tuple[str, str]:
@@ -571,8 +584,8 @@ def check_socket_dir(conf: Any) -> None:
     setting = UNIX_SOCKET_DIR_KEY
     if directory is None:
         directory, setting = _driver_tmpdir(conf)
-    if not unix_sockets_fit(directory):
-        longest = len(os.fsencode(os.path.join(directory, _SOCKET_NAME)))
+    longest = _socket_path_length(directory)
+    if longest > _SOCKET_PATH_MAX:
         from eos.errors import ConfigError
 
         raise ConfigError(
