@@ -31,6 +31,16 @@ def require_functions(step: str, **functions: Any) -> None:
                             f"{type(fn).__name__}")
 
 
+class _OfOneFunction:
+    """An operator that calls the user's `fn`: refused where it is added unless `fn` is callable."""
+
+    kind: str
+    fn: Callable[..., Any]
+
+    def __post_init__(self) -> None:
+        require_functions(self.kind, fn=self.fn)
+
+
 def fan_out(children: Sequence[Emit]) -> Emit:
     """One callable that passes a record to every child."""
     if len(children) == 1:
@@ -76,14 +86,11 @@ class Filter:
 
 
 @dataclass(frozen=True)
-class Map:
+class Map(_OfOneFunction):
     """`fn(key, value) -> (new key, new value)`."""
 
     fn: Callable[[Any, Any], tuple[Any, Any]]
     kind = "map"
-
-    def __post_init__(self) -> None:
-        require_functions(self.kind, fn=self.fn)
 
     def bind(self, children: Sequence[Emit]) -> Emit:
         fn, emit = self.fn, fan_out(children)
@@ -95,14 +102,11 @@ class Map:
 
 
 @dataclass(frozen=True)
-class MapValues:
+class MapValues(_OfOneFunction):
     """`fn(value) -> new value` (the key is kept: no repartitioning needed after it)."""
 
     fn: Callable[[Any], Any]
     kind = "map_values"
-
-    def __post_init__(self) -> None:
-        require_functions(self.kind, fn=self.fn)
 
     def bind(self, children: Sequence[Emit]) -> Emit:
         fn, emit = self.fn, fan_out(children)
@@ -113,14 +117,11 @@ class MapValues:
 
 
 @dataclass(frozen=True)
-class FlatMap:
+class FlatMap(_OfOneFunction):
     """`fn(key, value) -> iterable of (key, value)`."""
 
     fn: Callable[[Any, Any], Iterable[tuple[Any, Any]]]
     kind = "flat_map"
-
-    def __post_init__(self) -> None:
-        require_functions(self.kind, fn=self.fn)
 
     def bind(self, children: Sequence[Emit]) -> Emit:
         fn, emit = self.fn, fan_out(children)
@@ -133,14 +134,11 @@ class FlatMap:
 
 
 @dataclass(frozen=True)
-class FlatMapValues:
+class FlatMapValues(_OfOneFunction):
     """`fn(value) -> iterable of values`, each with the record's key."""
 
     fn: Callable[[Any], Iterable[Any]]
     kind = "flat_map_values"
-
-    def __post_init__(self) -> None:
-        require_functions(self.kind, fn=self.fn)
 
     def bind(self, children: Sequence[Emit]) -> Emit:
         fn, emit = self.fn, fan_out(children)
@@ -152,15 +150,12 @@ class FlatMapValues:
 
 
 @dataclass(frozen=True)
-class Peek:
+class Peek(_OfOneFunction):
     """`fn(key, value)` for its side effect; the record passes unchanged (side effects are not exactly-once:
     a retried batch calls it again)."""
 
     fn: Callable[[Any, Any], Any]
     kind = "peek"
-
-    def __post_init__(self) -> None:
-        require_functions(self.kind, fn=self.fn)
 
     def bind(self, children: Sequence[Emit]) -> Emit:
         fn, emit = self.fn, fan_out(children)
@@ -172,14 +167,11 @@ class Peek:
 
 
 @dataclass(frozen=True)
-class SelectKey:
+class SelectKey(_OfOneFunction):
     """`fn(key, value) -> new key`."""
 
     fn: Callable[[Any, Any], Any]
     kind = "select_key"
-
-    def __post_init__(self) -> None:
-        require_functions(self.kind, fn=self.fn)
 
     def bind(self, children: Sequence[Emit]) -> Emit:
         fn, emit = self.fn, fan_out(children)
