@@ -163,21 +163,25 @@ class Stream:
         """Through the internal topic `<application_id>-<name>-repartition` (created at start-up with
         `partitions`, default as many as the stream's input has; records deleted once consumed), so each
         key's records are in one task."""
+        return self._repartitioned(self.app.node_name("repartition", name), partitions, None, key_serde, value_serde)
+
+    def keyed(self, name: str, *, like: str | None = None) -> Stream:
+        """This stream, or, after a key change, this stream through a repartition topic named after `name`
+        (with as many partitions as the topic `like`, by default as its input)."""
+        return self._repartitioned(name, None, like, None, None) if self.rekeyed else self
+
+    def _repartitioned(self, name: str, partitions: int | None, like: str | None, key_serde: Serde | str | None,
+                       value_serde: Serde | str | None) -> Stream:
         from eos.dsl.base import InternalTopic
 
         app = self.app
-        name = app.node_name("repartition", name)
         topic = app.internal_name(name, "repartition")
-        app.internal_topics[topic] = InternalTopic(topic, partitions, like=None if partitions else self.topics[0],
-                                                   purge=True)
+        app.internal_topics[topic] = InternalTopic(topic, partitions,
+                                                   like=None if partitions else like or self.topics[0], purge=True)
         ks, vs = serde_for(key_serde, self.key_serde), serde_for(value_serde, self.value_serde)
         app.graph.add(SinkNode(f"{name}-repartition.sink", topic, (self.node,), ks, vs, requires_key=True))
         source = app.graph.add(SourceNode(f"{name}-repartition.source", (topic,), ks, vs, RECORD_TIME))
         return Stream(app, source.name, ks, vs, (topic,))
-
-    def keyed(self, name: str) -> Stream:
-        """This stream, or, after a key change, this stream through a repartition topic named after `name`."""
-        return self.repartition(name=name) if self.rekeyed else self
 
     def to_table(self, *, name: str | None = None) -> Table:
         """This stream as a table (Kafka Streams' `toTable`): each record is the new row of its key, a record

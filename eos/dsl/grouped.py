@@ -1,6 +1,18 @@
 """Grouped and windowed streams and the tables aggregations make (Kafka Streams' `KGroupedStream`,
-`TimeWindowedKStream`/`SessionWindowedKStream` and the `KTable` of an aggregation), over the same
-aggregation processors and stores as `app.aggregate`."""
+`TimeWindowedKStream`/`SessionWindowedKStream`, `CogroupedKStream` and the `KTable` of an aggregation), over
+the same aggregation processors and stores as `app.aggregate`.
+
+A cogroup folds several grouped streams into one aggregate per key, each stream with its own aggregator:
+
+    (orders.group_by_key().cogroup(lambda k, order, agg: {**agg, "spent": agg["spent"] + order["amount"]})
+           .cogroup(refunds.group_by_key(), lambda k, refund, agg: {**agg, "refunded": agg["refunded"] + 1})
+           .aggregate(lambda: {"spent": 0, "refunded": 0}, name="customer-totals"))
+
+is one aggregation node with one store, in one task per partition: each stream's records reach it marked
+with the stream's place (`eos.graph.operators.Cogrouped`), and one aggregator applies that stream's function
+(`eos.operators.aggregate.CogroupAggregator`). A stream keyed anew goes through a repartition topic of its
+own first (`<application_id>-<name>-<n>-repartition`, n its place from 1), with as many partitions as the
+cogroup's first stream that is not, so that all of them are co-partitioned."""
 
 from __future__ import annotations
 
@@ -8,15 +20,18 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from eos.dsl.fluent import Stream
+from eos.dsl.fluent import Const, Stream
 from eos.dsl.tables import Table
 from eos.graph import ProcessorNode
-from eos.operators.aggregate import counter, reducer, summer
+from eos.graph.operators import Cogrouped, require_functions
+from eos.operators.aggregate import CogroupAggregator, CogroupValueSerde, counter, reducer, summer
 from eos.operators.windows import Emit, LatePolicy
 from eos.serde import Serde, serde_for
 from eos.windows import HoppingWindows, SessionWindows, SlidingWindows, WindowSpec
 
-__all__ = ["GroupedStream", "WindowedStream"]
+__all__ = ["GroupedStream", "WindowedStream", "CogroupedStream", "WindowedCogroupedStream"]
+
+Aggregator = Callable[[Any, Any, Any], Any]
 
 
 class GroupedStream:
@@ -34,6 +49,12 @@ class GroupedStream:
             raise TypeError("window() takes TumblingWindows, HoppingWindows, SlidingWindows or SessionWindows from "
                             f"eos.windows, e.g. window(TumblingWindows(60_000)); got {windows!r}")
         return WindowedStream(self, windows, emit, late_records, retention, windowed_key)
+
+    def cogroup(self, aggregator: Aggregator) -> CogroupedStream:
+        """Start a cogroup (Kafka Streams' `cogroup`): this stream's values folded by `aggregator(key, value,
+        aggregate)`; `.cogroup(other grouped stream, its aggregator)` adds more, then `.aggregate(initializer)`
+        (or `.window(...)` first) makes the one table they all fold into."""
+        return CogroupedStream(self.stream.app, ()).cogroup(self, aggregator)
 
     def count(self, *, name: str | None = None, persistent: bool = True) -> Table:
         """Records per key (a long); tombstones are not counted."""
@@ -63,21 +84,29 @@ class GroupedStream:
                    aggregator: Callable[[Any, Any, Any], Any], merger: Callable[[Any, Any, Any], Any] | None,
                    aggregate_serde: Serde | str, persistent: bool,
                    window: WindowedStream | None = None) -> Table:
-        stream = self.stream
-        app = stream.app
+        app = self.stream.app
         name = app.node_name(kind, name)
-        source = stream.keyed(name)  # through `<application_id>-<name>-repartition` after a key change
-        w = window
-        step = app.aggregation_step(name, initializer, aggregator, self.key_serde, self.value_serde, aggregate_serde,
-                                    persistent, w.windows if w else None, w.emit if w else "update",
-                                    w.late_records if w else "drop", merger, w.windowed_key if w else "json",
-                                    w.retention if w else None)
-        node = app.graph.add(ProcessorNode(name, (source.node,), step.factory, kind=step.kind,
-                                           windowing=step.windowing, may_be_leaf=True))
-        for spec in step.stores:
-            app.graph.add_store(spec, [node.name])
-        return Table(app, step.key_serde, serde_for(aggregate_serde), source.topics, node=node.name,
-                     store=step.stores[0].name, windowed=w is not None)
+        source = self.stream.keyed(name)  # through `<application_id>-<name>-repartition` after a key change
+        return _aggregation(app, name, (source,), self.key_serde, self.value_serde, initializer, aggregator, merger,
+                            aggregate_serde, persistent, window)
+
+
+def _aggregation(app: Any, name: str, sources: tuple[Stream, ...], key_serde: Serde, value_serde: Serde,
+                 initializer: Callable[[], Any], aggregator: Aggregator, merger: Aggregator | None,
+                 aggregate_serde: Serde | str, persistent: bool, window: WindowedStream | None,
+                 kind: str = "") -> Table:
+    """The aggregation node `name` after `sources` (its parents), its stores, and the table of its results."""
+    w = window
+    step = app.aggregation_step(name, initializer, aggregator, key_serde, value_serde, aggregate_serde, persistent,
+                                w.windows if w else None, w.emit if w else "update", w.late_records if w else "drop",
+                                merger, w.windowed_key if w else "json", w.retention if w else None)
+    node = app.graph.add(ProcessorNode(name, tuple(s.node for s in sources), step.factory, kind=kind + step.kind,
+                                       windowing=step.windowing, may_be_leaf=True))
+    for spec in step.stores:
+        app.graph.add_store(spec, [node.name])
+    topics = tuple(dict.fromkeys(t for s in sources for t in s.topics))
+    return Table(app, step.key_serde, serde_for(aggregate_serde), topics, node=node.name, store=step.stores[0].name,
+                 windowed=w is not None)
 
 
 class WindowedStream:
@@ -109,3 +138,78 @@ class WindowedStream:
                   aggregate_serde: Serde | str = "json", persistent: bool = True) -> Table:
         return self.grouped._aggregate("aggregate", name, initializer, aggregator, merger, aggregate_serde,
                                        persistent, self)
+
+
+class CogroupedStream:
+    """`grouped.cogroup(aggregator)`: grouped streams, each with its aggregator, that `aggregate(initializer)`
+    folds into one table (Kafka Streams' `CogroupedKStream`)."""
+
+    def __init__(self, app: Any, inputs: tuple[tuple[GroupedStream, Aggregator], ...]) -> None:
+        self.app, self.inputs = app, inputs
+
+    def __repr__(self) -> str:
+        return f"CogroupedStream({[g.stream.node for g, _ in self.inputs]!r})"
+
+    def cogroup(self, grouped: GroupedStream, aggregator: Aggregator) -> CogroupedStream:
+        """This cogroup and `grouped`'s values, folded by `aggregator(key, value, aggregate)`."""
+        if not isinstance(grouped, GroupedStream):
+            raise TypeError(f"cogroup takes a grouped stream (stream.group_by_key(), stream.group_by(fn)) and its "
+                            f"aggregator, got {type(grouped).__name__}")
+        require_functions("cogroup", aggregator=aggregator)
+        if grouped.stream.app is not self.app:
+            raise ValueError("cogroup: the grouped streams must come from the same Application")
+        if any(g is grouped for g, _ in self.inputs):
+            raise ValueError(f"cogroup: {grouped.stream!r} is already in this cogroup; give each grouped stream "
+                             "once, with one aggregator")
+        if self.inputs:
+            first = self.inputs[0][0].key_serde
+            if type(grouped.key_serde) is not type(first):
+                raise ValueError(f"cogroup: the grouped streams must have keys alike, for one aggregate per key: "
+                                 f"{self.inputs[0][0].stream!r} is keyed {first!r}, {grouped.stream!r} "
+                                 f"{grouped.key_serde!r}; group_by_key(key_serde=...) makes them one")
+        if len(self.inputs) == 255:
+            raise ValueError("cogroup: at most 255 grouped streams")
+        return CogroupedStream(self.app, (*self.inputs, (grouped, aggregator)))
+
+    def window(self, windows: WindowSpec, *, emit: Emit = "update", late_records: LatePolicy = "drop",
+               retention: int | timedelta | None = None, windowed_key: str = "json") -> WindowedCogroupedStream:
+        """One aggregate per key and window, as `GroupedStream.window`."""
+        return WindowedCogroupedStream(self, self.inputs[0][0].window(windows, emit=emit, late_records=late_records,
+                                                                      retention=retention,
+                                                                      windowed_key=windowed_key))
+
+    def aggregate(self, initializer: Callable[[], Any], *, merger: Aggregator | None = None,
+                  name: str | None = None, aggregate_serde: Serde | str = "json", persistent: bool = True) -> Table:
+        """The table of each key's aggregate, from `initializer()`, every stream's values folded into it by that
+        stream's aggregator, in the order the task processes them (by timestamp across partitions)."""
+        return self._aggregate(initializer, merger, name, aggregate_serde, persistent, None)
+
+    def _aggregate(self, initializer: Callable[[], Any], merger: Aggregator | None, name: str | None,
+                   aggregate_serde: Serde | str, persistent: bool, window: WindowedStream | None) -> Table:
+        app = self.app
+        name = app.node_name("cogroup", name)
+        plain = [g.stream.topics[0] for g, _ in self.inputs if not g.stream.rekeyed]
+        like = plain[0] if plain else self.inputs[0][0].stream.topics[0]
+        marked = []
+        for index, (grouped, _) in enumerate(self.inputs):
+            source = grouped.stream.keyed(f"{name}-{index + 1}", like=like)
+            node = app.graph.add(ProcessorNode(f"{name}-{index + 1}-cogroup", (source.node,),
+                                               Const(Cogrouped(index)), kind="cogroup", operator=True))
+            marked.append(Stream(app, node.name, source.key_serde, source.value_serde, source.topics))
+        aggregator = CogroupAggregator(tuple(a for _, a in self.inputs))
+        values = CogroupValueSerde(tuple(g.value_serde for g, _ in self.inputs))
+        return _aggregation(app, name, tuple(marked), self.inputs[0][0].key_serde, values, initializer, aggregator,
+                            merger, aggregate_serde, persistent, window, kind="cogrouped ")
+
+
+class WindowedCogroupedStream:
+    """`cogrouped.window(...)`: the cogroup's one aggregate per key and window, keyed `Windowed(key, start, end)`."""
+
+    def __init__(self, cogrouped: CogroupedStream, window: WindowedStream) -> None:
+        self.cogrouped, self.windowing = cogrouped, window
+
+    def aggregate(self, initializer: Callable[[], Any], *, merger: Aggregator | None = None,
+                  name: str | None = None, aggregate_serde: Serde | str = "json", persistent: bool = True) -> Table:
+        """As `CogroupedStream.aggregate`, per window (session windows also need `merger(key, aggregate1,
+        aggregate2)`)."""
+        return self.cogrouped._aggregate(initializer, merger, name, aggregate_serde, persistent, self.windowing)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["Filter", "Map", "MapValues", "FlatMap", "FlatMapValues", "Peek", "SelectKey", "Branch", "PassThrough",
-           "Operator", "fan_out", "require_functions"]
+           "Cogrouped", "Operator", "fan_out", "require_functions"]
 
 Emit = Callable[[Any, Any, int, Any], None]
 
@@ -221,6 +221,23 @@ class PassThrough:
         return fan_out(children)
 
 
+@dataclass(frozen=True)
+class Cogrouped:
+    """The records of the `index`-th stream of a cogroup, each value marked `(index, value)` (a tombstone stays
+    None), so that the cogroup's one aggregation folds it with that stream's aggregator
+    (`eos.operators.aggregate.CogroupAggregator`)."""
+
+    index: int
+    kind = "cogroup"
+
+    def bind(self, children: Sequence[Emit]) -> Emit:
+        index, emit = self.index, fan_out(children)
+
+        def step(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            emit(key, None if value is None else (index, value), timestamp, headers)
+        return step
+
+
 def _iterable(result: Any, what: str) -> Iterable[Any]:
     if result is None:
         return ()
@@ -229,7 +246,7 @@ def _iterable(result: Any, what: str) -> Iterable[Any]:
     return result
 
 
-Operator = Filter | Map | MapValues | FlatMap | FlatMapValues | Peek | SelectKey | Branch | PassThrough
+Operator = Filter | Map | MapValues | FlatMap | FlatMapValues | Peek | SelectKey | Branch | PassThrough | Cogrouped
 
 
 def _pair(pair: Any, operator: str) -> tuple[Any, Any]:

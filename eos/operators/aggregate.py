@@ -25,13 +25,14 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from eos.cache import ENTRY_OVERHEAD, RecordCache, updates
+from eos.errors import SerdeError
 from eos.graph.operators import require_functions
 from eos.processor import Processor, ProcessorContext
 from eos.records import Record
 from eos.serde import DoubleSerde, IntegerSerde, JsonSerde, LongSerde, Serde
 
 __all__ = ["AggregateProcessor", "Aggregation", "counter", "summer", "reducer", "HELD_NUMBER_BYTES", "AggregateFold",
-           "KEYLESS"]
+           "KEYLESS", "CogroupAggregator", "CogroupValueSerde"]
 
 #: bytes a number waiting in the record cache counts for besides its key: its timestamp and the longest
 #: JSON of a 64-bit integer or a float
@@ -201,3 +202,42 @@ def reducer(reduce: Callable[[Any, Any], Any]) -> Aggregation:
     require_functions("reduce", reducer=reduce)
     return Aggregation(lambda: _FIRST, lambda key, v, agg: v if agg is _FIRST else reduce(agg, v),
                        lambda key, a, b: b if a is _FIRST else a if b is _FIRST else reduce(a, b))
+
+
+class CogroupAggregator:
+    """The aggregator of a cogroup (Kafka Streams' `cogroup`): several grouped streams fold into one aggregate
+    per key, each with its own aggregator. Their values arrive marked `(index, value)`
+    (`eos.graph.operators.Cogrouped`); the `index`-th aggregator folds the value."""
+
+    def __init__(self, aggregators: tuple[Callable[[Any, Any, Any], Any], ...]) -> None:
+        self.aggregators = aggregators
+
+    def __call__(self, key: Any, marked: tuple[int, Any], aggregate: Any) -> Any:
+        index, value = marked
+        return self.aggregators[index](key, value, aggregate)
+
+
+class CogroupValueSerde(Serde):
+    """A cogroup's marked values `(index, value)` as one byte of index and the value in its stream's serde (the
+    records a sliding window keeps)."""
+
+    name = "cogrouped value"
+
+    def __init__(self, serdes: tuple[Serde, ...]) -> None:
+        self.serdes = serdes
+
+    def _dumps(self, obj: Any) -> bytes:
+        index, value = obj
+        data = self.serdes[index].serialize(value)
+        if data is None:
+            raise SerdeError("a cogrouped value cannot be None")
+        return bytes((index,)) + data
+
+    def _loads(self, data: bytes) -> Any:
+        return data[0], self.serdes[data[0]].deserialize(data[1:])
+
+    def bind(self, topic: str, is_key: bool) -> Serde:
+        return CogroupValueSerde(tuple(s.bind(topic, is_key) for s in self.serdes))
+
+    def __repr__(self) -> str:
+        return f"CogroupValueSerde({list(self.serdes)!r})"

@@ -112,12 +112,24 @@ def exploded_app(cache: int, **settings: Any) -> Callable[[], Application]:
     return make
 
 
+def cogroup_app(cache: int, **settings: Any) -> Callable[[], Application]:
+    """A cogroup of one stream: its values are marked for the cogroup's aggregator on the way, a step of the
+    line the fold builds again."""
+    def make() -> Application:
+        app = Application("folds", cache_max_bytes=cache, **settings)
+        (app.stream("in", value_serde="json").group_by_key().cogroup(lambda key, v, total: total + v["n"])
+            .aggregate(lambda: 0, name="total").to_stream().to("out"))
+        return app
+    return make
+
+
 CACHES = pytest.mark.parametrize("cache", [1 << 20, 0], ids=["cached", "uncached"])
 
 
 @CACHES
-@pytest.mark.parametrize("make", [count_app, sum_app, classic_count_app, even_counts_app, pipeline_app, exploded_app],
-                         ids=["count", "sum", "classic-count", "even-counts", "pipeline", "exploded"])
+@pytest.mark.parametrize("make", [count_app, sum_app, classic_count_app, even_counts_app, pipeline_app, exploded_app,
+                                  cogroup_app],
+                         ids=["count", "sum", "classic-count", "even-counts", "pipeline", "exploded", "cogroup"])
 @pytest.mark.parametrize("seed", [1, 2])
 def test_a_folded_batch_commits_what_the_record_at_a_time_loop_commits(monkeypatch, make, seed, cache):
     inputs = raw_inputs(900, seed)
@@ -132,7 +144,8 @@ def test_a_folded_batch_commits_what_the_record_at_a_time_loop_commits(monkeypat
         assert len(out["out"]) > len(inputs) / (4 if make is even_counts_app else 2)
     # without a cache, an aggregation that forwards to its sink makes its headerless records' updates at once,
     # whether it reads the source itself or through operators
-    assert bool(folds.made) == (not cache and make in (count_app, classic_count_app, pipeline_app, exploded_app))
+    assert bool(folds.made) == (not cache and make in (count_app, classic_count_app, pipeline_app, exploded_app,
+                                                       cogroup_app))
 
 
 @pytest.mark.parametrize("make", [count_app, sum_app], ids=["count", "sum"])
