@@ -1,5 +1,5 @@
 """Tables in the fluent DSL on the broker and Spark, SIGKILLed mid-batch (inside transactions too) and
-restarted. One job, three sub-topologies:
+restarted. One job:
 
 * orders joined with a filtered table (gold customers, written to the partition a partitioner chooses) and
   with an aggregated table (each customer's
@@ -8,11 +8,15 @@ restarted. One job, three sub-topologies:
 * the foreign-key join's left side (accounts with their customer's tier);
 * customers re-grouped by tier and counted (after a repartition topic);
 * a stream of moves made a table (`to_table`) after a key change, and its rows re-grouped by city and counted:
-  a repartition topic like another repartition topic, three more sub-topologies.
+  a repartition topic like another repartition topic, three more sub-topologies;
+* a cogroup of each customer's orders (counted), payments (summed) and page visits (keyed anew by customer,
+  so through a repartition topic of their own, written by a seventh sub-topology): one aggregate per
+  customer, in the task that reads customers.
 
-Every order is joined once with the table as it stood at the order's time; the tables' final joins and the
-tier counts equal a reference computed from the final tables; `audit_application` says PASS (lineage of
-every step, the table-table and foreign-key join audits), and FAIL on a committed copy of a result."""
+Every order is joined once with the table as it stood at the order's time; the tables' final joins, the
+tier counts and the cogroup's aggregates equal a reference computed from the inputs, the cogroup updating
+each customer once per record; `audit_application` says PASS (lineage of every step, the table-table and
+foreign-key join audits), and FAIL on a committed copy of a result."""
 
 from __future__ import annotations
 
@@ -42,7 +46,8 @@ orders = app.stream(os.environ["ORDERS"])
 gold = customers.filter(lambda key, customer: customer["tier"] == "gold", name="gold")
 orders.join(gold, lambda order, customer: {"id": order["id"]}, name="vip").to(
     os.environ["VIP"], partitioner=lambda key, order, partitions: order["id"] % partitions)
-spent = app.stream(os.environ["PAYMENTS"]).group_by_key().sum(lambda payment: payment["amount"], name="spent")
+payments = app.stream(os.environ["PAYMENTS"])
+spent = payments.group_by_key().sum(lambda payment: payment["amount"], name="spent")
 orders.left_join(spent, lambda order, total: {"id": order["id"], "spent": total},
                  name="with_spent").to(os.environ["SPENT"])
 customers.outer_join(app.table(os.environ["ADDRESSES"]),
@@ -54,11 +59,16 @@ app.table(os.environ["ACCOUNTS"]).left_join(
 customers.group_by(lambda key, c: (c["tier"], c)).count(name="tiers").to_stream().to(os.environ["TIERS"])
 places = app.stream(os.environ["MOVES"]).select_key(lambda who, move: who.upper(), name="mover").to_table(name="places")
 places.group_by(lambda who, move: (move["city"], move)).count(name="residents").to_stream().to(os.environ["RESIDENTS"])
+(orders.group_by_key().cogroup(lambda c, order, a: {**a, "orders": a["orders"] + 1})
+ .cogroup(payments.group_by_key(), lambda c, p, a: {**a, "paid": a["paid"] + p["amount"]})
+ .cogroup(app.stream(os.environ["VISITS"]).select_key(lambda page, visit: visit["customer"], name="visitor")
+          .group_by_key(), lambda c, visit, a: {**a, "pages": sorted({*a["pages"], visit["page"]})})
+ .aggregate(lambda: {"orders": 0, "paid": 0, "pages": []}, name="activity")).to_stream().to(os.environ["ACTIVITY"])
 if os.environ.get("MARKS"):
     app.fault_hooks.on("before_commit", MarkWhile(os.environ["MARKS"], seconds=0.3))
 """
 
-PARTITIONS, ORDERS, PAYMENTS, MOVES = 2, 1600, 700, 600
+PARTITIONS, ORDERS, PAYMENTS, MOVES, VISITS = 2, 1600, 700, 600, 500
 BASE = (int(time.time()) // 3600 - 4) * 3_600_000
 END = BASE + 3_600_000  # the tables change after every order and payment
 
@@ -80,8 +90,10 @@ def inputs() -> dict[str, list[tuple[str, dict | None]]]:
     orders = [(f"c{i % 12}", {"id": i, "at": BASE + i * 500 + 250}) for i in range(ORDERS)]
     moves = [(f"p{i % 30}", None if i % 29 == 28 else {"city": f"city{i * 7 % 9}", "at": BASE + i * 1_000})
              for i in range(MOVES)]  # a tombstone now and then: the row leaves its city
+    visits = [(f"/p{i % 40}", {"customer": f"c{i * 5 % 12}", "page": f"/p{i % 40}", "at": BASE + i * 1_500 + 7})
+              for i in range(VISITS)]
     return {"customers": customers, "addresses": addresses, "accounts": accounts, "payments": payments,
-            "orders": orders, "moves": moves}
+            "orders": orders, "moves": moves, "visits": visits}
 
 
 def final(rows: list[tuple[str, dict | None]]) -> dict[str, dict]:
@@ -104,7 +116,7 @@ def last_per_key(bootstrap: str, topic: str) -> dict[str, object]:
 def test_table_dsl_joins_and_aggregations_are_exactly_once_across_sigkills(
         kafka, topic_factory, unique_name, tmp_path, monkeypatch):
     names = ("customers", "addresses", "accounts", "payments", "orders", "vip", "spent", "profiles", "owners",
-             "tiers", "moves", "residents")
+             "tiers", "moves", "residents", "visits", "activity")
     topics = dict(zip(names, (topic_factory(n, partitions=PARTITIONS) for n in names), strict=True))
     bootstrap = kafka.bootstrap_servers
     data = inputs()
@@ -166,8 +178,27 @@ def test_table_dsl_joins_and_aggregations_are_exactly_once_across_sigkills(
                for key, value, _ in committed_records(bootstrap, topics["residents"])}
     assert Counter(counted) == residents and len(places) < 30
 
+    # The cogroup: each customer's orders counted, payments summed and pages visited, in one aggregate.
+    activity: dict[str, dict] = {}
+    records_of: Counter[str] = Counter()
+    for role, customer_of in (("orders", lambda key, v: key), ("payments", lambda key, v: key),
+                              ("visits", lambda key, v: v["customer"])):
+        for key, value in data[role]:
+            row = activity.setdefault(customer_of(key, value), {"orders": 0, "paid": 0, "pages": []})
+            records_of[customer_of(key, value)] += 1
+            if role == "orders":
+                row["orders"] += 1
+            elif role == "payments":
+                row["paid"] += value["amount"]
+            else:
+                row["pages"] = sorted({*row["pages"], value["page"]})
+    assert last_per_key(bootstrap, topics["activity"]) == activity
+    updates = [key.decode() for key, _, _ in committed_records(bootstrap, topics["activity"])]
+    assert Counter(updates) == records_of  # one update per record: none lost, none twice
+
     app = load_job(tmp_path, env, monkeypatch)
-    assert len(app.subtopologies) == 6
+    assert len(app.subtopologies) == 7
+    assert dict(app.store_view("activity-store").all()) == activity
     assert dict(app.store_view("tiers-store").all()) == dict(counts)
     assert Counter(dict(app.store_view("residents-store").all())) == residents
     reports = audit_application(app)
