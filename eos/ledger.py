@@ -7,7 +7,8 @@ committed offset, from where and why (records deleted by retention before they w
 committed offset of an earlier topic of the same name). And the origins of the records that produced no
 output and no dead letter (`filtered`: legal, e.g. a filter or an aggregation ignoring a tombstone), per
 origin partition: a record's origin is itself, or for a record of a repartition topic the origin it
-carries, so that filtering after a repartition hop is accounted for against the original input.
+carries, so that filtering after a repartition hop is accounted for against the original input (and named
+as such, `through`: one path of an input may produce nothing while another produces outputs).
 
 Because it commits with the outputs and offsets, the auditor can prove more than "every input appears
 once in the output": a filtered record is accounted for instead of lost, an offset covered by two
@@ -83,6 +84,9 @@ class LedgerEntry:
     filtered: dict[tuple[str, int], BitMap64] = field(default_factory=dict)
     #: of those, the ones a windowed operator dropped as late (the join and window audits leave them out)
     late: dict[tuple[str, int], BitMap64] = field(default_factory=dict)
+    #: of those, the ones read from a repartition topic: one path of their input produced nothing here, and
+    #: another may have produced outputs (a stream keyed anew two ways)
+    through: dict[tuple[str, int], BitMap64] = field(default_factory=dict)
 
     def encode(self) -> bytes:
         return json.dumps({"v": LEDGER_VERSION, "task": self.task, "batch": self.batch,
@@ -90,7 +94,9 @@ class LedgerEntry:
                            "filtered": [{"topic": t, "partition": p, "offsets": _text(bm)}
                                         for (t, p), bm in self.filtered.items() if bm],
                            **({"late": [{"topic": t, "partition": p, "offsets": _text(bm)}
-                                        for (t, p), bm in self.late.items() if bm]} if self.late else {})},
+                                        for (t, p), bm in self.late.items() if bm]} if self.late else {}),
+                           **({"through": [{"topic": t, "partition": p, "offsets": _text(bm)}
+                                           for (t, p), bm in self.through.items() if bm]} if self.through else {})},
                           separators=(",", ":")).encode()
 
     @classmethod
@@ -101,8 +107,9 @@ class LedgerEntry:
             if data.get("v") != LEDGER_VERSION or "opens" in data:
                 return None
             filtered = {(f["topic"], int(f["partition"])): _bitmap(f["offsets"]) for f in data.get("filtered", [])}
-            late = {(f["topic"], int(f["partition"])): _bitmap(f["offsets"]) for f in data.get("late", [])}
+            late, through = ({(f["topic"], int(f["partition"])): _bitmap(f["offsets"]) for f in data.get(kind, [])}
+                             for kind in ("late", "through"))
             return cls(str(data["task"]), int(data["batch"]), tuple(LedgerInput.from_json(i) for i in data["inputs"]),
-                       filtered, late)
+                       filtered, late, through)
         except (ValueError, KeyError, TypeError, AttributeError):
             return None

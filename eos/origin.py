@@ -3,6 +3,11 @@
 `index` numbers the outputs of one input record (0, 1, ... for 1-to-n processing). Topic names cannot
 contain ':' (Kafka allows [A-Za-z0-9._-]), so the encoding is unambiguous. The auditor proves
 exactly-once by finding every origin exactly once in the committed output.
+
+Through a repartition topic, lineage reaches back to the original input: a record of the topic carries its
+origin and index, and the outputs a later task makes of it extend that index by one level
+(`output_indices`), so that the outputs of every path an input takes (a stream keyed anew two ways, a row
+moving between groups) have indices of their own, wherever they are made.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from transactions import Message
 
 __all__ = ["ORIGIN_HEADER", "DERIVED_HEADER", "ORIGIN_FORMAT", "Origin", "origin_prefix", "encode_origin",
            "decode_origin", "origin_of",
-           "lineage_origin", "lineage_source"]
+           "lineage_origin", "lineage_source", "output_indices", "INDEX_LEVEL_BITS"]
 
 ORIGIN_HEADER = "eos.origin"
 #: Carried instead of an origin by records no single input record produced (punctuation, window results
@@ -30,6 +35,8 @@ class Origin(NamedTuple):
 
 #: An origin's header value, from its `origin_prefix`, offset and index (the record path formats it per output)
 ORIGIN_FORMAT = b"%b%d:%d"
+#: the bits of one level of an index: a record makes fewer than 2**32 outputs
+INDEX_LEVEL_BITS = 32
 
 
 def origin_prefix(topic: str, partition: int) -> bytes:
@@ -75,13 +82,22 @@ def lineage_origin(msg: Message, transitive: frozenset[str] = frozenset()) -> tu
 
 
 def lineage_source(msg: Message, transitive: frozenset[str] = frozenset()) -> Origin:
-    """`lineage_origin` with the index a record's outputs start numbering at: 0, or, for a record of a
-    repartition topic, the index it carries. A step that writes n records of one input to a repartition
-    topic (a table row moving between groups: a subtraction and an addition) gives them indices 0..n-1,
-    and the one output the next step makes of each keeps that index, so no two outputs of the original
-    input share one."""
+    """`lineage_origin` with the index a record carries: 0, or, for a record of a repartition topic, the
+    index it was written with (its outputs' indices extend it: `output_indices`)."""
     if transitive and msg.topic() in transitive:
         origin = origin_of(msg.headers())
         if origin is not None:
             return origin
     return Origin(msg.topic(), msg.partition(), msg.offset(), 0)
+
+
+def output_indices(carried: int) -> tuple[int, int]:
+    """(base, shift) of the outputs of a record of a repartition topic that carries the index `carried`: the
+    n-th has the index `base + (n << shift)`, `carried` with one more level above its own, `n + 1` (never 0).
+    Indices are thus paths (the n-th output of the m-th output of ...), one per output of an input record
+    through any number of repartition topics and tasks: a step that writes two records of one input to two
+    repartition topics, and a later step that makes two outputs of one of them, never give two outputs one
+    index. An input's own outputs are numbered 0, 1, ... (shift 0)."""
+    levels = max(1, -(-carried.bit_length() // INDEX_LEVEL_BITS))
+    shift = INDEX_LEVEL_BITS * levels
+    return carried + (1 << shift), shift

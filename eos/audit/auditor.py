@@ -208,10 +208,11 @@ def _lineage_reports(app: Application, bootstrap_servers: str | None, max_sample
     """A lineage audit of every sub-topology, each held to its own inputs, with the job's dead-letter topic,
     changelogs and ledger. A repartition step and the step reading its topic are audited as one, from the
     first one's inputs to the second one's outputs: the repartition topic's records are deleted once
-    consumed, and lineage reaches through them. Input order is checked where no repartition topic is
-    between input and output: behind one, an input partition's records are spread over its partitions and
-    read by as many tasks, and an output partition that several of them write gets them in no set order (as
-    in Kafka Streams, whose order holds per partition of a repartition topic)."""
+    consumed, and lineage reaches through them. Input order and the run of a record's output indices are
+    checked where no repartition topic is between input and output: behind one, an input partition's records
+    are spread over its partitions and read by as many tasks, and an output partition that several of them
+    write gets them in no set order (as in Kafka Streams, whose order holds per partition of a repartition
+    topic); a record's outputs are made by the tasks of each path it takes, numbered per path."""
     cfg = app.config
     bootstrap = bootstrap_servers or cfg.bootstrap_servers
     hops = {t.name for t in app.internal_topics.values() if t.purge}

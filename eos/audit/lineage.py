@@ -116,7 +116,10 @@ def audit_lineage(bootstrap_servers: str, inputs: Iterable[str], outputs: Iterab
     `subtopologies`: only their ledger entries and dead letters count (a topic several sub-topologies read);
     `groups`: inputs whose progress another group than `group` holds. `ordered=False`: outputs of one input
     partition need not follow its order (they passed through a repartition topic, whose partitions spread one
-    input partition's records over several tasks before they meet again in an output partition)."""
+    input partition's records over several tasks before they meet again in an output partition), and a
+    record's output indices need not run 0, 1, ... (several tasks made its outputs, on each of the paths it
+    took, some of them filtering it: `eos.origin.output_indices`); an input is accounted for by an output on
+    any path."""
     inputs = list(inputs)
     admin = admin or KafkaAdmin(bootstrap_servers)
     executor = executor or LocalExecutor()
@@ -195,6 +198,8 @@ def merge(inputs: list[InputPartial], outputs: list[OutputPartial], dead: list[O
     result.output_records = sum(p.records for p in outputs)
     seen, seen_twice = _union(outputs, result, max_samples, ordered)
     dlq, dlq_twice = _union(dead, result, max_samples)
+    gone: dict[TP, BitMap64] = {}
+    earlier: dict[TP, BitMap64] = {}
     for origins, twice in ((seen, seen_twice), (dlq, dlq_twice)):
         for (topic, partition, index), bm in origins.items():
             tp = (topic, partition)
@@ -203,11 +208,11 @@ def merge(inputs: list[InputPartial], outputs: list[OutputPartial], dead: list[O
             bogus = bm - expected.get(tp, BitMap64())
             account = ledger.get(tp)
             if bogus and account is not None:
-                gone = bogus & account.now & _below(low.get(tp, 0))  # processed, then deleted by retention
-                earlier = (bogus - gone) & account.earlier  # an earlier topic of the same name
-                result.input_deleted += len(gone) if index == 0 else 0
-                result.earlier_topic += len(earlier) if index == 0 else 0
-                bogus -= gone | earlier
+                deleted = bogus & account.now & _below(low.get(tp, 0))  # processed, then deleted by retention
+                old = (bogus - deleted) & account.earlier  # an earlier topic of the same name
+                gone.setdefault(tp, BitMap64()).update(deleted)
+                earlier.setdefault(tp, BitMap64()).update(old)
+                bogus -= deleted | old
             if bogus:
                 result.unexpected += len(bogus)
                 for offset in list(bogus)[:max_samples]:
@@ -215,23 +220,26 @@ def merge(inputs: list[InputPartial], outputs: list[OutputPartial], dead: list[O
                                   reason="names an origin that is not a committed input record below the "
                                          "committed offsets")
                 bm -= bogus
+    result.input_deleted += sum(len(bm) for bm in gone.values())  # (each input once, whatever its outputs)
+    result.earlier_topic += sum(len(bm) for bm in earlier.values())
     if ordered:
         _check_order(outputs, ledger, result, max_samples)
     result.unique_origins = sum(len(bm) for bm in seen.values())
     result.dead_lettered = sum(len(bm) for bm in dlq.values())
-    for (topic, partition, index), bm in seen.items():
-        if index > 0:
-            gaps = bm - seen.get((topic, partition, index - 1), BitMap64())
-            result.index_gaps += len(gaps)
-            for offset in list(gaps)[:max_samples]:
-                result.sample("index_gaps", max_samples, origin=f"{topic}:{partition}:{offset}:{index}")
+    if ordered:  # (behind a repartition topic a record's outputs are made by several tasks, some filtering)
+        _check_gaps(seen, result, max_samples)
+    got_any, dead_any = _per_partition(seen), _per_partition(dlq)
     for (topic, partition), want in expected.items():
-        account = ledger.get((topic, partition))
+        tp = (topic, partition)
+        account = ledger.get(tp)
         filtered = (account.filtered & want) if account is not None else BitMap64()
-        got, dead_bm = seen.get((topic, partition, 0), BitMap64()), dlq.get((topic, partition, 0), BitMap64())
-        missing, both = want - got - dead_bm - filtered, got & dead_bm
+        got, dead_bm = got_any.get(tp, BitMap64()), dead_any.get(tp, BitMap64())
+        missing = want - got - dead_bm - filtered
+        both = seen.get((topic, partition, 0), BitMap64()) & dlq.get((topic, partition, 0), BitMap64())
         result.filtered += len(filtered - got - dead_bm)
-        contradicted = filtered & (got | dead_bm)
+        # filtered where it was read itself, yet with outputs (filtered on one path behind a repartition topic
+        # while another path made outputs is no contradiction)
+        contradicted = (filtered - account.through if account is not None else filtered) & (got | dead_bm)
         result.filtered_but_output += len(contradicted)
         result.lost += len(missing)
         result.output_and_dead_lettered += len(both)
@@ -249,6 +257,25 @@ def merge(inputs: list[InputPartial], outputs: list[OutputPartial], dead: list[O
             result.sample("overlapping_batches", max_samples, origin=f"{topic}:{partition}:{offset}",
                           reason="covered by two committed batches")
     return result
+
+
+def _check_gaps(seen: Origins, result: LineageResult, max_samples: int) -> None:
+    """A record's outputs are numbered 0, 1, ... in one transaction: an index without the one before it is an
+    output lost."""
+    for (topic, partition, index), bm in seen.items():
+        if index > 0:
+            gaps = bm - seen.get((topic, partition, index - 1), BitMap64())
+            result.index_gaps += len(gaps)
+            for offset in list(gaps)[:max_samples]:
+                result.sample("index_gaps", max_samples, origin=f"{topic}:{partition}:{offset}:{index}")
+
+
+def _per_partition(origins: Origins) -> dict[TP, BitMap64]:
+    """The origins' offsets per partition, whatever their indices."""
+    out: dict[TP, BitMap64] = {}
+    for (topic, partition, _), bm in origins.items():
+        out.setdefault((topic, partition), BitMap64()).update(bm)
+    return out
 
 
 def _check_order(outputs: list[OutputPartial], ledger: dict[TP, PartitionLedger], result: LineageResult,

@@ -651,6 +651,8 @@ class BatchAttempt:
         only = ((self.ranges[0].topic, self.ranges[0].partition)
                 if len(self.ranges) == 1 and self.ranges[0].topic not in transitive else None)
         filtered = _offsets_by_partition(self.outcome.filtered, transitive, only)
+        through = {} if only is not None or not transitive else _offsets_by_partition(
+            [m for m in self.outcome.filtered if m.topic() in transitive], transitive)
         late = _offsets_by_partition(self.outcome.late, transitive, only)
         inputs = []
         for r in self.ranges:
@@ -658,7 +660,7 @@ class BatchAttempt:
             inputs.append(LedgerInput(r.topic, r.partition, self.plan.topic_ids.get(r.topic), r.start,
                                       self._commit_offset(r), reset.committed if reset else None,
                                       reset.reason.value if reset else None))
-        return LedgerEntry(str(self.task), self.plan.batch, tuple(inputs), filtered, late)
+        return LedgerEntry(str(self.task), self.plan.batch, tuple(inputs), filtered, late, through)
 
     def _commit_offset(self, r: OffsetRange) -> int:
         """The planned end (never "last record + 1": a trailing commit marker would be re-read forever), or,

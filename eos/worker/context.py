@@ -22,7 +22,7 @@ import structlog
 from eos.cache import RecordCache
 from eos.clock import wall_ms
 from eos.errors import OutputSerializationError, SerdeError
-from eos.origin import DERIVED_HEADER, ORIGIN_FORMAT, ORIGIN_HEADER, lineage_source, origin_prefix
+from eos.origin import DERIVED_HEADER, ORIGIN_FORMAT, ORIGIN_HEADER, lineage_source, origin_prefix, output_indices
 from eos.processor import Cancellable, ProcessorContext, PunctuationType, RecordMetadata
 from eos.records import Output
 from eos.serde import Serde
@@ -96,10 +96,12 @@ class TaskContext(ProcessorContext):
         if output_topic is not None:
             key_serde, value_serde = key_serde.bind(output_topic, True), value_serde.bind(output_topic, False)
         self._serialize_key, self._serialize_value = key_serde.serialize, value_serde.serialize
-        #: the current record's lineage origin: b"topic:partition:", offset, and the index its outputs start at
+        #: the current record's lineage origin: b"topic:partition:", offset, and its outputs' indices: the n-th
+        #: is `_index_base + (n << _index_shift)` (eos.origin.output_indices)
         self._origin_prefix = b""
         self._origin_offset = 0
         self._index_base = 0
+        self._index_shift = 0
         self._prefixes: dict[tuple[str, int], bytes] = {}
         self._lineage = lineage
         self._stores = stores or {}
@@ -161,7 +163,7 @@ class TaskContext(ProcessorContext):
                 if self._index == 0:
                     self._start_origin(msg)
                 headers.append((ORIGIN_HEADER, ORIGIN_FORMAT % (self._origin_prefix, self._origin_offset,
-                                                              self._index_base + self._index)))
+                                                              self._index_base + (self._index << self._index_shift))))
         if target in self._stamped:
             headers.append((STAMP_HEADER, self._stamp(target, judged=self.stream_time)))
         ts = self._current_ts if timestamp is None else timestamp
@@ -230,7 +232,7 @@ class TaskContext(ProcessorContext):
             if self._index == 0:
                 self._start_origin(msg)
             return b"%s|%b%d|%d" % (self._task_bytes, self._origin_prefix, self._origin_offset,
-                                    self._index_base + self._index)
+                                    self._index_base + (self._index << self._index_shift))
         return b"%s|%s:%d:%d|%d" % (self._task_bytes, msg.topic().encode(), msg.partition(), msg.offset(),
                                     self._index)
 
@@ -252,9 +254,10 @@ class TaskContext(ProcessorContext):
         tp = (msg.topic(), msg.partition())
         if tp[0] in self._transitive:
             source = lineage_source(msg, self._transitive)
-            tp, self._origin_offset, self._index_base = (source.topic, source.partition), source.offset, source.index
+            tp, self._origin_offset = (source.topic, source.partition), source.offset
+            self._index_base, self._index_shift = output_indices(source.index)
         else:
-            self._origin_offset, self._index_base = msg.offset(), 0
+            self._origin_offset, self._index_base, self._index_shift = msg.offset(), 0, 0
         self._origin_prefix = self._prefix(tp)
 
     def _prefix(self, tp: tuple[str, int]) -> bytes:

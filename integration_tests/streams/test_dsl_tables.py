@@ -9,9 +9,11 @@ restarted. One job:
 * customers re-grouped by tier and counted (after a repartition topic);
 * a stream of moves made a table (`to_table`) after a key change, and its rows re-grouped by city and counted:
   a repartition topic like another repartition topic, three more sub-topologies;
-* a cogroup of each customer's orders (counted), payments (summed) and page visits (keyed anew by customer,
-  so through a repartition topic of their own, written by a seventh sub-topology): one aggregate per
-  customer, in the task that reads customers.
+* a cogroup of each customer's orders (counted), payments (summed), page visits and moves (both keyed anew
+  by customer, so each through a repartition topic of its own; the visits' written by a seventh
+  sub-topology): one aggregate per customer, in the task that reads customers. Each move thus takes two
+  paths through two repartition topics, and a row moving between cities makes two records on one of them:
+  the lineage audit tells every output of every path apart.
 
 Every order is joined once with the table as it stood at the order's time; the tables' final joins, the
 tier counts and the cogroup's aggregates equal a reference computed from the inputs, the cogroup updating
@@ -57,13 +59,17 @@ app.table(os.environ["ACCOUNTS"]).left_join(
     customers, lambda account, c: {"account": account["id"], "tier": c and c["tier"]},
     foreign_key=lambda account: account["customer"], name="owner").to_stream().to(os.environ["OWNERS"])
 customers.group_by(lambda key, c: (c["tier"], c)).count(name="tiers").to_stream().to(os.environ["TIERS"])
-places = app.stream(os.environ["MOVES"]).select_key(lambda who, move: who.upper(), name="mover").to_table(name="places")
+moves = app.stream(os.environ["MOVES"])
+places = moves.select_key(lambda who, move: who.upper(), name="mover").to_table(name="places")
 places.group_by(lambda who, move: (move["city"], move)).count(name="residents").to_stream().to(os.environ["RESIDENTS"])
 (orders.group_by_key().cogroup(lambda c, order, a: {**a, "orders": a["orders"] + 1})
  .cogroup(payments.group_by_key(), lambda c, p, a: {**a, "paid": a["paid"] + p["amount"]})
  .cogroup(app.stream(os.environ["VISITS"]).select_key(lambda page, visit: visit["customer"], name="visitor")
           .group_by_key(), lambda c, visit, a: {**a, "pages": sorted({*a["pages"], visit["page"]})})
- .aggregate(lambda: {"orders": 0, "paid": 0, "pages": []}, name="activity")).to_stream().to(os.environ["ACTIVITY"])
+ .cogroup(moves.select_key(lambda who, move: f"c{int(who[1:]) % 12}", name="by_customer").group_by_key(),
+          lambda c, move, a: {**a, "moves": a["moves"] + 1})
+ .aggregate(lambda: {"orders": 0, "paid": 0, "pages": [], "moves": 0},
+            name="activity")).to_stream().to(os.environ["ACTIVITY"])
 if os.environ.get("MARKS"):
     app.fault_hooks.on("before_commit", MarkWhile(os.environ["MARKS"], seconds=0.3))
 """
@@ -178,20 +184,26 @@ def test_table_dsl_joins_and_aggregations_are_exactly_once_across_sigkills(
                for key, value, _ in committed_records(bootstrap, topics["residents"])}
     assert Counter(counted) == residents and len(places) < 30
 
-    # The cogroup: each customer's orders counted, payments summed and pages visited, in one aggregate.
+    # The cogroup: each customer's orders counted, payments summed, pages visited and moves counted (a
+    # tombstone is no move), in one aggregate.
     activity: dict[str, dict] = {}
     records_of: Counter[str] = Counter()
     for role, customer_of in (("orders", lambda key, v: key), ("payments", lambda key, v: key),
-                              ("visits", lambda key, v: v["customer"])):
+                              ("visits", lambda key, v: v["customer"]),
+                              ("moves", lambda key, v: f"c{int(key[1:]) % 12}")):
         for key, value in data[role]:
-            row = activity.setdefault(customer_of(key, value), {"orders": 0, "paid": 0, "pages": []})
+            if value is None:
+                continue
+            row = activity.setdefault(customer_of(key, value), {"orders": 0, "paid": 0, "pages": [], "moves": 0})
             records_of[customer_of(key, value)] += 1
             if role == "orders":
                 row["orders"] += 1
             elif role == "payments":
                 row["paid"] += value["amount"]
-            else:
+            elif role == "visits":
                 row["pages"] = sorted({*row["pages"], value["page"]})
+            else:
+                row["moves"] += 1
     assert last_per_key(bootstrap, topics["activity"]) == activity
     updates = [key.decode() for key, _, _ in committed_records(bootstrap, topics["activity"])]
     assert Counter(updates) == records_of  # one update per record: none lost, none twice

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import random
+
 from pyroaring import BitMap64
 
 from eos.audit.ledger import PartitionLedger
 from eos.audit.lineage import merge
 from eos.audit.partials import InputPartial, OutputPartial
 from eos.ledger import LedgerEntry, LedgerInput
+from eos.origin import output_indices
 
 
 def bm(*offsets: int) -> BitMap64:
@@ -69,4 +72,56 @@ def test_ledger_entries_survive_encoding():
     entry = LedgerEntry("enrich-3", 7, (LedgerInput("in", 3, "Xk3", 100, 250, 40, "retention"),
                                         LedgerInput("in2", 3, None, 0, 0)), {("in", 3): bm(101, 140)})
     assert LedgerEntry.decode(entry.encode()) == entry
+    hop = LedgerEntry("by-city-0", 2, (LedgerInput("app-by-city-repartition", 0, "Rp0", 0, 9),),
+                      {("in", 3): bm(101, 140)}, {("in", 3): bm(140)}, {("in", 3): bm(101, 140)})
+    assert LedgerEntry.decode(hop.encode()) == hop
     assert LedgerEntry.decode(b"not a ledger entry") is None and LedgerEntry.decode(b'{"v": 99}') is None
+
+
+def paths(rng: random.Random, index: int, depth: int) -> list[int]:
+    """The indices of the final outputs of a record carrying `index` (depth 0: an input record itself), as
+    the tasks number them: each output a final one or a record of a repartition topic that a later task
+    makes 0-3 outputs of, down to four hops."""
+    base, shift = (0, 0) if depth == 0 else output_indices(index)
+    out = []
+    for n in range(rng.randrange(0 if depth else 1, 4)):
+        made = base + (n << shift)
+        out += paths(rng, made, depth + 1) if depth < 4 and rng.random() < 0.5 else [made]
+    return out
+
+
+def test_every_output_of_every_path_of_an_input_has_an_index_of_its_own():
+    """A record written to two repartition topics, a row moving between groups (two records on one), a
+    flat_map after a hop: however the paths branch, no two outputs of one input share an index; outputs
+    behind a hop never take an input's own indices 0, 1, ... (eos.origin.output_indices)."""
+    rng = random.Random(7)
+    for _ in range(3_000):
+        indices = paths(rng, 0, 0)
+        assert len(indices) == len(set(indices)), indices
+    assert output_indices(0) == (1 << 32, 32) and output_indices(5) == (5 + (1 << 32), 32)
+    assert output_indices(1 << 32) == ((1 << 32) + (1 << 64), 64)  # a second hop: one level more
+
+
+def test_behind_repartition_topics_each_path_of_an_input_is_accounted_for_and_a_copy_on_any_path_is_a_duplicate():
+    """Input 0 took two paths (written to two repartition topics as its outputs 0 and 1): the first made two
+    outputs of topic "a", the second one of topic "b". Input 1 was filtered on its second path and made an
+    output on the first; input 2 was filtered where it was read; input 3 was filtered on both paths."""
+    first, second = output_indices(0), output_indices(1)
+    a = OutputPartial("a", 0, records=3, origins={("in", 0, first[0]): bm(0, 1).serialize(),
+                                                  ("in", 0, first[0] + (1 << first[1])): bm(0).serialize()})
+    b = OutputPartial("b", 0, records=1, origins={("in", 0, second[0]): bm(0).serialize()})
+    ledger = {("in", 0): PartitionLedger(now=span(0, 4), filtered=bm(1, 2, 3), through=bm(1, 3))}
+    result = merge(inputs(0, 1, 2, 3), [a, b], [], ledger=ledger, ordered=False)
+    assert (result.violations, result.lost, result.filtered, result.duplicates) == (0, 0, 2, 0), result
+    assert result.unique_origins == 4
+    # input 2, filtered where it was read, has an output after all: a contradiction, whatever its index
+    a.origins[("in", 0, first[0])] = bm(0, 1, 2).serialize()
+    assert merge(inputs(0, 1, 2, 3), [a, b], [], ledger=ledger, ordered=False).filtered_but_output == 1
+    # a second copy of input 0's output on the second path
+    b.origins[("in", 0, second[0])], b.duplicates = bm(0).serialize(), 1
+    b.duplicate_origins = {("in", 0, second[0]): bm(0).serialize()}
+    assert merge(inputs(0, 1, 2, 3), [a, b], [], ledger=ledger, ordered=False).duplicates == 1
+    # without the ledger's word on inputs 1 and 3, input 3 (no output on any path) is lost, input 1 (an output
+    # on its first path) is not
+    lost = merge(inputs(0, 1, 2, 3), [a, b], [], ledger={("in", 0): PartitionLedger(now=span(0, 4))}, ordered=False)
+    assert lost.lost == 1 and lost.samples["lost"] == [{"origin": "in:0:3"}]
