@@ -113,7 +113,7 @@ def test_the_tables_and_joins_example_runs_verbatim(kafka, tmp_path):
     for line, done in run_readme_example("Tables and joins", "shop.py", kafka, tmp_path, "shop", [
             "customers", "addresses", "products", "orders", "payments", "orders-with-customer", "orders-priced",
             "orders-paid", "payments-by-tier", "customer-profiles", "subscriptions", "subscriptions-with-tier",
-            "customers-per-tier"]):
+            "customers-per-tier", "customer-activity"]):
         if line.startswith("eos topics read"):
             printed[line.split()[3]] = [(k, json.loads(v)) for k, v in
                                         (row.split("\t") for row in done.stdout.splitlines())]
@@ -132,6 +132,7 @@ def test_the_tables_and_joins_example_runs_verbatim(kafka, tmp_path):
     assert dict(printed["subscriptions-with-tier"]) == {"s1": {"customer": "bob", "plan": "pro", "tier": "basic"},
                                                          "s2": {"customer": "cy", "plan": "pro", "tier": None}}
     assert dict(printed["customers-per-tier"]) == {"gold": 1, "basic": 1}
+    assert dict(printed["customer-activity"]) == {"ann": {"orders": 1, "paid": 5}, "bob": {"orders": 1, "paid": 0}}
 
 
 def test_the_schema_registry_example_runs_on_the_broker_with_a_registry_its_workers_share(
