@@ -135,7 +135,7 @@ class TopologyTestDriver:
         #: the steps batches have reached so far (`after_slice` only in batches big enough to be sliced)
         self.steps_reached: set[str] = set()
         self._armed: list[CrashPoint] = []
-        self._read_to: dict[str, int] = {}
+        self._read_to: dict[tuple[str, int], int] = {}  # (topic, partition) -> the next offset `read` returns
         with self._clock():
             self._create_topics(partitions, topic_configs or {})
             counts = check_topics(self.admin, app.subtopologies)
@@ -207,10 +207,13 @@ class TopologyTestDriver:
     # ------------------------------------------------------------------ output
     def read(self, topic: str) -> list[TestRecord]:
         """The committed records of `topic` not read before, partition by partition, typed."""
-        records = self.records(topic)
-        start = self._read_to.get(topic, 0)
-        self._read_to[topic] = len(records)
-        return records[start:]
+        read_to, out = self._read_to, []
+        for record in self.records(topic):
+            tp = (topic, record.partition)
+            if record.offset >= read_to.get(tp, 0):
+                out.append(record)
+                read_to[tp] = record.offset + 1
+        return out
 
     def records(self, topic: str) -> list[TestRecord]:
         """Every committed record of `topic`, typed (clock markers between steps left out)."""

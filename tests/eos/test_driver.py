@@ -101,6 +101,19 @@ def test_a_job_runs_in_the_driver_with_typed_outputs_dead_letters_and_stores():
         assert "eos.origin" in driver.records("customer-totals")[0].headers  # lineage, as on a cluster
 
 
+def test_read_returns_each_partitions_new_records_once_whichever_partition_got_them():
+    app = Application("reads", bootstrap_servers="unused:9092")
+    app.stream("in").map_values(lambda v: v * 10).to("out")
+    with TopologyTestDriver(app, partitions=2) as driver:
+        driver.pipe_many("in", [(f"k{i}", i) for i in range(6)])
+        first = driver.read("out")
+        assert sorted(r.value for r in first) == [0, 10, 20, 30, 40, 50] and {r.partition for r in first} == {0, 1}
+        low = min(first, key=lambda r: r.partition).key  # a key of partition 0: new records land before the 1's
+        driver.pipe("in", low, 6)
+        assert [(r.key, r.value) for r in driver.read("out")] == [(low, 60)]
+        assert driver.read("out") == []
+
+
 def test_a_crash_at_every_step_leaves_committed_results_exactly_once():
     for step in ("after_read", "after_produce", "before_commit", "after_commit"):
         with TopologyTestDriver(shop(), wall_clock_ms=0) as driver:
