@@ -132,14 +132,28 @@ class Stream:
                 connect: Iterable[str] = ()) -> Stream:
         """A `eos.Processor` (made per task by `processor()`, e.g. its class), with `stores` declared for it and
         the already declared stores `connect` shared with it; what it forwards is the returned stream.
-        It may schedule punctuation; its output may be keyed anew."""
+        It may schedule punctuation; its output may be keyed anew (an aggregation or a join after it goes
+        through a repartition topic first: `process_values` when it keeps keys)."""
+        return self._processor("process", processor, name, stores, connect, fixed_key=False)
+
+    def process_values(self, processor: Callable[[], Any], *, name: str | None = None,
+                       stores: Iterable[StoreSpec] = (), connect: Iterable[str] = ()) -> Stream:
+        """`process` for a processor that changes values, never keys (Kafka Streams' `processValues`): what it
+        forwards while it processes a record keeps that record's key (another key is an error: the record
+        goes to the dead-letter topic), so an aggregation or a join after it needs no repartition topic."""
+        return self._processor("process_values", processor, name, stores, connect, fixed_key=True)
+
+    def _processor(self, kind: str, processor: Callable[[], Any], name: str | None, stores: Iterable[StoreSpec],
+                   connect: Iterable[str], *, fixed_key: bool) -> Stream:
         graph, label = self.app.graph, getattr(processor, "__name__", type(processor).__name__)
-        node = graph.add(ProcessorNode(self.app.node_name("process", name), (self.node,), processor,
-                                       kind=f"Processor API ({label})", may_punctuate=True))
+        node = graph.add(ProcessorNode(self.app.node_name(kind, name), (self.node,), processor,
+                                       kind=f"Processor API ({label}{', values' if fixed_key else ''})",
+                                       may_punctuate=True, fixed_key=fixed_key))
         for spec in stores:
             graph.add_store(spec, [node.name])
         graph.connect([node.name], connect)
-        return Stream(self.app, node.name, self.key_serde, self.value_serde, self.topics, rekeyed=True)
+        return Stream(self.app, node.name, self.key_serde, self.value_serde, self.topics,
+                      rekeyed=self.rekeyed or not fixed_key)
 
     # ------------------------------------------------------------------ topics
     def to(self, topic: str, *, key_serde: Serde | str | None = None, value_serde: Serde | str | None = None,

@@ -57,6 +57,9 @@ class ProcessorNode:
     #: what it forwards may go nowhere (a DSL aggregation nothing reads but queries); otherwise forwarding
     #: without children is an error (a step whose output was forgotten would lose records silently)
     may_be_leaf: bool = False
+    #: it may change values, never keys (`stream.process_values`): what it forwards while it processes a
+    #: record must keep that record's key, so no repartition is needed after it
+    fixed_key: bool = False
 
 
 @dataclass(eq=False)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from eos.graph.graph import GraphPart
 from eos.graph.nodes import ProcessorNode, SinkNode
@@ -25,7 +25,7 @@ from eos.graph.operators import require_functions
 from eos.processor import Cancellable, Processor, ProcessorContext, PunctuationType, RecordMetadata
 from eos.records import Output, Record
 
-__all__ = ["GraphProcessor", "NodeContext", "Emit", "DirectStep"]
+__all__ = ["GraphProcessor", "NodeContext", "FixedKeyContext", "Emit", "DirectStep"]
 
 #: what a node calls to pass a record on: (key, value, timestamp, headers or None for the input's)
 Emit = Callable[[Any, Any, int, Any], None]
@@ -64,9 +64,11 @@ class GraphProcessor(Processor):
                 built[node.name] = node.factory().bind([_call(k) for k in kids])
                 continue
             processor = node.factory()
-            node_ctx = NodeContext(context, self, node, dict(zip(part.children[node.name], kids, strict=True)),
-                                   frozenset(part.stores[node.name]))
-            built[node.name] = _ProcessorEntry(processor, node_ctx, self)
+            fixed = node.fixed_key
+            node_ctx = (FixedKeyContext if fixed else NodeContext)(
+                context, self, node, dict(zip(part.children[node.name], kids, strict=True)),
+                frozenset(part.stores[node.name]))
+            built[node.name] = (_FixedKeyEntry if fixed else _ProcessorEntry)(processor, node_ctx, self)
             contexts.append((node_ctx, processor))
             self.processors.append((node, processor))
         self.processors.reverse()
@@ -272,6 +274,28 @@ class _ProcessorEntry:
             ctx._ts, ctx._headers, ctx._in = saved
 
 
+class _FixedKeyEntry(_ProcessorEntry):
+    """A `process_values` node: its context knows the key of the record it is processing."""
+
+    __slots__ = ()
+
+    def take(self, record: Record) -> None:
+        ctx = cast(FixedKeyContext, self.ctx)
+        saved, ctx._key = ctx._key, record.key
+        try:
+            super().take(record)
+        finally:
+            ctx._key = saved
+
+    def receive(self, key: Any, value: Any, timestamp: int, headers: Any) -> None:
+        ctx = cast(FixedKeyContext, self.ctx)
+        saved, ctx._key = ctx._key, key
+        try:
+            super().receive(key, value, timestamp, headers)
+        finally:
+            ctx._key = saved
+
+
 class NodeContext(ProcessorContext):
     """A processor's view of its task: `forward` goes to its children (all, or `to=` one of them by name);
     stores are those connected to it (and global tables); the rest is the task's."""
@@ -388,6 +412,25 @@ class NodeContext(ProcessorContext):
 
     def record_dropped(self, reason: str) -> None:
         self._task.record_dropped(reason)
+
+
+class FixedKeyContext(NodeContext):
+    """The context of a `process_values` node (Kafka Streams' `FixedKeyProcessor`): what it forwards while it
+    processes a record keeps that record's key; another key is an error (the record goes to the dead-letter
+    topic), since the records after it are not repartitioned. In a punctuation it forwards what it kept, keyed
+    as its task's records were."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._key: Any = None
+
+    def forward(self, key: Any = None, value: Any = None, **kwargs: Any) -> None:
+        forwarded = key.key if value is None and type(key) is Output else key
+        if self._in and forwarded is not self._key and forwarded != self._key:
+            raise ValueError(f"processor {self.name!r} (process_values) forwarded the key {forwarded!r} for a "
+                             f"record keyed {self._key!r}: it may change values, not keys (nothing after it is "
+                             "repartitioned); use process() to key records anew")
+        super().forward(key, value, **kwargs)
 
 
 def _is_global(graph: GraphProcessor, name: str) -> bool:

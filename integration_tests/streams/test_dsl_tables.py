@@ -13,7 +13,9 @@ restarted. One job:
   by customer, so each through a repartition topic of its own; the visits' written by a seventh
   sub-topology): one aggregate per customer, in the task that reads customers. Each move thus takes two
   paths through two repartition topics, and a row moving between cities makes two records on one of them:
-  the lineage audit tells every output of every path apart.
+  the lineage audit tells every output of every path apart;
+* each customer's payments numbered by a processor with a store that keeps keys (`process_values`), and
+  the numbers summed per customer in the same task: no repartition topic.
 
 Every order is joined once with the table as it stood at the order's time; the tables' final joins, the
 tier counts and the cogroup's aggregates equal a reference computed from the inputs, the cogroup updating
@@ -36,8 +38,20 @@ from integration_tests.streams.test_time_and_rekey import committed_records
 
 JOB = """
 import os
-from eos import Application
+from eos import Application, Processor, store
 from eos.testing import MarkWhile
+
+
+class PaymentNumbers(Processor):  # numbers each customer's payments, in its store (restored after a kill)
+    def init(self, context):
+        super().init(context)
+        self.numbers = context.store("payment-numbers")
+
+    def process(self, record):
+        n = (self.numbers.get(record.key) or 0) + 1
+        self.numbers.put(record.key, n)
+        self.context.forward(record.key, {**record.value, "n": n})
+
 
 app = Application(os.environ["APP"], timestamp="field:at", max_records_per_batch=int(os.environ["BATCH"]),
                   trigger_interval=0.0, log_format="json", log_level="WARNING", state_dir=os.environ["STATE"],
@@ -70,6 +84,10 @@ places.group_by(lambda who, move: (move["city"], move)).count(name="residents").
           lambda c, move, a: {**a, "moves": a["moves"] + 1})
  .aggregate(lambda: {"orders": 0, "paid": 0, "pages": [], "moves": 0},
             name="activity")).to_stream().to(os.environ["ACTIVITY"])
+(payments.process_values(PaymentNumbers, name="numbered",
+                         stores=[store("payment-numbers", key_serde="string", value_serde="long")])
+ .group_by_key().aggregate(lambda: 0, lambda c, payment, total: total + payment["n"], name="numbers",
+                           aggregate_serde="long").to_stream().to(os.environ["NUMBERS"]))
 if os.environ.get("MARKS"):
     app.fault_hooks.on("before_commit", MarkWhile(os.environ["MARKS"], seconds=0.3))
 """
@@ -122,7 +140,7 @@ def last_per_key(bootstrap: str, topic: str) -> dict[str, object]:
 def test_table_dsl_joins_and_aggregations_are_exactly_once_across_sigkills(
         kafka, topic_factory, unique_name, tmp_path, monkeypatch):
     names = ("customers", "addresses", "accounts", "payments", "orders", "vip", "spent", "profiles", "owners",
-             "tiers", "moves", "residents", "visits", "activity")
+             "tiers", "moves", "residents", "visits", "activity", "numbers")
     topics = dict(zip(names, (topic_factory(n, partitions=PARTITIONS) for n in names), strict=True))
     bootstrap = kafka.bootstrap_servers
     data = inputs()
@@ -208,8 +226,16 @@ def test_table_dsl_joins_and_aggregations_are_exactly_once_across_sigkills(
     updates = [key.decode() for key, _, _ in committed_records(bootstrap, topics["activity"])]
     assert Counter(updates) == records_of  # one update per record: none lost, none twice
 
+    # The payments numbered per customer (1, 2, ... k, each number once) and the numbers summed.
+    paid = Counter(key for key, _ in data["payments"])
+    numbers = [(key.decode(), int.from_bytes(value, "big"))
+               for key, value, _ in committed_records(bootstrap, topics["numbers"])]
+    assert Counter(key for key, _ in numbers) == paid  # one update per payment
+    assert dict(numbers) == {key: k * (k + 1) // 2 for key, k in paid.items()}
+
     app = load_job(tmp_path, env, monkeypatch)
-    assert len(app.subtopologies) == 7
+    assert len(app.subtopologies) == 7 and not [t for t in app.internal_topics if "numbers" in t]
+    assert dict(app.store_view("payment-numbers").all()) == dict(paid)
     assert dict(app.store_view("activity-store").all()) == activity
     assert dict(app.store_view("tiers-store").all()) == dict(counts)
     assert Counter(dict(app.store_view("residents-store").all())) == residents

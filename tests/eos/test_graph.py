@@ -417,3 +417,53 @@ def test_a_stream_stream_join_keeps_every_record_a_flat_map_or_a_merge_makes_of_
     driver.pipe_records([("orders", "k", {"items": ["a", "b"]}, BASE), ("returns", "k", "c", BASE),
                          ("prices", "k", 5, BASE + 1)])
     assert sorted(r.value[0] for r in driver.read("priced")) == ["a", "b", "c"]
+
+
+class Numbered(Processor):
+    """Numbers each key's records in a store (`seen`) and forwards the value with its number; a value with
+    "to" forwards under that key instead (a mistake under process_values); punctuation forwards each key's
+    count under its own key."""
+
+    def init(self, context):
+        super().init(context)
+        self.seen = context.store("seen")
+        context.schedule(60_000, self.report)
+
+    def process(self, record):
+        n = (self.seen.get(record.key) or 0) + 1
+        self.seen.put(record.key, n)
+        self.context.forward(record.value.get("to", record.key), {**record.value, "n": n})
+
+    def report(self, timestamp):
+        for key, n in self.seen.all():
+            self.context.forward(key, {"report": n})
+
+
+def test_process_values_keeps_keys_so_an_aggregation_after_it_needs_no_repartition_topic():
+    def build(values_only: bool) -> Application:
+        app = app_()
+        orders = app.stream("orders")
+        step = orders.process_values if values_only else orders.process
+        numbered = step(Numbered, name="numbered", stores=[store("seen", key_serde="string", value_serde="long")])
+        numbered.to("numbered")
+        numbered.filter(lambda k, v: "n" in v).group_by_key().sum(lambda v: v["n"], name="total").to_stream() \
+            .to("totals")
+        return app
+
+    assert len(build(False).subtopologies) == 2 and len(build(False).internal_topics) == 1
+    app = build(True)
+    assert list(app.subtopologies) == ["numbered"] and not app.internal_topics  # one task, no topic between
+    assert "numbered (Processor API (Numbered, values)" in str(app.describe())
+    inputs = [("orders", f"c{i % 3}", {"i": i}, BASE + i * 1_000) for i in range(30)]
+    with TopologyTestDriver(app, partitions=2) as driver:
+        driver.pipe_records(inputs)
+        totals = {r.key: r.value for r in driver.read("totals")}
+        assert totals == {f"c{c}": sum(range(1, 11)) for c in range(3)}
+        assert [r.value for r in driver.read("numbered") if "report" in r.value]  # punctuation forwards too
+        driver.check_exactly_once(inputs, crashes=8, seed=4)
+        # a key changed under process_values: that record is a dead letter, saying why; the others go on
+        driver.pipe_records([("orders", "c0", {"i": 99, "to": "elsewhere"}, BASE + 99_000),
+                             ("orders", "c0", {"i": 100}, BASE + 100_000)])
+        (dead,) = driver.dead_letters()
+        assert "forwarded the key 'elsewhere' for a record keyed 'c0'" in dead.error and "process()" in dead.error
+        assert [r.value for r in driver.read("totals") if r.key == "c0"] == [sum(range(1, 12))]  # (its 11th)
