@@ -650,9 +650,8 @@ class BatchAttempt:
         # one input partition, not a repartition topic: its records' own offsets (read without a lookup each)
         only = ((self.ranges[0].topic, self.ranges[0].partition)
                 if len(self.ranges) == 1 and self.ranges[0].topic not in transitive else None)
-        filtered = _offsets_by_partition(self.outcome.filtered, transitive, only)
-        through = {} if only is not None or not transitive else _offsets_by_partition(
-            [m for m in self.outcome.filtered if m.topic() in transitive], transitive)
+        through: dict[tuple[str, int], BitMap64] = {}  # (of the filtered, those read from a repartition topic)
+        filtered = _offsets_by_partition(self.outcome.filtered, transitive, only, through)
         late = _offsets_by_partition(self.outcome.late, transitive, only)
         inputs = []
         for r in self.ranges:
@@ -871,14 +870,16 @@ class UnitAttempt:
 _OFFSET = operator.methodcaller("offset")
 
 
-def _offsets_by_partition(msgs: list[Message], transitive: frozenset[str],
-                          only: tuple[str, int] | None = None) -> dict[tuple[str, int], BitMap64]:
+def _offsets_by_partition(msgs: list[Message], transitive: frozenset[str], only: tuple[str, int] | None = None,
+                          through: dict[tuple[str, int], BitMap64] | None = None) -> dict[tuple[str, int], BitMap64]:
     """The lineage origins of `msgs` as offsets per partition (each bitmap built at once from its offsets:
     a cached aggregation's batch counts every input as filtered). `only`: the one partition all of `msgs`
-    come from, whose records are their own origins."""
+    come from, whose records are their own origins. `through`: filled with the origins of those of `msgs`
+    read from a repartition topic."""
     if only is not None:
         return {only: BitMap64(list(map(_OFFSET, msgs)))} if msgs else {}
     offsets: dict[tuple[str, int], list[int]] = {}
+    hops: dict[tuple[str, int], list[int]] = {}
     for msg in msgs:
         topic, partition, offset = lineage_origin(msg, transitive)
         tp = (topic, partition)
@@ -886,6 +887,10 @@ def _offsets_by_partition(msgs: list[Message], transitive: frozenset[str],
         if found is None:
             found = offsets[tp] = []
         found.append(offset)
+        if through is not None and msg.topic() in transitive:
+            hops.setdefault(tp, []).append(offset)
+    if through is not None:
+        through.update((tp, BitMap64(found)) for tp, found in hops.items())
     return {tp: BitMap64(found) for tp, found in offsets.items()}
 
 

@@ -245,3 +245,22 @@ def test_cogroup_mistakes_are_refused_where_they_are_made():
     # keyed alike by two instances of one serde: accepted
     app.stream("visits2", key_serde=StringSerde()).group_by_key().cogroup(visit).cogroup(
         app.stream("orders2").group_by_key(), spend).aggregate(start, name="ok")
+
+
+def test_the_ledger_names_what_was_filtered_behind_a_repartition_topic_apart():
+    """A tombstone of the stream keyed anew is filtered by the cogroup's task, behind the repartition topic:
+    the ledger says so (`through`), so that the audit does not take it for an input that produced nothing on
+    every path; a tombstone read by the cogroup's task itself is filtered where it was read."""
+    app = app_()
+    a = app.stream("a").group_by_key()
+    b = app.stream("b").select_key(lambda key, value: key.upper()).group_by_key()
+    (a.cogroup(lambda k, v, n: n + 1).cogroup(b, lambda k, v, n: n + 10).aggregate(lambda: 0, name="n")
+     .to_stream().to("out"))
+    with TopologyTestDriver(app) as driver:
+        driver.pipe_records([("a", "K", 1, BASE), ("b", "k", None, BASE + 1), ("a", "K", None, BASE + 2),
+                             ("b", "k", 2, BASE + 3)])
+        assert [r.value for r in driver.read("out")] == [1, 11]
+        entries = driver.ledger()
+        filtered = {tp: list(bm) for e in entries for tp, bm in e.filtered.items() if bm}
+        through = {tp: list(bm) for e in entries for tp, bm in e.through.items() if bm}
+        assert filtered == {("b", 0): [0], ("a", 0): [1]} and through == {("b", 0): [0]}
