@@ -240,6 +240,10 @@ def _run_scenario(scenario: Scenario, workdir: str | Path | None, keep_logs: boo
                              for second, count in sorted(load.per_second.items())]
         result.job = {"restarts": job.restarts, "app_id": app_id, "input": src, "output": out}
         return result
+    except Exception as exc:  # (the report says why the scenario stopped, not only what it did not get to)
+        result.reasons.append(f"the scenario stopped: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+                              if str(exc) else f"the scenario stopped: {type(exc).__name__}")
+        raise
     finally:
         if job is not None:
             job.stop(timeout=30)

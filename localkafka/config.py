@@ -10,10 +10,12 @@ generators, the auditor).
 
 from __future__ import annotations
 
+import random
 import socket
 from dataclasses import dataclass, field
+from pathlib import Path
 
-__all__ = ["NodeSpec", "render_node_properties", "free_port"]
+__all__ = ["NodeSpec", "render_node_properties", "free_port", "ephemeral_ports"]
 
 HOST = "127.0.0.1"
 
@@ -55,10 +57,43 @@ class ClusterSettings:
         return 1 if self.brokers == 1 else 2
 
 
+#: where free ports are looked for: below the kernel's ephemeral range (`ephemeral_ports`), from here up
+PORTS_FROM = 20_000
+_given: set[int] = set()
+
+
+def ephemeral_ports() -> tuple[int, int]:
+    """The range the kernel takes the local ports of outgoing connections from (Linux's default if unknown)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32_768, 60_999
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """A loopback port nothing listens on, for a broker (or proxy) to bind later. Taken below the ephemeral
+    range: a port from it (what binding port 0 gives) can be taken by any outgoing connection of any process
+    between this check and the broker's bind, which stops the broker ("Address already in use"); below it,
+    only another listener could take it. A port is given once per process."""
+    low = ephemeral_ports()[0]
+    rng = random.SystemRandom()
+    for _ in range(200) if low - PORTS_FROM > 1_000 else ():
+        port = rng.randrange(PORTS_FROM, low)
+        if port in _given:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((HOST, port))
+            except OSError:
+                continue
+        _given.add(port)
+        return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # (no room below the range: any free port)
         s.bind((HOST, 0))
-        return s.getsockname()[1]
+        port = s.getsockname()[1]
+    _given.add(port)
+    return int(port)
 
 
 def render_node_properties(node: NodeSpec, nodes: list[NodeSpec], settings: ClusterSettings, log_dir: str) -> str:

@@ -9,24 +9,19 @@ import hashlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
+from localkafka.config import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 # What the executors' Python needs besides the framework: the worker path's imports (no pandas/pyarrow:
 # the jobs here are not vectorized).
 EXECUTOR_REQUIREMENTS = ["confluent-kafka>=2.12,<3", "rocksdict>=0.3.23", "sortedcontainers>=2.4", "structlog>=24.1",
                          "tenacity>=8.2", "rich>=13", "pyroaring>=1.0", "orjson>=3.10"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def executor_python() -> str:

@@ -10,8 +10,8 @@ import sys
 import time
 import urllib.request
 
-from integration_tests.cluster.standalone import free_port
 from integration_tests.helpers import produce
+from localkafka.config import free_port
 
 JOB = """
 import os

@@ -88,3 +88,21 @@ def test_a_run_whose_faults_were_not_all_injected_fails(tmp_path):
     finish_result(result, tmp_path, timeline)
     assert result.verdict == "FAIL"
     assert result.reasons[0] == "only 1 of 2 scheduled faults were injected (no Python worker found)"
+
+
+def test_a_scenario_that_stops_says_why_in_its_report(tmp_path, monkeypatch):
+    """A cluster that does not start (a broker's port taken) fails the scenario with that reason in its
+    report, not only with what the run did not get to."""
+    import chaos.harness
+    from localkafka.cluster import ClusterError
+
+    def refuse(self, timeout=180.0):
+        raise ClusterError("broker 3 exited while starting (status 1); the end of broker-3.log:\n...")
+
+    monkeypatch.setattr(chaos.harness.LocalCluster, "up", refuse)
+    with pytest.raises(ClusterError):
+        chaos.harness.run_scenario(load_scenario("smoke-stateful-driver-kill"), tmp_path / "run")
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["verdict"] == "FAIL"
+    assert report["reasons"][0] == "the scenario stopped: ClusterError: broker 3 exited while starting (status 1); " \
+                                   "the end of broker-3.log:"

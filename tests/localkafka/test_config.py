@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import re
+import socket
 from pathlib import Path
 
 import pytest
@@ -8,7 +9,7 @@ import yaml
 
 from localkafka import ToolMissingError, kafka_version
 from localkafka.cluster import JVM_OPTIONS_ENV, _new_cluster_id, broker_jvm_options
-from localkafka.config import ClusterSettings, NodeSpec, render_node_properties
+from localkafka.config import PORTS_FROM, ClusterSettings, NodeSpec, ephemeral_ports, free_port, render_node_properties
 from localkafka.jars import check_java, ensure_kafka_jars
 from localkafka.registry import APICURIO_IMAGE
 
@@ -105,3 +106,14 @@ def test_docker_compose_matches_the_local_cluster_settings():
         assert [v.split("@")[0] for v in voters] == ["1", "2", "3"]
         assert service["healthcheck"]["test"]
         assert all(port.startswith("127.0.0.1:") for port in service["ports"])
+
+
+def test_free_ports_are_below_the_ephemeral_range_where_no_outgoing_connection_takes_them():
+    """A port from the ephemeral range (binding port 0) can be taken as the local port of any outgoing
+    connection before the broker binds it; one broker of a chaos scenario's cluster failed to start so
+    ("Address already in use")."""
+    low, _ = ephemeral_ports()
+    ports = [free_port() for _ in range(50)]
+    assert len(set(ports)) == 50 and all(PORTS_FROM <= p < low for p in ports)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", ports[0]))
