@@ -16,7 +16,7 @@ from functools import partial
 from typing import Any
 
 from eos.graph.nodes import Node, ProcessorNode, SinkNode, SourceNode
-from eos.graph.operators import Branch, require_functions
+from eos.graph.operators import TARGET, OperatorPaths, require_functions
 from eos.serde import Serde
 from eos.time import RECORD_TIME
 from eos.topology import SubTopology
@@ -233,28 +233,35 @@ _UNREPLAYED_WINDOW = ("the window audit replays a windowed aggregation whose tas
 
 
 def _audited_window(part: GraphPart, node: ProcessorNode) -> Any:
-    """The windowed aggregation's definition for the window audit, with the stateless operators between its
-    one source and it and the topic of its results; None when the audit could not replay it (another kind
-    of node before it, several parents, or results that go anywhere but one sink)."""
-    prefix: list[Any] = []
-    current: Node = node
-    while True:
-        if len(current.parents) != 1:
-            return None
-        parent = part.node(current.parents[0])
+    """The windowed aggregation's definition for the window audit, with the stateless operators on the paths
+    between its task's one source and it (`OperatorPaths`) and the topic of its results; None when the audit
+    could not replay it (another kind of node on those paths, several sources, or results that go anywhere
+    but one sink)."""
+    on_paths: set[str] = set()
+    todo = list(node.parents)
+    while todo:
+        name = todo.pop()
+        if name in on_paths:
+            continue
+        on_paths.add(name)
+        parent = part.node(name)
         if isinstance(parent, SourceNode):
-            break
+            continue
         if not isinstance(parent, ProcessorNode) or not parent.operator:
             return None
-        operator = parent.factory()
-        if isinstance(operator, Branch):  # only the records routed to this branch
-            operator = operator.taking(part.children[parent.name].index(current.name))
-        prefix.insert(0, operator)
-        current = parent
+        todo.extend(parent.parents)
     sinks = [part.node(c) for c in part.children[node.name]]
     if len(part.sources) != 1 or len(sinks) != 1 or not isinstance(sinks[0], SinkNode):
         return None
-    return replace(node.windowing, prefix=tuple(prefix), topic=sinks[0].topic)
+
+    def leads(child: str) -> str | None:
+        return TARGET if child == node.name else child if child in on_paths else None
+    source = part.sources[0].name
+    operators = tuple((n.name, n.factory(), tuple(leads(c) for c in part.children[n.name]))
+                      for n in part.processors if n.name in on_paths)
+    roots = tuple(lead for c in part.children[source] if (lead := leads(c)) is not None)
+    return replace(node.windowing, prefix=(OperatorPaths(roots, operators),) if operators else (),
+                   topic=sinks[0].topic)
 
 
 def _audited_join(part: GraphPart, node: ProcessorNode) -> Any:

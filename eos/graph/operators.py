@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["Filter", "Map", "MapValues", "FlatMap", "FlatMapValues", "Peek", "SelectKey", "Branch", "PassThrough",
-           "Cogrouped", "Operator", "fan_out", "require_functions"]
+           "Cogrouped", "OperatorPaths", "TARGET", "Operator", "fan_out", "require_functions"]
 
 Emit = Callable[[Any, Any, int, Any], None]
 
@@ -199,17 +199,6 @@ class Branch:
                     return
         return step
 
-    def taking(self, index: int) -> Filter:
-        """The records that go to branch `index` (and to no earlier one), as a filter."""
-        tests = self.predicates[:index + 1]
-
-        def takes(key: Any, value: Any) -> bool:
-            for i, test in enumerate(tests):
-                if test is None or test(key, value):
-                    return i == index
-            return False
-        return Filter(takes)
-
 
 @dataclass(frozen=True)
 class PassThrough:
@@ -236,6 +225,38 @@ class Cogrouped:
         def step(key: Any, value: Any, timestamp: int, headers: Any) -> None:
             emit(key, None if value is None else (index, value), timestamp, headers)
         return step
+
+
+#: in `OperatorPaths`, the child that is the node the paths lead to
+TARGET = ""
+
+
+@dataclass(frozen=True)
+class OperatorPaths:
+    """The stateless operators on the paths from a source to one node of its task, replayed as one operator:
+    `bind([step])` passes `step` what reaches the node of a record the source hands on, in the order the task's
+    graph passes it (the window audit replays a windowed aggregation's input so, behind filters, maps, branches
+    and the marking steps of a cogroup). `roots`: the source's children on those paths; `operators`: each
+    one's operator and its children, by name: another of them, `TARGET`, or None for a child off the paths
+    (what goes there is not followed)."""
+
+    roots: tuple[str, ...]
+    operators: tuple[tuple[str, Any, tuple[str | None, ...]], ...]
+
+    def bind(self, children: Sequence[Emit]) -> Emit:
+        target, specs = fan_out(children), {name: (op, kids) for name, op, kids in self.operators}
+        built: dict[str, Emit] = {}
+
+        def build(name: str | None) -> Emit:
+            if name is None:
+                return _nowhere
+            if name == TARGET:
+                return target
+            if name not in built:
+                operator, kids = specs[name]
+                built[name] = operator.bind([build(k) for k in kids])
+            return built[name]
+        return fan_out([build(r) for r in self.roots])
 
 
 def _iterable(result: Any, what: str) -> Iterable[Any]:

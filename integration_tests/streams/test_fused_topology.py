@@ -2,13 +2,15 @@
 
 * a fluent pipeline, filter -> map_values -> split: the "checkout" branch left-joined with a customers table
   and written, the rest grouped by page (a repartition topic) into a windowed count with emit="final";
-* filter -> map_values -> split -> a windowed count per user, all in one task (no repartition);
+* filter -> map_values -> split -> a windowed count per user, and both branches cogrouped per user and minute
+  (emit="final"), all in one task (no repartition);
 * the seeds' word count with the Processor API: a source, a processor with a store and stream-time
   punctuation, a sink; and a second processor connected to the same store (`Milestones`), with its own
   sink.
 
 Outputs equal a reference computation, the store holds the reference counts, and `audit_application` (the
-lineage of every step, derived outputs included, and the window audit) says PASS."""
+lineage of every step, derived outputs included, and the window audit, the cogroup's too) says PASS, and FAIL
+on a final result committed twice."""
 
 from __future__ import annotations
 
@@ -59,6 +61,11 @@ visits = (app.stream(os.environ["CLICKS"], name="clicks-per-user")
           .split(name="kind").branch(lambda user, page: page == "checkout", name="buy").default_branch(name="look"))
 (visits["look"].group_by_key().window(TumblingWindows(60_000, grace=5_000), emit="final").count(name="per_user")
     .to_stream().to(os.environ["USERS"]))
+# Both branches cogrouped per user and minute, each counted by its own aggregator, in the same task.
+(visits["buy"].group_by_key().cogroup(lambda user, page, n: {**n, "buy": n["buy"] + 1})
+    .cogroup(visits["look"].group_by_key(), lambda user, page, n: {**n, "look": n["look"] + 1})
+    .window(TumblingWindows(60_000, grace=5_000), emit="final")
+    .aggregate(lambda: {"buy": 0, "look": 0}, name="minutes").to_stream().to(os.environ["MINUTES"]))
 
 
 app.add_source("sentences", os.environ["TEXT"], value_serde="string", timestamp="record")
@@ -125,7 +132,7 @@ def clicks() -> list[dict]:
 
 def test_a_fused_pipeline_and_a_processor_api_word_count_are_exactly_once_across_sigkills(
         kafka, topic_factory, unique_name, tmp_path, monkeypatch):
-    names = ("clicks", "customers", "checkouts", "pages", "users", "text", "words", "milestones")
+    names = ("clicks", "customers", "checkouts", "pages", "users", "text", "words", "milestones", "minutes")
     topics = dict(zip(names, (topic_factory(n, partitions=PARTITIONS) for n in names), strict=True))
     data = clicks()
     bootstrap = kafka.bootstrap_servers
@@ -170,6 +177,19 @@ def test_a_fused_pipeline_and_a_processor_api_word_count_are_exactly_once_across
         users[(windowed["key"], windowed["start"])] += int.from_bytes(value, "big")
     assert users == per_user
 
+    # The windowed cogroup: each user's minute once, its checkouts and other pages counted apart.
+    minutes: dict[tuple[str, int], dict[str, int]] = {}
+    for c in humans:
+        row = minutes.setdefault((c["user"], c["at"] // 60_000 * 60_000), {"buy": 0, "look": 0})
+        row["buy" if c["page"] == "Checkout" else "look"] += 1
+    cogrouped: dict[tuple[str, int], dict[str, int]] = {}
+    for key, value, _ in committed_records(bootstrap, topics["minutes"]):
+        windowed = json.loads(key)
+        window = (windowed["key"], windowed["start"])
+        assert window not in cogrouped, f"a second final result for {window}"
+        cogrouped[window] = json.loads(value)
+    assert cogrouped == minutes
+
     totals = Counter(w for s in sentences for w in s.split())
     emitted: dict[str, list[int]] = {}
     for key, value, _ in committed_records(bootstrap, topics["words"]):
@@ -184,8 +204,8 @@ def test_a_fused_pipeline_and_a_processor_api_word_count_are_exactly_once_across
     assert dict(app.store_view("word-counts").all()) == dict(totals)
     reports = audit_application(app)
     failed = [(r.mode, r.inputs, r.outputs) for r in reports if r.verdict != "PASS"]
-    assert not failed and len(reports) == 5, failed  # lineage: humans with pages (linked), people, words; 2 windows
-    assert [r.mode for r in reports].count("window") == 2 and not any(r.skipped for r in reports)
+    assert not failed and len(reports) == 6, failed  # lineage: humans with pages (linked), people, words; 3 windows
+    assert [r.mode for r in reports].count("window") == 3 and not any(r.skipped for r in reports)
 
     # A final result committed twice (a broken writer): `audit_application` alone says FAIL, twice: the lineage
     # audit of the fused step (a derived output's id committed twice) and its window audit (a second result).
@@ -194,3 +214,7 @@ def test_a_fused_pipeline_and_a_processor_api_word_count_are_exactly_once_across
     failed = [(r.mode, r.outputs) for r in reports if r.verdict != "PASS"]
     assert [mode for mode, _ in failed] == ["lineage", "window"], failed
     assert all(topics["users"] in outputs for _, outputs in failed), failed
+    # The same for the windowed cogroup, whose window audit replays both branches through their marking steps.
+    commit_copy(bootstrap, topics["minutes"], *committed_records(bootstrap, topics["minutes"])[0][:2])
+    failed = [(r.mode, r.outputs) for r in audit_application(app) if r.verdict != "PASS"]
+    assert ("window", [topics["minutes"]]) in failed, failed

@@ -347,7 +347,7 @@ def test_the_window_audit_replays_the_operators_before_a_fused_window_branch_inc
     routes["small"].group_by_key().window(TumblingWindows(60_000)).count(name="small_counts").to_stream().to("out")
     (sub,) = app.subtopologies.values()
     (windowing,) = sub.windowings
-    assert windowing.topic == "out" and len(windowing.prefix) == 4
+    assert windowing.topic == "out"
     replay = _replay(windowing.prefix)
 
     def seen(value):
@@ -363,6 +363,18 @@ def test_the_window_audit_replays_the_operators_before_a_fused_window_branch_inc
     assert merged.windowings == ()  # two inputs: the window audit cannot replay it (lineage still audits it)
     assert [name for name, _ in merged.unreplayed_windows] == ["c"]  # and `audit_application` says so
     assert "lineage audit alone" in merged.unreplayed_windows[0][1] and sub.unreplayed_windows == ()
+    # both branches of one source cogrouped: the paths through both marking steps are replayed, in the task's order
+    both = app_()
+    kinds = both.stream("in").split(name="kind").branch(lambda k, v: v > 100, name="big").default_branch(name="small")
+    (kinds["big"].group_by_key().cogroup(lambda k, v, agg: [*agg, ("big", v)])
+     .cogroup(kinds["small"].filter(lambda k, v: v >= 0).group_by_key(), lambda k, v, agg: [*agg, ("small", v)])
+     .window(TumblingWindows(60_000)).aggregate(list, name="kinds").to_stream().to("out"))
+    (sub,) = both.subtopologies.values()
+    (windowing,) = sub.windowings
+    replay = _replay(windowing.prefix)
+    assert [r.value for r in replay(Record("k", 500, "in", 0, 7, 5, None))] == [(0, 500)]
+    assert [r.value for r in replay(Record("k", 3, "in", 0, 8, 5, None))] == [(1, 3)]
+    assert [r.value for r in replay(Record("k", -3, "in", 0, 9, 5, None))] == [None]  # filtered: time moves only
 
 
 def test_user_mistakes_in_operators_dead_letter_the_record_with_what_went_wrong():
