@@ -1,0 +1,360 @@
+"""Random DSL topologies through the test driver, against a reference computed by plain Python.
+
+Each seed builds a chain of stateless steps (filters, maps, flat maps, key changes, branches merged again,
+`through` and `repartition` hops), fans it out into one to three branches with steps of their own, and ends
+each branch in a sink, a keyed aggregation, a windowed count, a table re-grouped, or a stream-table join.
+The planner decides where the sub-topologies and repartition topics go; the reference knows nothing of
+them: it applies the same functions to the input records and says what every sink, store and table must
+hold. Results are compared in the terms that do not depend on how the tasks' batches interleave (the
+multiset of a sink's records, a store's content, each key's updates in order where one task saw that key's
+records in input order), with one and three partitions, with and without a record cache, and, for every
+fourth seed, with batches killed at random steps. `pytest --soak` runs thousands more seeds."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from eos import Application
+from eos.testing import TopologyTestDriver
+from eos.windows import HoppingWindows, TumblingWindows, ms
+
+BASE = 1_800_000_000_000
+RECORDS = 160
+SIDE = {**{f"k{i}": {"tier": i % 3} for i in range(6)}, **{f"s{i}": {"tier": i} for i in range(4)}}
+
+Rec = tuple[Any, Any, int]  # key, value, timestamp
+Check = Callable[[TopologyTestDriver, bool], None]
+
+
+# ---------------------------------------------------------------- stateless steps: reference and DSL
+@dataclass(frozen=True)
+class Step:
+    kind: str
+    a: int
+    b: int
+
+    @property
+    def rekeys(self) -> bool:
+        return self.kind in ("map", "select_key", "branch_rekey_merge")
+
+    def ref(self, recs: list[Rec]) -> list[Rec]:
+        a, b = self.a, self.b
+        out: list[Rec] = []
+        for k, v, ts in recs:
+            n = v["n"]
+            if self.kind == "filter":
+                out += [(k, v, ts)] if n % a != b else []
+            elif self.kind == "filter_not":
+                out += [] if n % a == b else [(k, v, ts)]
+            elif self.kind == "map_values":
+                out.append((k, {**v, "n": (n * a + b) % 1000}, ts))
+            elif self.kind == "flat_map_values":
+                out += [] if n % a == b else [(k, v, ts), (k, {**v, "n": n + 1, "copy": True}, ts)]
+            elif self.kind == "map":
+                out.append((f"k{(n + b) % a}", v, ts))
+            elif self.kind == "select_key":
+                out.append((f"s{(len(k) + n) % a}", v, ts))
+            elif self.kind == "branch_merge":
+                out.append((k, {**v, "n": n + a} if n % 2 == 0 else {**v, "n": n * 2 % 1000}, ts))
+            elif self.kind == "branch_rekey_merge":
+                out.append((f"s{n % a}", v, ts) if n % 2 == 0 else (k, v, ts))
+            else:  # peek, through, repartition
+                out.append((k, v, ts))
+        return out
+
+    def dsl(self, stream: Any, place: str) -> Any:
+        a, b = self.a, self.b
+        if self.kind == "filter":
+            return stream.filter(lambda k, v: v["n"] % a != b)
+        if self.kind == "filter_not":
+            return stream.filter_not(lambda k, v: v["n"] % a == b)
+        if self.kind == "map_values":
+            return stream.map_values(lambda v: {**v, "n": (v["n"] * a + b) % 1000})
+        if self.kind == "flat_map_values":
+            return stream.flat_map_values(lambda v: [] if v["n"] % a == b else [v, {**v, "n": v["n"] + 1,
+                                                                                      "copy": True}])
+        if self.kind == "map":
+            return stream.map(lambda k, v: (f"k{(v['n'] + b) % a}", v))
+        if self.kind == "select_key":
+            return stream.select_key(lambda k, v: f"s{(len(k) + v['n']) % a}")
+        if self.kind in ("branch_merge", "branch_rekey_merge"):
+            parts = (stream.split(name=f"split-{place}")
+                     .branch(lambda k, v: v["n"] % 2 == 0, name="even")
+                     .default_branch(name="odd"))
+            if self.kind == "branch_rekey_merge":  # one branch keyed anew: the merged stream is
+                return parts["odd"].merge(parts["even"].select_key(lambda k, v: f"s{v['n'] % a}"))
+            even = parts["even"].map_values(lambda v: {**v, "n": v["n"] + a})
+            odd = parts["odd"].map_values(lambda v: {**v, "n": v["n"] * 2 % 1000})
+            return even.merge(odd)
+        if self.kind == "peek":
+            return stream.peek(lambda k, v: None)
+        if self.kind == "through":
+            return stream.through(f"mid-{place}")
+        return stream.repartition(name=f"rep-{place}")
+
+
+STEP_KINDS = ["filter", "filter_not", "map_values", "flat_map_values", "map", "select_key", "branch_merge",
+              "branch_rekey_merge", "peek", "through", "repartition"]
+
+
+def random_step(rng: random.Random) -> Step:
+    kind = rng.choice(STEP_KINDS)
+    a = rng.randrange(2, 6) if kind != "map_values" else rng.randrange(1, 4)
+    return Step(kind, a, rng.randrange(a))
+
+
+@dataclass
+class Chain:
+    """Steps and what they leave: `ordered` while every key's records are still in one partition in input
+    order (no key change yet, so no two tasks' records meet under one key, whatever the partitions)."""
+
+    steps: list[Step] = field(default_factory=list)
+
+    @property
+    def ordered(self) -> bool:
+        return not any(s.rekeys for s in self.steps)
+
+    def ref(self, recs: list[Rec]) -> list[Rec]:
+        for step in self.steps:
+            recs = step.ref(recs)
+        return recs
+
+    def dsl(self, stream: Any, place: str) -> Any:
+        for i, step in enumerate(self.steps):
+            stream = step.dsl(stream, f"{place}{i}")
+        return stream
+
+
+# ---------------------------------------------------------------- terminals
+def sink(i: int, stream: Any, recs: list[Rec], ordered: bool) -> Check:
+    stream.to(f"out{i}")
+    want = Counter((k, json.dumps(v, sort_keys=True), ts) for k, v, ts in recs)
+
+    def check(driver: TopologyTestDriver, cached: bool) -> None:
+        got = Counter((r.key, json.dumps(r.value, sort_keys=True), r.timestamp) for r in driver.records(f"out{i}"))
+        assert got == want, f"sink out{i}"
+        if ordered:  # each key's records in input order
+            assert per_key(driver.records(f"out{i}"), value=lambda r: r.value) == per_key_ref(recs), f"out{i}"
+    return check
+
+
+def keyed(i: int, stream: Any, recs: list[Rec], ordered: bool, single: bool, rng: random.Random) -> Check:
+    """A count, sum or max per key (group_by_key, or group_by a field), its updates and its store; each key's
+    updates in the order of the input where its records come from one task in that order (`single`: every
+    topic has one partition)."""
+    kind = rng.choice(["count", "sum", "max"])
+    by_field = rng.random() < 0.5
+    grouped = stream.group_by(lambda k, v: f"g{v['n'] % 4}") if by_field else stream.group_by_key()
+    name = f"agg{i}"
+    if kind == "count":
+        table = grouped.count(name=name)
+    elif kind == "sum":
+        table = grouped.sum(lambda v: v["n"], name=name)
+    else:
+        table = grouped.reduce(lambda agg, v: agg if (agg["n"], agg["t"]) >= (v["n"], v["t"]) else v, name=name)
+    table.to_stream().to(f"out{i}")
+    updates: dict[Any, list[Any]] = {}
+    for k, v, _ in recs:
+        key = f"g{v['n'] % 4}" if by_field else k
+        last = updates.get(key, [None])[-1]
+        value = ((last or 0) + 1 if kind == "count" else (last or 0) + v["n"] if kind == "sum" else
+                 v if last is None or (v["n"], v["t"]) > (last["n"], last["t"]) else last)
+        updates.setdefault(key, []).append(value)
+    final = {k: u[-1] for k, u in updates.items()}
+    in_order = ordered and (single or not by_field)
+
+    def check(driver: TopologyTestDriver, cached: bool) -> None:
+        assert dict(driver.store(f"{name}-store").all()) == final, f"{kind} {name}"
+        got = per_key(driver.records(f"out{i}"), value=lambda r: r.value)
+        assert {k: u[-1] for k, u in got.items()} == final, f"{kind} {name}: the last update of each key"
+        for key, seen in got.items():
+            if not cached:
+                assert len(seen) == len(updates[key]), f"{kind} {name}: one update per record of {key}"
+            if in_order:  # the updates, or with a cache some of them, in the order they were made
+                assert is_subsequence(seen, updates[key]), f"{kind} {name}: {key}'s updates"
+            elif kind != "max":  # counts and sums of values >= 0 only grow
+                assert seen == sorted(seen), f"{kind} {name}: {key}'s updates"
+    return check
+
+
+def windowed(i: int, stream: Any, recs: list[Rec], rng: random.Random) -> Check:
+    """A count per key and window (tumbling or hopping), every record inside its grace; its store."""
+    size = rng.choice([2_500, 5_000, 20_000])
+    windows = (TumblingWindows(size, grace=10**9) if rng.random() < 0.5 else
+               HoppingWindows(size, size // 2, grace=10**9))
+    name = f"agg{i}"
+    (stream.group_by_key().window(windows, emit=rng.choice(["update", "final"])).count(name=name)
+     .to_stream().to(f"out{i}"))
+    want: Counter[tuple[Any, int]] = Counter()
+    for k, _, ts in recs:
+        advance = ms(windows.advance)
+        for start in range(ts - ts % advance, -1, -advance):
+            if start + windows.size_ms <= ts:
+                break
+            want[(k, start)] += 1
+
+    def check(driver: TopologyTestDriver, cached: bool) -> None:
+        got = {(k, start): v for k, start, v, _ in driver.store(f"{name}-store").fetch_all()}
+        assert got == dict(want), f"windowed {name}"
+    return check
+
+
+def table(i: int, stream: Any, recs: list[Rec], ordered: bool) -> Check:
+    """The stream as a table, re-grouped by a field of the row and counted: exact as rows change group or go.
+    In input order a value of n % 11 == 0 deletes its key's row; otherwise (a key's records from several
+    tasks, its last row unknown) nothing is deleted, and every key has one row in some group."""
+    name = f"agg{i}"
+    gone = (lambda v: v["n"] % 11 == 0) if ordered else (lambda v: False)
+    (stream.map_values(lambda v: None if gone(v) else v).to_table()
+     .group_by(lambda k, v: (f"g{v['n'] % 3}", v)).count(name=name).to_stream().to(f"out{i}"))
+    rows: dict[Any, Any] = {}
+    groups: dict[Any, set[str]] = {}
+    for k, v, _ in recs:
+        groups.setdefault(k, set()).add(f"g{v['n'] % 3}")
+        if gone(v):
+            rows.pop(k, None)
+        else:
+            rows[k] = v
+    want = Counter(f"g{v['n'] % 3}" for v in rows.values())
+
+    def check(driver: TopologyTestDriver, cached: bool) -> None:
+        got = {k: v for k, v in driver.store(f"{name}-store").all() if v}
+        if ordered:
+            assert got == dict(want), f"table {name}"
+        else:
+            assert sum(got.values()) == len(rows), f"table {name}: one row per key"
+            for group, count in got.items():
+                assert count <= sum(group in g for g in groups.values()), f"table {name}: {group}"
+    return check
+
+
+def joined(i: int, stream: Any, recs: list[Rec], rng: random.Random, side: Any) -> Check:
+    """Each record with its key's row of the table `side`, piped and processed before the stream."""
+    left = rng.random() < 0.5
+    join = stream.left_join if left else stream.join
+    join(side, lambda v, row: {**v, "tier": None if row is None else row["tier"]}).to(f"out{i}")
+    want = Counter((k, json.dumps({**v, "tier": SIDE[k]["tier"] if k in SIDE else None}, sort_keys=True))
+                   for k, v, _ in recs if left or k in SIDE)
+
+    def check(driver: TopologyTestDriver, cached: bool) -> None:
+        got = Counter((r.key, json.dumps(r.value, sort_keys=True)) for r in driver.records(f"out{i}"))
+        assert got == want, f"{'left ' if left else ''}join out{i}"
+    return check
+
+
+# ---------------------------------------------------------------- helpers
+def per_key(records: list[Any], value: Callable[[Any], Any]) -> dict[Any, list[Any]]:
+    out: dict[Any, list[Any]] = {}
+    for r in records:
+        out.setdefault(r.key, []).append(value(r))
+    return out
+
+
+def per_key_ref(recs: list[Rec]) -> dict[Any, list[Any]]:
+    out: dict[Any, list[Any]] = {}
+    for k, v, _ in recs:
+        out.setdefault(k, []).append(v)
+    return out
+
+
+def is_subsequence(seen: list[Any], made: list[Any]) -> bool:
+    it = iter(made)
+    return all(any(x == y for y in it) for x in seen)
+
+
+def inputs(seed: int) -> list[tuple[str, str, dict, int]]:
+    rng = random.Random(1000 + seed)
+    # rising timestamps, some a window's first or last millisecond
+    return [("in", f"k{rng.randrange(8)}", {"n": rng.randrange(100), "t": i},
+             BASE + i * 1_000 + rng.choice([0, 0, 1, 499, 999])) for i in range(RECORDS)]
+
+
+def build(seed: int, cache: int, partitions: int) -> tuple[Application, list[Check], str]:
+    """An application of random steps and terminals, the checks of its reference, and its description. With
+    one partition every task reads its records in input order, whatever keys they were given on the way."""
+    rng = random.Random(seed)
+    app = Application(f"r{seed}", bootstrap_servers="unused:9092", cache_max_bytes=cache)
+    recs: list[Rec] = [(k, v, ts) for _, k, v, ts in inputs(seed)]
+    prefix = Chain([random_step(rng) for _ in range(rng.randrange(0, 4))])
+    stream = prefix.dsl(app.stream("in"), "p")
+    recs = prefix.ref(recs)
+    joins = rng.random() < 0.4
+    side: Any = None
+    checks: list[Check] = []
+    shown: list[str] = [f"prefix {[(s.kind, s.a, s.b) for s in prefix.steps]}"]
+    for i in range(rng.randrange(1, 4)):
+        suffix = Chain([random_step(rng) for _ in range(rng.randrange(0, 3))])
+        branch, branch_recs = suffix.dsl(stream, f"b{i}-"), suffix.ref(recs)
+        ordered = partitions == 1 or (prefix.ordered and suffix.ordered)
+        kinds = ["sink", "keyed", "windowed", "table"] + (["join"] if joins else [])
+        kind = rng.choice(kinds)
+        shown.append(f"branch {i}: {[(s.kind, s.a, s.b) for s in suffix.steps]} -> {kind}")
+        if kind == "sink":
+            checks.append(sink(i, branch, branch_recs, ordered))
+        elif kind == "keyed":
+            checks.append(keyed(i, branch, branch_recs, ordered, partitions == 1, rng))
+        elif kind == "windowed":
+            checks.append(windowed(i, branch, branch_recs, rng))
+        elif kind == "table":
+            checks.append(table(i, branch, branch_recs, ordered))
+        else:
+            side = side or app.table("side")
+            checks.append(joined(i, branch, branch_recs, rng, side))
+    return app, checks, "; ".join(shown)
+
+
+def side_rows(app: Application) -> list[tuple[str, str, dict]]:
+    """The table `side`'s rows, if a join reads it (their timestamps, the driver's clock, before the input's)."""
+    reads = {t for sub in app.subtopologies.values() for t in sub.inputs}
+    return [("side", k, v) for k, v in SIDE.items()] if "side" in reads else []
+
+
+def run(app: Application, seed: int, partitions: int) -> TopologyTestDriver:
+    driver = TopologyTestDriver(app, partitions=partitions)
+    driver.pipe_records(side_rows(app))  # processed before the stream's records are piped
+    driver.pipe_records(inputs(seed))
+    return driver
+
+
+def check_seed(seed: int, partitions: int, cache: int) -> None:
+    app, checks, shown = build(seed, cache, partitions)
+    with run(app, seed, partitions) as driver:
+        assert driver.dead_letters() == [], shown
+        for check in checks:
+            try:
+                check(driver, cache > 0)
+            except AssertionError as e:
+                raise AssertionError(f"seed {seed}, {partitions} partitions, cache {cache}: {e}\n"
+                                     f"  topology: {shown}\n{app.describe()}") from None
+
+
+SEEDS = range(64)
+MODES = [(1, 0), (3, 0), (3, 1 << 20)]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("partitions,cache", MODES)
+def test_a_random_topology_commits_what_its_reference_computes(seed, partitions, cache):
+    check_seed(seed, partitions, cache)
+
+
+@pytest.mark.soak
+def test_thousands_more_random_topologies():
+    for seed in range(len(SEEDS), 3000):
+        for partitions, cache in MODES:
+            check_seed(seed, partitions, cache)
+
+
+@pytest.mark.parametrize("seed", [s for s in SEEDS if s % 4 == 0])
+def test_a_random_topology_commits_the_same_when_batches_crash(seed):
+    app, _, shown = build(seed, 0, 2)
+    with TopologyTestDriver(app, partitions=2) as driver:
+        report = driver.check_exactly_once(side_rows(app) + inputs(seed)[:80], crashes=6, seed=seed)
+        assert report.crashes, shown
