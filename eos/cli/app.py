@@ -9,6 +9,7 @@ offers the names there are)."""
 
 from __future__ import annotations
 
+import inspect
 import sys
 from importlib import import_module
 from importlib.metadata import entry_points
@@ -48,6 +49,19 @@ def register_commands(argv: list[str]) -> None:
         app.add_typer(ep.load(), name=ep.name)
 
 
+def one_line_summaries(typer_app: typer.Typer) -> None:
+    """Give each command without a short help the first paragraph of its help on one line: typer lists a
+    group's commands with that paragraph as written, its docstring's line breaks included."""
+    for command in typer_app.registered_commands:
+        text = command.help or (command.callback.__doc__ if command.callback else None)
+        if command.short_help is None and text:
+            command.short_help = " ".join(inspect.cleandoc(text).split("\n\n")[0].split())
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            one_line_summaries(group.typer_instance)
+
+
 def main() -> None:
     register_commands(sys.argv[1:])
+    one_line_summaries(app)
     app()

@@ -70,3 +70,12 @@ def test_anything_else_lists_every_command_with_those_plugged_in(argv):
 def test_a_mistyped_command_is_told_the_name_it_may_mean():
     done = subprocess.run([sys.executable, "-m", "eos.cli", "rnu"], capture_output=True, text=True)
     assert done.returncode == 2 and "Did you mean 'run'?" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("argv,phrase", [((), "sink topics, in the layout of Kafka Streams'"),
+                                         (("audit",), "changelog topics and its lineage ledger. Each sub-topology")])
+def test_a_group_lists_its_commands_with_their_help_on_one_line(argv, phrase):
+    # (typer lists a command's first paragraph with its docstring's line breaks unless given a short help)
+    shown = subprocess.run([sys.executable, "-m", "eos.cli", *argv, "--help"], capture_output=True, text=True,
+                           cwd=ROOT, env={**os.environ, "COLUMNS": "400"})
+    assert shown.returncode == 0 and phrase in shown.stdout, shown.stdout + shown.stderr
