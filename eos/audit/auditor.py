@@ -180,9 +180,9 @@ def audit_application(app: Application, *, bootstrap_servers: str | None = None,
                       progress: Callable[[int], None] | None = None) -> list[AuditReport]:
     """Everything a framework job commits, each by the audit that can prove it: a lineage audit of every
     sub-topology (derived outputs, such as punctuations' and final window results, each once), then the
-    window audit of every windowed aggregation and the join audit of every join. A window audit that cannot
-    run (its input was purged or deleted, or the aggregation is fused with another source) is reported as
-    skipped, with the reason."""
+    window audit of every windowed aggregation and the join audit of every join. A window or join audit that
+    cannot run (an input it replays was purged or deleted, or the aggregation is fused with another source) is
+    reported as skipped, with the reason."""
     reports = _lineage_reports(app, bootstrap_servers, max_samples, progress)
     bootstrap = bootstrap_servers or app.config.bootstrap_servers
     for name, sub in app.subtopologies.items():
@@ -215,7 +215,7 @@ def _lineage_reports(app: Application, bootstrap_servers: str | None, max_sample
     topic); a record's outputs are made by the tasks of each path it takes, numbered per path."""
     cfg = app.config
     bootstrap = bootstrap_servers or cfg.bootstrap_servers
-    hops = {t.name for t in app.internal_topics.values() if t.purge}
+    hops = app.repartition_topics
     groups = offset_groups(app.subtopologies, cfg.group_id)
     shared = {t for t, gs in topic_groups(app.subtopologies, cfg.group_id).items() if len(gs) > 1}
     reports = []
@@ -234,7 +234,7 @@ def _lineage_reports(app: Application, bootstrap_servers: str | None, max_sample
     return reports
 
 
-def _linked_by_hops(subs: list[SubTopology], hops: set[str]) -> list[list[SubTopology]]:
+def _linked_by_hops(subs: list[SubTopology], hops: frozenset[str]) -> list[list[SubTopology]]:
     """The sub-topologies in groups that repartition topics link (a writer and the step reading what it
     wrote), each group in the order of its first member."""
     group = list(range(len(subs)))
@@ -281,10 +281,13 @@ def audit_joins(app: Application, *, bootstrap_servers: str | None = None, subto
             right_table = app.subtopologies[join.right_reader]
             groups = {**groups, join.right: offset_groups(app.subtopologies, app.config.group_id)[
                 (right_table.name, join.right)]}
-        report.join = audit_join(report.bootstrap_servers, sub, group=app.config.group_id,
-                                 application_id=app.config.application_id, dead_letters=app.config.dlq_topic,
-                                 admin=admin, max_samples=max_samples, groups=groups, right_table=right_table,
-                                 join=join)
+        try:
+            report.join = audit_join(report.bootstrap_servers, sub, group=app.config.group_id,
+                                     application_id=app.config.application_id, dead_letters=app.config.dlq_topic,
+                                     admin=admin, max_samples=max_samples, groups=groups, right_table=right_table,
+                                     join=join, transitive=app.repartition_topics)
+        except ValueError as exc:  # (an input it replays was purged)
+            report.join, report.skipped = JoinAuditResult(join.kind, join.how), str(exc)
 
     return _audit_each(app, "join", "join", lambda s: list(s.joins), lambda s, j: [j.output or s.output], check,
                        bootstrap_servers, subtopologies, max_samples)

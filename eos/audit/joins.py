@@ -15,6 +15,12 @@ that what the join emitted is the join of those inputs:
   last output is the join of the two tables' final values (a tombstone when the key is not in the join).
 * foreign-key: every output is the joiner applied to a value the left row held and a value (or None) the
   right row its foreign key named held, and each left key's last output is the join of the final tables.
+
+A side read from a repartition topic (a stream keyed anew) is replayed from that topic's records, which a
+job keeps with `repartition_purge_interval=0`; an input that no longer starts at offset 0 stops the audit
+with the reason. The records of a repartition topic and the results made of them carry the origin of the
+input they came from (`eos.origin`): a result is matched to its stream record by that origin's place and
+the index the record carried, which the result's extends; the ledger names a late record by it too.
 """
 
 from __future__ import annotations
@@ -27,9 +33,9 @@ from typing import Any
 
 from eos.audit.ledger import read_ledger
 from eos.audit.scan import scan_topic
-from eos.audit.windows import _dead_lettered, only
+from eos.audit.windows import _dead_lettered, only, require_whole
 from eos.ledger import ledger_topic
-from eos.origin import origin_of
+from eos.origin import INDEX_LEVEL_BITS, Origin, origin_of, output_indices
 from eos.records import Record
 from eos.serde import Serde
 from eos.streamtime import is_marker
@@ -219,28 +225,36 @@ def check_foreign_key(left: dict[Any, list[Any]], right: dict[Any, list[Any]], o
 def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, application_id: str,
                dead_letters: str | None = None, admin: KafkaAdmin | None = None,
                max_samples: int = 10, groups: Mapping[str, str] | None = None,
-               right_table: SubTopology | None = None, join: JoinSpec | None = None) -> JoinAuditResult:
+               right_table: SubTopology | None = None, join: JoinSpec | None = None,
+               transitive: frozenset[str] = frozenset()) -> JoinAuditResult:
     """Audit the join sub-topology `sub` of an application (its committed inputs up to the group's committed
     offsets, its committed output). `groups`: inputs whose progress another group holds. A foreign-key join
     also needs `right_table`, the sub-topology that reads its right table. `join`: which of the
-    sub-topology's joins (needed when it has several)."""
+    sub-topology's joins (needed when it has several). `transitive`: the application's repartition topics,
+    whose records carry the origin of the input they came from, as the join's outputs then do."""
     spec: JoinSpec = join or only(sub.joins, f"sub-topology {sub.name!r}", "join")
     admin = admin or KafkaAdmin(bootstrap_servers)
     result = JoinAuditResult(spec.kind, spec.how)
     skipped = _dead_lettered(bootstrap_servers, dead_letters, sub.name, admin) if dead_letters else set()
     result.dead_letters = len(skipped)
-    ledger = read_ledger(bootstrap_servers, ledger_topic(application_id), sub.inputs, admin=admin,
-                         subtopologies={sub.name})
-    late = {(tp, o) for tp, account in (ledger or {}).items() for o in account.late}
     sides = (spec.left, spec.right) if spec.kind in ("stream-stream", "stream-table", "table-table") else (spec.left,)
+    for topic in sides:
+        require_whole(admin, topic, f"the join audit of {sub.name!r}")
     inputs = {t: _committed_records(bootstrap_servers, sub, t, (groups or {}).get(t, group), admin, skipped)
               for t in sides}
     result.input_records = sum(len(rs) for rs in inputs.values())
+    origins = {t: [_carried(r, transitive) for r in rs] for t, rs in inputs.items()}
+    # (the ledger names a late record of a repartition topic by the origin it carries)
+    ledger = read_ledger(bootstrap_servers, ledger_topic(application_id),
+                         {*sub.inputs, *(o[0] for places in origins.values() for o in places)}, admin=admin,
+                         subtopologies={sub.name})
+    late = {(tp, o) for tp, account in (ledger or {}).items() for o in account.late}
     outputs = list(_outputs(bootstrap_servers, sub, spec, admin))
     result.output_records = len(outputs)
     if spec.kind == "stream-stream":
         assert spec.windows is not None
-        kept = {t: [r for r in rs if ((t, r.partition), r.offset) not in late] for t, rs in inputs.items()}
+        kept = {t: [r for r, o in zip(rs, origins[t], strict=True) if ((o[0], o[1]), o[2]) not in late]
+                for t, rs in inputs.items()}
         result.late_records = result.input_records - sum(len(rs) for rs in kept.values())
         expected: Counter[tuple[Any, str, int]] = Counter()
         stream_times = _stream_times(admin, sub, group, groups)
@@ -257,7 +271,8 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
             result.unexpected += n
             result.sample("unexpected", max_samples, output=item, times=n)
     elif spec.kind in ("stream-table", "stream-global"):
-        _audit_stream_table(spec, sub, inputs, outputs, result, max_samples, bootstrap_servers, admin)
+        _audit_stream_table(spec, sub, inputs, origins[spec.left], outputs, result, max_samples, bootstrap_servers,
+                            admin)
     elif spec.kind == "foreign-key":
         assert right_table is not None and spec.key is not None
         right = _committed_records(bootstrap_servers, right_table, spec.right, (groups or {}).get(spec.right, group),
@@ -284,8 +299,8 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
     return result
 
 
-def _audit_stream_table(spec: JoinSpec, sub: SubTopology, inputs: dict[str, list[Record]],
-                        outputs: list[tuple[Any, Any, int, tuple[str, int, int] | None]], result: JoinAuditResult,
+def _audit_stream_table(spec: JoinSpec, sub: SubTopology, inputs: dict[str, list[Record]], carried: list[Place],
+                        outputs: list[tuple[Any, Any, int, Origin | None]], result: JoinAuditResult,
                         limit: int, bootstrap_servers: str, admin: KafkaAdmin) -> None:
     table_key: Callable[[Record], Any] = spec.key or _record_key
     if spec.kind == "stream-global":
@@ -294,16 +309,18 @@ def _audit_stream_table(spec: JoinSpec, sub: SubTopology, inputs: dict[str, list
         versions = _histories([r for r in table if r is not None])
     else:
         versions = {}
+    made_of = {o: (r.partition, r.offset) for r, o in zip(inputs[spec.left], carried, strict=True)}
     results: dict[tuple[int, int], Any] = {}
     for _, value, _, origin in outputs:
-        if origin is None or origin[0] != spec.left:
+        left = None if origin is None else _made_of(origin, made_of)
+        if left is None:
             result.unexpected += 1
             result.sample("unexpected", limit, origin=origin, value=value)
             continue
-        if (origin[1], origin[2]) in results:
+        if left in results:
             result.unexpected += 1
             result.sample("unexpected", limit, duplicate_of=origin, value=value)
-        results[(origin[1], origin[2])] = value
+        results[left] = value
     for p in sorted({r.partition for r in inputs[spec.left]}):
         stream = [r for r in inputs[spec.left] if r.partition == p]
         result.expected += len(stream)
@@ -331,6 +348,34 @@ def _stream_times(admin: KafkaAdmin, sub: SubTopology, group: str,
             if committed is not None:
                 out[p] = max(out.get(p, -1), CommitMetadata.decode(committed.metadata).stream_time)
     return out
+
+
+#: (topic, partition, offset, index) of an origin; index None: any index
+Place = tuple[str, int, int, int | None]
+
+
+def _carried(record: Record, transitive: frozenset[str]) -> Place:
+    """The origin the outputs made of `record` name: its own place (with any index), or, for a record of a
+    repartition topic, the origin it carries (`eos.origin`)."""
+    found = origin_of(record.headers) if record.topic in transitive else None
+    if found is None:
+        return record.topic, record.partition, record.offset, None
+    return found.topic, found.partition, found.offset, found.index
+
+
+def _made_of(output: Origin, inputs: Mapping[Place, tuple[int, int]]) -> tuple[int, int] | None:
+    """The (partition, offset) of the input record (`inputs`: by `_carried` place) an output carrying the
+    origin `output` was made of: by place, or by the index the record carried, which the output's extends by
+    one level (`output_indices`): its bits below the output's top level, since a record makes fewer than
+    2**INDEX_LEVEL_BITS outputs."""
+    topic, partition, offset, index = output
+    found = inputs.get((topic, partition, offset, None))
+    if found is None and index >> INDEX_LEVEL_BITS:
+        level = (index.bit_length() - 1) // INDEX_LEVEL_BITS * INDEX_LEVEL_BITS
+        carried = index & ((1 << level) - 1)
+        if output_indices(carried)[1] == level:
+            found = inputs.get((topic, partition, offset, carried))
+    return found
 
 
 def _record_key(record: Record) -> Any:
@@ -382,14 +427,12 @@ def _table_record(msg: Message, table: Any) -> Record | None:
 
 
 def _outputs(bootstrap_servers: str, sub: SubTopology, spec: JoinSpec,
-             admin: KafkaAdmin) -> Iterable[tuple[Any, Any, int, tuple[str, int, int] | None]]:
+             admin: KafkaAdmin) -> Iterable[tuple[Any, Any, int, Origin | None]]:
     """(key, value, timestamp, origin) of every committed result of the join."""
     topic = spec.output or sub.output
     assert topic is not None
     ks, vs = sub.output_serdes.get(topic, (sub.output_key_serde, sub.output_value_serde))
     for batch in scan_topic(bootstrap_servers, topic, admin=admin):
         for msg in batch:
-            found = origin_of(msg.headers())
-            origin = None if found is None else (found.topic, found.partition, found.offset)
             value = None if msg.value() is None else vs.deserialize(msg.value())
-            yield ks.deserialize(msg.key()), value, msg.timestamp()[1], origin
+            yield ks.deserialize(msg.key()), value, msg.timestamp()[1], origin_of(msg.headers())

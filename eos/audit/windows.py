@@ -231,11 +231,7 @@ def audit_windows(bootstrap_servers: str, sub: SubTopology, *, group: str, admin
     result = WindowAuditResult()
     topic = sub.inputs[0]
     tps = admin.topic_partitions(topic)
-    purged = {p: offset for (_, p), offset in admin.earliest_offsets(tps).items() if offset > 0}
-    if purged:
-        raise ValueError(f"the window audit of {sub.name!r} needs every record of {topic}, but partitions "
-                         f"{sorted(purged)} start at offsets {sorted(purged.values())} (purged or deleted by "
-                         "retention); for a repartition topic, run the job with repartition_purge_interval=0")
+    require_whole(admin, topic, f"the window audit of {sub.name!r}")
     committed = admin.group_offsets(group, tps, stable=True)
     extract = sub.timestamp or RECORD_TIME
     skipped = _dead_lettered(bootstrap_servers, dead_letters, sub.name, admin) if dead_letters else set()
@@ -306,6 +302,16 @@ def _replay(prefix: tuple[Any, ...]) -> Callable[[Record], list[Record]]:
                            record.headers)]
         return [Record(k, v, record.topic, record.partition, record.offset, ts, record.headers) for k, v, ts in out]
     return replay
+
+
+def require_whole(admin: KafkaAdmin, topic: str, audit: str) -> None:
+    """A ValueError saying why `audit` cannot run when a partition of `topic` no longer starts at offset 0."""
+    purged = {p: offset for (_, p), offset in admin.earliest_offsets(admin.topic_partitions(topic)).items()
+              if offset > 0}
+    if purged:
+        raise ValueError(f"{audit} needs every record of {topic}, but partitions {sorted(purged)} start at offsets "
+                         f"{sorted(purged.values())} (purged or deleted by retention); for a repartition topic, "
+                         "run the job with repartition_purge_interval=0")
 
 
 def _dead_lettered(bootstrap_servers: str, topic: str, subtopology: str,

@@ -116,7 +116,7 @@ class Runner:
         planner = Planner(admin, cfg, self.app.subtopologies, counts, clocked)
         planner.refresh_topic_ids()
         planner.initialize_offsets()
-        purged = [t.name for t in self.app.internal_topics.values() if t.purge and cfg.repartition_purge_interval]
+        purged = sorted(self.app.repartition_topics) if cfg.repartition_purge_interval else []
         self.purger = RepartitionPurger(admin, cfg, purged, cfg.repartition_purge_interval or PURGE_INTERVAL_S,
                                         topic_groups(self.app.subtopologies, cfg.group_id))
         planner.plan_ahead(0)  # (while a context still starts: the first batch's look-ups are done by then)
@@ -126,7 +126,7 @@ class Runner:
         # the internal topics exist before the run's first batch: waited for here, their creation overlapped by the rest
         job = Job(cfg, dict(self.app.subtopologies), self.app.fault_hooks, internal.result(),
                   ledger_topic(cfg.application_id),
-                  frozenset(t.name for t in self.app.internal_topics.values() if t.purge), clocked)
+                  self.app.repartition_topics, clocked)
         self.placer = Placer(self.sc, admin, cfg, self.app.subtopologies, counts) if cfg.placement else None
         if cfg.metrics_port is not None and self.metrics is None:
             from eos.driver.metrics import DriverMetrics  # (prometheus_client: ~25 ms, only for a job that serves)

@@ -61,6 +61,12 @@ class TopologyBuilder:
             cut = self._cut = (self.graph.version, self.graph.subtopologies(self.default_timestamp))
         return cut[1]
 
+    @property
+    def repartition_topics(self) -> frozenset[str]:
+        """The internal topics whose records are deleted once consumed (repartition topics): a record of one
+        carries the origin of the input it came from, so lineage reaches through them (`eos.origin`)."""
+        return frozenset(t.name for t in self.internal_topics.values() if t.purge)
+
     def internal_name(self, name: str, suffix: str) -> str:
         return f"{self.config.application_id}-{name}-{suffix}"
 

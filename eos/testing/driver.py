@@ -149,7 +149,7 @@ class TopologyTestDriver:
                 hooks.on(point, self._maybe_crash)
             self.job = Job(self.config, dict(app.subtopologies), hooks, dlq_partitions,
                            ledger_topic(self.config.application_id),
-                           frozenset(t.name for t in app.internal_topics.values() if t.purge), app.clocked_topics)
+                           app.repartition_topics, app.clocked_topics)
             self.planner = Planner(self.admin, self.config, app.subtopologies, counts, app.clocked_topics,
                                    timed=False, task_slots=task_slots)
             self.planner.refresh_topic_ids()

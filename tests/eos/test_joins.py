@@ -172,3 +172,37 @@ def test_join_definitions_that_cannot_work_are_refused_with_what_to_do():
         app.join(app.table("t"), "a", "o", name="z", joiner=pair)
     with pytest.raises(ValueError, match="global table"):
         app.join("a", app.table("t"), "o", name="w", joiner=pair, key=lambda r: r.key)
+
+
+def test_the_join_audit_finds_the_stream_record_of_each_output_behind_repartition_topics():
+    """Outputs of a join behind two repartition topics carry the origin of the input the stream record came
+    from, its index two levels deep: the audit maps each back to its stream record, whatever path it took."""
+    from eos.audit.joins import _carried, _made_of
+    from eos.origin import origin_of
+
+    app = Application("j", repartition_purge_interval=0)
+    table = app.table("customers")
+    (app.stream("orders")
+     .flat_map(lambda k, v: [(f"x{v['n'] % 3}", {**v, "copy": c}) for c in range(1 + v["n"] % 3)])  # keyed anew
+     .repartition(name="first")
+     .flat_map_values(lambda v: [v, {**v, "copy": v["copy"] + 10}])
+     .select_key(lambda k, v: f"c{v['n'] % 4}")
+     .join(table, lambda v, c: {**v, "tier": c}, name="tiers").to("out"))
+    left = "j-tiers-left-repartition"
+    assert app.repartition_topics == {"j-first-repartition", left}
+    with TopologyTestDriver(app, partitions=2) as driver:
+        driver.pipe_many("customers", [(f"c{i}", i) for i in range(3)])  # c3 has no row: an inner join drops it
+        driver.pipe_many("orders", [(f"o{i}", {"n": i}) for i in range(60)])
+        stream = driver.records(left)
+        made = {_carried(Record(r.key, r.value, left, r.partition, r.offset, r.timestamp, list(r.headers.items())),
+                         app.repartition_topics): r for r in stream}
+        assert len(made) == len(stream)  # every stream record carries an origin of its own
+        outputs = driver.records("out")
+        assert len(outputs) == sum(r.key != "c3" for r in stream) > 60
+        found = [made.get(_made_of(origin_of(list(o.headers.items())), {p: p for p in made})) for o in outputs]
+        assert all(r is not None and {**r.value, "tier": o.value["tier"]} == o.value
+                   for r, o in zip(found, outputs, strict=True))
+        assert len({(r.partition, r.offset) for r in found}) == len(outputs)
+        # an output of an input place no stream record carries is no stream record's
+        stray = origin_of(list(outputs[0].headers.items()))._replace(offset=10_000)
+        assert _made_of(stray, {p: p for p in made}) is None
