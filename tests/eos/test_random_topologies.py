@@ -30,7 +30,10 @@ RECORDS = 160
 SIDE = {**{f"k{i}": {"tier": i % 3} for i in range(6)}, **{f"s{i}": {"tier": i} for i in range(4)}}
 
 Rec = tuple[Any, Any, int]  # key, value, timestamp
-Check = Callable[[TopologyTestDriver, bool], None]
+#: what a check reads: a test driver, or a cluster's committed records and stores seen the same way
+#: (`records(topic)`, `store(name)`), and whether the application has a record cache
+Check = Callable[[Any, bool], None]
+Names = Callable[[str], str]  # the name of a topic (or the application id) on the cluster it runs on
 
 
 # ---------------------------------------------------------------- stateless steps: reference and DSL
@@ -69,7 +72,7 @@ class Step:
                 out.append((k, v, ts))
         return out
 
-    def dsl(self, stream: Any, place: str) -> Any:
+    def dsl(self, stream: Any, place: str, names: Names) -> Any:
         a, b = self.a, self.b
         if self.kind == "filter":
             return stream.filter(lambda k, v: v["n"] % a != b)
@@ -96,7 +99,7 @@ class Step:
         if self.kind == "peek":
             return stream.peek(lambda k, v: None)
         if self.kind == "through":
-            return stream.through(f"mid-{place}")
+            return stream.through(names(f"mid-{place}"))
         return stream.repartition(name=f"rep-{place}")
 
 
@@ -126,26 +129,27 @@ class Chain:
             recs = step.ref(recs)
         return recs
 
-    def dsl(self, stream: Any, place: str) -> Any:
+    def dsl(self, stream: Any, place: str, names: Names) -> Any:
         for i, step in enumerate(self.steps):
-            stream = step.dsl(stream, f"{place}{i}")
+            stream = step.dsl(stream, f"{place}{i}", names)
         return stream
 
 
 # ---------------------------------------------------------------- terminals
-def sink(i: int, stream: Any, recs: list[Rec], ordered: bool) -> Check:
-    stream.to(f"out{i}")
+def sink(out: str, stream: Any, recs: list[Rec], ordered: bool) -> Check:
+    stream.to(out)
     want = Counter((k, json.dumps(v, sort_keys=True), ts) for k, v, ts in recs)
 
-    def check(driver: TopologyTestDriver, cached: bool) -> None:
-        got = Counter((r.key, json.dumps(r.value, sort_keys=True), r.timestamp) for r in driver.records(f"out{i}"))
-        assert got == want, f"sink out{i}"
+    def check(view: Any, cached: bool) -> None:
+        got = Counter((r.key, json.dumps(r.value, sort_keys=True), r.timestamp) for r in view.records(out))
+        assert got == want, f"sink {out}"
         if ordered:  # each key's records in input order
-            assert per_key(driver.records(f"out{i}"), value=lambda r: r.value) == per_key_ref(recs), f"out{i}"
+            assert per_key(view.records(out), value=lambda r: r.value) == per_key_ref(recs), out
     return check
 
 
-def keyed(i: int, stream: Any, recs: list[Rec], ordered: bool, single: bool, rng: random.Random) -> Check:
+def keyed(i: int, out: str, stream: Any, recs: list[Rec], ordered: bool, single: bool,
+          rng: random.Random) -> Check:
     """A count, sum or max per key (group_by_key, or group_by a field), its updates and its store; each key's
     updates in the order of the input where its records come from one task in that order (`single`: every
     topic has one partition)."""
@@ -159,7 +163,7 @@ def keyed(i: int, stream: Any, recs: list[Rec], ordered: bool, single: bool, rng
         table = grouped.sum(lambda v: v["n"], name=name)
     else:
         table = grouped.reduce(lambda agg, v: agg if (agg["n"], agg["t"]) >= (v["n"], v["t"]) else v, name=name)
-    table.to_stream().to(f"out{i}")
+    table.to_stream().to(out)
     updates: dict[Any, list[Any]] = {}
     for k, v, _ in recs:
         key = f"g{v['n'] % 4}" if by_field else k
@@ -170,9 +174,9 @@ def keyed(i: int, stream: Any, recs: list[Rec], ordered: bool, single: bool, rng
     final = {k: u[-1] for k, u in updates.items()}
     in_order = ordered and (single or not by_field)
 
-    def check(driver: TopologyTestDriver, cached: bool) -> None:
-        assert dict(driver.store(f"{name}-store").all()) == final, f"{kind} {name}"
-        got = per_key(driver.records(f"out{i}"), value=lambda r: r.value)
+    def check(view: Any, cached: bool) -> None:
+        assert dict(view.store(f"{name}-store").all()) == final, f"{kind} {name}"
+        got = per_key(view.records(out), value=lambda r: r.value)
         assert {k: u[-1] for k, u in got.items()} == final, f"{kind} {name}: the last update of each key"
         for key, seen in got.items():
             if not cached:
@@ -184,14 +188,14 @@ def keyed(i: int, stream: Any, recs: list[Rec], ordered: bool, single: bool, rng
     return check
 
 
-def windowed(i: int, stream: Any, recs: list[Rec], rng: random.Random) -> Check:
+def windowed(i: int, out: str, stream: Any, recs: list[Rec], rng: random.Random) -> Check:
     """A count per key and window (tumbling or hopping), every record inside its grace; its store."""
     size = rng.choice([2_500, 5_000, 20_000])
     windows = (TumblingWindows(size, grace=10**9) if rng.random() < 0.5 else
                HoppingWindows(size, size // 2, grace=10**9))
     name = f"agg{i}"
     (stream.group_by_key().window(windows, emit=rng.choice(["update", "final"])).count(name=name)
-     .to_stream().to(f"out{i}"))
+     .to_stream().to(out))
     want: Counter[tuple[Any, int]] = Counter()
     for k, _, ts in recs:
         advance = ms(windows.advance)
@@ -200,20 +204,20 @@ def windowed(i: int, stream: Any, recs: list[Rec], rng: random.Random) -> Check:
                 break
             want[(k, start)] += 1
 
-    def check(driver: TopologyTestDriver, cached: bool) -> None:
-        got = {(k, start): v for k, start, v, _ in driver.store(f"{name}-store").fetch_all()}
+    def check(view: Any, cached: bool) -> None:
+        got = {(k, start): v for k, start, v, _ in view.store(f"{name}-store").fetch_all()}
         assert got == dict(want), f"windowed {name}"
     return check
 
 
-def table(i: int, stream: Any, recs: list[Rec], ordered: bool) -> Check:
+def table(i: int, out: str, stream: Any, recs: list[Rec], ordered: bool) -> Check:
     """The stream as a table, re-grouped by a field of the row and counted: exact as rows change group or go.
     In input order a value of n % 11 == 0 deletes its key's row; otherwise (a key's records from several
     tasks, its last row unknown) nothing is deleted, and every key has one row in some group."""
     name = f"agg{i}"
     gone = (lambda v: v["n"] % 11 == 0) if ordered else (lambda v: False)
     (stream.map_values(lambda v: None if gone(v) else v).to_table()
-     .group_by(lambda k, v: (f"g{v['n'] % 3}", v)).count(name=name).to_stream().to(f"out{i}"))
+     .group_by(lambda k, v: (f"g{v['n'] % 3}", v)).count(name=name).to_stream().to(out))
     rows: dict[Any, Any] = {}
     groups: dict[Any, set[str]] = {}
     for k, v, _ in recs:
@@ -224,8 +228,8 @@ def table(i: int, stream: Any, recs: list[Rec], ordered: bool) -> Check:
             rows[k] = v
     want = Counter(f"g{v['n'] % 3}" for v in rows.values())
 
-    def check(driver: TopologyTestDriver, cached: bool) -> None:
-        got = {k: v for k, v in driver.store(f"{name}-store").all() if v}
+    def check(view: Any, cached: bool) -> None:
+        got = {k: v for k, v in view.store(f"{name}-store").all() if v}
         if ordered:
             assert got == dict(want), f"table {name}"
         else:
@@ -235,17 +239,17 @@ def table(i: int, stream: Any, recs: list[Rec], ordered: bool) -> Check:
     return check
 
 
-def joined(i: int, stream: Any, recs: list[Rec], rng: random.Random, side: Any) -> Check:
+def joined(out: str, stream: Any, recs: list[Rec], rng: random.Random, side: Any) -> Check:
     """Each record with its key's row of the table `side`, piped and processed before the stream."""
     left = rng.random() < 0.5
     join = stream.left_join if left else stream.join
-    join(side, lambda v, row: {**v, "tier": None if row is None else row["tier"]}).to(f"out{i}")
+    join(side, lambda v, row: {**v, "tier": None if row is None else row["tier"]}).to(out)
     want = Counter((k, json.dumps({**v, "tier": SIDE[k]["tier"] if k in SIDE else None}, sort_keys=True))
                    for k, v, _ in recs if left or k in SIDE)
 
-    def check(driver: TopologyTestDriver, cached: bool) -> None:
-        got = Counter((r.key, json.dumps(r.value, sort_keys=True)) for r in driver.records(f"out{i}"))
-        assert got == want, f"{'left ' if left else ''}join out{i}"
+    def check(view: Any, cached: bool) -> None:
+        got = Counter((r.key, json.dumps(r.value, sort_keys=True)) for r in view.records(out))
+        assert got == want, f"{'left ' if left else ''}join {out}"
     return check
 
 
@@ -269,21 +273,26 @@ def is_subsequence(seen: list[Any], made: list[Any]) -> bool:
     return all(any(x == y for y in it) for x in seen)
 
 
-def inputs(seed: int) -> list[tuple[str, str, dict, int]]:
+def inputs(seed: int, records: int = RECORDS, base: int = BASE) -> list[tuple[str, str, dict, int]]:
+    """(topic, key, value, timestamp): rising timestamps from `base` (a multiple of every window's advance),
+    some a window's first or last millisecond."""
     rng = random.Random(1000 + seed)
-    # rising timestamps, some a window's first or last millisecond
     return [("in", f"k{rng.randrange(8)}", {"n": rng.randrange(100), "t": i},
-             BASE + i * 1_000 + rng.choice([0, 0, 1, 499, 999])) for i in range(RECORDS)]
+             base + i * 1_000 + rng.choice([0, 0, 1, 499, 999])) for i in range(records)]
 
 
-def build(seed: int, cache: int, partitions: int) -> tuple[Application, list[Check], str]:
+def build(seed: int, cache: int, partitions: int, *, records: list[tuple[str, str, dict, int]] | None = None,
+          names: Names = str, **settings: Any) -> tuple[Application, list[Check], str]:
     """An application of random steps and terminals, the checks of its reference, and its description. With
-    one partition every task reads its records in input order, whatever keys they were given on the way."""
+    one partition every task reads its records in input order, whatever keys they were given on the way.
+    `records`: the input (by default `inputs(seed)`); `names`: of its topics and application id; `settings`:
+    the Application's."""
     rng = random.Random(seed)
-    app = Application(f"r{seed}", bootstrap_servers="unused:9092", cache_max_bytes=cache)
-    recs: list[Rec] = [(k, v, ts) for _, k, v, ts in inputs(seed)]
+    app = Application(names(f"r{seed}"), **{"bootstrap_servers": "unused:9092", **settings},
+                      cache_max_bytes=cache)
+    recs: list[Rec] = [(k, v, ts) for _, k, v, ts in (records or inputs(seed))]
     prefix = Chain([random_step(rng) for _ in range(rng.randrange(0, 4))])
-    stream = prefix.dsl(app.stream("in"), "p")
+    stream = prefix.dsl(app.stream(names("in")), "p", names)
     recs = prefix.ref(recs)
     joins = rng.random() < 0.4
     side: Any = None
@@ -291,22 +300,22 @@ def build(seed: int, cache: int, partitions: int) -> tuple[Application, list[Che
     shown: list[str] = [f"prefix {[(s.kind, s.a, s.b) for s in prefix.steps]}"]
     for i in range(rng.randrange(1, 4)):
         suffix = Chain([random_step(rng) for _ in range(rng.randrange(0, 3))])
-        branch, branch_recs = suffix.dsl(stream, f"b{i}-"), suffix.ref(recs)
+        branch, branch_recs, out = suffix.dsl(stream, f"b{i}-", names), suffix.ref(recs), names(f"out{i}")
         ordered = partitions == 1 or (prefix.ordered and suffix.ordered)
         kinds = ["sink", "keyed", "windowed", "table"] + (["join"] if joins else [])
         kind = rng.choice(kinds)
         shown.append(f"branch {i}: {[(s.kind, s.a, s.b) for s in suffix.steps]} -> {kind}")
         if kind == "sink":
-            checks.append(sink(i, branch, branch_recs, ordered))
+            checks.append(sink(out, branch, branch_recs, ordered))
         elif kind == "keyed":
-            checks.append(keyed(i, branch, branch_recs, ordered, partitions == 1, rng))
+            checks.append(keyed(i, out, branch, branch_recs, ordered, partitions == 1, rng))
         elif kind == "windowed":
-            checks.append(windowed(i, branch, branch_recs, rng))
+            checks.append(windowed(i, out, branch, branch_recs, rng))
         elif kind == "table":
-            checks.append(table(i, branch, branch_recs, ordered))
+            checks.append(table(i, out, branch, branch_recs, ordered))
         else:
-            side = side or app.table("side")
-            checks.append(joined(i, branch, branch_recs, rng, side))
+            side = side or app.table(names("side"))
+            checks.append(joined(out, branch, branch_recs, rng, side))
     return app, checks, "; ".join(shown)
 
 

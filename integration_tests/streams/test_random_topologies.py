@@ -1,0 +1,119 @@
+"""Random DSL topologies (those of `tests/eos/test_random_topologies.py`) on the broker and Spark, SIGKILLed
+mid-batch (inside transactions too) and restarted: what the cluster committed passes the same checks against
+the same plain-Python reference as in the test driver (every sink's records, every store, each key's updates
+in order where one task saw its records in order), nothing is dead-lettered, and the job's own audit (the
+lineage of every sub-topology, the window audit) says PASS."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from eos.audit import audit_application
+from eos.driver.checks import user_topics
+from integration_tests.helpers import produce
+from integration_tests.streams.test_fused_topology import load_job, run_killed_then_caught_up
+from integration_tests.streams.test_time_and_rekey import committed_records
+from tests.eos.test_random_topologies import SIDE, build, inputs
+from transactions import KafkaAdmin, TopicSpec
+from transactions.memory import partition_for
+
+ROOT = Path(__file__).resolve().parents[2]
+PARTITIONS, RECORDS, BATCH = 2, 3_000, 100
+BASE = (int(time.time()) // 3600 - 4) * 3_600_000  # a multiple of every window's advance
+
+JOB = """
+import os
+import sys
+
+sys.path.insert(0, os.environ["ROOT"])
+from eos.testing import MarkWhile
+from tests.eos.test_random_topologies import build, inputs
+
+seed, prefix = int(os.environ["SEED"]), os.environ["PREFIX"]
+app, _, _ = build(seed, 0, int(os.environ["PARTITIONS"]),
+                  records=inputs(seed, int(os.environ["RECORDS"]), int(os.environ["BASE"])),
+                  names=lambda name: prefix + name, bootstrap_servers=None,
+                  max_records_per_batch=int(os.environ["BATCH"]), trigger_interval=0.0, log_format="json",
+                  log_level="WARNING", state_dir=os.environ["STATE"], repartition_purge_interval=0)
+if os.environ.get("MARKS"):
+    app.fault_hooks.on("before_commit", MarkWhile(os.environ["MARKS"], seconds=0.3))
+"""
+
+
+class Committed:
+    """What the cluster committed, read as the checks read a test driver: `records(topic)` deserialized with
+    the serdes of the step that writes it, `store(name)` as committed to its changelog."""
+
+    def __init__(self, app: Any, bootstrap: str) -> None:
+        self.app, self.bootstrap = app, bootstrap
+
+    def records(self, topic: str) -> list[SimpleNamespace]:
+        (ks, vs), = {sub.output_serdes[topic] for sub in self.app.subtopologies.values() if topic in sub.output_serdes}
+        return [SimpleNamespace(key=ks.deserialize(k), value=None if v is None else vs.deserialize(v), timestamp=ts)
+                for k, v, ts in committed_records(self.bootstrap, topic)]
+
+    def store(self, name: str) -> Any:
+        return self.app.store_view(name)
+
+
+# Seeds whose topologies have what a job on a cluster can get wrong: key changes into repartition topics, a
+# `through` hop, a branch keyed anew and merged, a stream-table join, keyed and windowed aggregations; the
+# description each must have guards against the generator drifting away from it.
+SEEDS = {9: ["through", "select_key", "branch_rekey_merge", "-> keyed", "-> join"],
+         16: ["branch_rekey_merge", "'map'", "flat_map_values", "-> windowed", "-> keyed", "-> join"]}
+MORE_SEEDS = {58: ["flat_map_values", "-> join", "-> table"],
+              63: ["repartition", "through", "-> keyed", "-> join"]}
+
+
+@pytest.mark.parametrize("seed", [*SEEDS, *(pytest.param(s, marks=pytest.mark.soak) for s in MORE_SEEDS)])
+def test_a_random_topology_killed_and_restarted_commits_what_its_reference_computes(
+        kafka, unique_name, tmp_path, monkeypatch, seed):
+    bootstrap = kafka.bootstrap_servers
+    prefix = unique_name(f"r{seed}") + "-"
+    records = inputs(seed, RECORDS, BASE)
+    app, checks, shown = build(seed, 0, PARTITIONS, records=records, names=lambda name: prefix + name)
+    assert all(part in shown for part in {**SEEDS, **MORE_SEEDS}[seed]), shown
+    topics = user_topics(app.subtopologies)  # the input, the table, the outputs and `through` topics
+    KafkaAdmin(bootstrap).create_topics([TopicSpec(t, PARTITIONS, 1, {}) for t in sorted(topics)], timeout=30)
+
+    def at_key(n: int, key: bytes) -> int:  # murmur2, as the Java client: the stream and the table co-partitioned
+        return partition_for(key, PARTITIONS)
+
+    if prefix + "side" in topics:  # the table's rows, older than every record of the stream
+        produce(bootstrap, prefix + "side", [(k.encode(), json.dumps(v).encode()) for k, v in SIDE.items()],
+                partition_of=at_key, timestamp_of=lambda n, key: BASE - 1_000)
+    produce(bootstrap, prefix + "in", [(k.encode(), json.dumps(v).encode()) for _, k, v, _ in records],
+            partition_of=at_key, timestamp_of=lambda n, key: records[n][3])
+
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": bootstrap, "ROOT": str(ROOT), "PYTHONPATH": str(ROOT),
+           "SEED": str(seed), "PREFIX": prefix, "PARTITIONS": str(PARTITIONS), "RECORDS": str(RECORDS),
+           "BASE": str(BASE), "BATCH": str(BATCH), "STATE": str(tmp_path / "state"), "MARKS": str(marks)}
+    run_killed_then_caught_up(tmp_path, JOB, env, seed=seed)
+
+    job = load_job(tmp_path, env, monkeypatch)
+    view = Committed(job, bootstrap)
+    assert committed_records(bootstrap, f"{job.config.application_id}-dlq") == []
+    for check in checks:
+        check(view, False)
+    reports = audit_application(job)
+    failed = [(r.mode, r.outputs, r.join or r.window or r.lineage) for r in reports if r.verdict != "PASS"]
+    assert reports and not failed and not any(r.skipped for r in reports), failed
+
+    # Purged as a job purges them by default, the repartition topics no longer hold what a join or window
+    # audit replays: those say why they could not run, and the lineage audits, which reach through, still pass.
+    admin = KafkaAdmin(bootstrap)
+    for topic in job.repartition_topics:
+        admin.delete_records(admin.end_offsets(admin.topic_partitions(topic)))
+    after = audit_application(job)
+    replays = {r.mode: r.skipped for r in after if r.mode != "lineage"}
+    purged = [mode for mode, why in replays.items() if why and "repartition_purge_interval=0" in why]
+    assert all(r.verdict == "PASS" for r in after) and replays and purged == list(replays), replays
