@@ -154,7 +154,7 @@ class JoinMethods(AggregationMethods):
                         for side, v in (("left", vs), ("right", rvs)))
         stores = (*buffers, *(p for p, keeps in zip(pending, (how != "inner", how == "outer"), strict=True) if keeps))
         factory = partial(StreamStreamJoin, left_topics, windows, joiner, how, late_records,
-                          (buffers[0].name, buffers[1].name), (pending[0].name, pending[1].name), right_topics)
+                          (buffers[0].name, buffers[1].name), (pending[0].name, pending[1].name))
         return JoinStep(factory, stores, {right: (ks, rvs, extract or self.default_timestamp)}, (),
                         JoinSpec(kind, how, _topic(left), right, joiner, windows, key), ks)
 

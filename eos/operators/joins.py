@@ -24,7 +24,6 @@ from recovery import KeyValueStore, RecordBuffer
 __all__ = ["StreamTableJoin", "GlobalTableJoin", "TableTableJoin", "StreamStreamJoin", "topic_set"]
 
 Joiner = Callable[[Any, Any], Any]
-_PER_INPUT = 1 << 12  # records one input may make for a stream-stream join (its sequence numbers' low bits)
 
 
 def topic_set(topics: str | frozenset[str]) -> frozenset[str]:
@@ -127,15 +126,9 @@ class StreamStreamJoin(Processor):
     closed."""
 
     def __init__(self, left_topics: frozenset[str], windows: JoinWindows, joiner: Joiner, how: JoinKind,
-                 late: LatePolicy, buffers: tuple[str, str], pending: tuple[str, str],
-                 right_topics: frozenset[str] = frozenset()) -> None:
+                 late: LatePolicy, buffers: tuple[str, str], pending: tuple[str, str]) -> None:
         self.left_topics, self.windows, self.joiner, self.how = left_topics, windows, joiner, how
         self.late_policy = late
-        # A buffered record's sequence number: its input's offset, topic and place among the records that input
-        # made (a flat_map before the join makes several of one input; a merged side reads several topics).
-        self._topic_index = {t: i for i, t in enumerate(sorted(left_topics | right_topics))}
-        self._last: tuple[str, int, int] | None = None
-        self._made = 0
         self.buffer_names, self.pending_names = buffers, pending
         self._horizon: int | None = None
 
@@ -162,7 +155,7 @@ class StreamStreamJoin(Processor):
             self.context.record_dropped("late")
             return
         side = 0 if record.topic in self.left_topics else 1
-        seq = self._seq(record)
+        seq = self.buffers[side].next_seq(record.key, t)  # (a flat_map before the join: several at one t)
         # a left record at t joins right records in [t - before, t + after]; a right one, left records in
         # [t - after, t + before]
         lo, hi = (t - w.before, t + w.after) if side == 0 else (t - w.after, t + w.before)
@@ -175,15 +168,6 @@ class StreamStreamJoin(Processor):
                 self.pending[1 - side].remove(record.key, p_ts, p_seq)
         if not partners and self.keeps_pending[side]:
             self.pending[side].put(record.key, t, seq, record.value)
-
-    def _seq(self, record: Record) -> int:
-        at = (record.topic, record.partition, record.offset)
-        self._made = self._made + 1 if at == self._last else 0
-        self._last = at
-        if self._made >= _PER_INPUT:
-            raise ValueError(f"one input record made more than {_PER_INPUT} records for the stream-stream join "
-                             "(a flat_map before it); split the input or join before the flat_map")
-        return (record.offset << 20) | (self._topic_index.get(record.topic, 255) << 12) | self._made
 
     def on_stream_time(self, stream_time: int) -> None:
         """Emit the partnerless records no on-time record can join any more, then drop what no on-time record

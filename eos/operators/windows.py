@@ -167,9 +167,11 @@ class SlidingWindowAggregate(_WindowedAggregate):
             self.late(record, "its windows are closed")
             return
         diff = windows.diff_ms
-        meta = self.context.record_metadata()
-        neighbours = [ts for ts, _, _ in self.buffer.range(key, t - diff - 1, t + diff + 1)]
-        self.buffer.put(key, t, meta.offset if meta is not None else 0, record.value)
+        near = self.buffer.range(key, t - diff - 1, t + diff + 1)
+        neighbours = [ts for ts, _, _ in near]
+        # (the key's records at t told apart by their order: a flat_map before, or topics read together, give
+        # several one time and input offset)
+        self.buffer.put(key, t, 1 + max((seq for ts, seq, _ in near if ts == t), default=-1), record.value)
         affected = {windows.left_window(t)}
         if any(t < s <= t + 1 + diff for s in neighbours):
             affected.add(windows.right_window(t))

@@ -203,3 +203,41 @@ def test_the_operators_agree_with_the_auditors_reference_on_random_out_of_order_
     else:
         assert {w: vals[0] for w, vals in observed.items()} == ref.closed
         assert all(len(vals) == 1 for vals in observed.values())
+
+
+@pytest.mark.parametrize("emit", ["update", "final"])
+def test_sliding_windows_keep_every_record_of_one_key_time_and_offset(emit):
+    """Records of one key and timestamp made of one input (a flat_map before the aggregation), or read at the
+    same offset of two topics merged, are all kept for the windows they open later: the results equal those
+    of one topic holding each record as an input of its own."""
+    import random
+
+    rng = random.Random(5)
+    records = [(f"k{rng.randrange(3)}", 1_000 + 7 * i + rng.choice([0, 0, 3]), rng.randrange(1, 9)) for i in range(300)]
+    windows = SlidingWindows(40, grace=100)  # (records are at most 3 ms out of order: none late)
+    results = []
+    for shape in ("flat_map", "merged", "plain"):
+        app = Application("s")
+        if shape == "flat_map":
+            stream = app.stream("in", key_serde="string", value_serde="long").flat_map_values(lambda v: [v, v * 10])
+        elif shape == "merged":
+            stream = app.stream("in", key_serde="string", value_serde="long").merge(
+                app.stream("in-tens", key_serde="string", value_serde="long"))
+        else:
+            stream = app.stream("in", key_serde="string", value_serde="long")
+        (stream.group_by_key().window(windows, emit=emit).sum(name="sums")
+         .to_stream().to("out", value_serde="long"))
+        with TopologyTestDriver(app, wall_clock_ms=0) as driver:
+            for chunk in range(0, len(records), 37):
+                batch = records[chunk:chunk + 37]
+                if shape == "plain":
+                    driver.pipe_many("in", [(k, v, ts) for k, ts, v0 in batch for v in (v0, v0 * 10)])
+                elif shape == "merged":  # (each record at the same offset of both topics)
+                    driver.pipe_records([("in", k, v, ts) for k, ts, v in batch]
+                                        + [("in-tens", k, v * 10, ts) for k, ts, v in batch])
+                else:
+                    driver.pipe_many("in", [(k, v, ts) for k, ts, v in batch])
+            results.append(sorted((k, s, v) for k, s, v, _ in driver.store("sums-store").fetch_all())
+                           if emit == "update" else sorted((r.key, r.value) for r in driver.records("out")))
+    assert results[0] == results[2] and results[0], "a flat_map's records of one key and time"
+    assert results[1] == results[2], "two topics' records at one offset"
