@@ -2,7 +2,8 @@
 
 Each seed builds a chain of stateless steps (filters, maps, flat maps, key changes, branches merged again,
 `through` and `repartition` hops), fans it out into one to three branches with steps of their own, and ends
-each branch in a sink, a keyed aggregation, a windowed count, a table re-grouped, or a stream-table join.
+each branch in a sink, a keyed aggregation, a windowed count, a table re-grouped, a stream-table join, or a
+windowed join of the stream with itself.
 The planner decides where the sub-topologies and repartition topics go; the reference knows nothing of
 them: it applies the same functions to the input records and says what every sink, store and table must
 hold. Results are compared in the terms that do not depend on how the tasks' batches interleave (the
@@ -23,6 +24,7 @@ import pytest
 
 from eos import Application
 from eos.testing import TopologyTestDriver
+from eos.tables import JoinWindows
 from eos.windows import HoppingWindows, TumblingWindows, ms
 
 BASE = 1_800_000_000_000
@@ -253,6 +255,24 @@ def joined(out: str, stream: Any, recs: list[Rec], rng: random.Random, side: Any
     return check
 
 
+def stream_joined(out: str, stream: Any, recs: list[Rec], rng: random.Random, place: str) -> Check:
+    """The stream's even records joined with its odd ones of the same key within a window (an inner join:
+    with every record inside its grace, which pairs meet does not depend on the order they come in); the
+    odd side through a repartition topic of its own, as a stream joined with itself needs."""
+    before, after = rng.choice([0, 1_000, 3_000]), rng.choice([0, 1_000, 3_000])
+    evens = stream.filter(lambda k, v: v["n"] % 2 == 0)
+    odds = stream.filter(lambda k, v: v["n"] % 2 == 1).repartition(name=f"odd-{place}")
+    evens.join(odds, lambda l, r: {"l": l, "r": r}, windows=JoinWindows(before, after, grace=10**9)).to(out)
+    want = Counter((k, json.dumps({"l": lv, "r": rv}, sort_keys=True), max(lt, rt))
+                   for k, lv, lt in recs if lv["n"] % 2 == 0
+                   for k2, rv, rt in recs if rv["n"] % 2 == 1 and k2 == k and lt - before <= rt <= lt + after)
+
+    def check(view: Any, cached: bool) -> None:
+        got = Counter((r.key, json.dumps(r.value, sort_keys=True), r.timestamp) for r in view.records(out))
+        assert got == want, f"stream join {out}"
+    return check
+
+
 # ---------------------------------------------------------------- helpers
 def per_key(records: list[Any], value: Callable[[Any], Any]) -> dict[Any, list[Any]]:
     out: dict[Any, list[Any]] = {}
@@ -302,7 +322,7 @@ def build(seed: int, cache: int, partitions: int, *, records: list[tuple[str, st
         suffix = Chain([random_step(rng) for _ in range(rng.randrange(0, 3))])
         branch, branch_recs, out = suffix.dsl(stream, f"b{i}-", names), suffix.ref(recs), names(f"out{i}")
         ordered = partitions == 1 or (prefix.ordered and suffix.ordered)
-        kinds = ["sink", "keyed", "windowed", "table"] + (["join"] if joins else [])
+        kinds = ["sink", "keyed", "windowed", "table", "stream_join"] + (["join"] if joins else [])
         kind = rng.choice(kinds)
         shown.append(f"branch {i}: {[(s.kind, s.a, s.b) for s in suffix.steps]} -> {kind}")
         if kind == "sink":
@@ -313,6 +333,8 @@ def build(seed: int, cache: int, partitions: int, *, records: list[tuple[str, st
             checks.append(windowed(i, out, branch, branch_recs, rng))
         elif kind == "table":
             checks.append(table(i, out, branch, branch_recs, ordered))
+        elif kind == "stream_join":
+            checks.append(stream_joined(out, branch, branch_recs, rng, f"b{i}"))
         else:
             side = side or app.table(names("side"))
             checks.append(joined(out, branch, branch_recs, rng, side))
