@@ -24,8 +24,10 @@ import pytest
 
 from eos import Application
 from eos.testing import TopologyTestDriver
+from eos.audit.windows import reference_windows
+from eos.records import Record
 from eos.tables import JoinWindows
-from eos.windows import HoppingWindows, TumblingWindows, ms
+from eos.windows import HoppingWindows, SessionWindows, SlidingWindows, TumblingWindows, Windowing, ms
 
 BASE = 1_800_000_000_000
 RECORDS = 160
@@ -191,24 +193,40 @@ def keyed(i: int, out: str, stream: Any, recs: list[Rec], ordered: bool, single:
 
 
 def windowed(i: int, out: str, stream: Any, recs: list[Rec], rng: random.Random) -> Check:
-    """A count per key and window (tumbling or hopping), every record inside its grace; its store."""
+    """A count per key and window (tumbling, hopping, sliding or session), every record inside its grace; its
+    store. Sliding and session windows against the window audit's brute-force reference, fed the records in
+    input order (with no record late, the counts do not depend on the order)."""
     size = rng.choice([2_500, 5_000, 20_000])
-    windows = (TumblingWindows(size, grace=10**9) if rng.random() < 0.5 else
-               HoppingWindows(size, size // 2, grace=10**9))
+    pick = rng.random()
+    windows: Any = (TumblingWindows(size, grace=10**9) if pick < 0.25 else
+                    SlidingWindows(size, grace=10**9) if pick < 0.5 else
+                    HoppingWindows(size, size // 2, grace=10**9) if pick < 0.75 else
+                    SessionWindows(size // 2, grace=10**9))
     name = f"agg{i}"
     (stream.group_by_key().window(windows, emit=rng.choice(["update", "final"])).count(name=name)
      .to_stream().to(out))
-    want: Counter[tuple[Any, int]] = Counter()
-    for k, _, ts in recs:
-        advance = ms(windows.advance)
-        for start in range(ts - ts % advance, -1, -advance):
-            if start + windows.size_ms <= ts:
-                break
-            want[(k, start)] += 1
+    want: dict[tuple[Any, int, int], int] = {}
+    if isinstance(windows, HoppingWindows):
+        for k, _, ts in recs:
+            advance = ms(windows.advance)
+            for start in range(ts - ts % advance, -1, -advance):
+                if start + windows.size_ms <= ts:
+                    break
+                window = (k, start, start + windows.size_ms)
+                want[window] = want.get(window, 0) + 1
+    else:
+        counting = Windowing(windows, "update", "drop", lambda: 0, lambda k, v, n: n + 1, lambda k, a, b: a + b, name)
+        ref = reference_windows([Record(k, v, "in", 0, n, ts) for n, (k, v, ts) in enumerate(recs)], counting)
+        want = {tuple(w): values[-1] for w, values in ref.updates.items() if values[-1] is not None}
 
     def check(view: Any, cached: bool) -> None:
-        got = {(k, start): v for k, start, v, _ in view.store(f"{name}-store").fetch_all()}
-        assert got == dict(want), f"windowed {name}"
+        store = view.store(f"{name}-store")
+        if isinstance(windows, SessionWindows):
+            got = {(s.key, s.start, s.end): s.value for s in store.ending_before(2**62)}
+        else:
+            end = windows.diff_ms if isinstance(windows, SlidingWindows) else windows.size_ms
+            got = {(k, start, start + end): v for k, start, v, _ in store.fetch_all()}
+        assert got == want, f"windowed {name} ({windows})"
     return check
 
 
