@@ -187,7 +187,7 @@ def _sliding(spec: SlidingWindows, w: Windowing, rec: Record, stream_time: int, 
     seen = contents[rec.key]
     seen.append((t, rec.value))
     candidates = set()
-    for s, _ in seen:  # every window the records define that holds t
+    for s, _ in seen:  # every window the records define that holds t, and t's right window
         left_start = max(0, s - diff)
         if left_start <= t <= left_start + diff:
             candidates.add((left_start, left_start + diff))
@@ -200,6 +200,8 @@ def _sliding(spec: SlidingWindows, w: Windowing, rec: Record, stream_time: int, 
             continue
         key = (rec.key, start, end)
         if key in state:
+            if not start <= t <= end:  # its right window, there already (a later record's left window)
+                continue
             value = w.aggregator(rec.key, rec.value, state[key])
         else:
             value = w.initializer()

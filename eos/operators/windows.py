@@ -187,8 +187,10 @@ class SlidingWindowAggregate(_WindowedAggregate):
             current = self.store.fetch_with_timestamp(key, window.start)
             if current is None:  # a new window: fold what it holds (this record included)
                 aggregate, timestamp = self._fold(key, window)
-            else:
+            elif window.start <= t <= window.end:
                 aggregate, timestamp = self.aggregator(key, record.value, current[0]), max(current[1], t)
+            else:  # the record's right window, there already (a later record's left window): not the record's
+                continue
             self.store.put(key, window.start, aggregate, timestamp)
             if self.emit == "update":
                 self.context.forward(Windowed(key, window.start, window.end), aggregate, timestamp=timestamp)
