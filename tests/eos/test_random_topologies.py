@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 
 from eos import Application
-from eos.testing import TopologyTestDriver
 from eos.audit.windows import reference_windows
 from eos.records import Record
 from eos.tables import JoinWindows
+from eos.testing import TopologyTestDriver
 from eos.windows import HoppingWindows, SessionWindows, SlidingWindows, TumblingWindows, Windowing, ms
 
 BASE = 1_800_000_000_000
@@ -280,7 +280,7 @@ def stream_joined(out: str, stream: Any, recs: list[Rec], rng: random.Random, pl
     before, after = rng.choice([0, 1_000, 3_000]), rng.choice([0, 1_000, 3_000])
     evens = stream.filter(lambda k, v: v["n"] % 2 == 0)
     odds = stream.filter(lambda k, v: v["n"] % 2 == 1).repartition(name=f"odd-{place}")
-    evens.join(odds, lambda l, r: {"l": l, "r": r}, windows=JoinWindows(before, after, grace=10**9)).to(out)
+    evens.join(odds, lambda even, odd: {"l": even, "r": odd}, windows=JoinWindows(before, after, grace=10**9)).to(out)
     want = Counter((k, json.dumps({"l": lv, "r": rv}, sort_keys=True), max(lt, rt))
                    for k, lv, lt in recs if lv["n"] % 2 == 0
                    for k2, rv, rt in recs if rv["n"] % 2 == 1 and k2 == k and lt - before <= rt <= lt + after)

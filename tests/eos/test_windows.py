@@ -135,7 +135,8 @@ def test_sliding_windows_out_of_order_match_in_order_results():
         assert value == sum(v for _, t, v in records if start <= t <= end)
 
 
-@pytest.mark.parametrize("order", [(31_001, 11_000), (31_001, 12_000, 11_000), (11_000, 31_001), (31_001, 31_001, 11_000)])
+@pytest.mark.parametrize("order", [(31_001, 11_000), (31_001, 12_000, 11_000), (11_000, 31_001),
+                                   (31_001, 31_001, 11_000)])
 def test_a_record_arriving_after_the_window_its_right_window_is_does_not_count_in_it(order):
     """A record at t's right window [t + 1, t + 1 + diff] may already be there, as the left window of a record
     at t + 1 + diff that came first: the record at t is not in it, and it keeps its value."""
