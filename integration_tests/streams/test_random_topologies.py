@@ -72,7 +72,8 @@ SEEDS = {63: ["branch_rekey_merge", "through", "-> join", "-> windowed", "-> str
 MORE_SEEDS = {9: ["through", "select_key", "branch_rekey_merge", "flat_map_values", "-> keyed", "-> stream_join",
                   "-> table"],
               16: ["'map'", "flat_map_values", "-> windowed", "-> keyed", "-> stream_join"],
-              58: ["flat_map_values", "'map'", "-> stream_join", "-> table"]}
+              58: ["flat_map_values", "'map'", "-> stream_join", "-> table"],
+              40: ["through", "select_key", "-> cogroup", "-> stream_join", "-> windowed"]}
 
 
 @pytest.mark.parametrize("seed", [*SEEDS, *(pytest.param(s, marks=pytest.mark.soak) for s in MORE_SEEDS)])
@@ -109,7 +110,11 @@ def test_a_random_topology_killed_and_restarted_commits_what_its_reference_compu
         check(view, False)
     reports = audit_application(job)
     failed = [(r.mode, r.outputs, r.join or r.window or r.lineage) for r in reports if r.verdict != "PASS"]
-    assert reports and not failed and not any(r.skipped for r in reports), failed
+    assert reports and not failed, failed
+    # (skipped only: a windowed step the window audit cannot replay, as the topology says, e.g. a cogroup whose
+    # task reads two topics; proven by the lineage audit)
+    structural = {r.skipped for r in reports if r.skipped}
+    assert sum(bool(r.skipped) for r in reports) == sum(len(s.unreplayed_windows) for s in job.subtopologies.values())
 
     # Purged as a job purges them by default, the repartition topics no longer hold what a join or window
     # audit replays: those say why they could not run, and the lineage audits, which reach through, still pass.
@@ -118,7 +123,7 @@ def test_a_random_topology_killed_and_restarted_commits_what_its_reference_compu
         admin.delete_records(admin.end_offsets(admin.topic_partitions(topic)))
     after = audit_application(job)
     assert all(r.verdict == "PASS" for r in after)
-    replays = [(r.mode, r.inputs, r.skipped) for r in after if r.mode != "lineage"]
+    replays = [(r.mode, r.inputs, r.skipped) for r in after if r.mode != "lineage" and r.skipped not in structural]
     assert any(why for *_, why in replays) and all(
         bool(why and "repartition_purge_interval=0" in why) == bool(set(inputs) & job.repartition_topics)
         for _, inputs, why in replays), replays

@@ -2,7 +2,7 @@
 
 Each seed builds a chain of stateless steps (filters, maps, flat maps, key changes, branches merged again,
 `through` and `repartition` hops), fans it out into one to three branches with steps of their own, and ends each
-branch in a sink, a keyed aggregation, a count in tumbling, hopping, sliding or session windows, a table
+branch in a sink, a keyed aggregation or a cogroup, a count in tumbling, hopping, sliding or session windows, a table
 re-grouped, a stream-table join, or a windowed join of the stream with itself. The planner decides where the
 sub-topologies and repartition topics go; the reference knows nothing of them: it applies the same functions to
 the input records and says what every sink, store and table must hold. Results are compared in the terms that do
@@ -192,6 +192,39 @@ def keyed(i: int, out: str, stream: Any, recs: list[Rec], ordered: bool, single:
     return check
 
 
+def cogrouped(i: int, out: str, stream: Any, recs: list[Rec], rng: random.Random) -> Check:
+    """The branch's even and odd records cogrouped per key into one aggregate, each stream by its own aggregator
+    (even ones counted, odd ones counted and summed), over all time or per tumbling window; the odd ones grouped
+    by a key function (the same key, but a key change to the planner: a repartition topic of their own) when
+    `by_key_function`. (The same draws as `keyed`, which it stands in for.)"""
+    windowed_ = rng.choice(["plain", "plain", "windowed"]) == "windowed"
+    by_key_function = rng.random() < 0.5
+    evens = stream.filter(lambda k, v: v["n"] % 2 == 0).group_by_key()
+    odd = stream.filter(lambda k, v: v["n"] % 2 == 1)
+    odds = odd.group_by(lambda k, v: k) if by_key_function else odd.group_by_key()
+    cogroup = (evens.cogroup(lambda k, v, agg: {**agg, "e": agg["e"] + 1})
+               .cogroup(odds, lambda k, v, agg: {**agg, "o": agg["o"] + 1, "s": agg["s"] + v["n"]}))
+    size = 5_000
+    if windowed_:
+        cogroup = cogroup.window(TumblingWindows(size, grace=10**9))
+    name = f"agg{i}"
+    cogroup.aggregate(lambda: {"e": 0, "o": 0, "s": 0}, name=name).to_stream().to(out)
+    want: dict[Any, dict[str, int]] = {}
+    for k, v, ts in recs:
+        row = want.setdefault((k, ts - ts % size) if windowed_ else k, {"e": 0, "o": 0, "s": 0})
+        if v["n"] % 2 == 0:
+            row["e"] += 1
+        else:
+            row["o"] += 1
+            row["s"] += v["n"]
+
+    def check(view: Any, cached: bool) -> None:
+        store = view.store(f"{name}-store")
+        got = ({(k, start): v for k, start, v, _ in store.fetch_all()} if windowed_ else dict(store.all()))
+        assert got == want, f"cogroup {name}"
+    return check
+
+
 def windowed(i: int, out: str, stream: Any, recs: list[Rec], rng: random.Random) -> Check:
     """A count per key and window (tumbling, hopping, sliding or session), every record inside its grace; its
     store. Sliding and session windows against the window audit's brute-force reference, fed the records in
@@ -345,6 +378,9 @@ def build(seed: int, cache: int, partitions: int, *, records: list[tuple[str, st
         shown.append(f"branch {i}: {[(s.kind, s.a, s.b) for s in suffix.steps]} -> {kind}")
         if kind == "sink":
             checks.append(sink(out, branch, branch_recs, ordered))
+        elif kind == "keyed" and random.Random(f"cogroup-{seed}-{i}").random() < 0.35:
+            checks.append(cogrouped(i, out, branch, branch_recs, rng))
+            shown[-1] = shown[-1].replace("-> keyed", "-> cogroup")
         elif kind == "keyed":
             checks.append(keyed(i, out, branch, branch_recs, ordered, partitions == 1, rng))
         elif kind == "windowed":
