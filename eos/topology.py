@@ -89,6 +89,9 @@ class SubTopology:
     global_tables: tuple[Any, ...] = ()
     #: The joins the join audit can replay (eos.tables.JoinSpec, each with the topic its results go to)
     joins: tuple[Any, ...] = ()
+    #: The joins it cannot replay, each (its name, its JoinSpec, why): the lineage audit proves their results
+    #: (each once, derived from committed inputs); `audit_application` says so
+    unreplayed_joins: tuple[tuple[str, Any, str], ...] = ()
     #: Output topics whose records the processor forwards already serialized (bytes or None), e.g. the
     #: subscriptions of a foreign-key join next to its results.
     raw_outputs: frozenset[str] = frozenset()

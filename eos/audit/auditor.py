@@ -181,8 +181,8 @@ def audit_application(app: Application, *, bootstrap_servers: str | None = None,
     """Everything a framework job commits, each by the audit that can prove it: a lineage audit of every
     sub-topology (derived outputs, such as punctuations' and final window results, each once), then the
     window audit of every windowed aggregation and the join audit of every join. A window or join audit that
-    cannot run (an input it replays was purged or deleted, or the aggregation is fused with another source) is
-    reported as skipped, with the reason."""
+    cannot run (an input it replays was purged or deleted, the aggregation is fused with another source, a
+    join's side comes through other steps) is reported as skipped, with the reason."""
     reports = _lineage_reports(app, bootstrap_servers, max_samples, progress)
     bootstrap = bootstrap_servers or app.config.bootstrap_servers
     for name, sub in app.subtopologies.items():
@@ -200,6 +200,11 @@ def audit_application(app: Application, *, bootstrap_servers: str | None = None,
                                        skipped=f"{window}: {why}"))
     if any(sub.joins for sub in app.subtopologies.values()):
         reports += audit_joins(app, bootstrap_servers=bootstrap, max_samples=max_samples)
+    for sub in app.subtopologies.values():
+        for name, join, why in sub.unreplayed_joins:
+            reports.append(AuditReport("join", bootstrap, list(sub.inputs), [], app.config.dlq_topic,
+                                       app.config.group_id, "read_committed",
+                                       join=JoinAuditResult(join.kind, join.how), skipped=f"{name}: {why}"))
     return reports
 
 
@@ -268,7 +273,8 @@ def audit_windowed(app: Application, *, bootstrap_servers: str | None = None, su
 
     return _audit_each(app, "window", "windowed aggregation",
                        lambda s: [w for w in s.windowings if only is None or w is only],
-                       lambda s, w: [w.topic or s.output], check, bootstrap_servers, subtopologies, max_samples)
+                       lambda s, w: [w.topic or s.output], check, bootstrap_servers, subtopologies, max_samples,
+                       unreplayed=lambda s: s.unreplayed_windows)
 
 
 def audit_joins(app: Application, *, bootstrap_servers: str | None = None, subtopologies: Iterable[str] = (),
@@ -290,28 +296,38 @@ def audit_joins(app: Application, *, bootstrap_servers: str | None = None, subto
             report.join, report.skipped = JoinAuditResult(join.kind, join.how), str(exc)
 
     return _audit_each(app, "join", "join", lambda s: list(s.joins), lambda s, j: [j.output or s.output], check,
-                       bootstrap_servers, subtopologies, max_samples)
+                       bootstrap_servers, subtopologies, max_samples,
+                       unreplayed=lambda s: [(name, why) for name, _, why in s.unreplayed_joins])
 
 
 def _audit_each(app: Application, mode: str, what: str, items: Callable[[SubTopology], list[Any]],
                 outputs: Callable[[SubTopology, Any], list[Any]],
                 check: Callable[[AuditReport, SubTopology, Any, KafkaAdmin, dict[str, str]], None],
-                bootstrap_servers: str | None, subtopologies: Iterable[str], max_samples: int) -> list[AuditReport]:
+                bootstrap_servers: str | None, subtopologies: Iterable[str], max_samples: int, *,
+                unreplayed: Callable[[SubTopology], Any]) -> list[AuditReport]:
     """One report per item (a windowed aggregation, a join) of each sub-topology that has any (or of each
     one named): `check` fills in its mode's result, then the transaction and offset checks, each input held
-    to the group its progress is committed under."""
+    to the group its progress is committed under. `unreplayed(sub)`: its items the audit cannot replay, each
+    (name, why), named in the error when there is nothing to replay."""
     cfg = app.config
     bootstrap = bootstrap_servers or cfg.bootstrap_servers
     admin = KafkaAdmin(bootstrap)
+    def none_replayable(where: str, subs: list[str]) -> ValueError:
+        others = [(n, item, why) for n in subs for item, why in unreplayed(app.subtopologies[n])]
+        if not others:
+            return ValueError(f"{where} has no {what}")
+        listed = ", ".join(f"{item!r} (sub-topology {n!r})" for n, item, _ in others)
+        return ValueError(f"{where} has no {what} the audit can replay: {listed}: {others[0][2]}")
+
     names = list(subtopologies) or [n for n, s in app.subtopologies.items() if items(s)]
     if not names:
-        raise ValueError(f"application {cfg.application_id!r} has no {what}")
+        raise none_replayable(f"application {cfg.application_id!r}", list(app.subtopologies))
     groups = offset_groups(app.subtopologies, cfg.group_id)
     reports = []
     for name in names:
         sub = app.subtopologies[name]
         if not items(sub):
-            raise ValueError(f"sub-topology {name!r} has no {what} the audit can replay")
+            raise none_replayable(f"sub-topology {name!r}", [name])
         input_groups = {t: groups[(name, t)] for t in sub.inputs}
         for item in items(sub):
             started = time.monotonic()

@@ -220,6 +220,7 @@ def _subtopology(part: GraphPart, stores: Mapping[str, StoreSpec], default_times
         windowings=tuple(w for w in windowed.values() if w is not None),
         unreplayed_windows=tuple((n, _UNREPLAYED_WINDOW) for n, w in windowed.items() if w is None),
         joins=tuple(j for j in (_audited_join(part, n) for n in joins) if j is not None),
+        unreplayed_joins=tuple((n.name, n.join, _UNREPLAYED_JOIN) for n in joins if _audited_join(part, n) is None),
         per_topic={t: r for t, r in readings.items() if r != (key_serde, value_serde, timestamp)},
         global_tables=tuple(dict.fromkeys(g for p in part.processors for g in p.global_tables)),
         raw_outputs=raw, output_serdes={t: (s.key_serde, s.value_serde) for t, s in sinks.items() if not s.raw},
@@ -230,6 +231,12 @@ _UNREPLAYED_WINDOW = ("the window audit replays a windowed aggregation whose tas
                       "through stateless operators only, into one sink; this one's task reads more or its "
                       "results go elsewhere, so its results are proven by the lineage audit alone (each once, "
                       "derived from committed inputs), not recomputed")
+
+
+_UNREPLAYED_JOIN = ("the join audit replays a join whose sides its task reads straight from their topics, into one "
+                    "sink; this one's sides come through other steps (a filter, a map, a table made of a stream) "
+                    "or its results go elsewhere, so its results are proven by the lineage audit alone (each "
+                    "once, derived from committed inputs), not recomputed")
 
 
 def _audited_window(part: GraphPart, node: ProcessorNode) -> Any:

@@ -9,6 +9,7 @@ import random
 import pytest
 
 from eos import Application
+from eos.audit import audit_joins
 from eos.testing import TopologyTestDriver
 from eos.windows import TumblingWindows
 
@@ -47,6 +48,12 @@ def test_a_stream_joins_a_filtered_table_and_an_aggregated_table_in_one_task():
     assert len(app.subtopologies) == 1  # customers, payments and orders are inputs of one task
     (sub,) = app.subtopologies.values()
     assert sub.joins == ()  # neither join reads its table straight from a source: lineage audits them
+    assert [(name, j.kind, j.how) for name, j, _ in sub.unreplayed_joins] == [
+        ("vip", "stream-table", "inner"), ("with_spent", "stream-table", "left")]  # and `audit_application` says so
+    assert "lineage audit alone" in sub.unreplayed_joins[0][2]
+    with pytest.raises(ValueError, match=r"has no join the audit can replay: 'vip' \(sub-topology 'filter_0'\), "
+                                         r"'with_spent' \(sub-topology 'filter_0'\): the join audit replays a join"):
+        audit_joins(app)
     driver = TopologyTestDriver(app)
     driver.pipe_records([("customers", "c1", {"tier": "gold"}, BASE), ("customers", "c2", {"tier": "basic"}, BASE),
                          ("payments", "c1", {"amount": 5}, BASE + 1), ("payments", "c1", {"amount": 7}, BASE + 2),
