@@ -13,6 +13,7 @@ thousands more seeds."""
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 from collections import Counter
@@ -22,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from eos import Application
+from eos import Application, Processor, store
 from eos.audit.windows import reference_windows
 from eos.records import Record
 from eos.tables import JoinWindows
@@ -324,6 +325,121 @@ def stream_joined(out: str, stream: Any, recs: list[Rec], rng: random.Random, pl
     return check
 
 
+def global_joined(out: str, stream: Any, recs: list[Rec], left: bool, gside: Any) -> Check:
+    """Each record with the row of the global table `gside` that a field of its value names (or its own key):
+    inner or `left`, never through a repartition topic whatever the stream's key."""
+    row_key = _row_key
+    join = stream.left_join if left else stream.join
+    join(gside, lambda v, row: {**v, "g": None if row is None else row["tier"]}, key=row_key).to(out)
+    want = Counter((k, json.dumps({**v, "g": SIDE[row_key(k, v)]["tier"] if row_key(k, v) in SIDE else None},
+                                  sort_keys=True))
+                   for k, v, _ in recs if left or row_key(k, v) in SIDE)
+
+    def check(view: Any, cached: bool) -> None:
+        got = Counter((r.key, json.dumps(r.value, sort_keys=True)) for r in view.records(out))
+        assert got == want, f"global {'left ' if left else ''}join {out}"
+    return check
+
+
+def _row_key(k: Any, v: Any) -> str:
+    return f"s{v['n'] % 6}" if v["n"] % 3 else k
+
+
+def _tier(v: Any, row: Any) -> dict[str, Any]:
+    return {"v": v, "tier": None if row is None else row["tier"]}
+
+
+def table_joined(i: int, out: str, stream: Any, recs: list[Rec], foreign: bool, how: str, side: Any,
+                 ordered: bool) -> Check:
+    """The stream as a table (in input order a value of n % 11 == 0 deletes its key's row) joined with the table
+    `side`: by key (`how`: inner, left or outer; a repartition topic first where the key changed) or, `foreign`,
+    by the foreign key a row names (inner or left; through two internal topics). Where one task saw each key's
+    records in input order, each key's last result is the join of its last row (none, or a tombstone, where
+    there is no result); otherwise every result is the join of one of its key's records, and the keys with a
+    result are those that must have one whichever record came last."""
+    gone = (lambda v: v["n"] % 11 == 0) if ordered else (lambda v: False)
+    row_key = (lambda k, v: f"s{v['n'] % 6}") if foreign else (lambda k, v: k)
+    rows = stream.map_values(lambda v: None if gone(v) else v).to_table()
+    kwargs = {"foreign_key": lambda v: f"s{v['n'] % 6}"} if foreign else {}
+    rows.join(side, _tier, how=how, name=f"tjoin{i}", **kwargs).to_stream().to(out)
+
+    def result(k: Any, v: Any) -> str | None:
+        row = SIDE.get(row_key(k, v)) if v is not None else SIDE.get(k)
+        keep = (v is not None and (how != "inner" or row is not None)) or (how == "outer" and row is not None)
+        return json.dumps(_tier(v, row), sort_keys=True) if keep else None
+
+    last: dict[Any, Any] = {}
+    candidates: dict[Any, set[str | None]] = {k: {result(k, None)} for k in SIDE}
+    for k, v, _ in recs:
+        last[k] = None if gone(v) else v
+        candidates.setdefault(k, set()).add(result(k, last[k]))
+    want = {k: r for k in {*last, *SIDE} if (r := result(k, last.get(k))) is not None}
+    # whichever row of a key came last: a key joined by key has a result or not alike
+    must = {k for k, c in candidates.items() if None not in c} if not foreign or how == "left" else set()
+
+    def check(view: Any, cached: bool) -> None:
+        got: dict[Any, Any] = {}
+        for r in view.records(out):
+            got[r.key] = None if r.value is None else json.dumps(r.value, sort_keys=True)
+            assert got[r.key] in candidates.get(r.key, ()), f"{how} table join {out}: {r.key} {r.value}"
+        got = {k: v for k, v in got.items() if v is not None}
+        if ordered:
+            assert got == want, f"{'foreign-key ' if foreign else ''}{how} table join {out}"
+        else:
+            assert must <= set(got), f"{'foreign-key ' if foreign else ''}{how} table join {out}: keys"
+    return check
+
+
+class Numbering(Processor):
+    """Numbers each key's records in the store `store` and forwards each value with its number (`seen`)."""
+
+    def __init__(self, store: str) -> None:
+        self.store_name = store
+
+    def init(self, context: Any) -> None:
+        super().init(context)
+        self.seen = context.store(self.store_name)
+
+    def process(self, record: Any) -> None:
+        n = (self.seen.get(record.key) or 0) + 1
+        self.seen.put(record.key, n)
+        self.context.forward(record.key, {**record.value, "seen": n})
+
+
+def processed(i: int, out: str, stream: Any, recs: list[Rec], rekeyed: bool, ordered: bool) -> Check:
+    """A processor of the Processor API (`process_values`, a state store of its own) numbering each key's
+    records, through a repartition topic first where the key changed, then summed per key with no repartition
+    topic between; what it forwards (each key's numbers 1..n; in input order the records themselves too), its
+    store and the sums."""
+    name = f"seen{i}"
+    if rekeyed:  # a key's records to one task, as a user of a key-keeping processor must
+        stream = stream.repartition(name=f"proc-{i}")
+    numbered = stream.process_values(functools.partial(Numbering, name), name=f"number{i}",
+                                     stores=[store(name, key_serde="string", value_serde="long")])
+    numbered.to(out)
+    numbered.group_by_key().sum(lambda v: v["seen"], name=f"agg{i}")
+    made: dict[Any, list[Any]] = {}
+    for k, v, _ in recs:
+        made.setdefault(k, []).append({**v, "seen": len(made.get(k, ())) + 1})
+    counts = {k: len(vs) for k, vs in made.items()}
+
+    def check(view: Any, cached: bool) -> None:
+        records = view.records(out)
+        got = per_key(records, value=lambda r: r.value)
+        assert Counter((k, v["seen"]) for k, vs in got.items() for v in vs) == Counter(
+            (k, v["seen"]) for k, vs in made.items() for v in vs), f"processed {out}: each key's numbers"
+        assert {k: _unnumbered(vs) for k, vs in got.items()} == {k: _unnumbered(vs) for k, vs in made.items()}, out
+        if ordered:
+            assert got == made, f"processed {out}: each key's records in input order"
+        assert dict(view.store(name).all()) == counts, f"processed {out}: the store"
+        assert dict(view.store(f"agg{i}-store").all()) == {k: n * (n + 1) // 2 for k, n in counts.items()}
+    return check
+
+
+def _unnumbered(values: list[Any]) -> Counter[str]:
+    return Counter(json.dumps({**v, "seen": 0}, sort_keys=True) for v in values)
+
+
 # ---------------------------------------------------------------- helpers
 def per_key(records: list[Any], value: Callable[[Any], Any]) -> dict[Any, list[Any]]:
     out: dict[Any, list[Any]] = {}
@@ -367,6 +483,7 @@ def build(seed: int, cache: int, partitions: int, *, records: list[tuple[str, st
     recs = prefix.ref(recs)
     joins = rng.random() < 0.4
     side: Any = None
+    gside: Any = None
     checks: list[Check] = []
     shown: list[str] = [f"prefix {[(s.kind, s.a, s.b) for s in prefix.steps]}"]
     for i in range(rng.randrange(1, 4)):
@@ -375,6 +492,10 @@ def build(seed: int, cache: int, partitions: int, *, records: list[tuple[str, st
         ordered = partitions == 1 or (prefix.ordered and suffix.ordered)
         kinds = ["sink", "keyed", "windowed", "table", "stream_join"] + (["join"] if joins else [])
         kind = rng.choice(kinds)
+        # drawn apart, as the cogroup: the other branches' draws stay as they were when these came
+        more = random.Random(f"more-{seed}-{i}")
+        if more.random() < 0.3:
+            kind = more.choice(["global_join", "table_join", "processed"])
         shown.append(f"branch {i}: {[(s.kind, s.a, s.b) for s in suffix.steps]} -> {kind}")
         if kind == "sink":
             checks.append(sink(out, branch, branch_recs, ordered))
@@ -389,6 +510,19 @@ def build(seed: int, cache: int, partitions: int, *, records: list[tuple[str, st
             checks.append(table(i, out, branch, branch_recs, ordered))
         elif kind == "stream_join":
             checks.append(stream_joined(out, branch, branch_recs, rng, f"b{i}"))
+        elif kind == "global_join":
+            gside = gside or app.global_table(names("gside"))
+            left = more.random() < 0.5
+            checks.append(global_joined(out, branch, branch_recs, left, gside))
+            shown[-1] += " (left)" if left else " (inner)"
+        elif kind == "table_join":
+            side = side or app.table(names("side"))
+            foreign = more.random() < 0.5
+            how = more.choice(["inner", "left"] if foreign else ["inner", "left", "outer"])
+            checks.append(table_joined(i, out, branch, branch_recs, foreign, how, side, ordered))
+            shown[-1] += f" ({'foreign-key ' if foreign else ''}{how})"
+        elif kind == "processed":
+            checks.append(processed(i, out, branch, branch_recs, not (prefix.ordered and suffix.ordered), ordered))
         else:
             side = side or app.table(names("side"))
             checks.append(joined(out, branch, branch_recs, rng, side))
@@ -397,8 +531,8 @@ def build(seed: int, cache: int, partitions: int, *, records: list[tuple[str, st
 
 def side_rows(app: Application) -> list[tuple[str, str, dict]]:
     """The table `side`'s rows, if a join reads it (their timestamps, the driver's clock, before the input's)."""
-    reads = {t for sub in app.subtopologies.values() for t in sub.inputs}
-    return [("side", k, v) for k, v in SIDE.items()] if "side" in reads else []
+    reads = {t for sub in app.subtopologies.values() for t in (*sub.inputs, *(g.topic for g in sub.global_tables))}
+    return [(topic, k, v) for topic in ("side", "gside") if topic in reads for k, v in SIDE.items()]
 
 
 def run(app: Application, seed: int, partitions: int) -> TopologyTestDriver:
