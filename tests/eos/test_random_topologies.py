@@ -5,9 +5,9 @@ Each seed builds a chain of stateless steps (filters, maps, flat maps, key chang
 branch in a sink, a keyed aggregation or a cogroup, a count in tumbling, hopping, sliding or session windows, a table
 re-grouped, a join with a table or a global table, a windowed join of the stream with itself, the stream as a table
 joined with a table by key or by foreign key, or a processor of the Processor API numbering each key's records in a
-store of its own. The planner decides where the
-sub-topologies and repartition topics go; the reference knows nothing of them: it applies the same functions to
-the input records and says what every sink, store and table must hold. Results are compared in the terms that do
+store of its own. The planner decides where the sub-topologies and repartition topics go; the reference knows
+nothing of them: it applies the same functions to the input records and says what every sink, store and table
+must hold. Results are compared in the terms that do
 not depend on how the tasks' batches interleave (the multiset of a sink's records, a store's content, each key's
 updates in order where one task saw that key's records in input order), with one and three partitions, with and
 without a record cache, and, for every fourth seed, with batches killed at random steps. `pytest --soak` runs
