@@ -2,8 +2,8 @@
 
 Each seed builds a chain of stateless steps (filters, maps, flat maps, key changes, branches merged again, `through`
 and `repartition` hops), fans it out into one to three branches with steps of their own, and ends each branch in a
-sink, a keyed aggregation or a cogroup, a count in tumbling, hopping, sliding or session windows, a table re-
-grouped, a join with a table or a global table, a windowed join of the stream with itself, the stream as a table
+sink, a keyed aggregation or a cogroup, a count in tumbling, hopping, sliding or session windows, a table
+re-grouped, a join with a table or a global table, a windowed join of the stream with itself, the stream as a table
 joined with a table by key or by foreign key, or a processor of the Processor API numbering each key's records in a
 store of its own. The planner decides where the sub-topologies and repartition topics go; the reference knows
 nothing of them: it applies the same functions to the input records and says what every sink, store and table must
