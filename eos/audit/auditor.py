@@ -200,11 +200,8 @@ def audit_application(app: Application, *, bootstrap_servers: str | None = None,
                                        skipped=f"{window}: {why}"))
     if any(sub.joins for sub in app.subtopologies.values()):
         reports += audit_joins(app, bootstrap_servers=bootstrap, max_samples=max_samples)
-    for sub in app.subtopologies.values():
-        for name, join, why in sub.unreplayed_joins:
-            reports.append(AuditReport("join", bootstrap, list(sub.inputs), [], app.config.dlq_topic,
-                                       app.config.group_id, "read_committed",
-                                       join=JoinAuditResult(join.kind, join.how), skipped=f"{name}: {why}"))
+    else:
+        reports += _unreplayed_joins(app, bootstrap, app.subtopologies)
     return reports
 
 
@@ -280,7 +277,8 @@ def audit_windowed(app: Application, *, bootstrap_servers: str | None = None, su
 def audit_joins(app: Application, *, bootstrap_servers: str | None = None, subtopologies: Iterable[str] = (),
                 max_samples: int = 10) -> list[AuditReport]:
     """`eos audit join`: every join of a job (or those of the sub-topologies named) checked by replaying its
-    committed inputs (`eos.audit.joins`), plus the transaction and offset checks."""
+    committed inputs (`eos.audit.joins`), plus the transaction and offset checks; a join it cannot replay is
+    reported as not checked, saying why."""
     def check(report: AuditReport, sub: SubTopology, join: Any, admin: KafkaAdmin, groups: dict[str, str]) -> None:
         right_table = None
         if join.right_reader is not None:  # a foreign-key join: the right table's reader and its progress
@@ -295,9 +293,20 @@ def audit_joins(app: Application, *, bootstrap_servers: str | None = None, subto
         except ValueError as exc:  # (an input it replays was purged)
             report.join, report.skipped = JoinAuditResult(join.kind, join.how), str(exc)
 
-    return _audit_each(app, "join", "join", lambda s: list(s.joins), lambda s, j: [j.output or s.output], check,
-                       bootstrap_servers, subtopologies, max_samples,
-                       unreplayed=lambda s: [(name, why) for name, _, why in s.unreplayed_joins])
+    subtopologies = list(subtopologies)
+    reports = _audit_each(app, "join", "join", lambda s: list(s.joins), lambda s, j: [j.output or s.output], check,
+                          bootstrap_servers, subtopologies, max_samples,
+                          unreplayed=lambda s: [(name, why) for name, _, why in s.unreplayed_joins])
+    return reports + _unreplayed_joins(app, bootstrap_servers or app.config.bootstrap_servers,
+                                       subtopologies or app.subtopologies)
+
+
+def _unreplayed_joins(app: Application, bootstrap: str, subtopologies: Iterable[str]) -> list[AuditReport]:
+    """A "not checked" report, saying why, for each join of these sub-topologies the join audit cannot replay
+    (the lineage audit alone proves its results)."""
+    return [AuditReport("join", bootstrap, list(sub.inputs), [], app.config.dlq_topic, app.config.group_id,
+                        "read_committed", join=JoinAuditResult(join.kind, join.how), skipped=f"{name}: {why}")
+            for sub in map(app.subtopologies.__getitem__, subtopologies) for name, join, why in sub.unreplayed_joins]
 
 
 def _audit_each(app: Application, mode: str, what: str, items: Callable[[SubTopology], list[Any]],
