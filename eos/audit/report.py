@@ -58,6 +58,10 @@ _ALWAYS = {"expected", "output_records", "unique_origins", "dead_lettered", "inp
 def render(report: AuditReport, console: Console | None = None) -> None:
     console = console or Console()
     flow = f"{', '.join(report.inputs)} -> {', '.join(report.outputs)}"
+    if report.skipped and not report.offsets.partitions:  # nothing was read: no table of zeros
+        console.print(f"exactly-once audit ({report.mode}): {flow}", soft_wrap=True)
+        console.print(f"[bold yellow]not checked[/bold yellow]: {report.skipped}", soft_wrap=True)
+        return
     table = Table(title=f"exactly-once audit ({report.mode}): {flow}")
     table.add_column("check")
     table.add_column("count", justify="right")

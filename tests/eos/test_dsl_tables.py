@@ -7,9 +7,12 @@ from __future__ import annotations
 import random
 
 import pytest
+from rich.console import Console
 
 from eos import Application
 from eos.audit import audit_joins
+from eos.audit.auditor import _unreplayed_joins
+from eos.audit.report import render
 from eos.testing import TopologyTestDriver
 from eos.windows import TumblingWindows
 
@@ -54,6 +57,15 @@ def test_a_stream_joins_a_filtered_table_and_an_aggregated_table_in_one_task():
     with pytest.raises(ValueError, match=r"has no join the audit can replay: 'vip' \(sub-topology 'filter_0'\), "
                                          r"'with_spent' \(sub-topology 'filter_0'\): the join audit replays a join"):
         audit_joins(app)
+    # what `eos audit app` prints for each: the flow and why, no table of zeros and no verdict of a check not run
+    console = Console(record=True, width=200)
+    for report in _unreplayed_joins(app, "unused:9092", app.subtopologies):
+        assert report.verdict == "PASS" and report.violations == 0
+        render(report, console)
+    shown = console.export_text()
+    assert shown.count("not checked: ") == 2 and "not checked: with_spent: the join audit replays" in shown
+    assert "exactly-once audit (join): customers, payments, orders ->" in shown
+    assert "input records" not in shown and "violation(s)" not in shown
     driver = TopologyTestDriver(app)
     driver.pipe_records([("customers", "c1", {"tier": "gold"}, BASE), ("customers", "c2", {"tier": "basic"}, BASE),
                          ("payments", "c1", {"amount": 5}, BASE + 1), ("payments", "c1", {"amount": 7}, BASE + 2),
