@@ -195,9 +195,9 @@ def audit_application(app: Application, *, bootstrap_servers: str | None = None,
                                            app.config.dlq_topic, app.config.group_id, "read_committed",
                                            window=WindowAuditResult(), skipped=str(exc)))
         for window, why in sub.unreplayed_windows:
-            reports.append(AuditReport("window", bootstrap, list(sub.inputs), [], app.config.dlq_topic,
-                                       app.config.group_id, "read_committed", window=WindowAuditResult(),
-                                       skipped=f"{window}: {why}"))
+            reports.append(AuditReport("window", bootstrap, list(sub.inputs), list(sub.output_topics),
+                                       app.config.dlq_topic, app.config.group_id, "read_committed",
+                                       window=WindowAuditResult(), skipped=f"{window}: {why}"))
     if any(sub.joins for sub in app.subtopologies.values()):
         reports += audit_joins(app, bootstrap_servers=bootstrap, max_samples=max_samples)
     else:
@@ -304,8 +304,9 @@ def audit_joins(app: Application, *, bootstrap_servers: str | None = None, subto
 def _unreplayed_joins(app: Application, bootstrap: str, subtopologies: Iterable[str]) -> list[AuditReport]:
     """A "not checked" report, saying why, for each join of these sub-topologies the join audit cannot replay
     (the lineage audit alone proves its results)."""
-    return [AuditReport("join", bootstrap, list(sub.inputs), [], app.config.dlq_topic, app.config.group_id,
-                        "read_committed", join=JoinAuditResult(join.kind, join.how), skipped=f"{name}: {why}")
+    return [AuditReport("join", bootstrap, list(sub.inputs), list(sub.output_topics), app.config.dlq_topic,
+                        app.config.group_id, "read_committed", join=JoinAuditResult(join.kind, join.how),
+                        skipped=f"{name}: {why}")
             for sub in map(app.subtopologies.__getitem__, subtopologies) for name, join, why in sub.unreplayed_joins]
 
 
