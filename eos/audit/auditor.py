@@ -195,9 +195,7 @@ def audit_application(app: Application, *, bootstrap_servers: str | None = None,
                                            app.config.dlq_topic, app.config.group_id, "read_committed",
                                            window=WindowAuditResult(), skipped=str(exc)))
         for window, why in sub.unreplayed_windows:
-            reports.append(AuditReport("window", bootstrap, list(sub.inputs), list(sub.output_topics),
-                                       app.config.dlq_topic, app.config.group_id, "read_committed",
-                                       window=WindowAuditResult(), skipped=f"{window}: {why}"))
+            reports.append(_not_checked(app, bootstrap, sub, "window", f"{window}: {why}", window=WindowAuditResult()))
     if any(sub.joins for sub in app.subtopologies.values()):
         reports += audit_joins(app, bootstrap_servers=bootstrap, max_samples=max_samples)
     else:
@@ -304,10 +302,15 @@ def audit_joins(app: Application, *, bootstrap_servers: str | None = None, subto
 def _unreplayed_joins(app: Application, bootstrap: str, subtopologies: Iterable[str]) -> list[AuditReport]:
     """A "not checked" report, saying why, for each join of these sub-topologies the join audit cannot replay
     (the lineage audit alone proves its results)."""
-    return [AuditReport("join", bootstrap, list(sub.inputs), list(sub.output_topics), app.config.dlq_topic,
-                        app.config.group_id, "read_committed", join=JoinAuditResult(join.kind, join.how),
-                        skipped=f"{name}: {why}")
+    return [_not_checked(app, bootstrap, sub, "join", f"{name}: {why}", join=JoinAuditResult(join.kind, join.how))
             for sub in map(app.subtopologies.__getitem__, subtopologies) for name, join, why in sub.unreplayed_joins]
+
+
+def _not_checked(app: Application, bootstrap: str, sub: SubTopology, mode: str, why: str,
+                 **result: Any) -> AuditReport:
+    """The report of a `mode` check of `sub` that was not run, saying why (`result`: its empty result)."""
+    return AuditReport(mode, bootstrap, list(sub.inputs), list(sub.output_topics), app.config.dlq_topic,
+                       app.config.group_id, "read_committed", skipped=why, **result)
 
 
 def _audit_each(app: Application, mode: str, what: str, items: Callable[[SubTopology], list[Any]],
@@ -322,6 +325,7 @@ def _audit_each(app: Application, mode: str, what: str, items: Callable[[SubTopo
     cfg = app.config
     bootstrap = bootstrap_servers or cfg.bootstrap_servers
     admin = KafkaAdmin(bootstrap)
+
     def none_replayable(where: str, subs: list[str]) -> ValueError:
         others = [(n, item, why) for n in subs for item, why in unreplayed(app.subtopologies[n])]
         if not others:
