@@ -179,11 +179,13 @@ class RecordBuffer(StoreView):
         self._buf().put(_DATA + _I.pack(len(k)) + k + tail, self._encode(value, timestamp))
         self._buf().put(_INDEX + _time(timestamp) + _I.pack(len(k)) + k + _time(seq), b"")
 
-    def next_seq(self, key: Any, timestamp: int) -> int:
+    def next_seq(self, key: Any, timestamp: int, near: list[tuple[int, int, Any]] | None = None) -> int:
         """The sequence number of one more record of `key` at `timestamp`: one past the largest the key has
         there (0 for its first). Records of one key and time are told apart by the order they came in, which
-        a replay of the same input repeats, whatever offsets its records were read from."""
-        return 1 + max((seq for _, seq, _ in self.range(key, timestamp, timestamp)), default=-1)
+        a replay of the same input repeats, whatever offsets its records were read from. `near`: the key's
+        records of a range holding `timestamp`, when the caller has read them already."""
+        near = self.range(key, timestamp, timestamp) if near is None else near
+        return 1 + max((seq for ts, seq, _ in near if ts == timestamp), default=-1)
 
     def range(self, key: Any, time_from: int, time_to: int) -> list[tuple[int, int, Any]]:
         """(timestamp, seq, value) of the key's records with time_from <= timestamp <= time_to, in

@@ -207,7 +207,7 @@ def _subtopology(part: GraphPart, stores: Mapping[str, StoreSpec], default_times
     out_vs = main.value_serde if main else value_serde
     raw = frozenset(s.topic for s in part.sinks if s.raw)
     windowed = {p.name: _audited_window(part, p) for p in part.processors if p.windowing is not None}
-    joins = [p for p in part.processors if p.join is not None]
+    joins = {p: _audited_join(part, p) for p in part.processors if p.join is not None}
     used = [s for p in part.processors for s in part.stores[p.name]]
     vectorized = batch[0].batch if batch else None
     kind: dict[str, Any] = {"batch_fn": vectorized[0], "batch_format": vectorized[1]} if vectorized else {
@@ -219,8 +219,8 @@ def _subtopology(part: GraphPart, stores: Mapping[str, StoreSpec], default_times
         may_punctuate=any(p.may_punctuate for p in part.processors),
         windowings=tuple(w for w in windowed.values() if w is not None),
         unreplayed_windows=tuple((n, _UNREPLAYED_WINDOW) for n, w in windowed.items() if w is None),
-        joins=tuple(j for j in (_audited_join(part, n) for n in joins) if j is not None),
-        unreplayed_joins=tuple((n.name, n.join, _UNREPLAYED_JOIN) for n in joins if _audited_join(part, n) is None),
+        joins=tuple(j for j in joins.values() if j is not None),
+        unreplayed_joins=tuple((n.name, n.join, _UNREPLAYED_JOIN) for n, j in joins.items() if j is None),
         per_topic={t: r for t, r in readings.items() if r != (key_serde, value_serde, timestamp)},
         global_tables=tuple(dict.fromkeys(g for p in part.processors for g in p.global_tables)),
         raw_outputs=raw, output_serdes={t: (s.key_serde, s.value_serde) for t, s in sinks.items() if not s.raw},

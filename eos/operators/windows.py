@@ -171,7 +171,7 @@ class SlidingWindowAggregate(_WindowedAggregate):
         neighbours = [ts for ts, _, _ in near]
         # (the key's records at t told apart by their order: a flat_map before, or topics read together, give
         # several one time and input offset)
-        self.buffer.put(key, t, 1 + max((seq for ts, seq, _ in near if ts == t), default=-1), record.value)
+        self.buffer.put(key, t, self.buffer.next_seq(key, t, near), record.value)
         affected = {windows.left_window(t)}
         if any(t < s <= t + 1 + diff for s in neighbours):
             affected.add(windows.right_window(t))
