@@ -116,3 +116,7 @@ class JoinSpec:
     right_reader: str | None = None
     #: the topic its results go to (set when the graph is cut)
     output: str | None = None
+    #: the stateless operators (eos.graph.operators) between each side's topic and the join, in order: the
+    #: join audit passes each record of the side through them, as the task did (set when the graph is cut)
+    left_prefix: tuple[Any, ...] = ()
+    right_prefix: tuple[Any, ...] = ()

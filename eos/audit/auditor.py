@@ -182,7 +182,7 @@ def audit_application(app: Application, *, bootstrap_servers: str | None = None,
     sub-topology (derived outputs, such as punctuations' and final window results, each once), then the
     window audit of every windowed aggregation and the join audit of every join. A window or join audit that
     cannot run (an input it replays was purged or deleted, the aggregation is fused with another source, a
-    join's side comes through other steps) is reported as skipped, with the reason."""
+    join's side comes from several topics or through a stateful step) is reported as skipped, with the reason."""
     reports = _lineage_reports(app, bootstrap_servers, max_samples, progress)
     bootstrap = bootstrap_servers or app.config.bootstrap_servers
     for name, sub in app.subtopologies.items():

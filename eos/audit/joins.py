@@ -27,13 +27,15 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import groupby
+from operator import attrgetter
 from typing import Any
 
 from eos.audit.ledger import read_ledger
 from eos.audit.scan import scan_topic
-from eos.audit.windows import _dead_lettered, only, require_whole
+from eos.audit.windows import _dead_lettered, only, replay_prefix, require_whole
 from eos.ledger import ledger_topic
 from eos.origin import INDEX_LEVEL_BITS, Origin, origin_of, output_indices
 from eos.records import Record
@@ -109,7 +111,7 @@ def reference_stream_stream(left: Iterable[Record], right: Iterable[Record], win
         if r.key is not None and r.value is not None:
             rights[r.key].append(r)
     out: Counter[tuple[Any, str, int]] = Counter()
-    matched_right: set[tuple[int, int]] = set()
+    matched_right: set[int] = set()  # by identity: a flat map before the join makes several records of one place
     for lrec in left:
         if lrec.key is None or lrec.value is None:
             continue
@@ -117,46 +119,110 @@ def reference_stream_stream(left: Iterable[Record], right: Iterable[Record], win
                     if lrec.timestamp - windows.before <= r.timestamp <= lrec.timestamp + windows.after]
         for r in partners:
             out[(lrec.key, _join(joiner, lrec.value, r.value), max(lrec.timestamp, r.timestamp))] += 1
-            matched_right.add((r.partition, r.offset))
+            matched_right.add(id(r))
         if not partners and how in ("left", "outer") and closed(lrec.timestamp, windows.after):
             out[(lrec.key, _join(joiner, lrec.value, None), lrec.timestamp)] += 1
     if how == "outer":
         for key, records in rights.items():
             for r in records:
-                if (r.partition, r.offset) not in matched_right and closed(r.timestamp, windows.before):
+                if id(r) not in matched_right and closed(r.timestamp, windows.before):
                     out[(key, _join(joiner, None, r.value), r.timestamp)] += 1
     return out
 
 
-def explain_stream_table(stream: list[Record], results: dict[int, Any], versions: dict[Any, list[Any]],
+def explain_stream_table(stream: list[Record], results: Mapping[int, Sequence[Any]], versions: dict[Any, list[Any]],
                          joiner: Joiner, how: str) -> list[tuple[str, Record, Any]]:
-    """Check a stream-table join of one stream partition: `results` maps a stream offset to its output
-    value (absent: no output), `versions[key]` is the key's table history (None first, then each update's
-    value, None for a tombstone). Returns (problem, record, output) for what no forward-moving replay
-    explains."""
-    problems = []
+    """Check a stream-table join of one stream partition. `stream`: what reached the join of each input
+    record, in offset order; the records of one input share its offset (what a flat map before the join made
+    of it, in order; a record with value None, one filtered out, reaches it with nothing). `results` maps an
+    input's offset to its outputs in order (absent: none); `versions[key]` is the key's table history (None
+    first, then each update's value, None for a tombstone). Each record makes one output, the joiner applied
+    to a value its key held in the table (a left join's with None too; an inner join's none where the key had
+    no value), and per key the values used move forward through the history as the offsets do (a task never
+    reads the table back in time). Returns (problem, record, output) for what no such replay explains."""
+    problems: list[tuple[str, Record, Any]] = []
     position: dict[Any, int] = defaultdict(int)  # per key: the earliest table version still usable
-    for rec in stream:  # in offset order
-        if rec.value is None:
-            continue
-        history = versions.get(rec.key, [None]) if rec.key is not None else [None]
-        start = position[rec.key]
-        if rec.offset in results:
-            wanted = _canon(results[rec.offset])
-            found = next((i for i in range(start, len(history)) if (history[i] is not None or how == "left")
-                          and _join(joiner, rec.value, history[i]) == wanted), None)
-            if found is None:
-                problems.append(("wrong_values", rec, results[rec.offset]))
-            else:
-                position[rec.key] = found
-        elif how == "left":
-            problems.append(("missing", rec, None))
+    for offset, group in groupby(stream, key=attrgetter("offset")):
+        records = list(group)
+        joined = [r for r in records if r.value is not None]
+        got = [_canon(v) for v in results.get(offset, ())]
+        found = _replay_one(joined, got, versions, position, joiner, how)
+        if found is not None:
+            position.update(found)
         else:
-            found = next((i for i in range(start, len(history)) if history[i] is None), None)
-            if found is None:
-                problems.append(("missing", rec, None))
-            else:
-                position[rec.key] = found
+            problems += _name_problems(joined or records[:1], list(results.get(offset, ())), versions, position,
+                                       joiner, how)
+    return problems
+
+
+def _history(versions: dict[Any, list[Any]], key: Any) -> list[Any]:
+    return versions.get(key, [None]) if key is not None else [None]
+
+
+def _with_result(rec: Record, wanted: str, history: list[Any], start: int, joiner: Joiner, how: str) -> int | None:
+    """The earliest table version from `start` under which the join makes `wanted` of `rec`."""
+    return next((i for i in range(start, len(history)) if (history[i] is not None or how == "left")
+                 and _join(joiner, rec.value, history[i]) == wanted), None)
+
+
+def _without_result(history: list[Any], start: int, how: str) -> int | None:
+    """The earliest table version from `start` under which an inner join makes nothing (the key had no value)."""
+    return None if how == "left" else next((i for i in range(start, len(history)) if history[i] is None), None)
+
+
+def _replay_one(records: list[Record], got: list[str], versions: dict[Any, list[Any]], position: dict[Any, int],
+                joiner: Joiner, how: str) -> dict[Any, int] | None:
+    """The table versions (per key) under which one input's records make exactly `got`, in order, each
+    moving forward from `position`; None when none do. A search over which records made an output; taking
+    the earliest version that explains each choice loses nothing (the next records only need later ones)."""
+    keys = list(dict.fromkeys(r.key for r in records))
+    start = (0, 0, tuple(position[k] for k in keys))
+    todo, seen = [start], {start}
+    while todo:
+        j, ptr, pos = todo.pop()
+        if j == len(records):
+            if ptr == len(got):
+                return dict(zip(keys, pos, strict=True))
+            continue
+        rec = records[j]
+        slot = keys.index(rec.key)
+        history = _history(versions, rec.key)
+        nexts = []
+        if ptr < len(got) and (i := _with_result(rec, got[ptr], history, pos[slot], joiner, how)) is not None:
+            nexts.append((j + 1, ptr + 1, (*pos[:slot], i, *pos[slot + 1:])))
+        if (i := _without_result(history, pos[slot], how)) is not None:
+            nexts.append((j + 1, ptr, (*pos[:slot], i, *pos[slot + 1:])))
+        for state in nexts:
+            if state not in seen:
+                seen.add(state)
+                todo.append(state)
+    return None
+
+
+def _name_problems(records: list[Record], got: list[Any], versions: dict[Any, list[Any]], position: dict[Any, int],
+                   joiner: Joiner, how: str) -> list[tuple[str, Record, Any]]:
+    """What is wrong with one input's outputs that no replay explains, found by taking each record's first
+    explanation (moving `position` on): an output no version explains is a wrong value, a record without an
+    output a missing one, outputs left over unexpected."""
+    problems, ptr = [], 0
+    for n, rec in enumerate(records):
+        if rec.value is None:  # (an input that reached the join with nothing)
+            continue
+        history, start = _history(versions, rec.key), position[rec.key]
+        with_result = None if ptr >= len(got) else _with_result(rec, _canon(got[ptr]), history, start, joiner, how)
+        without = _without_result(history, start, how)
+        if with_result is not None:
+            position[rec.key], ptr = with_result, ptr + 1
+        elif without is not None and len(got) - ptr < len(records) - n:  # (fewer outputs left than records)
+            position[rec.key] = without
+        elif ptr < len(got):
+            problems.append(("wrong_values", rec, got[ptr]))
+            ptr += 1
+        elif without is not None:
+            position[rec.key] = without
+        else:
+            problems.append(("missing", rec, None))
+    problems += [("unexpected", records[-1], value) for value in got[ptr:]]
     return problems
 
 
@@ -231,7 +297,9 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
     offsets, its committed output). `groups`: inputs whose progress another group holds. A foreign-key join
     also needs `right_table`, the sub-topology that reads its right table. `join`: which of the
     sub-topology's joins (needed when it has several). `transitive`: the application's repartition topics,
-    whose records carry the origin of the input they came from, as the join's outputs then do."""
+    whose records carry the origin of the input they came from, as the join's outputs then do. Each side's
+    records are passed through the stateless operators between its topic and the join
+    (`JoinSpec.left_prefix`, `right_prefix`), as its task passed them."""
     spec: JoinSpec = join or only(sub.joins, f"sub-topology {sub.name!r}", "join")
     admin = admin or KafkaAdmin(bootstrap_servers)
     result = JoinAuditResult(spec.kind, spec.how)
@@ -244,6 +312,10 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
               for t in sides}
     result.input_records = sum(len(rs) for rs in inputs.values())
     origins = {t: [_carried(r, transitive) for r in rs] for t, rs in inputs.items()}
+    # what reached the join of each record (a stream-table join's stream: a stand-in for a record filtered out)
+    stand_in = spec.kind in ("stream-table", "stream-global")
+    reached = {t: _reaching(inputs[t], origins[t], prefix, stand_in=stand_in and t == spec.left)
+               for t, prefix in zip(sides, (spec.left_prefix, spec.right_prefix), strict=False)}
     # (the ledger names a late record of a repartition topic by the origin it carries)
     ledger = read_ledger(bootstrap_servers, ledger_topic(application_id),
                          {*sub.inputs, *(o[0] for places in origins.values() for o in places)}, admin=admin,
@@ -253,9 +325,8 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
     result.output_records = len(outputs)
     if spec.kind == "stream-stream":
         assert spec.windows is not None
-        kept = {t: [r for r, o in zip(rs, origins[t], strict=True) if ((o[0], o[1]), o[2]) not in late]
-                for t, rs in inputs.items()}
-        result.late_records = result.input_records - sum(len(rs) for rs in kept.values())
+        kept = {t: [r for r, o in rs if ((o[0], o[1]), o[2]) not in late] for t, rs in reached.items()}
+        result.late_records = sum(map(len, reached.values())) - sum(map(len, kept.values()))
         expected: Counter[tuple[Any, str, int]] = Counter()
         stream_times = _stream_times(admin, sub, group, groups)
         for p in {r.partition for rs in kept.values() for r in rs}:
@@ -271,8 +342,9 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
             result.unexpected += n
             result.sample("unexpected", max_samples, output=item, times=n)
     elif spec.kind in ("stream-table", "stream-global"):
-        _audit_stream_table(spec, sub, inputs, origins[spec.left], outputs, result, max_samples, bootstrap_servers,
-                            admin)
+        _audit_stream_table(spec, sub, inputs[spec.left], origins[spec.left],
+                            {t: [r for r, _ in rs] for t, rs in reached.items()}, outputs, result, max_samples,
+                            bootstrap_servers, admin)
     elif spec.kind == "foreign-key":
         assert right_table is not None and spec.key is not None
         right = _committed_records(bootstrap_servers, right_table, spec.right, (groups or {}).get(spec.right, group),
@@ -282,12 +354,14 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
             by_left_key[k].append(v)
         result.input_records += len(right)
         result.expected = len(by_left_key)
-        for problem, key, detail in check_foreign_key(_histories(inputs[spec.left]), _histories(right), by_left_key,
+        replay = replay_prefix(spec.right_prefix, stand_in=False)
+        for problem, key, detail in check_foreign_key(_histories(r for r, _ in reached[spec.left]),
+                                                      _histories(x for r in right for x in replay(r)), by_left_key,
                                                       spec.joiner, spec.how, spec.key):
             setattr(result, problem, getattr(result, problem) + 1)
             result.sample(problem, max_samples, key=key, detail=detail)
     else:
-        histories = {t: _histories(inputs[t]) for t in (spec.left, spec.right)}
+        histories = {t: _histories(r for r, _ in reached[t]) for t in (spec.left, spec.right)}
         per_key: dict[Any, list[Any]] = defaultdict(list)
         for k, v, _, _ in outputs:
             per_key[k].append(v)
@@ -299,9 +373,19 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
     return result
 
 
-def _audit_stream_table(spec: JoinSpec, sub: SubTopology, inputs: dict[str, list[Record]], carried: list[Place],
-                        outputs: list[tuple[Any, Any, int, Origin | None]], result: JoinAuditResult,
-                        limit: int, bootstrap_servers: str, admin: KafkaAdmin) -> None:
+def _reaching(records: list[Record], places: list[Place], prefix: tuple[Any, ...], *,
+              stand_in: bool) -> list[tuple[Record, Place]]:
+    """What reached the join of each record of a side (`eos.audit.windows.replay_prefix`), with the place its
+    outputs name."""
+    replay = replay_prefix(prefix, stand_in=stand_in)
+    return [(r, place) for record, place in zip(records, places, strict=True) for r in replay(record)]
+
+
+def _audit_stream_table(spec: JoinSpec, sub: SubTopology, stream: list[Record], carried: list[Place],
+                        reached: dict[str, list[Record]], outputs: list[tuple[Any, Any, int, Origin | None]],
+                        result: JoinAuditResult, limit: int, bootstrap_servers: str, admin: KafkaAdmin) -> None:
+    """`stream`: the stream side's committed records, `carried`: the places their outputs name, `reached`:
+    what reached the join of each side's records."""
     table_key: Callable[[Record], Any] = spec.key or _record_key
     if spec.kind == "stream-global":
         table = [_table_record(m, g) for g in sub.global_tables for batch in
@@ -309,30 +393,29 @@ def _audit_stream_table(spec: JoinSpec, sub: SubTopology, inputs: dict[str, list
         versions = _histories([r for r in table if r is not None])
     else:
         versions = {}
-    made_of = {o: (r.partition, r.offset) for r, o in zip(inputs[spec.left], carried, strict=True)}
-    results: dict[tuple[int, int], Any] = {}
+    made_of = {o: (r.partition, r.offset) for r, o in zip(stream, carried, strict=True)}
+    results: dict[tuple[int, int], dict[int, Any]] = defaultdict(dict)  # per stream record: by output index
     for _, value, _, origin in outputs:
         left = None if origin is None else _made_of(origin, made_of)
-        if left is None:
+        if left is None or origin is None:
             result.unexpected += 1
             result.sample("unexpected", limit, origin=origin, value=value)
             continue
-        if left in results:
+        if origin.index in results[left]:
             result.unexpected += 1
             result.sample("unexpected", limit, duplicate_of=origin, value=value)
-        results[left] = value
-    for p in sorted({r.partition for r in inputs[spec.left]}):
-        stream = [r for r in inputs[spec.left] if r.partition == p]
-        result.expected += len(stream)
+        results[left][origin.index] = value
+    for p in sorted({r.partition for r in reached[spec.left]}):
+        joined = [r for r in reached[spec.left] if r.partition == p]
+        result.expected += sum(r.value is not None for r in joined)
         if spec.kind == "stream-table":
-            part_versions = _histories([r for r in inputs[spec.right] if r.partition == p])
-            keyed = stream
+            part_versions = _histories([r for r in reached[spec.right] if r.partition == p])
         else:
             part_versions = versions
-            keyed = [Record(table_key(r), r.value, r.topic, r.partition, r.offset, r.timestamp, r.headers)
-                     for r in stream]
-        mine = {o: v for (pp, o), v in results.items() if pp == p}
-        for problem, rec, value in explain_stream_table(keyed, mine, part_versions, spec.joiner, spec.how):
+            joined = [Record(table_key(r) if r.value is not None else None, r.value, r.topic, r.partition, r.offset,
+                             r.timestamp, r.headers) for r in joined]
+        mine = {o: [v for _, v in sorted(by_index.items())] for (pp, o), by_index in results.items() if pp == p}
+        for problem, rec, value in explain_stream_table(joined, mine, part_versions, spec.joiner, spec.how):
             setattr(result, problem, getattr(result, problem) + 1)
             result.sample(problem, limit, record=(rec.topic, rec.partition, rec.offset), key=rec.key,
                           value=rec.value, output=value)

@@ -228,7 +228,7 @@ def audit_windows(bootstrap_servers: str, sub: SubTopology, *, group: str, admin
     if len(sub.inputs) != 1 or output is None:
         raise ValueError(f"sub-topology {sub.name!r}: the window audit needs one input and an output topic")
     out_key, out_value = sub.output_serdes.get(output, (sub.output_key_serde, sub.output_value_serde))
-    replay = _replay(w.prefix)
+    replay = replay_prefix(w.prefix)
     admin = admin or KafkaAdmin(bootstrap_servers)
     result = WindowAuditResult()
     topic = sub.inputs[0]
@@ -282,9 +282,11 @@ def only(items: tuple[Any, ...], where: str, what: str) -> Any:
     return items[0]
 
 
-def _replay(prefix: tuple[Any, ...]) -> Callable[[Record], list[Record]]:
-    """What the aggregation got of an input record: the record itself, or what the stateless operators
-    before it in its task (filter, map_values, ...) made of it, each with the input's place."""
+def replay_prefix(prefix: tuple[Any, ...], *, stand_in: bool = True) -> Callable[[Record], list[Record]]:
+    """What a step got of an input record: the record itself, or what the stateless operators before it in
+    its task (filter, map_values, ...) made of it, each with the input's place. A record they filtered out
+    gives, with `stand_in`, the record with value None (it moved stream time in the task all the same, as a
+    tombstone does in the window replay), else nothing."""
     if not prefix:
         return lambda record: [record]
     out: list[tuple[Any, Any, int]] = []
@@ -299,7 +301,7 @@ def _replay(prefix: tuple[Any, ...]) -> Callable[[Record], list[Record]]:
     def replay(record: Record) -> list[Record]:
         out.clear()
         step(record.key, record.value, record.timestamp, None)
-        if not out:  # filtered: it moved stream time in the task all the same (as a tombstone does here)
+        if not out and stand_in:
             return [Record(record.key, None, record.topic, record.partition, record.offset, record.timestamp,
                            record.headers)]
         return [Record(k, v, record.topic, record.partition, record.offset, ts, record.headers) for k, v, ts in out]

@@ -10,6 +10,7 @@ batch: one transaction carries every sink's output, every store's changelog, dea
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
@@ -162,23 +163,25 @@ class ProcessorGraph:
         from eos.graph.runtime import GraphProcessor
 
         out: dict[str, SubTopology] = {}
-        runs: dict[str, str] = {}  # node -> the sub-topology that runs it
-        for part in self.parts():
-            sub = _subtopology(part, self.stores, default_timestamp, GraphProcessor)
+        runs: dict[str, tuple[str, GraphPart]] = {}  # node -> the sub-topology that runs it, and its part
+        parts = self.parts()
+        writers = Counter(topic for part in parts for topic in {s.topic for s in part.sinks})
+        shared = frozenset(topic for topic, n in writers.items() if n > 1)  # topics several sub-topologies write
+        for part in parts:
+            sub = _subtopology(part, self.stores, default_timestamp, GraphProcessor, shared)
             if sub.name in out:
                 raise ValueError(f"two sub-topologies would be named {sub.name!r} (node names differing only in "
                                  "characters other than [A-Za-z0-9_.]); rename one")
             out[sub.name] = sub
-            runs.update((p.name, sub.name) for p in part.processors)
+            runs.update((p.name, (sub.name, part)) for p in part.processors)
         for name, sub in out.items():  # a foreign-key join names the node reading its right table
             if any(j.right_reader for j in sub.joins):
-                out[name] = replace(sub, joins=tuple(j if j.right_reader is None else
-                                                     replace(j, right_reader=runs[j.right_reader]) for j in sub.joins))
+                out[name] = _with_right_sides(sub, runs)
         return out
 
 
 def _subtopology(part: GraphPart, stores: Mapping[str, StoreSpec], default_timestamp: Callable[[Any], int] | None,
-                 runner: Callable[[GraphPart], Any]) -> SubTopology:
+                 runner: Callable[[GraphPart], Any], shared: frozenset[str] = frozenset()) -> SubTopology:
     first = part.processors[0] if part.processors else part.sources[0] if part.sources else part.sinks[0]
     if not part.sources:
         raise ValueError(f"{first.name!r} is not connected to any source: every processor and sink needs a "
@@ -206,8 +209,8 @@ def _subtopology(part: GraphPart, stores: Mapping[str, StoreSpec], default_times
     out_ks = main.key_serde if main else key_serde
     out_vs = main.value_serde if main else value_serde
     raw = frozenset(s.topic for s in part.sinks if s.raw)
-    windowed = {p.name: _audited_window(part, p) for p in part.processors if p.windowing is not None}
-    joins = {p: _audited_join(part, p) for p in part.processors if p.join is not None}
+    windowed = {p.name: _audited_window(part, p, shared) for p in part.processors if p.windowing is not None}
+    joins = {p: _audited_join(part, p, shared) for p in part.processors if p.join is not None}
     used = [s for p in part.processors for s in part.stores[p.name]]
     vectorized = batch[0].batch if batch else None
     kind: dict[str, Any] = {"batch_fn": vectorized[0], "batch_format": vectorized[1]} if vectorized else {
@@ -228,24 +231,80 @@ def _subtopology(part: GraphPart, stores: Mapping[str, StoreSpec], default_times
 
 
 _UNREPLAYED_WINDOW = ("the window audit replays a windowed aggregation whose task reads one source topic, "
-                      "through stateless operators only, into one sink; this one's task reads more or its "
-                      "results go elsewhere, so its results are proven by the lineage audit alone (each once, "
-                      "derived from committed inputs), not recomputed")
+                      "through stateless operators only, into a topic only it writes; this one's task reads more "
+                      "or its results go elsewhere or share their topic, so its results are proven by the lineage "
+                      "audit alone (each once, derived from committed inputs), not recomputed")
 
 
-_UNREPLAYED_JOIN = ("the join audit replays a join whose sides its task reads straight from their topics, into one "
-                    "sink; this one's sides come through other steps (a filter, a map, a table made of a stream) "
-                    "or its results go elsewhere, so its results are proven by the lineage audit alone (each "
-                    "once, derived from committed inputs), not recomputed")
+_UNREPLAYED_JOIN = ("the join audit replays a join whose every side its task reads from one topic, through "
+                    "stateless operators only (filters, maps, a stream made a table), into a topic only it writes; "
+                    "one of this one's sides comes from several topics or through a stateful step (an "
+                    "aggregation, another join, a processor), or its results go elsewhere or share their topic, "
+                    "so its results are proven by the lineage audit alone (each once, derived from committed "
+                    "inputs), not recomputed")
 
 
-def _audited_window(part: GraphPart, node: ProcessorNode) -> Any:
+def _with_right_sides(sub: SubTopology, runs: Mapping[str, tuple[str, GraphPart]]) -> SubTopology:
+    """`sub` with each foreign-key join naming the sub-topology that reads its right table and the stateless
+    operators between that table's topic and it (`JoinSpec.right_prefix`); a join whose right table comes
+    through anything else goes to the joins the join audit cannot replay."""
+    joins, unreplayed = [], list(sub.unreplayed_joins)
+    named = {p.join.right_reader: p.name for p in sub.graph.processors if p.join is not None}
+    for join in sub.joins:
+        if join.right_reader is None:
+            joins.append(join)
+            continue
+        reader, part = runs[join.right_reader]
+        right = part.node(join.right_reader)
+        prefix = _side_prefix(part, right.name, right.parents[1], join.right)
+        if prefix is None:
+            unreplayed.append((named[join.right_reader], join, _UNREPLAYED_JOIN))
+        else:
+            joins.append(replace(join, right_reader=reader, right_prefix=prefix))
+    return replace(sub, joins=tuple(joins), unreplayed_joins=tuple(unreplayed))
+
+
+def _audited_window(part: GraphPart, node: ProcessorNode, shared: frozenset[str]) -> Any:
     """The windowed aggregation's definition for the window audit, with the stateless operators on the paths
     between its task's one source and it (`OperatorPaths`) and the topic of its results; None when the audit
     could not replay it (another kind of node on those paths, several sources, or results that go anywhere
-    but one sink)."""
+    but one sink, or to a topic another step writes too: `_one_sink`)."""
+    found = _from_one_source(part, node.name, node.parents)
+    topic = _one_sink(part, node, shared)
+    if found is None or len(part.sources) != 1 or topic is None:
+        return None
+    return replace(node.windowing, prefix=found[1], topic=topic)
+
+
+def _audited_join(part: GraphPart, node: ProcessorNode, shared: frozenset[str]) -> Any:
+    """The join's definition for the join audit, with the topic its results go to and each side's stateless
+    operators between its topic and the join (`JoinSpec.left_prefix`, `right_prefix`); None when the audit
+    could not replay it (a side through anything but stateless operators from its own topic's one source, or
+    results that go anywhere but one sink). A foreign-key join's right side is in another sub-topology
+    (`_with_right_sides`); its other parent here is the source of its responses."""
+    spec, topic = node.join, _one_sink(part, node, shared)
+    sides = (spec.left,) if spec.kind in ("stream-global", "foreign-key") else (spec.left, spec.right)
+    prefixes = [_side_prefix(part, node.name, parent, side) for parent, side in zip(node.parents, sides, strict=False)]
+    if topic is None or any(p is None for p in prefixes) or any(
+            not isinstance(part.node(p), SourceNode) for p in node.parents[len(sides):]):
+        return None
+    return replace(spec, output=topic, left_prefix=prefixes[0], right_prefix=prefixes[1] if sides[1:] else ())
+
+
+def _side_prefix(part: GraphPart, node: str, parent: str, topic: str) -> tuple[Any, ...] | None:
+    """The stateless operators a join's side passes from its topic to `node` through `parent`; None when
+    the side comes from more than one source or through anything else."""
+    found = _from_one_source(part, node, (parent,))
+    return found[1] if found is not None and found[0].topics == (topic,) else None
+
+
+def _from_one_source(part: GraphPart, target: str, parents: Iterable[str]) -> tuple[SourceNode, tuple[Any, ...]] | None:
+    """The one source the paths into `target` through `parents` start at, with the stateless operators on
+    them as a prefix for an audit to replay: `(OperatorPaths,)`, or () when `parents` is the source itself;
+    None when the paths start at several sources or pass any other kind of node."""
     on_paths: set[str] = set()
-    todo = list(node.parents)
+    sources: list[SourceNode] = []
+    todo = list(parents)
     while todo:
         name = todo.pop()
         if name in on_paths:
@@ -253,30 +312,28 @@ def _audited_window(part: GraphPart, node: ProcessorNode) -> Any:
         on_paths.add(name)
         parent = part.node(name)
         if isinstance(parent, SourceNode):
+            sources.append(parent)
             continue
         if not isinstance(parent, ProcessorNode) or not parent.operator:
             return None
         todo.extend(parent.parents)
-    sinks = [part.node(c) for c in part.children[node.name]]
-    if len(part.sources) != 1 or len(sinks) != 1 or not isinstance(sinks[0], SinkNode):
+    if len(sources) != 1:
         return None
 
     def leads(child: str) -> str | None:
-        return TARGET if child == node.name else child if child in on_paths else None
-    source = part.sources[0].name
+        return TARGET if child == target else child if child in on_paths else None
     operators = tuple((n.name, n.factory(), tuple(leads(c) for c in part.children[n.name]))
                       for n in part.processors if n.name in on_paths)
-    roots = tuple(lead for c in part.children[source] if (lead := leads(c)) is not None)
-    return replace(node.windowing, prefix=(OperatorPaths(roots, operators),) if operators else (),
-                   topic=sinks[0].topic)
+    roots = tuple(lead for c in part.children[sources[0].name] if (lead := leads(c)) is not None)
+    return sources[0], (OperatorPaths(roots, operators),) if operators else ()
 
 
-def _audited_join(part: GraphPart, node: ProcessorNode) -> Any:
-    """The join's definition for the join audit, with the topic its results go to; None when the audit could
-    not replay it (a side that is not read straight from a source, or results that go anywhere but one
-    sink)."""
+def _one_sink(part: GraphPart, node: ProcessorNode, shared: frozenset[str]) -> str | None:
+    """The topic of the one sink a node's results go to (named sinks, a step's extra outputs, aside), when
+    nothing else writes it (no other sink of its task, no other sub-topology: not in `shared`), so that every
+    record of it is one of the node's results; None otherwise."""
     sinks = [n for n in map(part.node, part.children[node.name]) if not (isinstance(n, SinkNode) and n.named)]
-    if (all(isinstance(part.node(p), SourceNode) for p in node.parents) and len(sinks) == 1
-            and isinstance(sinks[0], SinkNode)):
-        return replace(node.join, output=sinks[0].topic)
-    return None
+    if len(sinks) != 1 or not isinstance(sinks[0], SinkNode):
+        return None
+    topic = sinks[0].topic
+    return topic if topic not in shared and sum(s.topic == topic for s in part.sinks) == 1 else None

@@ -242,10 +242,14 @@ def test_table_dsl_joins_and_aggregations_are_exactly_once_across_sigkills(
     reports = audit_application(app)
     failed = [(r.mode, r.inputs, r.outputs) for r in reports if r.verdict != "PASS"]
     assert not failed, failed
-    assert sorted(r.join.kind for r in reports if r.mode == "join" and not r.skipped) == ["foreign-key", "table-table"]
-    # the joins whose sides come through other steps: "not checked" by the join audit, as the topology says
-    unreplayed = sorted(j.kind for s in app.subtopologies.values() for _, j, _ in s.unreplayed_joins)
-    assert unreplayed and sorted(r.join.kind for r in reports if r.mode == "join" and r.skipped) == unreplayed
+    # replayed: the orders joined with the filtered table (through its filter), the outer and foreign-key joins
+    checked = sorted((r.join.kind, r.join.how) for r in reports if r.mode == "join" and not r.skipped)
+    assert checked == [("foreign-key", "left"), ("stream-table", "inner"), ("table-table", "outer")], checked
+    assert all(r.join.output_records for r in reports if r.mode == "join" and not r.skipped)
+    # the join with the aggregated table: "not checked" by the join audit, as the topology says
+    unreplayed = [(name, j.kind) for s in app.subtopologies.values() for name, j, _ in s.unreplayed_joins]
+    assert unreplayed == [("with_spent", "stream-table")], unreplayed
+    assert [r.join.kind for r in reports if r.mode == "join" and r.skipped] == ["stream-table"]
 
     # A profile committed twice (a broken writer): the lineage audit of its task says FAIL.
     commit_copy(bootstrap, topics["profiles"], *committed_records(bootstrap, topics["profiles"])[0][:2])

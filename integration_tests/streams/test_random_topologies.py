@@ -120,10 +120,14 @@ def test_a_random_topology_killed_and_restarted_commits_what_its_reference_compu
     failed = [(r.mode, r.outputs, r.join or r.window or r.lineage) for r in reports if r.verdict != "PASS"]
     assert reports and not failed, failed
     # (skipped only: a windowed step or a join the window or join audit cannot replay, as the topology says, e.g.
-    # a cogroup whose task reads two topics, a join of a table made of a stream; proven by the lineage audit)
+    # a cogroup whose task reads two topics; proven by the lineage audit)
     structural = {r.skipped for r in reports if r.skipped}
     assert sum(bool(r.skipped) for r in reports) == sum(len(s.unreplayed_windows) + len(s.unreplayed_joins)
                                                          for s in job.subtopologies.values())
+    # every join replayed, through the steps before it, from what it read to what it made
+    joins = [r.join for r in reports if r.mode == "join" and not r.skipped]
+    assert len(joins) == sum(len(s.joins) for s in job.subtopologies.values())
+    assert all(j.input_records for j in joins), joins
 
     # Purged as a job purges them by default, the repartition topics no longer hold what a join or window
     # audit replays: those say why they could not run, and the lineage audits, which reach through, still pass.
@@ -132,6 +136,8 @@ def test_a_random_topology_killed_and_restarted_commits_what_its_reference_compu
         admin.delete_records(admin.end_offsets(admin.topic_partitions(topic)))
     after = audit_application(job)
     assert all(r.verdict == "PASS" for r in after)
-    replays = [(r.mode, r.inputs, r.skipped) for r in after if r.mode != "lineage" and r.skipped not in structural]
-    assert all(bool(why and "repartition_purge_interval=0" in why) == bool(set(inputs) & job.repartition_topics)
-               for _, inputs, why in replays), replays
+    sides = {j.output: {j.left, j.right} for s in job.subtopologies.values() for j in s.joins}  # what each replays
+    replays = [(r.mode, sides[r.outputs[0]] if r.mode == "join" else set(r.inputs), r.skipped) for r in after
+               if r.mode != "lineage" and r.skipped not in structural]
+    assert all(bool(why and "repartition_purge_interval=0" in why) == bool(read & job.repartition_topics)
+               for _, read, why in replays), replays

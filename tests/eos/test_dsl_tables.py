@@ -13,6 +13,8 @@ from eos import Application
 from eos.audit import audit_joins
 from eos.audit.auditor import _unreplayed_joins
 from eos.audit.report import render
+from eos.audit.windows import replay_prefix
+from eos.records import Record
 from eos.testing import TopologyTestDriver
 from eos.windows import TumblingWindows
 
@@ -50,20 +52,31 @@ def test_a_stream_joins_a_filtered_table_and_an_aggregated_table_in_one_task():
     orders.left_join(spent, lambda o, total: {**o, "spent": total}, name="with_spent").to("orders-spent")
     assert len(app.subtopologies) == 1  # customers, payments and orders are inputs of one task
     (sub,) = app.subtopologies.values()
-    assert sub.joins == ()  # neither join reads its table straight from a source: lineage audits them
+    # the filtered table is replayed through its filter by the join audit; the aggregated one cannot be
+    (vip,) = sub.joins
+    assert (vip.kind, vip.left, vip.right, vip.left_prefix, vip.output) == ("stream-table", "orders", "customers", (),
+                                                                            "vip-orders")
+    replay = replay_prefix(vip.right_prefix, stand_in=False)
+    assert [(r.key, r.value) for r in replay(Record("c1", {"tier": "gold"}, "customers", 0, 0, BASE))] == [
+        ("c1", {"tier": "gold"})]
+    assert [(r.key, r.value) for r in replay(Record("c1", {"tier": "basic"}, "customers", 0, 1, BASE))] == [
+        ("c1", None)]  # the row leaves the filtered table
     assert [(name, j.kind, j.how) for name, j, _ in sub.unreplayed_joins] == [
-        ("vip", "stream-table", "inner"), ("with_spent", "stream-table", "left")]  # and `audit_application` says so
+        ("with_spent", "stream-table", "left")]  # and `audit_application` says so
     assert "lineage audit alone" in sub.unreplayed_joins[0][2]
-    with pytest.raises(ValueError, match=r"has no join the audit can replay: 'vip' \(sub-topology 'filter_0'\), "
-                                         r"'with_spent' \(sub-topology 'filter_0'\): the join audit replays a join"):
-        audit_joins(app)
-    # what `eos audit app` prints for each: the flow and why, no table of zeros and no verdict of a check not run
+    only_spent = app_()
+    only_spent.stream("orders").left_join(only_spent.stream("payments").group_by_key().sum(
+        lambda p: p["amount"], name="spent"), lambda o, total: {**o, "spent": total}, name="with_spent").to("out")
+    with pytest.raises(ValueError, match=r"has no join the audit can replay: 'with_spent' \(sub-topology '\w+'\): "
+                                         r"the join audit replays a join"):
+        audit_joins(only_spent)
+    # what `eos audit app` prints for it: the flow and why, no table of zeros and no verdict of a check not run
     console = Console(record=True, width=200)
     for report in _unreplayed_joins(app, "unused:9092", app.subtopologies):
         assert report.verdict == "PASS" and report.violations == 0
         render(report, console)
     shown = console.export_text()
-    assert shown.count("not checked: ") == 2 and "not checked: with_spent: the join audit replays" in shown
+    assert shown.count("not checked: ") == 1 and "not checked: with_spent: the join audit replays" in shown
     assert "exactly-once audit (join): customers, payments, orders ->" in shown
     assert "input records" not in shown and "violation(s)" not in shown
     driver = TopologyTestDriver(app)

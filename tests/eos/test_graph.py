@@ -338,7 +338,7 @@ def test_a_renamed_store_is_warned_about_at_start_up_naming_its_orphaned_changel
 
 
 def test_the_window_audit_replays_the_operators_before_a_fused_window_branch_included():
-    from eos.audit.windows import _replay
+    from eos.audit.windows import replay_prefix
     from eos.records import Record
 
     app = app_()
@@ -348,7 +348,7 @@ def test_the_window_audit_replays_the_operators_before_a_fused_window_branch_inc
     (sub,) = app.subtopologies.values()
     (windowing,) = sub.windowings
     assert windowing.topic == "out"
-    replay = _replay(windowing.prefix)
+    replay = replay_prefix(windowing.prefix)
 
     def seen(value):
         return [(r.key, r.value, r.timestamp) for r in replay(Record("k", value, "in", 0, 7, 5, None))]
@@ -371,10 +371,58 @@ def test_the_window_audit_replays_the_operators_before_a_fused_window_branch_inc
      .window(TumblingWindows(60_000)).aggregate(list, name="kinds").to_stream().to("out"))
     (sub,) = both.subtopologies.values()
     (windowing,) = sub.windowings
-    replay = _replay(windowing.prefix)
+    replay = replay_prefix(windowing.prefix)
     assert [r.value for r in replay(Record("k", 500, "in", 0, 7, 5, None))] == [(0, 500)]
     assert [r.value for r in replay(Record("k", 3, "in", 0, 8, 5, None))] == [(1, 3)]
     assert [r.value for r in replay(Record("k", -3, "in", 0, 9, 5, None))] == [None]  # filtered: time moves only
+
+
+def test_the_join_audit_replays_each_side_through_the_stateless_operators_before_the_join():
+    from eos.audit.windows import replay_prefix
+    from eos.records import Record
+
+    def reaching(prefix, key, value, topic="in"):
+        return [(r.key, r.value) for r in replay_prefix(prefix, stand_in=False)(Record(key, value, topic, 0, 7, 5))]
+
+    # a windowed join of a filtered and mapped stream with a branch of a flat-mapped one
+    app = app_()
+    left = app.stream("l").filter(lambda k, v: v > 0).map_values(lambda v: v * 10)
+    right = app.stream("r").flat_map_values(lambda v: [v, v + 1]).split(name="cut").branch(
+        lambda k, v: v % 2 == 0, name="even").default_branch(name="odd")
+    right["odd"].to("odd")
+    left.join(right["even"], lambda a, b: [a, b], windows=JoinWindows(1000), name="j").to("out")
+    (sub,) = app.subtopologies.values()
+    (join,) = sub.joins
+    assert (join.left, join.right, join.output) == ("l", "r", "out")
+    assert reaching(join.left_prefix, "k", 3) == [("k", 30)] and reaching(join.left_prefix, "k", -3) == []
+    assert reaching(join.right_prefix, "k", 3) == [("k", 4)]  # the odd branch goes elsewhere: not followed
+    # a stream made a table and joined with a table; the right table of a foreign-key join, filtered
+    tables = app_()
+    tables.stream("s").filter(lambda k, v: v is not None and v.get("ok")).to_table().join(
+        tables.table("t"), lambda a, b: [a, b], name="tt").to_stream().to("out")
+    accounts = tables.table("accounts")
+    accounts.join(tables.table("customers").filter(lambda k, c: c["active"]), lambda a, c: [a, c],
+                  foreign_key=lambda a: a["customer"], name="fk").to_stream().to("fk-out")
+    joins = {j.kind: j for s in tables.subtopologies.values() for j in s.joins}
+    assert sorted(joins) == ["foreign-key", "table-table"]
+    assert reaching(joins["table-table"].left_prefix, "k", {"ok": 1}, "s") == [("k", {"ok": 1})]
+    assert reaching(joins["table-table"].left_prefix, "k", {"ok": 0}, "s") == []  # filtered before the table
+    assert joins["table-table"].right_prefix == () and joins["foreign-key"].left_prefix == ()
+    assert reaching(joins["foreign-key"].right_prefix, "c", {"active": False}, "customers") == [("c", None)]
+    assert joins["foreign-key"].right_reader in tables.subtopologies
+    # what it cannot replay, listed for `audit_application` to report as not checked
+    cannot = app_()
+    cannot.stream("a").merge(cannot.stream("b")).join(cannot.table("t"), lambda a, b: b, name="merged").to("o1")
+    c = cannot.stream("c")
+    c.join(cannot.table("u"), lambda a, b: b, name="shared").to("o2")
+    c.filter(lambda k, v: v).to("o2")  # (another sink of its task writes the join's topic)
+    cannot.stream("d").join(cannot.table("w"), lambda a, b: b, name="elsewhere").to("o4")
+    cannot.stream("f").to("o4")  # (another task writes it)
+    rows = cannot.stream("e").group_by_key().count(name="counted")
+    cannot.table("v").join(rows, lambda a, b: [a, b], foreign_key=lambda a: a["k"], name="fk").to_stream().to("o3")
+    unreplayed = {name for s in cannot.subtopologies.values() for name, _, _ in s.unreplayed_joins}
+    assert unreplayed == {"merged", "shared", "elsewhere", "fk"}
+    assert not any(s.joins for s in cannot.subtopologies.values())
 
 
 def test_user_mistakes_in_operators_dead_letter_the_record_with_what_went_wrong():

@@ -155,11 +155,38 @@ def test_stream_stream_left_join_emits_a_partnerless_record_once_when_its_window
 def test_explain_stream_table_accepts_forward_replays_and_rejects_the_impossible():
     stream = [Record("k", {"i": i}, "s", 0, i, i) for i in range(3)]
     versions = {"k": [None, "a", "b"]}
-    ok = {0: pair({"i": 0}, "a"), 1: pair({"i": 1}, "b"), 2: pair({"i": 2}, "b")}
+    ok = {0: [pair({"i": 0}, "a")], 1: [pair({"i": 1}, "b")], 2: [pair({"i": 2}, "b")]}
     assert explain_stream_table(stream, ok, versions, pair, "left") == []
-    back_in_time = {0: pair({"i": 0}, "b"), 1: pair({"i": 1}, "a"), 2: pair({"i": 2}, "b")}
+    back_in_time = {0: [pair({"i": 0}, "b")], 1: [pair({"i": 1}, "a")], 2: [pair({"i": 2}, "b")]}
     assert [p for p, _, _ in explain_stream_table(stream, back_in_time, versions, pair, "left")] == ["wrong_values"]
     assert [p for p, _, _ in explain_stream_table(stream, {0: ok[0], 2: ok[2]}, versions, pair, "left")] == ["missing"]
+
+
+def test_explain_stream_table_matches_each_input_s_outputs_to_what_a_flat_map_made_of_it():
+    # what reached the join of input 0: two records (a flat map's), of input 1: nothing (a filter's stand-in)
+    stream = [Record("k", 1, "s", 0, 0, 0), Record("k", 2, "s", 0, 0, 0), Record("k", None, "s", 0, 1, 1)]
+    versions = {"k": [None, "a", "b"]}
+    assert explain_stream_table(stream, {0: [pair(1, "a"), pair(2, "a")]}, versions, pair, "left") == []
+    # one input's records all met the table at one moment, but each only needs a version no older than the last
+    assert explain_stream_table(stream, {0: [pair(1, "a"), pair(2, "b")]}, versions, pair, "left") == []
+
+    def problems(results, how="left", stream=stream, versions=versions):
+        return [(p, r.value, out) for p, r, out in explain_stream_table(stream, results, versions, pair, how)]
+    assert problems({0: [pair(2, "a"), pair(1, "a")]}) == [("wrong_values", 1, pair(2, "a")),
+                                                            ("wrong_values", 2, pair(1, "a"))]  # out of order
+    assert problems({0: [pair(1, "b"), pair(2, "a")]}) == [("wrong_values", 2, pair(2, "a"))]  # back in time
+    assert problems({0: [pair(1, "a")]}) == [("missing", 2, None)]
+    assert problems({0: [pair(1, "a"), pair(2, "a"), pair(2, "a")]}) == [("unexpected", 2, pair(2, "a"))]
+    assert problems({0: [pair(1, "a"), pair(2, "a")], 1: [pair(None, "a")]}) == [  # from a record filtered out
+        ("unexpected", None, pair(None, "a"))]
+    # an inner join of a global table keyed by the value: keys "x" (no row yet) and "y"; only "y"'s record joins,
+    # though "x"'s would make the same output under the version "x" takes later: the search finds the one reading
+    both = [Record("x", 5, "s", 0, 0, 0), Record("y", 5, "s", 0, 0, 0)]
+    rows = {"x": [None, "v"], "y": [None, "v"]}
+    assert problems({0: [pair(5, "v")]}, "inner", both, rows) == []
+    assert problems({0: [pair(5, "v"), pair(5, "v")]}, "inner", both, rows) == []
+    assert problems({0: [pair(5, "w")]}, "inner", both, rows) == [("wrong_values", 5, pair(5, "w"))]
+    assert problems({0: [pair(5, "v")] * 3}, "inner", both, rows) == [("unexpected", 5, pair(5, "v"))]
 
 
 def test_join_definitions_that_cannot_work_are_refused_with_what_to_do():
