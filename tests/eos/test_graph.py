@@ -413,6 +413,7 @@ def test_the_join_audit_replays_each_side_through_the_stateless_operators_before
     # what it cannot replay, listed for `audit_application` to report as not checked
     cannot = app_()
     cannot.stream("a").merge(cannot.stream("b")).join(cannot.table("t"), lambda a, b: b, name="merged").to("o1")
+    cannot.stream(["g", "h"]).join(cannot.table("x"), lambda a, b: b, name="two_topics").to("o5")  # one source
     c = cannot.stream("c")
     c.join(cannot.table("u"), lambda a, b: b, name="shared").to("o2")
     c.filter(lambda k, v: v).to("o2")  # (another sink of its task writes the join's topic)
@@ -421,7 +422,7 @@ def test_the_join_audit_replays_each_side_through_the_stateless_operators_before
     rows = cannot.stream("e").group_by_key().count(name="counted")
     cannot.table("v").join(rows, lambda a, b: [a, b], foreign_key=lambda a: a["k"], name="fk").to_stream().to("o3")
     unreplayed = {name for s in cannot.subtopologies.values() for name, _, _ in s.unreplayed_joins}
-    assert unreplayed == {"merged", "shared", "elsewhere", "fk"}
+    assert unreplayed == {"merged", "two_topics", "shared", "elsewhere", "fk"}
     assert not any(s.joins for s in cannot.subtopologies.values())
 
 

@@ -187,6 +187,14 @@ def test_explain_stream_table_matches_each_input_s_outputs_to_what_a_flat_map_ma
     assert problems({0: [pair(5, "v"), pair(5, "v")]}, "inner", both, rows) == []
     assert problems({0: [pair(5, "w")]}, "inner", both, rows) == [("wrong_values", 5, pair(5, "w"))]
     assert problems({0: [pair(5, "v")] * 3}, "inner", both, rows) == [("unexpected", 5, pair(5, "v"))]
+    # where the first explanation of a record leaves none for the next: "y" already read its row (input 0), so
+    # input 1's one output is "y"'s, and "x" had no row, though "x"'s row would make the same output
+    both = [Record("y", 1, "s", 0, 0, 0), Record("x", 5, "s", 0, 1, 1), Record("y", 5, "s", 0, 1, 1)]
+    assert problems({0: [pair(1, "v")], 1: [pair(5, "v")]}, "inner", both, rows) == []
+    # a left join makes an output of every record, whether its key has a row or not
+    alone = [Record("z", 1, "s", 0, 0, 0)]
+    assert problems({}, "left", alone, rows) == [("missing", 1, None)]
+    assert problems({}, "inner", alone, rows) == []
 
 
 def test_join_definitions_that_cannot_work_are_refused_with_what_to_do():
