@@ -80,7 +80,9 @@ MORE_SEEDS = {9: ["through", "select_key", "branch_rekey_merge", "flat_map_value
               87: ["select_key", "-> global_join (left)", "-> windowed", "-> table_join (foreign-key inner)"],
               1265: ["through", "select_key", "-> cogroup", "-> stream_join", "-> table"],
               1805: ["through", "branch_rekey_merge", "'map'", "-> global_join (left)", "-> processed",
-                     "-> table_join (outer)"]}
+                     "-> table_join (outer)"],
+              108: ["filter_not", "flat_map_values", "-> join"],
+              439: ["select_key", "through", "flat_map_values", "-> stream_join", "-> windowed"]}
 
 
 @pytest.mark.parametrize("seed", [*SEEDS, *(pytest.param(s, marks=pytest.mark.soak) for s in MORE_SEEDS)])
