@@ -120,3 +120,6 @@ class JoinSpec:
     #: join audit passes each record of the side through them, as the task did (set when the graph is cut)
     left_prefix: tuple[Any, ...] = ()
     right_prefix: tuple[Any, ...] = ()
+    #: a join of a stream: the stateless operators between the join and its results' topic, which the join
+    #: audit applies to each result it expects
+    suffix: tuple[Any, ...] = ()

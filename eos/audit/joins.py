@@ -94,15 +94,34 @@ def _join(joiner: Joiner, left: Any, right: Any) -> str:
         return RAISED
 
 
+#: The stateless steps between a join and its results' topic, replayed (`eos.audit.windows.replay_prefix`):
+#: a record in, what reaches the topic out; None when the join writes its results straight there.
+After = Callable[[Record], list[Record]] | None
+
+
+def _results(joiner: Joiner, after: After, key: Any, left: Any, right: Any,
+             timestamp: int) -> list[tuple[Any, str, int]]:
+    """(key, canonical value, timestamp) of what reaches the join's topic of the joiner's result on two
+    values (RAISED where a function raises: no output equals it)."""
+    if after is None:
+        return [(key, _join(joiner, left, right), timestamp)]
+    try:
+        made = after(Record(key, joiner(left, right), "", 0, 0, timestamp))
+    except Exception:
+        return [(key, RAISED, timestamp)]
+    return [(r.key, _canon(r.value), r.timestamp) for r in made]
+
+
 # ---------------------------------------------------------------- pure references
 
 
 def reference_stream_stream(left: Iterable[Record], right: Iterable[Record], windows: JoinWindows, how: str,
-                            joiner: Joiner, stream_time: int | None = None) -> Counter[tuple[Any, str, int]]:
+                            joiner: Joiner, stream_time: int | None = None,
+                            after: After = None) -> Counter[tuple[Any, str, int]]:
     """The outputs (key, canonical value, timestamp) of a windowed stream-stream join of the records given
     (those the task did not drop as late): every pair within the windows, and per `how` the records
     without a partner joined with None, those whose window has closed by `stream_time` (the task's
-    stream time when it committed last; None: all)."""
+    stream time when it committed last; None: all); `after`: the steps between the join and its topic."""
     def closed(ts: int, reach: int) -> bool:
         return stream_time is None or ts + reach < stream_time - windows.span
 
@@ -118,40 +137,41 @@ def reference_stream_stream(left: Iterable[Record], right: Iterable[Record], win
         partners = [r for r in rights.get(lrec.key, ())
                     if lrec.timestamp - windows.before <= r.timestamp <= lrec.timestamp + windows.after]
         for r in partners:
-            out[(lrec.key, _join(joiner, lrec.value, r.value), max(lrec.timestamp, r.timestamp))] += 1
+            out.update(_results(joiner, after, lrec.key, lrec.value, r.value, max(lrec.timestamp, r.timestamp)))
             matched_right.add(id(r))
         if not partners and how in ("left", "outer") and closed(lrec.timestamp, windows.after):
-            out[(lrec.key, _join(joiner, lrec.value, None), lrec.timestamp)] += 1
+            out.update(_results(joiner, after, lrec.key, lrec.value, None, lrec.timestamp))
     if how == "outer":
         for key, records in rights.items():
             for r in records:
                 if id(r) not in matched_right and closed(r.timestamp, windows.before):
-                    out[(key, _join(joiner, None, r.value), r.timestamp)] += 1
+                    out.update(_results(joiner, after, key, None, r.value, r.timestamp))
     return out
 
 
 def explain_stream_table(stream: list[Record], results: Mapping[int, Sequence[Any]], versions: dict[Any, list[Any]],
-                         joiner: Joiner, how: str) -> list[tuple[str, Record, Any]]:
+                         joiner: Joiner, how: str, after: After = None) -> list[tuple[str, Record, Any]]:
     """Check a stream-table join of one stream partition. `stream`: what reached the join of each input
     record, in offset order; the records of one input share its offset (what a flat map before the join made
     of it, in order; a record with value None, one filtered out, reaches it with nothing). `results` maps an
     input's offset to its outputs in order (absent: none); `versions[key]` is the key's table history (None
-    first, then each update's value, None for a tombstone). Each record makes one output, the joiner applied
-    to a value its key held in the table (a left join's with None too; an inner join's none where the key had
-    no value), and per key the values used move forward through the history as the offsets do (a task never
-    reads the table back in time). Returns (problem, record, output) for what no such replay explains."""
+    first, then each update's value, None for a tombstone). Each record is joined with a value its key held
+    in the table (a left join's with None too; an inner join's makes nothing where the key had no value) and
+    `after` (the steps between the join and its topic, None: none) makes the outputs of that; per key the
+    values used move forward through the history as the offsets do (a task never reads the table back in
+    time). Returns (problem, record, output) for what no such replay explains."""
     problems: list[tuple[str, Record, Any]] = []
     position: dict[Any, int] = defaultdict(int)  # per key: the earliest table version still usable
     for offset, group in groupby(stream, key=attrgetter("offset")):
         records = list(group)
         joined = [r for r in records if r.value is not None]
         got = [_canon(v) for v in results.get(offset, ())]
-        found = _replay_one(joined, got, versions, position, joiner, how)
+        found = _replay_one(joined, got, versions, position, joiner, how, after)
         if found is not None:
             position.update(found)
         else:
-            problems += _name_problems(joined or records[:1], list(results.get(offset, ())), versions, position,
-                                       joiner, how)
+            problems += _name_problems(joined or records[:1], list(results.get(offset, ())), got, versions, position,
+                                       joiner, how, after)
     return problems
 
 
@@ -159,22 +179,28 @@ def _history(versions: dict[Any, list[Any]], key: Any) -> list[Any]:
     return versions.get(key, [None]) if key is not None else [None]
 
 
-def _with_result(rec: Record, wanted: str, history: list[Any], start: int, joiner: Joiner, how: str) -> int | None:
-    """The earliest table version from `start` under which the join makes `wanted` of `rec`."""
-    return next((i for i in range(start, len(history)) if (history[i] is not None or how == "left")
-                 and _join(joiner, rec.value, history[i]) == wanted), None)
-
-
-def _without_result(history: list[Any], start: int, how: str) -> int | None:
-    """The earliest table version from `start` under which an inner join makes nothing (the key had no value)."""
-    return None if how == "left" else next((i for i in range(start, len(history)) if history[i] is None), None)
+def _choices(rec: Record, got: list[str], ptr: int, history: list[Any], start: int, joiner: Joiner, how: str,
+             after: After) -> dict[int, int]:
+    """What `rec` can make of the table's versions from `start` that `got[ptr:]` begins with: per number of
+    outputs, the earliest version that makes them (later ones leave the next records less)."""
+    room = len(got) - ptr
+    lengths = (({1} if how == "left" else {0, 1}) if after is None else set(range(room + 1))) & set(range(room + 1))
+    found: dict[int, int] = {}
+    for i in range(start, len(history)):
+        if len(found) == len(lengths):
+            break
+        made = [] if history[i] is None and how != "left" else [
+            v for _, v, _ in _results(joiner, after, rec.key, rec.value, history[i], rec.timestamp)]
+        if len(made) in lengths and len(made) not in found and got[ptr:ptr + len(made)] == made:
+            found[len(made)] = i
+    return found
 
 
 def _replay_one(records: list[Record], got: list[str], versions: dict[Any, list[Any]], position: dict[Any, int],
-                joiner: Joiner, how: str) -> dict[Any, int] | None:
+                joiner: Joiner, how: str, after: After) -> dict[Any, int] | None:
     """The table versions (per key) under which one input's records make exactly `got`, in order, each
-    moving forward from `position`; None when none do. A search over which records made an output; taking
-    the earliest version that explains each choice loses nothing (the next records only need later ones)."""
+    moving forward from `position`; None when none do. A search over how many outputs each record made
+    (`_choices`)."""
     keys = list(dict.fromkeys(r.key for r in records))
     start = (0, 0, tuple(position[k] for k in keys))
     todo, seen = [start], {start}
@@ -186,43 +212,36 @@ def _replay_one(records: list[Record], got: list[str], versions: dict[Any, list[
             continue
         rec = records[j]
         slot = keys.index(rec.key)
-        history = _history(versions, rec.key)
-        nexts = []
-        if ptr < len(got) and (i := _with_result(rec, got[ptr], history, pos[slot], joiner, how)) is not None:
-            nexts.append((j + 1, ptr + 1, (*pos[:slot], i, *pos[slot + 1:])))
-        if (i := _without_result(history, pos[slot], how)) is not None:
-            nexts.append((j + 1, ptr, (*pos[:slot], i, *pos[slot + 1:])))
-        for state in nexts:
+        for made, i in _choices(rec, got, ptr, _history(versions, rec.key), pos[slot], joiner, how, after).items():
+            state = (j + 1, ptr + made, (*pos[:slot], i, *pos[slot + 1:]))
             if state not in seen:
                 seen.add(state)
                 todo.append(state)
     return None
 
 
-def _name_problems(records: list[Record], got: list[Any], versions: dict[Any, list[Any]], position: dict[Any, int],
-                   joiner: Joiner, how: str) -> list[tuple[str, Record, Any]]:
-    """What is wrong with one input's outputs that no replay explains, found by taking each record's first
-    explanation (moving `position` on): an output no version explains is a wrong value, a record without an
-    output a missing one, outputs left over unexpected."""
+def _name_problems(records: list[Record], outputs: list[Any], got: list[str], versions: dict[Any, list[Any]],
+                   position: dict[Any, int], joiner: Joiner, how: str, after: After) -> list[tuple[str, Record, Any]]:
+    """What is wrong with one input's `outputs` (`got`: canonical) that no replay explains, found by taking
+    each record's first explanation, the one making the most outputs (moving `position` on): an output no
+    version explains is a wrong value, a record without an output a missing one, outputs left over
+    unexpected."""
     problems, ptr = [], 0
     for n, rec in enumerate(records):
         if rec.value is None:  # (an input that reached the join with nothing)
             continue
-        history, start = _history(versions, rec.key), position[rec.key]
-        with_result = None if ptr >= len(got) else _with_result(rec, _canon(got[ptr]), history, start, joiner, how)
-        without = _without_result(history, start, how)
-        if with_result is not None:
-            position[rec.key], ptr = with_result, ptr + 1
-        elif without is not None and len(got) - ptr < len(records) - n:  # (fewer outputs left than records)
-            position[rec.key] = without
+        choices = _choices(rec, got, ptr, _history(versions, rec.key), position[rec.key], joiner, how, after)
+        most = max(choices, default=0)
+        if most:
+            position[rec.key], ptr = choices[most], ptr + most
+        elif 0 in choices and len(got) - ptr < len(records) - n:  # (fewer outputs left than records)
+            position[rec.key] = choices[0]
         elif ptr < len(got):
-            problems.append(("wrong_values", rec, got[ptr]))
+            problems.append(("wrong_values", rec, outputs[ptr]))
             ptr += 1
-        elif without is not None:
-            position[rec.key] = without
         else:
             problems.append(("missing", rec, None))
-    problems += [("unexpected", records[-1], value) for value in got[ptr:]]
+    problems += [("unexpected", records[-1], value) for value in outputs[ptr:]]
     return problems
 
 
@@ -299,7 +318,8 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
     sub-topology's joins (needed when it has several). `transitive`: the application's repartition topics,
     whose records carry the origin of the input they came from, as the join's outputs then do. Each side's
     records are passed through the stateless operators between its topic and the join
-    (`JoinSpec.left_prefix`, `right_prefix`), as its task passed them."""
+    (`JoinSpec.left_prefix`, `right_prefix`), as its task passed them, and each result expected through those
+    between the join and its topic (`JoinSpec.suffix`)."""
     spec: JoinSpec = join or only(sub.joins, f"sub-topology {sub.name!r}", "join")
     admin = admin or KafkaAdmin(bootstrap_servers)
     result = JoinAuditResult(spec.kind, spec.how)
@@ -323,6 +343,7 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
     late = {(tp, o) for tp, account in (ledger or {}).items() for o in account.late}
     outputs = list(_outputs(bootstrap_servers, sub, spec, admin))
     result.output_records = len(outputs)
+    after = replay_prefix(spec.suffix, stand_in=False) if spec.suffix else None
     if spec.kind == "stream-stream":
         assert spec.windows is not None
         kept = {t: [r for r, o in rs if ((o[0], o[1]), o[2]) not in late] for t, rs in reached.items()}
@@ -332,7 +353,7 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
         for p in {r.partition for rs in kept.values() for r in rs}:
             expected += reference_stream_stream([r for r in kept[spec.left] if r.partition == p],
                                                 [r for r in kept[spec.right] if r.partition == p],
-                                                spec.windows, spec.how, spec.joiner, stream_times.get(p, -1))
+                                                spec.windows, spec.how, spec.joiner, stream_times.get(p, -1), after)
         observed = Counter((k, _canon(v), ts) for k, v, ts, _ in outputs)
         result.expected = sum(expected.values())
         for item, n in (expected - observed).items():
@@ -344,7 +365,7 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
     elif spec.kind in ("stream-table", "stream-global"):
         _audit_stream_table(spec, sub, inputs[spec.left], origins[spec.left],
                             {t: [r for r, _ in rs] for t, rs in reached.items()}, outputs, result, max_samples,
-                            bootstrap_servers, admin)
+                            bootstrap_servers, admin, after)
     elif spec.kind == "foreign-key":
         assert right_table is not None and spec.key is not None
         right = _committed_records(bootstrap_servers, right_table, spec.right, (groups or {}).get(spec.right, group),
@@ -383,9 +404,10 @@ def _reaching(records: list[Record], places: list[Place], prefix: tuple[Any, ...
 
 def _audit_stream_table(spec: JoinSpec, sub: SubTopology, stream: list[Record], carried: list[Place],
                         reached: dict[str, list[Record]], outputs: list[tuple[Any, Any, int, Origin | None]],
-                        result: JoinAuditResult, limit: int, bootstrap_servers: str, admin: KafkaAdmin) -> None:
+                        result: JoinAuditResult, limit: int, bootstrap_servers: str, admin: KafkaAdmin,
+                        after: After) -> None:
     """`stream`: the stream side's committed records, `carried`: the places their outputs name, `reached`:
-    what reached the join of each side's records."""
+    what reached the join of each side's records, `after`: the steps between the join and its topic."""
     table_key: Callable[[Record], Any] = spec.key or _record_key
     if spec.kind == "stream-global":
         table = [_table_record(m, g) for g in sub.global_tables for batch in
@@ -415,7 +437,7 @@ def _audit_stream_table(spec: JoinSpec, sub: SubTopology, stream: list[Record], 
             joined = [Record(table_key(r) if r.value is not None else None, r.value, r.topic, r.partition, r.offset,
                              r.timestamp, r.headers) for r in joined]
         mine = {o: [v for _, v in sorted(by_index.items())] for (pp, o), by_index in results.items() if pp == p}
-        for problem, rec, value in explain_stream_table(joined, mine, part_versions, spec.joiner, spec.how):
+        for problem, rec, value in explain_stream_table(joined, mine, part_versions, spec.joiner, spec.how, after):
             setattr(result, problem, getattr(result, problem) + 1)
             result.sample(problem, limit, record=(rec.topic, rec.partition, rec.offset), key=rec.key,
                           value=rec.value, output=value)

@@ -268,27 +268,29 @@ def _audited_window(part: GraphPart, node: ProcessorNode, shared: frozenset[str]
     """The windowed aggregation's definition for the window audit, with the stateless operators on the paths
     between its task's one source and it (`OperatorPaths`) and the topic of its results; None when the audit
     could not replay it (another kind of node on those paths, several sources, or results that go anywhere
-    but one sink, or to a topic another step writes too: `_one_sink`)."""
-    found = _from_one_source(part, node.name, node.parents)
-    topic = _one_sink(part, node, shared)
-    if found is None or len(part.sources) != 1 or topic is None:
+    but straight to one sink, or to a topic another step writes too: `_to_one_sink`)."""
+    found, results = _from_one_source(part, node.name, node.parents), _to_one_sink(part, node, shared)
+    if found is None or len(part.sources) != 1 or results is None or results[1]:
         return None
-    return replace(node.windowing, prefix=found[1], topic=topic)
+    return replace(node.windowing, prefix=found[1], topic=results[0])
 
 
 def _audited_join(part: GraphPart, node: ProcessorNode, shared: frozenset[str]) -> Any:
-    """The join's definition for the join audit, with the topic its results go to and each side's stateless
-    operators between its topic and the join (`JoinSpec.left_prefix`, `right_prefix`); None when the audit
-    could not replay it (a side through anything but stateless operators from its own topic's one source, or
-    results that go anywhere but one sink). A foreign-key join's right side is in another sub-topology
-    (`_with_right_sides`); its other parent here is the source of its responses."""
-    spec, topic = node.join, _one_sink(part, node, shared)
+    """The join's definition for the join audit, with the topic its results go to, each side's stateless
+    operators between its topic and the join (`JoinSpec.left_prefix`, `right_prefix`) and, for a join of a
+    stream, those between the join and that topic (`JoinSpec.suffix`); None when the audit could not replay
+    it (a side through anything but stateless operators from its own topic's one source, or results that
+    reach anything but one sink, a table join's through anything). A foreign-key join's right side is in
+    another sub-topology (`_with_right_sides`); its other parent here is the source of its responses."""
+    spec, results = node.join, _to_one_sink(part, node, shared)
     sides = (spec.left,) if spec.kind in ("stream-global", "foreign-key") else (spec.left, spec.right)
     prefixes = [_side_prefix(part, node.name, parent, side) for parent, side in zip(node.parents, sides, strict=False)]
-    if topic is None or any(p is None for p in prefixes) or any(
-            not isinstance(part.node(p), SourceNode) for p in node.parents[len(sides):]):
+    if results is None or (results[1] and spec.kind in ("table-table", "foreign-key")) or any(
+            p is None for p in prefixes) or any(not isinstance(part.node(p), SourceNode)
+                                               for p in node.parents[len(sides):]):
         return None
-    return replace(spec, output=topic, left_prefix=prefixes[0], right_prefix=prefixes[1] if sides[1:] else ())
+    return replace(spec, output=results[0], left_prefix=prefixes[0], right_prefix=prefixes[1] if sides[1:] else (),
+                   suffix=results[1])
 
 
 def _side_prefix(part: GraphPart, node: str, parent: str, topic: str) -> tuple[Any, ...] | None:
@@ -319,21 +321,53 @@ def _from_one_source(part: GraphPart, target: str, parents: Iterable[str]) -> tu
         todo.extend(parent.parents)
     if len(sources) != 1:
         return None
+    return sources[0], _paths(part, sources[0].name, target, on_paths)
 
+
+def _to_one_sink(part: GraphPart, node: ProcessorNode, shared: frozenset[str]) -> tuple[str, tuple[Any, ...]] | None:
+    """The topic of the one sink a node's results reach through stateless operators (what goes to a stateful
+    step is not followed; named sinks, a step's extra outputs, aside), with those operators for an audit to
+    apply to each result (`(OperatorPaths,)`, () when the sink is the node's child); None when they reach
+    several sinks or none, or anything else reaches that sink or writes its topic (another sink of the task,
+    another sub-topology: `shared`)."""
+    below: set[str] = set()  # the stateless operators the node's results pass
+    sinks: set[str] = set()
+    todo = list(part.children[node.name])
+    while todo:
+        name = todo.pop()
+        child = part.node(name)
+        if isinstance(child, SinkNode):
+            if not child.named:
+                sinks.add(name)
+        elif isinstance(child, ProcessorNode) and child.operator and name not in below:
+            below.add(name)
+            todo.extend(part.children[name])
+    if len(sinks) != 1:
+        return None
+    sink = part.node(sinks.pop())
+    assert isinstance(sink, SinkNode)
+    on_paths: set[str] = set()
+    todo = list(sink.parents)
+    while todo:
+        name = todo.pop()
+        if name == node.name or name in on_paths:
+            continue
+        if name not in below:  # (something besides the node's results reaches the sink)
+            return None
+        on_paths.add(name)
+        todo.extend(part.node(name).parents)
+    topic = sink.topic
+    if topic in shared or sum(s.topic == topic for s in part.sinks) != 1:
+        return None
+    return topic, _paths(part, node.name, sink.name, on_paths)
+
+
+def _paths(part: GraphPart, start: str, target: str, on_paths: set[str]) -> tuple[Any, ...]:
+    """The stateless operators `on_paths` between node `start` and node `target`, as an audit replays them:
+    `(OperatorPaths,)`, or () when there are none."""
     def leads(child: str) -> str | None:
         return TARGET if child == target else child if child in on_paths else None
     operators = tuple((n.name, n.factory(), tuple(leads(c) for c in part.children[n.name]))
                       for n in part.processors if n.name in on_paths)
-    roots = tuple(lead for c in part.children[sources[0].name] if (lead := leads(c)) is not None)
-    return sources[0], (OperatorPaths(roots, operators),) if operators else ()
-
-
-def _one_sink(part: GraphPart, node: ProcessorNode, shared: frozenset[str]) -> str | None:
-    """The topic of the one sink a node's results go to (named sinks, a step's extra outputs, aside), when
-    nothing else writes it (no other sink of its task, no other sub-topology: not in `shared`), so that every
-    record of it is one of the node's results; None otherwise."""
-    sinks = [n for n in map(part.node, part.children[node.name]) if not (isinstance(n, SinkNode) and n.named)]
-    if len(sinks) != 1 or not isinstance(sinks[0], SinkNode):
-        return None
-    topic = sinks[0].topic
-    return topic if topic not in shared and sum(s.topic == topic for s in part.sinks) == 1 else None
+    roots = tuple(lead for c in part.children[start] if (lead := leads(c)) is not None)
+    return (OperatorPaths(roots, operators),) if operators else ()

@@ -1,7 +1,7 @@
 """Fused sub-topologies on the broker and Spark, SIGKILLed mid-batch (inside transactions too) and restarted:
 
-* a fluent pipeline, filter -> map_values -> split: the "checkout" branch left-joined with a customers table
-  and written, the rest grouped by page (a repartition topic) into a windowed count with emit="final";
+* a fluent pipeline, filter -> map_values -> split: the "checkout" branch left-joined with a customers table,
+  mapped and written (the join audit replays the steps before and after the join), the rest grouped by page (a repartition topic) into a windowed count with emit="final";
 * filter -> map_values -> split -> a windowed count per user, and both branches cogrouped per user and minute
   (emit="final"), all in one task (no repartition);
 * the seeds' word count with the Processor API: a source, a processor with a store and stream-time
@@ -48,8 +48,8 @@ clicks = (app.stream(os.environ["CLICKS"])
 routes = (clicks.split(name="route")
           .branch(lambda user, click: click["page"] == "checkout", name="checkout")
           .default_branch(name="browse"))
-routes["checkout"].left_join(customers, lambda click, c: {"id": click["id"], "tier": c and c["tier"]},
-                             name="with_tier").to(os.environ["CHECKOUTS"])
+(routes["checkout"].left_join(customers, lambda click, c: {"id": click["id"], "tier": c and c["tier"]}, name="with_tier")
+    .map_values(lambda joined: {**joined, "vip": joined["tier"] == "gold"}, name="vip").to(os.environ["CHECKOUTS"]))
 (routes["browse"].group_by(lambda user, click: click["page"], name="by_page")
     .window(TumblingWindows(60_000, grace=5_000), emit="final").count(name="pages")
     .to_stream().to(os.environ["PAGES"]))
@@ -159,6 +159,7 @@ def test_a_fused_pipeline_and_a_processor_api_word_count_are_exactly_once_across
     for _, value, _ in committed_records(bootstrap, topics["checkouts"]):
         joined = json.loads(value)
         got[(joined["id"], joined["tier"])] += 1
+        assert joined["vip"] == (joined["tier"] == "gold")
     assert got == checkouts  # each once, with the tier the table held
 
     windows = Counter((c["page"].lower(), c["at"] // 60_000 * 60_000) for c in humans if c["page"] != "Checkout")
@@ -206,7 +207,7 @@ def test_a_fused_pipeline_and_a_processor_api_word_count_are_exactly_once_across
     failed = [(r.mode, r.inputs, r.outputs) for r in reports if r.verdict != "PASS"]
     audited = [r for r in reports if not r.skipped]
     # lineage: humans with pages (linked), people, words; 3 windows; the checkout branch's join, replayed by the
-    # join audit through the filter, the map and the split before it
+    # join audit through the filter, the map and the split before it and the map after it
     assert not failed and len(audited) == 7 and not [r for r in reports if r.skipped], failed
     assert [r.mode for r in audited].count("window") == 3
     (join,) = [r.join for r in reports if r.mode == "join"]

@@ -360,6 +360,11 @@ def test_the_window_audit_replays_the_operators_before_a_fused_window_branch_inc
     other.stream("a").merge(other.stream("b")).group_by_key().window(TumblingWindows(60_000)).count(name="c") \
         .to_stream().to("out")
     (merged,) = other.subtopologies.values()
+    mapped = app_()
+    mapped.stream("in").group_by_key().window(TumblingWindows(60_000)).count(name="m").to_stream().map_values(
+        str).to("out")
+    (after,) = mapped.subtopologies.values()
+    assert after.windowings == () and [n for n, _ in after.unreplayed_windows] == ["m"]  # results changed on the way
     assert merged.windowings == ()  # two inputs: the window audit cannot replay it (lineage still audits it)
     assert [name for name, _ in merged.unreplayed_windows] == ["c"]  # and `audit_application` says so
     assert "lineage audit alone" in merged.unreplayed_windows[0][1] and sub.unreplayed_windows == ()
@@ -410,6 +415,15 @@ def test_the_join_audit_replays_each_side_through_the_stateless_operators_before
     assert joins["table-table"].right_prefix == () and joins["foreign-key"].left_prefix == ()
     assert reaching(joins["foreign-key"].right_prefix, "c", {"active": False}, "customers") == [("c", None)]
     assert joins["foreign-key"].right_reader in tables.subtopologies
+    # a stream join's results through stateless steps to its topic (and to a count, not followed)
+    after = app_()
+    joined = after.stream("in").join(after.table("t"), lambda a, b: [a, b], name="j")
+    joined.filter(lambda k, v: v[1] is not None).map_values(lambda v: v[0]).to("out")
+    joined.group_by_key().count(name="counted")
+    (sub,) = after.subtopologies.values()
+    (join,) = sub.joins
+    assert join.output == "out" and join.left_prefix == join.right_prefix == ()
+    assert reaching(join.suffix, "k", [1, "row"]) == [("k", 1)] and reaching(join.suffix, "k", [1, None]) == []
     # what it cannot replay, listed for `audit_application` to report as not checked
     cannot = app_()
     cannot.stream("a").merge(cannot.stream("b")).join(cannot.table("t"), lambda a, b: b, name="merged").to("o1")
@@ -421,8 +435,15 @@ def test_the_join_audit_replays_each_side_through_the_stateless_operators_before
     cannot.stream("f").to("o4")  # (another task writes it)
     rows = cannot.stream("e").group_by_key().count(name="counted")
     cannot.table("v").join(rows, lambda a, b: [a, b], foreign_key=lambda a: a["k"], name="fk").to_stream().to("o3")
+    routed = cannot.stream("i").join(cannot.table("y"), lambda a, b: b, name="two_sinks").split(name="r").branch(
+        lambda k, v: v, name="yes").default_branch(name="no")
+    routed["yes"].to("o6")  # (its results reach two topics)
+    routed["no"].to("o7")
+    cannot.stream("m").join(cannot.table("z"), lambda a, b: b, name="mixed").merge(cannot.stream("n")).to("o8")
+    tables = cannot.table("p").join(cannot.table("q"), lambda a, b: [a, b], name="tables_after")
+    tables.to_stream().map_values(lambda v: v[0]).to("o9")  # (a table join's results, changed on their way)
     unreplayed = {name for s in cannot.subtopologies.values() for name, _, _ in s.unreplayed_joins}
-    assert unreplayed == {"merged", "two_topics", "shared", "elsewhere", "fk"}
+    assert unreplayed == {"merged", "two_topics", "shared", "elsewhere", "fk", "two_sinks", "mixed", "tables_after"}
     assert not any(s.joins for s in cannot.subtopologies.values())
 
 

@@ -197,6 +197,38 @@ def test_explain_stream_table_matches_each_input_s_outputs_to_what_a_flat_map_ma
     assert problems({}, "inner", alone, rows) == []
 
 
+def test_the_join_audit_applies_the_steps_between_a_join_and_its_topic_to_each_result():
+    from eos.audit.windows import replay_prefix
+    from eos.graph.operators import FlatMapValues, MapValues, SelectKey
+
+    # after the join: a flat map making one output of a result whose left value is odd, two of an even one
+    after = replay_prefix((FlatMapValues(lambda v: [v, v] if v["l"] % 2 == 0 else [v]),), stand_in=False)
+    stream = [Record("k", 1, "s", 0, 0, 0), Record("k", 2, "s", 0, 1, 1), Record("z", 3, "s", 0, 2, 2)]
+    versions = {"k": [None, "a"]}
+
+    def problems(results, how="inner", after=after):
+        return [(p, r.value, out) for p, r, out in explain_stream_table(stream, results, versions, pair, how, after)]
+    ok = {0: [pair(1, "a")], 1: [pair(2, "a"), pair(2, "a")]}
+    assert problems(ok) == []
+    assert problems({**ok, 2: [pair(3, None)]}, "left") == []  # "z" has no row: a left join's result, once
+    assert problems({0: [pair(1, "a")], 1: [pair(2, "a")]}) == [("wrong_values", 2, pair(2, "a"))]  # one of two
+    assert problems({**ok, 0: [pair(1, "a"), pair(1, "a")]}) == [("unexpected", 1, pair(1, "a"))]
+    assert problems(ok, after=None) == [("unexpected", 2, pair(2, "a"))]  # (without the step: one per record)
+    # what is wrong is named after the explanation that makes the most outputs: row "a" makes two, "b" one
+    twice = replay_prefix((FlatMapValues(lambda v: [v["l"]] * (2 if v["r"] == "a" else 1)),), stand_in=False)
+    one = [Record("k", 2, "s", 0, 0, 0)]
+    assert [(p, out) for p, _, out in explain_stream_table(one, {0: [2, 2, 99]}, {"k": [None, "a", "b"]}, pair,
+                                                            "inner", twice)] == [("unexpected", 99)]
+    # a stream-stream join's results re-keyed and mapped after it
+    rekeyed = replay_prefix((SelectKey(lambda k, v: v["r"]), MapValues(lambda v: v["l"] + (v["r"] or 0))),
+                            stand_in=False)
+    left, right = [Record("k", 1, "l", 0, 0, 100)], [Record("k", 2, "r", 0, 0, 105), Record("k", 3, "r", 0, 1, 990)]
+    expected = reference_stream_stream(left, right, JoinWindows(10), "left", pair, after=rekeyed)
+    assert expected == Counter({(2, _canon(3), 105): 1})
+    assert reference_stream_stream(right, left, JoinWindows(10), "left", pair, after=rekeyed) == Counter(
+        {(1, _canon(3), 105): 1, (None, _canon(3), 990): 1})  # (the partnerless record: its right value None)
+
+
 def test_join_definitions_that_cannot_work_are_refused_with_what_to_do():
     app = Application("j", "b:1")
     with pytest.raises(ValueError, match="JoinWindows"):
