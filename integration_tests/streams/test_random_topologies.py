@@ -77,12 +77,14 @@ MORE_SEEDS = {9: ["through", "select_key", "branch_rekey_merge", "flat_map_value
               16: ["'map'", "flat_map_values", "-> windowed", "-> keyed", "-> table_join (inner)"],
               58: ["flat_map_values", "'map'", "-> stream_join", "-> global_join (inner)"],
               40: ["through", "select_key", "-> processed", "-> stream_join", "-> windowed"],
-              87: ["select_key", "-> global_join (left)", "-> windowed", "-> table_join (foreign-key inner)"],
+              87: ["select_key", "-> global_join (left) then [('flat_map_values'", "-> windowed",
+                   "-> table_join (foreign-key inner)"],
               1265: ["through", "select_key", "-> cogroup", "-> stream_join", "-> table"],
               1805: ["through", "branch_rekey_merge", "'map'", "-> global_join (left)", "-> processed",
                      "-> table_join (outer)"],
               108: ["filter_not", "flat_map_values", "-> join"],
-              439: ["select_key", "through", "flat_map_values", "-> stream_join", "-> windowed"]}
+              439: ["select_key", "through", "flat_map_values", "-> stream_join", "-> windowed"],
+              66: ["'map'", "-> join then [('filter', 3, 1), ('map_values', 2, 1)]"]}
 
 
 @pytest.mark.parametrize("seed", [*SEEDS, *(pytest.param(s, marks=pytest.mark.soak) for s in MORE_SEEDS)])

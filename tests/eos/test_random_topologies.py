@@ -3,7 +3,8 @@
 Each seed builds a chain of stateless steps (filters, maps, flat maps, key changes, branches merged again, `through`
 and `repartition` hops), fans it out into one to three branches with steps of their own, and ends each branch in a
 sink, a keyed aggregation or a cogroup, a count in tumbling, hopping, sliding or session windows, a table
-re-grouped, a join with a table or a global table, a windowed join of the stream with itself, the stream as a table
+re-grouped, a join with a table or a global table (its results through stateless steps of their own for half
+of them), a windowed join of the stream with itself, the stream as a table
 joined with a table by key or by foreign key, or a processor of the Processor API numbering each key's records in a
 store of its own. The planner decides where the sub-topologies and repartition topics go; the reference knows
 nothing of them: it applies the same functions to the input records and says what every sink, store and table must
@@ -139,6 +140,10 @@ class Chain:
         for i, step in enumerate(self.steps):
             stream = step.dsl(stream, f"{place}{i}", names)
         return stream
+
+    @property
+    def shown(self) -> str:
+        return str([(s.kind, s.a, s.b) for s in self.steps])
 
 
 # ---------------------------------------------------------------- terminals
@@ -294,13 +299,15 @@ def table(i: int, out: str, stream: Any, recs: list[Rec], ordered: bool) -> Chec
     return check
 
 
-def joined(out: str, stream: Any, recs: list[Rec], rng: random.Random, side: Any) -> Check:
-    """Each record with its key's row of the table `side`, piped and processed before the stream."""
+def joined(out: str, stream: Any, recs: list[Rec], rng: random.Random, side: Any, after: Chain) -> Check:
+    """Each record with its key's row of the table `side`, piped and processed before the stream; the results
+    through the stateless steps `after` on their way to the sink."""
     left = rng.random() < 0.5
     join = stream.left_join if left else stream.join
-    join(side, lambda v, row: {**v, "tier": None if row is None else row["tier"]}).to(out)
-    want = Counter((k, json.dumps({**v, "tier": SIDE[k]["tier"] if k in SIDE else None}, sort_keys=True))
-                   for k, v, _ in recs if left or k in SIDE)
+    after.dsl(join(side, lambda v, row: {**v, "tier": None if row is None else row["tier"]}), f"after-{out}",
+              str).to(out)
+    want = Counter((k, json.dumps(v, sort_keys=True)) for k, v, _ in after.ref(
+        [(k, {**v, "tier": SIDE[k]["tier"] if k in SIDE else None}, ts) for k, v, ts in recs if left or k in SIDE]))
 
     def check(view: Any, cached: bool) -> None:
         got = Counter((r.key, json.dumps(r.value, sort_keys=True)) for r in view.records(out))
@@ -326,15 +333,17 @@ def stream_joined(out: str, stream: Any, recs: list[Rec], rng: random.Random, pl
     return check
 
 
-def global_joined(out: str, stream: Any, recs: list[Rec], left: bool, gside: Any) -> Check:
+def global_joined(out: str, stream: Any, recs: list[Rec], left: bool, gside: Any, after: Chain) -> Check:
     """Each record with the row of the global table `gside` that a field of its value names (or its own key):
-    inner or `left`, never through a repartition topic whatever the stream's key."""
+    inner or `left`, never through a repartition topic whatever the stream's key; the results through the
+    stateless steps `after` on their way to the sink."""
     row_key = _row_key
     join = stream.left_join if left else stream.join
-    join(gside, lambda v, row: {**v, "g": None if row is None else row["tier"]}, key=row_key).to(out)
-    want = Counter((k, json.dumps({**v, "g": SIDE[row_key(k, v)]["tier"] if row_key(k, v) in SIDE else None},
-                                  sort_keys=True))
-                   for k, v, _ in recs if left or row_key(k, v) in SIDE)
+    after.dsl(join(gside, lambda v, row: {**v, "g": None if row is None else row["tier"]}, key=row_key),
+              f"after-{out}", str).to(out)
+    want = Counter((k, json.dumps(v, sort_keys=True)) for k, v, _ in after.ref(
+        [(k, {**v, "g": SIDE[row_key(k, v)]["tier"] if row_key(k, v) in SIDE else None}, ts)
+         for k, v, ts in recs if left or row_key(k, v) in SIDE]))
 
     def check(view: Any, cached: bool) -> None:
         got = Counter((r.key, json.dumps(r.value, sort_keys=True)) for r in view.records(out))
@@ -514,8 +523,8 @@ def build(seed: int, cache: int, partitions: int, *, records: list[tuple[str, st
         elif kind == "global_join":
             gside = gside or app.global_table(names("gside"))
             left = more.random() < 0.5
-            checks.append(global_joined(out, branch, branch_recs, left, gside))
-            shown[-1] += " (left)" if left else " (inner)"
+            checks.append(global_joined(out, branch, branch_recs, left, gside, after := after_join(seed, i)))
+            shown[-1] += (" (left)" if left else " (inner)") + (f" then {after.shown}" if after.steps else "")
         elif kind == "table_join":
             side = side or app.table(names("side"))
             foreign = more.random() < 0.5
@@ -526,8 +535,23 @@ def build(seed: int, cache: int, partitions: int, *, records: list[tuple[str, st
             checks.append(processed(i, out, branch, branch_recs, not (prefix.ordered and suffix.ordered), ordered))
         else:
             side = side or app.table(names("side"))
-            checks.append(joined(out, branch, branch_recs, rng, side))
+            checks.append(joined(out, branch, branch_recs, rng, side, after := after_join(seed, i)))
+            shown[-1] += f" then {after.shown}" if after.steps else ""
     return app, checks, "; ".join(shown)
+
+
+#: the stateless steps a join's results may pass on their way to its sink (none repartitions or adds a topic)
+AFTER_JOIN = ["filter", "filter_not", "map_values", "flat_map_values", "map", "select_key", "branch_merge", "peek"]
+
+
+def after_join(seed: int, i: int) -> Chain:
+    """What branch `i`'s join results pass before the sink: for half the joins, one or two stateless steps,
+    drawn apart (the other draws stay as they were when these came)."""
+    rng = random.Random(f"after-{seed}-{i}")
+    if rng.random() < 0.5:
+        return Chain()
+    return Chain([Step(kind, a, rng.randrange(a)) for kind in rng.sample(AFTER_JOIN, rng.randrange(1, 3))
+                  for a in [rng.randrange(2, 6) if kind != "map_values" else rng.randrange(1, 4)]])
 
 
 def side_rows(app: Application) -> list[tuple[str, str, dict]]:
