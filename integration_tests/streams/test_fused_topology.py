@@ -1,7 +1,8 @@
 """Fused sub-topologies on the broker and Spark, SIGKILLed mid-batch (inside transactions too) and restarted:
 
 * a fluent pipeline, filter -> map_values -> split: the "checkout" branch left-joined with a customers table,
-  mapped and written (the join audit replays the steps before and after the join), the rest grouped by page (a repartition topic) into a windowed count with emit="final";
+  mapped and written (the join audit replays the steps before and after the join), the rest grouped by page
+  (a repartition topic) into a windowed count with emit="final";
 * filter -> map_values -> split -> a windowed count per user, and both branches cogrouped per user and minute
   (emit="final"), all in one task (no repartition);
 * the seeds' word count with the Processor API: a source, a processor with a store and stream-time
@@ -48,7 +49,8 @@ clicks = (app.stream(os.environ["CLICKS"])
 routes = (clicks.split(name="route")
           .branch(lambda user, click: click["page"] == "checkout", name="checkout")
           .default_branch(name="browse"))
-(routes["checkout"].left_join(customers, lambda click, c: {"id": click["id"], "tier": c and c["tier"]}, name="with_tier")
+(routes["checkout"]
+    .left_join(customers, lambda click, c: {"id": click["id"], "tier": c and c["tier"]}, name="with_tier")
     .map_values(lambda joined: {**joined, "vip": joined["tier"] == "gold"}, name="vip").to(os.environ["CHECKOUTS"]))
 (routes["browse"].group_by(lambda user, click: click["page"], name="by_page")
     .window(TumblingWindows(60_000, grace=5_000), emit="final").count(name="pages")
