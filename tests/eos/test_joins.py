@@ -191,6 +191,11 @@ def test_explain_stream_table_matches_each_input_s_outputs_to_what_a_flat_map_ma
     # input 1's one output is "y"'s, and "x" had no row, though "x"'s row would make the same output
     both = [Record("y", 1, "s", 0, 0, 0), Record("x", 5, "s", 0, 1, 1), Record("y", 5, "s", 0, 1, 1)]
     assert problems({0: [pair(1, "v")], 1: [pair(5, "v")]}, "inner", both, rows) == []
+    # the same where "x" read its row before and has none since (the first explanation found, its row, is wrong)
+    both = [Record("x", 1, "s", 0, 0, 0), Record("y", 1, "s", 0, 1, 1), Record("x", 5, "s", 0, 2, 2),
+            Record("y", 5, "s", 0, 2, 2)]
+    results = {0: [pair(1, "v")], 1: [pair(1, "v")], 2: [pair(5, "v")]}
+    assert problems(results, "inner", both, {"x": [None, "v", None], "y": [None, "v"]}) == []
     # a left join makes an output of every record, whether its key has a row or not
     alone = [Record("z", 1, "s", 0, 0, 0)]
     assert problems({}, "left", alone, rows) == [("missing", 1, None)]
@@ -219,6 +224,12 @@ def test_the_join_audit_applies_the_steps_between_a_join_and_its_topic_to_each_r
     one = [Record("k", 2, "s", 0, 0, 0)]
     assert [(p, out) for p, _, out in explain_stream_table(one, {0: [2, 2, 99]}, {"k": [None, "a", "b"]}, pair,
                                                             "inner", twice)] == [("unexpected", 99)]
+    assert explain_stream_table(one, {0: [2, 7]}, {"k": [None, "a", "b"]}, pair, "inner", twice)  # the second differs
+    # each record takes the earliest version that explains it: record 0's result does not tell "a" from "b"
+    # (the step after the join drops the row of an odd value), record 1's needs "a"
+    hides = replay_prefix((MapValues(lambda v: v["l"] if v["l"] % 2 else v),), stand_in=False)
+    two = [Record("k", 1, "s", 0, 0, 0), Record("k", 2, "s", 0, 1, 1)]
+    assert explain_stream_table(two, {0: [1], 1: [pair(2, "a")]}, {"k": [None, "a", "b"]}, pair, "left", hides) == []
     # a stream-stream join's results re-keyed and mapped after it
     rekeyed = replay_prefix((SelectKey(lambda k, v: v["r"]), MapValues(lambda v: v["l"] + (v["r"] or 0))),
                             stand_in=False)
