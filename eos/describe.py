@@ -162,7 +162,10 @@ def describe(app: Application) -> TopologyDescription:
             elif isinstance(node, SinkNode):
                 nodes.append(NodeDescription(node.name, "sink", children, parents, (node.topic,)))
             else:
-                stores = (*part.stores[node.name], *(f"{g.name} (global)" for g in node.global_tables))
+                versioned = {s.name: s.retention_ms for s in sub.stores if s.kind == "versioned"}
+                stores = (*(f"{s} (versioned, history {versioned[s]} ms)" if s in versioned else s
+                            for s in part.stores[node.name]),
+                          *(f"{g.name} (global)" for g in node.global_tables))
                 nodes.append(NodeDescription(node.name, "processor", children, parents, kind=node.kind,
                                              stores=stores))
         out.subtopologies.append(SubTopologyDescription(index, sub.name, tuple(nodes)))

@@ -59,6 +59,9 @@ class TableSource:
     value_serde: Serde
     timestamp: Callable[[Any], int] | None = None
     persistent: bool = True
+    #: a versioned table (`versioned=` of `app.table`): the history retention (ms) of the versioned stores
+    #: that keep it (None: plain key-value stores, the latest value by offset)
+    history_retention_ms: int | None = None
 
 
 @dataclass(frozen=True)

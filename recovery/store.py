@@ -18,7 +18,7 @@ from recovery.write_buffer import WriteBuffer
 
 __all__ = ["StoreSpec", "StoreView", "KeyValueStore", "Serde", "StoreKind"]
 
-StoreKind = Literal["key_value", "window", "session", "record_buffer"]
+StoreKind = Literal["key_value", "window", "session", "record_buffer", "versioned"]
 DAY_MS = 86_400_000
 
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
@@ -45,24 +45,29 @@ class StoreSpec:
     timestamped: bool = False
     kind: StoreKind = "key_value"
     #: window and session stores: how long (ms of stream time) an entry is kept after its window starts
-    #: (sessions: ends); older ones are dropped
+    #: (sessions: ends); older ones are dropped. Versioned stores: the history retention (how far behind
+    #: the store's observed stream time versions are kept and looked up; 0: the latest version only)
     retention_ms: int | None = None
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
             raise ValueError(f"store name {self.name!r} must be 1-100 characters of [A-Za-z0-9._-] "
                              "(it names the changelog topic <application_id>-<store>-changelog)")
-        if self.kind != "key_value" and (self.retention_ms is None or self.retention_ms <= 0):
+        if self.kind == "versioned":
+            if self.retention_ms is None or self.retention_ms < 0:
+                raise ValueError(f"versioned store {self.name!r} needs a history retention >= 0 ms")
+        elif self.kind != "key_value" and (self.retention_ms is None or self.retention_ms <= 0):
             raise ValueError(f"{self.kind} store {self.name!r} needs a retention > 0 ms")
 
     def changelog_topic(self, application_id: str) -> str:
         return f"{application_id}-{self.name}-changelog"
 
     def changelog_config(self) -> dict[str, str]:
-        """Key-value stores: compacted. Window and session stores: compacted and deleted after their
-        retention plus a day (Kafka Streams' windowstore.changelog.additional.retention.ms), so that
+        """Key-value stores: compacted (versioned ones too: each version is an entry of its own, deleted
+        by the store when no lookup reaches it). Window and session stores: compacted and deleted after
+        their retention plus a day (Kafka Streams' windowstore.changelog.additional.retention.ms), so that
         expired windows leave the changelog too."""
-        if self.kind == "key_value":
+        if self.kind in ("key_value", "versioned"):
             return {"cleanup.policy": "compact"}
         return {"cleanup.policy": "compact,delete", "retention.ms": str((self.retention_ms or 0) + DAY_MS)}
 

@@ -16,6 +16,7 @@ when a step is added before it, and its state would start empty under the new na
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from eos.graph import ProcessorNode, SinkNode, SourceNode
@@ -197,11 +198,13 @@ class Stream:
         source = app.graph.add(SourceNode(f"{name}-repartition.source", (topic,), ks, vs, RECORD_TIME))
         return Stream(app, source.name, ks, vs, (topic,))
 
-    def to_table(self, *, name: str | None = None) -> Table:
+    def to_table(self, *, name: str | None = None, versioned: int | timedelta | None = None) -> Table:
         """This stream as a table (Kafka Streams' `toTable`): each record is the new row of its key, a record
         whose value is None deletes the row. After a key change its records go through the repartition topic
         `<application_id>-<name>-repartition` first. It keeps no store of its own: a join or an aggregation of
-        it keeps the rows it needs in its own."""
+        it keeps the rows it needs in its own (`versioned=history retention`: versioned stores, as
+        `app.table(versioned=...)`)."""
+        from eos.dsl.joins import history_retention
         from eos.dsl.tables import Table
 
         app = self.app
@@ -209,7 +212,8 @@ class Stream:
         keyed = self.keyed(name)
         node = app.graph.add(ProcessorNode(name, (keyed.node,), Const(PassThrough("to_table")), kind="to_table",
                                            operator=True))
-        return Table(app, keyed.key_serde, keyed.value_serde, keyed.topics, node=node.name)
+        return Table(app, keyed.key_serde, keyed.value_serde, keyed.topics, node=node.name,
+                     history_retention_ms=history_retention(versioned, f"to_table {name!r}"))
 
     # ------------------------------------------------------------------ grouping
     def group_by_key(self, *, key_serde: Serde | str | None = None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from functools import partial
 from typing import Any
 
@@ -20,6 +21,7 @@ from eos.serde import serde_for
 from eos.tables import GlobalTable, JoinKind, JoinSpec, JoinType, JoinWindows, TableSource
 from eos.time import TimestampSpec, timestamp_extractor
 from eos.topology import SubTopology
+from eos.windows import ms
 from recovery import StoreSpec
 
 __all__ = ["JoinMethods", "JoinStep"]
@@ -46,14 +48,21 @@ class JoinStep:
 
 class JoinMethods(AggregationMethods):
     def table(self, topic: str, *, name: str | None = None, key_serde: SerdeSpec = "string",
-              value_serde: SerdeSpec = "json", timestamp: TimestampSpec = None, persistent: bool = True) -> Table:
+              value_serde: SerdeSpec = "json", timestamp: TimestampSpec = None, persistent: bool = True,
+              versioned: int | timedelta | None = None) -> Table:
         """A table read from `topic` (best compacted): the latest value per key, tombstones delete. Join it
         (`stream.join(table)`, `table.join(other)`, `app.join`), filter, map or re-group it
         (`eos.dsl.tables.Table`). Each join that reads it keeps it in a store `<join>-<name>` (RocksDB when
-        `persistent`), changelog-backed, queryable (`app.store_view`)."""
+        `persistent`), changelog-backed, queryable (`app.store_view`).
+
+        `versioned=history retention` (ms or a timedelta) makes it a versioned table, as Kafka Streams'
+        versioned stores: its rows are kept by timestamp for that long behind the newest update, a stream
+        joined with it gets the row as of each record's timestamp, and an update older than its key's latest
+        (out of order) goes into the history without changing the table's current row."""
         ks, vs = serde_for(key_serde), serde_for(value_serde)
         source = TableSource(topic, name or store_name(topic), ks, vs,
-                             timestamp_extractor(timestamp) if timestamp is not None else None, persistent)
+                             timestamp_extractor(timestamp) if timestamp is not None else None, persistent,
+                             history_retention(versioned, f"table {topic!r}"))
         return Table(self, ks, vs, (topic,), source=source)  # type: ignore[arg-type]
 
     def global_table(self, topic: str, *, name: str | None = None, key_serde: SerdeSpec = "string",
@@ -222,6 +231,16 @@ class JoinMethods(AggregationMethods):
         return self.aggregate_table(table, output, name=name, group_by=lambda k, v: (group_by(k, v), value(v)),
                                     initializer=lambda: 0, adder=lambda g, v, total: total + v,
                                     subtractor=lambda g, v, total: total - v, **kwargs)
+
+
+def history_retention(versioned: int | timedelta | None, what: str) -> int | None:
+    """A versioned table's history retention in ms (None: not versioned), checked."""
+    if versioned is None:
+        return None
+    if isinstance(versioned, bool) or not isinstance(versioned, int | float | timedelta) or ms(versioned) < 0:
+        raise ValueError(f"{what}: versioned= is the history retention, a duration >= 0 (ms or a timedelta: how "
+                         f"long old versions of a row are kept for lookups), got {versioned!r}")
+    return ms(versioned)
 
 
 def _read_table(side: Any) -> Any:

@@ -42,11 +42,13 @@ class Table:
 
     def __init__(self, app: GraphMethods, key_serde: Serde, value_serde: Serde, topics: tuple[str, ...], *,
                  source: TableSource | None = None, node: str | None = None, store: str | None = None,
-                 windowed: bool = False) -> None:
+                 windowed: bool = False, history_retention_ms: int | None = None) -> None:
         self.app, self.key_serde, self.value_serde = app, key_serde, value_serde
         #: the topics its updates were read from (a join tells its sides apart by them)
         self.topics = topics
         self.source, self._node, self.store, self.windowed = source, node, store, windowed
+        #: a versioned table's history retention: the steps that keep it keep it in versioned stores
+        self.history_retention_ms = source.history_retention_ms if source is not None else history_retention_ms
 
     def __repr__(self) -> str:
         if self.source is not None:
@@ -72,7 +74,8 @@ class Table:
         """How a join keeps this table in its own store: named after the table (a read table) or its node."""
         if self.source is not None:
             return self.source
-        return TableSource(self.topics[0], store_name(self.node), self.key_serde, self.value_serde)
+        return TableSource(self.topics[0], store_name(self.node), self.key_serde, self.value_serde,
+                           history_retention_ms=self.history_retention_ms)
 
     # ------------------------------------------------------------------ stateless
     def to_stream(self) -> Stream:
@@ -102,7 +105,7 @@ class Table:
         node = app.graph.add(ProcessorNode(app.node_name(kind, name), (self.node,), Const(operator),
                                            kind=f"table {kind}", operator=True))
         return Table(app, self.key_serde, value_serde or self.value_serde, self.topics, node=node.name,
-                     store=self.store, windowed=self.windowed)
+                     store=self.store, windowed=self.windowed, history_retention_ms=self.history_retention_ms)
 
     # ------------------------------------------------------------------ joins
     def join(self, other: Table, joiner: Callable[[Any, Any], Any], *, how: JoinKind = "inner",
@@ -226,7 +229,7 @@ def table_aggregation(app: GraphMethods, name: str, parent: str, table: TableSou
     graph = app.graph
     topic = app.internal_name(name, "repartition")
     app.internal_topics[topic] = InternalTopic(topic, like=table.topic, purge=True)
-    source = StoreSpec(f"{name}-source", table.key_serde, table.value_serde, persistent, timestamped=True)
+    source = kept_table(f"{name}-source", table, persistent)
     regroup = graph.add(ProcessorNode(f"{name}.repartition", (parent,),
                                       partial(TableRegroup, source.name, group_by, value_serde),
                                       kind="table re-group")).name
@@ -288,8 +291,16 @@ def store_name(topic: str) -> str:
 
 
 def table_store(join: str, table: TableSource, persistent: bool, suffix: str = "") -> StoreSpec:
-    """The store a join keeps one of its tables in: `<join>-<table name>`."""
-    name = f"{join}-{table.name}" + (f"-{suffix}" if suffix else "")
+    """The store a join keeps one of its tables in: `<join>-<table name>`; a versioned store for a versioned
+    table (`recovery.versioned`)."""
+    return kept_table(f"{join}-{table.name}" + (f"-{suffix}" if suffix else ""), table, persistent)
+
+
+def kept_table(name: str, table: TableSource, persistent: bool) -> StoreSpec:
+    """A store `name` that keeps a table's rows: timestamped, or versioned for a versioned table."""
+    if table.history_retention_ms is not None:
+        return StoreSpec(name, table.key_serde, table.value_serde, persistent and table.persistent, kind="versioned",
+                         retention_ms=table.history_retention_ms)
     return StoreSpec(name, table.key_serde, table.value_serde, persistent and table.persistent, timestamped=True)
 
 

@@ -19,9 +19,9 @@ from eos.operators.windows import LatePolicy, LateRecordError
 from eos.processor import Processor, ProcessorContext
 from eos.records import Record
 from eos.tables import JoinKind, JoinWindows
-from recovery import KeyValueStore, RecordBuffer
+from recovery import KeyValueStore, RecordBuffer, VersionedKeyValueStore
 
-__all__ = ["StreamTableJoin", "GlobalTableJoin", "TableTableJoin", "StreamStreamJoin", "topic_set"]
+__all__ = ["StreamTableJoin", "GlobalTableJoin", "TableTableJoin", "StreamStreamJoin", "topic_set", "keep_update"]
 
 Joiner = Callable[[Any, Any], Any]
 
@@ -32,8 +32,28 @@ def topic_set(topics: str | frozenset[str]) -> frozenset[str]:
     return frozenset({topics}) if isinstance(topics, str) else frozenset(topics)
 
 
+def keep_update(store: KeyValueStore | VersionedKeyValueStore, record: Record, context: ProcessorContext) -> bool:
+    """Put a table update into the store that keeps the table. False when the table's current row did not
+    change, so that nothing may follow from the update (Kafka Streams' semantics for versioned tables,
+    KIP-914): in a versioned store, an update older than its key's newest version (kept in the history, for
+    lookups by time), or older than the history retention (not kept)."""
+    if not isinstance(store, VersionedKeyValueStore):
+        store.put(record.key, record.value, record.timestamp)
+        return True
+    latest = store.latest_timestamp(record.key)
+    if not store.put(record.key, record.value, record.timestamp):
+        context.record_dropped("table update older than the history retention")
+        return False
+    if latest is not None and record.timestamp < latest:
+        context.record_dropped("out-of-order table update")
+        return False
+    return True
+
+
 class StreamTableJoin(Processor):
-    """Stream records joined with the table's value for their key at the time they are processed."""
+    """Stream records joined with the table's value for their key at the time they are processed; with a
+    versioned table, with its value as of the stream record's timestamp (None where that is older than the
+    table's history retention)."""
 
     def __init__(self, table_topics: str | frozenset[str], store: str, joiner: Joiner, how: JoinKind) -> None:
         self.table_topics = topic_set(table_topics)  # the topics the table side's records come from
@@ -41,19 +61,25 @@ class StreamTableJoin(Processor):
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
-        self.table: KeyValueStore = context.store(self.store_name)
+        self.table: KeyValueStore | VersionedKeyValueStore = context.store(self.store_name)
+        self.versioned = isinstance(self.table, VersionedKeyValueStore)
 
     def process(self, record: Record) -> None:
         if record.topic in self.table_topics:
             if record.key is None:
                 self.context.record_dropped("table update without a key")
                 return
-            self.table.put(record.key, record.value, record.timestamp)  # a tombstone deletes the key
+            keep_update(self.table, record, self.context)  # a tombstone deletes the key
             return
         if record.value is None or (record.key is None and self.how == "inner"):
             self.context.record_dropped("stream record without a key or value")
             return
-        current = None if record.key is None else self.table.get(record.key)
+        if record.key is None:
+            current = None
+        elif self.versioned:
+            current = self.table.get(record.key, as_of=record.timestamp)  # type: ignore[call-arg]
+        else:
+            current = self.table.get(record.key)
         if current is None and self.how == "inner":
             return
         self.context.forward(record.key, self.joiner(record.value, current))
@@ -82,7 +108,8 @@ class GlobalTableJoin(Processor):
 
 class TableTableJoin(Processor):
     """Two tables joined per key: whenever either side changes, the joined table's new value for the key
-    (or a tombstone when the key leaves it), with the larger timestamp of the two sides."""
+    (or a tombstone when the key leaves it), with the larger timestamp of the two sides. An out-of-order
+    update of a versioned table changes no row, so it makes no result."""
 
     def __init__(self, left_topics: str | frozenset[str], left_store: str, right_store: str, joiner: Joiner,
                  how: JoinKind) -> None:
@@ -110,7 +137,8 @@ class TableTableJoin(Processor):
         before = own.get(record.key)
         partner = other.get_with_timestamp(record.key)
         other_value, other_ts = partner if partner is not None else (None, -1)
-        own.put(record.key, record.value, record.timestamp)
+        if not keep_update(own, record, self.context):
+            return
         old = (before, other_value) if is_left else (other_value, before)
         new = (record.value, other_value) if is_left else (other_value, record.value)
         timestamp = max(record.timestamp, other_ts)

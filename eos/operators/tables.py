@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from eos.cache import updates
-from eos.operators.joins import topic_set
+from eos.operators.joins import keep_update, topic_set
 from eos.processor import Processor, ProcessorContext
 from eos.records import Output, Record
 from eos.serde import Serde
@@ -111,7 +111,8 @@ class ForeignKeyLeft(Processor):
         if record.value is None and before is None:
             self.context.record_dropped("tombstone of a key the table does not hold")
             return
-        self.left.put(record.key, record.value, record.timestamp)
+        if not keep_update(self.left, record, self.context):  # (an out-of-order update of a versioned table)
+            return
         old_fk = None if before is None else self.foreign_key(before)
         new_fk = None if record.value is None else self.foreign_key(record.value)
         if old_fk is not None and old_fk != new_fk:
@@ -162,7 +163,8 @@ class ForeignKeyRight(Processor):
             if record.key is None:
                 self.context.record_dropped("table update without a key")
                 return
-            self.right.put(record.key, record.value, record.timestamp)
+            if not keep_update(self.right, record, self.context):
+                return
             for _, entry in self.subs.prefix_scan(_prefix(self.rks.serialize(record.key) or b"")):
                 partition, digest, left_key = _unpack_subscriber(entry)
                 self._respond(left_key, partition, digest, record.value)
@@ -236,8 +238,9 @@ class TableRegroup(Processor):
         if record.value is None and before is None:
             self.context.record_dropped("tombstone of a key the table does not hold")
             return
+        if not keep_update(self.table, record, self.context):  # (an out-of-order update of a versioned table)
+            return
         old, new = self._grouped(record.key, before), self._grouped(record.key, record.value)
-        self.table.put(record.key, record.value, record.timestamp)
         if old is not None and new is not None and old[0] == new[0]:
             self.context.forward(new[0], encode_change(Change(old[1], new[1])))
             return

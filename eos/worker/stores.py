@@ -42,6 +42,7 @@ from recovery import (
     StoreSpec,
     StoreView,
     TaskDirectory,
+    VersionedKeyValueStore,
     WindowStore,
     WriteBuffer,
     changelog_record,
@@ -69,6 +70,8 @@ def view_of(spec: StoreSpec) -> StoreView:
         return SessionStore(spec)
     if spec.kind == "record_buffer":
         return RecordBuffer(spec)
+    if spec.kind == "versioned":
+        return VersionedKeyValueStore(spec)
     return KeyValueStore(spec)
 
 

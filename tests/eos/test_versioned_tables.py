@@ -1,0 +1,195 @@
+"""Versioned tables (`app.table(topic, versioned=history retention)`), through the test driver: a stream
+joined with the row as of each record's timestamp, out-of-order table updates kept in the history without
+changing the current row (so table-table joins, foreign-key joins and table aggregations make nothing of
+them), the history retention's bound, and the versioned store as queries see it."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from eos import Application
+from eos.testing import TopologyTestDriver
+
+BASE = 1_800_000_000_000
+
+
+def app_() -> Application:
+    return Application("t", bootstrap_servers="unused:9092")
+
+
+def _joined(driver, topic="out"):
+    return [(r.key, r.value, r.timestamp) for r in driver.read(topic)]
+
+
+def test_a_stream_joins_the_row_as_of_each_records_timestamp():
+    app = app_()
+    prices = app.table("prices", versioned=timedelta(minutes=10))
+    app.stream("orders").left_join(prices, lambda o, p: {"order": o, "price": p}, name="priced").to("out")
+    driver = TopologyTestDriver(app)
+    driver.pipe_many("prices", [("apple", 10, BASE + 1_000), ("apple", 12, BASE + 5_000),
+                                ("apple", 11, BASE + 3_000)])  # out of order: valid 3 s to 5 s
+    driver.pipe_many("orders", [("apple", "o1", BASE + 500),    # before the first price
+                                ("apple", "o2", BASE + 2_000),
+                                ("apple", "o3", BASE + 4_000),
+                                ("apple", "o4", BASE + 6_000),
+                                ("apple", "o5", BASE + 3_000)])  # an order arriving late
+    assert [(v["order"], v["price"]) for _, v, _ in _joined(driver)] == [
+        ("o1", None), ("o2", 10), ("o3", 11), ("o4", 12), ("o5", 11)]
+    driver.pipe("prices", "apple", None, timestamp=BASE + 7_000)  # deleted from 7 s on
+    driver.pipe_many("orders", [("apple", "o6", BASE + 8_000), ("apple", "o7", BASE + 6_500)])
+    assert [(v["order"], v["price"]) for _, v, _ in _joined(driver)] == [("o6", None), ("o7", 12)]
+    assert driver.dropped == {"priced": {"out-of-order table update": 1}}
+
+
+def test_the_same_job_without_versioned_joins_the_latest_row_by_offset():
+    app = app_()
+    prices = app.table("prices")
+    app.stream("orders").left_join(prices, lambda o, p: p, name="priced").to("out")
+    driver = TopologyTestDriver(app)
+    driver.pipe_many("prices", [("apple", 10, BASE + 1_000), ("apple", 12, BASE + 5_000),
+                                ("apple", 11, BASE + 3_000)])
+    driver.pipe_many("orders", [("apple", "o1", BASE + 500), ("apple", "o3", BASE + 4_000)])
+    assert [v for _, v, _ in _joined(driver)] == [11, 11]
+
+
+def test_a_record_older_than_the_history_retention_finds_no_row():
+    app = app_()
+    prices = app.table("prices", versioned=1_000)
+    orders = app.stream("orders")
+    orders.left_join(prices, lambda o, p: p, name="left").to("left-out")
+    orders.join(prices, lambda o, p: p, name="inner").to("inner-out")
+    driver = TopologyTestDriver(app)
+    driver.pipe_many("prices", [("apple", 10, BASE), ("pear", 7, BASE + 5_000)])  # the table's time: 5 s
+    driver.pipe_many("prices", [("apple", 9, BASE + 3_000)])  # older than 5 s - 1 s: not kept
+    driver.pipe_many("orders", [("apple", "o1", BASE + 3_999), ("apple", "o2", BASE + 4_000)])
+    assert [v for _, v, _ in _joined(driver, "left-out")] == [None, 10]
+    assert [v for _, v, _ in _joined(driver, "inner-out")] == [10]
+    # (each join keeps the table in a store of its own: both refused it; one task runs both)
+    assert driver.dropped == {"left": {"table update older than the history retention": 2}}
+
+
+def test_a_filtered_versioned_table_stays_versioned():
+    app = app_()
+    gold = app.table("customers", versioned=60_000).filter(lambda k, c: c["tier"] == "gold")
+    app.stream("orders").join(gold, lambda o, c: o, name="vip").to("out")
+    driver = TopologyTestDriver(app)
+    driver.pipe_many("customers", [("c1", {"tier": "gold"}, BASE + 1_000), ("c1", {"tier": "basic"}, BASE + 3_000)])
+    driver.pipe_many("orders", [("c1", "late order", BASE + 2_000), ("c1", "now", BASE + 4_000)])
+    assert [v for _, v, _ in _joined(driver)] == ["late order"]  # gold at 2 s, no longer at 4 s
+    (sub,) = app.subtopologies.values()
+    assert [(s.name, s.kind, s.retention_ms) for s in sub.stores] == [("vip-filter-0", "versioned", 60_000)]
+
+
+def test_out_of_order_updates_make_no_table_join_result():
+    app = app_()
+    left = app.table("left", versioned=60_000)
+    right = app.table("right")
+    left.join(right, lambda a, b: f"{a}+{b}", name="both").to_stream().to("out")
+    driver = TopologyTestDriver(app)
+    driver.pipe_many("right", [("k", "r1", BASE)])
+    driver.pipe_many("left", [("k", "l2", BASE + 2_000), ("k", "l1", BASE + 1_000),  # out of order: no result
+                              ("k", "l3", BASE + 2_000)])  # the same timestamp as the latest: replaces it
+    assert _joined(driver) == [("k", "l2+r1", BASE + 2_000), ("k", "l3+r1", BASE + 2_000)]
+    driver.pipe_many("right", [("k", "r2", BASE + 500)])  # (the right table is not versioned: by offset)
+    assert _joined(driver) == [("k", "l3+r2", BASE + 2_000)]
+    assert driver.dropped == {"both": {"out-of-order table update": 1}}
+
+
+def test_out_of_order_updates_leave_a_table_aggregation_alone():
+    app = app_()
+    customers = app.table("customers", versioned=60_000)
+    customers.group_by(lambda k, c: (c["tier"], c)).count(name="tiers").to_stream().to("out")
+    driver = TopologyTestDriver(app)
+    driver.pipe_many("customers", [("c1", {"tier": "gold"}, BASE + 2_000),
+                                   ("c1", {"tier": "basic"}, BASE + 1_000),  # older than the latest: ignored
+                                   ("c2", {"tier": "gold"}, BASE + 3_000)])
+    assert [(r.key, r.value) for r in driver.read("out")] == [("gold", 1), ("gold", 2)]
+
+
+def test_out_of_order_updates_make_no_foreign_key_join_result():
+    app = app_()
+    orders = app.table("order-rows", versioned=60_000)
+    products = app.table("products", versioned=60_000)
+    orders.join(products, lambda o, p: {**o, "name": p}, foreign_key=lambda o: o["product"],
+                name="named").to_stream().to("out")
+    driver = TopologyTestDriver(app)
+    driver.pipe_many("products", [("p1", "apple", BASE + 1_000), ("p2", "pear", BASE + 1_000)])
+    driver.pipe_many("order-rows", [("o1", {"product": "p1"}, BASE + 2_000)])
+    driver.pipe_many("order-rows", [("o1", {"product": "p2"}, BASE + 1_500)])  # out of order
+    driver.pipe_many("products", [("p1", "old apple", BASE + 500)])  # out of order
+    assert [(r.key, r.value) for r in driver.read("out")] == [("o1", {"product": "p1", "name": "apple"})]
+
+
+@pytest.mark.parametrize("versioned", [-1, "5m", True])
+def test_a_history_retention_that_is_no_duration_is_refused(versioned):
+    app = app_()
+    with pytest.raises(ValueError, match="versioned= is the history retention, a duration >= 0"):
+        app.table("prices", versioned=versioned)
+    with pytest.raises(ValueError, match="versioned= is the history retention"):
+        app.stream("s").to_table(versioned=versioned)
+
+
+def test_a_stream_made_a_versioned_table():
+    app = app_()
+    rates = app.stream("rate-updates").map_values(lambda r: r["rate"]).to_table(versioned=timedelta(hours=1))
+    app.stream("payments").join(rates, lambda p, rate: p * rate, name="converted").to("out")
+    driver = TopologyTestDriver(app)
+    driver.pipe_many("rate-updates", [("eur", {"rate": 2}, BASE + 1_000), ("eur", {"rate": 3}, BASE + 5_000)])
+    driver.pipe_many("payments", [("eur", 10, BASE + 2_000), ("eur", 10, BASE + 6_000)])
+    assert [v for _, v, _ in _joined(driver)] == [20, 30]
+
+
+def test_the_versioned_store_as_queries_see_it():
+    app = app_()
+    prices = app.table("prices", versioned=60_000)
+    app.stream("orders").join(prices, lambda o, p: p, name="priced").to("out")
+    driver = TopologyTestDriver(app)
+    driver.pipe_many("prices", [("apple", 10, BASE + 1_000), ("apple", 12, BASE + 5_000), ("pear", 3, BASE)])
+    store = driver.store("priced-prices")
+    assert store.kind == "versioned"
+    assert store.view.get("apple") == 12 and store.view.get("apple", as_of=BASE + 2_000) == 10
+    assert [(v.value, v.valid_from, v.valid_to) for v in store.view.versions("apple")] == [
+        (12, BASE + 5_000, None), (10, BASE + 1_000, BASE + 5_000)]
+
+
+def test_a_killed_batch_restores_the_history_and_commits_the_same_joins():
+    app = app_()
+    prices = app.table("prices", versioned=10_000)
+    app.stream("orders").left_join(prices, lambda o, p: [o, p], name="priced").to("out")
+    driver = TopologyTestDriver(app)
+    inputs = []
+    for i in range(60):
+        inputs.append(("prices", f"k{i % 3}", i, BASE + (i * 700) % 9_000 + i * 100))
+        inputs.append(("orders", f"k{i % 4 % 3}", f"o{i}", BASE + (i * 1_300) % 11_000 + i * 100))
+    report = driver.check_exactly_once(inputs, crashes=8, seed=3)
+    assert report.ok and len(report.crashes) >= 4 and report.records >= 120
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_joins_of_a_versioned_table_match_a_reference_through_killed_batches(seed):
+    """The table's updates (out of order, deletions, some older than the history retention) first, then
+    orders at random times, with batches killed at random steps: each order joined with the reference's
+    version at its timestamp (None before the history bound), each exactly once."""
+    import random
+
+    from tests.recovery.test_versioned import _Model
+
+    rnd = random.Random(seed)
+    app = Application("t", bootstrap_servers="unused:9092", max_records_per_batch=9)
+    prices = app.table("prices", versioned=20_000)
+    app.stream("orders").left_join(prices, lambda o, p: [o, p], name="priced").to("out")
+    driver = TopologyTestDriver(app)
+    model = _Model(20_000)
+    updates = [(rnd.choice("abcd"), None if rnd.random() < 0.15 else rnd.randint(1, 99),
+                BASE + rnd.randint(0, 60_000) + i * 400) for i in range(80)]
+    for key, value, ts in updates:
+        model.put(key, value, ts)
+    orders = [(rnd.choice("abcde"), f"o{i}", BASE + rnd.randint(0, 100_000)) for i in range(80)]
+    for step in ("after_read", "after_produce", "before_commit", "after_commit"):
+        driver.crash_at(step, batch=rnd.randint(1, 12))
+    driver.pipe_many("prices", updates)
+    driver.pipe_many("orders", orders)
+    got = sorted((r.key, *r.value, r.timestamp) for r in driver.read("out"))
+    assert got == sorted((k, o, model.get(k, ts), ts) for k, o, ts in orders)
