@@ -126,3 +126,6 @@ class JoinSpec:
     #: a join of a stream: the stateless operators between the join and its results' topic, which the join
     #: audit applies to each result it expects
     suffix: tuple[Any, ...] = ()
+    #: a versioned table side's history retention (ms; None: not versioned), as its store keeps it
+    left_history_ms: int | None = None
+    right_history_ms: int | None = None

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
 from operator import attrgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 from eos.audit.ledger import read_ledger
 from eos.audit.scan import scan_topic
@@ -179,6 +179,30 @@ def _history(versions: dict[Any, list[Any]], key: Any) -> list[Any]:
     return versions.get(key, [None]) if key is not None else [None]
 
 
+class VersionedState(NamedTuple):
+    """A versioned table's key after its first `seen` kept updates (`updates`: (timestamp, value) of all of
+    them, in offset order), with the least and the most the store's history bound (observed stream time -
+    history retention) can have been while the key was so: a stream record is joined with the version at its
+    timestamp, or with None where that is before the bound."""
+
+    updates: list[tuple[int, Any]]
+    seen: int
+    bound_lo: int
+    bound_hi: int
+
+    def values_at(self, timestamp: int) -> tuple[Any, ...]:
+        """The values a lookup at `timestamp` can have found."""
+        found, best = None, None
+        for ts, value in self.updates[:self.seen]:
+            if ts <= timestamp and (best is None or ts >= best):  # (a later update at the same time replaces)
+                found, best = value, ts
+        return ((found,) if timestamp >= self.bound_lo else ()) + ((None,) if timestamp < self.bound_hi else ())
+
+
+def _values(entry: Any, rec: Record) -> tuple[Any, ...]:
+    return entry.values_at(rec.timestamp) if isinstance(entry, VersionedState) else (entry,)
+
+
 def _choices(rec: Record, got: list[str], ptr: int, history: list[Any], start: int, joiner: Joiner, how: str,
              after: After) -> dict[int, int]:
     """What `rec` can make of the table's versions from `start` that `got[ptr:]` begins with: per number of
@@ -189,10 +213,11 @@ def _choices(rec: Record, got: list[str], ptr: int, history: list[Any], start: i
     for i in range(start, len(history)):
         if len(found) == len(lengths):
             break
-        made = [] if history[i] is None and how != "left" else [
-            v for _, v, _ in _results(joiner, after, rec.key, rec.value, history[i], rec.timestamp)]
-        if len(made) in lengths and len(made) not in found and got[ptr:ptr + len(made)] == made:
-            found[len(made)] = i
+        for value in _values(history[i], rec):
+            made = [] if value is None and how != "left" else [
+                v for _, v, _ in _results(joiner, after, rec.key, rec.value, value, rec.timestamp)]
+            if len(made) in lengths and len(made) not in found and got[ptr:ptr + len(made)] == made:
+                found[len(made)] = i
     return found
 
 
@@ -376,13 +401,16 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
         result.input_records += len(right)
         result.expected = len(by_left_key)
         replay = replay_prefix(spec.right_prefix, stand_in=False)
-        for problem, key, detail in check_foreign_key(_histories(r for r, _ in reached[spec.left]),
-                                                      _histories(x for r in right for x in replay(r)), by_left_key,
+        for problem, key, detail in check_foreign_key(_histories((r for r, _ in reached[spec.left]),
+                                                                 spec.left_history_ms, absent_tombstones=False),
+                                                      _histories((x for r in right for x in replay(r)),
+                                                                 spec.right_history_ms), by_left_key,
                                                       spec.joiner, spec.how, spec.key):
             setattr(result, problem, getattr(result, problem) + 1)
             result.sample(problem, max_samples, key=key, detail=detail)
     else:
-        histories = {t: _histories(r for r, _ in reached[t]) for t in (spec.left, spec.right)}
+        histories = {t: _histories((r for r, _ in reached[t]), h)
+                     for t, h in ((spec.left, spec.left_history_ms), (spec.right, spec.right_history_ms))}
         per_key: dict[Any, list[Any]] = defaultdict(list)
         for k, v, _, _ in outputs:
             per_key[k].append(v)
@@ -431,7 +459,9 @@ def _audit_stream_table(spec: JoinSpec, sub: SubTopology, stream: list[Record], 
         joined = [r for r in reached[spec.left] if r.partition == p]
         result.expected += sum(r.value is not None for r in joined)
         if spec.kind == "stream-table":
-            part_versions = _histories([r for r in reached[spec.right] if r.partition == p])
+            rows = [r for r in reached[spec.right] if r.partition == p]
+            part_versions = (_histories(rows) if spec.right_history_ms is None
+                             else _versioned_states(rows, spec.right_history_ms))
         else:
             part_versions = versions
             joined = [Record(table_key(r) if r.value is not None else None, r.value, r.topic, r.partition, r.offset,
@@ -487,13 +517,70 @@ def _record_key(record: Record) -> Any:
     return record.key
 
 
-def _histories(records: Iterable[Record]) -> dict[Any, list[Any]]:
-    """key -> [None, value, ...]: a table's history per key (None for a tombstone), in offset order."""
+def _histories(records: Iterable[Record], versioned: int | None = None, *,
+               absent_tombstones: bool = True) -> dict[Any, list[Any]]:
+    """key -> [None, value, ...]: a table's history per key (None for a tombstone), in offset order. Of a
+    versioned table (`versioned`: its history retention), only the updates that changed the key's current
+    row (`_kept_updates`)."""
     out: dict[Any, list[Any]] = defaultdict(lambda: [None])
-    for r in sorted(records, key=lambda r: (r.partition, r.offset)):
-        if r.key is not None:
+    for r, current in _kept_updates(records, versioned, absent_tombstones):
+        if current:
             out[r.key].append(r.value)
     return dict(out)
+
+
+def _kept_updates(records: Iterable[Record], versioned: int | None,
+                  absent_tombstones: bool = True) -> Iterator[tuple[Record, bool]]:
+    """The updates of a table a join's store kept, in offset order, each with whether it changed its key's
+    current row: every one with a key, or of a versioned table (`versioned`: its history retention) those not
+    older than the store's history bound then (`recovery.versioned`), current when not older than the key's
+    newest version (`eos.operators.joins.keep_update`). `absent_tombstones=False`: a tombstone of a key
+    without a row is not put at all (as a foreign-key join's left side does)."""
+    observed: dict[int, int] = {}  # per partition (a task's store): its observed stream time
+    newest: dict[Any, int] = {}
+    holds: dict[Any, bool] = {}
+    for r in sorted(records, key=lambda r: (r.partition, r.offset)):
+        if r.key is None:
+            continue
+        if not absent_tombstones and r.value is None and not holds.get(r.key):
+            continue
+        if versioned is None:
+            holds[r.key] = r.value is not None
+            yield r, True
+            continue
+        seen = observed.get(r.partition)
+        if seen is not None and r.timestamp < seen - versioned:
+            continue
+        observed[r.partition] = r.timestamp if seen is None else max(seen, r.timestamp)
+        current = r.key not in newest or r.timestamp >= newest[r.key]
+        if current:
+            newest[r.key] = r.timestamp
+            holds[r.key] = r.value is not None
+        yield r, current
+
+
+def _versioned_states(records: list[Record], versioned: int) -> dict[Any, list[Any]]:
+    """key -> the states (`VersionedState`) a versioned table's key went through in a join's store, one per
+    update the store kept, for the stream records of one partition: the store's history bound while each
+    held runs from just after the update that made it to just before the key's next one."""
+    kept = list(_kept_updates(records, versioned))
+    bounds, seen = [], None  # the store's observed stream time after each kept update
+    for r, _ in kept:
+        seen = r.timestamp if seen is None else max(seen, r.timestamp)
+        bounds.append(seen - versioned)
+    last = bounds[-1] if bounds else -(1 << 63)
+    updates: dict[Any, list[tuple[int, Any]]] = defaultdict(list)
+    starts: dict[Any, list[int]] = defaultdict(list)  # per key: the index in `kept` of each of its updates
+    for n, (r, _) in enumerate(kept):
+        updates[r.key].append((r.timestamp, r.value))
+        starts[r.key].append(n)
+    out: dict[Any, list[Any]] = {}
+    for key, at in starts.items():
+        first = VersionedState(updates[key], 0, -(1 << 63), bounds[at[0] - 1] if at[0] else -(1 << 63))
+        out[key] = [first, *(VersionedState(updates[key], i + 1, bounds[n],
+                                            bounds[at[i + 1] - 1] if i + 1 < len(at) else last)
+                             for i, n in enumerate(at))]
+    return out
 
 
 def _reading(sub: SubTopology, topic: str) -> tuple[Serde, Serde, Callable[[Record], int]]:

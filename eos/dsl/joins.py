@@ -134,7 +134,8 @@ class JoinMethods(AggregationMethods):
             kept = table_store(name, right, persistent)
             return JoinStep(partial(StreamTableJoin, right_topics, kept.name, joiner, how), (kept,),
                             {right.topic: self._reading(right)}, (),
-                            JoinSpec(kind, how, _topic(left), right.topic, joiner, right_store=kept.name), ks)
+                            JoinSpec(kind, how, _topic(left), right.topic, joiner, right_store=kept.name,
+                                     right_history_ms=right.history_retention_ms), ks)
         if kind == "stream-global":
             assert isinstance(right, GlobalTable) and key is not None
             return JoinStep(partial(GlobalTableJoin, right.name, key, joiner, how), (), {}, (right,),
@@ -149,7 +150,8 @@ class JoinMethods(AggregationMethods):
             return JoinStep(partial(TableTableJoin, left_topics, left_store.name, right_store.name, joiner, how),
                             (left_store, right_store), {t.topic: self._reading(t) for t in (left, right)}, (),
                             JoinSpec(kind, how, left.topic, right.topic, joiner, left_store=left_store.name,
-                                     right_store=right_store.name), left.key_serde)
+                                     right_store=right_store.name, left_history_ms=left.history_retention_ms,
+                                     right_history_ms=right.history_retention_ms), left.key_serde)
         assert isinstance(right, str) and windows is not None
         if right in left_topics:
             raise ValueError(f"join {name!r}: a stream cannot be joined with itself (read it once and "

@@ -274,7 +274,8 @@ def foreign_key_join(app: GraphMethods, name: str, left: Table, right: Table, jo
     graph.add(SinkNode(f"{name}-response.sink", responses, (right_name,), raw, raw, raw=True, named=True))
     answers = graph.add(SourceNode(f"{name}-response.source", (responses,), raw, raw, RECORD_TIME)).name
     spec = JoinSpec("foreign-key", how, lspec.topic, rspec.topic, joiner, key=foreign_key, left_store=left_store.name,
-                    right_store=right_store.name, right_reader=right_name)
+                    right_store=right_store.name, right_reader=right_name, left_history_ms=lspec.history_retention_ms,
+                    right_history_ms=rspec.history_retention_ms)
     node = graph.add(ProcessorNode(name, (left.node, answers),
                                    partial(ForeignKeyLeft, frozenset(left.topics), left_store.name, foreign_key, joiner,
                                            how, subscriptions, left.key_serde, left.value_serde, right.key_serde,

@@ -5,11 +5,14 @@ them), the history retention's bound, and the versioned store as queries see it.
 
 from __future__ import annotations
 
+import random
 from datetime import timedelta
 
 import pytest
 
 from eos import Application
+from eos.audit.joins import _canon, _histories, _versioned_states, check_table_table, explain_stream_table
+from eos.records import Record
 from eos.testing import TopologyTestDriver
 
 BASE = 1_800_000_000_000
@@ -172,8 +175,6 @@ def test_joins_of_a_versioned_table_match_a_reference_through_killed_batches(see
     """The table's updates (out of order, deletions, some older than the history retention) first, then
     orders at random times, with batches killed at random steps: each order joined with the reference's
     version at its timestamp (None before the history bound), each exactly once."""
-    import random
-
     from tests.recovery.test_versioned import _Model
 
     rnd = random.Random(seed)
@@ -193,3 +194,86 @@ def test_joins_of_a_versioned_table_match_a_reference_through_killed_batches(see
     driver.pipe_many("orders", orders)
     got = sorted((r.key, *r.value, r.timestamp) for r in driver.read("out"))
     assert got == sorted((k, o, model.get(k, ts), ts) for k, o, ts in orders)
+
+
+# ---------------------------------------------------------------- the join audit's replay of versioned tables
+
+
+def _table_records(updates, topic="prices"):
+    return [Record(k, v, topic, 0, n, ts) for n, (k, v, ts) in enumerate(updates)]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_join_audit_explains_what_the_job_joined_and_nothing_else(seed):
+    """Table updates (out of order, deletions, some too old to keep) and orders interleaved, in batches the
+    task merges by timestamp; the audit's replay of the versioned table explains every committed result, and
+    names a result joined with the latest row where the row at the order's time differs."""
+    rnd = random.Random(seed)
+    retention = rnd.choice([0, 2_000, 10_000])
+    app = Application("t", bootstrap_servers="unused:9092", max_records_per_batch=rnd.choice([3, 8, 50]))
+    prices = app.table("prices", versioned=retention)
+    app.stream("orders").left_join(prices, lambda o, p: [o, p], name="priced").to("out")
+    driver = TopologyTestDriver(app)
+    inputs = []
+    for i in range(120):
+        if rnd.random() < 0.5:
+            inputs.append(("prices", rnd.choice("abc"), None if rnd.random() < 0.15 else i,
+                           BASE + i * 200 + rnd.randint(-4_000, 1_000)))
+        else:
+            inputs.append(("orders", rnd.choice("abcd"), f"o{i}", BASE + i * 200 + rnd.randint(-6_000, 500)))
+    for n in range(0, len(inputs), 10):
+        driver.pipe_records(inputs[n:n + 10])
+    table = _table_records([(k, v, ts) for t, k, v, ts in inputs if t == "prices"])
+    stream = [Record(k, v, "orders", 0, n, ts)
+              for n, (k, v, ts) in enumerate((k, v, ts) for t, k, v, ts in inputs if t == "orders")]
+    outputs = [r.value for r in driver.read("out")]
+    assert [o for o, _ in outputs] == [r.value for r in stream]
+    results = {r.offset: [value] for r, value in zip(stream, outputs, strict=True)}
+    states = _versioned_states(table, retention)
+    joiner = lambda o, p: [o, p]
+    assert explain_stream_table(stream, results, states, joiner, "left") == []
+    # a result joined with a value the key held, but at no time a replay could have looked it up at
+    for r in stream:
+        possible = {_canon(v) for state in states.get(r.key, []) for v in state.values_at(r.timestamp)}
+        wrong = next((t.value for t in table if t.key == r.key and _canon(t.value) not in possible), "missing")
+        if wrong != "missing":
+            break
+    assert wrong != "missing"
+    forged = {**results, r.offset: [[r.value, wrong]]}
+    assert [p for p, _, _ in explain_stream_table(stream, forged, states, joiner, "left")] == ["wrong_values"]
+
+
+def test_the_join_audit_knows_a_record_older_than_the_history_bound_found_nothing():
+    table = _table_records([("a", 1, 1_000), ("b", 2, 5_000), ("a", 3, 6_000)])
+    states = _versioned_states(table, 1_000)
+    # after a's first update the bound is 0; after b's, 4,000; a's second update moves it to 5,000
+    assert [(s.seen, s.bound_lo, s.bound_hi) for s in states["a"][1:]] == [(1, 0, 4_000), (2, 5_000, 5_000)]
+    assert states["a"][1].values_at(3_000) == (1, None)  # before or after b's update raised the bound
+    assert states["a"][1].values_at(4_000) == (1,)
+    assert states["a"][2].values_at(4_999) == (None,) and states["a"][2].values_at(5_500) == (1,)
+    stream = [Record("a", "o1", "orders", 0, 0, 3_000), Record("a", "o2", "orders", 0, 1, 4_500)]
+    joiner = lambda o, p: [o, p]
+    for first in (1, None):
+        assert explain_stream_table(stream, {0: [["o1", first]], 1: [["o2", 1]]}, states, joiner, "left") == []
+    # o2 at 4.5 s joined with None: only once a's second update raised the bound past it, but then o1 (before
+    # it) ... is fine too; o2 joined with 3 (valid from 6 s) is wrong
+    problems = explain_stream_table(stream, {0: [["o1", 1]], 1: [["o2", 3]]}, states, joiner, "left")
+    assert [p for p, _, _ in problems] == ["wrong_values"]
+
+
+def test_the_table_join_audit_takes_a_versioned_tables_latest_row_by_timestamp():
+    app = app_()
+    left, right = app.table("left", versioned=60_000), app.table("right")
+    left.join(right, lambda a, b: f"{a}+{b}", name="both").to_stream().to("out")
+    driver = TopologyTestDriver(app)
+    updates = [("k", "l2", BASE + 2_000), ("k", "l1", BASE + 1_000)]
+    driver.pipe_many("right", [("k", "r1", BASE)])
+    driver.pipe_many("left", updates)
+    outputs = {"k": [r.value for r in driver.read("out")]}
+    assert outputs == {"k": ["l2+r1"]}
+    joiner = lambda a, b: f"{a}+{b}"
+    lefts = _table_records(updates, "left")
+    rights = _histories(_table_records([("k", "r1", BASE)], "right"))
+    assert check_table_table(_histories(lefts, 60_000), rights, outputs, joiner, "inner") == []
+    # read as a table by offset, its last row would be l1: the audit would expect l1+r1
+    assert [p for p, _, _ in check_table_table(_histories(lefts), rights, outputs, joiner, "inner")] == ["missing"]
