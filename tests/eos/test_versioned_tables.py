@@ -123,6 +123,8 @@ def test_out_of_order_updates_make_no_foreign_key_join_result():
     driver.pipe_many("order-rows", [("o1", {"product": "p2"}, BASE + 1_500)])  # out of order
     driver.pipe_many("products", [("p1", "old apple", BASE + 500)])  # out of order
     assert [(r.key, r.value) for r in driver.read("out")] == [("o1", {"product": "p1", "name": "apple"})]
+    driver.pipe_many("products", [("p1", "new apple", BASE + 3_000)])  # o1 still names p1
+    assert [(r.key, r.value) for r in driver.read("out")] == [("o1", {"product": "p1", "name": "new apple"})]
 
 
 @pytest.mark.parametrize("versioned", [-1, "5m", True])
@@ -259,6 +261,18 @@ def test_the_join_audit_knows_a_record_older_than_the_history_bound_found_nothin
     # it) ... is fine too; o2 joined with 3 (valid from 6 s) is wrong
     problems = explain_stream_table(stream, {0: [["o1", 1]], 1: [["o2", 3]]}, states, joiner, "left")
     assert [p for p, _, _ in problems] == ["wrong_values"]
+    # two updates at one time: the later one replaced the earlier
+    states = _versioned_states(_table_records([("a", 1, 1_000), ("a", 2, 1_000)]), 1_000)
+    assert states["a"][2].values_at(1_000) == (2,)
+
+
+def test_the_audit_keeps_what_a_versioned_store_kept():
+    records = _table_records([("a", None, 10_000), ("b", 1, 5_000), ("b", 2, 4_000), ("b", 3, 5_000)])
+    # put as a tombstone version, a's deletion moved the store's time on: b's updates came too late
+    assert _histories(records, 1_000) == {"a": [None, None]}
+    # a foreign-key join's left side puts no tombstone of a key without a row: b's updates were kept, the
+    # second out of order (not current), the third at the latest's time (current: it replaced it)
+    assert _histories(records, 1_000, absent_tombstones=False) == {"b": [None, 1, 3]}
 
 
 def test_the_table_join_audit_takes_a_versioned_tables_latest_row_by_timestamp():
@@ -266,14 +280,14 @@ def test_the_table_join_audit_takes_a_versioned_tables_latest_row_by_timestamp()
     left, right = app.table("left", versioned=60_000), app.table("right")
     left.join(right, lambda a, b: f"{a}+{b}", name="both").to_stream().to("out")
     driver = TopologyTestDriver(app)
-    updates = [("k", "l2", BASE + 2_000), ("k", "l1", BASE + 1_000)]
+    updates = [("k", "l2", BASE + 2_000), ("k", "l1", BASE + 1_000), ("k", "l3", BASE + 2_000), ("k", "l0", BASE)]
     driver.pipe_many("right", [("k", "r1", BASE)])
     driver.pipe_many("left", updates)
     outputs = {"k": [r.value for r in driver.read("out")]}
-    assert outputs == {"k": ["l2+r1"]}
+    assert outputs == {"k": ["l2+r1", "l3+r1"]}
     joiner = lambda a, b: f"{a}+{b}"
     lefts = _table_records(updates, "left")
     rights = _histories(_table_records([("k", "r1", BASE)], "right"))
     assert check_table_table(_histories(lefts, 60_000), rights, outputs, joiner, "inner") == []
-    # read as a table by offset, its last row would be l1: the audit would expect l1+r1
+    # read as a table by offset, its last row would be l0: the audit would expect l0+r1
     assert [p for p, _, _ in check_table_table(_histories(lefts), rights, outputs, joiner, "inner")] == ["missing"]

@@ -32,6 +32,7 @@ def test_lookups_by_time_whatever_the_order_of_puts(backend):
     assert store.get("k", as_of=22) == "b2"
     assert store.versions("k") == [Version("c", 30, None), Version("b2", 20, 25), Version("a", 10, 20)]
     assert store.versions("k", 21, 26) == [Version("b2", 20, 25)]
+    assert store.versions("k", 11, 15) == [Version("a", 10, 20)]  # replaced after the range
     assert store.get("missing") is None and store.get("missing", as_of=15, default=0) == 0
 
 
@@ -56,6 +57,7 @@ def test_versions_no_lookup_reaches_are_deleted_when_the_key_is_written(backend)
     store.delete("k", 995)
     store.put("k", "late", 2_000)  # the tombstone at 995, before the new bound, goes too
     assert [v.valid_from for v in store.versions("k")] == [2_000]
+    assert len(list(store._buf().iterate())) == 1 + 1
 
 
 def test_latest_values_of_every_key(backend):
