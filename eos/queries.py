@@ -15,7 +15,7 @@ the same from the command line.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +23,7 @@ from eos.audit.scan import scan_topic
 from eos.tables import GlobalTable
 from eos.worker.global_tables import GlobalCopy, GlobalTableView
 from eos.worker.stores import view_of
-from recovery import MemoryBackend, StoreSpec, StoreView, WriteBuffer
+from recovery import MemoryBackend, StoreSpec, StoreView, Version, VersionedKeyValueStore, WriteBuffer
 from transactions import KafkaAdmin, Message
 
 if TYPE_CHECKING:
@@ -76,36 +76,77 @@ def store_view(app: Application, name: str, bootstrap_servers: str | None = None
         scan = _cluster_scan(bootstrap, admin)
     if isinstance(spec, GlobalTable):
         copy = GlobalCopy(spec)
-        position = _read(scan, admin, spec.topic, copy.data.__setitem__, copy.data.pop)
+        position = _read(scan, admin, spec.topic, lambda _, k, v: copy.data.__setitem__(k, v) if v is not None
+                         else copy.data.pop(k, None))
         view = GlobalTableView(spec)
         view.copy = copy
         return StoreSnapshot(name, "global_table", view, position)
     topic = spec.changelog_topic(app.config.application_id)
     if admin.partition_counts([topic])[topic] is None:
         raise KeyError(f"store {name!r} has no changelog topic {topic} yet: the application has not run")
-    backend = MemoryBackend()
-    changes: dict[bytes, bytes | None] = {}
-    position = _read(scan, admin, topic, changes.__setitem__, lambda k, _=None: changes.__setitem__(k, None))
-    backend.write(changes, None)
-    typed: StoreView = view_of(spec)
-    typed.attach(WriteBuffer(backend))
-    return StoreSnapshot(name, spec.kind, typed, position)
+    per_task: dict[int, dict[bytes, bytes | None]] = {}
+    position = _read(scan, admin, topic, lambda p, k, v: per_task.setdefault(p, {}).__setitem__(k, v))
+    copies = []
+    for p in sorted(per_task) if spec.kind == "versioned" else [None]:
+        backend = MemoryBackend()
+        backend.write({k: v for part, changes in per_task.items() if p in (None, part) for k, v in changes.items()},
+                      None)
+        typed: StoreView = view_of(spec)
+        typed.attach(WriteBuffer(backend))
+        copies.append(typed)
+    if spec.kind == "versioned":
+        return StoreSnapshot(name, spec.kind, VersionedSnapshot(spec, copies), position)  # type: ignore[arg-type]
+    return StoreSnapshot(name, spec.kind, copies[0], position)
+
+
+class VersionedSnapshot:
+    """A versioned store's committed copy, one per task: each task's store has its own observed stream time,
+    so its own history bound (`recovery.versioned`). A key is answered by the copy of the task that holds it
+    (a key is in one partition); `all` and `latest` go through every copy."""
+
+    def __init__(self, spec: StoreSpec, copies: list[VersionedKeyValueStore]) -> None:
+        self.spec, self.copies = spec, copies
+
+    def _holder(self, key: Any) -> VersionedKeyValueStore | None:
+        return next((c for c in self.copies if c.latest_timestamp(key) is not None), None)
+
+    def get(self, key: Any, default: Any = None, *, as_of: int | None = None) -> Any:
+        holder = self._holder(key)
+        return default if holder is None else holder.get(key, default, as_of=as_of)
+
+    def get_with_timestamp(self, key: Any, as_of: int | None = None) -> tuple[Any, int] | None:
+        holder = self._holder(key)
+        return None if holder is None else holder.get_with_timestamp(key, as_of)
+
+    def versions(self, key: Any, time_from: int | None = None, time_to: int | None = None) -> list[Version]:
+        holder = self._holder(key)
+        return [] if holder is None else holder.versions(key, time_from, time_to)
+
+    def latest(self) -> Iterator[tuple[Any, Any, int]]:
+        for copy in self.copies:
+            yield from copy.latest()
+
+    def all(self) -> Iterator[tuple[Any, Any]]:
+        for key, value, _ in self.latest():
+            yield key, value
+
+    def approximate_num_entries(self) -> int:
+        return sum(c.approximate_num_entries() for c in self.copies)
 
 
 def _cluster_scan(bootstrap: str, admin: KafkaAdmin) -> Scan:
     return lambda topic, until: scan_topic(bootstrap, topic, admin=admin, until=until)
 
 
-def _read(scan: Scan, admin: Any, topic: str, put: Any, delete: Any) -> dict[int, int]:
+def _read(scan: Scan, admin: Any, topic: str, apply: Callable[[int, bytes, bytes | None], Any]) -> dict[int, int]:
+    """Every committed record of `topic` with a key, `apply(partition, key, value)` (value None: a tombstone);
+    returns the offset each partition was read to."""
     ends = admin.end_offsets(admin.topic_partitions(topic), committed=True)
     for batch in scan(topic, ends):
         for msg in batch:
-            if msg.key() is None:
-                continue
-            if msg.value() is None:
-                delete(msg.key(), None)
-            else:
-                put(msg.key(), msg.value())
+            key = msg.key()
+            if key is not None:
+                apply(msg.partition(), key, msg.value())
     return {p: end for (_, p), end in ends.items()}
 
 

@@ -291,3 +291,18 @@ def test_the_table_join_audit_takes_a_versioned_tables_latest_row_by_timestamp()
     assert check_table_table(_histories(lefts, 60_000), rights, outputs, joiner, "inner") == []
     # read as a table by offset, its last row would be l0: the audit would expect l0+r1
     assert [p for p, _, _ in check_table_table(_histories(lefts), rights, outputs, joiner, "inner")] == ["missing"]
+
+
+def test_a_query_answers_each_key_with_the_history_bound_of_the_task_that_holds_it():
+    app = app_()
+    prices = app.table("prices", versioned=1_000)
+    app.stream("orders").join(prices, lambda o, p: p, name="priced").to("out")
+    driver = TopologyTestDriver(app, partitions=2)
+    driver.pipe_many("prices", [("a", 1, BASE, 0), ("a", 2, BASE + 500, 0),             # task 0's time: 0.5 s
+                                ("b", 3, BASE, 1), ("c", 4, BASE + 9_000, 1)])          # task 1's: 9 s
+    store = driver.store("priced-prices")
+    assert store.get("a", as_of=BASE) == 1  # task 0's bound is -0.5 s
+    assert store.get("b", as_of=BASE) is None and store.get("b") == 3  # task 1's is 8 s
+    assert [v.value for v in store.versions("a")] == [2, 1] and store.versions("zzz") == []
+    assert sorted(store.all()) == [("a", 2), ("b", 3), ("c", 4)]
+    assert store.get_with_timestamp("c") == (4, BASE + 9_000) and store.get("zzz", "none") == "none"

@@ -1,0 +1,154 @@
+"""A versioned table on the broker and Spark, SIGKILLed mid-batch (inside transactions too) and restarted, in
+two phases:
+
+1. the prices table is read: updates mostly in time order, a quarter of them out of order (older than the
+   product's latest price), deletions, and updates older than the history retention. The same task keeps
+   it three times: for the orders' join (a versioned store), for a table-table join with the stock table,
+   and for a count of products per price band (out-of-order updates change neither);
+2. then orders come, each at a time anywhere in the prices' history: each is joined with the price its
+   product had at the order's time, restored from the changelog after every kill.
+
+Every order is joined once with the price of a reference versioned table at its time (None before the
+product's first price, after a deletion, or before the history bound); the table-table join's and the
+count's last results are those of the latest price by timestamp; `audit_application` says PASS, with the
+versioned join replayed by the join audit."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from collections import Counter
+
+from confluent_kafka import Producer
+
+from eos.audit import audit_application
+from integration_tests.streams.test_dsl_tables import last_per_key
+from integration_tests.streams.test_fused_topology import load_job, run_killed_then_caught_up
+from integration_tests.streams.test_time_and_rekey import committed_records
+from tests.recovery.test_versioned import _Model
+
+JOB = """
+import os
+from datetime import timedelta
+from eos import Application
+from eos.testing import MarkWhile
+
+app = Application(os.environ["APP"], timestamp="field:at", max_records_per_batch=int(os.environ["BATCH"]),
+                  trigger_interval=0.0, log_format="json", log_level="WARNING", state_dir=os.environ["STATE"])
+prices = app.table(os.environ["PRICES"], name="prices", versioned=timedelta(minutes=30))
+app.stream(os.environ["ORDERS"]).left_join(
+    prices, lambda order, price: {"id": order["id"], "price": price and price["price"]}, name="priced").to(
+    os.environ["PRICED"])
+prices.join(app.table(os.environ["STOCK"]), lambda price, stock: {"price": price["price"], "stock": stock["n"]},
+            name="offers").to_stream().to(os.environ["OFFERS"])
+prices.group_by(lambda product, price: (str(price["price"] // 25), price)).count(name="bands").to_stream().to(
+    os.environ["BANDS"])
+if os.environ.get("MARKS"):
+    app.fault_hooks.on("before_commit", MarkWhile(os.environ["MARKS"], seconds=0.3))
+"""
+
+PARTITIONS, PRODUCTS, UPDATES, ORDERS = 2, 24, 50, 1_200
+RETENTION = 30 * 60_000
+BASE = (int(time.time()) // 3600 - 30) * 3_600_000
+
+
+def partition(key: str) -> int:
+    return int(key[1:]) % PARTITIONS
+
+
+def prices() -> list[tuple[str, dict | None, int]]:
+    """(product, price or None, timestamp) in production order: each product's time moves on a minute an
+    update, a quarter of the updates go up to twenty minutes back (out of order), one in twenty is a deletion
+    at the product's newest time, one in forty two hours back (before the history bound)."""
+    rnd, out = random.Random(7), []
+    newest = dict.fromkeys((f"p{i}" for i in range(PRODUCTS)), BASE)
+    held = dict.fromkeys(newest, False)
+    for step in range(UPDATES):
+        for i in range(PRODUCTS):
+            key = f"p{i}"
+            roll = rnd.random()
+            if roll < 0.05 and held[key]:
+                newest[key] += 60_000
+                out.append((key, None, newest[key]))
+                held[key] = False
+                continue
+            if roll < 0.075 and step > 10:
+                at = newest[key] - 2 * 3_600_000
+            elif roll < 0.325 and step:
+                at = newest[key] - rnd.randint(1, 20) * 60_000 + rnd.randint(0, 59_999)
+            else:
+                newest[key] += 60_000 + rnd.randint(0, 30_000)
+                at = newest[key]
+                held[key] = True
+            out.append((key, {"price": rnd.randint(1, 199), "at": at}, at))
+    return out
+
+
+def test_a_versioned_table_joins_each_order_with_the_price_at_its_time_across_sigkills(
+        kafka, topic_factory, unique_name, tmp_path, monkeypatch):
+    names = ("prices", "stock", "orders", "priced", "offers", "bands")
+    topics = dict(zip(names, (topic_factory(n, partitions=PARTITIONS) for n in names), strict=True))
+    bootstrap = kafka.bootstrap_servers
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
+
+    def produce(topic: str, rows) -> None:
+        for key, value, at in rows:
+            producer.produce(topics[topic], key=key.encode(), partition=partition(key), timestamp=at,
+                             value=None if value is None else json.dumps(value).encode())
+            producer.poll(0)
+        assert producer.flush(60) == 0
+
+    updates = prices()
+    stock = [(f"p{i}", {"n": i * 3, "at": BASE}, BASE) for i in range(0, PRODUCTS, 2)]
+    produce("prices", updates)
+    produce("stock", stock)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": bootstrap, "APP": unique_name("app"),
+           "STATE": str(tmp_path / "state"), "MARKS": str(marks), "BATCH": "40",
+           **{n.upper(): t for n, t in topics.items()}}
+    run_killed_then_caught_up(tmp_path, JOB, env, seed=5)  # phase 1: the table
+
+    # The reference: a versioned table per task (partition), fed in offset order.
+    models = [_Model(RETENTION) for _ in range(PARTITIONS)]
+    kept = [models[partition(k)].put(k, v, at) for k, v, at in updates]
+    assert 0 < kept.count(False) < 60  # some updates came too late to keep
+    latest = {k: models[partition(k)].get(k) for k in {k for k, _, _ in updates}}
+    holding = {k: v for k, v in latest.items() if v is not None}
+    assert 0 < len(holding) < PRODUCTS
+    counts = Counter(str(v["price"] // 25) for v in holding.values())
+    bands = {key.decode(): int.from_bytes(value, "big") for key, value, _ in committed_records(bootstrap,
+                                                                                              topics["bands"])}
+    assert Counter(bands) == counts
+    n_of = {k: v["n"] for k, v, _ in stock}
+    assert last_per_key(bootstrap, topics["offers"]) == {k: {"price": v["price"], "stock": n_of[k]}
+                                                         for k, v in holding.items() if k in n_of}
+
+    rnd = random.Random(11)
+    first, end = BASE, max(at for _, _, at in updates)
+    orders = [(f"p{rnd.randrange(PRODUCTS)}", {"id": i, "at": at}, at)
+              for i, at in enumerate(rnd.randint(first - 60_000, end + 60_000) for _ in range(ORDERS))]
+    produce("orders", orders)
+    run_killed_then_caught_up(tmp_path, JOB, env, seed=6)  # phase 2: the orders, joined after restores
+
+    expected = Counter((o["id"], (lambda p: p and p["price"])(models[partition(k)].get(k, at)))
+                       for k, o, at in orders)
+    got = Counter((v["id"], v["price"]) for v in (json.loads(v) for _, v, _ in committed_records(
+        bootstrap, topics["priced"])))
+    assert got == expected
+    nones = sum(price is None for (_, price), n in expected.items())
+    assert 50 < nones < ORDERS // 2, nones  # (before a first price, after a deletion, before the bound)
+
+    app = load_job(tmp_path, env, monkeypatch)
+    reports = audit_application(app)
+    failed = [(r.mode, r.inputs, r.outputs) for r in reports if r.verdict != "PASS"]
+    assert not failed, failed
+    checked = sorted((r.join.kind, r.join.how) for r in reports if r.mode == "join" and not r.skipped)
+    assert checked == [("stream-table", "left"), ("table-table", "inner")], checked
+    # the store as queries read it from its changelog: every product's latest price, and its prices by time
+    view = app.store_view("priced-prices").view
+    assert dict(view.all()) == holding
+    assert [view.get(k, as_of=at) for k, _, at in orders[:200]] == [models[partition(k)].get(k, at)
+                                                                   for k, _, at in orders[:200]]
