@@ -6,7 +6,7 @@ from recovery.changelog import ChangelogConfigError, changelog_record, ensure_ch
 from recovery.restore import ChangelogSource, KnownBounds, RestoreResult, restore_store, settled_bounds
 from recovery.state_dir import HOLDER, StateDirectoryError, StoreHolder, TaskDirectory, locked_task_directories
 from recovery.store import KeyValueStore, StoreKind, StoreSpec, StoreView
-from recovery.versioned import Version, VersionedKeyValueStore
+from recovery.versioned import NOT_PUT, VALID_TO_UNDEFINED, Version, VersionedKeyValueStore
 from recovery.windows import RecordBuffer, Session, SessionStore, WindowStore
 from recovery.write_buffer import WriteBuffer
 
@@ -23,6 +23,8 @@ __all__ = [
     "StoreSpec",
     "StoreView",
     "Version",
+    "NOT_PUT",
+    "VALID_TO_UNDEFINED",
     "VersionedKeyValueStore",
     "RecordBuffer",
     "Session",

@@ -19,7 +19,7 @@ from eos.operators.windows import LatePolicy, LateRecordError
 from eos.processor import Processor, ProcessorContext
 from eos.records import Record
 from eos.tables import JoinKind, JoinWindows
-from recovery import KeyValueStore, RecordBuffer, VersionedKeyValueStore
+from recovery import NOT_PUT, VALID_TO_UNDEFINED, KeyValueStore, RecordBuffer, VersionedKeyValueStore
 
 __all__ = ["StreamTableJoin", "GlobalTableJoin", "TableTableJoin", "StreamStreamJoin", "topic_set", "keep_update"]
 
@@ -40,14 +40,12 @@ def keep_update(store: KeyValueStore | VersionedKeyValueStore, record: Record, c
     if not isinstance(store, VersionedKeyValueStore):
         store.put(record.key, record.value, record.timestamp)
         return True
-    latest = store.latest_timestamp(record.key)
-    if not store.put(record.key, record.value, record.timestamp):
-        context.record_dropped("table update older than the history retention")
-        return False
-    if latest is not None and record.timestamp < latest:
-        context.record_dropped("out-of-order table update")
-        return False
-    return True
+    valid_to = store.put(record.key, record.value, record.timestamp)
+    if valid_to == VALID_TO_UNDEFINED:
+        return True
+    context.record_dropped("table update older than the history retention" if valid_to == NOT_PUT
+                           else "out-of-order table update")
+    return False
 
 
 class StreamTableJoin(Processor):

@@ -100,15 +100,16 @@ def test_out_of_order_updates_make_no_table_join_result():
     assert driver.dropped == {"both": {"out-of-order table update": 1}}
 
 
-def test_out_of_order_updates_leave_a_table_aggregation_alone():
-    app = app_()
+@pytest.mark.parametrize("cache", [0, 1 << 20])
+def test_out_of_order_updates_leave_a_table_aggregation_alone(cache):
+    app = Application("t", bootstrap_servers="unused:9092", cache_max_bytes=cache)
     customers = app.table("customers", versioned=60_000)
     customers.group_by(lambda k, c: (c["tier"], c)).count(name="tiers").to_stream().to("out")
     driver = TopologyTestDriver(app)
     driver.pipe_many("customers", [("c1", {"tier": "gold"}, BASE + 2_000),
                                    ("c1", {"tier": "basic"}, BASE + 1_000),  # older than the latest: ignored
                                    ("c2", {"tier": "gold"}, BASE + 3_000)])
-    assert [(r.key, r.value) for r in driver.read("out")] == [("gold", 1), ("gold", 2)]
+    assert [(r.key, r.value) for r in driver.read("out")][-1] == ("gold", 2)
 
 
 def test_out_of_order_updates_make_no_foreign_key_join_result():

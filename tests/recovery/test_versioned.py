@@ -5,7 +5,19 @@ import random
 import pytest
 
 from eos.serde import JsonSerde, StringSerde
-from recovery import MemoryBackend, RocksDBBackend, StoreError, StoreSpec, Version, VersionedKeyValueStore, WriteBuffer
+from recovery import (
+    NOT_PUT,
+    VALID_TO_UNDEFINED,
+    MemoryBackend,
+    RocksDBBackend,
+    StoreError,
+    StoreSpec,
+    Version,
+    VersionedKeyValueStore,
+    WriteBuffer,
+)
+from recovery.store import _prefix_end
+from recovery.versioned import _time_of
 
 
 @pytest.fixture(params=["memory", "rocksdb"])
@@ -23,10 +35,12 @@ def _store(backend, retention=100):
 
 def test_lookups_by_time_whatever_the_order_of_puts(backend):
     store = _store(backend)
-    assert store.put("k", "b", 20) and store.put("k", "a", 10) and store.put("k", "c", 30)
+    # (each put says until when its version is valid: the latest's is undefined)
+    assert [store.put("k", "b", 20), store.put("k", "a", 10), store.put("k", "c", 30)] == [
+        VALID_TO_UNDEFINED, 20, VALID_TO_UNDEFINED]
     assert store.get("k") == "c" and store.get_with_timestamp("k") == ("c", 30)
     assert [store.get("k", as_of=t) for t in (9, 10, 19, 20, 29, 30, 99)] == [None, "a", "a", "b", "b", "c", "c"]
-    store.delete("k", 25)  # a tombstone version: nothing from 25 to 30
+    assert store.delete("k", 25) == 30  # a tombstone version: nothing from 25 to 30
     assert [store.get("k", as_of=t) for t in (24, 25, 29, 30)] == ["b", None, None, "c"]
     store.put("k", "b2", 20)  # the same timestamp: replaces that version
     assert store.get("k", as_of=22) == "b2"
@@ -41,22 +55,25 @@ def test_history_retention_refuses_old_puts_and_answers_old_lookups_with_none(ba
     store.put("k", "a", 1_000)
     store.put("other", "x", 1_500)  # observed stream time 1,500: the bound is 1,400
     assert store.observed_stream_time() == 1_500 and store.history_bound() == 1_400
-    assert not store.put("k", "too old", 1_399)
+    assert store.put("k", "too old", 1_399) == NOT_PUT
     assert store.get("k", as_of=1_399) is None  # before the bound: no answer
     assert store.get("k", as_of=1_400) == "a" and store.get("k") == "a"  # still valid at the bound
-    assert store.put("k", "on time", 1_400) and store.get("k", as_of=1_450) == "on time"
+    assert store.put("k", "on time", 1_400) == VALID_TO_UNDEFINED and store.get("k", as_of=1_450) == "on time"
 
 
 def test_versions_no_lookup_reaches_are_deleted_when_the_key_is_written(backend):
     store = _store(backend, retention=100)
+    most = 0
     for t in range(0, 1_000, 10):
         store.put("k", t, t)
-    rows = [k for k, _ in store._buf().iterate()]
-    # versions 890..990 are in the history (the bound is 890), 880 and older are gone
-    assert len(rows) == 11 + 1  # (and the observed stream time)
+        most = max(most, len(list(store._buf().iterate())))
+    # at most a retention and a half of versions (15), the latest and the observed stream time
+    assert 12 < most <= 15 + 2
+    assert [v.valid_from for v in store.versions("k")] == list(range(990, 880, -10))  # from the bound on
     store.delete("k", 995)
-    store.put("k", "late", 2_000)  # the tombstone at 995, before the new bound, goes too
+    store.put("k", "late", 2_000)  # the tombstone at 995, before the new bound, goes too, and 990 with it
     assert [v.valid_from for v in store.versions("k")] == [2_000]
+    assert store.get("k", as_of=1_950) is None
     assert len(list(store._buf().iterate())) == 1 + 1
 
 
@@ -85,20 +102,32 @@ class _Model:
 
     def __init__(self, retention: int) -> None:
         self.retention, self.observed = retention, None
-        self.versions: dict[str, dict[int, object]] = {}
+        self.by_key: dict[str, dict[int, object]] = {}
 
-    def put(self, key, value, ts) -> bool:
+    def put(self, key, value, ts) -> int:
+        """Until when the version is valid, as a versioned store's put says."""
         if self.observed is not None and ts < self.observed - self.retention:
-            return False
-        self.versions.setdefault(key, {})[ts] = value
+            return NOT_PUT
+        self.by_key.setdefault(key, {})[ts] = value
         self.observed = ts if self.observed is None else max(self.observed, ts)
-        return True
+        return min((t for t in self.by_key[key] if t > ts), default=VALID_TO_UNDEFINED)
+
+    def versions(self, key):
+        """(value, valid from, valid to) newest first, tombstones left out, from the history bound on."""
+        out, valid_to = [], None
+        for t in sorted(self.by_key.get(key, {}), reverse=True):
+            if self.by_key[key][t] is not None:
+                out.append((self.by_key[key][t], t, valid_to))
+            if t <= self.observed - self.retention:
+                break
+            valid_to = t
+        return out
 
     def get(self, key, as_of=None):
         if as_of is not None and as_of < self.observed - self.retention:
             return None
-        times = [t for t in self.versions.get(key, {}) if as_of is None or t <= as_of]
-        return self.versions[key][max(times)] if times else None
+        times = [t for t in self.by_key.get(key, {}) if as_of is None or t <= as_of]
+        return self.by_key[key][max(times)] if times else None
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -113,9 +142,13 @@ def test_random_puts_answer_as_the_model_across_batches_and_restores(seed):
         for _ in range(rnd.randint(1, 12)):
             key, ts = rnd.choice("abc"), rnd.randint(0, 60) + batch * 8
             value = None if rnd.random() < 0.2 else rnd.randint(0, 99)
-            assert store.put(key, value, ts) == model.put(key, value, ts)
+            valid_to = store.put(key, value, ts)
+            assert valid_to == model.put(key, value, ts)
+            if valid_to != NOT_PUT:  # (a refused put touches nothing)
+                _check_history_is_bounded(store, key)
             for k in "abc":
                 assert store.get(k) == model.get(k)
+                assert [tuple(v) for v in store.versions(k)] == model.versions(k)
                 lo, hi = model.observed - retention - 3, model.observed + 5
                 for as_of in {lo, lo + 2, lo + 3, lo + 4, hi, *rnd.sample(range(lo, hi), min(12, hi - lo))}:
                     assert store.get(k, as_of=as_of) == model.get(k, as_of), (k, as_of)
@@ -126,3 +159,14 @@ def test_random_puts_answer_as_the_model_across_batches_and_restores(seed):
             backend = MemoryBackend()
             backend.write({k: v for k, v in changelog.items() if v is not None}, None)
         store.attach(WriteBuffer(backend))
+
+
+def _check_history_is_bounded(store, key):
+    """After a put: none of the key's older versions lies more than half the retention before the history
+    bound, but the one valid at the bound (none if the latest is)."""
+    bound, half = store.history_bound(), store.history_retention_ms // 2
+    prefix = store._prefix(store._key(key))
+    older = [_time_of(e) for e, _ in store._buf().iterate(prefix, _prefix_end(prefix))]
+    latest = store.latest_timestamp(key)
+    allowed = 1 if latest is not None and latest > bound else 0
+    assert sum(t < bound - half for t in older) <= allowed, (older, bound)

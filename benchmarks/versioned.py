@@ -1,0 +1,135 @@
+"""A stream-table join with a versioned table next to the same join with a plain table, side by side in one
+run on one machine.
+
+The same input: a table of 1,000 keys updated 20 times each (a quarter of the updates out of order, up to a
+minute back), then a stream of records on the same keys, 4 partitions, either at times across the table's
+history (most lookups read a key's older versions) or later than all of it (a stream joined in time: every
+lookup is of the latest version). Each job left-joins the stream with the table (RocksDB stores): a plain
+table (the latest row by offset), a versioned one keeping an hour of history (every version; a lookup by the
+stream record's time), and one keeping none (`versioned=0`: only the latest version by time). Rounds are
+interleaved; each figure is the median of its rounds, records/s (table and stream) from the first batch's
+start to the last batch's end.
+
+    python -m benchmarks.versioned [--records 100000] [--rounds 2]
+
+Prints a table with each job's ratio to the plain table and writes reports/versioned.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+from rich.console import Console
+from rich.table import Table
+
+from benchmarks.throughput import PARTITIONS
+from eos import Application
+from eos.driver.spark import DEFAULT_MASTER, build_spark_context
+from localkafka.provision import provide_kafka
+from transactions import KafkaAdmin, TopicSpec
+
+console = Console()
+
+KEYS, UPDATES = 1_000, 20
+JOBS: dict[str, int | None] = {"plain table": None, "versioned, 1 h history": 3_600_000, "versioned, no history": 0}
+
+
+def preload(bootstrap: str, table: str, streams: dict[str, str], n: int) -> int:
+    """The table's updates (a minute of event time apart per key, a quarter up to a minute back), then `n`
+    stream records on each of `streams` ("history": at random times across the updates, "in time": after
+    them); returns how many records a job reads."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
+                         "enable.idempotence": True})
+    rnd = random.Random(1)
+    start = int(time.time() * 1000) - (UPDATES + 2) * 60_000
+    rows = [(table, b"%d" % key, b'{"price": %d}' % rnd.randint(1, 999),
+             start + step * 60_000 - (rnd.randint(1, 60_000) if rnd.random() < 0.25 else 0))
+            for step in range(UPDATES) for key in range(KEYS)]
+    for kind, topic in streams.items():
+        base, spread = (start, UPDATES * 60_000) if kind == "history" else (start + UPDATES * 60_000, 60_000)
+        rows += [(topic, b"%d" % rnd.randrange(KEYS), b'{"n": %d}' % i, base + rnd.randint(0, spread))
+                 for i in range(n)]
+    for topic, key, value, ts in rows:
+        while True:
+            try:
+                producer.produce(topic, value=value, key=key, timestamp=ts)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(120) == 0
+    return KEYS * UPDATES + n
+
+
+def run_job(sc: Any, bootstrap: str, admin: KafkaAdmin, table: str, stream: str, name: str, total: int,
+            state_dir: str) -> float:
+    """One job's rate: `stream` left-joined with `table` as `name` keeps it."""
+    dst = f"versioned-bench-out-{uuid.uuid4().hex[:8]}"
+    admin.create_topics([TopicSpec(dst, PARTITIONS)])
+    app = Application(f"versioned-bench-{uuid.uuid4().hex[:8]}", bootstrap, trigger_interval=1.0,
+                      max_records_per_batch=100_000, state_dir=state_dir, log_format="json", log_level="WARNING")
+    prices = app.table(table, name="prices", versioned=JOBS[name])
+    app.stream(stream).left_join(prices, lambda row, price: price and price["price"], name="priced").to(dst)
+    summary = app.run(sc, until_caught_up=True)
+    assert summary.records_in == total, f"{name}: read {summary.records_in} of {total} records"
+    first, last = summary.batch_reports[0], summary.batch_reports[-1]
+    return total / (last.started + last.duration_s - first.started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=100_000, help="stream records (the table adds 20,000)")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--master", default=DEFAULT_MASTER)
+    parser.add_argument("--report", default="reports/versioned.json")
+    args = parser.parse_args()
+    scratch = Path(tempfile.mkdtemp(prefix="eos-versioned-bench-"))
+    runs = [(name, kind) for kind in ("history", "in time") for name in JOBS]
+    rates: dict[tuple[str, str], list[float]] = {run: [] for run in runs}
+    try:
+        with provide_kafka(brokers=1) as kafka:
+            bootstrap = kafka.bootstrap_servers
+            admin = KafkaAdmin(bootstrap)
+            table = f"versioned-bench-table-{uuid.uuid4().hex[:8]}"
+            streams = {kind: f"versioned-bench-stream-{uuid.uuid4().hex[:8]}" for kind in ("history", "in time")}
+            admin.create_topics([TopicSpec(t, PARTITIONS) for t in (table, *streams.values())])
+            total = preload(bootstrap, table, streams, args.records)
+            sc = build_spark_context(args.master, "eos-versioned-benchmark")
+            sc.parallelize(range(4), 4).map(lambda x: x).collect()  # executors warm before the first round
+            for round_ in range(args.rounds):
+                for name, kind in runs:
+                    rates[name, kind].append(run_job(sc, bootstrap, admin, table, streams[kind], name, total,
+                                                     str(scratch)))
+                    console.print(f"round {round_ + 1}: {name}, stream {kind}: {rates[name, kind][-1]:,.0f} records/s")
+            sc.stop()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    medians = {run: round(statistics.median(values)) for run, values in rates.items()}
+    ratios = {(name, kind): rate / medians["plain table", kind] for (name, kind), rate in medians.items()}
+    results = {"stream_records": args.records, "table_records": KEYS * UPDATES, "rounds": args.rounds,
+               "records_per_s": {f"{name}, stream {kind}": r for (name, kind), r in medians.items()},
+               "ratio_to_plain": {f"{name}, stream {kind}": round(r, 3) for (name, kind), r in ratios.items()}}
+    table_ = Table(title=f"EOS stream-table left join, plain vs versioned table: {KEYS * UPDATES:,} table and "
+                         f"{args.records:,} stream records, {KEYS:,} keys, {PARTITIONS} partitions, RocksDB, median "
+                         f"of {args.rounds} interleaved rounds")
+    for col in ("stream", "job", "records/s", "/ plain"):
+        table_.add_column(col, justify="right")
+    for (name, kind), rate in medians.items():
+        table_.add_row(kind, name, f"{rate:,}", f"{ratios[name, kind]:.2f}")
+    console.print(table_)
+    Path(args.report).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.report).write_text(json.dumps(results, indent=2))
+    console.print(f"report: {args.report}")
+
+
+if __name__ == "__main__":
+    main()
