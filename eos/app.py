@@ -19,6 +19,7 @@ import contextlib
 import contextvars
 import os
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from eos.config import EosConfig
@@ -45,8 +46,16 @@ if TYPE_CHECKING:
 __all__ = ["Application", "store"]
 
 def store(name: str, *, key_serde: SerdeSpec = "bytes", value_serde: SerdeSpec = "json",
-          persistent: bool = True) -> StoreSpec:
-    """Declare a key-value store: RocksDB when `persistent`, else in memory; changelog-backed either way."""
+          persistent: bool = True, versioned: int | timedelta | None = None) -> StoreSpec:
+    """Declare a key-value store: RocksDB when `persistent`, else in memory; changelog-backed either way.
+    `versioned=history retention` (ms or a timedelta): a versioned store (`recovery.VersionedKeyValueStore`:
+    values by timestamp, `get(key, as_of=t)`)."""
+    from eos.dsl.joins import history_retention
+
+    retention = history_retention(versioned, f"store {name!r}")
+    if retention is not None:
+        return StoreSpec(name, serde_for(key_serde), serde_for(value_serde), persistent, kind="versioned",
+                         retention_ms=retention)
     return StoreSpec(name, serde_for(key_serde), serde_for(value_serde), persistent)
 
 

@@ -27,6 +27,11 @@ table x table             inner, left, outer    the joined table's new value for
                                                 when the key leaves the joined table)
 ========================  ====================  ============================================  ================
 
+A **versioned table** (`app.table(topic, versioned=history retention)`) keeps each key's rows by timestamp
+(`recovery.versioned`): a stream record joins the row at its own timestamp (None before the history bound),
+and an update older than its key's latest goes into the history without changing the current row, so
+table-table joins, foreign-key joins and table aggregations make nothing of it (Kafka Streams' KIP-914).
+
 Both sides of a join (but a global table) must be co-partitioned: the same number of partitions, keyed
 alike; the planner checks the partition counts at start-up. Re-key a side first (`app.repartition`) when
 its key is another. The joiner gets `(left value, right value)`; a side without a value is None.

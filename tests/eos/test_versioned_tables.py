@@ -307,3 +307,45 @@ def test_a_query_answers_each_key_with_the_history_bound_of_the_task_that_holds_
     assert [v.value for v in store.versions("a")] == [2, 1] and store.versions("zzz") == []
     assert sorted(store.all()) == [("a", 2), ("b", 3), ("c", 4)]
     assert store.get_with_timestamp("c") == (4, BASE + 9_000) and store.get("zzz", "none") == "none"
+
+
+def test_a_processor_keeps_a_versioned_store_of_its_own():
+    from eos import Processor, store
+
+    class Convert(Processor):  # rates by time; a payment converted at the rate of its own time
+        def init(self, context):
+            super().init(context)
+            self.rates = context.store("rates")
+
+        def process(self, record):
+            if record.topic == "rates":
+                self.rates.put(record.key, record.value, record.timestamp)
+            else:
+                rate = self.rates.get(record.key, as_of=record.timestamp)
+                self.context.forward(record.key, None if rate is None else record.value * rate)
+
+    app = app_()
+    app.add_source("in", ["rates", "payments"])
+    app.add_processor("convert", Convert, "in")
+    app.add_state_store(store("rates", key_serde="string", versioned=timedelta(days=1)), "convert")
+    app.add_sink("out", "out", "convert")
+    driver = TopologyTestDriver(app)
+    driver.pipe_records([("rates", "eur", 2, BASE + 1_000), ("rates", "eur", 3, BASE + 5_000),
+                         ("payments", "eur", 10, BASE + 3_000), ("payments", "eur", 10, BASE + 500)])
+    assert [r.value for r in driver.read("out")] == [20, None]
+    with pytest.raises(ValueError, match="store 'x': versioned= is the history retention"):
+        store("x", versioned="1h")
+
+
+def test_the_readme_versioned_table_example():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = re.search(r"### Versioned tables\n.*?```python\n(.*?)```", text, re.S).group(1)
+    namespace: dict = {"__name__": "readme_versioned"}
+    exec(compile(block, "README:Versioned tables", "exec"), namespace)
+    driver = TopologyTestDriver(namespace["app"])
+    driver.pipe_many("prices", [("apple", {"amount": 3}, BASE + 10_000), ("apple", {"amount": 4}, BASE + 20_000)])
+    driver.pipe_many("orders", [("apple", {"order": 1}, BASE + 25_000), ("apple", {"order": 2}, BASE + 15_000)])
+    assert [r.value for r in driver.read("orders-priced")] == [{"order": 1, "price": 4}, {"order": 2, "price": 3}]
