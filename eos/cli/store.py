@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import typer
@@ -35,21 +36,36 @@ def _snapshot(target: str, store: str, bootstrap_servers: str) -> Any:
 def get(target: str = typer.Argument(..., help="module:app or path/to/job.py[:app]"),
         store: str = typer.Argument(..., help="The store's name (e.g. <aggregation>-store, <join>-<table>)"),
         key: str = typer.Argument(..., help="The key, as text (a JSON key: its JSON text)"),
+        as_of: str = typer.Option(None, "--as-of", help=(
+            "A versioned store: the value the key held at this time (milliseconds since the epoch, ISO-8601, or "
+            "relative to now: -90s, -5m, -2h, -1d); by default its latest")),
         bootstrap_servers: str = bootstrap_option()) -> None:
     """Print the committed value of one key (exit code 1 when the key is not in the store)."""
+    from eos.time import parse_time
+
+    at = None
+    if as_of is not None:
+        try:
+            at = parse_time(as_of, int(time.time() * 1000))
+        except ValueError as exc:
+            fail(2, f"--as-of: {exc}")
     snapshot = _snapshot(target, store, bootstrap_servers)
-    if snapshot.kind not in ("key_value", "global_table"):
+    if snapshot.kind not in ("key_value", "global_table", "versioned"):
         fail(2, f"store {store!r} is a {snapshot.kind} store: use `eos store dump` to see its windows")
-    spec_key = snapshot.view.spec.key_serde if snapshot.kind == "key_value" else snapshot.view.table.key_serde
+    if at is not None and snapshot.kind != "versioned":
+        fail(2, f"--as-of reads a versioned store (app.table(..., versioned=...)); {store!r} is a {snapshot.kind} "
+                "store, which keeps only its latest values")
+    spec_key = snapshot.view.table.key_serde if snapshot.kind == "global_table" else snapshot.view.spec.key_serde
     parsed: Any = key
     if spec_key.name == "JSON":
         try:
             parsed = json.loads(key)
         except ValueError:
             parsed = key
-    value = snapshot.get(parsed)
-    typer.echo(json.dumps({"store": store, "key": parsed, "value": value, "position": snapshot.position},
-                          default=repr))
+    value = snapshot.get(parsed) if at is None else snapshot.get(parsed, as_of=at)
+    shown = {"store": store, "key": parsed, "value": value, **({"as_of": at} if at is not None else {}),
+             "position": snapshot.position}
+    typer.echo(json.dumps(shown, default=repr))
     if value is None:
         raise typer.Exit(1)
 

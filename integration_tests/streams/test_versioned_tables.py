@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import subprocess
+import sys
 import time
 from collections import Counter
 
@@ -87,6 +89,11 @@ def prices() -> list[tuple[str, dict | None, int]]:
     return out
 
 
+def eos_cli(cwd, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "eos.cli", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
 def test_a_versioned_table_joins_each_order_with_the_price_at_its_time_across_sigkills(
         kafka, topic_factory, unique_name, tmp_path, monkeypatch):
     names = ("prices", "stock", "orders", "priced", "offers", "bands")
@@ -153,3 +160,10 @@ def test_a_versioned_table_joins_each_order_with_the_price_at_its_time_across_si
     assert dict(view.all()) == holding
     assert [view.get(k, as_of=at) for k, _, at in orders[:200]] == [models[partition(k)].get(k, at)
                                                                    for k, _, at in orders[:200]]
+    # ... and from the command line
+    key, at = next((k, at) for k, _, at in orders if models[partition(k)].get(k, at) not in (None, holding.get(k)))
+    shown = eos_cli(tmp_path, env, "store", "get", "job.py", "priced-prices", key, "--as-of", str(at))
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["value"] == models[partition(key)].get(key, at) != holding.get(key)
+    shown = eos_cli(tmp_path, env, "store", "get", "job.py", "bands-store", "1", "--as-of", str(at))
+    assert shown.returncode == 2 and "--as-of reads a versioned store" in shown.stderr, shown.stderr
