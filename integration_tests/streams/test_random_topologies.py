@@ -22,7 +22,7 @@ from eos.driver.checks import user_topics
 from integration_tests.helpers import produce
 from integration_tests.streams.test_fused_topology import load_job, run_killed_then_caught_up
 from integration_tests.streams.test_time_and_rekey import committed_records
-from tests.eos.test_random_topologies import SIDE, build, inputs
+from tests.eos.test_random_topologies import SIDE, build, inputs, side_history, versioned_side
 from transactions import KafkaAdmin, TopicSpec
 from transactions.memory import partition_for
 
@@ -70,11 +70,12 @@ class Committed:
 # table, windowed joins of a stream with itself, tables joined by key and by a foreign key, keyed and windowed
 # aggregations and cogroups, a table re-grouped, a processor of the Processor API with a store of its own; the
 # description each must have guards against the generator drifting away from it.
-SEEDS = {63: ["branch_rekey_merge", "through", "-> join", "-> windowed", "-> stream_join"],
+SEEDS = {63: ["branch_rekey_merge", "through", "-> join", "-> windowed", "-> stream_join", "side table versioned"],
          95: ["branch_rekey_merge", "repartition", "-> processed", "-> table_join (foreign-key inner)"]}
 MORE_SEEDS = {9: ["through", "select_key", "branch_rekey_merge", "flat_map_values", "-> keyed", "-> stream_join",
                   "-> table"],
-              16: ["'map'", "flat_map_values", "-> windowed", "-> keyed", "-> table_join (inner)"],
+              16: ["'map'", "flat_map_values", "-> windowed", "-> keyed", "-> table_join (inner)",
+                   "side table versioned"],
               58: ["flat_map_values", "'map'", "-> stream_join", "-> global_join (inner)"],
               40: ["through", "select_key", "-> processed", "-> stream_join", "-> windowed"],
               87: ["select_key", "-> global_join (left) then [('flat_map_values'", "-> windowed",
@@ -103,8 +104,10 @@ def test_a_random_topology_killed_and_restarted_commits_what_its_reference_compu
 
     for table in ("side", "gside"):  # the tables' rows (a global table's too), older than every record of the stream
         if prefix + table in topics:
-            produce(bootstrap, prefix + table, [(k.encode(), json.dumps(v).encode()) for k, v in SIDE.items()],
-                    partition_of=at_key, timestamp_of=lambda n, key: BASE - 1_000)
+            rows = (side_history(BASE)
+                    if table == "side" and versioned_side(app) else [(k, v, BASE - 1_000) for k, v in SIDE.items()])
+            produce(bootstrap, prefix + table, [(k.encode(), json.dumps(v).encode()) for k, v, _ in rows],
+                    partition_of=at_key, timestamp_of=lambda n, key, rows=rows: rows[n][2])
     produce(bootstrap, prefix + "in", [(k.encode(), json.dumps(v).encode()) for _, k, v, _ in records],
             partition_of=at_key, timestamp_of=lambda n, key: records[n][3])
 

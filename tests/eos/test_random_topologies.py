@@ -35,6 +35,8 @@ from eos.windows import HoppingWindows, SessionWindows, SlidingWindows, Tumbling
 BASE = 1_800_000_000_000
 RECORDS = 160
 SIDE = {**{f"k{i}": {"tier": i % 3} for i in range(6)}, **{f"s{i}": {"tier": i} for i in range(4)}}
+#: a versioned `side` (half the seeds): how far behind its newest row it keeps older ones
+HISTORY_MS = 3_600_000
 
 Rec = tuple[Any, Any, int]  # key, value, timestamp
 #: what a check reads: a test driver, or a cluster's committed records and stores seen the same way
@@ -366,20 +368,23 @@ def table_joined(i: int, out: str, stream: Any, recs: list[Rec], foreign: bool, 
     by the foreign key a row names (inner or left; through two internal topics). Where one task saw each key's
     records in input order, each key's last result is the join of its last row (none, or a tombstone, where
     there is no result); otherwise every result is the join of one of its key's records, and the keys with a
-    result are those that must have one whichever record came last."""
+    result are those that must have one whichever record came last. A versioned `side`'s older rows
+    (`side_history`) come before every record: an outer join joins the first with None too, the out-of-order
+    one joins nothing."""
     gone = (lambda v: v["n"] % 11 == 0) if ordered else (lambda v: False)
     row_key = (lambda k, v: f"s{v['n'] % 6}") if foreign else (lambda k, v: k)
     rows = stream.map_values(lambda v: None if gone(v) else v).to_table()
     kwargs = {"foreign_key": lambda v: f"s{v['n'] % 6}"} if foreign else {}
     rows.join(side, _tier, how=how, name=f"tjoin{i}", **kwargs).to_stream().to(out)
 
-    def result(k: Any, v: Any) -> str | None:
-        row = SIDE.get(row_key(k, v)) if v is not None else SIDE.get(k)
+    def result(k: Any, v: Any, side_rows: dict[str, Any] = SIDE) -> str | None:
+        row = side_rows.get(row_key(k, v)) if v is not None else side_rows.get(k)
         keep = (v is not None and (how != "inner" or row is not None)) or (how == "outer" and row is not None)
         return json.dumps(_tier(v, row), sort_keys=True) if keep else None
 
     last: dict[Any, Any] = {}
-    candidates: dict[Any, set[str | None]] = {k: {result(k, None)} for k in SIDE}
+    first = {k: v for k, v, _ in side_history()[:len(SIDE)]} if side.history_retention_ms is not None else SIDE
+    candidates: dict[Any, set[str | None]] = {k: {result(k, None), result(k, None, first)} for k in SIDE}
     for k, v, _ in recs:
         last[k] = None if gone(v) else v
         candidates.setdefault(k, set()).add(result(k, last[k]))
@@ -496,6 +501,8 @@ def build(seed: int, cache: int, partitions: int, *, records: list[tuple[str, st
     gside: Any = None
     checks: list[Check] = []
     shown: list[str] = [f"prefix {[(s.kind, s.a, s.b) for s in prefix.steps]}"]
+    # drawn apart: the other draws stay as they were when versioned tables came
+    history = HISTORY_MS if random.Random(f"versioned-{seed}").random() < 0.5 else None
     for i in range(rng.randrange(1, 4)):
         suffix = Chain([random_step(rng) for _ in range(rng.randrange(0, 3))])
         branch, branch_recs, out = suffix.dsl(stream, f"b{i}-", names), suffix.ref(recs), names(f"out{i}")
@@ -526,7 +533,7 @@ def build(seed: int, cache: int, partitions: int, *, records: list[tuple[str, st
             checks.append(global_joined(out, branch, branch_recs, left, gside, after := after_join(seed, i)))
             shown[-1] += (" (left)" if left else " (inner)") + (f" then {after.shown}" if after.steps else "")
         elif kind == "table_join":
-            side = side or app.table(names("side"))
+            side = side or app.table(names("side"), versioned=history)
             foreign = more.random() < 0.5
             how = more.choice(["inner", "left"] if foreign else ["inner", "left", "outer"])
             checks.append(table_joined(i, out, branch, branch_recs, foreign, how, side, ordered))
@@ -534,9 +541,11 @@ def build(seed: int, cache: int, partitions: int, *, records: list[tuple[str, st
         elif kind == "processed":
             checks.append(processed(i, out, branch, branch_recs, not (prefix.ordered and suffix.ordered), ordered))
         else:
-            side = side or app.table(names("side"))
+            side = side or app.table(names("side"), versioned=history)
             checks.append(joined(out, branch, branch_recs, rng, side, after := after_join(seed, i)))
             shown[-1] += f" then {after.shown}" if after.steps else ""
+    if side is not None and history is not None:
+        shown.append("the side table versioned")
     return app, checks, "; ".join(shown)
 
 
@@ -554,9 +563,26 @@ def after_join(seed: int, i: int) -> Chain:
                   for a in [rng.randrange(2, 6) if kind != "map_values" else rng.randrange(1, 4)]])
 
 
-def side_rows(app: Application) -> list[tuple[str, str, dict]]:
-    """The table `side`'s rows, if a join reads it (their timestamps, the driver's clock, before the input's)."""
+def side_history(base: int = BASE) -> list[tuple[str, dict, int]]:
+    """A versioned `side`'s rows, (key, value, timestamp) in the order they are written, all older than every
+    record of the stream (which starts at `base`): each key's row with another tier, then its row (`SIDE`),
+    then a third tier between the two in time, out of order (into the history: it changes no row)."""
+    return ([(k, {"tier": v["tier"] + 10}, base - 3_000) for k, v in SIDE.items()]
+            + [(k, v, base - 1_000) for k, v in SIDE.items()]
+            + [(k, {"tier": v["tier"] + 20}, base - 2_000) for k, v in SIDE.items()])
+
+
+def versioned_side(app: Application) -> bool:
+    return any(s.kind == "versioned" for sub in app.subtopologies.values() for s in sub.stores)
+
+
+def side_rows(app: Application) -> list[tuple[Any, ...]]:
+    """The tables' rows, if a join reads them (their timestamps, the driver's clock, before the input's; a
+    versioned `side`'s, `side_history`)."""
     reads = {t for sub in app.subtopologies.values() for t in (*sub.inputs, *(g.topic for g in sub.global_tables))}
+    if "side" in reads and versioned_side(app):
+        return ([("side", k, v, ts) for k, v, ts in side_history()]
+                + [("gside", k, v) for k, v in SIDE.items() if "gside" in reads])
     return [(topic, k, v) for topic in ("side", "gside") if topic in reads for k, v in SIDE.items()]
 
 
