@@ -151,7 +151,8 @@ def _read(scan: Scan, admin: Any, topic: str, apply: Callable[[int, bytes, bytes
 
 
 def store_rows(snapshot: StoreSnapshot) -> list[dict[str, Any]]:
-    """The snapshot's entries as rows: key, value (JSON text), and per kind timestamp, window start/end."""
+    """The snapshot's entries as rows: key, value (JSON text), and per kind timestamp, window start/end (a
+    versioned store: a row per version, timestamp its start, valid_to its end)."""
     view, rows = snapshot.view, []
     if snapshot.kind == "window":
         for key, start, value, ts in view.fetch_all():
@@ -165,6 +166,10 @@ def store_rows(snapshot: StoreSnapshot) -> list[dict[str, Any]]:
                          "queryable table")
     elif snapshot.kind == "global_table":
         rows = [{"key": _text(k), "value": _text(v)} for k, v in view.all()]
+    elif snapshot.kind == "versioned":  # every version a lookup can reach, newest first (valid_to None: current)
+        for key, _, _ in view.latest():
+            rows += [{"key": _text(key), "value": _text(v.value), "timestamp": v.valid_from, "valid_to": v.valid_to}
+                     for v in view.versions(key)]
     else:
         for key, _ in view.all():
             value, ts = view.get_with_timestamp(key)
@@ -182,7 +187,8 @@ def _text(value: Any) -> str | None:
 
 def read_store(app: Application, name: str, spark: SparkSession, bootstrap_servers: str | None = None) -> DataFrame:
     """The committed contents of a store as a DataFrame (key, value as JSON text, timestamp; window stores
-    add window_start, session stores window_start and window_end). Read on the driver from the changelog."""
+    add window_start, session stores window_start and window_end, versioned stores a row per version with
+    valid_to). Read on the driver from the changelog."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     snapshot = store_view(app, name, bootstrap_servers)
@@ -194,5 +200,7 @@ def read_store(app: Application, name: str, spark: SparkSession, bootstrap_serve
         fields.append(StructField("window_start", LongType()))
     if snapshot.kind == "session":
         fields.append(StructField("window_end", LongType()))
+    if snapshot.kind == "versioned":
+        fields.append(StructField("valid_to", LongType()))
     schema = StructType(fields)
     return spark.createDataFrame([tuple(r.get(f.name) for f in fields) for r in rows], schema)

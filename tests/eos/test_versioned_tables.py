@@ -158,6 +158,12 @@ def test_the_versioned_store_as_queries_see_it():
     assert store.view.get("apple") == 12 and store.view.get("apple", as_of=BASE + 2_000) == 10
     assert [(v.value, v.valid_from, v.valid_to) for v in store.view.versions("apple")] == [
         (12, BASE + 5_000, None), (10, BASE + 1_000, BASE + 5_000)]
+    from eos.queries import store_rows  # what `eos store dump` prints and `app.read_store` reads
+
+    assert store_rows(store) == [
+        {"key": "apple", "value": "12", "timestamp": BASE + 5_000, "valid_to": None},
+        {"key": "apple", "value": "10", "timestamp": BASE + 1_000, "valid_to": BASE + 5_000},
+        {"key": "pear", "value": "3", "timestamp": BASE, "valid_to": None}]
 
 
 def test_a_killed_batch_restores_the_history_and_commits_the_same_joins():
