@@ -33,7 +33,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.throughput import PARTITIONS
-from eos import Application
+from benchmarks.windows import backlog_rate, bench_app
 from eos.driver.spark import DEFAULT_MASTER, build_spark_context
 from localkafka.provision import provide_kafka
 from transactions import KafkaAdmin, TopicSpec
@@ -73,16 +73,10 @@ def preload(bootstrap: str, table: str, streams: dict[str, str], n: int) -> int:
 def run_job(sc: Any, bootstrap: str, admin: KafkaAdmin, table: str, stream: str, name: str, total: int,
             state_dir: str) -> float:
     """One job's rate: `stream` left-joined with `table` as `name` keeps it."""
-    dst = f"versioned-bench-out-{uuid.uuid4().hex[:8]}"
-    admin.create_topics([TopicSpec(dst, PARTITIONS)])
-    app = Application(f"versioned-bench-{uuid.uuid4().hex[:8]}", bootstrap, trigger_interval=1.0,
-                      max_records_per_batch=100_000, state_dir=state_dir, log_format="json", log_level="WARNING")
+    app, dst = bench_app("versioned", bootstrap, admin, state_dir)
     prices = app.table(table, name="prices", versioned=JOBS[name])
     app.stream(stream).left_join(prices, lambda row, price: price and price["price"], name="priced").to(dst)
-    summary = app.run(sc, until_caught_up=True)
-    assert summary.records_in == total, f"{name}: read {summary.records_in} of {total} records"
-    first, last = summary.batch_reports[0], summary.batch_reports[-1]
-    return total / (last.started + last.duration_s - first.started)
+    return backlog_rate(app, sc, total, name)
 
 
 def main() -> None:

@@ -61,20 +61,31 @@ def preload_timed(bootstrap: str, topic: str, n: int) -> None:
     assert producer.flush(120) == 0
 
 
-def run_job(sc: Any, bootstrap: str, admin: KafkaAdmin, src: str, name: str, n: int, state_dir: str) -> float:
-    dst = f"windows-bench-out-{uuid.uuid4().hex[:8]}"
+def bench_app(kind: str, bootstrap: str, admin: KafkaAdmin, state_dir: str) -> tuple[Application, str]:
+    """A benchmark job's application (a 1 s trigger, batches of up to 100,000 records) and its output topic."""
+    dst = f"{kind}-bench-out-{uuid.uuid4().hex[:8]}"
     admin.create_topics([TopicSpec(dst, PARTITIONS)])
-    app = Application(f"windows-bench-{uuid.uuid4().hex[:8]}", bootstrap, trigger_interval=1.0,
-                      max_records_per_batch=100_000, state_dir=state_dir, log_format="json", log_level="WARNING")
+    return Application(f"{kind}-bench-{uuid.uuid4().hex[:8]}", bootstrap, trigger_interval=1.0,
+                       max_records_per_batch=100_000, state_dir=state_dir, log_format="json",
+                       log_level="WARNING"), dst
+
+
+def backlog_rate(app: Application, sc: Any, n: int, name: str) -> float:
+    """Run `app` through its `n` input records: records/s from the first batch's start to the last batch's end."""
+    summary = app.run(sc, until_caught_up=True)
+    assert summary.records_in == n, f"{name}: read {summary.records_in} of {n} records"
+    first, last = summary.batch_reports[0], summary.batch_reports[-1]
+    return n / (last.started + last.duration_s - first.started)
+
+
+def run_job(sc: Any, bootstrap: str, admin: KafkaAdmin, src: str, name: str, n: int, state_dir: str) -> float:
+    app, dst = bench_app("windows", bootstrap, admin, state_dir)
     grouped = app.stream(src, key_serde="bytes").group_by_key()
     job = JOBS[name]
     counted = (grouped.window(job["windows"], emit=job.get("emit", "update")) if "windows" in job else grouped) \
         .count(name="counts")
     counted.to_stream().to(dst)
-    summary = app.run(sc, until_caught_up=True)
-    assert summary.records_in == n, f"{name}: read {summary.records_in} of {n} records"
-    first, last = summary.batch_reports[0], summary.batch_reports[-1]
-    return n / (last.started + last.duration_s - first.started)
+    return backlog_rate(app, sc, n, name)
 
 
 def main() -> None:
