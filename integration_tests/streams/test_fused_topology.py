@@ -82,11 +82,12 @@ if os.environ.get("MARKS"):
     app.fault_hooks.on("before_commit", MarkWhile(os.environ["MARKS"], seconds=0.3))
 """
 
-def run_killed_then_caught_up(tmp_path, job: str, env: dict[str, str], *, seed: int) -> None:
-    """Write `job` to job.py, SIGKILL its `eos run` three times (at least once inside a transaction; the job
-    marks its transactions in `env["MARKS"]`), then run it until caught up."""
+def run_killed_then_caught_up(tmp_path, job: str, env: dict[str, str], *, seed: int, kills: int = 3,
+                              pause: tuple[float, float] = (5.0, 10.0)) -> None:
+    """Write `job` to job.py, SIGKILL its `eos run` `kills` times (at least once inside a transaction; the job
+    marks its transactions in `env["MARKS"]`; the others after a random `pause`), then run it until caught up."""
     (tmp_path / "job.py").write_text(job)
-    in_txn = kill_job_repeatedly(tmp_path, env, 3, Path(env["MARKS"]), seed=seed, pause=(5.0, 10.0))
+    in_txn = kill_job_repeatedly(tmp_path, env, kills, Path(env["MARKS"]), seed=seed, pause=pause)
     assert in_txn >= 1
     env = {k: v for k, v in env.items() if k != "MARKS"}
     done = subprocess.run([sys.executable, "-m", "eos.cli", "run", "job.py", "--until-caught-up"], cwd=tmp_path,
