@@ -355,3 +355,17 @@ def test_the_readme_versioned_table_example():
     driver.pipe_many("prices", [("apple", {"amount": 3}, BASE + 10_000), ("apple", {"amount": 4}, BASE + 20_000)])
     driver.pipe_many("orders", [("apple", {"order": 1}, BASE + 25_000), ("apple", {"order": 2}, BASE + 15_000)])
     assert [r.value for r in driver.read("orders-priced")] == [{"order": 1, "price": 4}, {"order": 2, "price": 3}]
+
+
+def test_the_one_step_api_keeps_a_versioned_table_the_same_way():
+    app = app_()
+    prices = app.table("prices", versioned=60_000)
+    app.join("orders", prices, "out", name="priced", joiner=lambda o, p: p, how="left")
+    app.count_table(prices, "bands", name="bands", group_by=lambda k, p: str(p // 10))
+    driver = TopologyTestDriver(app)
+    driver.pipe_many("prices", [("apple", 12, BASE + 5_000), ("apple", 23, BASE + 1_000)])  # the second: older
+    driver.pipe_many("orders", [("apple", "o1", BASE + 2_000), ("apple", "o2", BASE + 6_000)])
+    assert [r.value for r in driver.read("out")] == [23, 12]
+    assert {r.key: r.value for r in driver.read("bands")} == {"1": 1}  # the out-of-order 23 changed no band
+    kinds = {s.name: s.kind for sub in app.subtopologies.values() for s in sub.stores}
+    assert kinds["priced-prices"] == kinds["bands-source"] == "versioned"
