@@ -166,11 +166,12 @@ def test_the_versioned_store_as_queries_see_it():
         {"key": "pear", "value": "3", "timestamp": BASE, "valid_to": None}]
 
 
-def test_a_killed_batch_restores_the_history_and_commits_the_same_joins():
+@pytest.mark.parametrize("rocksdb", [False, True])
+def test_a_killed_batch_restores_the_history_and_commits_the_same_joins(rocksdb, tmp_path):
     app = app_()
     prices = app.table("prices", versioned=10_000)
     app.stream("orders").left_join(prices, lambda o, p: [o, p], name="priced").to("out")
-    driver = TopologyTestDriver(app)
+    driver = TopologyTestDriver(app, state_dir=tmp_path if rocksdb else None)  # (RocksDB stores kept open)
     inputs = []
     for i in range(60):
         inputs.append(("prices", f"k{i % 3}", i, BASE + (i * 700) % 9_000 + i * 100))
