@@ -83,6 +83,7 @@ def test_a_filtered_versioned_table_stays_versioned():
     assert [v for _, v, _ in _joined(driver)] == ["late order"]  # gold at 2 s, no longer at 4 s
     (sub,) = app.subtopologies.values()
     assert [(s.name, s.kind, s.retention_ms) for s in sub.stores] == [("vip-filter-0", "versioned", 60_000)]
+    assert "stores: [vip-filter-0 (versioned, history 60000 ms)]" in str(app.describe())
 
 
 def test_out_of_order_updates_make_no_table_join_result():
