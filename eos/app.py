@@ -29,6 +29,7 @@ from eos.errors import ConfigError
 from eos.graph import ProcessorGraph
 from eos.hooks import FaultHooks
 from eos.serde import serde_for
+from eos.tables import history_retention
 from eos.time import TimestampSpec, timestamp_extractor
 from eos.topology import clocked_topics
 from recovery import StoreSpec
@@ -50,13 +51,9 @@ def store(name: str, *, key_serde: SerdeSpec = "bytes", value_serde: SerdeSpec =
     """Declare a key-value store: RocksDB when `persistent`, else in memory; changelog-backed either way.
     `versioned=history retention` (ms or a timedelta): a versioned store (`recovery.VersionedKeyValueStore`:
     values by timestamp, `get(key, as_of=t)`)."""
-    from eos.dsl.joins import history_retention
-
     retention = history_retention(versioned, f"store {name!r}")
-    if retention is not None:
-        return StoreSpec(name, serde_for(key_serde), serde_for(value_serde), persistent, kind="versioned",
-                         retention_ms=retention)
-    return StoreSpec(name, serde_for(key_serde), serde_for(value_serde), persistent)
+    return StoreSpec(name, serde_for(key_serde), serde_for(value_serde), persistent,
+                     kind="key_value" if retention is None else "versioned", retention_ms=retention)
 
 
 _LOADING: contextvars.ContextVar[str | None] = contextvars.ContextVar("eos_loading_job", default=None)

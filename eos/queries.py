@@ -86,17 +86,19 @@ def store_view(app: Application, name: str, bootstrap_servers: str | None = None
         raise KeyError(f"store {name!r} has no changelog topic {topic} yet: the application has not run")
     per_task: dict[int, dict[bytes, bytes | None]] = {}
     position = _read(scan, admin, topic, lambda p, k, v: per_task.setdefault(p, {}).__setitem__(k, v))
-    copies = []
-    for p in sorted(per_task) if spec.kind == "versioned" else [None]:
+
+    def copy_of(changes: dict[bytes, bytes | None]) -> Any:
         backend = MemoryBackend()
-        backend.write({k: v for part, changes in per_task.items() if p in (None, part) for k, v in changes.items()},
-                      None)
+        backend.write(changes, None)
         typed: StoreView = view_of(spec)
         typed.attach(WriteBuffer(backend))
-        copies.append(typed)
+        return typed
+
     if spec.kind == "versioned":
-        return StoreSnapshot(name, spec.kind, VersionedSnapshot(spec, copies), position)  # type: ignore[arg-type]
-    return StoreSnapshot(name, spec.kind, copies[0], position)
+        copies = [copy_of(changes) for _, changes in sorted(per_task.items())]
+        return StoreSnapshot(name, spec.kind, VersionedSnapshot(spec, copies), position)
+    merged = {k: v for changes in per_task.values() for k, v in changes.items()}  # (a key is in one partition)
+    return StoreSnapshot(name, spec.kind, copy_of(merged), position)
 
 
 class VersionedSnapshot:

@@ -47,7 +47,7 @@ from typing import Any, Literal
 from eos.serde import Serde
 from eos.windows import ms
 
-__all__ = ["TableSource", "GlobalTable", "JoinWindows", "JoinKind", "JoinSpec", "JoinType"]
+__all__ = ["TableSource", "GlobalTable", "JoinWindows", "JoinKind", "JoinSpec", "JoinType", "history_retention"]
 
 JoinKind = Literal["inner", "left", "outer"]
 JoinType = Literal["stream-table", "stream-global", "stream-stream", "table-table", "foreign-key"]
@@ -67,6 +67,17 @@ class TableSource:
     #: a versioned table (`versioned=` of `app.table`): the history retention (ms) of the versioned stores
     #: that keep it (None: plain key-value stores, the latest value by offset)
     history_retention_ms: int | None = None
+
+
+def history_retention(versioned: int | timedelta | None, what: str) -> int | None:
+    """A versioned table's (or store's) history retention in ms from `versioned=` (None: not versioned),
+    checked; `what` names it in the error."""
+    if versioned is None:
+        return None
+    if isinstance(versioned, bool) or not isinstance(versioned, int | float | timedelta) or ms(versioned) < 0:
+        raise ValueError(f"{what}: versioned= is the history retention, a duration >= 0 (ms or a timedelta: how "
+                         f"long old versions of a row are kept for lookups), got {versioned!r}")
+    return ms(versioned)
 
 
 @dataclass(frozen=True)
@@ -131,6 +142,3 @@ class JoinSpec:
     #: a join of a stream: the stateless operators between the join and its results' topic, which the join
     #: audit applies to each result it expects
     suffix: tuple[Any, ...] = ()
-    #: a versioned table side's history retention (ms; None: not versioned), as its store keeps it
-    left_history_ms: int | None = None
-    right_history_ms: int | None = None

@@ -402,15 +402,17 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
         result.expected = len(by_left_key)
         replay = replay_prefix(spec.right_prefix, stand_in=False)
         for problem, key, detail in check_foreign_key(_histories((r for r, _ in reached[spec.left]),
-                                                                 spec.left_history_ms, absent_tombstones=False),
+                                                                 _history_of(sub, spec.left_store),
+                                                                 absent_tombstones=False),
                                                       _histories((x for r in right for x in replay(r)),
-                                                                 spec.right_history_ms), by_left_key,
+                                                                 _history_of(right_table, spec.right_store)),
+                                                      by_left_key,
                                                       spec.joiner, spec.how, spec.key):
             setattr(result, problem, getattr(result, problem) + 1)
             result.sample(problem, max_samples, key=key, detail=detail)
     else:
-        histories = {t: _histories((r for r, _ in reached[t]), h)
-                     for t, h in ((spec.left, spec.left_history_ms), (spec.right, spec.right_history_ms))}
+        histories = {t: _histories((r for r, _ in reached[t]), _history_of(sub, store))
+                     for t, store in ((spec.left, spec.left_store), (spec.right, spec.right_store))}
         per_key: dict[Any, list[Any]] = defaultdict(list)
         for k, v, _, _ in outputs:
             per_key[k].append(v)
@@ -460,8 +462,8 @@ def _audit_stream_table(spec: JoinSpec, sub: SubTopology, stream: list[Record], 
         result.expected += sum(r.value is not None for r in joined)
         if spec.kind == "stream-table":
             rows = [r for r in reached[spec.right] if r.partition == p]
-            part_versions = (_histories(rows) if spec.right_history_ms is None
-                             else _versioned_states(rows, spec.right_history_ms))
+            history = _history_of(sub, spec.right_store)
+            part_versions = _histories(rows) if history is None else _versioned_states(rows, history)
         else:
             part_versions = versions
             joined = [Record(table_key(r) if r.value is not None else None, r.value, r.topic, r.partition, r.offset,
@@ -523,19 +525,26 @@ def _histories(records: Iterable[Record], versioned: int | None = None, *,
     versioned table (`versioned`: its history retention), only the updates that changed the key's current
     row (`_kept_updates`)."""
     out: dict[Any, list[Any]] = defaultdict(lambda: [None])
-    for r, current in _kept_updates(records, versioned, absent_tombstones):
+    for r, current, _ in _kept_updates(records, versioned, absent_tombstones):
         if current:
             out[r.key].append(r.value)
     return dict(out)
 
 
+def _history_of(sub: SubTopology | None, store: str | None) -> int | None:
+    """The history retention of the store `store` of `sub` that keeps a join's side, None unless versioned."""
+    found = [s for s in (sub.stores if sub is not None else ()) if s.name == store and s.kind == "versioned"]
+    return found[0].retention_ms if found else None
+
+
 def _kept_updates(records: Iterable[Record], versioned: int | None,
-                  absent_tombstones: bool = True) -> Iterator[tuple[Record, bool]]:
+                  absent_tombstones: bool = True) -> Iterator[tuple[Record, bool, int]]:
     """The updates of a table a join's store kept, in offset order, each with whether it changed its key's
-    current row: every one with a key, or of a versioned table (`versioned`: its history retention) those not
-    older than the store's history bound then (`recovery.versioned`), current when not older than the key's
-    newest version (`eos.operators.joins.keep_update`). `absent_tombstones=False`: a tombstone of a key
-    without a row is not put at all (as a foreign-key join's left side does)."""
+    current row and the store's observed stream time after it (its partition's largest timestamp kept): every
+    one with a key, or of a versioned table (`versioned`: its history retention) those not older than the
+    store's history bound then (`recovery.versioned`), current when not older than the key's newest version
+    (`eos.operators.joins.keep_update`). `absent_tombstones=False`: a tombstone of a key without a row is not
+    put at all (as a foreign-key join's left side does)."""
     observed: dict[int, int] = {}  # per partition (a task's store): its observed stream time
     newest: dict[Any, int] = {}
     holds: dict[Any, bool] = {}
@@ -544,19 +553,15 @@ def _kept_updates(records: Iterable[Record], versioned: int | None,
             continue
         if not absent_tombstones and r.value is None and not holds.get(r.key):
             continue
-        if versioned is None:
-            holds[r.key] = r.value is not None
-            yield r, True
-            continue
         seen = observed.get(r.partition)
-        if seen is not None and r.timestamp < seen - versioned:
+        if versioned is not None and seen is not None and r.timestamp < seen - versioned:
             continue
         observed[r.partition] = r.timestamp if seen is None else max(seen, r.timestamp)
-        current = r.key not in newest or r.timestamp >= newest[r.key]
+        current = versioned is None or r.key not in newest or r.timestamp >= newest[r.key]
         if current:
             newest[r.key] = r.timestamp
             holds[r.key] = r.value is not None
-        yield r, current
+        yield r, current, observed[r.partition]
 
 
 def _versioned_states(records: list[Record], versioned: int) -> dict[Any, list[Any]]:
@@ -564,14 +569,11 @@ def _versioned_states(records: list[Record], versioned: int) -> dict[Any, list[A
     update the store kept, for the stream records of one partition: the store's history bound while each
     held runs from just after the update that made it to just before the key's next one."""
     kept = list(_kept_updates(records, versioned))
-    bounds, seen = [], None  # the store's observed stream time after each kept update
-    for r, _ in kept:
-        seen = r.timestamp if seen is None else max(seen, r.timestamp)
-        bounds.append(seen - versioned)
+    bounds = [observed - versioned for _, _, observed in kept]  # the store's history bound after each
     last = bounds[-1] if bounds else -(1 << 63)
     updates: dict[Any, list[tuple[int, Any]]] = defaultdict(list)
     starts: dict[Any, list[int]] = defaultdict(list)  # per key: the index in `kept` of each of its updates
-    for n, (r, _) in enumerate(kept):
+    for n, (r, _, _) in enumerate(kept):
         updates[r.key].append((r.timestamp, r.value))
         starts[r.key].append(n)
     out: dict[Any, list[Any]] = {}

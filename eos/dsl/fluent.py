@@ -34,7 +34,7 @@ from eos.graph.operators import (
 )
 from eos.operators.windows import LatePolicy
 from eos.serde import Serde, serde_for
-from eos.tables import GlobalTable, JoinKind, JoinWindows
+from eos.tables import GlobalTable, JoinKind, JoinWindows, history_retention
 from eos.time import RECORD_TIME
 from recovery import StoreSpec
 
@@ -204,7 +204,6 @@ class Stream:
         `<application_id>-<name>-repartition` first. It keeps no store of its own: a join or an aggregation of
         it keeps the rows it needs in its own (`versioned=history retention`: versioned stores, as
         `app.table(versioned=...)`)."""
-        from eos.dsl.joins import history_retention
         from eos.dsl.tables import Table
 
         app = self.app

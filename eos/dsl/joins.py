@@ -18,10 +18,9 @@ from eos.operators.windows import LatePolicy
 from eos.processor import Processor
 from eos.records import Record
 from eos.serde import serde_for
-from eos.tables import GlobalTable, JoinKind, JoinSpec, JoinType, JoinWindows, TableSource
+from eos.tables import GlobalTable, JoinKind, JoinSpec, JoinType, JoinWindows, TableSource, history_retention
 from eos.time import TimestampSpec, timestamp_extractor
 from eos.topology import SubTopology
-from eos.windows import ms
 from recovery import StoreSpec
 
 __all__ = ["JoinMethods", "JoinStep"]
@@ -134,8 +133,7 @@ class JoinMethods(AggregationMethods):
             kept = table_store(name, right, persistent)
             return JoinStep(partial(StreamTableJoin, right_topics, kept.name, joiner, how), (kept,),
                             {right.topic: self._reading(right)}, (),
-                            JoinSpec(kind, how, _topic(left), right.topic, joiner, right_store=kept.name,
-                                     right_history_ms=right.history_retention_ms), ks)
+                            JoinSpec(kind, how, _topic(left), right.topic, joiner, right_store=kept.name), ks)
         if kind == "stream-global":
             assert isinstance(right, GlobalTable) and key is not None
             return JoinStep(partial(GlobalTableJoin, right.name, key, joiner, how), (), {}, (right,),
@@ -150,8 +148,7 @@ class JoinMethods(AggregationMethods):
             return JoinStep(partial(TableTableJoin, left_topics, left_store.name, right_store.name, joiner, how),
                             (left_store, right_store), {t.topic: self._reading(t) for t in (left, right)}, (),
                             JoinSpec(kind, how, left.topic, right.topic, joiner, left_store=left_store.name,
-                                     right_store=right_store.name, left_history_ms=left.history_retention_ms,
-                                     right_history_ms=right.history_retention_ms), left.key_serde)
+                                     right_store=right_store.name), left.key_serde)
         assert isinstance(right, str) and windows is not None
         if right in left_topics:
             raise ValueError(f"join {name!r}: a stream cannot be joined with itself (read it once and "
@@ -233,16 +230,6 @@ class JoinMethods(AggregationMethods):
         return self.aggregate_table(table, output, name=name, group_by=lambda k, v: (group_by(k, v), value(v)),
                                     initializer=lambda: 0, adder=lambda g, v, total: total + v,
                                     subtractor=lambda g, v, total: total - v, **kwargs)
-
-
-def history_retention(versioned: int | timedelta | None, what: str) -> int | None:
-    """A versioned table's history retention in ms (None: not versioned), checked."""
-    if versioned is None:
-        return None
-    if isinstance(versioned, bool) or not isinstance(versioned, int | float | timedelta) or ms(versioned) < 0:
-        raise ValueError(f"{what}: versioned= is the history retention, a duration >= 0 (ms or a timedelta: how "
-                         f"long old versions of a row are kept for lookups), got {versioned!r}")
-    return ms(versioned)
 
 
 def _read_table(side: Any) -> Any:

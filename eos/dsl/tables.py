@@ -274,8 +274,7 @@ def foreign_key_join(app: GraphMethods, name: str, left: Table, right: Table, jo
     graph.add(SinkNode(f"{name}-response.sink", responses, (right_name,), raw, raw, raw=True, named=True))
     answers = graph.add(SourceNode(f"{name}-response.source", (responses,), raw, raw, RECORD_TIME)).name
     spec = JoinSpec("foreign-key", how, lspec.topic, rspec.topic, joiner, key=foreign_key, left_store=left_store.name,
-                    right_store=right_store.name, right_reader=right_name, left_history_ms=lspec.history_retention_ms,
-                    right_history_ms=rspec.history_retention_ms)
+                    right_store=right_store.name, right_reader=right_name)
     node = graph.add(ProcessorNode(name, (left.node, answers),
                                    partial(ForeignKeyLeft, frozenset(left.topics), left_store.name, foreign_key, joiner,
                                            how, subscriptions, left.key_serde, left.value_serde, right.key_serde,
@@ -299,10 +298,10 @@ def table_store(join: str, table: TableSource, persistent: bool, suffix: str = "
 
 def kept_table(name: str, table: TableSource, persistent: bool) -> StoreSpec:
     """A store `name` that keeps a table's rows: timestamped, or versioned for a versioned table."""
-    if table.history_retention_ms is not None:
-        return StoreSpec(name, table.key_serde, table.value_serde, persistent and table.persistent, kind="versioned",
-                         retention_ms=table.history_retention_ms)
-    return StoreSpec(name, table.key_serde, table.value_serde, persistent and table.persistent, timestamped=True)
+    versioned = table.history_retention_ms is not None  # (a versioned store keeps timestamps its own way)
+    return StoreSpec(name, table.key_serde, table.value_serde, persistent and table.persistent,
+                     timestamped=not versioned, kind="versioned" if versioned else "key_value",
+                     retention_ms=table.history_retention_ms)
 
 
 class _RowFilter(Filter):

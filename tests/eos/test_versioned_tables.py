@@ -11,7 +11,14 @@ from datetime import timedelta
 import pytest
 
 from eos import Application
-from eos.audit.joins import _canon, _histories, _versioned_states, check_table_table, explain_stream_table
+from eos.audit.joins import (
+    _canon,
+    _histories,
+    _history_of,
+    _versioned_states,
+    check_table_table,
+    explain_stream_table,
+)
 from eos.records import Record
 from eos.testing import TopologyTestDriver
 
@@ -127,6 +134,8 @@ def test_out_of_order_updates_make_no_foreign_key_join_result():
     assert [(r.key, r.value) for r in driver.read("out")] == [("o1", {"product": "p1", "name": "apple"})]
     driver.pipe_many("products", [("p1", "new apple", BASE + 3_000)])  # o1 still names p1
     assert [(r.key, r.value) for r in driver.read("out")] == [("o1", {"product": "p1", "name": "new apple"})]
+    (join,) = app.subtopologies["named"].joins  # the right table's store is in the right side's task
+    assert _history_of(app.subtopologies[join.right_reader], join.right_store) == 60_000
 
 
 @pytest.mark.parametrize("versioned", [-1, "5m", True])
@@ -298,6 +307,10 @@ def test_the_table_join_audit_takes_a_versioned_tables_latest_row_by_timestamp()
     lefts = _table_records(updates, "left")
     rights = _histories(_table_records([("k", "r1", BASE)], "right"))
     assert check_table_table(_histories(lefts, 60_000), rights, outputs, joiner, "inner") == []
+    # the audit finds which side is versioned, and its history, in the store that keeps it
+    (sub,) = app.subtopologies.values()
+    (join,) = sub.joins
+    assert (_history_of(sub, join.left_store), _history_of(sub, join.right_store)) == (60_000, None)
     # read as a table by offset, its last row would be l0: the audit would expect l0+r1
     assert [p for p, _, _ in check_table_table(_histories(lefts), rights, outputs, joiner, "inner")] == ["missing"]
 
