@@ -384,3 +384,21 @@ def test_the_one_step_api_keeps_a_versioned_table_the_same_way():
     assert {r.key: r.value for r in driver.read("bands")} == {"1": 1}  # the out-of-order 23 changed no band
     kinds = {s.name: s.kind for sub in app.subtopologies.values() for s in sub.stores}
     assert kinds["priced-prices"] == kinds["bands-source"] == "versioned"
+
+
+def test_a_dead_lettered_update_leaves_the_history_and_its_stream_time_as_they_were():
+    def joiner(a, b):
+        if a == "poison":
+            raise ValueError("bad row")
+        return f"{a}+{b}"
+
+    app = app_()
+    app.table("left", versioned=1_000).join(app.table("right"), joiner, name="both").to_stream().to("out")
+    driver = TopologyTestDriver(app)
+    driver.pipe_many("right", [("k", "r", BASE)])
+    # the poison row, an hour ahead, is dead-lettered after the store took it: its version and the store's
+    # time go back with it, so the next row, an hour behind it, is not too old
+    driver.pipe_many("left", [("k", "poison", BASE + 3_600_000), ("k", "l1", BASE + 10)])
+    assert [(d.error, d.offset) for d in driver.dead_letters()] == [("ValueError: bad row", 0)]
+    assert [r.value for r in driver.read("out")] == ["l1+r"]
+    assert driver.store("both-left").get("k") == "l1" and driver.dropped == {}
