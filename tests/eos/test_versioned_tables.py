@@ -147,6 +147,11 @@ def test_a_history_retention_that_is_no_duration_is_refused(versioned):
         app.stream("s").to_table(versioned=versioned)
 
 
+def test_a_versioned_global_table_is_refused_with_what_to_do_instead():
+    with pytest.raises(ValueError, match=r"versioned global tables are not built .* app.table\(topic, versioned="):
+        app_().global_table("rates", versioned=60_000)
+
+
 def test_a_stream_made_a_versioned_table():
     app = app_()
     rates = app.stream("rate-updates").map_values(lambda r: r["rate"]).to_table(versioned=timedelta(hours=1))
