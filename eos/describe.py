@@ -163,7 +163,10 @@ def describe(app: Application) -> TopologyDescription:
                 nodes.append(NodeDescription(node.name, "sink", children, parents, (node.topic,)))
             else:
                 versioned = {s.name: s.retention_ms for s in sub.stores if s.kind == "versioned"}
-                stores = (*(f"{s} (versioned, history {versioned[s]} ms)" if s in versioned else s
+                grace = node.join.grace_ms if node.join is not None else None
+                held = {s.name for s in sub.stores if s.kind == "time_ordered_buffer"}
+                stores = (*(f"{s} (versioned, history {versioned[s]} ms)" if s in versioned
+                            else f"{s} (stream records held back, grace {grace} ms)" if s in held else s
                             for s in part.stores[node.name]),
                           *(f"{g.name} (global)" for g in node.global_tables))
                 nodes.append(NodeDescription(node.name, "processor", children, parents, kind=node.kind,

@@ -87,6 +87,9 @@ class LedgerEntry:
     #: of those, the ones read from a repartition topic: one path of their input produced nothing here, and
     #: another may have produced outputs (a stream keyed anew two ways)
     through: dict[tuple[str, int], BitMap64] = field(default_factory=dict)
+    #: of those, the ones an operator held back (a stream-table join's grace period): their outputs come
+    #: when they are let go, in a later transaction of the task, named after them
+    held: dict[tuple[str, int], BitMap64] = field(default_factory=dict)
 
     def encode(self) -> bytes:
         return json.dumps({"v": LEDGER_VERSION, "task": self.task, "batch": self.batch,
@@ -96,7 +99,9 @@ class LedgerEntry:
                            **({"late": [{"topic": t, "partition": p, "offsets": _text(bm)}
                                         for (t, p), bm in self.late.items() if bm]} if self.late else {}),
                            **({"through": [{"topic": t, "partition": p, "offsets": _text(bm)}
-                                           for (t, p), bm in self.through.items() if bm]} if self.through else {})},
+                                           for (t, p), bm in self.through.items() if bm]} if self.through else {}),
+                           **({"held": [{"topic": t, "partition": p, "offsets": _text(bm)}
+                                        for (t, p), bm in self.held.items() if bm]} if self.held else {})},
                           separators=(",", ":")).encode()
 
     @classmethod
@@ -107,9 +112,9 @@ class LedgerEntry:
             if data.get("v") != LEDGER_VERSION or "opens" in data:
                 return None
             filtered = {(f["topic"], int(f["partition"])): _bitmap(f["offsets"]) for f in data.get("filtered", [])}
-            late, through = ({(f["topic"], int(f["partition"])): _bitmap(f["offsets"]) for f in data.get(kind, [])}
-                             for kind in ("late", "through"))
+            late, through, held = ({(f["topic"], int(f["partition"])): _bitmap(f["offsets"])
+                                     for f in data.get(kind, [])} for kind in ("late", "through", "held"))
             return cls(str(data["task"]), int(data["batch"]), tuple(LedgerInput.from_json(i) for i in data["inputs"]),
-                       filtered, late, through)
+                       filtered, late, through, held)
         except (ValueError, KeyError, TypeError, AttributeError):
             return None

@@ -15,12 +15,16 @@ from typing import Any, Literal, NamedTuple, Protocol
 
 from eos.records import Output, Record
 
-__all__ = ["Processor", "ProcessorContext", "FunctionProcessor", "iter_outputs", "PunctuationType", "Cancellable",
+__all__ = ["Processor", "ProcessorContext", "Kept",
+           "FunctionProcessor", "iter_outputs", "PunctuationType", "Cancellable",
            "RecordMetadata"]
 
 #: "stream": fires as stream time (record timestamps) passes each interval; "wall_clock": as the system
 #: clock does, also while the task has no input.
 PunctuationType = Literal["stream", "wall_clock"]
+#: a record held back (`ProcessorContext.hold`): topic, partition, offset, key and value bytes, headers,
+#: timestamp, and the index it reserved among its input record's outputs
+Kept = tuple[str, int, int, bytes | None, bytes | None, list[tuple[str, bytes]], int, int]
 
 
 class Cancellable(Protocol):
@@ -82,6 +86,19 @@ class ProcessorContext:
     def record_dropped(self, reason: str) -> None:
         """Count the current record as dropped on purpose (e.g. "late": all its windows are closed). The
         counts, by reason, are reported with the batch, logged, and summed in the run summary."""
+        raise NotImplementedError
+
+    def hold(self) -> Kept:
+        """Hold the current input record back, to let it go later (`release`), in this batch or a later one:
+        what a buffer of the operator keeps (the input record whole, and the index it reserves among that
+        record's outputs). Its outputs are then named after it, as if it were read again, and the lineage
+        ledger counts it as held rather than filtered."""
+        raise NotImplementedError
+
+    def release(self, kept: Kept, run: Callable[[], None]) -> None:
+        """Let go of a record held back: once the current record is done, `run()` is called in a scope of the
+        record `kept` (what `hold` returned for it): what it forwards is named after that record, and if it
+        fails, that record goes to the dead-letter topic."""
         raise NotImplementedError
 
 

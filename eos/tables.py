@@ -47,7 +47,8 @@ from typing import Any, Literal
 from eos.serde import Serde
 from eos.windows import ms
 
-__all__ = ["TableSource", "GlobalTable", "JoinWindows", "JoinKind", "JoinSpec", "JoinType", "history_retention"]
+__all__ = ["TableSource", "GlobalTable", "JoinWindows", "JoinKind", "JoinSpec", "JoinType", "history_retention",
+           "join_grace"]
 
 JoinKind = Literal["inner", "left", "outer"]
 JoinType = Literal["stream-table", "stream-global", "stream-stream", "table-table", "foreign-key"]
@@ -78,6 +79,27 @@ def history_retention(versioned: int | timedelta | None, what: str) -> int | Non
         raise ValueError(f"{what}: versioned= is the history retention, a duration >= 0 (ms or a timedelta: how "
                          f"long old versions of a row are kept for lookups), got {versioned!r}")
     return ms(versioned)
+
+
+def join_grace(grace: int | timedelta | None, table: TableSource | None, join: str) -> int | None:
+    """A stream-table join's grace period in ms (None: none), checked against the table it joins: Kafka
+    Streams' rules, a versioned table whose history retention is at least the grace period."""
+    if grace is None:
+        return None
+    if table is None:
+        raise ValueError(f"join {join!r}: grace= holds a stream back for a table's late updates (a stream-table "
+                         "join with a versioned table); a stream-stream join takes JoinWindows(..., grace=...)")
+    if isinstance(grace, bool) or not isinstance(grace, int | float | timedelta) or ms(grace) < 0:
+        raise ValueError(f"join {join!r}: grace= is a duration >= 0 (ms or a timedelta), got {grace!r}")
+    if table.history_retention_ms is None:
+        raise ValueError(f"join {join!r}: a grace period needs a versioned table, since the stream's records are "
+                         f"joined later as of their timestamps: read {table.topic!r} with "
+                         f"app.table(..., versioned=<history retention >= the grace period>)")
+    if ms(grace) > table.history_retention_ms:
+        raise ValueError(f"join {join!r}: the grace period ({ms(grace)} ms) is longer than the history retention of "
+                         f"table {table.topic!r} ({table.history_retention_ms} ms): a record held that long would "
+                         "find its row gone; make versioned= at least the grace period")
+    return ms(grace)
 
 
 @dataclass(frozen=True)
@@ -133,6 +155,8 @@ class JoinSpec:
     right_store: str | None = None
     #: foreign-key joins: the sub-topology that reads the right table (its progress in it is the audit's end)
     right_reader: str | None = None
+    #: a stream-table join with a grace period (ms): stream records are held back for it (KIP-923)
+    grace_ms: int | None = None
     #: the topic its results go to (set when the graph is cut)
     output: str | None = None
     #: the stateless operators (eos.graph.operators) between each side's topic and the join, in order: the

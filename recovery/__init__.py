@@ -7,7 +7,7 @@ from recovery.restore import ChangelogSource, KnownBounds, RestoreResult, restor
 from recovery.state_dir import HOLDER, StateDirectoryError, StoreHolder, TaskDirectory, locked_task_directories
 from recovery.store import KeyValueStore, StoreKind, StoreSpec, StoreView
 from recovery.versioned import NOT_PUT, VALID_TO_UNDEFINED, Version, VersionedKeyValueStore
-from recovery.windows import RecordBuffer, Session, SessionStore, WindowStore
+from recovery.windows import Held, RecordBuffer, Session, SessionStore, TimeOrderedBuffer, WindowStore
 from recovery.write_buffer import WriteBuffer
 
 __all__ = [
@@ -27,6 +27,8 @@ __all__ = [
     "VALID_TO_UNDEFINED",
     "VersionedKeyValueStore",
     "RecordBuffer",
+    "TimeOrderedBuffer",
+    "Held",
     "Session",
     "SessionStore",
     "WindowStore",

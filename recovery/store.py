@@ -18,7 +18,8 @@ from recovery.write_buffer import WriteBuffer
 
 __all__ = ["StoreSpec", "StoreView", "KeyValueStore", "Serde", "StoreKind"]
 
-StoreKind = Literal["key_value", "window", "session", "record_buffer", "versioned"]
+StoreKind = Literal["key_value", "window", "session", "record_buffer", "versioned",
+                    "time_ordered_buffer"]
 DAY_MS = 86_400_000
 
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
@@ -56,7 +57,7 @@ class StoreSpec:
         if self.kind == "versioned":
             if self.retention_ms is None or self.retention_ms < 0:
                 raise ValueError(f"versioned store {self.name!r} needs a history retention >= 0 ms")
-        elif self.kind != "key_value" and (self.retention_ms is None or self.retention_ms <= 0):
+        elif self.kind not in ("key_value", "time_ordered_buffer") and (self.retention_ms or 0) <= 0:
             raise ValueError(f"{self.kind} store {self.name!r} needs a retention > 0 ms")
 
     def changelog_topic(self, application_id: str) -> str:
@@ -64,10 +65,11 @@ class StoreSpec:
 
     def changelog_config(self) -> dict[str, str]:
         """Key-value stores: compacted (versioned ones too: each version is an entry of its own, deleted
-        by the store when no lookup reaches it). Window and session stores: compacted and deleted after
+        by the store when no lookup reaches it; time-ordered buffers: a record is held until stream time
+        passes it, however long that takes). Window and session stores: compacted and deleted after
         their retention plus a day (Kafka Streams' windowstore.changelog.additional.retention.ms), so that
         expired windows leave the changelog too."""
-        if self.kind in ("key_value", "versioned"):
+        if self.kind in ("key_value", "versioned", "time_ordered_buffer"):
             return {"cleanup.policy": "compact"}
         return {"cleanup.policy": "compact,delete", "retention.ms": str((self.retention_ms or 0) + DAY_MS)}
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from recovery.store import StoreView
 
-__all__ = ["WindowStore", "SessionStore", "Session", "RecordBuffer"]
+__all__ = ["WindowStore", "SessionStore", "Session", "RecordBuffer", "TimeOrderedBuffer", "Held"]
 
 _Q = struct.Struct(">q")
 _I = struct.Struct(">I")
@@ -232,3 +232,96 @@ class RecordBuffer(StoreView):
             if raw is not None:
                 taken.append((ks.deserialize(k), ts, seq, self._value(raw)))
         return taken
+
+
+class Held(NamedTuple):
+    """A record a `TimeOrderedBuffer` holds: what reached the operator (key, value, timestamp) and the input
+    record it was made of, whole (`message`: topic, partition, offset, key and value bytes, headers,
+    timestamp), so that it can still be dead-lettered or named as an output's origin when it is let go."""
+
+    key: Any
+    value: Any
+    timestamp: int
+    #: topic, partition, offset, key and value bytes, headers, timestamp, and the index the record reserved
+    #: among its input's outputs
+    message: tuple[str, int, int, bytes | None, bytes | None, list[tuple[str, bytes]], int, int]
+
+
+_HELD_META = b"\x01"
+_HELD_META_FORMAT = struct.Struct(">qq")  # observed stream time, next sequence number
+_FIELD = struct.Struct(">i")  # a field's length (-1: None)
+
+
+def _pack(fields: list[bytes | None]) -> bytes:
+    return b"".join(_FIELD.pack(-1) if f is None else _FIELD.pack(len(f)) + f for f in fields)
+
+
+def _unpack(raw: bytes) -> list[bytes | None]:
+    fields: list[bytes | None] = []
+    at = 0
+    while at < len(raw):
+        n = _FIELD.unpack_from(raw, at)[0]
+        at += 4
+        if n < 0:
+            fields.append(None)
+        else:
+            fields.append(raw[at:at + n])
+            at += n
+    return fields
+
+
+class TimeOrderedBuffer(StoreView):
+    """Records held back in timestamp order (the stream side of a stream-table join with a grace period,
+    Kafka Streams' time-ordered buffer, KIP-923): `0x00 ts(8) seq(8)` -> the record, and `0x01` -> the
+    observed stream time (the largest timestamp put) and the next sequence number. Records of one timestamp
+    are let go in the order they came in, which a replay of the same input repeats."""
+
+    def observed_stream_time(self) -> int | None:
+        raw = self._buf().get(_HELD_META)
+        return None if raw is None else _HELD_META_FORMAT.unpack(raw)[0]
+
+    def observe(self, timestamp: int) -> int:
+        """Move the observed stream time to `timestamp` if that is later; returns it."""
+        raw = self._buf().get(_HELD_META)
+        observed, seq = (timestamp, 0) if raw is None else _HELD_META_FORMAT.unpack(raw)
+        if timestamp > observed or raw is None:
+            self._buf().put(_HELD_META, _HELD_META_FORMAT.pack(max(observed, timestamp), seq))
+        return max(observed, timestamp)
+
+    def put(self, held: Held) -> None:
+        raw = self._buf().get(_HELD_META)
+        observed, seq = (held.timestamp, 0) if raw is None else _HELD_META_FORMAT.unpack(raw)
+        self._buf().put(_HELD_META, _HELD_META_FORMAT.pack(max(observed, held.timestamp), seq + 1))
+        topic, partition, offset, key, value, headers, ts, index = held.message
+        fields: list[bytes | None] = [self._key(held.key) if held.key is not None else None,
+                                      self._serialize_value(held.value), topic.encode(), b"%d" % partition,
+                                      b"%d" % offset, key, value, b"%d" % ts, b"%d" % index, b"%d" % len(headers)]
+        for name, header in headers:
+            fields += [name.encode(), header]
+        self._buf().put(_DATA + _time(held.timestamp) + _time(seq), _pack(fields))
+
+    def take_until(self, timestamp: int) -> list[Held]:
+        """Remove and return the records at or before `timestamp`, in (timestamp, arrival) order."""
+        if timestamp < 0:  # (keys sort by time for times >= 0)
+            return []
+        buf = self._buf()
+        taken = list(buf.iterate(_DATA, _DATA + _time(timestamp + 1)))
+        for k, _ in taken:
+            buf.put(k, None)
+        return [self._held(k, raw) for k, raw in taken]
+
+    def all(self) -> list[Held]:
+        """Every record held, in the order they will be let go."""
+        return [self._held(k, raw) for k, raw in self._buf().iterate(_DATA, _HELD_META)]
+
+    def _held(self, stored_key: bytes, raw: bytes) -> Held:
+        fields = _unpack(raw)
+        key, value, topic, partition, offset, mkey, mvalue, ts, index, count = fields[:10]
+        rest = fields[10:]
+        # (a header's value may be None, as Kafka's may)
+        headers = cast(list[tuple[str, bytes]], [(rest[2 * i].decode(), rest[2 * i + 1])  # type: ignore[union-attr]
+                                                 for i in range(int(count or b"0"))])
+        assert topic is not None and partition is not None and offset is not None and ts is not None
+        return Held(None if key is None else self.spec.key_serde.deserialize(key), self._deserialize_value(value),
+                    _Q.unpack_from(stored_key, 1)[0],
+                    (topic.decode(), int(partition), int(offset), mkey, mvalue, headers, int(ts), int(index or 0)))

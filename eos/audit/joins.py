@@ -25,6 +25,7 @@ the index the record carried, which the result's extends; the ledger names a lat
 
 from __future__ import annotations
 
+import heapq
 import json
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -446,6 +447,7 @@ def _audit_stream_table(spec: JoinSpec, sub: SubTopology, stream: list[Record], 
     else:
         versions = {}
     made_of = {o: (r.partition, r.offset) for r, o in zip(stream, carried, strict=True)}
+    carried_index = {(r.partition, r.offset): o[3] for r, o in zip(stream, carried, strict=True)}
     results: dict[tuple[int, int], dict[int, Any]] = defaultdict(dict)  # per stream record: by output index
     for _, value, _, origin in outputs:
         left = None if origin is None else _made_of(origin, made_of)
@@ -459,7 +461,6 @@ def _audit_stream_table(spec: JoinSpec, sub: SubTopology, stream: list[Record], 
         results[left][origin.index] = value
     for p in sorted({r.partition for r in reached[spec.left]}):
         joined = [r for r in reached[spec.left] if r.partition == p]
-        result.expected += sum(r.value is not None for r in joined)
         if spec.kind == "stream-table":
             rows = [r for r in reached[spec.right] if r.partition == p]
             history = _history_of(sub, spec.right_store)
@@ -469,10 +470,45 @@ def _audit_stream_table(spec: JoinSpec, sub: SubTopology, stream: list[Record], 
             joined = [Record(table_key(r) if r.value is not None else None, r.value, r.topic, r.partition, r.offset,
                              r.timestamp, r.headers) for r in joined]
         mine = {o: [v for _, v in sorted(by_index.items())] for (pp, o), by_index in results.items() if pp == p}
+        if spec.grace_ms is not None:  # each record let go on its own, in the order it was (`released_order`)
+            joined, mine = _as_released(joined, results, p, carried_index, spec, result, limit)
+        result.expected += sum(r.value is not None for r in joined)
         for problem, rec, value in explain_stream_table(joined, mine, part_versions, spec.joiner, spec.how, after):
             setattr(result, problem, getattr(result, problem) + 1)
             result.sample(problem, limit, record=(rec.topic, rec.partition, rec.offset), key=rec.key,
                           value=rec.value, output=value)
+
+
+def _as_released(joined: list[Record], results: Mapping[tuple[int, int], Mapping[int, Any]], partition: int,
+                 carried_index: Mapping[tuple[int, int], int | None], spec: JoinSpec, result: JoinAuditResult,
+                 limit: int) -> tuple[list[Record], dict[int, list[Any]]]:
+    """A grace period's join of one partition as `explain_stream_table` replays it: each record let go, in
+    the order it was, as an input of its own (its offset its place in that order) with the outputs named after
+    it; outputs of a record not let go (late, or still held) are unexpected."""
+    assert spec.grace_ms is not None
+    released, late = released_order(joined, spec.grace_ms, spec.how)
+    result.late_records += late
+    by_slot: dict[tuple[int, int], dict[int, Any]] = defaultdict(dict)
+    for (pp, offset), by_index in results.items():
+        if pp != partition:
+            continue
+        base = carried_index.get((pp, offset))
+        for index, value in by_index.items():
+            reserved = _reserved(index) if index >> INDEX_LEVEL_BITS else -1
+            if base is not None and reserved >= 0:  # (reserved among the outputs of a record of a repartition topic)
+                first, shift = output_indices(base)
+                reserved = (reserved - first) >> shift if reserved >= first else -1
+            by_slot[(offset, reserved)][index] = value
+    order, mine = [], {}
+    for n, (rec, place) in enumerate(released):
+        order.append(Record(rec.key, rec.value, rec.topic, rec.partition, n, rec.timestamp, rec.headers))
+        mine[n] = [v for _, v in sorted(by_slot.pop((rec.offset, place), {}).items())]
+    for (offset, _), by_index in by_slot.items():
+        for value in by_index.values():
+            result.unexpected += 1
+            result.sample("unexpected", limit, record=(spec.left, partition, offset), output=value,
+                          reason="made of a record the join did not let go of (late, or still held)")
+    return order, mine
 
 
 def _stream_times(admin: KafkaAdmin, sub: SubTopology, group: str,
@@ -507,12 +543,41 @@ def _made_of(output: Origin, inputs: Mapping[Place, tuple[int, int]]) -> tuple[i
     2**INDEX_LEVEL_BITS outputs."""
     topic, partition, offset, index = output
     found = inputs.get((topic, partition, offset, None))
-    if found is None and index >> INDEX_LEVEL_BITS:
-        level = (index.bit_length() - 1) // INDEX_LEVEL_BITS * INDEX_LEVEL_BITS
-        carried = index & ((1 << level) - 1)
-        if output_indices(carried)[1] == level:
-            found = inputs.get((topic, partition, offset, carried))
+    while found is None and index >> INDEX_LEVEL_BITS:  # (a record held back adds a level: `_reserved`)
+        index = _reserved(index)
+        found = inputs.get((topic, partition, offset, index))
     return found
+
+
+def _reserved(index: int) -> int:
+    """The index an output's index extends by one level (`output_indices`): its bits below its top level."""
+    level = (index.bit_length() - 1) // INDEX_LEVEL_BITS * INDEX_LEVEL_BITS
+    return index & ((1 << level) - 1)
+
+
+def released_order(records: list[Record], grace: int, how: str) -> tuple[list[tuple[Record, int]], int]:
+    """What a stream-table join with a grace period let go of, of one partition's stream records (in offset
+    order, as they reached the join): (record, n) in the order it let them go, `n` its place among the records
+    of its input the join held (the index it reserved, `TaskContext.hold`); and how many were dropped as late.
+    Records still held at the end are in neither."""
+    observed: int | None = None
+    held: list[tuple[int, int, Record, int]] = []
+    places: dict[int, int] = defaultdict(int)
+    out, late = [], 0
+    for seq, r in enumerate(records):
+        if r.value is None or (r.key is None and how == "inner"):
+            continue  # (dropped before the buffer)
+        observed = r.timestamp if observed is None else max(observed, r.timestamp)
+        deadline = observed - grace
+        if r.timestamp < deadline:
+            late += 1
+            continue
+        heapq.heappush(held, (r.timestamp, seq, r, places[r.offset]))
+        places[r.offset] += 1
+        while held and held[0][0] <= deadline:
+            _, _, rec, n = heapq.heappop(held)
+            out.append((rec, n))
+    return out, late
 
 
 def _record_key(record: Record) -> Any:

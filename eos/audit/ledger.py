@@ -32,6 +32,8 @@ class PartitionLedger:
     late: BitMap64 = field(default_factory=BitMap64)
     #: of the filtered offsets, those filtered after a repartition topic (on one of their input's paths)
     through: BitMap64 = field(default_factory=BitMap64)
+    #: of the filtered offsets, those an operator held back (their outputs come later, named after them)
+    held: BitMap64 = field(default_factory=BitMap64)
     #: offsets skipped because retention deleted them before they were processed
     retention_skipped: int = 0
     #: earlier topic ids seen
@@ -87,4 +89,7 @@ def read_ledger(bootstrap_servers: str, topic: str, inputs: Iterable[str], *, ad
             for tp, offsets in entry.through.items():
                 if tp[0] in origins and now_ids.get(tp, True):
                     out.setdefault(tp, PartitionLedger()).through |= offsets
+            for tp, offsets in entry.held.items():
+                if tp[0] in origins and now_ids.get(tp, True):
+                    out.setdefault(tp, PartitionLedger()).held |= offsets
     return out

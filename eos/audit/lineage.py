@@ -26,6 +26,7 @@ from eos.audit.partials import (
     scan_output_partition,
 )
 from eos.ledger import ledger_topic as default_ledger_topic
+from eos.origin import INDEX_LEVEL_BITS
 from transactions import Isolation, KafkaAdmin
 
 __all__ = ["LineageResult", "audit_lineage", "input_scans", "output_scans"]
@@ -239,7 +240,9 @@ def merge(inputs: list[InputPartial], outputs: list[OutputPartial], dead: list[O
         result.filtered += len(filtered - got - dead_bm)
         # filtered where it was read itself, yet with outputs (filtered on one path behind a repartition topic
         # while another path made outputs is no contradiction)
-        contradicted = (filtered - account.through if account is not None else filtered) & (got | dead_bm)
+        # (nor is a record held back, whose outputs or dead letter come when it is let go)
+        contradicted = (filtered - account.through - account.held if account is not None else filtered) & (
+            got | dead_bm)
         result.filtered_but_output += len(contradicted)
         result.lost += len(missing)
         result.output_and_dead_lettered += len(both)
@@ -261,9 +264,10 @@ def merge(inputs: list[InputPartial], outputs: list[OutputPartial], dead: list[O
 
 def _check_gaps(seen: Origins, result: LineageResult, max_samples: int) -> None:
     """A record's outputs are numbered 0, 1, ... in one transaction: an index without the one before it is an
-    output lost."""
+    output lost. (Indices of more than one level, the outputs of a record an operator held back, are made
+    when it is let go, later: eos.origin.)"""
     for (topic, partition, index), bm in seen.items():
-        if index > 0:
+        if 0 < index < 1 << INDEX_LEVEL_BITS:
             gaps = bm - seen.get((topic, partition, index - 1), BitMap64())
             result.index_gaps += len(gaps)
             for offset in list(gaps)[:max_samples]:

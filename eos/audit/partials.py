@@ -14,7 +14,7 @@ from typing import Any
 
 from pyroaring import BitMap64
 
-from eos.origin import DERIVED_HEADER, ORIGIN_HEADER, origin_of
+from eos.origin import DERIVED_HEADER, INDEX_LEVEL_BITS, ORIGIN_HEADER, origin_of
 from eos.streamtime import is_marker
 from transactions import Isolation, Message, OffsetRange, read_ranges, scan_consumer
 
@@ -158,7 +158,9 @@ def scan_output_partition(scan: PartitionScan, *, isolation: Isolation = "read_c
                 part.foreign += 1
                 continue
             source = (origin.topic, origin.partition)
-            if origin.offset < last.get(source, -1):
+            if origin.index >> INDEX_LEVEL_BITS:
+                pass  # (a record held back has outputs made when it was let go, after those of later records)
+            elif origin.offset < last.get(source, -1):
                 if len(part.order_breaks) < MAX_BREAKS:
                     part.order_breaks.append((origin.topic, origin.partition, origin.offset, last[source], offset))
                 else:

@@ -233,11 +233,14 @@ class Stream:
     def join(self, other: Stream | Table | GlobalTable, joiner: Callable[[Any, Any], Any], *,
              windows: JoinWindows | None = None, key: Callable[[Any, Any], Any] | None = None,
              name: str | None = None, how: JoinKind = "inner", late_records: LatePolicy = "drop",
-             persistent: bool = True, value_serde: Serde | str = "json") -> Stream:
+             persistent: bool = True, value_serde: Serde | str = "json",
+             grace: int | timedelta | None = None) -> Stream:
         """Join with a table (`app.table`, an aggregation's result, a filtered or joined table: each record
         with the table's current value for its key), a global table (`key(key, value)` gives the table key)
         or another stream (`windows=JoinWindows(...)`); `joiner(left value, right value)` makes the output
-        value. Keyed sides are repartitioned first if their key was changed."""
+        value. Keyed sides are repartitioned first if their key was changed. `grace=` (a versioned table):
+        hold each record back until the stream's time has passed it by that long, then join it as of its
+        timestamp (Kafka Streams' KIP-923: `app.join`)."""
         from eos.dsl.joins import _kind
         from eos.dsl.tables import Table
 
@@ -254,7 +257,7 @@ class Stream:
                 raise ValueError(f"join {name!r}: a global table join needs key=fn(key, value) -> the table's key")
             step = app.join_step(name, kind, self.topics[0], other, joiner, how, windows, _record_key_of(key),
                                  self.key_serde, self.value_serde, self.value_serde, None, late_records, persistent,
-                                 frozenset(self.topics))
+                                 frozenset(self.topics), grace=grace)
             parents: tuple[str, ...] = (self.node,)
         else:
             if key is not None:
@@ -272,7 +275,7 @@ class Stream:
                                  "a stream joined with itself needs one side through a topic (repartition())")
             step = app.join_step(name, kind, left.topics[0], right, joiner, how, windows, None, left.key_serde,
                                  left.value_serde, other.value_serde, None, late_records, persistent,
-                                 frozenset(left.topics), frozenset(other.topics))
+                                 frozenset(left.topics), frozenset(other.topics), grace=grace)
             parents = (left.node, other.node)
         node = app.graph.add(ProcessorNode(name, parents, step.factory, kind=f"{kind} join ({how})",
                                            join=step.spec, global_tables=step.global_tables))

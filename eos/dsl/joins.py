@@ -18,7 +18,16 @@ from eos.operators.windows import LatePolicy
 from eos.processor import Processor
 from eos.records import Record
 from eos.serde import serde_for
-from eos.tables import GlobalTable, JoinKind, JoinSpec, JoinType, JoinWindows, TableSource, history_retention
+from eos.tables import (
+    GlobalTable,
+    JoinKind,
+    JoinSpec,
+    JoinType,
+    JoinWindows,
+    TableSource,
+    history_retention,
+    join_grace,
+)
 from eos.time import TimestampSpec, timestamp_extractor
 from eos.topology import SubTopology
 from recovery import StoreSpec
@@ -80,7 +89,7 @@ class JoinMethods(AggregationMethods):
              key_serde: SerdeSpec = "string", value_serde: SerdeSpec = "json", right_value_serde: SerdeSpec = None,
              output_value_serde: SerdeSpec = "json", timestamp: TimestampSpec = None,
              late_records: LatePolicy = "drop", persistent: bool = True,
-             foreign_key: Callable[[Any], Any] | None = None) -> SubTopology:
+             foreign_key: Callable[[Any], Any] | None = None, grace: int | timedelta | None = None) -> SubTopology:
         """Join `left` with `right` into `output` (a sub-topology named `name`); `joiner(left value, right
         value)` makes the output value, None standing for a missing side. Which join is decided by the sides:
 
@@ -93,7 +102,12 @@ class JoinMethods(AggregationMethods):
 
         Stream sides are read with `key_serde`/`value_serde` (the right stream with `right_value_serde`,
         default the same) and `timestamp`; tables with their own. Late stream-stream records are dropped and
-        counted, or dead-lettered with `late_records="dead_letter"`."""
+        counted, or dead-lettered with `late_records="dead_letter"`.
+
+        `grace=` (a stream-table join with a versioned table; Kafka Streams' KIP-923): each stream record is
+        held back until the stream's time has passed it by the grace period, and joined then with the table as
+        of its timestamp, so that table updates that come up to that late are seen; records are let go in
+        timestamp order, and one older than the stream's time minus the grace period is dropped as late."""
         left_side: str | TableSource = _read_table(left)
         right_side: str | TableSource | GlobalTable = _read_table(right)
         left, right = left_side, right_side  # what the join reads: a DSL table as declared
@@ -114,7 +128,7 @@ class JoinMethods(AggregationMethods):
         extract = timestamp_extractor(timestamp) if timestamp is not None else None
         step = self.join_step(name, kind, left, right, joiner, how, windows, key, ks, vs,
                                serde_for(right_value_serde, vs), extract, late_records, persistent,
-                               frozenset({_topic(left)}))
+                               frozenset({_topic(left)}), grace=grace)
         inputs = (_topic(left),) if kind == "stream-global" else (_topic(left), _topic(right))
         return self._add(name, inputs, output, step.key_serde, vs, step.key_serde, output_value_serde, (),
                          timestamp=timestamp, processor_factory=step.factory, stores=step.stores,
@@ -123,22 +137,30 @@ class JoinMethods(AggregationMethods):
     def join_step(self, name: str, kind: JoinType, left: Any, right: Any, joiner: Callable[[Any, Any], Any],
                    how: JoinKind, windows: JoinWindows | None, key: Callable[[Record], Any] | None, ks: Any, vs: Any,
                    rvs: Any, extract: Callable[[Record], int] | None, late_records: LatePolicy, persistent: bool,
-                   left_topics: frozenset[str], right_topics: frozenset[str] | None = None) -> JoinStep:
+                   left_topics: frozenset[str], right_topics: frozenset[str] | None = None, *,
+                   grace: int | timedelta | None = None) -> JoinStep:
         """The processor, stores and readings of a join named `name` (one engine for both APIs): `left` and
         `right` are topics (streams), `TableSource`s (how a table is kept) or a `GlobalTable`; `left_topics`
-        and `right_topics` the topics each side's records come from (default: the side's own topic)."""
+        and `right_topics` the topics each side's records come from (default: the side's own topic); `grace`
+        a stream-table join's grace period (`join`)."""
         right_topics = right_topics or frozenset({_topic(right)})
         require_functions(f"join {name!r}", joiner=joiner, **({"key": key} if key is not None else {}))
         if how not in _HOW[kind]:
             raise ValueError(f"join {name!r}: a {kind} join is one of {', '.join(_HOW[kind])}, got how={how!r}")
         if late_records not in ("drop", "dead_letter"):
             raise ValueError(f"late_records must be 'drop' or 'dead_letter', got {late_records!r}")
+        grace_ms = join_grace(grace, right if kind == "stream-table" else None, name)
         if kind == "stream-table":
             assert isinstance(right, TableSource)
             kept = table_store(name, right, persistent)
-            return JoinStep(partial(StreamTableJoin, right_topics, kept.name, joiner, how), (kept,),
+            # (a grace period's buffer: Kafka Streams' `<join>-Buffer`)
+            held = () if grace_ms is None else (StoreSpec(f"{name}-buffer", ks, vs, persistent,
+                                                          kind="time_ordered_buffer"),)
+            return JoinStep(partial(StreamTableJoin, right_topics, kept.name, joiner, how, grace_ms,
+                                    held[0].name if held else None), (kept, *held),
                             {right.topic: self._reading(right)}, (),
-                            JoinSpec(kind, how, _topic(left), right.topic, joiner, right_store=kept.name), ks)
+                            JoinSpec(kind, how, _topic(left), right.topic, joiner, right_store=kept.name,
+                                     grace_ms=grace_ms), ks)
         if kind == "stream-global":
             assert isinstance(right, GlobalTable) and key is not None
             return JoinStep(partial(GlobalTableJoin, right.name, key, joiner, how), (), {}, (right,),

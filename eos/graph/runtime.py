@@ -22,7 +22,7 @@ from typing import Any, NamedTuple, cast
 from eos.graph.graph import GraphPart
 from eos.graph.nodes import ProcessorNode, SinkNode
 from eos.graph.operators import require_functions
-from eos.processor import Cancellable, Processor, ProcessorContext, PunctuationType, RecordMetadata
+from eos.processor import Cancellable, Kept, Processor, ProcessorContext, PunctuationType, RecordMetadata
 from eos.records import Output, Record
 
 __all__ = ["GraphProcessor", "NodeContext", "FixedKeyContext", "Emit", "DirectStep"]
@@ -412,6 +412,17 @@ class NodeContext(ProcessorContext):
 
     def record_dropped(self, reason: str) -> None:
         self._task.record_dropped(reason)
+
+    def hold(self) -> Kept:
+        return self._task.hold()
+
+    def release(self, kept: Kept, run: Callable[[], None]) -> None:
+        graph = self._graph
+
+        def in_its_scope() -> None:  # (what this node's children are given names the record let go)
+            graph.current = Record(None, None, kept[0], kept[1], kept[2], kept[6], kept[5] or None)
+            run()
+        self._task.release(kept, in_its_scope)
 
 
 class FixedKeyContext(NodeContext):

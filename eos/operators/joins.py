@@ -13,13 +13,22 @@ so it is emitted exactly once, and never after a partner joined it (the partner 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from eos.operators.windows import LatePolicy, LateRecordError
 from eos.processor import Processor, ProcessorContext
 from eos.records import Record
 from eos.tables import JoinKind, JoinWindows
-from recovery import NOT_PUT, VALID_TO_UNDEFINED, KeyValueStore, RecordBuffer, VersionedKeyValueStore
+from recovery import (
+    NOT_PUT,
+    VALID_TO_UNDEFINED,
+    Held,
+    KeyValueStore,
+    RecordBuffer,
+    TimeOrderedBuffer,
+    VersionedKeyValueStore,
+)
 
 __all__ = ["StreamTableJoin", "GlobalTableJoin", "TableTableJoin", "StreamStreamJoin", "topic_set", "keep_update"]
 
@@ -51,16 +60,25 @@ def keep_update(store: KeyValueStore | VersionedKeyValueStore, record: Record, c
 class StreamTableJoin(Processor):
     """Stream records joined with the table's value for their key at the time they are processed; with a
     versioned table, with its value as of the stream record's timestamp (None where that is older than the
-    table's history retention)."""
+    table's history retention).
 
-    def __init__(self, table_topics: str | frozenset[str], store: str, joiner: Joiner, how: JoinKind) -> None:
+    With a grace period (`buffer`: a `TimeOrderedBuffer`; Kafka Streams' KIP-923), each stream record is held
+    back until the stream side's observed stream time has passed its timestamp by the grace period, so that
+    table updates up to that late are read first; records are let go in timestamp order, each joined with the
+    table as of its timestamp then, its outputs named after it (`ProcessorContext.hold`). A stream record older
+    than observed stream time minus the grace period is dropped as late."""
+
+    def __init__(self, table_topics: str | frozenset[str], store: str, joiner: Joiner, how: JoinKind,
+                 grace: int | None = None, buffer: str | None = None) -> None:
         self.table_topics = topic_set(table_topics)  # the topics the table side's records come from
         self.store_name, self.joiner, self.how = store, joiner, how
+        self.grace, self.buffer_name = grace, buffer
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
         self.table: KeyValueStore | VersionedKeyValueStore = context.store(self.store_name)
         self.versioned = isinstance(self.table, VersionedKeyValueStore)
+        self.buffer: TimeOrderedBuffer | None = context.store(self.buffer_name) if self.buffer_name else None
 
     def process(self, record: Record) -> None:
         if record.topic in self.table_topics:
@@ -72,15 +90,32 @@ class StreamTableJoin(Processor):
         if record.value is None or (record.key is None and self.how == "inner"):
             self.context.record_dropped("stream record without a key or value")
             return
-        if record.key is None:
+        if self.buffer is not None:
+            self._hold(record, self.buffer)
+            return
+        self._join(record.key, record.value, record.timestamp)
+
+    def _join(self, key: Any, value: Any, timestamp: int) -> None:
+        if key is None:
             current = None
         elif self.versioned:
-            current = self.table.get(record.key, as_of=record.timestamp)  # type: ignore[call-arg]
+            current = self.table.get(key, as_of=timestamp)  # type: ignore[call-arg]
         else:
-            current = self.table.get(record.key)
+            current = self.table.get(key)
         if current is None and self.how == "inner":
             return
-        self.context.forward(record.key, self.joiner(record.value, current))
+        self.context.forward(key, self.joiner(value, current), timestamp=timestamp)
+
+    def _hold(self, record: Record, buffer: TimeOrderedBuffer) -> None:
+        """Keep the record until the grace period has passed, and let go of those it has passed for."""
+        assert self.grace is not None
+        deadline = buffer.observe(record.timestamp) - self.grace
+        if record.timestamp < deadline:
+            self.context.record_dropped("late")
+            return
+        buffer.put(Held(record.key, record.value, record.timestamp, self.context.hold()))
+        for held in buffer.take_until(deadline):
+            self.context.release(held.message, partial(self._join, held.key, held.value, held.timestamp))
 
 
 class GlobalTableJoin(Processor):

@@ -653,13 +653,14 @@ class BatchAttempt:
         through: dict[tuple[str, int], BitMap64] = {}  # (of the filtered, those read from a repartition topic)
         filtered = _offsets_by_partition(self.outcome.filtered, transitive, only, through)
         late = _offsets_by_partition(self.outcome.late, transitive, only)
+        held = _offsets_by_partition(self.outcome.held, transitive, only)
         inputs = []
         for r in self.ranges:
             reset = self.result.resets.get((r.topic, r.partition))
             inputs.append(LedgerInput(r.topic, r.partition, self.plan.topic_ids.get(r.topic), r.start,
                                       self._commit_offset(r), reset.committed if reset else None,
                                       reset.reason.value if reset else None))
-        return LedgerEntry(str(self.task), self.plan.batch, tuple(inputs), filtered, late, through)
+        return LedgerEntry(str(self.task), self.plan.batch, tuple(inputs), filtered, late, through, held)
 
     def _commit_offset(self, r: OffsetRange) -> int:
         """The planned end (never "last record + 1": a trailing commit marker would be re-read forever), or,

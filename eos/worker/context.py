@@ -23,15 +23,16 @@ from eos.cache import RecordCache
 from eos.clock import wall_ms
 from eos.errors import OutputSerializationError, SerdeError
 from eos.origin import DERIVED_HEADER, ORIGIN_FORMAT, ORIGIN_HEADER, lineage_source, origin_prefix, output_indices
-from eos.processor import Cancellable, ProcessorContext, PunctuationType, RecordMetadata
+from eos.processor import Cancellable, Kept, ProcessorContext, PunctuationType, RecordMetadata
 from eos.records import Output
 from eos.serde import Serde
 from eos.streamtime import MARKER_HEADER, MARKER_KEY, STAMP_HEADER, encode_stamp
 from eos.tracing import TRACEPARENT, child_traceparent
 from eos.worker.topic_rules import OutputRejectedError, TopicRule
 from transactions import Message, ProducerRecord
+from transactions.memory import MemoryMessage
 
-__all__ = ["TaskContext", "Schedule"]
+__all__ = ["TaskContext", "Schedule", "HeldMessage"]
 
 #: `tuple.__new__` makes a `ProducerRecord` without the named tuple's Python-level constructor (a third of
 #: the cost of an output record)
@@ -115,6 +116,9 @@ class TaskContext(ProcessorContext):
         self._transitive = transitive_topics
         self._task_bytes = self.task_id.encode()
         self._last_input: Message | None = None  # the last input record a scope was entered for
+        #: whether the current record was held back (`hold`), and what was let go meanwhile (`release`)
+        self.held = False
+        self.releases: list[tuple[HeldMessage, Callable[[], None]]] = []
         self.punctuation_label = b"end"  # which punctuation runs (set by the runtime before each)
         self.timestamp = -1
         self.commit_requested = False
@@ -208,6 +212,30 @@ class TaskContext(ProcessorContext):
             return _new_record(ProducerRecord, (target, None, k, v, headers, ts))
         return output
 
+    def hold(self) -> Kept:
+        """Hold the current input record back (an operator keeps it, as a stream-table join with a grace period
+        does): its outputs come when it is let go (`release`), in this batch or a later one of the task, named
+        after it with an index of their own (the n-th `output_indices(i)[0] + (n << shift)`, i the index the
+        record reserves now among the current input's outputs). The lineage ledger counts it as held, not
+        filtered, when it made nothing else. Returns what to keep: the input record whole (topic, partition,
+        offset, key and value bytes, headers, timestamp) and the reserved index."""
+        msg = self._current
+        if msg is None:
+            raise ValueError(f"{self.task_id}: hold() needs an input record (it was called in a punctuation)")
+        if self._index == 0:
+            self._start_origin(msg)
+        index = self._index_base + (self._index << self._index_shift)
+        self._index += 1
+        self.held = True
+        return (msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(), list(msg.headers() or ()),
+                msg.timestamp()[1], index)
+
+    def release(self, kept: Kept, run: Callable[[], None]) -> None:
+        """Let go of a record held back (`kept`: what `hold` returned): once the current scope has ended, the
+        task runs `run()` in a scope of that record, as if it were read again: what it forwards is named
+        after it, and if it fails, that record goes to the dead-letter topic."""
+        self.releases.append((HeldMessage(*kept), run))
+
     def cached_headers(self) -> list[tuple[str, bytes]]:
         """The headers an output of the current record inherits: the record's own but the framework's, with a
         child span of its trace context (none in a scope without a record). The record cache keeps them with
@@ -258,6 +286,8 @@ class TaskContext(ProcessorContext):
             self._index_base, self._index_shift = output_indices(source.index)
         else:
             self._origin_offset, self._index_base, self._index_shift = msg.offset(), 0, 0
+        if type(msg) is HeldMessage:  # a record let go: its outputs extend the index it reserved
+            self._index_base, self._index_shift = output_indices(msg.index)
         self._origin_prefix = self._prefix(tp)
 
     def _prefix(self, tp: tuple[str, int]) -> bytes:
@@ -346,6 +376,7 @@ class TaskContext(ProcessorContext):
         if msg is not None:
             self._last_input = msg
         self.dropped_reason = None
+        self.held = False
         if timestamp is not None:
             self.timestamp = timestamp
         if self._scope:
@@ -358,9 +389,24 @@ class TaskContext(ProcessorContext):
         return out
 
     def discard_record(self) -> None:
-        """End the current scope, dropping what it forwarded."""
+        """End the current scope, dropping what it forwarded (and what it let go: its store writes that took
+        those records out of their buffer are rolled back)."""
         self._scope = []
         self._current = None
+        self.held = False
+        self.releases = []
+
+
+class HeldMessage(MemoryMessage):
+    """A record an operator held back, as it is let go (`TaskContext.release`): the input record it was, and
+    the index it reserved among that record's outputs."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
+                 headers: list[tuple[str, bytes]], timestamp: int, index: int) -> None:
+        super().__init__(topic, partition, offset, key, value, headers or None, timestamp)
+        self.index = index
 
 
 def _rejected(msg: Message, target: str, why: str) -> OutputRejectedError:

@@ -33,7 +33,7 @@ from eos.records import Output, Record
 from eos.serde import Serde
 from eos.streamtime import EventClock, stamp_of
 from eos.time import MAX_TIMESTAMP, RECORD_TIME, InvalidTimestampError, check_timestamp
-from eos.worker.context import TaskContext
+from eos.worker.context import HeldMessage, TaskContext
 from eos.worker.dead_letters import NOT_A_BAD_RECORD, DeadLetterPolicy, Stage
 from eos.worker.folding import fold_batch, fold_target
 from transactions import Message, ProducerRecord
@@ -75,6 +75,8 @@ class BatchOutcome:
     filtered: list[Message] = field(default_factory=list)
     #: of those, the ones dropped as late (all their windows closed)
     late: list[Message] = field(default_factory=list)
+    #: of those, the ones an operator held back (`TaskContext.hold`)
+    held: list[Message] = field(default_factory=list)
     punctuations: int = 0
     dropped: dict[str, int] = field(default_factory=dict)
     #: the clocks of the sources of clocked inputs after the batch (eos.streamtime), '' without any, and
@@ -310,10 +312,14 @@ def run_processor(processor: Processor, ctx: TaskContext,
             outputs.extend(produced)
         else:
             filtered.append(msg)
+            if ctx.held:
+                outcome.held.append(msg)
             if ctx.dropped_reason is not None:
                 if ctx.dropped_reason == "late":
                     outcome.late.append(msg)
                 ctx.dropped_reason = None
+        if ctx.releases:
+            _let_go(ctx, scoped, outcome, dlq)
         if cache is not None and cache.over:
             _in_scope(ctx, scoped, outcome, outcome.stream_time, cache.evict, b"cache-evict")
         if punctuating:
@@ -336,6 +342,35 @@ def run_processor(processor: Processor, ctx: TaskContext,
     if event_clock is not None:
         outcome.clocks, outcome.sources_idle = event_clock.encode(), event_clock.all_idle()
     return outcome
+
+
+def _let_go(ctx: TaskContext, scoped: list[RecordScoped], outcome: BatchOutcome, dlq: DeadLetterPolicy) -> None:
+    """Run what the last record let go of (`TaskContext.release`), each in a scope of the record held back: its
+    outputs are named after it, its store writes roll back alone, and a failure sends it to the dead-letter
+    topic (the record that let it go stays done). Stream time does not move."""
+    releases: list[tuple[HeldMessage, Callable[[], None]]] = []
+    while releases or ctx.releases:
+        if not releases:
+            releases, ctx.releases = ctx.releases[::-1], []
+        held, run = releases.pop()
+        ctx.enter_record(held, held.timestamp()[1])
+        for s in scoped:
+            s.begin_record()
+        try:
+            run()
+        except NOT_A_BAD_RECORD:
+            raise
+        except Exception as exc:
+            for s in scoped:
+                s.rollback_record()
+            ctx.discard_record()
+            stage = Stage.SERIALIZE if isinstance(exc, OutputSerializationError) else Stage.PROCESS
+            outcome.dead_letters.append(dlq.route(held, exc, stage))
+            continue
+        for s in scoped:
+            s.commit_record()
+        outcome.outputs.extend(ctx.leave_record())
+        ctx.dropped_reason = None
 
 
 def direct_step(processor: Processor) -> DirectStep | None:

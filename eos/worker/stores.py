@@ -42,6 +42,7 @@ from recovery import (
     StoreSpec,
     StoreView,
     TaskDirectory,
+    TimeOrderedBuffer,
     VersionedKeyValueStore,
     WindowStore,
     WriteBuffer,
@@ -72,6 +73,8 @@ def view_of(spec: StoreSpec) -> StoreView:
         return RecordBuffer(spec)
     if spec.kind == "versioned":
         return VersionedKeyValueStore(spec)
+    if spec.kind == "time_ordered_buffer":
+        return TimeOrderedBuffer(spec)
     return KeyValueStore(spec)
 
 
