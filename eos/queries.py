@@ -23,7 +23,16 @@ from eos.audit.scan import scan_topic
 from eos.tables import GlobalTable
 from eos.worker.global_tables import GlobalCopy, GlobalTableView
 from eos.worker.stores import view_of
-from recovery import MemoryBackend, StoreSpec, StoreView, Version, VersionedKeyValueStore, WriteBuffer
+from recovery import (
+    Held,
+    MemoryBackend,
+    StoreSpec,
+    StoreView,
+    TimeOrderedBuffer,
+    Version,
+    VersionedKeyValueStore,
+    WriteBuffer,
+)
 from transactions import KafkaAdmin, Message
 
 if TYPE_CHECKING:
@@ -97,8 +106,22 @@ def store_view(app: Application, name: str, bootstrap_servers: str | None = None
     if spec.kind == "versioned":
         copies = [copy_of(changes) for _, changes in sorted(per_task.items())]
         return StoreSnapshot(name, spec.kind, VersionedSnapshot(spec, copies), position)
+    if spec.kind == "time_ordered_buffer":  # (each task numbers what it holds: copies are not merged)
+        return StoreSnapshot(name, spec.kind, HeldSnapshot([copy_of(c) for _, c in sorted(per_task.items())]),
+                             position)
     merged = {k: v for changes in per_task.values() for k, v in changes.items()}  # (a key is in one partition)
     return StoreSnapshot(name, spec.kind, copy_of(merged), position)
+
+
+class HeldSnapshot:
+    """What a stream-table join with a grace period holds, as committed, one copy per task: `all()`, each
+    task's records in the order it will let them go."""
+
+    def __init__(self, copies: list[TimeOrderedBuffer]) -> None:
+        self.copies = copies
+
+    def all(self) -> list[Held]:
+        return [held for copy in self.copies for held in copy.all()]
 
 
 class VersionedSnapshot:
@@ -163,6 +186,9 @@ def store_rows(snapshot: StoreSnapshot) -> list[dict[str, Any]]:
         for s in view.fetch_all():
             rows.append({"key": _text(s.key), "window_start": s.start, "window_end": s.end, "value": _text(s.value),
                          "timestamp": s.timestamp})
+    elif snapshot.kind == "time_ordered_buffer":  # (records held back: key, value, timestamp, whence)
+        rows = [{"key": _text(h.key), "value": _text(h.value), "timestamp": h.timestamp,
+                 "origin": f"{h.message[0]}:{h.message[1]}:{h.message[2]}"} for h in view.all()]
     elif snapshot.kind == "record_buffer":
         raise ValueError(f"store {snapshot.name!r} is a join's record buffer: it holds recent records, not a "
                          "queryable table")
@@ -204,5 +230,7 @@ def read_store(app: Application, name: str, spark: SparkSession, bootstrap_serve
         fields.append(StructField("window_end", LongType()))
     if snapshot.kind == "versioned":
         fields.append(StructField("valid_to", LongType()))
+    if snapshot.kind == "time_ordered_buffer":
+        fields.append(StructField("origin", StringType()))
     schema = StructType(fields)
     return spark.createDataFrame([tuple(r.get(f.name) for f in fields) for r in rows], schema)

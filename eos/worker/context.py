@@ -116,8 +116,9 @@ class TaskContext(ProcessorContext):
         self._transitive = transitive_topics
         self._task_bytes = self.task_id.encode()
         self._last_input: Message | None = None  # the last input record a scope was entered for
-        #: whether the current record was held back (`hold`), and what was let go meanwhile (`release`)
-        self.held = False
+        #: how many records the current input record made were held back (`hold`), and what was let go
+        #: meanwhile (`release`)
+        self.held = 0
         self.releases: list[tuple[HeldMessage, Callable[[], None]]] = []
         self.punctuation_label = b"end"  # which punctuation runs (set by the runtime before each)
         self.timestamp = -1
@@ -216,17 +217,18 @@ class TaskContext(ProcessorContext):
         """Hold the current input record back (an operator keeps it, as a stream-table join with a grace period
         does): its outputs come when it is let go (`release`), in this batch or a later one of the task, named
         after it with an index of their own (the n-th `output_indices(i)[0] + (n << shift)`, i the index the
-        record reserves now among the current input's outputs). The lineage ledger counts it as held, not
+        record reserves now: the k-th record held of the current input reserves the index its k-th output
+        would have). The lineage ledger counts it as held, not
         filtered, when it made nothing else. Returns what to keep: the input record whole (topic, partition,
         offset, key and value bytes, headers, timestamp) and the reserved index."""
         msg = self._current
         if msg is None:
             raise ValueError(f"{self.task_id}: hold() needs an input record (it was called in a punctuation)")
-        if self._index == 0:
-            self._start_origin(msg)
-        index = self._index_base + (self._index << self._index_shift)
-        self._index += 1
-        self.held = True
+        self._start_origin(msg)
+        # (numbered apart from the record's own outputs, which stay 0, 1, ...: the k-th record held reserves
+        # what would be its k-th output's index, and its outputs are one level above that)
+        index = self._index_base + (self.held << self._index_shift)
+        self.held += 1
         return (msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(), list(msg.headers() or ()),
                 msg.timestamp()[1], index)
 
@@ -376,7 +378,7 @@ class TaskContext(ProcessorContext):
         if msg is not None:
             self._last_input = msg
         self.dropped_reason = None
-        self.held = False
+        self.held = 0
         if timestamp is not None:
             self.timestamp = timestamp
         if self._scope:
@@ -393,7 +395,7 @@ class TaskContext(ProcessorContext):
         those records out of their buffer are rolled back)."""
         self._scope = []
         self._current = None
-        self.held = False
+        self.held = 0
         self.releases = []
 
 

@@ -167,3 +167,113 @@ def test_a_versioned_table_joins_each_order_with_the_price_at_its_time_across_si
     assert json.loads(shown.stdout)["value"] == models[partition(key)].get(key, at) != holding.get(key)
     shown = eos_cli(tmp_path, env, "store", "get", "job.py", "bands-store", "1", "--as-of", str(at))
     assert shown.returncode == 2 and "--as-of reads a versioned store" in shown.stderr, shown.stderr
+
+
+GRACE_JOB = """
+import os
+from datetime import timedelta
+from eos import Application
+from eos.testing import MarkWhile
+
+app = Application(os.environ["APP"], timestamp="field:at", max_records_per_batch=int(os.environ["BATCH"]),
+                  trigger_interval=0.0, log_format="json", log_level="WARNING", state_dir=os.environ["STATE"])
+prices = app.table(os.environ["PRICES"], name="prices", versioned=timedelta(hours=2))
+orders = app.stream(os.environ["ORDERS"])
+price_of = lambda order, price: {"id": order["id"], "price": price and price["price"]}
+orders.left_join(prices, price_of, name="waited", grace=timedelta(minutes=30)).to(os.environ["WAITED"])
+orders.left_join(prices, price_of, name="at_once").to(os.environ["AT_ONCE"])
+if os.environ.get("MARKS"):
+    app.fault_hooks.on("before_commit", MarkWhile(os.environ["MARKS"], seconds=0.3))
+"""
+
+
+def timeline() -> tuple[list[tuple[str, dict | None, int]], list[tuple[str, dict, int]]]:
+    """Prices and orders over an hour: each minute every product gets a price, three in ten of them come up to
+    twenty minutes late (behind the minute's newest prices of every product), one in twenty-five is a
+    deletion; orders come up to five minutes out of order, one in fifty forty-five minutes late."""
+    rnd = random.Random(23)
+    updates, orders = [], []
+    for step in range(60):
+        for key in (f"p{i}" for i in range(PRODUCTS)):
+            roll = rnd.random()
+            at = BASE + step * 60_000 + rnd.randint(0, 20_000)
+            if roll < 0.3 and step > 2:
+                at -= rnd.randint(60_000, 20 * 60_000)
+            updates.append((key, None if roll > 0.96 else {"price": rnd.randint(1, 199), "at": at}, at))
+        for _ in range(20):
+            at = BASE + step * 60_000 + rnd.randint(0, 59_999) - rnd.randint(0, 5 * 60_000)
+            if rnd.random() < 0.02:
+                at -= 45 * 60_000
+            orders.append((f"p{rnd.randrange(PRODUCTS)}", {"id": len(orders), "at": at}, at))
+    return updates, orders
+
+
+def let_go(orders: list[tuple[str, dict, int]], grace: int) -> tuple[list[tuple[str, dict, int]], int, int]:
+    """A reference of a task's grace period: the orders of one partition (offset order) it let go of, in order;
+    how many it dropped as late, and how many it still holds."""
+    observed, held, out, late = None, [], [], 0
+    for seq, (key, order, at) in enumerate(orders):
+        observed = at if observed is None else max(observed, at)
+        if at < observed - grace:
+            late += 1
+            continue
+        held.append((at, seq, key, order))
+        for due in sorted(h for h in held if h[0] <= observed - grace):
+            held.remove(due)
+            out.append((due[2], due[3], due[0]))
+    return out, late, len(held)
+
+
+def test_a_grace_period_holds_each_order_for_the_late_prices_of_its_time_across_sigkills(
+        kafka, topic_factory, unique_name, tmp_path, monkeypatch):
+    """Prices up to twenty minutes late, orders held back thirty minutes: each order let go is joined with
+    the price its product had at its time among all the updates (a reference versioned table fed everything),
+    exactly once, through SIGKILLs; the same orders joined at once (no grace period) miss late prices."""
+    names = ("prices", "orders", "waited", "at_once")
+    topics = dict(zip(names, (topic_factory(n, partitions=PARTITIONS) for n in names), strict=True))
+    bootstrap = kafka.bootstrap_servers
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
+    updates, orders = timeline()
+    for topic, rows in (("prices", updates), ("orders", orders)):
+        for key, value, at in rows:
+            producer.produce(topics[topic], key=key.encode(), partition=partition(key), timestamp=at,
+                             value=None if value is None else json.dumps(value).encode())
+            producer.poll(0)
+    assert producer.flush(60) == 0
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": bootstrap, "APP": unique_name("app"),
+           "STATE": str(tmp_path / "state"), "MARKS": str(marks), "BATCH": "40",
+           **{n.upper(): t for n, t in topics.items()}}
+    run_killed_then_caught_up(tmp_path, GRACE_JOB, env, seed=9, kills=2, pause=(2.0, 4.0))
+
+    models = [_Model(2 * 3_600_000) for _ in range(PARTITIONS)]
+    for key, value, at in updates:
+        assert models[partition(key)].put(key, value, at) != NOT_PUT
+    expected, late, holding = Counter(), 0, 0
+    for p in range(PARTITIONS):
+        released, dropped, held = let_go([o for o in orders if partition(o[0]) == p], 30 * 60_000)
+        late, holding = late + dropped, holding + held
+        expected.update((o["id"], (lambda v: v and v["price"])(models[p].get(k, at))) for k, o, at in released)
+    assert late > 5 and holding > 20, (late, holding)
+
+    def joined(topic: str) -> Counter:
+        return Counter((v["id"], v["price"]) for v in (json.loads(v) for _, v, _ in committed_records(
+            bootstrap, topics[topic])))
+    assert joined("waited") == expected
+    at_once = dict(joined("at_once"))  # (each order once: none held, none late)
+    assert sorted(i for i, _ in at_once) == list(range(len(orders))) and set(at_once.values()) == {1}
+    at_once = dict(at_once.keys())  # order id -> the price it was joined with
+    missed = sum(at_once[i] != price for i, price in expected)
+    assert missed > 20, missed  # without the grace period, orders read before a late price miss it
+
+    app = load_job(tmp_path, env, monkeypatch)
+    reports = audit_application(app)
+    failed = [(r.mode, r.violations, r.lineage and r.lineage.samples) for r in reports if r.verdict != "PASS"]
+    assert not failed, failed
+    # both joins replayed by the join audit, the grace period's with its late orders
+    checked = sorted((r.join.kind, r.join.how, r.join.late_records) for r in reports
+                     if r.mode == "join" and not r.skipped)
+    assert checked == [("stream-table", "left", 0), ("stream-table", "left", late)], checked
+    # what is still held, as queries read the buffer from its changelog
+    assert len(app.store_view("waited-buffer").view.all()) == holding

@@ -73,6 +73,23 @@ def test_records_are_let_go_in_timestamp_order_named_after_themselves():
     assert [h.value for h in driver.store("priced-buffer").view.all()] == ["o6"]
 
 
+def test_a_stream_joined_at_once_and_with_a_grace_period_numbers_its_outputs_apart():
+    """One order, two joins: the one without a grace period makes the order's output 0 at once; the held one's
+    output comes later, one index level up (the lineage audit checks that a record's own outputs run 0, 1,
+    ... without gaps, and the held one is not among them)."""
+    app = app_()
+    prices = app.table("prices", versioned=10_000)
+    orders = app.stream("orders")
+    orders.left_join(prices, lambda o, p: [o, p], name="waited", grace=1_000).to("out")
+    orders.left_join(prices, lambda o, p: [o, p], name="at_once").to("now")
+    driver = TopologyTestDriver(app)
+    driver.pipe_many("orders", [("a", "o1", BASE), ("a", "o2", BASE + 5_000)])
+    assert [decode_origin(r.headers["eos.origin"]).index for r in driver.read("now")] == [0, 0]
+    assert [(r.value[0], decode_origin(r.headers["eos.origin"])) for r in driver.read("out")] == [
+        ("o1", ("orders", 0, 0, output_indices(0)[0]))]
+    assert not any(e.held for e in driver.ledger())  # (each order made an output at once: not filtered)
+
+
 def test_a_record_older_than_the_grace_period_is_dropped_as_late():
     driver = TopologyTestDriver(priced(app_(), grace=2_000))
     driver.pipe_many("orders", [("a", "o1", BASE + 10_000), ("a", "late", BASE + 7_999), ("a", "o2", BASE + 8_000)])
