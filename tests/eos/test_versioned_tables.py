@@ -375,6 +375,10 @@ def test_the_readme_versioned_table_example():
     driver.pipe_many("prices", [("apple", {"amount": 3}, BASE + 10_000), ("apple", {"amount": 4}, BASE + 20_000)])
     driver.pipe_many("orders", [("apple", {"order": 1}, BASE + 25_000), ("apple", {"order": 2}, BASE + 15_000)])
     assert [r.value for r in driver.read("orders-priced")] == [{"order": 1, "price": 4}, {"order": 2, "price": 3}]
+    assert driver.read("orders-priced-late") == []  # held for 15 minutes of the orders' time
+    driver.pipe("prices", "apple", {"amount": 5}, timestamp=BASE + 12_000)  # written late
+    driver.pipe("orders", "apple", {"order": 3}, timestamp=BASE + 20 * 60_000)  # lets go of orders 2 and 1
+    assert [r.value for r in driver.read("orders-priced-late")] == [{"order": 2, "price": 5}, {"order": 1, "price": 4}]
 
 
 def test_the_one_step_api_keeps_a_versioned_table_the_same_way():
