@@ -280,13 +280,17 @@ class TimeOrderedBuffer(StoreView):
         raw = self._buf().get(_HELD_META)
         return None if raw is None else _HELD_META_FORMAT.unpack(raw)[0]
 
-    def observe(self, timestamp: int) -> int:
-        """Move the observed stream time to `timestamp` if that is later; returns it."""
+    def observe(self, timestamp: int) -> tuple[int | None, int]:
+        """Move the observed stream time to `timestamp` if that is later; returns it as it was (None: nothing
+        observed yet) and as it is."""
         raw = self._buf().get(_HELD_META)
-        observed, seq = (timestamp, 0) if raw is None else _HELD_META_FORMAT.unpack(raw)
-        if timestamp > observed or raw is None:
-            self._buf().put(_HELD_META, _HELD_META_FORMAT.pack(max(observed, timestamp), seq))
-        return max(observed, timestamp)
+        if raw is None:
+            self._buf().put(_HELD_META, _HELD_META_FORMAT.pack(timestamp, 0))
+            return None, timestamp
+        observed, seq = _HELD_META_FORMAT.unpack(raw)
+        if timestamp > observed:
+            self._buf().put(_HELD_META, _HELD_META_FORMAT.pack(timestamp, seq))
+        return observed, max(observed, timestamp)
 
     def put(self, held: Held) -> None:
         raw = self._buf().get(_HELD_META)
@@ -300,12 +304,15 @@ class TimeOrderedBuffer(StoreView):
             fields += [name.encode(), header]
         self._buf().put(_DATA + _time(held.timestamp) + _time(seq), _pack(fields))
 
-    def take_until(self, timestamp: int) -> list[Held]:
-        """Remove and return the records at or before `timestamp`, in (timestamp, arrival) order."""
+    def take_until(self, timestamp: int, since: int | None = None) -> list[Held]:
+        """Remove and return the records at or before `timestamp`, in (timestamp, arrival) order. `since`: a
+        time before which none is left (the last `timestamp` taken until), where the scan starts rather than
+        at the first of the records taken before, whose deletions the batch's write buffer still holds."""
         if timestamp < 0:  # (keys sort by time for times >= 0)
             return []
         buf = self._buf()
-        taken = list(buf.iterate(_DATA, _DATA + _time(timestamp + 1)))
+        taken = list(buf.iterate(_DATA + _time(max(0, since)) if since is not None else _DATA,
+                                 _DATA + _time(timestamp + 1)))
         for k, _ in taken:
             buf.put(k, None)
         return [self._held(k, raw) for k, raw in taken]

@@ -108,13 +108,16 @@ class StreamTableJoin(Processor):
 
     def _hold(self, record: Record, buffer: TimeOrderedBuffer) -> None:
         """Keep the record until the grace period has passed, and let go of those it has passed for."""
-        assert self.grace is not None
-        deadline = buffer.observe(record.timestamp) - self.grace
+        grace = self.grace
+        assert grace is not None
+        before, observed = buffer.observe(record.timestamp)
+        deadline = observed - grace
         if record.timestamp < deadline:
             self.context.record_dropped("late")
             return
         buffer.put(Held(record.key, record.value, record.timestamp, self.context.hold()))
-        for held in buffer.take_until(deadline):
+        # (what was due at the stream's time before was let go then)
+        for held in buffer.take_until(deadline, since=None if before is None else before - grace):
             self.context.release(held.message, partial(self._join, held.key, held.value, held.timestamp))
 
 

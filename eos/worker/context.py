@@ -218,9 +218,9 @@ class TaskContext(ProcessorContext):
         does): its outputs come when it is let go (`release`), in this batch or a later one of the task, named
         after it with an index of their own (the n-th `output_indices(i)[0] + (n << shift)`, i the index the
         record reserves now: the k-th record held of the current input reserves the index its k-th output
-        would have). The lineage ledger counts it as held, not
-        filtered, when it made nothing else. Returns what to keep: the input record whole (topic, partition,
-        offset, key and value bytes, headers, timestamp) and the reserved index."""
+        would have). The lineage ledger counts it as held (and filtered) when it made nothing else. Returns
+        what to keep: the input record whole (topic, partition, offset, key and value bytes, headers,
+        timestamp) and the reserved index."""
         msg = self._current
         if msg is None:
             raise ValueError(f"{self.task_id}: hold() needs an input record (it was called in a punctuation)")

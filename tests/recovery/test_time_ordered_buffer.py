@@ -30,16 +30,20 @@ def _held(key, value, ts, offset, headers=()):
 def test_records_are_let_go_in_timestamp_then_arrival_order(backend):
     buffer = _buffer(backend)
     assert buffer.observed_stream_time() is None and buffer.take_until(10**12) == []
+    assert buffer.observe(5) == (None, 5)
     for n, (key, ts) in enumerate([("b", 30), ("a", 10), ("z", 20), ("a", 20), (None, 20)]):
         buffer.put(_held(key, {"n": n}, ts, n))
     assert buffer.observed_stream_time() == 30
-    assert buffer.observe(25) == 30 and buffer.observe(40) == 40 and buffer.observed_stream_time() == 40
+    assert buffer.observe(25) == (30, 30) and buffer.observe(40) == (30, 40) and buffer.observed_stream_time() == 40
     assert [h.value["n"] for h in buffer.all()] == [1, 2, 3, 4, 0]
     taken = buffer.take_until(20)
     assert [(h.key, h.timestamp, h.value["n"]) for h in taken] == [("a", 10, 1), ("z", 20, 2), ("a", 20, 3),
                                                                   (None, 20, 4)]
     assert taken[3].message == ("orders", 1, 4, None, b"raw", [], 20, 0)
     assert [h.key for h in buffer.all()] == ["b"] and buffer.take_until(29) == []
+    buffer.put(_held("y", 9, 25, 8))
+    assert buffer.take_until(29, since=26) == []  # (a scan from `since` on: nothing is left before it ...)
+    assert [h.key for h in buffer.take_until(29, since=20)] == ["y"]
     buffer.put(_held("c", 5, 20, 9))  # (the next arrival number, after those let go)
     assert [(h.key, h.value) for h in buffer.take_until(-1)] == [] and [h.key for h in buffer.all()] == ["c", "b"]
 
