@@ -54,6 +54,9 @@ class LineageResult:
     # Accounted for, not violations:
     ledger: bool = False  # the job's lineage ledger was found and used
     filtered: int = 0  # committed input records that produced nothing, by the job's design (a filter)
+    #: of those, records an operator held back that have no output yet (a stream-table join's grace period:
+    #: still held, or let go with nothing, as by an inner join without a row)
+    held: int = 0
     input_deleted: int = 0  # outputs of records processed, then deleted from the input by retention
     earlier_topic: int = 0  # outputs (and their copies) of an earlier topic of the same name
     skipped_by_retention: int = 0  # input offsets deleted by retention before the job processed them
@@ -238,6 +241,8 @@ def merge(inputs: list[InputPartial], outputs: list[OutputPartial], dead: list[O
         missing = want - got - dead_bm - filtered
         both = seen.get((topic, partition, 0), BitMap64()) & dlq.get((topic, partition, 0), BitMap64())
         result.filtered += len(filtered - got - dead_bm)
+        if account is not None and account.held:
+            result.held += len((filtered & account.held) - got - dead_bm)
         # filtered where it was read itself, yet with outputs (filtered on one path behind a repartition topic
         # while another path made outputs is no contradiction)
         # (nor is a record held back, whose outputs or dead letter come when it is let go)

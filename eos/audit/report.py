@@ -24,6 +24,7 @@ _ROWS = {
                 ("overlapping_batches", "offsets in two committed batches (ledger)", True),
                 ("filtered_but_output", "filtered, yet with output (ledger)", True),
                 ("filtered", "filtered by the job (ledger)", False),
+                ("held", "of those, held back without output yet (ledger)", False),
                 ("input_deleted", "output of input since deleted by retention", False),
                 ("earlier_topic", "output of an earlier topic of the same name", False),
                 ("skipped_by_retention", "input deleted by retention before processing", False),

@@ -174,7 +174,8 @@ def _report(summary: RunSummary, summary_json: Path | None) -> None:
         if late:
             console.print(f"[bold yellow]warning[/bold yellow]: step {step} dropped {late:,} of "
                           f"{summary.records_in_by_step.get(step, 0):,} input records ({share:.1%}) as late: "
-                          "their windows had closed (see `eos audit window` for where the lateness came from)",
+                          "their windows, or a join's grace period, had closed (`eos audit window` tells where a "
+                          "window's lateness came from)",
                           soft_wrap=True, highlight=False)
     if summary_json is not None:
         summary_json.write_text(json.dumps(summary.to_dict(), indent=2))

@@ -48,7 +48,8 @@ class DriverMetrics:
                                       "between its source and its sink", sub, registry=r)
         self.records_out = Counter("eos_records_out", "Output records committed", sub, registry=r)
         self.dead_letters = Counter("eos_dead_letters", "Records sent to the dead-letter topic", sub, registry=r)
-        self.dropped = Counter("eos_dropped_records", "Records dropped on purpose (late: their windows had closed)",
+        self.dropped = Counter("eos_dropped_records",
+                               "Records dropped on purpose (late: their windows or a join's grace had closed)",
                                [*sub, "reason"], registry=r)
         self.transactions = Counter("eos_transactions", "Task transactions committed", sub, registry=r)
         self.fenced = Counter("eos_fenced_tasks", "Task attempts fenced by a newer attempt", ["application"],

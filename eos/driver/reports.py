@@ -169,11 +169,12 @@ class LatenessWatch:
             if cfg.late_fail_ratio is not None and share > cfg.late_fail_ratio:
                 raise LateRecordsError(
                     f"step {step} dropped {late:,} of {summary.records_in_by_step.get(step, 0):,} input records "
-                    f"({share:.1%}) as late, above late_fail_ratio={cfg.late_fail_ratio}: raise the windows' grace, "
-                    "or late_fail_ratio if such lateness is expected")
+                    f"({share:.1%}) as late, above late_fail_ratio={cfg.late_fail_ratio}: raise the windows' (or "
+                    "the join's) grace, or late_fail_ratio if such lateness is expected")
             if share > cfg.late_warn_ratio and step not in self.warned:
                 self.warned.add(step)
                 log.warning(f"step {step} drops records as late: {late:,} so far, {share:.1%} of its input "
-                            f"(late_warn_ratio={cfg.late_warn_ratio}); their windows had closed. If they are on "
+                            f"(late_warn_ratio={cfg.late_warn_ratio}); their windows, or a join's grace period, had "
+                            "closed. If they are on "
                             "time at their source, the grace period is too short for their disorder",
                             step=step, late=late, share=round(share, 4))

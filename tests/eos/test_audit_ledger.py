@@ -140,7 +140,7 @@ def test_records_held_back_have_their_outputs_later_out_of_order_with_an_index_o
     ledger = {("in", 0): PartitionLedger(now=span(0, 5), filtered=bm(1, 2, 4), held=bm(1, 2, 4))}
     result = merge(inputs(0, 1, 2, 3, 4), [part], [], ledger=ledger)
     # 4 is still held: accounted for as filtered; 1 and 2 were let go (no contradiction, no index gap)
-    assert (result.violations, result.filtered, result.lost, result.index_gaps) == (0, 1, 0, 0)
+    assert (result.violations, result.filtered, result.held, result.lost, result.index_gaps) == (0, 1, 1, 0, 0)
     # without the ledger's word that they were held, outputs of records that made nothing contradict it
     ledger[("in", 0)].held = BitMap64()
     assert merge(inputs(0, 1, 2, 3, 4), [part], [], ledger=ledger).filtered_but_output == 2
