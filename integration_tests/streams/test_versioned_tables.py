@@ -275,5 +275,11 @@ def test_a_grace_period_holds_each_order_for_the_late_prices_of_its_time_across_
     checked = sorted((r.join.kind, r.join.how, r.join.late_records) for r in reports
                      if r.mode == "join" and not r.skipped)
     assert checked == [("stream-table", "left", 0), ("stream-table", "left", late)], checked
-    # what is still held, as queries read the buffer from its changelog
-    assert len(app.store_view("waited-buffer").view.all()) == holding
+    # what is still held, as queries read the buffer from its changelog, and as the command line shows it
+    held = app.store_view("waited-buffer").view.all()
+    assert len(held) == holding and {h.message[1] for h in held} == set(range(PARTITIONS))
+    shown = eos_cli(tmp_path, env, "store", "dump", "job.py", "waited-buffer")
+    assert shown.returncode == 0, shown.stderr
+    rows = [json.loads(line) for line in shown.stdout.splitlines()]
+    assert sorted(r["origin"] for r in rows if "origin" in r) == sorted(f"{topics['orders']}:{h.message[1]}:"
+                                                                      f"{h.message[2]}" for h in held)
