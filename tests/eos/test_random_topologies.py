@@ -37,6 +37,8 @@ RECORDS = 160
 SIDE = {**{f"k{i}": {"tier": i % 3} for i in range(6)}, **{f"s{i}": {"tier": i} for i in range(4)}}
 #: a versioned `side` (half the seeds): how far behind its newest row it keeps older ones
 HISTORY_MS = 3_600_000
+#: a grace period of a stream-table join with the versioned `side` (records come a second apart)
+GRACE_MS = 5_000
 
 Rec = tuple[Any, Any, int]  # key, value, timestamp
 #: what a check reads: a test driver, or a cluster's committed records and stores seen the same way
@@ -301,19 +303,35 @@ def table(i: int, out: str, stream: Any, recs: list[Rec], ordered: bool) -> Chec
     return check
 
 
-def joined(out: str, stream: Any, recs: list[Rec], rng: random.Random, side: Any, after: Chain) -> Check:
+def joined(out: str, stream: Any, recs: list[Rec], rng: random.Random, side: Any, after: Chain,
+           grace: int | None = None, exact: bool = True) -> Check:
     """Each record with its key's row of the table `side`, piped and processed before the stream; the results
-    through the stateless steps `after` on their way to the sink."""
+    through the stateless steps `after` on their way to the sink. With a grace period (a versioned `side`),
+    the records still held at the end (in the join's buffer) make no result yet: the results and what the
+    held records will make are the reference's; `exact` (one partition, records in time order) all of it,
+    otherwise at most (records out of order by more than the grace period are dropped as late)."""
     left = rng.random() < 0.5
     join = stream.left_join if left else stream.join
-    after.dsl(join(side, lambda v, row: {**v, "tier": None if row is None else row["tier"]}), f"after-{out}",
-              str).to(out)
-    want = Counter((k, json.dumps(v, sort_keys=True)) for k, v, _ in after.ref(
-        [(k, {**v, "tier": SIDE[k]["tier"] if k in SIDE else None}, ts) for k, v, ts in recs if left or k in SIDE]))
+    name = f"grace-{out.rsplit('-', 1)[-1]}"  # (short: its stores' names hold the side's)
+    named = {} if grace is None else {"name": name, "grace": grace}
+    after.dsl(join(side, lambda v, row: {**v, "tier": None if row is None else row["tier"]}, **named),
+              f"after-{out}", str).to(out)
+
+    def made(records: list[Rec]) -> Counter:
+        return Counter((k, json.dumps(v, sort_keys=True)) for k, v, _ in after.ref(
+            [(k, {**v, "tier": SIDE[k]["tier"] if k in SIDE else None}, ts) for k, v, ts in records
+             if left or k in SIDE]))
+    want = made(recs)
 
     def check(view: Any, cached: bool) -> None:
         got = Counter((r.key, json.dumps(r.value, sort_keys=True)) for r in view.records(out))
-        assert got == want, f"{'left ' if left else ''}join {out}"
+        if grace is None:
+            assert got == want, f"{'left ' if left else ''}join {out}"
+            return
+        held = made([(h.key, h.value, h.timestamp) for h in view.store(f"{name}-buffer").view.all()])
+        done = got + held
+        assert all(done[item] <= n for item, n in want.items()) and not done - want, f"grace join {out}"
+        assert done == want or not exact, f"grace join {out}: {sum((want - done).values())} results missing"
     return check
 
 
@@ -542,8 +560,12 @@ def build(seed: int, cache: int, partitions: int, *, records: list[tuple[str, st
             checks.append(processed(i, out, branch, branch_recs, not (prefix.ordered and suffix.ordered), ordered))
         else:
             side = side or app.table(names("side"), versioned=history)
-            checks.append(joined(out, branch, branch_recs, rng, side, after := after_join(seed, i)))
+            # (drawn apart: a grace period for half the joins of a versioned side)
+            grace = GRACE_MS if history is not None and random.Random(f"grace-{seed}-{i}").random() < 0.5 else None
+            checks.append(joined(out, branch, branch_recs, rng, side, after := after_join(seed, i), grace,
+                                 exact=partitions == 1))
             shown[-1] += f" then {after.shown}" if after.steps else ""
+            shown[-1] += " with a grace period" if grace is not None else ""
     if side is not None and history is not None:
         shown.append("the side table versioned")
     return app, checks, "; ".join(shown)
