@@ -89,6 +89,15 @@ def prices() -> list[tuple[str, dict | None, int]]:
     return out
 
 
+def job_env(tmp_path, bootstrap: str, app_id: str, topics: dict[str, str]) -> dict[str, str]:
+    """The job's environment: its topics (by role, upper-cased), application id, state directory, batches
+    of 40 records, and the directory its transactions are marked in (for the kills)."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    return {**os.environ, "EOS_BOOTSTRAP_SERVERS": bootstrap, "APP": app_id, "STATE": str(tmp_path / "state"),
+            "MARKS": str(marks), "BATCH": "40", **{n.upper(): t for n, t in topics.items()}}
+
+
 def eos_cli(cwd, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "eos.cli", *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=120)
@@ -112,11 +121,7 @@ def test_a_versioned_table_joins_each_order_with_the_price_at_its_time_across_si
     stock = [(f"p{i}", {"n": i * 3, "at": BASE}, BASE) for i in range(0, PRODUCTS, 2)]
     produce("prices", updates)
     produce("stock", stock)
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": bootstrap, "APP": unique_name("app"),
-           "STATE": str(tmp_path / "state"), "MARKS": str(marks), "BATCH": "40",
-           **{n.upper(): t for n, t in topics.items()}}
+    env = job_env(tmp_path, bootstrap, unique_name("app"), topics)
     run_killed_then_caught_up(tmp_path, JOB, env, seed=5, kills=2, pause=(2.0, 4.0))  # phase 1: the table
 
     # The reference: a versioned table per task (partition), fed in offset order.
@@ -240,11 +245,7 @@ def test_a_grace_period_holds_each_order_for_the_late_prices_of_its_time_across_
                              value=None if value is None else json.dumps(value).encode())
             producer.poll(0)
     assert producer.flush(60) == 0
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": bootstrap, "APP": unique_name("app"),
-           "STATE": str(tmp_path / "state"), "MARKS": str(marks), "BATCH": "40",
-           **{n.upper(): t for n, t in topics.items()}}
+    env = job_env(tmp_path, bootstrap, unique_name("app"), topics)
     run_killed_then_caught_up(tmp_path, GRACE_JOB, env, seed=9, kills=2, pause=(2.0, 4.0))
 
     models = [_Model(2 * 3_600_000) for _ in range(PARTITIONS)]

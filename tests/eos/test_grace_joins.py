@@ -25,6 +25,24 @@ def app_(**options) -> Application:
     return Application("t", bootstrap_servers="unused:9092", **options)
 
 
+def interleaved(rnd: random.Random, n: int, step: int, price_jitter: tuple[int, int], order_jitter: tuple[int, int], *,
+                share: float = 0.4, deletions: float = 0.0, price_keys: str = "abc", order_keys: str = "abcd",
+                order=lambda i, key: f"o{i}", keyed=lambda i, key: key) -> list[tuple]:
+    """`n` prices and orders, the i-th at `i * step` ms plus a jitter drawn from its kind's range: a `share` of
+    prices (value i, a share `deletions` of them deletions), the rest orders (value `order(i, key)`, keyed
+    `keyed(i, key)`)."""
+    out = []
+    for i in range(n):
+        if rnd.random() < share:
+            key = rnd.choice(price_keys)
+            value = None if deletions and rnd.random() < deletions else i
+            out.append(("prices", key, value, BASE + i * step + rnd.randint(*price_jitter)))
+        else:
+            key = rnd.choice(order_keys)
+            out.append(("orders", keyed(i, key), order(i, key), BASE + i * step + rnd.randint(*order_jitter)))
+    return out
+
+
 def priced(app: Application, grace=timedelta(minutes=15), history=timedelta(hours=1), how="left"):
     prices = app.table("prices", versioned=history)
     join = app.stream("orders").left_join if how == "left" else app.stream("orders").join
@@ -158,13 +176,7 @@ def test_killed_batches_restore_the_buffer_and_commit_the_same_results(rocksdb, 
     app = app_(max_records_per_batch=5)
     priced(app, grace=3_000, history=10_000)
     driver = TopologyTestDriver(app, state_dir=tmp_path if rocksdb else None)
-    rnd = random.Random(7)
-    inputs = []
-    for i in range(80):
-        if rnd.random() < 0.4:
-            inputs.append(("prices", rnd.choice("abc"), i, BASE + i * 300 + rnd.randint(-2_000, 500)))
-        else:
-            inputs.append(("orders", rnd.choice("abcd"), f"o{i}", BASE + i * 300 + rnd.randint(-4_000, 500)))
+    inputs = interleaved(random.Random(7), 80, 300, (-2_000, 500), (-4_000, 500))
     report = driver.check_exactly_once(inputs, crashes=8, seed=5)
     assert report.ok and len(report.crashes) >= 4 and report.records >= 80
 
@@ -181,13 +193,7 @@ def test_joins_match_a_reference_through_killed_batches(seed):
     app = app_(max_records_per_batch=rnd.choice([3, 9]))
     priced(app, grace=grace, history=history)
     driver = TopologyTestDriver(app)
-    inputs = []
-    for i in range(100):
-        if rnd.random() < 0.4:
-            inputs.append(("prices", rnd.choice("abc"), None if rnd.random() < 0.1 else i,
-                           BASE + i * 200 + rnd.randint(-5_000, 500)))
-        else:
-            inputs.append(("orders", rnd.choice("abcd"), f"o{i}", BASE + i * 200 + rnd.randint(-3_000, 500)))
+    inputs = interleaved(rnd, 100, 200, (-5_000, 500), (-3_000, 500), deletions=0.1)
     for step in ("after_read", "after_produce", "before_commit", "after_commit"):
         driver.crash_at(step, batch=rnd.randint(1, 12))
     # the reference reads one input at a time (a batch merges its partitions by timestamp: one at a time
@@ -224,12 +230,7 @@ def test_the_join_audit_replays_what_was_let_go(seed):
     app = app_(max_records_per_batch=rnd.choice([4, 50]))
     priced(app, grace=3_000, history=20_000)
     driver = TopologyTestDriver(app)
-    inputs = []
-    for i in range(120):
-        if rnd.random() < 0.45:
-            inputs.append(("prices", rnd.choice("abc"), i, BASE + i * 200 + rnd.randint(-2_500, 300)))
-        else:
-            inputs.append(("orders", rnd.choice("abcd"), f"o{i}", BASE + i * 200 + rnd.randint(-4_000, 300)))
+    inputs = interleaved(rnd, 120, 200, (-2_500, 300), (-4_000, 300), share=0.45)
     for n in range(0, len(inputs), 10):
         driver.pipe_records(inputs[n:n + 10])
     table = [Record(k, v, "prices", 0, n, ts)
@@ -307,13 +308,8 @@ def test_several_records_of_one_order_are_held_and_let_go_each_with_outputs_of_i
         .left_join(prices, lambda o, p: [o, p], name="priced", grace=2_000)
         .flat_map_values(lambda pair: [pair, [*pair, "copy"]]).to("out"))
     driver = TopologyTestDriver(app)
-    rnd = random.Random(3)
-    inputs = []
-    for i in range(60):
-        if rnd.random() < 0.4:
-            inputs.append(("prices", rnd.choice("ab"), i, BASE + i * 300 + rnd.randint(-1_500, 0)))
-        else:
-            inputs.append(("orders", rnd.choice("abc"), {"n": i}, BASE + i * 300 + rnd.randint(-1_000, 0)))
+    inputs = interleaved(random.Random(3), 60, 300, (-1_500, 0), (-1_000, 0), price_keys="ab", order_keys="abc",
+                         order=lambda i, key: {"n": i})
     for record in inputs:
         driver.pipe_records([record])
     got = driver.read("out")
@@ -394,15 +390,9 @@ def test_the_join_audit_replays_held_records_of_flat_maps_and_repartition_topics
         .left_join(prices, lambda o, p: [o, p], name="priced", grace=2_000)
         .flat_map_values(lambda pair: [pair, [*pair, "copy"]]).to("out"))
     driver = TopologyTestDriver(app, partitions=2)
-    rnd = random.Random(11)
-    inputs = []
-    for i in range(80):
-        key = rnd.choice("abc")
-        if rnd.random() < 0.4:
-            inputs.append(("prices", key, i, BASE + i * 300 + rnd.randint(-1_500, 0)))
-        else:
-            inputs.append(("orders", f"c{i % 5}" if rekeyed else key, {"n": i, "product": key},
-                           BASE + i * 300 + rnd.randint(-1_000, 0)))
+    inputs = interleaved(random.Random(11), 80, 300, (-1_500, 0), (-1_000, 0), order_keys="abc",
+                         order=lambda i, key: {"n": i, "product": key},
+                         keyed=lambda i, key: f"c{i % 5}" if rekeyed else key)
     for n in range(0, len(inputs), 8):
         driver.pipe_records(inputs[n:n + 8])
     result = _audit(driver, "priced")
