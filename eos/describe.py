@@ -168,7 +168,9 @@ def describe(app: Application) -> TopologyDescription:
                 stores = (*(f"{s} (versioned, history {versioned[s]} ms)" if s in versioned
                             else f"{s} (stream records held back, grace {grace} ms)" if s in held else s
                             for s in part.stores[node.name]),
-                          *(f"{g.name} (global)" for g in node.global_tables))
+                          *(f"{g.name} (global" + (f", versioned, history {g.history_retention_ms} ms)"
+                                                   if g.history_retention_ms is not None else ")")
+                            for g in node.global_tables))
                 nodes.append(NodeDescription(node.name, "processor", children, parents, kind=node.kind,
                                              stores=stores))
         out.subtopologies.append(SubTopologyDescription(index, sub.name, tuple(nodes)))

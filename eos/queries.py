@@ -85,8 +85,7 @@ def store_view(app: Application, name: str, bootstrap_servers: str | None = None
         scan = _cluster_scan(bootstrap, admin)
     if isinstance(spec, GlobalTable):
         copy = GlobalCopy(spec)
-        position = _read(scan, admin, spec.topic, lambda _, k, v: copy.data.__setitem__(k, v) if v is not None
-                         else copy.data.pop(k, None))
+        position = _read(scan, admin, spec.topic, lambda msg: copy.take((msg,)))
         view = GlobalTableView(spec)
         view.copy = copy
         return StoreSnapshot(name, "global_table", view, position)
@@ -94,7 +93,8 @@ def store_view(app: Application, name: str, bootstrap_servers: str | None = None
     if admin.partition_counts([topic])[topic] is None:
         raise KeyError(f"store {name!r} has no changelog topic {topic} yet: the application has not run")
     per_task: dict[int, dict[bytes, bytes | None]] = {}
-    position = _read(scan, admin, topic, lambda p, k, v: per_task.setdefault(p, {}).__setitem__(k, v))
+    position = _read(scan, admin, topic, lambda msg: per_task.setdefault(msg.partition(), {}).__setitem__(
+        msg.key() or b"", msg.value()))  # (`_read` gives records with a key)
 
     def copy_of(changes: dict[bytes, bytes | None]) -> Any:
         backend = MemoryBackend()
@@ -163,15 +163,14 @@ def _cluster_scan(bootstrap: str, admin: KafkaAdmin) -> Scan:
     return lambda topic, until: scan_topic(bootstrap, topic, admin=admin, until=until)
 
 
-def _read(scan: Scan, admin: Any, topic: str, apply: Callable[[int, bytes, bytes | None], Any]) -> dict[int, int]:
-    """Every committed record of `topic` with a key, `apply(partition, key, value)` (value None: a tombstone);
-    returns the offset each partition was read to."""
+def _read(scan: Scan, admin: Any, topic: str, apply: Callable[[Message], Any]) -> dict[int, int]:
+    """`apply(record)` to every committed record of `topic` with a key (its value None: a tombstone); returns
+    the offset each partition was read to."""
     ends = admin.end_offsets(admin.topic_partitions(topic), committed=True)
     for batch in scan(topic, ends):
         for msg in batch:
-            key = msg.key()
-            if key is not None:
-                apply(msg.partition(), key, msg.value())
+            if msg.key() is not None:
+                apply(msg)
     return {p: end for (_, p), end in ends.items()}
 
 

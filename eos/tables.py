@@ -110,6 +110,8 @@ class GlobalTable:
     name: str
     key_serde: Serde
     value_serde: Serde
+    #: a versioned global table (`versioned=`): the history retention (ms) of each copy (None: the latest row)
+    history_retention_ms: int | None = None
 
 
 @dataclass(frozen=True)

@@ -443,7 +443,9 @@ def _audit_stream_table(spec: JoinSpec, sub: SubTopology, stream: list[Record], 
     if spec.kind == "stream-global":
         table = [_table_record(m, g) for g in sub.global_tables for batch in
                  scan_topic(bootstrap_servers, g.topic, admin=admin) for m in batch]
-        versions = _histories([r for r in table if r is not None])
+        rows = [r for r in table if r is not None]
+        history = next((g.history_retention_ms for g in sub.global_tables if g.topic == spec.right), None)
+        versions = _histories(rows) if history is None else _global_versioned_states(rows, history)
     else:
         versions = {}
     made_of = {o: (r.partition, r.offset) for r, o in zip(stream, carried, strict=True)}
@@ -648,6 +650,22 @@ def _versioned_states(records: list[Record], versioned: int) -> dict[Any, list[A
                                             bounds[at[i + 1] - 1] if i + 1 < len(at) else last)
                              for i, n in enumerate(at))]
     return out
+
+
+def _global_versioned_states(records: list[Record], versioned: int) -> dict[Any, list[Any]]:
+    """A versioned global table's states (`_versioned_states`) for the join audit. A worker's copy reads the
+    topic's partitions one after another up to each batch's pins, so the store's history bound at a lookup is
+    not known here beyond its key's own partition: each state's bound is taken at its lowest from that
+    partition's updates, and at its highest from every update of the topic. A lookup is thus explained by any
+    bound some read order could have given, and never by none."""
+    parts: dict[int, list[Record]] = defaultdict(list)
+    for r in records:
+        parts[r.partition].append(r)
+    if len(parts) <= 1:
+        return _versioned_states(records, versioned)
+    highest = max(r.timestamp for r in records) - versioned
+    return {key: [state._replace(bound_hi=max(state.bound_hi, highest)) for state in states]
+            for part in parts.values() for key, states in _versioned_states(part, versioned).items()}
 
 
 def _reading(sub: SubTopology, topic: str) -> tuple[Serde, Serde, Callable[[Record], int]]:

@@ -53,7 +53,7 @@ def get(target: str = typer.Argument(..., help="module:app or path/to/job.py[:ap
     if snapshot.kind not in ("key_value", "global_table", "versioned"):
         what = "the records it holds back" if snapshot.kind == "time_ordered_buffer" else "its windows"
         fail(2, f"store {store!r} is a {snapshot.kind} store, not looked up by key: `eos store dump` shows {what}")
-    if at is not None and snapshot.kind != "versioned":
+    if at is not None and snapshot.kind != "versioned" and not getattr(snapshot.view, "versioned", False):
         fail(2, f"--as-of reads a versioned store (app.table(..., versioned=...)); {store!r} is a {snapshot.kind} "
                 "store, which keeps only its latest values")
     spec_key = snapshot.view.table.key_serde if snapshot.kind == "global_table" else snapshot.view.spec.key_serde

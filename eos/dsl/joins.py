@@ -74,15 +74,15 @@ class JoinMethods(AggregationMethods):
         return Table(self, ks, vs, (topic,), source=source)  # type: ignore[arg-type]
 
     def global_table(self, topic: str, *, name: str | None = None, key_serde: SerdeSpec = "string",
-                     value_serde: SerdeSpec = "json", versioned: Any = None) -> GlobalTable:
+                     value_serde: SerdeSpec = "json", versioned: int | timedelta | None = None) -> GlobalTable:
         """A table every task holds whole (all partitions of `topic`), read up to offsets pinned per batch;
         joined with `app.join(stream, global_table, ..., key=fn(record) -> table key)`. Kept in memory.
-        (`versioned=` is refused: global tables keep the latest row only.)"""
-        if versioned is not None:
-            raise ValueError(f"global table {topic!r}: versioned global tables are not built (a global table "
-                             "keeps each key's latest row). For lookups by time, read it with app.table(topic, "
-                             "versioned=...) and join a stream keyed like it (re-key the stream with select_key first)")
-        return GlobalTable(topic, name or store_name(topic), serde_for(key_serde), serde_for(value_serde))
+
+        `versioned=history retention` (ms or a timedelta) keeps each row's versions by timestamp, as
+        `app.table(versioned=...)` does: a stream record joins the row its table key held at the record's
+        timestamp (Kafka Streams' versioned global tables, KIP-914)."""
+        return GlobalTable(topic, name or store_name(topic), serde_for(key_serde), serde_for(value_serde),
+                           history_retention(versioned, f"global table {topic!r}"))
 
     def join(self, left: str | TableSide, right: Side, output: str, *, name: str, joiner: Callable[[Any, Any], Any],
              how: JoinKind = "inner", windows: JoinWindows | None = None, key: Callable[[Record], Any] | None = None,

@@ -122,7 +122,8 @@ class StreamTableJoin(Processor):
 
 
 class GlobalTableJoin(Processor):
-    """Stream records joined with a global table's value for `key(record)`."""
+    """Stream records joined with a global table's value for `key(record)`; with a versioned global table, its
+    value as of the stream record's timestamp."""
 
     def __init__(self, table: str, key: Callable[[Record], Any], joiner: Joiner, how: JoinKind) -> None:
         self.table_name, self.key, self.joiner, self.how = table, key, joiner, how
@@ -130,13 +131,19 @@ class GlobalTableJoin(Processor):
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
         self.table = context.store(self.table_name)
+        self.versioned = getattr(self.table, "versioned", False)
 
     def process(self, record: Record) -> None:
         if record.value is None:
             self.context.record_dropped("stream record without a value")
             return
         table_key = self.key(record)
-        current = None if table_key is None else self.table.get(table_key)
+        if table_key is None:
+            current = None
+        elif self.versioned:  # (a versioned global table: its row as of the record's time)
+            current = self.table.get(table_key, as_of=record.timestamp)
+        else:
+            current = self.table.get(table_key)
         if current is None and self.how == "inner":
             return
         self.context.forward(record.key, self.joiner(record.value, current))

@@ -9,11 +9,12 @@ never holds a record of a transaction that did not commit (it is read read_commi
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from eos.tables import GlobalTable
-from transactions import OffsetRange, RangeReader
+from recovery import MemoryBackend, StoreSpec, Version, VersionedKeyValueStore, WriteBuffer
+from transactions import Message, OffsetRange, RangeReader
 
 __all__ = ["GlobalCopy", "GlobalTableView", "GlobalPins"]
 
@@ -22,22 +23,48 @@ GlobalPins = Mapping[int, tuple[int, int]]
 
 
 class GlobalCopy:
+    """One worker's copy of a global table: its rows by serialized key, or, for a versioned global table, a
+    versioned store in memory (`recovery.versioned`, the same store versioned tables are kept in: rows by
+    timestamp, out-of-order updates into the history, the history retention's bound)."""
+
     def __init__(self, table: GlobalTable) -> None:
         self.table = table
         self.positions: dict[int, int] = {}
         self.data: dict[bytes, bytes] = {}
+        self.versions: VersionedKeyValueStore | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self.positions.clear()
+        self.data.clear()
+        if self.table.history_retention_ms is not None:
+            self._backend = MemoryBackend()
+            self._writes = WriteBuffer(self._backend)
+            self.versions = VersionedKeyValueStore(StoreSpec(self.table.name, self.table.key_serde,
+                                                             self.table.value_serde, False, kind="versioned",
+                                                             retention_ms=self.table.history_retention_ms))
+            self.versions.attach(self._writes)
 
     def advance(self, read: RangeReader, pins: GlobalPins, timeout: float) -> int:
         """Bring the copy to exactly `pins`, reading with `read` (read_committed). Returns the records read."""
         if any(self.positions.get(p, 0) > end for p, (_, end) in pins.items()):
-            self.positions.clear()
-            self.data.clear()
+            self._reset()
         ranges = [OffsetRange(self.table.topic, p, max(self.positions.get(p, 0), first), end)
                   for p, (first, end) in sorted(pins.items())]
         ranges = [r if r.start <= r.end else OffsetRange(r.topic, r.partition, r.end, r.end) for r in ranges]
-        records, data = 0, self.data
+        records = 0
         for chunk in read(ranges, timeout):
-            for msg in chunk:
+            self.take(chunk)
+            records += len(chunk)
+        for p, (_, end) in pins.items():
+            self.positions[p] = end
+        return records
+
+    def take(self, messages: Iterable[Message]) -> None:
+        """Apply the table's records `messages`, in the order read (a tombstone deletes its key's row)."""
+        data, versions = self.data, self.versions
+        if versions is None:
+            for msg in messages:
                 key, value = msg.key(), msg.value()
                 if key is None:
                     continue
@@ -45,10 +72,15 @@ class GlobalCopy:
                     data.pop(key, None)
                 else:
                     data[key] = value
-            records += len(chunk)
-        for p, (_, end) in pins.items():
-            self.positions[p] = end
-        return records
+            return
+        ks, vs = self.table.key_serde, self.table.value_serde
+        for msg in messages:
+            if msg.key() is not None:
+                raw = msg.value()
+                versions.put(ks.deserialize(msg.key()), None if raw is None else vs.deserialize(raw),
+                             msg.timestamp()[1])
+        self._backend.write(self._writes.changes(), None)  # (the copy's writes kept at once: nothing to commit)
+        self._writes.clear()
 
 
 class GlobalTableView:
@@ -59,20 +91,44 @@ class GlobalTableView:
         self.name = table.name
         self.copy: GlobalCopy | None = None
 
-    def _data(self) -> dict[bytes, bytes]:
+    @property
+    def versioned(self) -> bool:
+        return self.table.history_retention_ms is not None
+
+    def _copy(self) -> GlobalCopy:
         if self.copy is None:
             raise RuntimeError(f"global table {self.name!r} is only available while a batch is processed")
-        return self.copy.data
+        return self.copy
 
-    def get(self, key: Any, default: Any = None) -> Any:
+    def get(self, key: Any, default: Any = None, *, as_of: int | None = None) -> Any:
+        """The key's row (`as_of`: a versioned global table's row at that time)."""
+        copy = self._copy()
+        if copy.versions is not None:
+            return copy.versions.get(key, default, as_of=as_of)
+        if as_of is not None:
+            raise ValueError(f"global table {self.name!r} is not versioned: as_of= reads a versioned one "
+                             "(app.global_table(..., versioned=...))")
         raw_key = self.table.key_serde.serialize(key)
-        raw = self._data().get(raw_key) if raw_key is not None else None
+        raw = copy.data.get(raw_key) if raw_key is not None else None
         return default if raw is None else self.table.value_serde.deserialize(raw)
 
+    def versions(self, key: Any, time_from: int | None = None, time_to: int | None = None) -> list[Version]:
+        """A versioned global table's versions of `key` (`recovery.versioned.VersionedKeyValueStore.versions`)."""
+        copy = self._copy()
+        if copy.versions is None:
+            raise ValueError(f"global table {self.name!r} is not versioned")
+        return copy.versions.versions(key, time_from, time_to)
+
     def all(self) -> Iterator[tuple[Any, Any]]:
+        """Every key's current row."""
+        copy = self._copy()
+        if copy.versions is not None:
+            yield from copy.versions.all()
+            return
         ks, vs = self.table.key_serde, self.table.value_serde
-        for k, v in list(self._data().items()):
+        for k, v in list(copy.data.items()):
             yield ks.deserialize(k), vs.deserialize(v)
 
     def approximate_num_entries(self) -> int:
-        return len(self._data())
+        copy = self._copy()
+        return len(copy.data) if copy.versions is None else copy.versions.approximate_num_entries()

@@ -187,6 +187,9 @@ orders = app.stream(os.environ["ORDERS"])
 price_of = lambda order, price: {"id": order["id"], "price": price and price["price"]}
 orders.left_join(prices, price_of, name="waited", grace=timedelta(minutes=30)).to(os.environ["WAITED"])
 orders.left_join(prices, price_of, name="at_once").to(os.environ["AT_ONCE"])
+# the same prices as a versioned global table, each order joined with its product's price at the order's time
+rates = app.global_table(os.environ["PRICES"], name="global-prices", versioned=timedelta(hours=2))
+orders.left_join(rates, price_of, key=lambda product, order: product, name="global").to(os.environ["GLOBAL"])
 if os.environ.get("MARKS"):
     app.fault_hooks.on("before_commit", MarkWhile(os.environ["MARKS"], seconds=0.3))
 """
@@ -234,7 +237,7 @@ def test_a_grace_period_holds_each_order_for_the_late_prices_of_its_time_across_
     """Prices up to twenty minutes late, orders held back thirty minutes: each order let go is joined with
     the price its product had at its time among all the updates (a reference versioned table fed everything),
     exactly once, through SIGKILLs; the same orders joined at once (no grace period) miss late prices."""
-    names = ("prices", "orders", "waited", "at_once")
+    names = ("prices", "orders", "waited", "at_once", "global")
     topics = dict(zip(names, (topic_factory(n, partitions=PARTITIONS) for n in names), strict=True))
     bootstrap = kafka.bootstrap_servers
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
@@ -267,15 +270,26 @@ def test_a_grace_period_holds_each_order_for_the_late_prices_of_its_time_across_
     at_once = dict(at_once.keys())  # order id -> the price it was joined with
     missed = sum(at_once[i] != price for i, price in expected)
     assert missed > 20, missed  # without the grace period, orders read before a late price miss it
+    # the versioned global table holds every price from the first batch on: each order, at once, gets the
+    # price at its time among all the updates
+    assert joined("global") == Counter((o["id"], (lambda v: v and v["price"])(models[partition(k)].get(k, at)))
+                                       for k, o, at in orders)
 
     app = load_job(tmp_path, env, monkeypatch)
     reports = audit_application(app)
     failed = [(r.mode, r.violations, r.lineage and r.lineage.samples) for r in reports if r.verdict != "PASS"]
     assert not failed, failed
-    # both joins replayed by the join audit, the grace period's with its late orders
+    # the three joins replayed by the join audit, the grace period's with its late orders
     checked = sorted((r.join.kind, r.join.how, r.join.late_records) for r in reports
                      if r.mode == "join" and not r.skipped)
-    assert checked == [("stream-table", "left", 0), ("stream-table", "left", late)], checked
+    assert checked == [("stream-global", "left", 0), ("stream-table", "left", 0), ("stream-table", "left", late)], \
+        checked
+    # the global table by time from the command line
+    key, at = next((k, at) for k, _, at in orders if models[partition(k)].get(k, at) not in (None, models[
+        partition(k)].get(k)))
+    shown = eos_cli(tmp_path, env, "store", "get", "job.py", "global-prices", key, "--as-of", str(at))
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["value"] == models[partition(key)].get(key, at)
     # what is still held, as queries read the buffer from its changelog, and as the command line shows it
     held = app.store_view("waited-buffer").view.all()
     assert len(held) == holding and {h.message[1] for h in held} == set(range(PARTITIONS))

@@ -114,6 +114,22 @@ def test_global_copy_is_rebuilt_when_it_is_ahead_of_the_pins():
     assert copy.data == {} and copy.positions == {0: 0}
 
 
+def test_a_versioned_global_copy_is_rebuilt_with_its_history_when_it_is_ahead_of_the_pins():
+    from eos.serde import JsonSerde, StringSerde
+    from transactions.memory import MemoryMessage
+
+    copy = GlobalCopy(GlobalTable("t", "t", StringSerde(), JsonSerde(), history_retention_ms=10_000))
+    log = [MemoryMessage("t", 0, n, b"k", b"%d" % n, None, 1_000 * (n + 1)) for n in range(3)]
+
+    def read(ranges, timeout):
+        return iter([[m for r in ranges for m in log[r.start:r.end]]])
+
+    copy.advance(read, {0: (0, 3)}, 1.0)
+    assert copy.versions is not None and copy.versions.get("k") == 2 and copy.versions.get("k", as_of=1_500) == 0
+    copy.advance(read, {0: (0, 2)}, 1.0)  # a retried batch pinned earlier: the later version is gone too
+    assert copy.versions.get("k") == 1 and copy.versions.get("k", as_of=9_000) == 1 and copy.positions == {0: 2}
+
+
 @pytest.mark.parametrize("how", ["inner", "left", "outer"])
 def test_stream_stream_joins_match_the_reference_on_out_of_order_input(how):
     rng = random.Random(hash(how) % 1000)

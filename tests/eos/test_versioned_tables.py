@@ -145,11 +145,85 @@ def test_a_history_retention_that_is_no_duration_is_refused(versioned):
         app.table("prices", versioned=versioned)
     with pytest.raises(ValueError, match="versioned= is the history retention"):
         app.stream("s").to_table(versioned=versioned)
+    with pytest.raises(ValueError, match="global table 'g': versioned= is the history retention"):
+        app.global_table("g", versioned=versioned)
 
 
-def test_a_versioned_global_table_is_refused_with_what_to_do_instead():
-    with pytest.raises(ValueError, match=r"versioned global tables are not built .* app.table\(topic, versioned="):
-        app_().global_table("rates", versioned=60_000)
+def _rated(versioned=timedelta(minutes=10)):
+    app = app_()
+    rates = app.global_table("rates", versioned=versioned)
+    app.stream("orders").left_join(rates, lambda o, r: [o["id"], r], key=lambda k, o: o["cur"],
+                                   name="rated").to("out")
+    return app
+
+
+def test_a_versioned_global_table_joins_each_record_with_the_row_at_its_time():
+    driver = TopologyTestDriver(_rated())
+    driver.pipe_many("rates", [("eur", 1.1, BASE + 1_000), ("eur", 1.3, BASE + 5_000),
+                               ("eur", 1.2, BASE + 3_000)])  # out of order: valid 3 s to 5 s
+    driver.pipe_many("orders", [(f"o{i}", {"id": i, "cur": "eur"}, BASE + at)
+                                for i, at in enumerate([500, 2_000, 4_000, 6_000, 3_500])])
+    assert [r.value for r in driver.read("out")] == [[0, None], [1, 1.1], [2, 1.2], [3, 1.3], [4, 1.2]]
+    driver.pipe("rates", "eur", None, timestamp=BASE + 7_000)  # deleted from 7 s on
+    driver.pipe_many("orders", [("o5", {"id": 5, "cur": "eur"}, BASE + 8_000),
+                                ("o6", {"id": 6, "cur": "eur"}, BASE + 6_500)])
+    assert [r.value for r in driver.read("out")] == [[5, None], [6, 1.3]]
+    rates = driver.store("rates")  # (as queries read it: its topic read into a copy of the same kind)
+    assert rates.get("eur") is None and rates.get("eur", as_of=BASE + 4_000) == 1.2
+    assert [(v.value, v.valid_from, v.valid_to) for v in rates.versions("eur")] == [  # (tombstones left out)
+        (1.3, BASE + 5_000, BASE + 7_000), (1.2, BASE + 3_000, BASE + 5_000), (1.1, BASE + 1_000, BASE + 3_000)]
+    assert "rates (global, versioned, history 600000 ms)" in str(driver.app.describe())
+
+
+def test_a_plain_global_table_is_read_as_of_nothing():
+    app = app_()
+    app.stream("orders").join(app.global_table("rates"), lambda o, r: r, key=lambda k, o: o).to("out")
+    driver = TopologyTestDriver(app)
+    driver.pipe("rates", "eur", 1.1, timestamp=BASE)
+    with pytest.raises(ValueError, match="not versioned: as_of= reads a versioned one"):
+        driver.store("rates").get("eur", as_of=BASE)
+    assert driver.store("rates").get("eur") == 1.1
+
+
+def test_a_versioned_global_table_keeps_its_history_bound_across_its_partitions():
+    """The copy's observed stream time is the largest timestamp of every partition it has read: an update
+    older than that minus the history retention is not kept, and a lookup older than it finds nothing. (A copy
+    reads its partitions one after another when a batch of the join runs: the order before it decides.)"""
+    driver = TopologyTestDriver(_rated(versioned=2_000), partitions=2)
+    driver.pipe_many("rates", [("eur", 1.0, BASE + 1_000, 0), ("usd", 2.0, BASE + 10_000, 1)])
+    driver.pipe("orders", "o0", {"id": 0, "cur": "chf"}, timestamp=BASE)  # a batch: the copy reads both
+    driver.pipe_many("rates", [("eur", 1.5, BASE + 7_000, 0)])  # before 10 s - 2 s: not kept
+    driver.pipe_many("orders", [("o1", {"id": 1, "cur": "eur"}, BASE + 8_000),
+                                ("o2", {"id": 2, "cur": "eur"}, BASE + 7_999),
+                                ("o3", {"id": 3, "cur": "usd"}, BASE + 10_000)])
+    assert sorted(r.value for r in driver.read("out")) == [[0, None], [1, 1.0], [2, None], [3, 2.0]]
+
+
+def test_killed_batches_join_a_versioned_global_table_the_same_way(tmp_path):
+    driver = TopologyTestDriver(_rated(), state_dir=tmp_path)
+    rnd = random.Random(4)
+    inputs = []
+    for i in range(70):
+        at = BASE + i * 300 + rnd.randint(-2_000, 300)
+        if rnd.random() < 0.4:
+            inputs.append(("rates", rnd.choice(["eur", "usd"]), None if rnd.random() < 0.1 else i, at))
+        else:
+            inputs.append(("orders", f"o{i}", {"id": i, "cur": rnd.choice(["eur", "usd", "chf"])}, at))
+    report = driver.check_exactly_once(inputs, crashes=8, seed=2)
+    assert report.ok and len(report.crashes) >= 4
+
+
+def test_the_join_audit_bounds_a_versioned_global_tables_history_by_every_partition():
+    from eos.audit.joins import _global_versioned_states
+
+    rows = [Record("a", 1, "rates", 0, 0, 1_000), Record("b", 2, "rates", 1, 0, 5_000),
+            Record("a", 3, "rates", 0, 1, 4_000)]
+    states = _global_versioned_states(rows, 2_000)
+    # a's own partition says its bound was at most 2,000 after its second update; partition 1 may have been
+    # read before it, making it 3,000: a lookup at 2,500 may have found 1 or nothing
+    assert states["a"][2].values_at(2_500) == (1, None) and states["a"][2].values_at(3_500) == (1,)
+    one = [Record(r.key, r.value, r.topic, 0, n, r.timestamp) for n, r in enumerate(rows)]
+    assert _global_versioned_states(one, 2_000) == _versioned_states(one, 2_000)  # (one partition: exact)
 
 
 def test_a_stream_made_a_versioned_table():
