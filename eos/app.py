@@ -154,15 +154,21 @@ class Application(GraphMethods):
 
         return read_store(self, name, spark, bootstrap_servers)
 
+    def require_steps(self) -> None:
+        """Raise `ConfigError` if the application has no step to run (a table or a global table alone is
+        read only by the steps that join it)."""
+        if not self.subtopologies:
+            raise ConfigError(f"application {self.config.application_id!r} has no sub-topology: add one with "
+                              "app.stream(...).to(...), @app.process, @app.process_batch, app.aggregate or "
+                              "app.add_processor (a table or a global table is read by the steps that join it)")
+
     def preflight(self, master: str) -> None:
         """What can be checked before Spark starts: a sub-topology exists, the bootstrap servers answer and
         have the input and output topics, and (local masters) the state directory is writable. Raises
         `ConfigError` saying what to change."""
         from eos.driver.checks import preflight, user_topics
 
-        if not self.subtopologies:
-            raise ConfigError(f"application {self.config.application_id!r} has no sub-topology: add one with "
-                              "@app.process, @app.process_batch, app.aggregate or app.add_processor")
+        self.require_steps()
         internal = {t.name for t in self.internal_topics.values()}  # created by the run (repartition topics)
         preflight(self.config, local_master=master.startswith("local"),
                   topics=user_topics(self.subtopologies) - internal)

@@ -117,6 +117,7 @@ class TopologyTestDriver:
         RocksDB under this directory, kept open between batches as a worker keeps them (by default every
         store is in memory); `task_slots`: the tasks a cluster would run at once, which
         `tasks_per_transaction="auto"` makes its units by (the default local master's two)."""
+        app.require_steps()
         self.app = app
         self.config = app.config.with_overrides(log_level=log_level,
                                                 **({} if state_dir is None else {"state_dir": str(state_dir)}))
@@ -159,7 +160,7 @@ class TopologyTestDriver:
 
     # ------------------------------------------------------------------ input
     def pipe(self, topic: str, key: Any = None, value: Any = None, *, timestamp: int | None = None,
-             headers: Iterable[tuple[str, bytes]] | None = None, partition: int | None = None,
+             headers: Iterable[tuple[str, bytes]] | Mapping[str, bytes] | None = None, partition: int | None = None,
              serialized: bool = False) -> None:
         """Write one record to `topic` (serialized with the serdes of the step that reads it; `serialized`:
         key and value are bytes as they are, e.g. a malformed record) and process everything it leads to.
@@ -349,7 +350,8 @@ class TopologyTestDriver:
         self._configs = configs  # applied once every topic exists (the dead-letter topic too)
 
     def _append(self, topic: str, key: Any, value: Any, timestamp: int | None,
-                headers: Iterable[tuple[str, bytes]] | None, partition: int | None, serialized: bool = False) -> None:
+                headers: Iterable[tuple[str, bytes]] | Mapping[str, bytes] | None, partition: int | None,
+                serialized: bool = False) -> None:
         if topic not in self.cluster.logs:
             raise KeyError(f"no topic {topic!r}: the application's topics are {sorted(self.cluster.logs)}")
         key_serde, value_serde = self._input_serdes(topic)  # (which also says when no step reads it)
@@ -358,7 +360,7 @@ class TopologyTestDriver:
         else:
             key = key_serde.serialize(key) if key is not None else None
             value = value_serde.serialize(value) if value is not None else None
-        self.cluster.append(topic, partition, key, value, list(headers or ()),
+        self.cluster.append(topic, partition, key, value, _headers(headers),
                             self.now if timestamp is None else int(timestamp))
 
     def _input_serdes(self, topic: str) -> tuple[Serde, Serde]:
@@ -405,6 +407,18 @@ class TopologyTestDriver:
     def _scan(self, topic: str, until: dict[tuple[str, int], int]) -> list[list[Any]]:
         return [[m for m in self.cluster.records(topic, p) if m.offset() < end]
                 for (_, p), end in sorted(until.items())]
+
+
+def _headers(headers: Iterable[tuple[str, bytes]] | Mapping[str, bytes] | None) -> list[tuple[str, bytes]]:
+    """A record's headers as Kafka has them, from (name, value) pairs or a mapping (what `TestRecord.headers`
+    is); anything else is refused, saying what a header is."""
+    pairs = list(headers.items()) if isinstance(headers, Mapping) else list(headers or ())
+    for pair in pairs:
+        if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str)
+                and (pair[1] is None or isinstance(pair[1], bytes))):
+            raise TypeError(f"a header is a (name, value bytes) pair, got {pair!r:.60}: give headers as "
+                            "[(\"name\", b\"value\"), ...] or {\"name\": b\"value\"}")
+    return pairs
 
 
 def _raw(topic: str, part: str, data: Any) -> bytes | None:

@@ -268,3 +268,26 @@ def test_kafka_streams_rule_on_request_loses_the_second_block():
                                  wall_clock_ms=10_000_000)
     largest.pipe_records(records)
     assert clocks.dropped == {} and largest.dropped["pages"]["late"] > 20
+
+
+def test_headers_are_pairs_or_a_mapping_and_anything_else_is_refused():
+    app = Application("h", "unused:9092")
+    app.stream("in").map_values(lambda v: v).to("out")
+    driver = TopologyTestDriver(app)
+    driver.pipe("in", "k", 1, headers={"trace": b"a"})
+    driver.pipe("in", "k", 2, headers=[("trace", b"b"), ("empty", None)])
+    assert [{k: v for k, v in r.headers.items() if k != "eos.origin"} for r in driver.read("out")] == [
+        {"trace": b"a"}, {"trace": b"b", "empty": None}]
+    with pytest.raises(TypeError, match=r"a header is a \(name, value bytes\) pair, got 'trace'"):
+        driver.pipe("in", "k", 3, headers=["trace"])
+    with pytest.raises(TypeError, match="a header is a"):
+        driver.pipe("in", "k", 3, headers={"trace": "not bytes"})
+
+
+def test_an_application_without_steps_is_refused_saying_what_to_add():
+    from eos.errors import ConfigError
+
+    app = Application("empty", "unused:9092")
+    app.global_table("rates")
+    with pytest.raises(ConfigError, match=r"has no sub-topology: add one with app.stream\(...\).to\(...\)"):
+        TopologyTestDriver(app)
