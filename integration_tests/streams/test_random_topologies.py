@@ -22,7 +22,7 @@ from eos.driver.checks import user_topics
 from integration_tests.helpers import produce
 from integration_tests.streams.test_fused_topology import load_job, run_killed_then_caught_up
 from integration_tests.streams.test_time_and_rekey import committed_records
-from tests.eos.test_random_topologies import SIDE, build, inputs, side_history, versioned_side
+from tests.eos.test_random_topologies import SIDE, build, inputs, side_history, versioned_global, versioned_side
 from transactions import KafkaAdmin, TopicSpec
 from transactions.memory import partition_for
 
@@ -104,8 +104,8 @@ def test_a_random_topology_killed_and_restarted_commits_what_its_reference_compu
 
     for table in ("side", "gside"):  # the tables' rows (a global table's too), older than every record of the stream
         if prefix + table in topics:
-            rows = (side_history(BASE)
-                    if table == "side" and versioned_side(app) else [(k, v, BASE - 1_000) for k, v in SIDE.items()])
+            versioned = versioned_side(app) if table == "side" else versioned_global(app)
+            rows = side_history(BASE) if versioned else [(k, v, BASE - 1_000) for k, v in SIDE.items()]
             produce(bootstrap, prefix + table, [(k.encode(), json.dumps(v).encode()) for k, v, _ in rows],
                     partition_of=at_key, timestamp_of=lambda n, key, rows=rows: rows[n][2])
     produce(bootstrap, prefix + "in", [(k.encode(), json.dumps(v).encode()) for _, k, v, _ in records],

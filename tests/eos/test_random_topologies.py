@@ -546,7 +546,9 @@ def build(seed: int, cache: int, partitions: int, *, records: list[tuple[str, st
         elif kind == "stream_join":
             checks.append(stream_joined(out, branch, branch_recs, rng, f"b{i}"))
         elif kind == "global_join":
-            gside = gside or app.global_table(names("gside"))
+            # (drawn apart: half the seeds' global side table is versioned)
+            ghistory = HISTORY_MS if random.Random(f"gversioned-{seed}").random() < 0.5 else None
+            gside = gside or app.global_table(names("gside"), versioned=ghistory)
             left = more.random() < 0.5
             checks.append(global_joined(out, branch, branch_recs, left, gside, after := after_join(seed, i)))
             shown[-1] += (" (left)" if left else " (inner)") + (f" then {after.shown}" if after.steps else "")
@@ -568,6 +570,8 @@ def build(seed: int, cache: int, partitions: int, *, records: list[tuple[str, st
             shown[-1] += " with a grace period" if grace is not None else ""
     if side is not None and history is not None:
         shown.append("the side table versioned")
+    if gside is not None and gside.history_retention_ms is not None:
+        shown.append("the global side table versioned")
     return app, checks, "; ".join(shown)
 
 
@@ -598,14 +602,20 @@ def versioned_side(app: Application) -> bool:
     return any(s.kind == "versioned" for sub in app.subtopologies.values() for s in sub.stores)
 
 
+def versioned_global(app: Application) -> bool:
+    return any(g.history_retention_ms is not None for sub in app.subtopologies.values() for g in sub.global_tables)
+
+
 def side_rows(app: Application) -> list[tuple[Any, ...]]:
     """The tables' rows, if a join reads them (their timestamps, the driver's clock, before the input's; a
     versioned `side`'s, `side_history`)."""
     reads = {t for sub in app.subtopologies.values() for t in (*sub.inputs, *(g.topic for g in sub.global_tables))}
+    # (a versioned global side's rows as a versioned side's: an older version, the row, an out-of-order one)
+    gside = ([("gside", k, v, ts) for k, v, ts in side_history()] if versioned_global(app)
+             else [("gside", k, v) for k, v in SIDE.items()]) if "gside" in reads else []
     if "side" in reads and versioned_side(app):
-        return ([("side", k, v, ts) for k, v, ts in side_history()]
-                + [("gside", k, v) for k, v in SIDE.items() if "gside" in reads])
-    return [(topic, k, v) for topic in ("side", "gside") if topic in reads for k, v in SIDE.items()]
+        return [("side", k, v, ts) for k, v, ts in side_history()] + gside
+    return [("side", k, v) for k, v in SIDE.items() if "side" in reads] + gside
 
 
 def run(app: Application, seed: int, partitions: int) -> TopologyTestDriver:
