@@ -131,7 +131,7 @@ class GlobalTableJoin(Processor):
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
         self.table = context.store(self.table_name)
-        self.versioned = getattr(self.table, "versioned", False)
+        self.versioned = self.table.versioned  # (a GlobalTableView)
 
     def process(self, record: Record) -> None:
         if record.value is None:

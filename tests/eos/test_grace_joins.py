@@ -357,9 +357,8 @@ def _audit(driver: TopologyTestDriver, join: str, tamper=lambda outputs: outputs
     from eos.audit.windows import replay_prefix
 
     app = driver.app
-    sub = next(s for s in app.subtopologies.values() if any(j.output and j.left for j in s.joins)
-               and s.joins[0].right_store and s.joins[0].right_store.startswith(join))
-    spec = sub.joins[0]
+    sub, spec = next((s, j) for s in app.subtopologies.values() for j in s.joins
+                     if (j.right_store or "").startswith(f"{join}-"))
     transitive = frozenset(app.repartition_topics)
     inputs = {t: [Record(r.key, r.value, t, r.partition, r.offset, r.timestamp, list(r.headers.items()))
                   for r in driver.records(t)] for t in (spec.left, spec.right)}
