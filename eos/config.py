@@ -95,6 +95,11 @@ class EosConfig:
     #: and table aggregations forward the latest value per key once per batch, or when the cache is full,
     #: instead of every update (`eos.cache`: fewer outputs, a change of semantics). 0: off.
     cache_max_bytes: int = 0
+    #: Kafka Streams' topology.optimization: "reuse_table_source_topics" (or "all", which is it here): a table
+    #: read from a topic and kept only by stream-table joins uses that topic as its stores' changelog (none of
+    #: their own; restored up to the task's committed offset in it; the topic must be compacted). "none":
+    #: every store writes its own changelog.
+    topology_optimization: Literal["none", "all", "reuse_table_source_topics"] = "none"
     #: Extra copies of each task's persistent stores on other executors, refreshed from the changelogs.
     num_standby_replicas: int = 0
     #: Longest a standby copy replays its changelogs in one batch (s); a copy further behind catches up

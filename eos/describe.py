@@ -165,8 +165,10 @@ def describe(app: Application) -> TopologyDescription:
                 versioned = {s.name: s.retention_ms for s in sub.stores if s.kind == "versioned"}
                 grace = node.join.grace_ms if node.join is not None else None
                 held = {s.name for s in sub.stores if s.kind == "time_ordered_buffer"}
-                stores = (*(f"{s} (versioned, history {versioned[s]} ms)" if s in versioned
-                            else f"{s} (stream records held back, grace {grace} ms)" if s in held else s
+                reused = {s.name: s.source_topic for s in sub.stores if s.source_topic is not None}
+                stores = (*((f"{s} (versioned, history {versioned[s]} ms)" if s in versioned
+                             else f"{s} (stream records held back, grace {grace} ms)" if s in held else s)
+                            + (f" (changelog: the table's topic {reused[s]})" if s in reused else "")
                             for s in part.stores[node.name]),
                           *(f"{g.name} (global" + (f", versioned, history {g.history_retention_ms} ms)"
                                                    if g.history_retention_ms is not None else ")")
@@ -175,5 +177,5 @@ def describe(app: Application) -> TopologyDescription:
                                              stores=stores))
         out.subtopologies.append(SubTopologyDescription(index, sub.name, tuple(nodes)))
         for spec in sub.stores:
-            out.changelogs[spec.name] = spec.changelog_topic(cfg.application_id)
+            out.changelogs[spec.name] = spec.restore_topic(cfg.application_id)
     return out

@@ -21,8 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 from eos.audit.scan import scan_topic
 from eos.tables import GlobalTable
+from eos.topology import offset_groups
 from eos.worker.global_tables import GlobalCopy, GlobalTableView
-from eos.worker.stores import view_of
+from eos.worker.processing import input_readings
+from eos.worker.stores import table_replay, view_of
 from recovery import (
     Held,
     MemoryBackend,
@@ -89,12 +91,15 @@ def store_view(app: Application, name: str, bootstrap_servers: str | None = None
         view = GlobalTableView(spec)
         view.copy = copy
         return StoreSnapshot(name, "global_table", view, position)
-    topic = spec.changelog_topic(app.config.application_id)
-    if admin.partition_counts([topic])[topic] is None:
-        raise KeyError(f"store {name!r} has no changelog topic {topic} yet: the application has not run")
-    per_task: dict[int, dict[bytes, bytes | None]] = {}
-    position = _read(scan, admin, topic, lambda msg: per_task.setdefault(msg.partition(), {}).__setitem__(
-        msg.key() or b"", msg.value()))  # (`_read` gives records with a key)
+    if spec.source_topic is not None:
+        per_task, position = _replayed_table(app, spec, admin, scan)
+    else:
+        topic = spec.changelog_topic(app.config.application_id)
+        if admin.partition_counts([topic])[topic] is None:
+            raise KeyError(f"store {name!r} has no changelog topic {topic} yet: the application has not run")
+        per_task = {}
+        position = _read(scan, admin, topic, lambda msg: per_task.setdefault(msg.partition(), {}).__setitem__(
+            msg.key() or b"", msg.value()))  # (`_read` gives records with a key)
 
     def copy_of(changes: dict[bytes, bytes | None]) -> Any:
         backend = MemoryBackend()
@@ -157,6 +162,29 @@ class VersionedSnapshot:
 
     def approximate_num_entries(self) -> int:
         return sum(c.approximate_num_entries() for c in self.copies)
+
+
+def _replayed_table(app: Application, spec: StoreSpec, admin: Any,
+                    scan: Scan) -> tuple[dict[int, dict[bytes, bytes | None]], dict[int, int]]:
+    """A store restored from its table's topic (`StoreSpec.source_topic`), as committed: each task's copy is the
+    topic's partition replayed up to the offset the task committed in it, as its restore does
+    (`eos.worker.stores.table_replay`)."""
+    topic = spec.source_topic
+    assert topic is not None
+    sub = next(s for s in app.subtopologies.values() if spec in s.stores)
+    group = offset_groups(app.subtopologies, app.config.group_id)[(sub.name, topic)]
+    committed = admin.group_offsets(group, admin.topic_partitions(topic))
+    ends = {tp: offset or 0 for tp, offset in committed.items()}
+    backends = {p: MemoryBackend() for _, p in ends}
+    replays = {p: table_replay(spec, input_readings(sub)[topic], backend) for p, backend in backends.items()}
+    for batch in scan(topic, {tp: end for tp, end in ends.items() if end > 0}):
+        by_partition: dict[int, list[Message]] = {}
+        for msg in batch:
+            by_partition.setdefault(msg.partition(), []).append(msg)
+        for p, records in by_partition.items():
+            backends[p].write(replays[p](records), None)
+    return ({p: dict(backend.iterate()) for p, backend in backends.items()},
+            {p: end for (_, p), end in ends.items()})
 
 
 def _cluster_scan(bootstrap: str, admin: KafkaAdmin) -> Scan:

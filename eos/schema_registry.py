@@ -104,7 +104,8 @@ def check_registries(subtopologies: Mapping[str, Any], application_id: str) -> N
         read = [(t, k, v) for t, (k, v, _) in sub.per_topic.items()] + [(t, sub.key_serde, sub.value_serde)
                                                                         for t in sub.inputs]
         written = [(t, k, v) for t, (k, v) in sub.output_serdes.items()]
-        stores = [(s.changelog_topic(application_id), s.key_serde, s.value_serde) for s in sub.stores]
+        stores = [(s.changelog_topic(application_id), s.key_serde, s.value_serde) for s in sub.stores
+                  if s.source_topic is None]  # (one restored from its table's topic reads it as the task does)
         for topic, key, value in read + written + stores:
             for serde, is_key in ((key, True), (value, False)):
                 if not isinstance(serde, RegistrySerde):

@@ -121,6 +121,13 @@ class SubTopology:
         return TaskId(self.name, partition)
 
 
+def table_changelogs(subtopologies: Mapping[str, SubTopology]) -> frozenset[str]:
+    """The input topics that are also changelogs: tables whose stores are restored from them
+    (`StoreSpec.source_topic`, the `topology_optimization`); they must be compacted."""
+    return frozenset(spec.source_topic for sub in subtopologies.values() for spec in sub.stores
+                     if spec.source_topic is not None)
+
+
 def offset_groups(subtopologies: Mapping[str, SubTopology], group_id: str) -> dict[tuple[str, str], str]:
     """The consumer group under which each sub-topology commits its progress in each input topic:
     (sub-topology, topic) -> group.

@@ -2,7 +2,7 @@
 directories. Imports only from `transactions`."""
 
 from recovery.backends import Backend, MemoryBackend, RocksDBBackend, StoreError
-from recovery.changelog import ChangelogConfigError, changelog_record, ensure_changelogs
+from recovery.changelog import ChangelogConfigError, changelog_record, check_source_changelogs, ensure_changelogs
 from recovery.restore import ChangelogSource, KnownBounds, RestoreResult, restore_store, settled_bounds
 from recovery.state_dir import HOLDER, StateDirectoryError, StoreHolder, TaskDirectory, locked_task_directories
 from recovery.store import KeyValueStore, StoreKind, StoreSpec, StoreView
@@ -38,6 +38,7 @@ __all__ = [
     "WriteBuffer",
     "changelog_record",
     "ensure_changelogs",
+    "check_source_changelogs",
     "restore_store",
     "settled_bounds",
     "locked_task_directories",

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from recovery.store import StoreSpec
 from transactions import KafkaAdmin, ProducerRecord, TopicSpec
 
-__all__ = ["ChangelogConfigError", "ensure_changelogs", "changelog_record"]
+__all__ = ["ChangelogConfigError", "ensure_changelogs", "check_source_changelogs", "changelog_record"]
 
 
 class ChangelogConfigError(ValueError):
@@ -22,8 +22,9 @@ class ChangelogConfigError(ValueError):
 
 def ensure_changelogs(admin: KafkaAdmin, application_id: str, stores: Iterable[StoreSpec], partitions: int,
                       replication_factor: int | None = None) -> list[str]:
-    """Create missing changelogs and validate existing ones. Returns the changelog topic names."""
-    stores = list(stores)
+    """Create missing changelogs and validate existing ones (a store restored from its table's topic has none:
+    `check_source_changelogs`). Returns the changelog topic names."""
+    stores = [s for s in stores if s.source_topic is None]
     topics = [s.changelog_topic(application_id) for s in stores]
     existing = admin.partition_counts(topics)
     for topic, count in existing.items():
@@ -43,6 +44,27 @@ def ensure_changelogs(admin: KafkaAdmin, application_id: str, stores: Iterable[S
                                   s.changelog_config())
                         for s in stores if existing[s.changelog_topic(application_id)] is None)
     return topics
+
+
+def check_source_changelogs(admin: KafkaAdmin, stores: Iterable[StoreSpec]) -> None:
+    """The topics that stores are restored from (`StoreSpec.source_topic`) must keep every key's last record:
+    compacted, or kept forever (`retention.ms=-1` and `retention.bytes=-1`); else a restore would lose rows that
+    retention deleted."""
+    by_topic: dict[str, list[str]] = {}
+    for spec in stores:
+        if spec.source_topic is not None:
+            by_topic.setdefault(spec.source_topic, []).append(spec.name)
+    for topic, names in sorted(by_topic.items()):
+        config = admin.topic_config(topic)
+        policy = config.get("cleanup.policy", "delete")
+        forever = config.get("retention.ms") == "-1" and config.get("retention.bytes", "-1") == "-1"
+        if "compact" not in policy and not forever:
+            raise ChangelogConfigError(
+                f"table topic {topic} is the changelog of store(s) {', '.join(sorted(names))} "
+                f"(topology_optimization), but it has cleanup.policy={policy!r} and retention.ms="
+                f"{config.get('retention.ms')}: a restore would lose the rows retention deleted. Set "
+                f"cleanup.policy=compact on {topic} (or retention.ms=-1), or run with topology_optimization='none' "
+                f"so that the stores keep changelogs of their own.")
 
 
 def changelog_record(topic: str, partition: int, key: bytes, value: bytes | None) -> ProducerRecord:

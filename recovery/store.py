@@ -49,6 +49,10 @@ class StoreSpec:
     #: (sessions: ends); older ones are dropped. Versioned stores: the history retention (how far behind
     #: the store's observed stream time versions are kept and looked up; 0: the latest version only)
     retention_ms: int | None = None
+    #: the store keeps exactly a table read from this input topic of its task, so the topic is its changelog
+    #: (Kafka Streams' source-topic optimization, `topology_optimization`): nothing is written to a changelog
+    #: of its own, and it is restored by replaying the topic up to the task's committed offset in it
+    source_topic: str | None = None
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -61,7 +65,20 @@ class StoreSpec:
             raise ValueError(f"{self.kind} store {self.name!r} needs a retention > 0 ms")
 
     def changelog_topic(self, application_id: str) -> str:
+        """The store's own changelog, `<application_id>-<store>-changelog` (a store restored from its table's
+        topic has none: `restore_topic`)."""
         return f"{application_id}-{self.name}-changelog"
+
+    def restore_topic(self, application_id: str) -> str:
+        """The topic the store is restored from: its table's topic (`source_topic`) or its own changelog."""
+        return self.source_topic or self.changelog_topic(application_id)
+
+    @property
+    def directory(self) -> str:
+        """The store's directory in its task's state directory: a store restored from its table's topic has one
+        of its own (`<store>@<topic>`), since the offset it records is one of that topic, so turning the
+        optimization on or off never reads one topic's offset as the other's."""
+        return f"{self.name}@{self.source_topic}" if self.source_topic else self.name
 
     def changelog_config(self) -> dict[str, str]:
         """Key-value stores: compacted (versioned ones too: each version is an entry of its own, deleted

@@ -226,7 +226,8 @@ def _lineage_reports(app: Application, bootstrap_servers: str | None, max_sample
         input_groups = {t: groups[(sub.name, t)] for sub in members for t in sub.inputs if t not in hops}
         # a topic several sub-topologies read: each audit counts only its own ledger entries and dead letters
         only = frozenset(sub.name for sub in members) if shared & set(inputs) else None
-        changelogs = [spec.changelog_topic(cfg.application_id) for sub in members for spec in sub.stores]
+        changelogs = [spec.changelog_topic(cfg.application_id) for sub in members for spec in sub.stores
+                      if spec.source_topic is None]
         reports.append(audit(bootstrap, inputs=inputs, outputs=outputs, dead_letter_topic=cfg.dlq_topic,
                              group=cfg.group_id, extra_topics=[*changelogs, *through], max_samples=max_samples,
                              progress=progress, ledger_topic=ledger_topic(cfg.application_id), through=through,
@@ -348,7 +349,7 @@ def _audit_each(app: Application, mode: str, what: str, items: Callable[[SubTopo
             report = AuditReport(mode, bootstrap, list(sub.inputs), outputs(sub, item), cfg.dlq_topic,
                                  cfg.group_id, "read_committed")
             check(report, sub, item, admin, input_groups)
-            changelogs = [spec.changelog_topic(cfg.application_id) for spec in sub.stores]
+            changelogs = [spec.changelog_topic(cfg.application_id) for spec in sub.stores if spec.source_topic is None]
             report.transactions = check_open_transactions(admin, [*sub.output_topics, *changelogs], max_samples)
             report.offsets = check_offsets(admin, sub.inputs, cfg.group_id, input_groups)
             report.verdict = "PASS" if report.violations == 0 else "FAIL"

@@ -44,6 +44,7 @@ def create(names: list[str] = typer.Argument(None, help="Topic names"),
            bootstrap_servers: str = bootstrap_option()) -> None:
     """Create topics (existing ones are left as they are and reported)."""
     from eos.errors import ConfigError
+    from eos.topology import table_changelogs
     from transactions import KafkaEosError, TopicSpec
 
     wanted = list(names or [])
@@ -58,20 +59,27 @@ def create(names: list[str] = typer.Argument(None, help="Topic names"),
         named = {t for sub in application.subtopologies.values()
                  for t in (*sub.inputs, *sub.output_topics, *(g.topic for g in sub.global_tables))}
         wanted += sorted(named - set(application.internal_topics))  # the framework creates its internal topics
+        tables = table_changelogs(application.subtopologies)
+    else:
+        tables = frozenset()
     if not wanted:
         fail(2, "name the topics to create, or give --from-app")
     settings = key_values(config)
     if compact:
         settings["cleanup.policy"] = "compact"
+    # a table's topic that is also its stores' changelog (topology_optimization) must keep every key's last row
+    specs = [TopicSpec(t, partitions, replication_factor,
+                       {"cleanup.policy": "compact", **settings} if t in tables else settings) for t in wanted]
     admin = _admin(resolve_bootstrap(bootstrap_servers))
     try:
         existing = admin.partition_counts(wanted)
-        created = admin.create_topics(TopicSpec(t, partitions, replication_factor, settings) for t in wanted)
+        created = admin.create_topics(specs)
     except KafkaEosError as exc:
         fail(1, str(exc))
     for topic in wanted:
         if topic in created:
-            console.print(f"created {topic} ({partitions} partition(s))")
+            console.print(f"created {topic} ({partitions} partition(s))"
+                          + (", compacted: the changelog of its table's stores" if topic in tables else ""))
         else:
             console.print(f"exists  {topic} ({existing[topic]} partition(s)), left as it is")
 

@@ -18,7 +18,7 @@ from eos.dsl.base import InternalTopic
 from eos.errors import ConfigError
 from eos.ledger import ledger_topic
 from eos.topology import SubTopology
-from recovery import ChangelogConfigError, ensure_changelogs
+from recovery import ChangelogConfigError, check_source_changelogs, ensure_changelogs
 from transactions import BrokerUnreachableError, KafkaAdmin, TopicSpec, check_reachable
 
 log = structlog.get_logger(__name__)
@@ -212,10 +212,12 @@ def create_internal_topics(admin: KafkaAdmin, config: EosConfig, subtopologies: 
             try:
                 ensure_changelogs(admin, config.application_id, sub.stores, partition_counts[sub.inputs[0]],
                                   config.internal_replication_factor)
+                check_source_changelogs(admin, sub.stores)
             except ChangelogConfigError as exc:
                 raise ConfigError(str(exc)) from None
     warn_orphaned_state(admin, config.application_id, {spec.changelog_topic(config.application_id)
-                                                       for sub in subtopologies.values() for spec in sub.stores})
+                                                       for sub in subtopologies.values() for spec in sub.stores
+                                                       if spec.source_topic is None})
     return admin.partition_counts([config.dlq_topic])[config.dlq_topic] or 1
 
 

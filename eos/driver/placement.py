@@ -49,7 +49,7 @@ class Placer:
                 self.tasks.append(task)
                 persistent = [s for s in sub.stores if s.persistent]
                 if persistent:
-                    self.changelogs[task] = {s.name: (s.changelog_topic(config.application_id), p) for s in persistent}
+                    self.changelogs[task] = {s.name: (s.restore_topic(config.application_id), p) for s in persistent}
         self.moves: list[TaskMove] = []
         self._planned: dict[TaskId, Move] = {}
         self._ran_on: dict[TaskId, str] = {}  # task -> executor of its last committed batch (what happened)

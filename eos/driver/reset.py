@@ -115,7 +115,8 @@ def plan_reset(app: Application, admin: KafkaAdmin, *, to: str = "earliest",
     for (_, topic), group in groups.items():
         if topic in positions:
             offsets.setdefault(group, {}).update(positions[topic])
-    stores = {spec.changelog_topic(cfg.application_id) for sub in subs.values() for spec in sub.stores}
+    stores = {spec.changelog_topic(cfg.application_id) for sub in subs.values() for spec in sub.stores
+              if spec.source_topic is None}  # (never the table topic a store is restored from: it is an input)
     candidates = sorted(internal | stores | {ledger_topic(cfg.application_id)})
     counts = admin.partition_counts(candidates)
     state_dir = cfg.state_dir

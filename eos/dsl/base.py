@@ -51,14 +51,15 @@ class TopologyBuilder:
     table_sources: dict[str, str]
     internal_topics: dict[str, InternalTopic]
     default_timestamp: Callable[[Record], int] | None
-    _cut: tuple[int, dict[str, SubTopology]] | None = None
+    _cut: tuple[tuple[int, bool], dict[str, SubTopology]] | None = None
 
     @property
     def subtopologies(self) -> dict[str, SubTopology]:
         """The sub-topologies the processor graph is cut into (Kafka Streams' rule: at topics), by name."""
-        cut = self._cut
-        if cut is None or cut[0] != self.graph.version:
-            cut = self._cut = (self.graph.version, self.graph.subtopologies(self.default_timestamp))
+        cut, reuse = self._cut, self.config.topology_optimization != "none"
+        if cut is None or cut[0] != (self.graph.version, reuse):
+            cut = self._cut = ((self.graph.version, reuse),
+                               self.graph.subtopologies(self.default_timestamp, reuse_source_topics=reuse))
         return cut[1]
 
     @property

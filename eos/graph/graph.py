@@ -19,11 +19,11 @@ from typing import Any
 from eos.graph.nodes import Node, ProcessorNode, SinkNode, SourceNode
 from eos.graph.operators import TARGET, OperatorPaths, require_functions
 from eos.serde import Serde
-from eos.time import RECORD_TIME
+from eos.time import RECORD_TIME, WallClockTime
 from eos.topology import SubTopology
 from recovery import StoreSpec
 
-__all__ = ["ProcessorGraph", "GraphPart"]
+__all__ = ["ProcessorGraph", "GraphPart", "source_changelogs"]
 
 _INVALID = re.compile(r"[^A-Za-z0-9_.]")
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")  # Kafka's rule for a topic's name (and not "." or "..")
@@ -158,8 +158,11 @@ class ProcessorGraph:
                          tuple(n for n in nodes if isinstance(n, SinkNode)), children,
                          {p.name: tuple(self.connected[p.name]) for p in processors})
 
-    def subtopologies(self, default_timestamp: Callable[[Any], int] | None) -> dict[str, SubTopology]:
-        """One `SubTopology` per part, named after its first processor (else its first source)."""
+    def subtopologies(self, default_timestamp: Callable[[Any], int] | None, *,
+                      reuse_source_topics: bool = False) -> dict[str, SubTopology]:
+        """One `SubTopology` per part, named after its first processor (else its first source).
+        `reuse_source_topics`: the stores that may be restored from their table's topic are
+        (`source_changelogs`; Kafka Streams' topology.optimization)."""
         from eos.graph.runtime import GraphProcessor
 
         out: dict[str, SubTopology] = {}
@@ -168,7 +171,10 @@ class ProcessorGraph:
         writers = Counter(topic for part in parts for topic in {s.topic for s in part.sinks})
         shared = frozenset(topic for topic, n in writers.items() if n > 1)  # topics several sub-topologies write
         for part in parts:
-            sub = _subtopology(part, self.stores, default_timestamp, GraphProcessor, shared)
+            stores = self.stores
+            if reuse_source_topics and (reused := source_changelogs(part, default_timestamp)):
+                stores = {**stores, **{n: replace(stores[n], source_topic=t) for n, t in reused.items()}}
+            sub = _subtopology(part, stores, default_timestamp, GraphProcessor, shared)
             if sub.name in out:
                 raise ValueError(f"two sub-topologies would be named {sub.name!r} (node names differing only in "
                                  "characters other than [A-Za-z0-9_.]); rename one")
@@ -178,6 +184,30 @@ class ProcessorGraph:
             if any(j.right_reader for j in sub.joins):
                 out[name] = _with_right_sides(sub, runs)
         return out
+
+
+def source_changelogs(part: GraphPart, default_timestamp: Callable[[Any], int] | None) -> dict[str, str]:
+    """The stores of `part` that may use their table's topic as their changelog (store -> topic): a stream-table
+    join's store of a table read straight from a topic (a source node of that topic alone), whose records reach
+    stream-table joins only, each keeping them in a store of its own. Such a store holds exactly what the
+    topic's records, in offset order, put there: nothing but the table's records writes it, and nothing that
+    could fail takes them (a failure would roll the update back and dead-letter it), so replaying the topic up
+    to the task's committed offset restores it. Not where the table's timestamps are the wall clock's, which a
+    replay would not see again."""
+    joins = {p.name: p for p in part.processors if p.join is not None and p.join.kind == "stream-table"}
+    users = Counter(store for names in part.stores.values() for store in names)
+    out: dict[str, str] = {}
+    for join in joins.values():
+        spec = join.join
+        table = next((n for n in map(part.node, join.parents)
+                      if isinstance(n, SourceNode) and n.topics == (spec.right,)), None)
+        if table is None or spec.right_store is None or users[spec.right_store] != 1:
+            continue
+        extract = table.timestamp if table.timestamp is not None else default_timestamp
+        if isinstance(extract, WallClockTime) or not all(c in joins for c in part.children.get(table.name, ())):
+            continue
+        out[spec.right_store] = spec.right
+    return out
 
 
 def _subtopology(part: GraphPart, stores: Mapping[str, StoreSpec], default_timestamp: Callable[[Any], int] | None,

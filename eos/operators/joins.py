@@ -41,17 +41,19 @@ def topic_set(topics: str | frozenset[str]) -> frozenset[str]:
     return frozenset({topics}) if isinstance(topics, str) else frozenset(topics)
 
 
-def keep_update(store: KeyValueStore | VersionedKeyValueStore, record: Record, context: ProcessorContext) -> bool:
+def keep_update(store: KeyValueStore | VersionedKeyValueStore, record: Record,
+                context: ProcessorContext | None = None) -> bool:
     """Put a table update into the store that keeps the table. False when the table's current row did not
     change, so that nothing may follow from the update (Kafka Streams' semantics for versioned tables,
     KIP-914): in a versioned store, an update older than its key's newest version (kept in the history, for
-    lookups by time), or older than the history retention (not kept)."""
+    lookups by time), or older than the history retention (not kept); the update is then counted as dropped
+    in `context` (none: a store restored from its table's topic, `eos.worker.stores`)."""
     if not isinstance(store, VersionedKeyValueStore):
         store.put(record.key, record.value, record.timestamp)
         return True
     valid_to = store.put(record.key, record.value, record.timestamp)
-    if valid_to == VALID_TO_UNDEFINED:
-        return True
+    if valid_to == VALID_TO_UNDEFINED or context is None:
+        return valid_to == VALID_TO_UNDEFINED
     context.record_dropped("table update older than the history retention" if valid_to == NOT_PUT
                            else "out-of-order table update")
     return False

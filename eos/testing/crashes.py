@@ -88,7 +88,7 @@ def _outputs(driver: TopologyTestDriver) -> list[str]:
     topics = {t for sub in driver.app.subtopologies.values() for t in sub.output_topics if t not in internal}
     return sorted(topics | {driver.config.dlq_topic}) + sorted(
         spec.changelog_topic(driver.config.application_id)
-        for sub in driver.app.subtopologies.values() for spec in sub.stores)
+        for sub in driver.app.subtopologies.values() for spec in sub.stores if spec.source_topic is None)
 
 
 def _seen(driver: TopologyTestDriver, topic: str) -> dict[int, list[tuple[Seen, str]]]:

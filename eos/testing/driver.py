@@ -44,6 +44,7 @@ from eos.serde import Serde
 from eos.streamtime import is_marker
 from eos.testing.clients import MemoryWorker
 from eos.testing.crashes import ExactlyOnceReport, check_exactly_once
+from eos.topology import table_changelogs
 from eos.windows import ms as to_ms
 from eos.worker.entry import run_unit, units_of
 from eos.worker.plans import Job, TaskPlan, TaskResult
@@ -345,7 +346,10 @@ class TopologyTestDriver:
             user.update(g.topic for g in sub.global_tables)
         default = partitions if isinstance(partitions, int) else 1
         counts = {} if isinstance(partitions, int) else dict(partitions)
-        self.admin.create_topics([TopicSpec(t, counts.get(t, default)) for t in sorted(user - internal)])
+        compacted = table_changelogs(app.subtopologies)  # (a table's topic that is its stores' changelog)
+        self.admin.create_topics([TopicSpec(t, counts.get(t, default),
+                                            config={"cleanup.policy": "compact"} if t in compacted else {})
+                                  for t in sorted(user - internal)])
         create_repartition_topics(self.admin, cfg, app.internal_topics)
         self._configs = configs  # applied once every topic exists (the dead-letter topic too)
 

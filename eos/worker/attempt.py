@@ -352,7 +352,8 @@ class BatchAttempt:
         self.known_bounds = {}  # (read once: a second restore in this attempt reads them afresh)
         try:
             self.result.restore_ms, self.result.restored_records = runtime.ensure_restored(
-                KnownBounds(changelogs, known) if known else changelogs, self.committed)
+                KnownBounds(changelogs, known) if known else changelogs, self.committed,
+                {(r.topic, r.partition): r.start for r in self.ranges})
             if self.sub.global_tables:
                 self.result.restored_records += runtime.refresh_globals(
                     lambda table: clients.global_copy(cfg, table), clients.reader(cfg, "global"),
@@ -369,7 +370,8 @@ class BatchAttempt:
         runtime = self.runtimes.get(runtime_key(self.task, self.config), self.job.run_id)
         if not self.sub.stores or (runtime is not None and runtime.stores is not None and runtime.stores.persistent):
             return []
-        return [(spec.changelog_topic(self.config.application_id), self.task.partition) for spec in self.sub.stores]
+        return [(spec.changelog_topic(self.config.application_id), self.task.partition) for spec in self.sub.stores
+                if spec.source_topic is None]
 
     # ------------------------------------------------------------------ 4
     def extend_to_stable_end(self) -> None:
@@ -675,7 +677,8 @@ class BatchAttempt:
         """Called only after the commit: local state changes, atomically with the changelog offsets it reflects
         (invariant I3: a store never holds a write whose transaction did not commit)."""
         assert self.runtime is not None and self.producer is not None
-        self.runtime.after_commit(self.producer.last_offsets)
+        self.runtime.after_commit(self.producer.last_offsets,
+                                  {(r.topic, r.partition): self._commit_offset(r) for r in self.ranges})
         self.runtime.applied = progress_key(self.result.committed_offsets, [self.producer.token])
         self.result.store_offsets = self.runtime.store_offsets()
 

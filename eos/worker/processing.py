@@ -40,6 +40,7 @@ from transactions import Message, ProducerRecord
 
 if TYPE_CHECKING:
     from eos.graph.runtime import DirectStep
+    from eos.topology import SubTopology
 
 __all__ = ["BatchOutcome", "RecordScoped", "run_processor", "NOT_A_BAD_RECORD", "Entry", "entries", "InputReading",
            "Drain"]
@@ -156,6 +157,14 @@ def entries(messages: Iterable[Message], key_serde: Serde, value_serde: Serde,
 #: How one input topic is read when it differs from its sub-topology's default (joins read topics of
 #: different types): key serde, value serde, timestamp extractor.
 InputReading = tuple[Serde, Serde, Callable[[Record], int]]
+
+
+def input_readings(sub: SubTopology) -> dict[str, tuple[Serde, Serde, Callable[[Record], int]]]:
+    """How the task reads each input topic: its serdes bound to it (a Schema Registry serde's subject) and its
+    timestamps."""
+    default = (sub.key_serde, sub.value_serde, sub.timestamp)
+    return {t: (ks.bind(t, True), vs.bind(t, False), ts or RECORD_TIME)
+            for t in sub.inputs for ks, vs, ts in [sub.per_topic.get(t, default)]}
 
 
 def in_time_order(parts: Mapping[tuple[str, int], Iterable[Message]], key_serde: Serde, value_serde: Serde,

@@ -22,7 +22,15 @@ from eos.worker.context import TaskContext
 from eos.worker.dead_letters import DeadLetterPolicy
 from eos.worker.global_tables import GlobalCopy, GlobalTableView
 from eos.worker.plans import Job, StampPlan
-from eos.worker.processing import NOT_A_BAD_RECORD, BatchOutcome, Drain, RecordScoped, punctuate_idle, run_processor
+from eos.worker.processing import (
+    NOT_A_BAD_RECORD,
+    BatchOutcome,
+    Drain,
+    RecordScoped,
+    input_readings,
+    punctuate_idle,
+    run_processor,
+)
 from eos.worker.stores import TaskStores
 from eos.worker.topic_rules import TopicRule
 from eos.worker.vectorized import run_batch_function
@@ -59,22 +67,22 @@ class TaskRuntime:
         self.clocked = frozenset(sub.inputs) & job.clocked_topics
         self.processor = _create_processor(sub, self.context) if sub.processor_factory is not None else None
         #: how each input topic is read: serdes bound to it (a Schema Registry serde's subject), timestamps
-        default = (sub.key_serde, sub.value_serde, sub.timestamp)
-        self.readings = {t: (ks.bind(t, True), vs.bind(t, False), ts or RECORD_TIME)
-                         for t in sub.inputs for ks, vs, ts in [sub.per_topic.get(t, default)]}
+        self.readings = input_readings(sub)
         self.reused = False  # whether a batch already ran on this runtime
         #: the task's committed progress as this runtime's last commit left it, once its changes were applied to
         #: the stores (`eos.worker.attempt.progress_key`); None while a batch runs, or after one that failed
         self.applied: object = None
 
-    def ensure_restored(self, changelogs: ChangelogSource, progress: object = None) -> tuple[float, int]:
+    def ensure_restored(self, changelogs: ChangelogSource, progress: object = None,
+                        committed: Mapping[tuple[str, int], int] | None = None) -> tuple[float, int]:
         """Open the task's stores and bring them up to their changelog's end. Returns (ms, records replayed).
         `progress`: what the task's committed offsets say now (offsets and the producers that committed them);
         when it is what this runtime's own last applied commit left (`applied`), stores kept open since are
-        current as they are. Until this batch's commit is applied, nothing is taken as applied."""
+        current as they are. Until this batch's commit is applied, nothing is taken as applied. `committed`:
+        where the batch starts reading each input partition (stores restored from a table's topic end there)."""
         exact = self.job_config.processing_guarantee == "exactly_once"  # (at least once commits offsets apart)
         current, self.applied = exact and progress is not None and progress == self.applied, None
-        return self.stores.open(changelogs, current=current) if self.stores else (0.0, 0)
+        return self.stores.open(changelogs, current=current, committed=committed) if self.stores else (0.0, 0)
 
     def refresh_globals(self, copy_of: Callable[[GlobalTable], GlobalCopy], read: RangeReader,
                         pins: dict[str, dict[int, tuple[int, int]]], timeout: float) -> int:
@@ -161,10 +169,12 @@ class TaskRuntime:
     def changelog_records(self) -> list[ProducerRecord]:
         return self.stores.changelog_records() if self.stores else []
 
-    def after_commit(self, last_offsets: dict[tuple[str, int], int]) -> None:
-        """Called only after the batch's transaction committed: state changes reach the local stores."""
+    def after_commit(self, last_offsets: dict[tuple[str, int], int],
+                     committed: Mapping[tuple[str, int], int] | None = None) -> None:
+        """Called only after the batch's transaction committed: state changes reach the local stores
+        (`committed`: the input offsets the batch committed)."""
         if self.stores:
-            self.stores.apply(last_offsets)
+            self.stores.apply(last_offsets, committed)
 
     def store_offsets(self) -> dict[str, int]:
         return self.stores.offsets() if self.stores else {}

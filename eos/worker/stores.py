@@ -17,7 +17,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -26,8 +26,11 @@ import structlog
 
 from eos.config import EosConfig
 from eos.errors import ConfigError
+from eos.operators.joins import keep_update
+from eos.records import Record
 from eos.topology import SubTopology, TaskId
 from eos.worker.executor import current_executor
+from eos.worker.processing import InputReading, entries, input_readings
 from recovery import (
     HOLDER,
     Backend,
@@ -50,9 +53,9 @@ from recovery import (
     restore_store,
     settled_bounds,
 )
-from transactions import ProducerRecord
+from transactions import Message, ProducerRecord
 
-__all__ = ["TaskStores", "state_root"]
+__all__ = ["TaskStores", "state_root", "table_replay", "view_of"]
 
 log = structlog.get_logger(__name__)
 
@@ -90,10 +93,14 @@ class TaskStores:
         self.config = config
         self.partition = partition
         self.task = TaskId(sub.name, partition)
-        # each store's serdes bound to its changelog topic (a Schema Registry serde's subject)
-        self.specs = {spec.name: _bound(spec, spec.changelog_topic(config.application_id)) for spec in sub.stores}
+        # each store's serdes bound to the topic it is restored from (a Schema Registry serde's subject)
+        self.specs = {spec.name: _bound(spec, spec.restore_topic(config.application_id)) for spec in sub.stores}
         self.views = {name: view_of(spec) for name, spec in self.specs.items()}
-        self.changelogs = {name: spec.changelog_topic(config.application_id) for name, spec in self.specs.items()}
+        #: per store, the topic it is restored from: its changelog, or its table's topic (`source_topic`)
+        self.changelogs = {name: spec.restore_topic(config.application_id) for name, spec in self.specs.items()}
+        #: how a table's topic is read, for the stores restored from it (as the task reads it)
+        self.readings = {t: r for t, r in input_readings(sub).items()
+                         if any(spec.source_topic == t for spec in self.specs.values())}
         self.in_memory = in_memory
         self.directory = TaskDirectory(state_root(config), str(self.task))
         self._memory: dict[str, MemoryBackend] = {}  # in-memory stores live as long as this worker
@@ -111,12 +118,16 @@ class TaskStores:
         return not self.in_memory and any(spec.persistent for spec in self.specs.values())
 
     def open(self, source: ChangelogSource, *, lock_timeout: float | None = None, persistent_only: bool = False,
-             budget: float | None = None, current: bool = False) -> tuple[float, int]:
+             budget: float | None = None, current: bool = False,
+             committed: Mapping[tuple[str, int], int] | None = None) -> tuple[float, int]:
         """Open and restore every store (or only the persistent ones: standby copies live on disk).
         `budget` (seconds) bounds the replay (standby refreshes); without it every store reaches its
         changelog's end. `current`: the task's last commit was this process's, applied to these stores, and
         nobody has committed the task since (`eos.worker.attempt`): stores this process kept open since
-        then are up to date without asking the changelogs. Returns (milliseconds, changelog records replayed)."""
+        then are up to date without asking the changelogs. `committed`: the task's committed offset in each
+        table topic a store is restored from (`StoreSpec.source_topic`), where its replay ends, since the
+        records after it are the batch's to process; a store whose topic has none is left as it is.
+        Returns (milliseconds, changelog records replayed)."""
         started = time.monotonic()
         kept = self._kept and HOLDER.take(self._key)
         self._kept = False
@@ -138,10 +149,22 @@ class TaskStores:
                 continue
             backend = self._backends.get(name) if kept else None
             if backend is None:
-                backend = (RocksDBBackend(self.directory.store_path(name)) if spec.persistent and not self.in_memory
+                backend = (RocksDBBackend(self.directory.store_path(spec.directory))
+                           if spec.persistent and not self.in_memory
                            else self._memory.setdefault(name, MemoryBackend()))
             self._backends[name] = backend
             tp = (self.changelogs[name], self.partition)
+            if spec.source_topic is not None:
+                end = (committed or {}).get(tp)
+                if end is not None:
+                    left = None if budget is None else max(0.0, budget - (time.monotonic() - started))
+                    result = restore_store(backend, source.read, tp[0], tp[1], start_offset=min(bounds[tp][0], end),
+                                           end_offset=end, log=log, timeout=max(600.0, self.config.batch_timeout),
+                                           budget=left,
+                                           changes_of=table_replay(spec, self.readings[spec.source_topic], backend))
+                    replayed += result.records
+                    self._log_restored(name, result)
+                continue
             recorded = backend.changelog_offset()
             if recorded is not None and recorded > bounds[tp][1]:
                 bounds[tp] = settled_bounds(source, tp, recorded, bounds[tp], timeout=self.config.batch_timeout,
@@ -185,15 +208,26 @@ class TaskStores:
     def changelog_records(self) -> list[ProducerRecord]:
         records: list[ProducerRecord] = []
         for name, buffer in self._buffers.items():
+            if self.specs[name].source_topic is not None:
+                continue  # (its table's topic is its changelog)
             topic = self.changelogs[name]
             records.extend(changelog_record(topic, self.partition, k, v) for k, v in buffer.changes().items())
         return records
 
-    def apply(self, last_offsets: Mapping[tuple[str, int], int]) -> None:
-        """Called only after the batch's transaction committed (invariant I3)."""
+    def apply(self, last_offsets: Mapping[tuple[str, int], int],
+              committed: Mapping[tuple[str, int], int] | None = None) -> None:
+        """Called only after the batch's transaction committed (invariant I3). `last_offsets`: the offset of
+        each changelog's last record the batch wrote; `committed`: the offsets the batch committed in the table
+        topics that stores are restored from (the store reflects its topic up to there)."""
         for name, buffer in self._buffers.items():
             changes = buffer.changes()
-            last = last_offsets.get((self.changelogs[name], self.partition))
+            tp = (self.changelogs[name], self.partition)
+            if self.specs[name].source_topic is not None:
+                end = (committed or {}).get(tp)
+                self._backends[name].write(changes, end)  # (none: the old offset stays; replaying is idempotent)
+                buffer.clear()
+                continue
+            last = last_offsets.get(tp)
             # Without a delivered offset the old (lower) offset stays: replaying from it is idempotent.
             self._backends[name].write(changes, None if last is None else last + 1)
             buffer.clear()
@@ -232,6 +266,28 @@ class TaskStores:
         finally:
             self._backends.clear()
             self.directory.unlock()
+
+
+def table_replay(spec: StoreSpec, reading: InputReading,
+                 backend: Backend) -> Callable[[list[Message]], dict[bytes, bytes | None]]:
+    """The writes a chunk of a table topic's records makes to the store `spec` over `backend` that keeps the
+    table, as the task's processing made them (`StoreSpec.source_topic`): each record read as the task reads
+    the topic (`reading`), a bad record (dead-lettered when it was processed) and one without a key skipped,
+    each update kept by `keep_update`."""
+    key_serde, value_serde, timestamp = reading
+    view = view_of(spec)
+
+    def changes_of(records: list[Message]) -> dict[bytes, bytes | None]:
+        buffer = WriteBuffer(backend)
+        view.attach(buffer)
+        try:
+            for _, record, _ in entries(records, key_serde, value_serde, timestamp):
+                if isinstance(record, Record) and record.key is not None:
+                    keep_update(view, record)  # type: ignore[arg-type]
+        finally:
+            view.attach(None)
+        return buffer.changes()
+    return changes_of
 
 
 def _bound(spec: StoreSpec, changelog: str) -> StoreSpec:
