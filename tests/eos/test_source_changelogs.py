@@ -6,15 +6,19 @@ task's committed offset in it (never past it: those records are the batch's to p
 
 from __future__ import annotations
 
+import copy
 import random
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 
-from eos import Application
+from eos import Application, TaskId
 from eos.errors import ConfigError
 from eos.testing import TopologyTestDriver
 from eos.topology import table_changelogs
+from eos.worker.plans import StandbyPlan
+from eos.worker.standby import run_standby
 from recovery import ChangelogConfigError, StoreSpec, check_source_changelogs
 from transactions.memory import MemoryAdmin, MemoryCluster
 
@@ -191,3 +195,20 @@ def test_a_wrong_setting_is_refused_with_the_valid_ones():
     with pytest.raises(ConfigError, match="topology_optimization must be one of 'none', 'all', "
                                           "'reuse_table_source_topics'"):
         app_("reuse.ktable.source.topics")
+
+
+def test_a_standby_copy_replays_the_table_up_to_the_committed_offset(tmp_path):
+    """A copy is refreshed up to the task's committed offset in the table's topic: a price update that no batch
+    has processed yet is not in it (the task that moves there processes it next)."""
+    driver = TopologyTestDriver(priced(app_()))
+    driver.pipe_many("prices", [("a", 1, BASE), ("b", 2, BASE)])
+    driver.pipe_records([("prices", "a", 3, BASE + 1)], process=False)
+    job = copy.copy(driver.job)  # (the copy's stores in a directory of their own)
+    job.config = driver.config.with_overrides(state_dir=str(tmp_path))
+    plan = StandbyPlan(TaskId("priced", 0), 1, None, lag=3, budget=5.0)
+    result = run_standby(plan, job, driver.worker.clients)
+    assert (result.status, result.replayed, result.store_offsets) == ("refreshed", 2, {"priced-prices": 2})
+    assert (tmp_path / "t" / "priced-0" / "priced-prices@prices").is_dir()
+    driver.pipe("orders", "a", "o1", timestamp=BASE + 2)  # the batch processes the update, then the order
+    result = run_standby(replace(plan, batch=2), job, driver.worker.clients)
+    assert (result.replayed, result.store_offsets) == (1, {"priced-prices": 3})
