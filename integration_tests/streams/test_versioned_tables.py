@@ -23,6 +23,7 @@ import sys
 import time
 from collections import Counter
 
+import pytest
 from confluent_kafka import Producer
 
 from eos.audit import audit_application
@@ -30,6 +31,7 @@ from integration_tests.streams.test_dsl_tables import last_per_key
 from integration_tests.streams.test_fused_topology import load_job, run_killed_then_caught_up
 from integration_tests.streams.test_time_and_rekey import committed_records
 from recovery import NOT_PUT
+from transactions import KafkaAdmin
 from tests.recovery.test_versioned import _Model
 
 JOB = """
@@ -180,8 +182,13 @@ from datetime import timedelta
 from eos import Application
 from eos.testing import MarkWhile
 
+# OPTIMIZATION="all": the prices table's stores are restored from its topic, in a state directory of each
+# process's own, so every restart restores them from the topic up to the committed offsets
+optimization = os.environ.get("OPTIMIZATION", "none")
+state = os.environ["STATE"] + (f"/{os.getpid()}" if optimization != "none" else "")
 app = Application(os.environ["APP"], timestamp="field:at", max_records_per_batch=int(os.environ["BATCH"]),
-                  trigger_interval=0.0, log_format="json", log_level="WARNING", state_dir=os.environ["STATE"])
+                  trigger_interval=0.0, log_format="json", log_level="WARNING", state_dir=state,
+                  topology_optimization=optimization)
 prices = app.table(os.environ["PRICES"], name="prices", versioned=timedelta(hours=2))
 orders = app.stream(os.environ["ORDERS"])
 price_of = lambda order, price: {"id": order["id"], "price": price and price["price"]}
@@ -232,13 +239,18 @@ def let_go(orders: list[tuple[str, dict, int]], grace: int) -> tuple[list[tuple[
     return out, late, len(held)
 
 
+@pytest.mark.parametrize("optimization", ["none", "all"])
 def test_a_grace_period_holds_each_order_for_the_late_prices_of_its_time_across_sigkills(
-        kafka, topic_factory, unique_name, tmp_path, monkeypatch):
+        kafka, topic_factory, unique_name, tmp_path, monkeypatch, optimization):
     """Prices up to twenty minutes late, orders held back thirty minutes: each order let go is joined with
     the price its product had at its time among all the updates (a reference versioned table fed everything),
-    exactly once, through SIGKILLs; the same orders joined at once (no grace period) miss late prices."""
+    exactly once, through SIGKILLs; the same orders joined at once (no grace period) miss late prices. With
+    `topology_optimization="all"` the prices table has no changelog of its own: every restarted process
+    restores it from its (compacted) topic, up to the offsets the tasks committed."""
     names = ("prices", "orders", "waited", "at_once", "global")
-    topics = dict(zip(names, (topic_factory(n, partitions=PARTITIONS) for n in names), strict=True))
+    compact = {"cleanup.policy": "compact"} if optimization != "none" else None
+    topics = dict(zip(names, (topic_factory(n, partitions=PARTITIONS, config=compact if n == "prices" else None)
+                              for n in names), strict=True))
     bootstrap = kafka.bootstrap_servers
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
     updates, orders = timeline()
@@ -248,7 +260,7 @@ def test_a_grace_period_holds_each_order_for_the_late_prices_of_its_time_across_
                              value=None if value is None else json.dumps(value).encode())
             producer.poll(0)
     assert producer.flush(60) == 0
-    env = job_env(tmp_path, bootstrap, unique_name("app"), topics)
+    env = {**job_env(tmp_path, bootstrap, unique_name("app"), topics), "OPTIMIZATION": optimization}
     run_killed_then_caught_up(tmp_path, GRACE_JOB, env, seed=9, kills=2, pause=(2.0, 4.0))
 
     models = [_Model(2 * 3_600_000) for _ in range(PARTITIONS)]
@@ -298,3 +310,15 @@ def test_a_grace_period_holds_each_order_for_the_late_prices_of_its_time_across_
     rows = [json.loads(line) for line in shown.stdout.splitlines()]
     assert sorted(r["origin"] for r in rows if "origin" in r) == sorted(f"{topics['orders']}:{h.message[1]}:"
                                                                       f"{h.message[2]}" for h in held)
+    if optimization == "none":
+        return
+    # the table's stores wrote nothing of their own; every restart restored them from the prices topic
+    stores = {s.name: s.source_topic for sub in app.subtopologies.values() for s in sub.stores}
+    assert stores == {"waited-prices": topics["prices"], "at_once-prices": topics["prices"], "waited-buffer": None}
+    own = {f"{app.config.application_id}-{s}-changelog": None if topic else PARTITIONS for s, topic in stores.items()}
+    assert KafkaAdmin(bootstrap).partition_counts(own) == own
+    restarts = [d for d in (tmp_path / "state").iterdir() if (d / app.config.application_id).is_dir()]
+    assert len(restarts) >= 2, restarts  # (processes that ran batches, each restoring into a state of its own)
+    # queries read the table from its topic up to the committed offsets: every product's latest price
+    assert dict(app.store_view("waited-prices").view.all()) == {
+        k: v for k in {k for k, _, _ in updates} if (v := models[partition(k)].get(k)) is not None}
