@@ -32,7 +32,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.throughput import PARTITIONS
-from benchmarks.windows import backlog_rate, bench_app
+from benchmarks.windows import bench_app
 from eos.driver.spark import DEFAULT_MASTER, build_spark_context
 from localkafka.provision import provide_kafka
 from transactions import KafkaAdmin, TopicSpec

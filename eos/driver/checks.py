@@ -16,8 +16,10 @@ import structlog
 from eos.config import EosConfig
 from eos.dsl.base import InternalTopic
 from eos.errors import ConfigError
+from eos.graph.graph import table_stores
 from eos.ledger import ledger_topic
-from eos.topology import SubTopology
+from eos.topology import SubTopology, offset_groups
+from eos.worker.progress import CommitMetadata
 from recovery import ChangelogConfigError, check_source_changelogs, ensure_changelogs
 from transactions import BrokerUnreachableError, KafkaAdmin, TopicSpec, check_reachable
 
@@ -202,6 +204,7 @@ def create_internal_topics(admin: KafkaAdmin, config: EosConfig, subtopologies: 
         admin.create_topics([TopicSpec(ledger_topic(config.application_id), 1, config.internal_replication_factor,
                                        {"cleanup.policy": "delete", "retention.ms": retention})])
     seen: dict[str, str] = {}
+    groups = offset_groups(subtopologies, config.group_id)
     for sub in subtopologies.values():
         for spec in sub.stores:
             if spec.name in seen:
@@ -209,6 +212,7 @@ def create_internal_topics(admin: KafkaAdmin, config: EosConfig, subtopologies: 
                                   f"{sub.name!r}: store names must be unique within an application")
             seen[spec.name] = sub.name
         if sub.stores:
+            check_table_stores(admin, config, sub, groups)
             try:
                 ensure_changelogs(admin, config.application_id, sub.stores, partition_counts[sub.inputs[0]],
                                   config.internal_replication_factor)
@@ -219,6 +223,34 @@ def create_internal_topics(admin: KafkaAdmin, config: EosConfig, subtopologies: 
                                                        for sub in subtopologies.values() for spec in sub.stores
                                                        if spec.source_topic is None})
     return admin.partition_counts([config.dlq_topic])[config.dlq_topic] or 1
+
+
+def check_table_stores(admin: KafkaAdmin, config: EosConfig, sub: SubTopology, groups: Mapping[tuple[str, str], str]
+                       ) -> None:
+    """A store that keeps a table read from a topic must not start empty where the sub-topology has already read
+    the topic: it would hold none of the rows read before, and join every later record without them. That is a
+    store whose changelog does not exist yet (turning `topology_optimization` off again, a join added to a
+    sub-topology that reads the table, a changelog deleted by hand) while a batch has committed offsets in the
+    table's topic (offsets `eos reset` wrote name no batch's producer: a reset means to start afresh)."""
+    if sub.graph is None:
+        return
+    kept = {name: topic for name, topic in table_stores(sub.graph).items()
+            if any(s.name == name and s.source_topic is None for s in sub.stores)}
+    changelogs = {name: f"{config.application_id}-{name}-changelog" for name in kept}
+    missing = admin.partition_counts(list(changelogs.values()))
+    for name, topic in sorted(kept.items()):
+        if missing[changelogs[name]] is not None:
+            continue
+        commits = admin.group_commits(groups[(sub.name, topic)], admin.topic_partitions(topic))
+        read = {p: c.offset for (_, p), c in commits.items()
+                if c.offset and CommitMetadata.decode(c.metadata).producer}
+        if read:
+            raise ConfigError(
+                f"store {name!r} keeps table {topic} but has no changelog ({changelogs[name]}), while "
+                f"{sub.name!r} has already read {topic} (committed offsets by partition: {read}): the store would "
+                f"start empty and join every record without the rows read before. If the application ran with "
+                f"topology_optimization='all', run it so again (the store is restored from {topic}); to read the "
+                f"table again from the start, reset the application first (eos reset).")
 
 
 def create_internal_topics_soon(config: EosConfig, subtopologies: Mapping[str, SubTopology],

@@ -23,7 +23,7 @@ from eos.time import RECORD_TIME, WallClockTime
 from eos.topology import SubTopology
 from recovery import StoreSpec
 
-__all__ = ["ProcessorGraph", "GraphPart", "source_changelogs"]
+__all__ = ["ProcessorGraph", "GraphPart", "source_changelogs", "table_stores"]
 
 _INVALID = re.compile(r"[^A-Za-z0-9_.]")
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")  # Kafka's rule for a topic's name (and not "." or "..")
@@ -186,6 +186,19 @@ class ProcessorGraph:
         return out
 
 
+def table_stores(part: GraphPart) -> dict[str, str]:
+    """The stores of `part`'s stream-table joins that keep a table read straight from a topic (a source node
+    of that topic alone): store -> topic."""
+    out: dict[str, str] = {}
+    for join in part.processors:
+        spec = join.join
+        if spec is None or spec.kind != "stream-table" or spec.right_store is None:
+            continue
+        if any(isinstance(n, SourceNode) and n.topics == (spec.right,) for n in map(part.node, join.parents)):
+            out[spec.right_store] = spec.right
+    return out
+
+
 def source_changelogs(part: GraphPart, default_timestamp: Callable[[Any], int] | None) -> dict[str, str]:
     """The stores of `part` that may use their table's topic as their changelog (store -> topic): a stream-table
     join's store of a table read straight from a topic (a source node of that topic alone), whose records reach
@@ -194,19 +207,16 @@ def source_changelogs(part: GraphPart, default_timestamp: Callable[[Any], int] |
     could fail takes them (a failure would roll the update back and dead-letter it), so replaying the topic up
     to the task's committed offset restores it. Not where the table's timestamps are the wall clock's, which a
     replay would not see again."""
-    joins = {p.name: p for p in part.processors if p.join is not None and p.join.kind == "stream-table"}
+    joins = {p.name for p in part.processors if p.join is not None and p.join.kind == "stream-table"}
     users = Counter(store for names in part.stores.values() for store in names)
     out: dict[str, str] = {}
-    for join in joins.values():
-        spec = join.join
-        table = next((n for n in map(part.node, join.parents)
-                      if isinstance(n, SourceNode) and n.topics == (spec.right,)), None)
-        if table is None or spec.right_store is None or users[spec.right_store] != 1:
-            continue
+    for store, topic in table_stores(part).items():
+        table = next(n for n in part.sources if n.topics == (topic,))
         extract = table.timestamp if table.timestamp is not None else default_timestamp
-        if isinstance(extract, WallClockTime) or not all(c in joins for c in part.children.get(table.name, ())):
+        if users[store] != 1 or isinstance(extract, WallClockTime) or not all(
+                c in joins for c in part.children.get(table.name, ())):
             continue
-        out[spec.right_store] = spec.right
+        out[store] = topic
     return out
 
 

@@ -31,8 +31,8 @@ from integration_tests.streams.test_dsl_tables import last_per_key
 from integration_tests.streams.test_fused_topology import load_job, run_killed_then_caught_up
 from integration_tests.streams.test_time_and_rekey import committed_records
 from recovery import NOT_PUT
-from transactions import KafkaAdmin
 from tests.recovery.test_versioned import _Model
+from transactions import KafkaAdmin
 
 JOB = """
 import os

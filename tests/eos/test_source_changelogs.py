@@ -14,12 +14,14 @@ from datetime import timedelta
 import pytest
 
 from eos import Application, TaskId
+from eos.driver.checks import check_table_stores
 from eos.errors import ConfigError
 from eos.testing import TopologyTestDriver
-from eos.topology import table_changelogs
+from eos.topology import offset_groups, table_changelogs
 from eos.worker.plans import StandbyPlan
 from eos.worker.standby import run_standby
 from recovery import ChangelogConfigError, StoreSpec, check_source_changelogs
+from transactions import TopicSpec
 from transactions.memory import MemoryAdmin, MemoryCluster
 
 BASE = 1_800_000_000_000
@@ -183,7 +185,7 @@ def test_a_table_topic_that_retention_would_empty_is_refused():
     admin = MemoryAdmin(cluster)
     spec = StoreSpec("priced-prices", None, None, source_topic="prices")  # type: ignore[arg-type]
     cluster.create_topic("prices", 1, {"cleanup.policy": "delete", "retention.ms": "604800000"})
-    with pytest.raises(ChangelogConfigError, match="cleanup.policy=compact on prices .* topology_optimization='none'"):
+    with pytest.raises(ChangelogConfigError, match=r"cleanup.policy=compact on prices .* topology_optimization='none'"):
         check_source_changelogs(admin, [spec])
     cluster.configs["prices"].update({"retention.ms": "-1"})
     check_source_changelogs(admin, [spec])  # kept forever: fine
@@ -212,3 +214,23 @@ def test_a_standby_copy_replays_the_table_up_to_the_committed_offset(tmp_path):
     driver.pipe("orders", "a", "o1", timestamp=BASE + 2)  # the batch processes the update, then the order
     result = run_standby(replace(plan, batch=2), job, driver.worker.clients)
     assert (result.replayed, result.store_offsets) == (1, {"priced-prices": 3})
+
+
+def test_turning_it_off_again_is_refused_where_the_store_would_start_empty():
+    """With the optimization off, the store needs a changelog of its own, which it never wrote: where a batch has
+    committed offsets in the table's topic, starting would join every later order without the rows read before.
+    Offsets a reset wrote (no batch's producer) mean to start afresh."""
+    driver = TopologyTestDriver(priced(app_()), partitions=2)
+    driver.pipe_many("prices", [("a", 1, BASE), ("b", 2, BASE)])
+    off = priced(app_("none"))
+    sub = off.subtopologies["priced"]
+    groups = offset_groups(off.subtopologies, off.config.group_id)
+    with pytest.raises(ConfigError, match=r"store 'priced-prices' keeps table prices but has no changelog "
+                                          r"\(t-priced-prices-changelog\), while 'priced' has already read prices .*"
+                                          r"run it so again"):
+        check_table_stores(driver.admin, off.config, sub, groups)
+    check_table_stores(driver.admin, app_().config, priced(app_()).subtopologies["priced"], groups)  # (on: fine)
+    fresh = TopologyTestDriver(priced(app_()), partitions=2)  # nothing read yet: a new store is right
+    check_table_stores(fresh.admin, off.config, sub, groups)
+    driver.admin.create_topics([TopicSpec("t-priced-prices-changelog", 2)])  # a store with a changelog: fine
+    check_table_stores(driver.admin, off.config, sub, groups)
