@@ -19,6 +19,7 @@ import pytest
 
 from eos.audit import audit_application
 from eos.driver.checks import user_topics
+from eos.topology import table_changelogs
 from integration_tests.helpers import produce
 from integration_tests.streams.test_fused_topology import load_job, run_killed_then_caught_up
 from integration_tests.streams.test_time_and_rekey import committed_records
@@ -70,7 +71,8 @@ class Committed:
 # table, windowed joins of a stream with itself, tables joined by key and by a foreign key, keyed and windowed
 # aggregations and cogroups, a table re-grouped, a processor of the Processor API with a store of its own; the
 # description each must have guards against the generator drifting away from it.
-SEEDS = {63: ["branch_rekey_merge", "through", "-> join", "-> windowed", "-> stream_join", "side table versioned"],
+SEEDS = {63: ["branch_rekey_merge", "through", "-> join", "-> windowed", "-> stream_join", "side table versioned",
+             "the side table's topic as its changelog"],
          95: ["branch_rekey_merge", "repartition", "-> processed", "-> table_join (foreign-key inner)"]}
 MORE_SEEDS = {9: ["through", "select_key", "branch_rekey_merge", "flat_map_values", "-> keyed", "-> stream_join",
                   "-> table"],
@@ -97,7 +99,9 @@ def test_a_random_topology_killed_and_restarted_commits_what_its_reference_compu
     app, checks, shown = build(seed, 0, PARTITIONS, records=records, names=lambda name: prefix + name)
     assert all(part in shown for part in {**SEEDS, **MORE_SEEDS}[seed]), shown
     topics = user_topics(app.subtopologies)  # the input, the table, the outputs and `through` topics
-    KafkaAdmin(bootstrap).create_topics([TopicSpec(t, PARTITIONS, 1, {}) for t in sorted(topics)], timeout=30)
+    compact = table_changelogs(app.subtopologies)  # (a table's topic that is its stores' changelog)
+    KafkaAdmin(bootstrap).create_topics([TopicSpec(t, PARTITIONS, 1, {"cleanup.policy": "compact"} if t in compact
+                                                   else {}) for t in sorted(topics)], timeout=30)
 
     def at_key(n: int, key: bytes) -> int:  # murmur2, as the Java client: the stream and the table co-partitioned
         return partition_for(key, PARTITIONS)

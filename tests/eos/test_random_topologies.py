@@ -30,6 +30,7 @@ from eos.audit.windows import reference_windows
 from eos.records import Record
 from eos.tables import JoinWindows
 from eos.testing import TopologyTestDriver
+from eos.topology import table_changelogs
 from eos.windows import HoppingWindows, SessionWindows, SlidingWindows, TumblingWindows, Windowing, ms
 
 BASE = 1_800_000_000_000
@@ -508,7 +509,10 @@ def build(seed: int, cache: int, partitions: int, *, records: list[tuple[str, st
     `records`: the input (by default `inputs(seed)`); `names`: of its topics and application id; `settings`:
     the Application's."""
     rng = random.Random(seed)
-    app = Application(names(f"r{seed}"), **{"bootstrap_servers": "unused:9092", **settings},
+    # drawn apart: half the seeds keep a table only stream-table joins read in stores restored from its topic
+    optimization = "all" if random.Random(f"reuse-{seed}").random() < 0.5 else "none"
+    app = Application(names(f"r{seed}"), **{"bootstrap_servers": "unused:9092",
+                                            "topology_optimization": optimization, **settings},
                       cache_max_bytes=cache)
     recs: list[Rec] = [(k, v, ts) for _, k, v, ts in (records or inputs(seed))]
     prefix = Chain([random_step(rng) for _ in range(rng.randrange(0, 4))])
@@ -572,6 +576,8 @@ def build(seed: int, cache: int, partitions: int, *, records: list[tuple[str, st
         shown.append("the side table versioned")
     if gside is not None and gside.history_retention_ms is not None:
         shown.append("the global side table versioned")
+    if table_changelogs(app.subtopologies):
+        shown.append("the side table's topic as its changelog")
     return app, checks, "; ".join(shown)
 
 
