@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from recovery import shared_stores
+
 if TYPE_CHECKING:
     from eos.app import Application
 
@@ -166,9 +168,11 @@ def describe(app: Application) -> TopologyDescription:
                 grace = node.join.grace_ms if node.join is not None else None
                 held = {s.name for s in sub.stores if s.kind == "time_ordered_buffer"}
                 reused = {s.name: s.source_topic for s in sub.stores if s.source_topic is not None}
+                kept_in = shared_stores(sub.stores)
                 stores = (*((f"{s} (versioned, history {versioned[s]} ms)" if s in versioned
                              else f"{s} (stream records held back, grace {grace} ms)" if s in held else s)
                             + (f" (changelog: the table's topic {reused[s]})" if s in reused else "")
+                            + (f" (one store with {kept_in[s]})" if s in kept_in else "")
                             for s in part.stores[node.name]),
                           *(f"{g.name} (global" + (f", versioned, history {g.history_retention_ms} ms)"
                                                    if g.history_retention_ms is not None else ")")

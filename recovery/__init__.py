@@ -5,7 +5,7 @@ from recovery.backends import Backend, MemoryBackend, RocksDBBackend, StoreError
 from recovery.changelog import ChangelogConfigError, changelog_record, check_source_changelogs, ensure_changelogs
 from recovery.restore import ChangelogSource, KnownBounds, RestoreResult, restore_store, settled_bounds
 from recovery.state_dir import HOLDER, StateDirectoryError, StoreHolder, TaskDirectory, locked_task_directories
-from recovery.store import KeyValueStore, StoreKind, StoreSpec, StoreView
+from recovery.store import KeyValueStore, StoreKind, StoreSpec, StoreView, shared_stores
 from recovery.versioned import NOT_PUT, VALID_TO_UNDEFINED, Version, VersionedKeyValueStore
 from recovery.windows import Held, RecordBuffer, Session, SessionStore, TimeOrderedBuffer, WindowStore
 from recovery.write_buffer import WriteBuffer
@@ -38,6 +38,7 @@ __all__ = [
     "WriteBuffer",
     "changelog_record",
     "ensure_changelogs",
+    "shared_stores",
     "check_source_changelogs",
     "restore_store",
     "settled_bounds",

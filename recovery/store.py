@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from recovery.backends import StoreError
 from recovery.write_buffer import WriteBuffer
 
-__all__ = ["StoreSpec", "StoreView", "KeyValueStore", "Serde", "StoreKind"]
+__all__ = ["StoreSpec", "StoreView", "KeyValueStore", "Serde", "StoreKind", "shared_stores"]
 
 StoreKind = Literal["key_value", "window", "session", "record_buffer", "versioned",
                     "time_ordered_buffer"]
@@ -89,6 +89,24 @@ class StoreSpec:
         if self.kind in ("key_value", "versioned", "time_ordered_buffer"):
             return {"cleanup.policy": "compact"}
         return {"cleanup.policy": "compact,delete", "retention.ms": str((self.retention_ms or 0) + DAY_MS)}
+
+
+def shared_stores(specs: Iterable[StoreSpec]) -> dict[str, str]:
+    """Stores restored from the same table topic that keep it alike (kind, history, serdes, persistence) hold
+    the same rows: each is kept in the first one's store (Kafka Streams keeps one store per table). Returns
+    store -> the store it is kept in, for all but the first of each such group."""
+    first: dict[tuple[Any, ...], str] = {}
+    out: dict[str, str] = {}
+    for spec in specs:
+        if spec.source_topic is None:
+            continue
+        alike = (spec.source_topic, spec.kind, spec.retention_ms, spec.timestamped, spec.persistent,
+                 id(spec.key_serde), id(spec.value_serde))
+        if alike in first:
+            out[spec.name] = first[alike]
+        else:
+            first[alike] = spec.name
+    return out
 
 
 class StoreView:

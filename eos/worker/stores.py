@@ -52,6 +52,7 @@ from recovery import (
     changelog_record,
     restore_store,
     settled_bounds,
+    shared_stores,
 )
 from transactions import Message, ProducerRecord
 
@@ -101,6 +102,8 @@ class TaskStores:
         #: how a table's topic is read, for the stores restored from it (as the task reads it)
         self.readings = {t: r for t, r in input_readings(sub).items()
                          if any(spec.source_topic == t for spec in self.specs.values())}
+        #: stores kept in another's store (the same table, restored from its topic): store -> that store
+        self.kept_in = shared_stores(sub.stores)
         self.in_memory = in_memory
         self.directory = TaskDirectory(state_root(config), str(self.task))
         self._memory: dict[str, MemoryBackend] = {}  # in-memory stores live as long as this worker
@@ -145,7 +148,7 @@ class TaskStores:
         bounds = source.bounds(tps)
         replayed = 0
         for name, spec in self.specs.items():
-            if persistent_only and not spec.persistent:
+            if (persistent_only and not spec.persistent) or name in self.kept_in:
                 continue
             backend = self._backends.get(name) if kept else None
             if backend is None:
@@ -190,6 +193,9 @@ class TaskStores:
             buffer = WriteBuffer(backend)
             self._buffers[name] = buffer
             self.views[name].attach(buffer)
+        for name, primary in self.kept_in.items():  # (a table's rows, written alike by each join that keeps them)
+            if primary in self._buffers:
+                self.views[name].attach(self._buffers[primary])
 
     @staticmethod
     def _log_restored(name: str, result: RestoreResult) -> None:
@@ -199,8 +205,9 @@ class TaskStores:
 
     def offsets(self) -> dict[str, int]:
         """The changelog offset each open store reflects."""
-        return {name: offset for name, backend in self._backends.items()
-                if (offset := backend.changelog_offset()) is not None}
+        offsets = {name: offset for name, backend in self._backends.items()
+                   if (offset := backend.changelog_offset()) is not None}
+        return {**offsets, **{name: offsets[primary] for name, primary in self.kept_in.items() if primary in offsets}}
 
     def scoped(self) -> list[WriteBuffer]:
         return list(self._buffers.values())

@@ -87,13 +87,36 @@ def test_a_table_something_else_reads_keeps_its_own_changelog(case):
     assert all(s.source_topic is None for s in stores), [(s.name, s.source_topic) for s in stores]
 
 
-def test_two_stream_joins_of_one_table_both_restore_from_it():
-    app = app_()
+def two_joins(app: Application) -> Application:
     prices = app.table("prices")
     app.stream("orders").left_join(prices, lambda o, p: [o, p], name="priced").to("out")
     app.stream("quotes").join(prices, lambda q, p: [q, p], name="quoted").to("out2")
+    return app
+
+
+def test_two_stream_joins_of_one_table_keep_it_in_one_store(tmp_path):
+    """Both joins' stores are restored from the table's topic and hold the same rows: the task keeps them in one
+    store (one directory, one restore), as Kafka Streams keeps one store per table."""
+    app = two_joins(app_())
     assert {s.name: s.source_topic for sub in app.subtopologies.values() for s in sub.stores} == {
         "priced-prices": "prices", "quoted-prices": "prices"}
+    assert "quoted-prices (changelog: the table's topic prices) (one store with priced-prices)" in str(app.describe())
+    driver = TopologyTestDriver(app, state_dir=tmp_path)
+    driver.pipe_many("prices", [("a", 1, BASE), ("b", 2, BASE)])
+    driver.crash_at("after_read")
+    driver.pipe_records([("prices", "a", 3, BASE + 1), ("orders", "a", "o1", BASE + 2), ("quotes", "b", "q1", BASE + 2),
+                         ("quotes", "c", "q2", BASE + 3)])
+    assert len(driver.crashes) == 1
+    assert _out(driver) == [("a", "o1", 3, BASE + 2)]
+    assert [(r.key, *r.value) for r in driver.read("out2")] == [("b", "q1", 2)]
+    assert sorted(p.name for p in (tmp_path / "t" / "priced-0").iterdir() if p.is_dir()) == ["priced-prices@prices"]
+    in_memory = TopologyTestDriver(app)  # (a crash loses the stores: the table is replayed once, not once a join)
+    in_memory.pipe_many("prices", [("a", 1, BASE), ("b", 2, BASE)])
+    in_memory.crash_at("after_read")
+    in_memory.pipe("orders", "a", "o1", timestamp=BASE + 2)
+    assert [r.restored_records for r in in_memory.results if r.restored_records] == [2]
+    plain = two_joins(app_("none"))  # (each with a changelog of its own: two stores)
+    assert "one store with" not in str(plain.describe())
 
 
 def test_the_one_step_join_and_a_versioned_table_with_a_grace_period():
