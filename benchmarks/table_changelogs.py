@@ -27,12 +27,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
 from rich.console import Console
 from rich.table import Table
 
 from benchmarks.throughput import PARTITIONS
-from benchmarks.windows import bench_app
+from benchmarks.windows import bench_app, produce_rows
 from eos.driver.spark import DEFAULT_MASTER, build_spark_context
 from localkafka.provision import provide_kafka
 from transactions import KafkaAdmin, TopicSpec
@@ -45,19 +44,6 @@ JOBS = {"own changelog": "none", "the table's topic": "all"}
 LOST_RECORDS = 8
 
 
-def produce(bootstrap: str, rows: list[tuple[str, bytes, bytes, int]]) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
-                         "enable.idempotence": True})
-    for topic, key, value, ts in rows:
-        while True:
-            try:
-                producer.produce(topic, value=value, key=key, timestamp=ts)
-                break
-            except BufferError:
-                producer.poll(0.05)
-    assert producer.flush(120) == 0
-
-
 def preload(bootstrap: str, table: str, stream: str, n: int) -> int:
     """The table's updates, then `n` stream records after them; returns how many records a job reads."""
     rnd = random.Random(1)
@@ -65,7 +51,7 @@ def preload(bootstrap: str, table: str, stream: str, n: int) -> int:
     rows = [(table, b"%d" % key, b'{"price": %d}' % rnd.randint(1, 999), start + step * 60_000)
             for step in range(UPDATES) for key in range(KEYS)]
     rows += [(stream, b"%d" % rnd.randrange(KEYS), b'{"n": %d}' % i, start + UPDATES * 60_000 + i) for i in range(n)]
-    produce(bootstrap, rows)
+    produce_rows(bootstrap, rows)
     return KEYS * UPDATES + n
 
 
@@ -81,7 +67,8 @@ def run_job(sc: Any, bootstrap: str, admin: KafkaAdmin, table: str, stream: str,
     assert summary.records_in == total, f"{name}: read {summary.records_in} of {total} records"
     first, last = summary.batch_reports[0], summary.batch_reports[-1]
     rate = total / (last.started + last.duration_s - first.started)
-    produce(bootstrap, [(stream, b"%d" % key, b'{"n": -1}', int(time.time() * 1000)) for key in range(LOST_RECORDS)])
+    now = int(time.time() * 1000)
+    produce_rows(bootstrap, [(stream, b"%d" % key, b'{"n": -1}', now) for key in range(LOST_RECORDS)])
     app.configure(state_dir=str(Path(state_dir) / f"lost-{uuid.uuid4().hex[:8]}"))
     after = app.run(sc, until_caught_up=True)
     lost = after.batch_reports[0]

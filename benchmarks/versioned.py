@@ -30,12 +30,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
 from rich.console import Console
 from rich.table import Table
 
 from benchmarks.throughput import PARTITIONS
-from benchmarks.windows import backlog_rate, bench_app
+from benchmarks.windows import backlog_rate, bench_app, produce_rows
 from eos.driver.spark import DEFAULT_MASTER, build_spark_context
 from localkafka.provision import provide_kafka
 from transactions import KafkaAdmin, TopicSpec
@@ -53,8 +52,6 @@ def preload(bootstrap: str, table: str, streams: dict[str, str], n: int) -> int:
     """The table's updates (a minute of event time apart per key, a quarter up to a minute back), then `n`
     stream records on each of `streams` ("history": at random times across the updates, "in time": after
     them); returns how many records a job reads."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
-                         "enable.idempotence": True})
     rnd = random.Random(1)
     start = int(time.time() * 1000) - (UPDATES + 2) * 60_000
     rows = [(table, b"%d" % key, b'{"price": %d}' % rnd.randint(1, 999),
@@ -64,14 +61,7 @@ def preload(bootstrap: str, table: str, streams: dict[str, str], n: int) -> int:
         base, spread = (start, UPDATES * 60_000) if kind == "history" else (start + UPDATES * 60_000, 60_000)
         rows += [(topic, b"%d" % rnd.randrange(KEYS), b'{"n": %d}' % i, base + rnd.randint(0, spread))
                  for i in range(n)]
-    for topic, key, value, ts in rows:
-        while True:
-            try:
-                producer.produce(topic, value=value, key=key, timestamp=ts)
-                break
-            except BufferError:
-                producer.poll(0.05)
-    assert producer.flush(120) == 0
+    produce_rows(bootstrap, rows)
     return KEYS * UPDATES + n
 
 

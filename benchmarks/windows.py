@@ -48,17 +48,8 @@ JOBS: dict[str, dict[str, Any]] = {
 
 def preload_timed(bootstrap: str, topic: str, n: int) -> None:
     """n records, 1 ms of event time apart, ending now (a topic refuses timestamps far ahead)."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
-                         "enable.idempotence": True})
     start = int(time.time() * 1000) - n
-    for i in range(n):
-        while True:
-            try:
-                producer.produce(topic, value=b"x" * 100, key=b"%d" % (i % 1000), timestamp=start + i)
-                break
-            except BufferError:
-                producer.poll(0.05)
-    assert producer.flush(120) == 0
+    produce_rows(bootstrap, [(topic, b"%d" % (i % 1000), b"x" * 100, start + i) for i in range(n)])
 
 
 def bench_app(kind: str, bootstrap: str, admin: KafkaAdmin, state_dir: str) -> tuple[Application, str]:
@@ -68,6 +59,20 @@ def bench_app(kind: str, bootstrap: str, admin: KafkaAdmin, state_dir: str) -> t
     return Application(f"{kind}-bench-{uuid.uuid4().hex[:8]}", bootstrap, trigger_interval=1.0,
                        max_records_per_batch=100_000, state_dir=state_dir, log_format="json",
                        log_level="WARNING"), dst
+
+
+def produce_rows(bootstrap: str, rows: list[tuple[str, bytes, bytes, int]]) -> None:
+    """(topic, key, value, timestamp) rows, in order, by one idempotent producer in large batches."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
+                         "enable.idempotence": True})
+    for topic, key, value, ts in rows:
+        while True:
+            try:
+                producer.produce(topic, value=value, key=key, timestamp=ts)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(120) == 0
 
 
 def backlog_rate(app: Application, sc: Any, n: int, name: str) -> float:

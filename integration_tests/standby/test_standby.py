@@ -43,6 +43,21 @@ def wait(predicate, timeout, what):
         time.sleep(0.5)
 
 
+def fail_over(sc, kafka, admin, app_id, src, more, results, victim_task, victim, kill=None) -> None:
+    """Lose the executor `victim` (`kill(executor_id)`; default: SIGKILL its JVM), write `more` records to `src`,
+    and wait until they are read and `victim_task` has committed on another executor (`results`: the run's)."""
+    seen_before_kill = len(results)
+    if kill is None:
+        os.kill(executor_pid(victim, sc.applicationId), signal.SIGKILL)
+    else:
+        kill(victim)
+    wait(lambda: victim not in live_executors(sc), 60, "Spark to notice the lost executor")
+    produce(kafka.bootstrap_servers, src, more)
+    wait(lambda: admin.group_lag(app_id, [src]) == 0 and any(
+        r.task == victim_task and r.executor != victim and r.status == "committed" for r in results[seen_before_kill:]),
+        240, "the moved task to commit")
+
+
 def run_failover(kafka, sc, topic_factory, unique_name, tmp_path, standbys, kill=None):
     """`kill(executor_id)` loses the executor (default: SIGKILL its JVM)."""
     src, out = topic_factory("in", partitions=4), topic_factory("totals", partitions=4)
@@ -67,16 +82,7 @@ def run_failover(kafka, sc, topic_factory, unique_name, tmp_path, standbys, kill
     victim_task = TaskId("totals", 0)
     victim = [r for r in steady if r.task == victim_task and r.status == "committed"][-1].executor
     changelog_before = sum(r.changelog_records for r in steady if r.task == victim_task)
-    seen_before_kill = len(results)
-    if kill is None:
-        os.kill(executor_pid(victim, sc.applicationId), signal.SIGKILL)
-    else:
-        kill(victim)
-    wait(lambda: victim not in live_executors(sc), 60, "Spark to notice the lost executor")
-    produce(kafka.bootstrap_servers, src, records(40_000, 8_000))
-    wait(lambda: admin.group_lag(app_id, [src]) == 0 and any(
-        r.task == victim_task and r.executor != victim and r.status == "committed" for r in results[seen_before_kill:]),
-        240, "the moved task to commit")
+    fail_over(sc, kafka, admin, app_id, src, records(40_000, 8_000), results, victim_task, victim, kill)
     runner.request_stop()
     thread.join(120)
     s = summary["s"]
@@ -167,13 +173,7 @@ def test_a_table_restored_from_its_topic_fails_over_to_its_standby(kafka, spark_
     victim_task = TaskId("priced", 0)
     victim = [r for r in steady if r.task == victim_task and r.status == "committed"][-1].executor
     table_partition = admin.end_offsets([(prices, 0)])[(prices, 0)]
-    seen_before_kill = len(results)
-    os.kill(executor_pid(victim, spark_cluster3.applicationId), signal.SIGKILL)
-    wait(lambda: victim not in live_executors(spark_cluster3), 60, "Spark to notice the lost executor")
-    produce(kafka.bootstrap_servers, src, orders(12_000, 4_000))
-    wait(lambda: admin.group_lag(app_id, [src]) == 0 and any(
-        r.task == victim_task and r.executor != victim and r.status == "committed" for r in results[seen_before_kill:]),
-        240, "the moved task to commit")
+    fail_over(spark_cluster3, kafka, admin, app_id, src, orders(12_000, 4_000), results, victim_task, victim)
     runner.request_stop()
     thread.join(120)
 
