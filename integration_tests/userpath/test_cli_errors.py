@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from integration_tests.helpers import produce, read_values
+from transactions import KafkaAdmin
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -137,6 +138,46 @@ def test_topics_are_created_listed_written_and_deleted_from_the_command_line(kaf
                              input="k\tv\n", env=env, capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2 and "does not exist: create it first" in missing.stderr, missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+TABLE_JOB = """
+    from eos import Application
+
+    app = Application("{app}", topology_optimization="{optimization}")
+    app.stream("{orders}").left_join(app.table("{prices}"), lambda o, p: [o, p], name="priced").to("{out}")
+"""
+
+
+def test_a_table_topic_that_is_its_stores_changelog_is_created_compacted_and_refused_when_not(
+        kafka, topic_factory, unique_name, tmp_path):
+    """`topology_optimization="all"`: `eos topics create --from-app` creates the table's topic compacted (it is
+    its stores' changelog); turning the optimization off after a run is refused (the stores would start empty),
+    and so is a job whose table topic retention would empty, both at start-up, saying what to change."""
+    env = environment(kafka.bootstrap_servers, tmp_path)
+    app, orders, prices, out = unique_name("app"), unique_name("orders"), unique_name("prices"), unique_name("out")
+    job = job_file(tmp_path, TABLE_JOB.format(app=app, orders=orders, prices=prices, out=out, optimization="all"))
+    created = eos(["topics", "create", "--from-app", str(job)], env, tmp_path)
+    assert f"created {prices} (1 partition(s)), compacted: the changelog of its table's stores" in created.stdout, \
+        created.stdout + created.stderr
+    assert f"created {orders} (1 partition(s))\n" in created.stdout
+    assert KafkaAdmin(kafka.bootstrap_servers).topic_config(prices)["cleanup.policy"] == "compact"
+    produce(kafka.bootstrap_servers, prices, [(b"apple", b"3")])
+    produce(kafka.bootstrap_servers, orders, [(b"apple", b'"o1"')])
+    done = eos(["run", str(job), "--until-caught-up"], env, tmp_path)
+    assert done.returncode == 0 and read_values(kafka.bootstrap_servers, out) == [b'["o1",3]'], done.stderr[-2000:]
+    job = job_file(tmp_path, TABLE_JOB.format(app=app, orders=orders, prices=prices, out=out, optimization="none"))
+    done = eos(["run", str(job), "--until-caught-up"], env, tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"store 'priced-{prices}' keeps table {prices} but has no changelog" in done.stderr, done.stderr
+    assert "run it so again" in done.stderr and "eos reset" in done.stderr and "Traceback" not in done.stderr
+
+    orders, prices, out = (topic_factory(n, partitions=1) for n in ("orders", "prices", "out"))
+    job = job_file(tmp_path, TABLE_JOB.format(app=unique_name("app"), orders=orders, prices=prices, out=out,
+                                              optimization="all"))
+    done = eos(["run", str(job), "--until-caught-up"], env, tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"table topic {prices} is the changelog of store(s) priced-{prices}" in done.stderr, done.stderr
+    assert f"Set cleanup.policy=compact on {prices}" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_every_command_that_talks_to_kafka_checks_the_address_first(tmp_path, unique_name):
