@@ -16,11 +16,11 @@ from eos.worker.stores import TaskStores
 from recovery import StoreError
 from transactions import RetriableKafkaError, RetryPolicy, stable_committed
 
-_ONE_TRY = RetryPolicy(attempts=1)
-
 __all__ = ["run_standby"]
 
 log = structlog.get_logger(__name__)
+
+_ONE_TRY = RetryPolicy(attempts=1)
 
 
 def _table_progress(stores: TaskStores, job: Job, clients: WorkerClients) -> dict[tuple[str, int], int]:

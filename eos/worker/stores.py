@@ -280,21 +280,47 @@ def table_replay(spec: StoreSpec, reading: InputReading,
     """The writes a chunk of a table topic's records makes to the store `spec` over `backend` that keeps the
     table, as the task's processing made them (`StoreSpec.source_topic`): each record read as the task reads
     the topic (`reading`), a bad record (dead-lettered when it was processed) and one without a key skipped,
-    each update kept by `keep_update`."""
+    each update kept by `keep_update`.
+
+    A plain table's row is its key's last good record, whatever came before: its chunk is read from the end,
+    each key's records only until one is good (a topic not yet compacted holds many updates of a key)."""
     key_serde, value_serde, timestamp = reading
     view = view_of(spec)
+    latest_only = spec.kind == "key_value"
 
     def changes_of(records: list[Message]) -> dict[bytes, bytes | None]:
         buffer = WriteBuffer(backend)
         view.attach(buffer)
         try:
-            for _, record, _ in entries(records, key_serde, value_serde, timestamp):
-                if isinstance(record, Record) and record.key is not None:
-                    keep_update(view, record)  # type: ignore[arg-type]
+            if latest_only:
+                _keep_last_rows(view, records, reading)  # type: ignore[arg-type]
+            else:
+                for _, record, _ in entries(records, key_serde, value_serde, timestamp):
+                    if isinstance(record, Record) and record.key is not None:
+                        keep_update(view, record)  # type: ignore[arg-type]
         finally:
             view.attach(None)
         return buffer.changes()
     return changes_of
+
+
+def _keep_last_rows(view: KeyValueStore, records: list[Message], reading: InputReading) -> None:
+    """Each key's last good record of `records` into `view` (a plain table's store), read from the end: a key
+    seen (as its bytes in the topic, or as the store keys it) is done; a bad record leaves it to the ones
+    before."""
+    done_raw: set[bytes | None] = set()
+    done: set[bytes] = set()
+    for msg in reversed(records):
+        raw = msg.key()
+        if raw in done_raw or raw is None:
+            continue
+        for _, record, _ in entries((msg,), *reading):
+            if isinstance(record, Record) and record.key is not None:
+                done_raw.add(raw)
+                key = view.key_bytes(record.key)
+                if key not in done:
+                    done.add(key)
+                    keep_update(view, record)
 
 
 def _bound(spec: StoreSpec, changelog: str) -> StoreSpec:

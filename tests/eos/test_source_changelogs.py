@@ -16,13 +16,18 @@ import pytest
 from eos import Application, TaskId
 from eos.driver.checks import check_table_stores
 from eos.errors import ConfigError
+from eos.records import Record
+from eos.serde import serde_for
 from eos.testing import TopologyTestDriver
+from eos.time import RECORD_TIME
 from eos.topology import offset_groups, table_changelogs
 from eos.worker.plans import StandbyPlan
+from eos.worker.processing import entries
 from eos.worker.standby import run_standby
-from recovery import ChangelogConfigError, StoreSpec, check_source_changelogs
+from eos.worker.stores import table_replay, view_of
+from recovery import ChangelogConfigError, MemoryBackend, StoreSpec, WriteBuffer, check_source_changelogs
 from transactions import TopicSpec
-from transactions.memory import MemoryAdmin, MemoryCluster
+from transactions.memory import MemoryAdmin, MemoryCluster, MemoryMessage
 
 BASE = 1_800_000_000_000
 MIN = 60_000
@@ -257,3 +262,25 @@ def test_turning_it_off_again_is_refused_where_the_store_would_start_empty():
     check_table_stores(fresh.admin, off.config, sub, groups)
     driver.admin.create_topics([TopicSpec("t-priced-prices-changelog", 2)])  # a store with a changelog: fine
     check_table_stores(driver.admin, off.config, sub, groups)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_plain_tables_replay_keeps_each_keys_last_good_record_as_processing_does(seed):
+    """A plain table's chunk is replayed from its end, each key's records only until a good one: the store comes
+    out as the records kept in offset order leave it, with bad records, keyless ones, a key written two ways
+    (`"a"` and ` "a"`, one store key) and deletions among them."""
+    rnd = random.Random(seed)
+    raw_keys = [b'"a"', b' "a"', b'"b"', b'"c"', b"null", None, b"{bad"]
+    records = [MemoryMessage("prices", 0, offset, rnd.choice(raw_keys),
+                             rnd.choice([b"1", b"2", b'{"p": 3}', None, b"{bad"]), None, BASE + offset)
+               for offset in range(rnd.randrange(1, 60))]
+    spec = _store(priced(app_()), "priced-prices")
+    reading = (serde_for("json"), serde_for("json"), RECORD_TIME)
+    backend, reference = MemoryBackend(), MemoryBackend()
+    backend.write(table_replay(spec, reading, backend)(records), None)
+    view = view_of(spec)
+    view.attach(WriteBuffer(reference))
+    for _, record, _ in entries(records, *reading):  # (in offset order, each good record kept)
+        if isinstance(record, Record) and record.key is not None:
+            view.put(record.key, record.value, record.timestamp)
+    assert dict(backend.iterate()) == {k: v for k, v in view._buf().changes().items() if v is not None}
