@@ -234,9 +234,9 @@ def check_table_stores(admin: KafkaAdmin, config: EosConfig, sub: SubTopology, g
     table's topic (offsets `eos reset` wrote name no batch's producer: a reset means to start afresh)."""
     if sub.graph is None:
         return
-    kept = {name: topic for name, topic in table_stores(sub.graph).items()
-            if any(s.name == name and s.source_topic is None for s in sub.stores)}
-    changelogs = {name: f"{config.application_id}-{name}-changelog" for name in kept}
+    specs = {s.name: s for s in sub.stores if s.source_topic is None}
+    kept = {name: topic for name, topic in table_stores(sub.graph).items() if name in specs}
+    changelogs = {name: specs[name].changelog_topic(config.application_id) for name in kept}
     missing = admin.partition_counts(list(changelogs.values()))
     for name, topic in sorted(kept.items()):
         if missing[changelogs[name]] is not None:
