@@ -9,7 +9,10 @@ changelog records it wrote, and, once it has caught up, what its first batch cos
 state (a fresh state directory, a few new stream records): the records it restored and the batch's seconds.
 Rounds are interleaved; each figure is the median of its rounds.
 
-    python -m benchmarks.table_changelogs [--records 100000] [--rounds 2]
+    python -m benchmarks.table_changelogs [--records 100000] [--rounds 2] [--audit]
+
+`--audit` also times each job's join audit once it has caught up (the 300,000 records replayed, each stream
+record's result bounded by what its batch had read of the table).
 
 Prints a table with each figure's ratio between the jobs and writes reports/table_changelogs.json.
 """
@@ -32,6 +35,7 @@ from rich.table import Table
 
 from benchmarks.throughput import PARTITIONS
 from benchmarks.windows import bench_app, produce_rows
+from eos.audit import audit_joins
 from eos.driver.spark import DEFAULT_MASTER, build_spark_context
 from localkafka.provision import provide_kafka
 from transactions import KafkaAdmin, TopicSpec
@@ -56,9 +60,9 @@ def preload(bootstrap: str, table: str, stream: str, n: int) -> int:
 
 
 def run_job(sc: Any, bootstrap: str, admin: KafkaAdmin, table: str, stream: str, name: str, total: int,
-            state_dir: str) -> dict[str, float]:
-    """One job: its rate through the backlog, the changelog records it wrote, and its first batch with every
-    task's state lost."""
+            state_dir: str, audit: bool = False) -> dict[str, float]:
+    """One job: its rate through the backlog, the changelog records it wrote, its join audit's seconds (with
+    `audit`), and its first batch with every task's state lost."""
     app, dst = bench_app("table-changelogs", bootstrap, admin, state_dir)
     app.configure(topology_optimization=JOBS[name])
     app.stream(stream).left_join(app.table(table, name="prices"), lambda row, price: price and price["price"],
@@ -67,13 +71,20 @@ def run_job(sc: Any, bootstrap: str, admin: KafkaAdmin, table: str, stream: str,
     assert summary.records_in == total, f"{name}: read {summary.records_in} of {total} records"
     first, last = summary.batch_reports[0], summary.batch_reports[-1]
     rate = total / (last.started + last.duration_s - first.started)
+    audit_s = 0.0
+    if audit:
+        t0 = time.monotonic()
+        (report,) = audit_joins(app)
+        audit_s = time.monotonic() - t0
+        assert report.verdict == "PASS", report
     now = int(time.time() * 1000)
     produce_rows(bootstrap, [(stream, b"%d" % key, b'{"n": -1}', now) for key in range(LOST_RECORDS)])
     app.configure(state_dir=str(Path(state_dir) / f"lost-{uuid.uuid4().hex[:8]}"))
     after = app.run(sc, until_caught_up=True)
     lost = after.batch_reports[0]
     return {"records_per_s": rate, "changelog_records": summary.changelog_records,
-            "restored_records": lost.restored_records, "restore_batch_s": lost.duration_s}
+            "restored_records": lost.restored_records, "restore_batch_s": lost.duration_s,
+            **({"join_audit_s": audit_s} if audit else {})}
 
 
 def main() -> None:
@@ -81,6 +92,8 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=100_000, help="stream records (the table adds 200,000)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--master", default=DEFAULT_MASTER)
+    parser.add_argument("--audit", action="store_true",
+                        help="also time each job's join audit (`eos audit join`), bounded by the ledger's batches")
     parser.add_argument("--report", default="reports/table_changelogs.json")
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="eos-table-changelogs-bench-"))
@@ -98,7 +111,8 @@ def main() -> None:
             sc.parallelize(range(4), 4).map(lambda x: x).collect()  # executors warm before the first round
             for round_ in range(args.rounds):
                 for name in JOBS:
-                    runs[name].append(run_job(sc, bootstrap, admin, table, stream, name, total, str(scratch)))
+                    runs[name].append(run_job(sc, bootstrap, admin, table, stream, name, total, str(scratch),
+                                               args.audit))
                     total += LOST_RECORDS  # (the stream records of its batch after the state was lost)
                     figures = runs[name][-1]
                     console.print(f"round {round_ + 1}: {name}: {figures['records_per_s']:,.0f} records/s, "
@@ -120,7 +134,10 @@ def main() -> None:
     for key, label, fmt in (("records_per_s", "records/s", "{:,.0f}"), ("changelog_records", "changelog records",
                                                                         "{:,.0f}"),
                             ("restored_records", "restored, state lost", "{:,.0f}"),
-                            ("restore_batch_s", "that batch, s", "{:.2f}")):
+                            ("restore_batch_s", "that batch, s", "{:.2f}"),
+                            ("join_audit_s", "join audit, s", "{:.1f}")):
+        if key not in results["ratio"]:
+            continue
         ratio = results["ratio"][key]
         table_.add_row(label, *(fmt.format(medians[name][key]) for name in JOBS),
                        "-" if ratio is None else f"{ratio:.2f}")

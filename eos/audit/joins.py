@@ -10,7 +10,12 @@ that what the join emitted is the join of those inputs:
 * stream-table and stream-global-table: each stream record's result must be the joiner applied to a value
   the table held for its key (or None) at some point, and, per key, the table values used must move
   forward through the table's history as the stream's offsets do (a task never reads the table back in
-  time). Inner joins: a stream record without output must have met a missing key.
+  time). Inner joins: a stream record without output must have met a missing key. Where the lineage ledger
+  says what each committed batch read (`TableReads`), the value must moreover be one the table held after
+  exactly the table records the task had processed before the stream record: those of earlier batches, and
+  those of its own batch that come before it in the order a task merges its inputs (by each partition's
+  largest timestamp so far). A store restored past its committed offset, or from a stale changelog, joins a
+  value outside that and is named.
 * table-table: every output is the joiner applied to values both tables held for the key, and each key's
   last output is the join of the two tables' final values (a tombstone when the key is not in the join).
 * foreign-key: every output is the joiner applied to a value the left row held and a value (or None) the
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import heapq
 import json
+from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +43,7 @@ from typing import Any, NamedTuple
 from eos.audit.ledger import read_ledger
 from eos.audit.scan import scan_topic
 from eos.audit.windows import _dead_lettered, only, replay_prefix, require_whole
-from eos.ledger import ledger_topic
+from eos.ledger import LedgerEntry, ledger_topic
 from eos.origin import INDEX_LEVEL_BITS, Origin, origin_of, output_indices
 from eos.records import Record
 from eos.serde import Serde
@@ -45,6 +51,7 @@ from eos.streamtime import is_marker
 from eos.tables import JoinSpec, JoinWindows
 from eos.time import RECORD_TIME
 from eos.topology import SubTopology
+from eos.worker.processing import entries, input_readings
 from eos.worker.progress import CommitMetadata
 from transactions import KafkaAdmin, Message
 
@@ -66,6 +73,8 @@ class JoinAuditResult:
     missing: int = 0
     unexpected: int = 0
     wrong_values: int = 0
+    #: stream records of a stream-table join checked against what their batch had read of the table (`TableReads`)
+    bounded: int = 0
     samples: dict[str, list[Any]] = field(default_factory=dict)
 
     @property
@@ -151,7 +160,8 @@ def reference_stream_stream(left: Iterable[Record], right: Iterable[Record], win
 
 
 def explain_stream_table(stream: list[Record], results: Mapping[int, Sequence[Any]], versions: dict[Any, list[Any]],
-                         joiner: Joiner, how: str, after: After = None) -> list[tuple[str, Record, Any]]:
+                         joiner: Joiner, how: str, after: After = None,
+                         reads: TableReads | None = None) -> list[tuple[str, Record, Any]]:
     """Check a stream-table join of one stream partition. `stream`: what reached the join of each input
     record, in offset order; the records of one input share its offset (what a flat map before the join made
     of it, in order; a record with value None, one filtered out, reaches it with nothing). `results` maps an
@@ -160,20 +170,88 @@ def explain_stream_table(stream: list[Record], results: Mapping[int, Sequence[An
     in the table (a left join's with None too; an inner join's makes nothing where the key had no value) and
     `after` (the steps between the join and its topic, None: none) makes the outputs of that; per key the
     values used move forward through the history as the offsets do (a task never reads the table back in
-    time). Returns (problem, record, output) for what no such replay explains."""
+    time). `reads`: what the task had read of the table at each record (from the ledger), which bounds the
+    versions each can have used. Returns (problem, record, output) for what no such replay explains."""
     problems: list[tuple[str, Record, Any]] = []
     position: dict[Any, int] = defaultdict(int)  # per key: the earliest table version still usable
     for offset, group in groupby(stream, key=attrgetter("offset")):
         records = list(group)
         joined = [r for r in records if r.value is not None]
         got = [_canon(v) for v in results.get(offset, ())]
-        found = _replay_one(joined, got, versions, position, joiner, how, after)
+        found = _replay_one(joined, got, versions, position, joiner, how, after, reads)
         if found is not None:
             position.update(found)
         else:
             problems += _name_problems(joined or records[:1], list(results.get(offset, ())), got, versions, position,
-                                       joiner, how, after)
+                                       joiner, how, after, reads)
     return problems
+
+
+@dataclass(frozen=True)
+class TableReads:
+    """What a stream-table join's task had read of its table when it joined each stream record, from the
+    lineage ledger's batches (`table_reads`). `before[offset]`: for the stream input record at `offset`, the
+    table offsets x such that the task had applied exactly the table records before x (one x, or a range of
+    them where timestamps tie and either input may have come first); `updates[key]`: the table offsets of the
+    updates the key's history (`versions[key][1:]`) is made of, in order."""
+
+    before: Mapping[int, tuple[int, int]]
+    updates: Mapping[Any, Sequence[int]]
+
+    def indices(self, key: Any, offset: int) -> tuple[int, int] | None:
+        """The first and last index of the key's history the record at `offset` can have been joined with;
+        None where the ledger does not say."""
+        read = self.before.get(offset)
+        if read is None:
+            return None
+        offsets = self.updates.get(key, ())
+        return bisect_left(offsets, read[0]), bisect_left(offsets, read[1])
+
+
+#: One committed batch of a join's task, from the ledger: its [start, end) of the stream's and of the table's
+#: partition (None: the batch read nothing of it).
+BatchReads = tuple[tuple[int, int] | None, tuple[int, int] | None]
+
+
+def table_reads(batches: Iterable[BatchReads], stream: Sequence[tuple[int, int]],
+                table: Sequence[tuple[int, int]]) -> dict[int, tuple[int, int]]:
+    """`TableReads.before` of one partition. `batches`: the task's committed batches in commit order;
+    `stream`, `table`: (offset, timestamp) of every record of the two partitions, in offset order, each
+    timestamp as the task merged it (`eos.worker.processing.entries`: -1 for one it could not read).
+
+    A batch's records are processed in `heapq.merge` order of its partitions by timestamp, each partition in
+    offset order: that is the order of (the partition's largest timestamp up to the record, which partition,
+    offset), and which partition comes first on a tie is the read's. So within a batch, the table records
+    before a stream record are a prefix of the batch's table records: those whose running largest timestamp
+    is below the stream record's, and on a tie perhaps those equal to it."""
+    out: dict[int, tuple[int, int]] = {}
+    table_at = None  # the table offset the task's earlier batches had read to
+    for stream_range, table_range in batches:
+        if table_range is not None:
+            table_at = table_range[0]
+        if stream_range is None or table_at is None:
+            if table_range is not None:
+                table_at = table_range[1]
+            continue
+        end = table_range[1] if table_range is not None else table_at
+        t_offsets, t_highest = _running_highest(table, table_at, end)
+        s_offsets, s_highest = _running_highest(stream, *stream_range)
+        for offset, highest in zip(s_offsets, s_highest, strict=True):
+            lo, hi = bisect_left(t_highest, highest), bisect_right(t_highest, highest)
+            out[offset] = (t_offsets[lo] if lo < len(t_offsets) else end,
+                           t_offsets[hi] if hi < len(t_offsets) else end)
+        table_at = end
+    return out
+
+
+def _running_highest(records: Sequence[tuple[int, int]], start: int, end: int) -> tuple[list[int], list[int]]:
+    """The offsets in [start, end) and each one's largest timestamp of the range up to it."""
+    offsets, highest, top = [], [], -(1 << 63)
+    for offset, ts in records[bisect_left(records, (start, -(1 << 63))):bisect_left(records, (end, -(1 << 63)))]:
+        top = max(top, ts)
+        offsets.append(offset)
+        highest.append(top)
+    return offsets, highest
 
 
 def _history(versions: dict[Any, list[Any]], key: Any) -> list[Any]:
@@ -205,13 +283,18 @@ def _values(entry: Any, rec: Record) -> tuple[Any, ...]:
 
 
 def _choices(rec: Record, got: list[str], ptr: int, history: list[Any], start: int, joiner: Joiner, how: str,
-             after: After) -> dict[int, int]:
+             after: After, reads: TableReads | None = None) -> dict[int, int]:
     """What `rec` can make of the table's versions from `start` that `got[ptr:]` begins with: per number of
-    outputs, the earliest version that makes them (later ones leave the next records less)."""
+    outputs, the earliest version that makes them (later ones leave the next records less). `reads`: only the
+    versions the task can have held when it joined `rec`."""
     room = len(got) - ptr
     lengths = (({1} if how == "left" else {0, 1}) if after is None else set(range(room + 1))) & set(range(room + 1))
     found: dict[int, int] = {}
-    for i in range(start, len(history)):
+    stop = len(history)
+    held = reads.indices(rec.key, rec.offset) if reads is not None and rec.key is not None else None
+    if held is not None:
+        start, stop = max(start, held[0]), min(stop, held[1] + 1)
+    for i in range(start, stop):
         if len(found) == len(lengths):
             break
         for value in _values(history[i], rec):
@@ -223,7 +306,7 @@ def _choices(rec: Record, got: list[str], ptr: int, history: list[Any], start: i
 
 
 def _replay_one(records: list[Record], got: list[str], versions: dict[Any, list[Any]], position: dict[Any, int],
-                joiner: Joiner, how: str, after: After) -> dict[Any, int] | None:
+                joiner: Joiner, how: str, after: After, reads: TableReads | None = None) -> dict[Any, int] | None:
     """The table versions (per key) under which one input's records make exactly `got`, in order, each
     moving forward from `position`; None when none do. A search over how many outputs each record made
     (`_choices`)."""
@@ -238,7 +321,8 @@ def _replay_one(records: list[Record], got: list[str], versions: dict[Any, list[
             continue
         rec = records[j]
         slot = keys.index(rec.key)
-        for made, i in _choices(rec, got, ptr, _history(versions, rec.key), pos[slot], joiner, how, after).items():
+        for made, i in _choices(rec, got, ptr, _history(versions, rec.key), pos[slot], joiner, how, after,
+                                reads).items():
             state = (j + 1, ptr + made, (*pos[:slot], i, *pos[slot + 1:]))
             if state not in seen:
                 seen.add(state)
@@ -247,7 +331,8 @@ def _replay_one(records: list[Record], got: list[str], versions: dict[Any, list[
 
 
 def _name_problems(records: list[Record], outputs: list[Any], got: list[str], versions: dict[Any, list[Any]],
-                   position: dict[Any, int], joiner: Joiner, how: str, after: After) -> list[tuple[str, Record, Any]]:
+                   position: dict[Any, int], joiner: Joiner, how: str, after: After,
+                   reads: TableReads | None = None) -> list[tuple[str, Record, Any]]:
     """What is wrong with one input's `outputs` (`got`: canonical) that no replay explains, found by taking
     each record's first explanation, the one making the most outputs (moving `position` on): an output no
     version explains is a wrong value, a record without an output a missing one, outputs left over
@@ -256,7 +341,7 @@ def _name_problems(records: list[Record], outputs: list[Any], got: list[str], ve
     for n, rec in enumerate(records):
         if rec.value is None:  # (an input that reached the join with nothing)
             continue
-        choices = _choices(rec, got, ptr, _history(versions, rec.key), position[rec.key], joiner, how, after)
+        choices = _choices(rec, got, ptr, _history(versions, rec.key), position[rec.key], joiner, how, after, reads)
         most = max(choices, default=0)
         if most:
             position[rec.key], ptr = choices[most], ptr + most
@@ -354,7 +439,8 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
     sides = (spec.left, spec.right) if spec.kind in ("stream-stream", "stream-table", "table-table") else (spec.left,)
     for topic in sides:
         require_whole(admin, topic, f"the join audit of {sub.name!r}")
-    inputs = {t: _committed_records(bootstrap_servers, sub, t, (groups or {}).get(t, group), admin, skipped)
+    times: dict[tuple[str, int], list[tuple[int, int]]] | None = {} if spec.kind == "stream-table" else None
+    inputs = {t: _committed_records(bootstrap_servers, sub, t, (groups or {}).get(t, group), admin, skipped, times)
               for t in sides}
     result.input_records = sum(len(rs) for rs in inputs.values())
     origins = {t: [_carried(r, transitive) for r in rs] for t, rs in inputs.items()}
@@ -363,9 +449,10 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
     reached = {t: _reaching(inputs[t], origins[t], prefix, stand_in=stand_in and t == spec.left)
                for t, prefix in zip(sides, (spec.left_prefix, spec.right_prefix), strict=False)}
     # (the ledger names a late record of a repartition topic by the origin it carries)
+    batches: list[LedgerEntry] = []
     ledger = read_ledger(bootstrap_servers, ledger_topic(application_id),
                          {*sub.inputs, *(o[0] for places in origins.values() for o in places)}, admin=admin,
-                         subtopologies={sub.name})
+                         subtopologies={sub.name}, entries=batches)
     late = {(tp, o) for tp, account in (ledger or {}).items() for o in account.late}
     outputs = list(_outputs(bootstrap_servers, sub, spec, admin))
     result.output_records = len(outputs)
@@ -391,7 +478,8 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
     elif spec.kind in ("stream-table", "stream-global"):
         _audit_stream_table(spec, sub, inputs[spec.left], origins[spec.left],
                             {t: [r for r, _ in rs] for t, rs in reached.items()}, outputs, result, max_samples,
-                            bootstrap_servers, admin, after)
+                            bootstrap_servers, admin, after,
+                            None if times is None or ledger is None else _batch_reads(batches, sub, spec, times))
     elif spec.kind == "foreign-key":
         assert right_table is not None and spec.key is not None
         right = _committed_records(bootstrap_servers, right_table, spec.right, (groups or {}).get(spec.right, group),
@@ -436,9 +524,11 @@ def _reaching(records: list[Record], places: list[Place], prefix: tuple[Any, ...
 def _audit_stream_table(spec: JoinSpec, sub: SubTopology, stream: list[Record], carried: list[Place],
                         reached: dict[str, list[Record]], outputs: list[tuple[Any, Any, int, Origin | None]],
                         result: JoinAuditResult, limit: int, bootstrap_servers: str, admin: KafkaAdmin,
-                        after: After) -> None:
+                        after: After, before: Mapping[int, Mapping[int, tuple[int, int]]] | None = None) -> None:
     """`stream`: the stream side's committed records, `carried`: the places their outputs name, `reached`:
-    what reached the join of each side's records, `after`: the steps between the join and its topic."""
+    what reached the join of each side's records, `after`: the steps between the join and its topic,
+    `before`: per partition, what the task had read of the table at each stream record (`TableReads.before`;
+    None: the ledger does not say)."""
     table_key: Callable[[Record], Any] = spec.key or _record_key
     if spec.kind == "stream-global":
         table = [_table_record(m, g) for g in sub.global_tables for batch in
@@ -463,30 +553,45 @@ def _audit_stream_table(spec: JoinSpec, sub: SubTopology, stream: list[Record], 
         results[left][origin.index] = value
     for p in sorted({r.partition for r in reached[spec.left]}):
         joined = [r for r in reached[spec.left] if r.partition == p]
+        reads = None
         if spec.kind == "stream-table":
             rows = [r for r in reached[spec.right] if r.partition == p]
             history = _history_of(sub, spec.right_store)
             part_versions = _histories(rows) if history is None else _versioned_states(rows, history)
+            if before is not None:
+                reads = TableReads(before.get(p, {}), _update_offsets(rows, history))
         else:
             part_versions = versions
             joined = [Record(table_key(r) if r.value is not None else None, r.value, r.topic, r.partition, r.offset,
                              r.timestamp, r.headers) for r in joined]
         mine = {o: [v for _, v in sorted(by_index.items())] for (pp, o), by_index in results.items() if pp == p}
         if spec.grace_ms is not None:  # each record let go on its own, in the order it was (`released_order`)
-            joined, mine = _as_released(joined, results, p, carried_index, spec, result, limit)
+            joined, mine, reads = _as_released(joined, results, p, carried_index, spec, result, limit, reads)
         result.expected += sum(r.value is not None for r in joined)
-        for problem, rec, value in explain_stream_table(joined, mine, part_versions, spec.joiner, spec.how, after):
+        if reads is not None:
+            result.bounded += sum(r.value is not None and r.offset in reads.before for r in joined)
+        problems = explain_stream_table(joined, mine, part_versions, spec.joiner, spec.how, after, reads)
+        unread = set()  # the records whose outputs only a table value the task had not read yet (or had
+        if problems and reads is not None:  # overwritten already) explains
+            unread = {id(r) for _, r, _ in problems} - {id(r) for _, r, _ in explain_stream_table(
+                joined, mine, part_versions, spec.joiner, spec.how, after)}
+        for problem, rec, value in problems:
             setattr(result, problem, getattr(result, problem) + 1)
             result.sample(problem, limit, record=(rec.topic, rec.partition, rec.offset), key=rec.key,
-                          value=rec.value, output=value)
+                          value=rec.value, output=value,
+                          **({"reason": "joined a table value its task had not read, or no longer held, when it "
+                                        "processed the record (a store restored past its committed offset, or "
+                                        "from a stale changelog?)"} if id(rec) in unread else {}))
 
 
 def _as_released(joined: list[Record], results: Mapping[tuple[int, int], Mapping[int, Any]], partition: int,
                  carried_index: Mapping[tuple[int, int], int | None], spec: JoinSpec, result: JoinAuditResult,
-                 limit: int) -> tuple[list[Record], dict[int, list[Any]]]:
+                 limit: int, reads: TableReads | None = None
+                 ) -> tuple[list[Record], dict[int, list[Any]], TableReads | None]:
     """A grace period's join of one partition as `explain_stream_table` replays it: each record let go, in
     the order it was, as an input of its own (its offset its place in that order) with the outputs named after
-    it; outputs of a record not let go (late, or still held) are unexpected."""
+    it, and what the task had read of the table when it let it go (`reads` by those places); outputs of a
+    record not let go (late, or still held) are unexpected."""
     assert spec.grace_ms is not None
     released, late = released_order(joined, spec.grace_ms, spec.how)
     result.late_records += late
@@ -501,16 +606,18 @@ def _as_released(joined: list[Record], results: Mapping[tuple[int, int], Mapping
                 first, shift = output_indices(base)
                 reserved = (reserved - first) >> shift if reserved >= first else -1
             by_slot[(offset, reserved)][index] = value
-    order, mine = [], {}
-    for n, (rec, place) in enumerate(released):
+    order, mine, before = [], {}, {}
+    for n, (rec, place, by) in enumerate(released):
         order.append(Record(rec.key, rec.value, rec.topic, rec.partition, n, rec.timestamp, rec.headers))
         mine[n] = [v for _, v in sorted(by_slot.pop((rec.offset, place), {}).items())]
+        if reads is not None and by in reads.before:
+            before[n] = reads.before[by]
     for (offset, _), by_index in by_slot.items():
         for value in by_index.values():
             result.unexpected += 1
             result.sample("unexpected", limit, record=(spec.left, partition, offset), output=value,
                           reason="made of a record the join did not let go of (late, or still held)")
-    return order, mine
+    return order, mine, None if reads is None else TableReads(before, reads.updates)
 
 
 def _stream_times(admin: KafkaAdmin, sub: SubTopology, group: str,
@@ -557,11 +664,12 @@ def _reserved(index: int) -> int:
     return index & ((1 << level) - 1)
 
 
-def released_order(records: list[Record], grace: int, how: str) -> tuple[list[tuple[Record, int]], int]:
+def released_order(records: list[Record], grace: int, how: str) -> tuple[list[tuple[Record, int, int]], int]:
     """What a stream-table join with a grace period let go of, of one partition's stream records (in offset
-    order, as they reached the join): (record, n) in the order it let them go, `n` its place among the records
-    of its input the join held (the index it reserved, `TaskContext.hold`); and how many were dropped as late.
-    Records still held at the end are in neither."""
+    order, as they reached the join): (record, n, by) in the order it let them go, `n` its place among the
+    records of its input the join held (the index it reserved, `TaskContext.hold`), `by` the offset of the
+    record whose processing let it go (the table is read then); and how many were dropped as late. Records
+    still held at the end are in neither."""
     observed: int | None = None
     held: list[tuple[int, int, Record, int]] = []
     places: dict[int, int] = defaultdict(int)
@@ -578,7 +686,7 @@ def released_order(records: list[Record], grace: int, how: str) -> tuple[list[tu
         places[r.offset] += 1
         while held and held[0][0] <= deadline:
             _, _, rec, n = heapq.heappop(held)
-            out.append((rec, n))
+            out.append((rec, n, r.offset))
     return out, late
 
 
@@ -602,6 +710,31 @@ def _history_of(sub: SubTopology | None, store: str | None) -> int | None:
     """The history retention of the store `store` of `sub` that keeps a join's side, None unless versioned."""
     found = [s for s in (sub.stores if sub is not None else ()) if s.name == store and s.kind == "versioned"]
     return found[0].retention_ms if found else None
+
+
+def _update_offsets(rows: list[Record], versioned: int | None) -> dict[Any, list[int]]:
+    """`TableReads.updates`: per key, the offsets of the updates its history in the join audit is made of
+    (`_histories`, `_versioned_states`)."""
+    out: dict[Any, list[int]] = defaultdict(list)
+    for r, current, _ in _kept_updates(rows, versioned):
+        if current or versioned is not None:
+            out[r.key].append(r.offset)
+    return dict(out)
+
+
+def _batch_reads(batches: Iterable[LedgerEntry], sub: SubTopology, spec: JoinSpec,
+                 times: Mapping[tuple[str, int], Sequence[tuple[int, int]]]) -> dict[int, dict[int, tuple[int, int]]]:
+    """`TableReads.before` per partition of a stream-table join, from its task's committed batches."""
+    per_task: dict[int, list[BatchReads]] = defaultdict(list)
+    for entry in batches:
+        task, _, partition = entry.task.rpartition("-")
+        if task != sub.name:
+            continue
+        p = int(partition)
+        ranges = {i.topic: (i.start, i.end) for i in entry.inputs if i.partition == p}
+        per_task[p].append((ranges.get(spec.left), ranges.get(spec.right)))
+    return {p: table_reads(reads, times.get((spec.left, p), ()), times.get((spec.right, p), ()))
+            for p, reads in per_task.items()}
 
 
 def _kept_updates(records: Iterable[Record], versioned: int | None,
@@ -674,22 +807,23 @@ def _reading(sub: SubTopology, topic: str) -> tuple[Serde, Serde, Callable[[Reco
 
 
 def _committed_records(bootstrap_servers: str, sub: SubTopology, topic: str, group: str, admin: KafkaAdmin,
-                       skipped: set[tuple[str, int, int]]) -> list[Record]:
+                       skipped: set[tuple[str, int, int]],
+                       times: dict[tuple[str, int], list[tuple[int, int]]] | None = None) -> list[Record]:
+    """The records of `topic` up to the group's committed offsets that the task processed (not dead-lettered,
+    not a stream-time marker), read as it read them. `times` gets (offset, timestamp) of every record, each
+    timestamp as the task merged its inputs by (`entries`: -1 for one it could not read)."""
     tps = admin.topic_partitions(topic)
     committed = admin.group_offsets(group, tps, stable=True)
-    ks, vs, extract = _reading(sub, topic)
+    reading = input_readings(sub).get(topic) or _reading(sub, topic)
     records = []
     for batch in scan_topic(bootstrap_servers, topic, admin=admin, until={tp: committed.get(tp) or 0 for tp in tps}):
-        for msg in batch:
+        for msg, rec, ts in entries(batch, *reading):
+            if times is not None:
+                times.setdefault((msg.topic(), msg.partition()), []).append((msg.offset(), ts))
             if (msg.topic(), msg.partition(), msg.offset()) in skipped or is_marker(msg.headers()):
                 continue
-            try:
-                rec = Record(ks.deserialize(msg.key()), vs.deserialize(msg.value()), msg.topic(), msg.partition(),
-                             msg.offset(), msg.timestamp()[1], msg.headers())
-                rec.timestamp = int(extract(rec))
-            except Exception:
-                continue  # a record the task could not read went to the dead-letter topic
-            records.append(rec)
+            if type(rec) is Record:  # (else the task could not read it: it went to the dead-letter topic)
+                records.append(rec)
     return records
 
 

@@ -5,7 +5,7 @@ produced nothing on purpose, and which were covered twice."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pyroaring import BitMap64
 
@@ -43,10 +43,12 @@ class PartitionLedger:
 
 def read_ledger(bootstrap_servers: str, topic: str, inputs: Iterable[str], *, admin: KafkaAdmin,
                 through: Iterable[str] = (), progress: Callable[[int], None] | None = None,
-                subtopologies: set[str] | None = None) -> dict[TP, PartitionLedger] | None:
+                subtopologies: set[str] | None = None,
+                entries: list[LedgerEntry] | None = None) -> dict[TP, PartitionLedger] | None:
     """The ledger's account of `inputs` (and of the repartition topics `through` which lineage reaches),
     per partition; None when the ledger topic does not exist. `subtopologies`: only their tasks' entries
-    (a topic read by several sub-topologies is consumed once by each)."""
+    (a topic read by several sub-topologies is consumed once by each). `entries`: gets those entries, in
+    commit order, with their inputs of earlier topics of the same name left out."""
     if admin.partition_counts([topic])[topic] is None:
         return None
     origins, covered = set(inputs), set(inputs) | set(through)
@@ -80,6 +82,9 @@ def read_ledger(bootstrap_servers: str, topic: str, inputs: Iterable[str], *, ad
                 else:
                     ledger.earlier |= span
                     ledger.incarnations.add(item.topic_id or "")
+            if entries is not None:
+                entries.append(replace(entry, inputs=tuple(i for i in entry.inputs
+                                                           if now_ids.get((i.topic, i.partition), True))))
             for tp, offsets in entry.filtered.items():
                 if tp[0] in origins and now_ids.get(tp, True):  # (an earlier topic's filtered records are gone)
                     out.setdefault(tp, PartitionLedger()).filtered |= offsets

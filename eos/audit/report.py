@@ -46,7 +46,9 @@ _ROWS = {
     "join": [("input_records", "input records", False), ("late_records", "late records (dropped)", False),
              ("dead_letters", "dead-lettered inputs (left out)", False),
              ("expected", "results expected (stream records, pairs, keys)", False),
-             ("output_records", "output records", False), ("wrong_values", "results no replay explains", True),
+             ("output_records", "output records", False),
+             ("bounded", "stream records bounded by the table their batch had read", False),
+             ("wrong_values", "results no replay explains", True),
              ("missing", "missing results", True), ("unexpected", "unexpected or repeated results", True)],
 }
 

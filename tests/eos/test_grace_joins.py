@@ -247,7 +247,7 @@ def test_the_join_audit_replays_what_was_let_go(seed):
             left = _made_of(origin, made_of)
             results.setdefault(left, {})[origin.index] = value
         result = JoinAuditResult(spec.kind, spec.how)
-        joined, mine = _as_released(stream, results, 0, {(0, r.offset): None for r in stream}, spec, result, 10)
+        joined, mine, _ = _as_released(stream, results, 0, {(0, r.offset): None for r in stream}, spec, result, 10)
         problems = explain_stream_table(joined, mine, _versioned_states(table, 20_000), spec.joiner, spec.how)
         return [p for p, _, _ in problems], result
 

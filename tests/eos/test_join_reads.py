@@ -1,0 +1,234 @@
+"""The join audit bounds a stream-table join's results by what its task had read of the table (`TableReads`,
+from the lineage ledger's batches): each stream record was joined after exactly the table records of earlier
+batches and those of its own batch that the task's merge of its inputs put before it. Here the model of that
+merge is checked against `heapq.merge` itself and against the engine (the test driver's runs, audited), and
+results joined with a value the task had not read yet, or no longer held, are named."""
+
+from __future__ import annotations
+
+import heapq
+import random
+from datetime import timedelta
+
+import pytest
+
+import eos.audit.joins
+import eos.audit.ledger
+import eos.audit.windows
+from eos import Application
+from eos.audit.joins import JoinAuditResult, audit_join, table_reads
+from eos.testing import TopologyTestDriver
+
+BASE = 1_800_000_000_000
+
+
+# ---------------------------------------------------------------- the merge model
+
+
+def test_a_stream_record_reads_the_table_records_merged_before_it():
+    stream = [(0, 10), (1, 30), (2, 20)]  # offset, timestamp (the third out of order)
+    table = [(0, 5), (1, 25), (2, 40)]
+    reads = table_reads([((0, 3), (0, 3))], stream, table)
+    # offset 0 (10): after the table's 5, before 25; offsets 1 and 2 (running largest 30): after 25, before 40
+    assert reads == {0: (1, 1), 1: (2, 2), 2: (2, 2)}
+
+
+def test_on_a_tie_either_input_may_come_first():
+    reads = table_reads([((0, 1), (0, 2))], [(0, 10)], [(0, 10), (1, 10)])
+    assert reads == {0: (0, 2)}
+
+
+def test_a_batch_that_read_none_of_the_table_reads_what_the_batches_before_it_had():
+    batches = [((0, 1), (0, 2)), ((1, 2), None), (None, (2, 3)), ((2, 3), (3, 3))]
+    stream = [(0, 50), (1, 1), (2, 1)]
+    table = [(0, 10), (1, 20), (2, 99)]
+    assert table_reads(batches, stream, table) == {0: (2, 2), 1: (2, 2), 2: (3, 3)}
+
+
+def test_a_record_the_task_could_not_read_moves_no_other_record():
+    # (-1: a record that failed to deserialize; it is taken first wherever it stands, and changes nothing)
+    assert table_reads([((0, 2), (0, 2))], [(0, 10), (1, -1)], [(0, -1), (1, 20)]) == {0: (1, 1), 1: (1, 1)}
+
+
+def test_a_batch_without_a_table_offset_known_is_left_unbounded():
+    assert table_reads([((0, 2), None)], [(0, 1), (1, 2)], []) == {}
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_model_holds_every_order_heapq_merge_can_take(seed):
+    """Random batches of two partitions, timestamps with ties, disorder and unreadable records: merged as the
+    task merges them (`heapq.merge` by timestamp, either partition first on a tie), each stream record's table
+    records before it fall within what `table_reads` says, and both ends of each range are taken."""
+    rnd = random.Random(seed)
+    n_stream, n_table = rnd.randint(1, 40), rnd.randint(0, 40)
+    stream = [(o, rnd.choice([-1, *range(8)])) for o in range(n_stream)]
+    table = [(o, rnd.choice([-1, *range(8)])) for o in range(n_table)]
+    batches, s, t = [], 0, 0
+    while s < n_stream or t < n_table:
+        s2, t2 = min(n_stream, s + rnd.randint(0, 6)), min(n_table, t + rnd.randint(0, 6))
+        batches.append(((s, s2) if s2 > s or rnd.random() < 0.5 else None, (t, t2) if t2 > t or rnd.random() < 0.5
+                        else None))
+        s, t = s2, t2
+    reads = table_reads(batches, stream, table)
+    seen: dict[int, set[int]] = {}
+    for table_first in (True, False):
+        t_at = None
+        for sr, tr in batches:
+            if tr is not None:
+                t_at = tr[0]
+            srecs = [("s", o, ts) for o, ts in stream[slice(*sr)]] if sr else []
+            trecs = [("t", o, ts) for o, ts in table[slice(*tr)]] if tr else []
+            parts = [trecs, srecs] if table_first else [srecs, trecs]
+            for kind, offset, _ in heapq.merge(*parts, key=lambda e: e[2]):
+                if kind == "t":
+                    t_at = offset + 1
+                elif t_at is not None:
+                    seen.setdefault(offset, set()).add(t_at)
+            if tr is not None:
+                t_at = tr[1]
+    assert set(reads) == set(seen)
+    for offset, ats in seen.items():
+        assert {min(ats), max(ats)} == set(reads[offset]), offset
+
+
+# ---------------------------------------------------------------- the audit of the engine's runs
+
+
+@pytest.fixture
+def on_driver(monkeypatch):
+    """`audit_join` of a test driver's topics: the audit's scans read the driver's committed records."""
+    drivers: list[TopologyTestDriver] = []
+
+    def scan(bootstrap_servers, topic, *, admin=None, until=None, **_):
+        driver = drivers[-1]
+        for t, p in driver.admin.topic_partitions(topic):
+            end = None if until is None else until.get((t, p), 0)
+            yield [m for m in driver.cluster.records(topic, p) if end is None or m.offset() < end]
+
+    for module in (eos.audit.joins, eos.audit.ledger, eos.audit.windows):
+        monkeypatch.setattr(module, "scan_topic", scan)
+
+    def audit(driver: TopologyTestDriver) -> JoinAuditResult:
+        drivers.append(driver)
+        app = driver.app
+        return audit_join("unused", app.subtopologies["priced"], group=app.config.group_id,
+                          application_id=app.config.application_id, dead_letters=app.config.dlq_topic,
+                          admin=driver.admin, transitive=app.repartition_topics)
+
+    return audit
+
+
+def priced(*, how="left", versioned=None, grace=None, partitions=1, batch=50) -> TopologyTestDriver:
+    app = Application("t", bootstrap_servers="unused:9092", max_records_per_batch=batch)
+    prices = app.table("prices", versioned=versioned)
+    join = app.stream("orders").left_join if how == "left" else app.stream("orders").join
+    join(prices, lambda o, p: [o, p], name="priced", grace=grace).to("out")
+    return TopologyTestDriver(app, partitions={"orders": partitions, "prices": partitions, "out": partitions})
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_every_run_of_the_engine_is_explained_within_what_its_batches_read(seed, on_driver, monkeypatch):
+    """Random runs: plain, versioned and grace-period joins, inner and left, one or two partitions, batches of
+    3 to 50 records, timestamps that tie and go back, unreadable records on both sides. The audit bounded by
+    the ledger explains every result, and bounds some record's reads before the table's end."""
+    rnd = random.Random(seed)
+    kind = ("plain", "versioned", "grace")[seed % 3]
+    driver = priced(how=rnd.choice(["left", "inner"]), partitions=rnd.choice([1, 2]), batch=rnd.choice([3, 7, 50]),
+                    versioned=None if kind == "plain" else timedelta(minutes=5),
+                    grace=timedelta(seconds=10) if kind == "grace" else None)
+    step = 0
+    for _ in range(rnd.randint(3, 8)):
+        chunk = []
+        for _ in range(rnd.randint(1, 25)):
+            step += 1
+            ts = BASE + (step + rnd.randint(-15, 3)) * 1_000  # (ties, and records up to 15 s behind)
+            key = rnd.choice("abc")
+            if rnd.random() < 0.04:
+                chunk.append((rnd.choice(["orders", "prices"]), b"k", b"\xff{", ts))
+            elif rnd.random() < 0.45:
+                chunk.append(("prices", key, None if rnd.random() < 0.1 else rnd.randint(1, 99), ts))
+            else:
+                chunk.append(("orders", key, f"o{rnd.randint(0, 999)}", ts))
+        for record in chunk:
+            if isinstance(record[2], bytes):
+                driver.pipe(record[0], record[1], record[2], timestamp=record[3], serialized=True)
+        driver.pipe_records([r for r in chunk if not isinstance(r[2], bytes)])
+    made = []
+    monkeypatch.setattr(eos.audit.joins, "table_reads", lambda *a: made.append(table_reads(*a)) or made[-1])
+    result = on_driver(driver)
+    assert result.violations == 0, result.samples
+    assert result.output_records > 0
+    ends = {p: len(driver.cluster.logs["prices"][p]) for p in range(len(driver.cluster.logs["prices"]))}
+    assert any(hi < max(ends.values()) for reads in made for _, hi in reads.values())  # (not all unbounded)
+
+
+def test_a_result_joined_with_a_price_its_batch_read_after_it_is_named(on_driver):
+    """An order and a later price in one batch: the order was joined before the price was read. A result
+    joined with the later price (what a store restored past its committed offset joins) moved forward through
+    the table's history, so the audit without the ledger's batches took it; with them it is named, with the
+    reason."""
+    driver = priced()
+    driver.pipe("prices", "a", 1, timestamp=BASE)
+    driver.pipe_records([("orders", "a", "o1", BASE + 10), ("prices", "a", 2, BASE + 20)])
+    assert [r.value for r in driver.read("out")] == [["o1", 1]]
+    assert on_driver(driver).violations == 0
+    _forge(driver, ["o1", 2])
+    result = on_driver(driver)
+    assert result.wrong_values == 1
+    assert "had not read" in result.samples["wrong_values"][0]["reason"]
+
+
+def test_a_result_joined_with_a_price_overwritten_before_its_batch_is_named(on_driver):
+    """A store restored from a stale changelog joins a price that an earlier committed batch had replaced."""
+    driver = priced()
+    driver.pipe("prices", "a", 1, timestamp=BASE)
+    driver.pipe("orders", "a", "o1", timestamp=BASE + 10)
+    driver.pipe("prices", "a", 2, timestamp=BASE + 20)
+    driver.pipe("orders", "a", "o2", timestamp=BASE + 30)
+    assert [r.value for r in driver.read("out")] == [["o1", 1], ["o2", 2]]
+    _forge(driver, ["o2", 1])
+    result = on_driver(driver)
+    assert result.wrong_values == 1 and "no longer held" in result.samples["wrong_values"][0]["reason"]
+
+
+def test_a_grace_period_s_record_is_bounded_by_the_batch_that_let_it_go(on_driver):
+    """Held back, an order is joined when a later order lets it go: with the prices read by then, not with
+    those read after."""
+    driver = priced(versioned=timedelta(minutes=5), grace=timedelta(seconds=10))
+    driver.pipe("prices", "a", 1, timestamp=BASE)
+    driver.pipe("orders", "a", "o1", timestamp=BASE + 1_000)
+    driver.pipe("prices", "a", 2, timestamp=BASE + 500)  # read while o1 is held: o1 joins it
+    # one batch: o2 lets o1 go; the task merges it before both prices (their running largest timestamp is 30 s)
+    driver.pipe_records([("orders", "b", "o2", BASE + 20_000), ("prices", "a", 9, BASE + 30_000),
+                         ("prices", "a", 3, BASE + 800)])
+    assert [r.value for r in driver.read("out")] == [["o1", 2]]
+    assert on_driver(driver).violations == 0
+    _forge(driver, ["o1", 3])  # the price as of o1's time once the batch had read on
+    assert on_driver(driver).wrong_values == 1
+
+
+def _forge(driver: TopologyTestDriver, value) -> None:
+    """Replace the value of the committed output record of the order `value[0]`."""
+    serde = driver.app.subtopologies["priced"].output_value_serde
+    for log in driver.cluster.logs["out"]:
+        for entry in log:
+            if not entry.marker and entry.value() is not None and serde.deserialize(entry.value())[0] == value[0]:
+                entry._value = serde.serialize(value)
+                return
+    raise AssertionError(f"no output of {value[0]}")
+
+
+def test_the_report_says_how_many_stream_records_the_ledger_bounded(on_driver):
+    from rich.console import Console
+
+    from eos.audit.report import AuditReport, render
+
+    driver = priced(partitions=2)
+    driver.pipe_many("prices", [("a", 1, BASE), ("b", 2, BASE)])
+    driver.pipe_many("orders", [("a", "o1", BASE + 1), ("b", "o2", BASE + 2), ("a", None, BASE + 3)])
+    result = on_driver(driver)
+    assert (result.bounded, result.violations) == (2, 0)  # (the order without a value reaches no lookup)
+    console = Console(record=True, width=200)
+    render(AuditReport("join", "unused", ["orders", "prices"], ["out"], "dlq", "g", "read_committed", join=result),
+           console)
+    assert "stream records bounded by the table their batch had read │     2" in console.export_text()
