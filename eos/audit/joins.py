@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
 from operator import attrgetter
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from eos.audit.ledger import read_ledger
 from eos.audit.scan import scan_topic
@@ -56,7 +56,7 @@ from eos.worker.progress import CommitMetadata
 from transactions import KafkaAdmin, Message
 
 __all__ = ["JoinAuditResult", "audit_join", "reference_stream_stream", "explain_stream_table",
-           "check_table_table", "check_foreign_key"]
+           "check_table_table", "explain_table_table", "check_foreign_key", "table_reads", "TableReads"]
 
 Joiner = Callable[[Any, Any], Any]
 
@@ -439,7 +439,8 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
     sides = (spec.left, spec.right) if spec.kind in ("stream-stream", "stream-table", "table-table") else (spec.left,)
     for topic in sides:
         require_whole(admin, topic, f"the join audit of {sub.name!r}")
-    times: dict[tuple[str, int], list[tuple[int, int]]] | None = {} if spec.kind == "stream-table" else None
+    times: dict[tuple[str, int], list[tuple[int, int]]] | None = (
+        {} if spec.kind in ("stream-table", "table-table") else None)
     inputs = {t: _committed_records(bootstrap_servers, sub, t, (groups or {}).get(t, group), admin, skipped, times)
               for t in sides}
     result.input_records = sum(len(rs) for rs in inputs.values())
@@ -479,7 +480,8 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
         _audit_stream_table(spec, sub, inputs[spec.left], origins[spec.left],
                             {t: [r for r, _ in rs] for t, rs in reached.items()}, outputs, result, max_samples,
                             bootstrap_servers, admin, after,
-                            None if times is None or ledger is None else _batch_reads(batches, sub, spec, times))
+                            None if times is None or ledger is None
+                            else _batch_reads(batches, sub, spec.left, spec.right, times))
     elif spec.kind == "foreign-key":
         assert right_table is not None and spec.key is not None
         right = _committed_records(bootstrap_servers, right_table, spec.right, (groups or {}).get(spec.right, group),
@@ -506,11 +508,116 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
         for k, v, _, _ in outputs:
             per_key[k].append(v)
         result.expected = len(per_key)
-        for problem, key, detail in check_table_table(histories[spec.left], histories[spec.right], per_key,
-                                                      spec.joiner, spec.how):
+        bounded = (times is not None and ledger is not None and spec.left != spec.right
+                   and all(len({o for _, o in rs}) == len(rs) for rs in reached.values()))  # (one record each)
+        problems = _audit_table_table(spec, sub, {t: [r for r, _ in rs] for t, rs in reached.items()},
+                                      {t: dict(zip(origins[t], rs, strict=True)) for t, rs in inputs.items()},
+                                      outputs, result, batches, times or {}) if bounded else check_table_table(
+            histories[spec.left], histories[spec.right], per_key, spec.joiner, spec.how)
+        for problem, key, detail in problems:
             setattr(result, problem, getattr(result, problem) + 1)
             result.sample(problem, max_samples, key=key, detail=detail)
     return result
+
+
+#: A table-table join's outcome of one update (`explain_table_table`) besides a result's canonical value
+NOTHING, TOMBSTONE = "\x00no result", "\x00a tombstone"
+
+
+def explain_table_table(left: list[Record], right: list[Record], results: Mapping[tuple[str, int], Sequence[Any]],
+                        joiner: Joiner, how: str, reads: Mapping[str, Mapping[int, tuple[int, int]]],
+                        versioned: tuple[int | None, int | None] = (None, None)) -> list[tuple[str, Any, Any]]:
+    """Check a table-table join of one partition update by update. `left`, `right`: what reached the join of
+    each side's records, in offset order (one record per input); `results[(topic, offset)]`: the outputs
+    named after the input record at `offset` of `topic`; `reads[topic][offset]`: the other side's offsets x
+    such that the task had applied exactly its records before x when it processed the record
+    (`table_reads`; absent: any). Each update that changed its side's current row (`_kept_updates`) makes
+    the join of its value with the other side's row then, or a tombstone when the key left the join, or
+    nothing when it was in neither; any other update makes nothing (`eos.operators.joins.TableTableJoin`).
+    Returns (problem, key, detail) for what no read the task can have made explains."""
+    def present(lv: Any, rv: Any) -> bool:
+        return {"inner": lv is not None and rv is not None, "left": lv is not None,
+                "outer": lv is not None or rv is not None}[how]
+
+    sides = {0: left, 1: right}
+    rows: dict[int, dict[Any, list[tuple[int, Any]]]] = {}  # side -> key -> (offset, value) of its current rows
+    changed: dict[int, set[int]] = {}  # side -> offsets of the updates that changed a current row
+    for side, records in sides.items():
+        rows[side], changed[side] = defaultdict(list), set()
+        for r, current, _ in _kept_updates(records, versioned[side]):
+            if current:
+                rows[side][r.key].append((r.offset, r.value))
+                changed[side].add(r.offset)
+    problems: list[tuple[str, Any, Any]] = []
+    for side, records in sides.items():
+        other = 1 - side
+        for r in records:
+            if r.key is None:
+                continue
+            own = rows[side].get(r.key, [])
+            before = _row_at(own, r.offset)
+            read = reads.get(r.topic, {}).get(r.offset)
+            theirs = rows[other].get(r.key, [])
+            partners = ([_row_at(theirs, read[0]), *(v for o, v in theirs if read[0] <= o < read[1])]
+                        if read is not None else [None, *(v for _, v in theirs)])
+            possible = {NOTHING}
+            if r.offset in changed[side]:
+                possible = set()
+                for partner in partners:
+                    new = (r.value, partner) if side == 0 else (partner, r.value)
+                    old = (before, partner) if side == 0 else (partner, before)
+                    possible.add(_join(joiner, *new) if present(*new) else TOMBSTONE if present(*old) else NOTHING)
+            made = results.get((r.topic, r.offset), ())
+            got = NOTHING if not made else TOMBSTONE if made[0] is None else _canon(made[0])
+            for extra in made[1:]:
+                problems.append(("unexpected", r.key, {"record": (r.topic, r.partition, r.offset), "output": extra}))
+            if got not in possible:
+                kind = ("missing" if got == NOTHING else "unexpected" if possible == {NOTHING}
+                        else "wrong_values")
+                problems.append((kind, r.key, {"record": (r.topic, r.partition, r.offset), "value": r.value,
+                                               "output": None if not made else made[0],
+                                               "possible": sorted(p for p in possible if p != RAISED)}))
+    seen = {(r.topic, r.offset) for records in sides.values() for r in records if r.key is not None}
+    problems += [("unexpected", None, {"record": place, "output": value}) for place, made in results.items()
+                 if place not in seen for value in made]  # (made of an input that reached the join with nothing)
+    return problems
+
+
+def _row_at(rows: list[tuple[int, Any]], offset: int) -> Any:
+    """A side's row for a key once the updates before `offset` were applied (`rows`: (offset, value) of the
+    updates that changed it, in order)."""
+    at = bisect_left(rows, offset, key=lambda row: row[0])
+    return rows[at - 1][1] if at else None
+
+
+def _audit_table_table(spec: JoinSpec, sub: SubTopology, reached: Mapping[str, list[Record]],
+                       places: Mapping[str, Mapping[Place, Record]],
+                       outputs: list[tuple[Any, Any, int, Origin | None]], result: JoinAuditResult,
+                       batches: list[LedgerEntry],
+                       times: Mapping[tuple[str, int], Sequence[tuple[int, int]]]) -> list[tuple[str, Any, Any]]:
+    """A table-table join checked update by update (`explain_table_table`), each side's updates bounded by
+    what the task had read of the other side (`table_reads` both ways)."""
+    made_of = {place: (r.topic, r.partition, r.offset) for by_place in places.values()
+               for place, r in by_place.items()}
+    results: dict[int, dict[tuple[str, int], list[Any]]] = defaultdict(lambda: defaultdict(list))
+    problems: list[tuple[str, Any, Any]] = []
+    for key, value, _, origin in outputs:
+        found = None if origin is None else _made_of(origin, made_of)
+        if found is None:
+            problems.append(("unexpected", key, {"origin": origin, "output": value}))
+            continue
+        topic, partition, offset = found
+        results[partition][(topic, offset)].append(value)
+    versioned = (_history_of(sub, spec.left_store), _history_of(sub, spec.right_store))
+    left_reads = _batch_reads(batches, sub, spec.left, spec.right, times)
+    right_reads = _batch_reads(batches, sub, spec.right, spec.left, times)
+    for p in sorted({r.partition for rs in reached.values() for r in rs}):
+        reads = {spec.left: left_reads.get(p, {}), spec.right: right_reads.get(p, {})}
+        result.bounded += sum(len(r) for r in reads.values())
+        problems += explain_table_table([r for r in reached[spec.left] if r.partition == p],
+                                        [r for r in reached[spec.right] if r.partition == p], results[p],
+                                        spec.joiner, spec.how, reads, versioned)
+    return problems
 
 
 def _reaching(records: list[Record], places: list[Place], prefix: tuple[Any, ...], *,
@@ -634,6 +741,7 @@ def _stream_times(admin: KafkaAdmin, sub: SubTopology, group: str,
 
 #: (topic, partition, offset, index) of an origin; index None: any index
 Place = tuple[str, int, int, int | None]
+_T = TypeVar("_T")
 
 
 def _carried(record: Record, transitive: frozenset[str]) -> Place:
@@ -645,7 +753,7 @@ def _carried(record: Record, transitive: frozenset[str]) -> Place:
     return found.topic, found.partition, found.offset, found.index
 
 
-def _made_of(output: Origin, inputs: Mapping[Place, tuple[int, int]]) -> tuple[int, int] | None:
+def _made_of(output: Origin, inputs: Mapping[Place, _T]) -> _T | None:
     """The (partition, offset) of the input record (`inputs`: by `_carried` place) an output carrying the
     origin `output` was made of: by place, or by the index the record carried, which the output's extends by
     one level (`output_indices`): its bits below the output's top level, since a record makes fewer than
@@ -722,9 +830,10 @@ def _update_offsets(rows: list[Record], versioned: int | None) -> dict[Any, list
     return dict(out)
 
 
-def _batch_reads(batches: Iterable[LedgerEntry], sub: SubTopology, spec: JoinSpec,
+def _batch_reads(batches: Iterable[LedgerEntry], sub: SubTopology, stream: str, table: str,
                  times: Mapping[tuple[str, int], Sequence[tuple[int, int]]]) -> dict[int, dict[int, tuple[int, int]]]:
-    """`TableReads.before` per partition of a stream-table join, from its task's committed batches."""
+    """Per partition, what the task had read of `table` at each record of `stream` (`table_reads`), from its
+    committed batches."""
     per_task: dict[int, list[BatchReads]] = defaultdict(list)
     for entry in batches:
         task, _, partition = entry.task.rpartition("-")
@@ -732,8 +841,8 @@ def _batch_reads(batches: Iterable[LedgerEntry], sub: SubTopology, spec: JoinSpe
             continue
         p = int(partition)
         ranges = {i.topic: (i.start, i.end) for i in entry.inputs if i.partition == p}
-        per_task[p].append((ranges.get(spec.left), ranges.get(spec.right)))
-    return {p: table_reads(reads, times.get((spec.left, p), ()), times.get((spec.right, p), ()))
+        per_task[p].append((ranges.get(stream), ranges.get(table)))
+    return {p: table_reads(reads, times.get((stream, p), ()), times.get((table, p), ()))
             for p, reads in per_task.items()}
 
 
