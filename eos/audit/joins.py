@@ -16,7 +16,10 @@ that what the join emitted is the join of those inputs:
   those of its own batch that come before it in the order a task merges its inputs (by each partition's
   largest timestamp so far). A store restored past its committed offset, or from a stale changelog, joins a
   value outside that and is named.
-* table-table: every output is the joiner applied to values both tables held for the key, and each key's
+* table-table: with the ledger, update by update (`explain_table_table`): each update that changed its
+  table's row made the join of its value with the other table's row as the task had read it (a tombstone
+  where the key left the join, nothing where it was in neither), named after it; any other update nothing.
+  Without it: every output is the joiner applied to values both tables held for the key, and each key's
   last output is the join of the two tables' final values (a tombstone when the key is not in the join).
 * foreign-key: every output is the joiner applied to a value the left row held and a value (or None) the
   right row its foreign key named held, and each left key's last output is the join of the final tables.
@@ -73,7 +76,8 @@ class JoinAuditResult:
     missing: int = 0
     unexpected: int = 0
     wrong_values: int = 0
-    #: stream records of a stream-table join checked against what their batch had read of the table (`TableReads`)
+    #: records checked against what their batch had read of the table (`TableReads`): a stream-table join's
+    #: stream records, a table-table join's updates of either side
     bounded: int = 0
     samples: dict[str, list[Any]] = field(default_factory=dict)
 

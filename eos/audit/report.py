@@ -47,7 +47,7 @@ _ROWS = {
              ("dead_letters", "dead-lettered inputs (left out)", False),
              ("expected", "results expected (stream records, pairs, keys)", False),
              ("output_records", "output records", False),
-             ("bounded", "stream records bounded by the table their batch had read", False),
+             ("bounded", "records bounded by the table their batch had read", False),
              ("wrong_values", "results no replay explains", True),
              ("missing", "missing results", True), ("unexpected", "unexpected or repeated results", True)],
 }

@@ -219,7 +219,7 @@ def _forge(driver: TopologyTestDriver, value) -> None:
     raise AssertionError(f"no output of {value[0]}")
 
 
-def test_the_report_says_how_many_stream_records_the_ledger_bounded(on_driver):
+def test_the_report_says_how_many_records_the_ledger_bounded(on_driver):
     from rich.console import Console
 
     from eos.audit.report import AuditReport, render
@@ -232,7 +232,7 @@ def test_the_report_says_how_many_stream_records_the_ledger_bounded(on_driver):
     console = Console(record=True, width=200)
     render(AuditReport("join", "unused", ["orders", "prices"], ["out"], "dlq", "g", "read_committed", join=result),
            console)
-    assert "stream records bounded by the table their batch had read │     2" in console.export_text()
+    assert "records bounded by the table their batch had read │     2" in console.export_text()
 
 
 # ---------------------------------------------------------------- table-table joins
