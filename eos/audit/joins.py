@@ -528,14 +528,15 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
 NOTHING, TOMBSTONE = "\x00no result", "\x00a tombstone"
 
 
-def explain_table_table(left: list[Record], right: list[Record], results: Mapping[tuple[str, int], Sequence[Any]],
+def explain_table_table(left: list[Record], right: list[Record],
+                        results: Mapping[tuple[str, int], Sequence[tuple[Any, Any]]],
                         joiner: Joiner, how: str, reads: Mapping[str, Mapping[int, tuple[int, int]]],
                         versioned: tuple[int | None, int | None] = (None, None)) -> list[tuple[str, Any, Any]]:
     """Check a table-table join of one partition update by update. `left`, `right`: what reached the join of
-    each side's records, in offset order (one record per input); `results[(topic, offset)]`: the outputs
-    named after the input record at `offset` of `topic`; `reads[topic][offset]`: the other side's offsets x
-    such that the task had applied exactly its records before x when it processed the record
-    (`table_reads`; absent: any). Each update that changed its side's current row (`_kept_updates`) makes
+    each side's records, in offset order (one record per input); `results[(topic, offset)]`: (key, value)
+    of the outputs named after the input record at `offset` of `topic`; `reads[topic][offset]`: the other
+    side's offsets x such that the task had applied exactly its records before x when it processed the
+    record (`table_reads`; absent: any). Each update that changed its side's current row (`_kept_updates`) makes
     the join of its value with the other side's row then, or a tombstone when the key left the join, or
     nothing when it was in neither; any other update makes nothing (`eos.operators.joins.TableTableJoin`).
     Returns (problem, key, detail) for what no read the task can have made explains."""
@@ -571,8 +572,10 @@ def explain_table_table(left: list[Record], right: list[Record], results: Mappin
                     new = (r.value, partner) if side == 0 else (partner, r.value)
                     old = (before, partner) if side == 0 else (partner, before)
                     possible.add(_join(joiner, *new) if present(*new) else TOMBSTONE if present(*old) else NOTHING)
-            made = results.get((r.topic, r.offset), ())
+            made = [v for _, v in results.get((r.topic, r.offset), ())]
             got = NOTHING if not made else TOMBSTONE if made[0] is None else _canon(made[0])
+            if any(k != r.key for k, _ in results.get((r.topic, r.offset), ())):
+                got = "\x00a result under another key"
             for extra in made[1:]:
                 problems.append(("unexpected", r.key, {"record": (r.topic, r.partition, r.offset), "output": extra}))
             if got not in possible:
@@ -582,8 +585,8 @@ def explain_table_table(left: list[Record], right: list[Record], results: Mappin
                                                "output": None if not made else made[0],
                                                "possible": sorted(p for p in possible if p != RAISED)}))
     seen = {(r.topic, r.offset) for records in sides.values() for r in records if r.key is not None}
-    problems += [("unexpected", None, {"record": place, "output": value}) for place, made in results.items()
-                 if place not in seen for value in made]  # (made of an input that reached the join with nothing)
+    problems += [("unexpected", key, {"record": place, "output": value}) for place, made in results.items()
+                 if place not in seen for key, value in made]  # (made of an input that reached the join with nothing)
     return problems
 
 
@@ -603,7 +606,7 @@ def _audit_table_table(spec: JoinSpec, sub: SubTopology, reached: Mapping[str, l
     what the task had read of the other side (`table_reads` both ways)."""
     made_of = {place: (r.topic, r.partition, r.offset) for by_place in places.values()
                for place, r in by_place.items()}
-    results: dict[int, dict[tuple[str, int], list[Any]]] = defaultdict(lambda: defaultdict(list))
+    results: dict[int, dict[tuple[str, int], list[tuple[Any, Any]]]] = defaultdict(lambda: defaultdict(list))
     problems: list[tuple[str, Any, Any]] = []
     for key, value, _, origin in outputs:
         found = None if origin is None else _made_of(origin, made_of)
@@ -611,11 +614,11 @@ def _audit_table_table(spec: JoinSpec, sub: SubTopology, reached: Mapping[str, l
             problems.append(("unexpected", key, {"origin": origin, "output": value}))
             continue
         topic, partition, offset = found
-        results[partition][(topic, offset)].append(value)
+        results[partition][(topic, offset)].append((key, value))
     versioned = (_history_of(sub, spec.left_store), _history_of(sub, spec.right_store))
     left_reads = _batch_reads(batches, sub, spec.left, spec.right, times)
     right_reads = _batch_reads(batches, sub, spec.right, spec.left, times)
-    for p in sorted({r.partition for rs in reached.values() for r in rs}):
+    for p in sorted({r.partition for rs in reached.values() for r in rs} | set(results)):
         reads = {spec.left: left_reads.get(p, {}), spec.right: right_reads.get(p, {})}
         result.bounded += sum(len(r) for r in reads.values())
         problems += explain_table_table([r for r in reached[spec.left] if r.partition == p],

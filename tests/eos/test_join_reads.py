@@ -295,3 +295,12 @@ def _forge_first(driver: TopologyTestDriver, value) -> None:
     serde = next(s for s in driver.app.subtopologies.values() if s.joins).output_value_serde
     entry = next(e for e in driver.cluster.logs["out"][0] if not e.marker)
     entry._value = serde.serialize(value)
+
+
+def test_a_table_table_result_under_another_key_is_named(on_driver):
+    driver = joined_tables(how="outer")
+    driver.pipe("left", "a", 1, timestamp=BASE)
+    assert on_driver(driver).violations == 0
+    entry = next(e for e in driver.cluster.logs["out"][0] if not e.marker)
+    entry._key = next(s for s in driver.app.subtopologies.values() if s.joins).output_key_serde.serialize("b")
+    assert on_driver(driver).wrong_values == 1
