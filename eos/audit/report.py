@@ -58,6 +58,10 @@ _ALWAYS = {"expected", "output_records", "unique_origins", "dead_lettered", "inp
            "keys_observed", "windows_expected", "late_records"}
 
 
+#: The joins whose results the ledger's batches bound (`eos.audit.joins.TableReads`): 0 there says it did not
+_BOUNDED_KINDS = {"stream-table", "table-table"}
+
+
 def render(report: AuditReport, console: Console | None = None) -> None:
     console = console or Console()
     flow = f"{', '.join(report.inputs)} -> {', '.join(report.outputs)}"
@@ -72,7 +76,7 @@ def render(report: AuditReport, console: Console | None = None) -> None:
     check: Any = report.lineage or report.aggregate or report.window or report.join
     for attr, label, is_violation in _ROWS[report.mode]:
         value = getattr(check, attr)
-        if value or is_violation or attr in _ALWAYS:
+        if value or is_violation or attr in _ALWAYS or (attr == "bounded" and check.kind in _BOUNDED_KINDS):
             table.add_row(label, f"{value:,}", _mark(value, is_violation))
     if report.lineage is not None:
         table.add_row("lineage ledger", "read" if report.lineage.ledger else "not found (filtering counts as lost)", "")

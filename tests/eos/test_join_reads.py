@@ -219,7 +219,7 @@ def _forge(driver: TopologyTestDriver, value) -> None:
     raise AssertionError(f"no output of {value[0]}")
 
 
-def test_the_report_says_how_many_records_the_ledger_bounded(on_driver):
+def test_the_report_says_how_many_records_the_ledger_bounded(on_driver, monkeypatch):
     from rich.console import Console
 
     from eos.audit.report import AuditReport, render
@@ -233,6 +233,14 @@ def test_the_report_says_how_many_records_the_ledger_bounded(on_driver):
     render(AuditReport("join", "unused", ["orders", "prices"], ["out"], "dlq", "g", "read_committed", join=result),
            console)
     assert "records bounded by the table their batch had read │     2" in console.export_text()
+    # where the ledger is gone (its topic deleted), the row says 0: the forward-only rule checked the results
+    monkeypatch.setattr(eos.audit.joins, "read_ledger", lambda *a, **k: None)
+    result = on_driver(driver)
+    assert (result.bounded, result.violations) == (0, 0)
+    console = Console(record=True, width=200)
+    render(AuditReport("join", "unused", ["orders", "prices"], ["out"], "dlq", "g", "read_committed", join=result),
+           console)
+    assert "records bounded by the table their batch had read │     0" in console.export_text()
 
 
 # ---------------------------------------------------------------- table-table joins
