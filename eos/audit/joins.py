@@ -360,14 +360,18 @@ def _name_problems(records: list[Record], outputs: list[Any], got: list[str], ve
     return problems
 
 
+def _in_join(how: str, left: Any, right: Any) -> bool:
+    """Whether a table-table join of `how` holds a key whose rows are `left` and `right` (None: none)."""
+    return {"inner": left is not None and right is not None, "left": left is not None,
+            "outer": left is not None or right is not None}[how]
+
+
 def check_table_table(left: dict[Any, list[Any]], right: dict[Any, list[Any]], outputs: dict[Any, list[Any]],
                       joiner: Joiner, how: str) -> list[tuple[str, Any, Any]]:
     """Check a table-table join: `left`/`right` map a key to its history (values, None for a tombstone),
     `outputs` a key to its outputs in order. Returns (problem, key, detail)."""
     def joined(lv: Any, rv: Any) -> Any:
-        present = {"inner": lv is not None and rv is not None, "left": lv is not None,
-                   "outer": lv is not None or rv is not None}[how]
-        return _join(joiner, lv, rv) if present else None
+        return _join(joiner, lv, rv) if _in_join(how, lv, rv) else None
 
     problems = []
     for key in set(left) | set(right) | set(outputs):
@@ -541,8 +545,7 @@ def explain_table_table(left: list[Record], right: list[Record],
     nothing when it was in neither; any other update makes nothing (`eos.operators.joins.TableTableJoin`).
     Returns (problem, key, detail) for what no read the task can have made explains."""
     def present(lv: Any, rv: Any) -> bool:
-        return {"inner": lv is not None and rv is not None, "left": lv is not None,
-                "outer": lv is not None or rv is not None}[how]
+        return _in_join(how, lv, rv)
 
     sides = {0: left, 1: right}
     rows: dict[int, dict[Any, list[tuple[int, Any]]]] = {}  # side -> key -> (offset, value) of its current rows

@@ -173,7 +173,7 @@ def test_a_result_joined_with_a_price_its_batch_read_after_it_is_named(on_driver
     driver.pipe_records([("orders", "a", "o1", BASE + 10), ("prices", "a", 2, BASE + 20)])
     assert [r.value for r in driver.read("out")] == [["o1", 1]]
     assert on_driver(driver).violations == 0
-    _forge(driver, ["o1", 2])
+    _forge(driver, ["o1", 2], of=lambda old: old[0] == "o1")
     result = on_driver(driver)
     assert result.wrong_values == 1
     assert "had not read" in result.samples["wrong_values"][0]["reason"]
@@ -187,7 +187,7 @@ def test_a_result_joined_with_a_price_overwritten_before_its_batch_is_named(on_d
     driver.pipe("prices", "a", 2, timestamp=BASE + 20)
     driver.pipe("orders", "a", "o2", timestamp=BASE + 30)
     assert [r.value for r in driver.read("out")] == [["o1", 1], ["o2", 2]]
-    _forge(driver, ["o2", 1])
+    _forge(driver, ["o2", 1], of=lambda old: old[0] == "o2")
     result = on_driver(driver)
     assert result.wrong_values == 1 and "no longer held" in result.samples["wrong_values"][0]["reason"]
 
@@ -204,19 +204,20 @@ def test_a_grace_period_s_record_is_bounded_by_the_batch_that_let_it_go(on_drive
                          ("prices", "a", 3, BASE + 800)])
     assert [r.value for r in driver.read("out")] == [["o1", 2]]
     assert on_driver(driver).violations == 0
-    _forge(driver, ["o1", 3])  # the price as of o1's time once the batch had read on
+    # the price as of o1's time once the batch had read on
+    _forge(driver, ["o1", 3], of=lambda old: old[0] == "o1")
     assert on_driver(driver).wrong_values == 1
 
 
-def _forge(driver: TopologyTestDriver, value) -> None:
-    """Replace the value of the committed output record of the order `value[0]`."""
-    serde = driver.app.subtopologies["priced"].output_value_serde
+def _forge(driver: TopologyTestDriver, value, of=lambda old: True) -> None:
+    """Replace the value of the first committed output record whose value `of` picks."""
+    serde = next(sub for sub in driver.app.subtopologies.values() if sub.joins).output_value_serde
     for log in driver.cluster.logs["out"]:
         for entry in log:
-            if not entry.marker and entry.value() is not None and serde.deserialize(entry.value())[0] == value[0]:
+            if not entry.marker and entry.value() is not None and of(serde.deserialize(entry.value())):
                 entry._value = serde.serialize(value)
                 return
-    raise AssertionError(f"no output of {value[0]}")
+    raise AssertionError(f"no output to replace with {value}")
 
 
 def test_the_report_says_how_many_records_the_ledger_bounded(on_driver, monkeypatch):
@@ -291,18 +292,11 @@ def test_a_table_table_result_joined_with_a_row_read_after_it_is_named(on_driver
     driver.pipe_records([("left", "a", 10, BASE + 10), ("right", "a", 2, BASE + 20)])
     assert [r.value for r in driver.read("out")] == [[10, 1], [10, 2]]
     assert on_driver(driver).violations == 0
-    _forge_first(driver, [10, 2])
+    _forge(driver, [10, 2])
     assert check_table_table({"a": [10]}, {"a": [1, 2]}, {"a": [[10, 2], [10, 2]]}, lambda a, b: [a, b], "left") == []
     result = on_driver(driver)
     assert result.wrong_values == 1, result.samples
     assert result.samples["wrong_values"][0]["detail"]["possible"] == ['[10, 1]']
-
-
-def _forge_first(driver: TopologyTestDriver, value) -> None:
-    """Replace the value of the first committed output record."""
-    serde = next(s for s in driver.app.subtopologies.values() if s.joins).output_value_serde
-    entry = next(e for e in driver.cluster.logs["out"][0] if not e.marker)
-    entry._value = serde.serialize(value)
 
 
 def test_a_table_table_result_under_another_key_is_named(on_driver):
