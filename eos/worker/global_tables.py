@@ -12,11 +12,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from eos.serde import BytesSerde
 from eos.tables import GlobalTable
 from recovery import MemoryBackend, StoreSpec, Version, VersionedKeyValueStore, WriteBuffer
 from transactions import Message, OffsetRange, RangeReader
 
 __all__ = ["GlobalCopy", "GlobalTableView", "GlobalPins"]
+
+_RAW = BytesSerde()  # (a copy keeps what the topic holds: the view deserializes what a lookup finds)
 
 #: partition -> (first offset, pinned end) of one global table's topic
 GlobalPins = Mapping[int, tuple[int, int]]
@@ -25,7 +28,9 @@ GlobalPins = Mapping[int, tuple[int, int]]
 class GlobalCopy:
     """One worker's copy of a global table: its rows by serialized key, or, for a versioned global table, a
     versioned store in memory (`recovery.versioned`, the same store versioned tables are kept in: rows by
-    timestamp, out-of-order updates into the history, the history retention's bound)."""
+    timestamp, out-of-order updates into the history, the history retention's bound). Either way it holds
+    keys and values as they are on the topic: a row that cannot be deserialized fails only the lookups that
+    find it (their stream records go to the dead-letter topic, saying why), not every batch of the job."""
 
     def __init__(self, table: GlobalTable) -> None:
         self.table = table
@@ -40,8 +45,7 @@ class GlobalCopy:
         if self.table.history_retention_ms is not None:
             self._backend = MemoryBackend()
             self._writes = WriteBuffer(self._backend)
-            self.versions = VersionedKeyValueStore(StoreSpec(self.table.name, self.table.key_serde,
-                                                             self.table.value_serde, False, kind="versioned",
+            self.versions = VersionedKeyValueStore(StoreSpec(self.table.name, _RAW, _RAW, False, kind="versioned",
                                                              retention_ms=self.table.history_retention_ms))
             self.versions.attach(self._writes)
 
@@ -73,12 +77,9 @@ class GlobalCopy:
                 else:
                     data[key] = value
             return
-        ks, vs = self.table.key_serde, self.table.value_serde
         for msg in messages:
             if msg.key() is not None:
-                raw = msg.value()
-                versions.put(ks.deserialize(msg.key()), None if raw is None else vs.deserialize(raw),
-                             msg.timestamp()[1])
+                versions.put(msg.key(), msg.value(), msg.timestamp()[1])
         self._backend.write(self._writes.changes(), None)  # (the copy's writes kept at once: nothing to commit)
         self._writes.clear()
 
@@ -103,13 +104,13 @@ class GlobalTableView:
     def get(self, key: Any, default: Any = None, *, as_of: int | None = None) -> Any:
         """The key's row (`as_of`: a versioned global table's row at that time)."""
         copy = self._copy()
-        if copy.versions is not None:
-            return copy.versions.get(key, default, as_of=as_of)
-        if as_of is not None:
+        if copy.versions is None and as_of is not None:
             raise ValueError(f"global table {self.name!r} is not versioned: as_of= reads a versioned one "
                              "(app.global_table(..., versioned=...))")
         raw_key = self.table.key_serde.serialize(key)
-        raw = copy.data.get(raw_key) if raw_key is not None else None
+        if raw_key is None:
+            return default
+        raw = copy.data.get(raw_key) if copy.versions is None else copy.versions.get(raw_key, as_of=as_of)
         return default if raw is None else self.table.value_serde.deserialize(raw)
 
     def versions(self, key: Any, time_from: int | None = None, time_to: int | None = None) -> list[Version]:
@@ -117,16 +118,16 @@ class GlobalTableView:
         copy = self._copy()
         if copy.versions is None:
             raise ValueError(f"global table {self.name!r} is not versioned")
-        return copy.versions.versions(key, time_from, time_to)
+        raw_key, vs = self.table.key_serde.serialize(key), self.table.value_serde
+        return [v._replace(value=vs.deserialize(v.value))
+                for v in copy.versions.versions(raw_key, time_from, time_to)] if raw_key is not None else []
 
     def all(self) -> Iterator[tuple[Any, Any]]:
         """Every key's current row."""
         copy = self._copy()
-        if copy.versions is not None:
-            yield from copy.versions.all()
-            return
+        rows = list(copy.data.items()) if copy.versions is None else list(copy.versions.all())
         ks, vs = self.table.key_serde, self.table.value_serde
-        for k, v in list(copy.data.items()):
+        for k, v in rows:
             yield ks.deserialize(k), vs.deserialize(v)
 
     def approximate_num_entries(self) -> int:

@@ -13,7 +13,7 @@ from eos.audit.joins import _canon, check_table_table, explain_stream_table, ref
 from eos.records import Record
 from eos.tables import GlobalTable, JoinWindows
 from eos.testing import TopologyTestDriver
-from eos.worker.global_tables import GlobalCopy
+from eos.worker.global_tables import GlobalCopy, GlobalTableView
 
 
 def pair(left, right):
@@ -124,10 +124,13 @@ def test_a_versioned_global_copy_is_rebuilt_with_its_history_when_it_is_ahead_of
     def read(ranges, timeout):
         return iter([[m for r in ranges for m in log[r.start:r.end]]])
 
+    view = GlobalTableView(copy.table)
+    view.copy = copy
     copy.advance(read, {0: (0, 3)}, 1.0)
-    assert copy.versions is not None and copy.versions.get("k") == 2 and copy.versions.get("k", as_of=1_500) == 0
+    assert view.get("k") == 2 and view.get("k", as_of=1_500) == 0
     copy.advance(read, {0: (0, 2)}, 1.0)  # a retried batch pinned earlier: the later version is gone too
-    assert copy.versions.get("k") == 1 and copy.versions.get("k", as_of=9_000) == 1 and copy.positions == {0: 2}
+    assert view.get("k") == 1 and view.get("k", as_of=9_000) == 1 and copy.positions == {0: 2}
+    assert [v.value for v in view.versions("k")] == [1, 0] and list(view.all()) == [("k", 1)]
 
 
 @pytest.mark.parametrize("how", ["inner", "left", "outer"])
