@@ -19,6 +19,10 @@ Roaring bitmaps keep an entry small (a run of consecutive offsets costs a few by
 A batch that reads on just before its commit (a top-up) first writes an **opening** record (`ledger_opening`),
 which puts the ledger's partition in its transaction before the top-up rather than in the commit's window.
 It says nothing about the input; readers skip it (`LedgerEntry.decode` returns None for it).
+
+A batch of a task that reads global tables also says where it read each of them to (`pins`: the ends the
+driver pinned for the batch, `eos.worker.global_tables`): every record of the batch was joined with the
+global table as it stood there, which the join audit checks.
 """
 
 from __future__ import annotations
@@ -90,6 +94,8 @@ class LedgerEntry:
     #: of those, the ones an operator held back (a stream-table join's grace period): their outputs come
     #: when they are let go, in a later transaction of the task, named after them
     held: dict[tuple[str, int], BitMap64] = field(default_factory=dict)
+    #: global table topic -> partition -> the offset the batch had read it to (exclusive)
+    pins: dict[str, dict[int, int]] = field(default_factory=dict)
 
     def encode(self) -> bytes:
         return json.dumps({"v": LEDGER_VERSION, "task": self.task, "batch": self.batch,
@@ -101,7 +107,9 @@ class LedgerEntry:
                            **({"through": [{"topic": t, "partition": p, "offsets": _text(bm)}
                                            for (t, p), bm in self.through.items() if bm]} if self.through else {}),
                            **({"held": [{"topic": t, "partition": p, "offsets": _text(bm)}
-                                        for (t, p), bm in self.held.items() if bm]} if self.held else {})},
+                                        for (t, p), bm in self.held.items() if bm]} if self.held else {}),
+                           **({"pins": {t: sorted(ends.items()) for t, ends in self.pins.items()}}
+                              if self.pins else {})},
                           separators=(",", ":")).encode()
 
     @classmethod
@@ -114,7 +122,8 @@ class LedgerEntry:
             filtered = {(f["topic"], int(f["partition"])): _bitmap(f["offsets"]) for f in data.get("filtered", [])}
             late, through, held = ({(f["topic"], int(f["partition"])): _bitmap(f["offsets"])
                                      for f in data.get(kind, [])} for kind in ("late", "through", "held"))
+            pins = {str(t): {int(p): int(end) for p, end in ends} for t, ends in data.get("pins", {}).items()}
             return cls(str(data["task"]), int(data["batch"]), tuple(LedgerInput.from_json(i) for i in data["inputs"]),
-                       filtered, late, through, held)
+                       filtered, late, through, held, pins)
         except (ValueError, KeyError, TypeError, AttributeError):
             return None

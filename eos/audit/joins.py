@@ -15,7 +15,9 @@ that what the join emitted is the join of those inputs:
   exactly the table records the task had processed before the stream record: those of earlier batches, and
   those of its own batch that come before it in the order a task merges its inputs (by each partition's
   largest timestamp so far). A store restored past its committed offset, or from a stale changelog, joins a
-  value outside that and is named.
+  value outside that and is named. A global table is read, for each batch, exactly to the ends the driver
+  pinned, which the ledger records (`GlobalReads`): each stream record's value must be the one its key held
+  there.
 * table-table: with the ledger, update by update (`explain_table_table`): each update that changed its
   table's row made the join of its value with the other table's row as the task had read it (a tombstone
   where the key left the join, nothing where it was in neither), named after it; any other update nothing.
@@ -59,7 +61,8 @@ from eos.worker.progress import CommitMetadata
 from transactions import KafkaAdmin, Message
 
 __all__ = ["JoinAuditResult", "audit_join", "reference_stream_stream", "explain_stream_table",
-           "check_table_table", "explain_table_table", "check_foreign_key", "table_reads", "TableReads"]
+           "check_table_table", "explain_table_table", "check_foreign_key", "table_reads", "TableReads",
+           "GlobalReads"]
 
 Joiner = Callable[[Any, Any], Any]
 
@@ -76,8 +79,8 @@ class JoinAuditResult:
     missing: int = 0
     unexpected: int = 0
     wrong_values: int = 0
-    #: records checked against what their batch had read of the table (`TableReads`): a stream-table join's
-    #: stream records, a table-table join's updates of either side
+    #: records checked against what their batch had read of the table (`TableReads`, `GlobalReads`): a
+    #: stream-table or stream-global-table join's stream records, a table-table join's updates of either side
     bounded: int = 0
     samples: dict[str, list[Any]] = field(default_factory=dict)
 
@@ -165,7 +168,7 @@ def reference_stream_stream(left: Iterable[Record], right: Iterable[Record], win
 
 def explain_stream_table(stream: list[Record], results: Mapping[int, Sequence[Any]], versions: dict[Any, list[Any]],
                          joiner: Joiner, how: str, after: After = None,
-                         reads: TableReads | None = None) -> list[tuple[str, Record, Any]]:
+                         reads: Reads | None = None) -> list[tuple[str, Record, Any]]:
     """Check a stream-table join of one stream partition. `stream`: what reached the join of each input
     record, in offset order; the records of one input share its offset (what a flat map before the join made
     of it, in order; a record with value None, one filtered out, reaches it with nothing). `results` maps an
@@ -210,6 +213,34 @@ class TableReads:
             return None
         offsets = self.updates.get(key, ())
         return bisect_left(offsets, read[0]), bisect_left(offsets, read[1])
+
+
+@dataclass(frozen=True)
+class GlobalReads:
+    """What a stream-global-table join's task had read of the global table when it joined each stream record:
+    its batch's pins, from the lineage ledger (`global_reads`). A worker's copy is brought to exactly those
+    ends before the batch and kept there through it (`eos.worker.global_tables`). `before[offset]`: for the
+    stream input record at `offset`, the end each partition of the table's topic had been read to;
+    `updates[key]`: the partition the key's updates are in and their offsets, those its history
+    (`versions[key][1:]`) is made of, in order; None for a key whose updates are in several partitions (the
+    copy's order of reading them decides its row, so any row is allowed)."""
+
+    before: Mapping[int, Mapping[int, int]]
+    updates: Mapping[Any, tuple[int, Sequence[int]] | None]
+
+    def indices(self, key: Any, offset: int) -> tuple[int, int] | None:
+        """The index of the key's history the record at `offset` was joined with (twice: one index, the
+        shape of `TableReads.indices`); None where the ledger does not say."""
+        pins = self.before.get(offset)
+        found = self.updates.get(key)  # (a key the table never held has one row, None: nothing to bound)
+        if pins is None or found is None or found[0] not in pins:
+            return None
+        at = bisect_left(found[1], pins[found[0]])
+        return at, at
+
+
+#: What bounds the table values a stream-table join's stream record can have been joined with
+Reads = TableReads | GlobalReads
 
 
 #: One committed batch of a join's task, from the ledger: its [start, end) of the stream's and of the table's
@@ -287,7 +318,7 @@ def _values(entry: Any, rec: Record) -> tuple[Any, ...]:
 
 
 def _choices(rec: Record, got: list[str], ptr: int, history: list[Any], start: int, joiner: Joiner, how: str,
-             after: After, reads: TableReads | None = None) -> dict[int, int]:
+             after: After, reads: Reads | None = None) -> dict[int, int]:
     """What `rec` can make of the table's versions from `start` that `got[ptr:]` begins with: per number of
     outputs, the earliest version that makes them (later ones leave the next records less). `reads`: only the
     versions the task can have held when it joined `rec`."""
@@ -310,7 +341,7 @@ def _choices(rec: Record, got: list[str], ptr: int, history: list[Any], start: i
 
 
 def _replay_one(records: list[Record], got: list[str], versions: dict[Any, list[Any]], position: dict[Any, int],
-                joiner: Joiner, how: str, after: After, reads: TableReads | None = None) -> dict[Any, int] | None:
+                joiner: Joiner, how: str, after: After, reads: Reads | None = None) -> dict[Any, int] | None:
     """The table versions (per key) under which one input's records make exactly `got`, in order, each
     moving forward from `position`; None when none do. A search over how many outputs each record made
     (`_choices`)."""
@@ -336,7 +367,7 @@ def _replay_one(records: list[Record], got: list[str], versions: dict[Any, list[
 
 def _name_problems(records: list[Record], outputs: list[Any], got: list[str], versions: dict[Any, list[Any]],
                    position: dict[Any, int], joiner: Joiner, how: str, after: After,
-                   reads: TableReads | None = None) -> list[tuple[str, Record, Any]]:
+                   reads: Reads | None = None) -> list[tuple[str, Record, Any]]:
     """What is wrong with one input's `outputs` (`got`: canonical) that no replay explains, found by taking
     each record's first explanation, the one making the most outputs (moving `position` on): an output no
     version explains is a wrong value, a record without an output a missing one, outputs left over
@@ -489,7 +520,9 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
                             {t: [r for r, _ in rs] for t, rs in reached.items()}, outputs, result, max_samples,
                             bootstrap_servers, admin, after,
                             None if times is None or ledger is None
-                            else _batch_reads(batches, sub, spec.left, spec.right, times))
+                            else _batch_reads(batches, sub, spec.left, spec.right, times),
+                            None if spec.kind != "stream-global" or ledger is None
+                            else _global_reads(batches, sub, spec.left, spec.right))
     elif spec.kind == "foreign-key":
         assert right_table is not None and spec.key is not None
         right = _committed_records(bootstrap_servers, right_table, spec.right, (groups or {}).get(spec.right, group),
@@ -641,18 +674,22 @@ def _reaching(records: list[Record], places: list[Place], prefix: tuple[Any, ...
 def _audit_stream_table(spec: JoinSpec, sub: SubTopology, stream: list[Record], carried: list[Place],
                         reached: dict[str, list[Record]], outputs: list[tuple[Any, Any, int, Origin | None]],
                         result: JoinAuditResult, limit: int, bootstrap_servers: str, admin: KafkaAdmin,
-                        after: After, before: Mapping[int, Mapping[int, tuple[int, int]]] | None = None) -> None:
+                        after: After, before: Mapping[int, Mapping[int, tuple[int, int]]] | None = None,
+                        pins: Mapping[int, Mapping[int, Mapping[int, int]]] | None = None) -> None:
     """`stream`: the stream side's committed records, `carried`: the places their outputs name, `reached`:
     what reached the join of each side's records, `after`: the steps between the join and its topic,
     `before`: per partition, what the task had read of the table at each stream record (`TableReads.before`;
-    None: the ledger does not say)."""
+    None: the ledger does not say), `pins`: the same of a global table (`GlobalReads.before`)."""
     table_key: Callable[[Record], Any] = spec.key or _record_key
+    global_updates: Mapping[Any, tuple[int, Sequence[int]] | None] = {}
     if spec.kind == "stream-global":
-        table = [_table_record(m, g) for g in sub.global_tables for batch in
-                 scan_topic(bootstrap_servers, g.topic, admin=admin) for m in batch]
-        rows = [r for r in table if r is not None]
-        history = next((g.history_retention_ms for g in sub.global_tables if g.topic == spec.right), None)
+        table = next(g for g in sub.global_tables if g.topic == spec.right)
+        read = [_table_record(m, table) for batch in scan_topic(bootstrap_servers, table.topic, admin=admin)
+                for m in batch]
+        rows = [r for r in read if r is not None]
+        history = table.history_retention_ms
         versions = _histories(rows) if history is None else _global_versioned_states(rows, history)
+        global_updates = _update_places(rows, history)
     else:
         versions = {}
     made_of = {o: (r.partition, r.offset) for r, o in zip(stream, carried, strict=True)}
@@ -670,7 +707,7 @@ def _audit_stream_table(spec: JoinSpec, sub: SubTopology, stream: list[Record], 
         results[left][origin.index] = value
     for p in sorted({r.partition for r in reached[spec.left]}):
         joined = [r for r in reached[spec.left] if r.partition == p]
-        reads = None
+        reads: Reads | None = None
         if spec.kind == "stream-table":
             rows = [r for r in reached[spec.right] if r.partition == p]
             history = _history_of(sub, spec.right_store)
@@ -679,6 +716,8 @@ def _audit_stream_table(spec: JoinSpec, sub: SubTopology, stream: list[Record], 
                 reads = TableReads(before.get(p, {}), _update_offsets(rows, history))
         else:
             part_versions = versions
+            if pins is not None:
+                reads = GlobalReads(pins.get(p, {}), global_updates)
             joined = [Record(table_key(r) if r.value is not None else None, r.value, r.topic, r.partition, r.offset,
                              r.timestamp, r.headers) for r in joined]
         mine = {o: [v for _, v in sorted(by_index.items())] for (pp, o), by_index in results.items() if pp == p}
@@ -696,15 +735,19 @@ def _audit_stream_table(spec: JoinSpec, sub: SubTopology, stream: list[Record], 
             setattr(result, problem, getattr(result, problem) + 1)
             result.sample(problem, limit, record=(rec.topic, rec.partition, rec.offset), key=rec.key,
                           value=rec.value, output=value,
-                          **({"reason": "joined a table value its task had not read, or no longer held, when it "
-                                        "processed the record (a store restored past its committed offset, or "
-                                        "from a stale changelog?)"} if id(rec) in unread else {}))
+                          **({"reason": _UNREAD[spec.kind]} if id(rec) in unread else {}))
+
+
+_UNREAD = {"stream-table": "joined a table value its task had not read, or no longer held, when it processed the "
+                           "record (a store restored past its committed offset, or from a stale changelog?)",
+           "stream-global": "joined a value other than the one the global table held where its batch had read it "
+                            "to (the batch's pins, in the ledger): a worker's copy ahead of or behind them?"}
 
 
 def _as_released(joined: list[Record], results: Mapping[tuple[int, int], Mapping[int, Any]], partition: int,
                  carried_index: Mapping[tuple[int, int], int | None], spec: JoinSpec, result: JoinAuditResult,
-                 limit: int, reads: TableReads | None = None
-                 ) -> tuple[list[Record], dict[int, list[Any]], TableReads | None]:
+                 limit: int, reads: Reads | None = None
+                 ) -> tuple[list[Record], dict[int, list[Any]], Reads | None]:
     """A grace period's join of one partition as `explain_stream_table` replays it: each record let go, in
     the order it was, as an input of its own (its offset its place in that order) with the outputs named after
     it, and what the task had read of the table when it let it go (`reads` by those places); outputs of a
@@ -723,7 +766,9 @@ def _as_released(joined: list[Record], results: Mapping[tuple[int, int], Mapping
                 first, shift = output_indices(base)
                 reserved = (reserved - first) >> shift if reserved >= first else -1
             by_slot[(offset, reserved)][index] = value
-    order, mine, before = [], {}, {}
+    order: list[Record] = []
+    mine: dict[int, list[Any]] = {}
+    before: dict[int, Any] = {}
     for n, (rec, place, by) in enumerate(released):
         order.append(Record(rec.key, rec.value, rec.topic, rec.partition, n, rec.timestamp, rec.headers))
         mine[n] = [v for _, v in sorted(by_slot.pop((rec.offset, place), {}).items())]
@@ -734,7 +779,9 @@ def _as_released(joined: list[Record], results: Mapping[tuple[int, int], Mapping
             result.unexpected += 1
             result.sample("unexpected", limit, record=(spec.left, partition, offset), output=value,
                           reason="made of a record the join did not let go of (late, or still held)")
-    return order, mine, None if reads is None else TableReads(before, reads.updates)
+    if isinstance(reads, TableReads):
+        return order, mine, TableReads(before, reads.updates)
+    return order, mine, None if reads is None else GlobalReads(before, reads.updates)
 
 
 def _stream_times(admin: KafkaAdmin, sub: SubTopology, group: str,
@@ -837,6 +884,37 @@ def _update_offsets(rows: list[Record], versioned: int | None) -> dict[Any, list
     for r, current, _ in _kept_updates(rows, versioned):
         if current or versioned is not None:
             out[r.key].append(r.offset)
+    return dict(out)
+
+
+def _update_places(rows: list[Record], versioned: int | None) -> dict[Any, tuple[int, list[int]] | None]:
+    """`GlobalReads.updates`: per key, the partition of a global table's topic its updates are in and their
+    offsets (`_update_offsets`); None for a key updated in several partitions."""
+    out: dict[Any, tuple[int, list[int]] | None] = {}
+    for r, current, _ in _kept_updates(rows, versioned):
+        if current or versioned is not None:
+            found = out.setdefault(r.key, (r.partition, []))
+            if found is not None and found[0] == r.partition:
+                found[1].append(r.offset)
+            else:
+                out[r.key] = None
+    return out
+
+
+def _global_reads(batches: Iterable[LedgerEntry], sub: SubTopology, stream: str,
+                  table: str) -> dict[int, dict[int, Mapping[int, int]]]:
+    """Per partition of `stream`, the ends each partition of the global table's topic `table` had been read
+    to when the task joined each of its records (`GlobalReads.before`): its committed batch's pins. Batches
+    without pins (a ledger written before they were recorded) bound nothing."""
+    out: dict[int, dict[int, Mapping[int, int]]] = defaultdict(dict)
+    for entry in batches:
+        task, _, partition = entry.task.rpartition("-")
+        ends = entry.pins.get(table)
+        if task != sub.name or ends is None:
+            continue
+        for i in entry.inputs:
+            if i.topic == stream and i.partition == int(partition):
+                out[i.partition].update(dict.fromkeys(range(i.start, i.end), ends))
     return dict(out)
 
 

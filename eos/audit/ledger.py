@@ -48,7 +48,8 @@ def read_ledger(bootstrap_servers: str, topic: str, inputs: Iterable[str], *, ad
     """The ledger's account of `inputs` (and of the repartition topics `through` which lineage reaches),
     per partition; None when the ledger topic does not exist. `subtopologies`: only their tasks' entries
     (a topic read by several sub-topologies is consumed once by each). `entries`: gets those entries' input
-    ranges, in commit order (inputs of earlier topics of the same name left out; no offset sets)."""
+    ranges and global tables' pins, in commit order (inputs of earlier topics of the same name left out; no
+    offset sets)."""
     if admin.partition_counts([topic])[topic] is None:
         return None
     origins, covered = set(inputs), set(inputs) | set(through)
@@ -83,8 +84,9 @@ def read_ledger(bootstrap_servers: str, topic: str, inputs: Iterable[str], *, ad
                     ledger.earlier |= span
                     ledger.incarnations.add(item.topic_id or "")
             if entries is not None:
-                entries.append(LedgerEntry(entry.task, entry.batch, tuple(  # (the ranges only: a long run's
-                    i for i in entry.inputs if now_ids.get((i.topic, i.partition), True))))  # bitmaps stay out)
+                entries.append(LedgerEntry(entry.task, entry.batch, tuple(  # (the ranges and pins only: a long
+                    i for i in entry.inputs if now_ids.get((i.topic, i.partition), True)),  # run's bitmaps stay out)
+                    pins=entry.pins))
             for tp, offsets in entry.filtered.items():
                 if tp[0] in origins and now_ids.get(tp, True):  # (an earlier topic's filtered records are gone)
                     out.setdefault(tp, PartitionLedger()).filtered |= offsets

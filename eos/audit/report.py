@@ -58,8 +58,9 @@ _ALWAYS = {"expected", "output_records", "unique_origins", "dead_lettered", "inp
            "keys_observed", "windows_expected", "late_records"}
 
 
-#: The joins whose results the ledger's batches bound (`eos.audit.joins.TableReads`): 0 there says it did not
-_BOUNDED_KINDS = {"stream-table", "table-table"}
+#: The joins whose results the ledger's batches bound (`eos.audit.joins.TableReads`, `GlobalReads`): 0 there
+#: says it did not
+_BOUNDED_KINDS = {"stream-table", "stream-global", "table-table"}
 
 
 def render(report: AuditReport, console: Console | None = None) -> None:

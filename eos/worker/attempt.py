@@ -662,7 +662,8 @@ class BatchAttempt:
             inputs.append(LedgerInput(r.topic, r.partition, self.plan.topic_ids.get(r.topic), r.start,
                                       self._commit_offset(r), reset.committed if reset else None,
                                       reset.reason.value if reset else None))
-        return LedgerEntry(str(self.task), self.plan.batch, tuple(inputs), filtered, late, through, held)
+        pins = {topic: {p: end for p, (_, end) in ends.items()} for topic, ends in self.plan.global_pins.items()}
+        return LedgerEntry(str(self.task), self.plan.batch, tuple(inputs), filtered, late, through, held, pins)
 
     def _commit_offset(self, r: OffsetRange) -> int:
         """The planned end (never "last record + 1": a trailing commit marker would be re-read forever), or,

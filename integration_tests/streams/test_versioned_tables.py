@@ -296,6 +296,9 @@ def test_a_grace_period_holds_each_order_for_the_late_prices_of_its_time_across_
                      if r.mode == "join" and not r.skipped)
     assert checked == [("stream-global", "left", 0), ("stream-table", "left", 0), ("stream-table", "left", late)], \
         checked
+    # every order of the global join checked against the global table as its batch's pins had read it
+    (pinned,) = (r.join for r in reports if r.mode == "join" and r.join.kind == "stream-global")
+    assert pinned.bounded == pinned.expected == len(orders), (pinned.bounded, pinned.expected)
     # the global table by time from the command line
     key, at = next((k, at) for k, _, at in orders if models[partition(k)].get(k, at) not in (None, models[
         partition(k)].get(k)))
