@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from eos.errors import SerdeError
 from eos.serde import BytesSerde
 from eos.tables import GlobalTable
 from recovery import MemoryBackend, StoreSpec, Version, VersionedKeyValueStore, WriteBuffer
@@ -111,16 +112,22 @@ class GlobalTableView:
         if raw_key is None:
             return default
         raw = copy.data.get(raw_key) if copy.versions is None else copy.versions.get(raw_key, as_of=as_of)
-        return default if raw is None else self.table.value_serde.deserialize(raw)
+        return default if raw is None else self._value(key, raw)
 
     def versions(self, key: Any, time_from: int | None = None, time_to: int | None = None) -> list[Version]:
         """A versioned global table's versions of `key` (`recovery.versioned.VersionedKeyValueStore.versions`)."""
         copy = self._copy()
         if copy.versions is None:
             raise ValueError(f"global table {self.name!r} is not versioned")
-        raw_key, vs = self.table.key_serde.serialize(key), self.table.value_serde
-        return [v._replace(value=vs.deserialize(v.value))
+        raw_key = self.table.key_serde.serialize(key)
+        return [v._replace(value=self._value(key, v.value))
                 for v in copy.versions.versions(raw_key, time_from, time_to)] if raw_key is not None else []
+
+    def _value(self, key: Any, raw: bytes) -> Any:
+        try:
+            return self.table.value_serde.deserialize(raw)
+        except SerdeError as exc:  # (the record that looked it up goes to the dead-letter topic: say it is not its own)
+            raise SerdeError(f"global table {self.name!r}: the row of key {key!r} cannot be read: {exc}") from exc
 
     def all(self) -> Iterator[tuple[Any, Any]]:
         """Every key's current row."""
