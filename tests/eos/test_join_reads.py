@@ -119,6 +119,23 @@ def on_driver(monkeypatch):
     return audit
 
 
+def _feed(driver: TopologyTestDriver, rnd: random.Random, record, *, most: int = 25) -> None:
+    """Three to eight chunks of 1 to `most` random records, `record(step)` giving each one's (topic, key,
+    value), its timestamp tying with others' or up to 15 s behind; unreadable ones (bytes) are written as they
+    are, then the rest of the chunk piped together."""
+    step = 0
+    for _ in range(rnd.randint(3, 8)):
+        chunk = []
+        for _ in range(rnd.randint(1, most)):
+            step += 1
+            ts = BASE + (step + rnd.randint(-15, 3)) * 1_000
+            chunk.append((*record(step), ts))
+        for topic, key, value, ts in chunk:
+            if isinstance(value, bytes):
+                driver.pipe(topic, key, value, timestamp=ts, serialized=True)
+        driver.pipe_records([r for r in chunk if not isinstance(r[2], bytes)])
+
+
 def priced(*, how="left", versioned=None, grace=None, partitions=1, batch=50) -> TopologyTestDriver:
     app = Application("t", bootstrap_servers="unused:9092", max_records_per_batch=batch)
     prices = app.table("prices", versioned=versioned)
@@ -137,23 +154,16 @@ def test_every_run_of_the_engine_is_explained_within_what_its_batches_read(seed,
     driver = priced(how=rnd.choice(["left", "inner"]), partitions=rnd.choice([1, 2]), batch=rnd.choice([3, 7, 50]),
                     versioned=None if kind == "plain" else timedelta(minutes=5),
                     grace=timedelta(seconds=10) if kind == "grace" else None)
-    step = 0
-    for _ in range(rnd.randint(3, 8)):
-        chunk = []
-        for _ in range(rnd.randint(1, 25)):
-            step += 1
-            ts = BASE + (step + rnd.randint(-15, 3)) * 1_000  # (ties, and records up to 15 s behind)
-            key = rnd.choice("abc")
-            if rnd.random() < 0.04:
-                chunk.append((rnd.choice(["orders", "prices"]), b"k", b"\xff{", ts))
-            elif rnd.random() < 0.45:
-                chunk.append(("prices", key, None if rnd.random() < 0.1 else rnd.randint(1, 99), ts))
-            else:
-                chunk.append(("orders", key, f"o{rnd.randint(0, 999)}", ts))
-        for record in chunk:
-            if isinstance(record[2], bytes):
-                driver.pipe(record[0], record[1], record[2], timestamp=record[3], serialized=True)
-        driver.pipe_records([r for r in chunk if not isinstance(r[2], bytes)])
+
+    def record(step: int) -> tuple:
+        key = rnd.choice("abc")
+        if rnd.random() < 0.04:
+            return rnd.choice(["orders", "prices"]), b"k", b"\xff{"
+        if rnd.random() < 0.45:
+            return "prices", key, None if rnd.random() < 0.1 else rnd.randint(1, 99)
+        return "orders", key, f"o{rnd.randint(0, 999)}"
+
+    _feed(driver, rnd, record)
     made = []
     monkeypatch.setattr(eos.audit.joins, "table_reads", lambda *a: made.append(table_reads(*a)) or made[-1])
     result = on_driver(driver)
@@ -264,19 +274,14 @@ def test_every_table_table_run_is_explained_update_by_update(seed, on_driver):
     rnd = random.Random(seed)
     driver = joined_tables(how=("inner", "left", "outer")[seed % 3], partitions=rnd.choice([1, 2]),
                            versioned=timedelta(minutes=5) if seed % 2 else None, batch=rnd.choice([3, 7, 50]))
-    step = 0
-    for _ in range(rnd.randint(3, 8)):
-        chunk = []
-        for _ in range(rnd.randint(1, 25)):
-            step += 1
-            ts = BASE + (step + rnd.randint(-15, 3)) * 1_000
-            topic, key = rnd.choice(["left", "right"]), rnd.choice("abc")
-            if rnd.random() < 0.04:
-                driver.pipe(topic, b"k", b"\xff{", timestamp=ts, serialized=True)
-            else:
-                value = None if rnd.random() < 0.15 else {"v": rnd.randint(1, 99)}  # (a dict: unhashable)
-                chunk.append((topic, key, value, ts))
-        driver.pipe_records(chunk)
+
+    def record(step: int) -> tuple:
+        topic, key = rnd.choice(["left", "right"]), rnd.choice("abc")
+        if rnd.random() < 0.04:
+            return topic, b"k", b"\xff{"
+        return topic, key, None if rnd.random() < 0.15 else {"v": rnd.randint(1, 99)}  # (a dict: unhashable)
+
+    _feed(driver, rnd, record)
     result = on_driver(driver)
     assert result.violations == 0, result.samples
     assert result.output_records > 0 and result.bounded > 0
@@ -327,23 +332,16 @@ def test_every_global_table_run_is_explained_by_its_batches_pins(seed, on_driver
     rnd = random.Random(seed)
     driver = rated(how=rnd.choice(["left", "inner"]), versioned=timedelta(minutes=5) if seed % 2 else None,
                    partitions=rnd.choice([1, 2]), rate_partitions=rnd.choice([1, 2]), batch=rnd.choice([3, 7, 50]))
-    step = 0
-    for _ in range(rnd.randint(3, 8)):
-        chunk = []
-        for _ in range(rnd.randint(1, 20)):
-            step += 1
-            ts = BASE + (step + rnd.randint(-15, 3)) * 1_000
-            cur = rnd.choice(["eur", "usd", "gbp"])
-            if rnd.random() < 0.04:
-                chunk.append((rnd.choice(["orders", "rates"]), b"k", b"\xff{", ts))
-            elif rnd.random() < 0.4:
-                chunk.append(("rates", cur, None if rnd.random() < 0.1 else rnd.randint(1, 99), ts))
-            else:
-                chunk.append(("orders", f"o{step}", {"id": step, "cur": cur}, ts))
-        for record in chunk:
-            if isinstance(record[2], bytes):
-                driver.pipe(record[0], record[1], record[2], timestamp=record[3], serialized=True)
-        driver.pipe_records([r for r in chunk if not isinstance(r[2], bytes)])
+
+    def record(step: int) -> tuple:
+        cur = rnd.choice(["eur", "usd", "gbp"])
+        if rnd.random() < 0.04:
+            return rnd.choice(["orders", "rates"]), b"k", b"\xff{"
+        if rnd.random() < 0.4:
+            return "rates", cur, None if rnd.random() < 0.1 else rnd.randint(1, 99)
+        return "orders", f"o{step}", {"id": step, "cur": cur}
+
+    _feed(driver, rnd, record, most=20)
     made, real = [], eos.audit.joins.GlobalReads
     monkeypatch.setattr(eos.audit.joins, "GlobalReads", lambda *a: made.append(real(*a)) or made[-1])
     result = on_driver(driver)
