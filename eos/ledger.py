@@ -56,6 +56,11 @@ def _text(bm: BitMap64) -> str:
     return base64.b64encode(bm.serialize()).decode("ascii")
 
 
+def _rows(sets: dict[tuple[str, int], BitMap64]) -> list[dict[str, Any]]:
+    """The non-empty offset sets of `sets` as the entry's JSON keeps them."""
+    return [{"topic": t, "partition": p, "offsets": _text(bm)} for (t, p), bm in sets.items() if bm]
+
+
 @dataclass(frozen=True)
 class LedgerInput:
     topic: str
@@ -86,7 +91,9 @@ class LedgerEntry:
     inputs: tuple[LedgerInput, ...]
     #: origin (topic, partition) -> offsets of the origins of the batch's records that produced nothing
     filtered: dict[tuple[str, int], BitMap64] = field(default_factory=dict)
-    #: of those, the ones a windowed operator dropped as late (the join and window audits leave them out)
+    #: the records a windowed operator dropped as late (the join audit leaves them out), each by its own place:
+    #: a record of a repartition topic by its offset there, not by its origin (one input keyed anew two ways
+    #: reaches two tasks, and may be late in one only)
     late: dict[tuple[str, int], BitMap64] = field(default_factory=dict)
     #: of those, the ones read from a repartition topic: one path of their input produced nothing here, and
     #: another may have produced outputs (a stream keyed anew two ways)
@@ -96,18 +103,16 @@ class LedgerEntry:
     held: dict[tuple[str, int], BitMap64] = field(default_factory=dict)
     #: global table topic -> partition -> the offset the batch had read it to (exclusive)
     pins: dict[str, dict[int, int]] = field(default_factory=dict)
+    #: an entry written before `late` named records by their own place: its late records by their origins
+    late_origins: dict[tuple[str, int], BitMap64] = field(default_factory=dict)
 
     def encode(self) -> bytes:
         return json.dumps({"v": LEDGER_VERSION, "task": self.task, "batch": self.batch,
                            "inputs": [i.to_json() for i in self.inputs],
-                           "filtered": [{"topic": t, "partition": p, "offsets": _text(bm)}
-                                        for (t, p), bm in self.filtered.items() if bm],
-                           **({"late": [{"topic": t, "partition": p, "offsets": _text(bm)}
-                                        for (t, p), bm in self.late.items() if bm]} if self.late else {}),
-                           **({"through": [{"topic": t, "partition": p, "offsets": _text(bm)}
-                                           for (t, p), bm in self.through.items() if bm]} if self.through else {}),
-                           **({"held": [{"topic": t, "partition": p, "offsets": _text(bm)}
-                                        for (t, p), bm in self.held.items() if bm]} if self.held else {}),
+                           "filtered": _rows(self.filtered),
+                           **{kind: rows for kind, sets in (("late_at", self.late), ("late", self.late_origins),
+                                                            ("through", self.through), ("held", self.held))
+                              if (rows := _rows(sets))},
                            **({"pins": {t: sorted(ends.items()) for t, ends in self.pins.items()}}
                               if self.pins else {})},
                           separators=(",", ":")).encode()
@@ -120,10 +125,11 @@ class LedgerEntry:
             if data.get("v") != LEDGER_VERSION or "opens" in data:
                 return None
             filtered = {(f["topic"], int(f["partition"])): _bitmap(f["offsets"]) for f in data.get("filtered", [])}
-            late, through, held = ({(f["topic"], int(f["partition"])): _bitmap(f["offsets"])
-                                     for f in data.get(kind, [])} for kind in ("late", "through", "held"))
+            late, through, held, late_origins = ({(f["topic"], int(f["partition"])): _bitmap(f["offsets"])
+                                                   for f in data.get(kind, [])}
+                                                  for kind in ("late_at", "through", "held", "late"))
             pins = {str(t): {int(p): int(end) for p, end in ends} for t, ends in data.get("pins", {}).items()}
             return cls(str(data["task"]), int(data["batch"]), tuple(LedgerInput.from_json(i) for i in data["inputs"]),
-                       filtered, late, through, held, pins)
+                       filtered, late, through, held, pins, late_origins)
         except (ValueError, KeyError, TypeError, AttributeError):
             return None

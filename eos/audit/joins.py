@@ -30,7 +30,8 @@ A side read from a repartition topic (a stream keyed anew) is replayed from that
 job keeps with `repartition_purge_interval=0`; an input that no longer starts at offset 0 stops the audit
 with the reason. The records of a repartition topic and the results made of them carry the origin of the
 input they came from (`eos.origin`): a result is matched to its stream record by that origin's place and
-the index the record carried, which the result's extends; the ledger names a late record by it too.
+the index the record carried, which the result's extends. The ledger names a late record by its own place
+on that topic: an input keyed anew two ways reaches two tasks, and may be late in one of them only.
 """
 
 from __future__ import annotations
@@ -493,13 +494,15 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
     ledger = read_ledger(bootstrap_servers, ledger_topic(application_id),
                          {*sub.inputs, *(o[0] for places in origins.values() for o in places)}, admin=admin,
                          subtopologies={sub.name}, entries=batches)
-    late = {(tp, o) for tp, account in (ledger or {}).items() for o in account.late}
+    late = {(tp, o) for tp, account in (ledger or {}).items() for o in account.late}  # (by each record's place)
+    late_origins = {(tp, o) for tp, account in (ledger or {}).items() for o in account.late_origins}  # (older)
     outputs = list(_outputs(bootstrap_servers, sub, spec, admin))
     result.output_records = len(outputs)
     after = replay_prefix(spec.suffix, stand_in=False) if spec.suffix else None
     if spec.kind == "stream-stream":
         assert spec.windows is not None
-        kept = {t: [r for r, o in rs if ((o[0], o[1]), o[2]) not in late] for t, rs in reached.items()}
+        kept = {t: [r for r, o in rs if ((r.topic, r.partition), r.offset) not in late
+                    and ((o[0], o[1]), o[2]) not in late_origins] for t, rs in reached.items()}
         result.late_records = sum(map(len, reached.values())) - sum(map(len, kept.values()))
         expected: Counter[tuple[Any, str, int]] = Counter()
         stream_times = _stream_times(admin, sub, group, groups)

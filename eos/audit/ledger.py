@@ -28,8 +28,12 @@ class PartitionLedger:
     filtered: BitMap64 = field(default_factory=BitMap64)
     #: offsets covered by two committed batches of one topic incarnation (invariant I1 broken)
     overlaps: BitMap64 = field(default_factory=BitMap64)
-    #: of the filtered offsets, those a windowed operator dropped as late
+    #: offsets of the records a windowed operator dropped as late (of this partition's own records: those of
+    #: a repartition topic under it, not under their origins)
     late: BitMap64 = field(default_factory=BitMap64)
+    #: of the filtered offsets, those an entry written before `late` was kept by place said were late (by
+    #: origin: every record an input made on a repartition topic)
+    late_origins: BitMap64 = field(default_factory=BitMap64)
     #: of the filtered offsets, those filtered after a repartition topic (on one of their input's paths)
     through: BitMap64 = field(default_factory=BitMap64)
     #: of the filtered offsets, those an operator held back (their outputs come later, named after them)
@@ -91,8 +95,11 @@ def read_ledger(bootstrap_servers: str, topic: str, inputs: Iterable[str], *, ad
                 if tp[0] in origins and now_ids.get(tp, True):  # (an earlier topic's filtered records are gone)
                     out.setdefault(tp, PartitionLedger()).filtered |= offsets
             for tp, offsets in entry.late.items():
-                if tp[0] in origins and now_ids.get(tp, True):
+                if tp[0] in covered and now_ids.get(tp, True):
                     out.setdefault(tp, PartitionLedger()).late |= offsets
+            for tp, offsets in entry.late_origins.items():
+                if tp[0] in origins and now_ids.get(tp, True):
+                    out.setdefault(tp, PartitionLedger()).late_origins |= offsets
             for tp, offsets in entry.through.items():
                 if tp[0] in origins and now_ids.get(tp, True):
                     out.setdefault(tp, PartitionLedger()).through |= offsets
