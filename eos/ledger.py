@@ -95,10 +95,10 @@ class LedgerEntry:
     #: a record of a repartition topic by its offset there, not by its origin (one input keyed anew two ways
     #: reaches two tasks, and may be late in one only)
     late: dict[tuple[str, int], BitMap64] = field(default_factory=dict)
-    #: of those, the ones read from a repartition topic: one path of their input produced nothing here, and
+    #: of the filtered, the ones read from a repartition topic: one path of their input produced nothing here, and
     #: another may have produced outputs (a stream keyed anew two ways)
     through: dict[tuple[str, int], BitMap64] = field(default_factory=dict)
-    #: of those, the ones an operator held back (a stream-table join's grace period): their outputs come
+    #: of the filtered, the ones an operator held back (a stream-table join's grace period): their outputs come
     #: when they are let go, in a later transaction of the task, named after them
     held: dict[tuple[str, int], BitMap64] = field(default_factory=dict)
     #: global table topic -> partition -> the offset the batch had read it to (exclusive)
