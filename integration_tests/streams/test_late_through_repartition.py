@@ -17,6 +17,7 @@ import time
 from confluent_kafka import Producer
 
 from eos.audit import audit_application
+from eos.streamtime import MARKER_HEADER, decode_stamp
 from integration_tests.engine.test_kill_restart import kill_group, wait_for
 from integration_tests.streams.test_fused_topology import load_job
 from integration_tests.streams.test_time_and_rekey import committed_records
@@ -52,6 +53,14 @@ def test_a_view_late_on_one_task_only_is_left_out_there_only(kafka, topic_factor
         producer.produce(topics[topic], key=key.encode(), value=json.dumps(value).encode(), timestamp=at)
         assert producer.flush(30) == 0
 
+    def said_idle(source: int) -> bool:
+        try:
+            records = committed_records(bootstrap, f"{env['APP']}-seen-left-repartition", headers=True)
+        except Exception:  # (the topic is not there yet)
+            return False
+        return any((stamp := decode_stamp(h.get(MARKER_HEADER))) is not None and stamp.idle
+                   and stamp.source == source for *_, h in records)
+
     def seen() -> list[dict]:
         return [json.loads(v) for _, v, _ in committed_records(bootstrap, topics["seen"])]
 
@@ -62,7 +71,8 @@ def test_a_view_late_on_one_task_only_is_left_out_there_only(kafka, topic_factor
         send("clicks", "g1", "click", BASE)
         send("clicks", "a1", "later", BASE + 3_600_000)
         send("views", "v2", {"u": 2}, BASE + 3_600_000)  # (the task of a1 an hour on)
-        time.sleep(6)  # (the views task of v1, which had none, says it is idle: it holds no clock back)
+        # the views task of v1, which had none, says it is idle (a marker of its own): it holds no clock back
+        assert wait_for(lambda: said_idle(task_of["v1"]), 120, job), f"no source idle; see {tmp_path / 'job.log'}"
         send("views", "v1", {"u": 1}, BASE + 10)
         assert wait_for(lambda: seen() != [], 120, job), f"nothing joined; see {tmp_path / 'job.log'}"
     finally:
