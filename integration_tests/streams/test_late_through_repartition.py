@@ -81,7 +81,8 @@ def test_a_view_late_on_one_task_only_is_left_out_there_only(kafka, topic_factor
 
     app = load_job(tmp_path, env, monkeypatch)
     reports = audit_application(app)
-    assert all(r.verdict == "PASS" for r in reports), [
-        (r.mode, r.join and (r.join.missing, r.join.unexpected, r.join.samples)) for r in reports if r.verdict != "PASS"]
+    failed = [(r.mode, r.join and (r.join.missing, r.join.unexpected, r.join.samples)) for r in reports
+              if r.verdict != "PASS"]
+    assert not failed, failed
     (join,) = (r.join for r in reports if r.mode == "join")
     assert (join.kind, join.late_records, join.expected, join.output_records) == ("stream-stream", 1, 1, 1), join
