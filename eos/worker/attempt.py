@@ -654,7 +654,7 @@ class BatchAttempt:
                 if len(self.ranges) == 1 and self.ranges[0].topic not in transitive else None)
         through: dict[tuple[str, int], BitMap64] = {}  # (of the filtered, those read from a repartition topic)
         filtered = _offsets_by_partition(self.outcome.filtered, transitive, only, through)
-        late = _places(self.outcome.late, only)
+        late = _offsets_by_partition(self.outcome.late, frozenset(), only)  # (each by its own place: ledger.late)
         held = _offsets_by_partition(self.outcome.held, transitive, only)
         inputs = []
         for r in self.ranges:
@@ -896,16 +896,6 @@ def _offsets_by_partition(msgs: list[Message], transitive: frozenset[str], only:
             hops.setdefault(tp, []).append(offset)
     if through is not None:
         through.update((tp, BitMap64(found)) for tp, found in hops.items())
-    return {tp: BitMap64(found) for tp, found in offsets.items()}
-
-
-def _places(msgs: list[Message], only: tuple[str, int] | None = None) -> dict[tuple[str, int], BitMap64]:
-    """`msgs` by their own places, offsets per partition (`only`: the one partition all of them come from)."""
-    if only is not None:
-        return {only: BitMap64(list(map(_OFFSET, msgs)))} if msgs else {}
-    offsets: dict[tuple[str, int], list[int]] = {}
-    for msg in msgs:
-        offsets.setdefault((msg.topic(), msg.partition()), []).append(msg.offset())
     return {tp: BitMap64(found) for tp, found in offsets.items()}
 
 

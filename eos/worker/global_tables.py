@@ -133,9 +133,9 @@ class GlobalTableView:
         """Every key's current row."""
         copy = self._copy()
         rows = list(copy.data.items()) if copy.versions is None else list(copy.versions.all())
-        ks, vs = self.table.key_serde, self.table.value_serde
         for k, v in rows:
-            yield ks.deserialize(k), vs.deserialize(v)
+            key = self.table.key_serde.deserialize(k)
+            yield key, self._value(key, v)
 
     def approximate_num_entries(self) -> int:
         copy = self._copy()

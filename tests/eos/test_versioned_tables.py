@@ -502,6 +502,10 @@ def test_an_unreadable_row_of_a_global_table_dead_letters_the_records_that_find_
     (letter,) = driver.dead_letters()
     assert letter.key == b"o1" and letter.error.startswith(
         "SerdeError: global table 'rates': the row of key 'eur' cannot be read: cannot deserialize 2 bytes")
+    from eos.errors import SerdeError
+
+    with pytest.raises(SerdeError, match="global table 'rates': the row of key 'eur' cannot be read"):
+        list(driver.store("rates").all())  # (a query of every row says which one it could not read)
     driver.pipe("rates", "eur", 1.2, timestamp=BASE + 3_000)
     driver.pipe("orders", "o3", {"id": 3, "cur": "eur"}, timestamp=BASE + 4_000)
     assert [r.value for r in driver.read("out")] == [[3, 1.2]]
