@@ -18,7 +18,7 @@ from transactions import Message
 
 __all__ = ["ORIGIN_HEADER", "DERIVED_HEADER", "ORIGIN_FORMAT", "Origin", "origin_prefix", "encode_origin",
            "decode_origin", "origin_of",
-           "lineage_origin", "lineage_source", "output_indices", "INDEX_LEVEL_BITS"]
+           "lineage_origin", "lineage_source", "output_indices", "top_level", "INDEX_LEVEL_BITS"]
 
 ORIGIN_HEADER = "eos.origin"
 #: Carried instead of an origin by records no single input record produced (punctuation, window results
@@ -101,3 +101,9 @@ def output_indices(carried: int) -> tuple[int, int]:
     levels = max(1, -(-carried.bit_length() // INDEX_LEVEL_BITS))
     shift = INDEX_LEVEL_BITS * levels
     return carried + (1 << shift), shift
+
+
+def top_level(index: int) -> int:
+    """The shift of an output index's top level: 0 for an input record's own outputs (0, 1, ...), else that of
+    the level `output_indices` added last, whose value (`index >> shift`) is 1 for the first output there."""
+    return max(0, index.bit_length() - 1) // INDEX_LEVEL_BITS * INDEX_LEVEL_BITS

@@ -147,12 +147,14 @@ def audit(bootstrap_servers: str, *, inputs: list[str], outputs: list[str], dead
           isolation: Isolation = "read_committed", executor: Executor | None = None, max_samples: int = 10,
           progress: Callable[[int], None] | None = None, ledger_topic: str | None = None,
           through: Iterable[str] = (), subtopologies: frozenset[str] | None = None,
-          groups: Mapping[str, str] | None = None, ordered: bool = True) -> AuditReport:
+          groups: Mapping[str, str] | None = None, ordered: bool = True,
+          numbered: bool | None = None) -> AuditReport:
     """Audit `outputs` (+ dead letters) against `inputs`. `extra_topics` (e.g. changelogs) are checked for
     open transactions too. `aggregate` switches from lineage mode to aggregate mode. The lineage ledger
     (`<group>-ledger` unless `ledger_topic` names another) accounts for filtered records. `subtopologies` and
     `groups` (input topic -> the group holding its progress) audit sub-topologies that share an input;
-    `ordered=False` leaves out the input-order check (`audit_lineage`)."""
+    `ordered=False` leaves out the input-order check, `numbered=False` that of each record's run of output
+    indices (`audit_lineage`)."""
     started = time.monotonic()
     admin = KafkaAdmin(bootstrap_servers)
     report = AuditReport("aggregate" if aggregate else "lineage", bootstrap_servers, list(inputs), list(outputs),
@@ -162,7 +164,7 @@ def audit(bootstrap_servers: str, *, inputs: list[str], outputs: list[str], dead
                                        group=group, admin=admin, isolation=isolation, max_samples=max_samples,
                                        executor=executor, progress=progress, ledger_topic=ledger_topic,
                                        through=through, subtopologies=subtopologies, groups=groups,
-                                       ordered=ordered)
+                                       ordered=ordered, numbered=numbered)
     else:
         report.aggregate = audit_aggregate(bootstrap_servers, inputs, outputs, kind=aggregate.kind,
                                            input_value=aggregate.input_value, output_value=aggregate.output_value,
@@ -208,11 +210,13 @@ def _lineage_reports(app: Application, bootstrap_servers: str | None, max_sample
     """A lineage audit of every sub-topology, each held to its own inputs, with the job's dead-letter topic,
     changelogs and ledger. A repartition step and the step reading its topic are audited as one, from the
     first one's inputs to the second one's outputs: the repartition topic's records are deleted once
-    consumed, and lineage reaches through them. Input order and the run of a record's output indices are
-    checked where no repartition topic is between input and output: behind one, an input partition's records
-    are spread over its partitions and read by as many tasks, and an output partition that several of them
-    write gets them in no set order (as in Kafka Streams, whose order holds per partition of a repartition
-    topic); a record's outputs are made by the tasks of each path it takes, numbered per path."""
+    consumed, and lineage reaches through them. Input order is checked where no repartition topic is between
+    input and output: behind one, an input partition's records are spread over its partitions and read by as
+    many tasks, and an output partition that several of them write gets them in no set order (as in Kafka
+    Streams, whose order holds per partition of a repartition topic). A record's outputs are made by the tasks
+    of each path it takes, numbered per path; each path's run of indices is checked unless a step of the
+    group writes both a repartition topic and an output (the indices it gives the repartition topic are not
+    among the outputs, so a gap there is no loss)."""
     cfg = app.config
     bootstrap = bootstrap_servers or cfg.bootstrap_servers
     hops = app.repartition_topics
@@ -223,6 +227,7 @@ def _lineage_reports(app: Application, bootstrap_servers: str | None, max_sample
         inputs = list(dict.fromkeys(t for sub in members for t in sub.inputs if t not in hops))
         outputs = list(dict.fromkeys(t for sub in members for t in sub.output_topics if t not in hops))
         through = list(dict.fromkeys(t for sub in members for t in sub.output_topics if t in hops))
+        mixed = any(set(sub.output_topics) & hops and set(sub.output_topics) - hops for sub in members)
         input_groups = {t: groups[(sub.name, t)] for sub in members for t in sub.inputs if t not in hops}
         # a topic several sub-topologies read: each audit counts only its own ledger entries and dead letters
         only = frozenset(sub.name for sub in members) if shared & set(inputs) else None
@@ -231,7 +236,8 @@ def _lineage_reports(app: Application, bootstrap_servers: str | None, max_sample
         reports.append(audit(bootstrap, inputs=inputs, outputs=outputs, dead_letter_topic=cfg.dlq_topic,
                              group=cfg.group_id, extra_topics=[*changelogs, *through], max_samples=max_samples,
                              progress=progress, ledger_topic=ledger_topic(cfg.application_id), through=through,
-                             subtopologies=only, groups=input_groups, ordered=not through))
+                             subtopologies=only, groups=input_groups, ordered=not through,
+                             numbered=not mixed))
     return reports
 
 

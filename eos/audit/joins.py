@@ -50,7 +50,7 @@ from eos.audit.ledger import read_ledger
 from eos.audit.scan import scan_topic
 from eos.audit.windows import _dead_lettered, only, replay_prefix, require_whole
 from eos.ledger import LedgerEntry, ledger_topic
-from eos.origin import INDEX_LEVEL_BITS, Origin, origin_of, output_indices
+from eos.origin import INDEX_LEVEL_BITS, Origin, origin_of, output_indices, top_level
 from eos.records import Record
 from eos.serde import Serde
 from eos.streamtime import is_marker
@@ -828,8 +828,7 @@ def _made_of(output: Origin, inputs: Mapping[Place, _T]) -> _T | None:
 
 def _reserved(index: int) -> int:
     """The index an output's index extends by one level (`output_indices`): its bits below its top level."""
-    level = (index.bit_length() - 1) // INDEX_LEVEL_BITS * INDEX_LEVEL_BITS
-    return index & ((1 << level) - 1)
+    return index & ((1 << top_level(index)) - 1)
 
 
 def released_order(records: list[Record], grace: int, how: str) -> tuple[list[tuple[Record, int, int]], int]:

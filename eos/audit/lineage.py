@@ -26,7 +26,7 @@ from eos.audit.partials import (
     scan_output_partition,
 )
 from eos.ledger import ledger_topic as default_ledger_topic
-from eos.origin import INDEX_LEVEL_BITS
+from eos.origin import top_level
 from transactions import Isolation, KafkaAdmin
 
 __all__ = ["LineageResult", "audit_lineage", "input_scans", "output_scans"]
@@ -112,7 +112,8 @@ def audit_lineage(bootstrap_servers: str, inputs: Iterable[str], outputs: Iterab
                   executor: Executor | None = None, progress: Callable[[int], None] | None = None,
                   ledger_topic: str | None = None, through: Iterable[str] = (),
                   subtopologies: frozenset[str] | None = None,
-                  groups: Mapping[str, str] | None = None, ordered: bool = True) -> LineageResult:
+                  groups: Mapping[str, str] | None = None, ordered: bool = True,
+                  numbered: bool | None = None) -> LineageResult:
     """Audit `outputs` (and the dead letters of `inputs`) against `inputs`. The ledger (default: the one of
     the application `group` names) accounts for filtered records, topics created again and input deleted
     by retention; without one those show up as lost or unexpected. `through`: repartition topics between
@@ -121,9 +122,12 @@ def audit_lineage(bootstrap_servers: str, inputs: Iterable[str], outputs: Iterab
     `groups`: inputs whose progress another group than `group` holds. `ordered=False`: outputs of one input
     partition need not follow its order (they passed through a repartition topic, whose partitions spread one
     input partition's records over several tasks before they meet again in an output partition), and a
-    record's output indices need not run 0, 1, ... (several tasks made its outputs, on each of the paths it
-    took, some of them filtering it: `eos.origin.output_indices`); an input is accounted for by an output on
-    any path."""
+    record's outputs need not be in one transaction (several tasks made them, on each of the paths it took,
+    some of them filtering it: `eos.origin.output_indices`); an input is accounted for by an output on any
+    path. `numbered` (default: `ordered`): every output a record's scope makes (an input record's, a record's of
+    a repartition topic on one of its paths, a held record's when let go) is among `outputs`, so that each
+    scope's outputs run without a gap (`_check_gaps`); not so where a step writes both a repartition topic and
+    an output, as the indices its scopes give the repartition topic are not among the outputs."""
     inputs = list(inputs)
     admin = admin or KafkaAdmin(bootstrap_servers)
     executor = executor or LocalExecutor()
@@ -138,7 +142,7 @@ def audit_lineage(bootstrap_servers: str, inputs: Iterable[str], outputs: Iterab
     outs = executor.map(_OutputScan(isolation, max_samples), output_scans(admin, outputs, isolation), progress)
     dead = executor.map(_OutputScan(isolation, max_samples, frozenset(inputs), subtopologies),
                         output_scans(admin, dlq_topics, isolation), progress)
-    return merge(ins, outs, dead, max_samples, ledger, ordered)
+    return merge(ins, outs, dead, max_samples, ledger, ordered, numbered)
 
 
 class _OutputScan:
@@ -193,7 +197,7 @@ def _union(partials: list[OutputPartial], result: LineageResult, max_samples: in
 
 def merge(inputs: list[InputPartial], outputs: list[OutputPartial], dead: list[OutputPartial],
           max_samples: int = 10, ledger: dict[TP, PartitionLedger] | None = None,
-          ordered: bool = True) -> LineageResult:
+          ordered: bool = True, numbered: bool | None = None) -> LineageResult:
     result = LineageResult(ledger=ledger is not None)
     ledger = ledger or {}
     expected: dict[TP, BitMap64] = {(p.topic, p.partition): p.bitmap() for p in inputs}
@@ -230,7 +234,7 @@ def merge(inputs: list[InputPartial], outputs: list[OutputPartial], dead: list[O
         _check_order(outputs, ledger, result, max_samples)
     result.unique_origins = sum(len(bm) for bm in seen.values())
     result.dead_lettered = sum(len(bm) for bm in dlq.values())
-    if ordered:  # (behind a repartition topic a record's outputs are made by several tasks, some filtering)
+    if ordered if numbered is None else numbered:
         _check_gaps(seen, result, max_samples)
     got_any, dead_any = _per_partition(seen), _per_partition(dlq)
     for (topic, partition), want in expected.items():
@@ -268,15 +272,19 @@ def merge(inputs: list[InputPartial], outputs: list[OutputPartial], dead: list[O
 
 
 def _check_gaps(seen: Origins, result: LineageResult, max_samples: int) -> None:
-    """A record's outputs are numbered 0, 1, ... in one transaction: an index without the one before it is an
-    output lost. (Indices of more than one level, the outputs of a record an operator held back, are made
-    when it is let go, later: eos.origin.)"""
+    """The outputs of one scope are made in one transaction and numbered in turn: an input record's 0, 1, ...;
+    a record's of a repartition topic, or a held record's when it is let go, one level above the index it
+    carries or reserved (`eos.origin.output_indices`: its top level 1, 2, ...). An index without the one
+    before it on its level is an output lost, on whichever path it was."""
     for (topic, partition, index), bm in seen.items():
-        if 0 < index < 1 << INDEX_LEVEL_BITS:
-            gaps = bm - seen.get((topic, partition, index - 1), BitMap64())
-            result.index_gaps += len(gaps)
-            for offset in list(gaps)[:max_samples]:
-                result.sample("index_gaps", max_samples, origin=f"{topic}:{partition}:{offset}:{index}")
+        shift = top_level(index)
+        if index >> shift <= (1 if shift else 0):  # (a scope's first output)
+            continue
+        gaps = bm - seen.get((topic, partition, index - (1 << shift)), BitMap64())
+        result.index_gaps += len(gaps)
+        for offset in list(gaps)[:max_samples]:
+            result.sample("index_gaps", max_samples, origin=f"{topic}:{partition}:{offset}:{index}")
+
 
 
 def _per_partition(origins: Origins) -> dict[TP, BitMap64]:

@@ -265,3 +265,52 @@ def test_outputs_behind_a_repartition_topic_pass_in_whatever_order_its_tasks_wro
     inject(kafka.bootstrap_servers, out, value, origin)
     (report,) = audit_application(app)
     assert report.verdict == "FAIL" and report.lineage.duplicates == 1, report.lineage
+
+
+def test_an_output_lost_on_one_path_behind_a_repartition_topic_fails(kafka, spark, topic_factory, unique_name):
+    """Behind a repartition topic each of its records makes its outputs in one transaction, numbered 1, 2, ...
+    on their path (eos.origin.output_indices). Where the steps that write outputs write no repartition topic,
+    the audit asks each such run to be whole: a copy of the job's committed output with one middle output left
+    out fails, which the audit without that check (`numbered=False`, as for a step that writes both) passed."""
+    from eos.audit import audit
+    from eos.ledger import ledger_topic
+    from integration_tests.streams.test_time_and_rekey import committed_records  # (it imports this module)
+
+    src, out, forged = (topic_factory(n, partitions=2) for n in ("in", "out", "forged"))
+    produce(kafka.bootstrap_servers, src, ((f"k{i % 7}".encode(), json.dumps({"n": i}).encode()) for i in range(600)))
+    app = Application(unique_name("app"), kafka.bootstrap_servers, log_level="ERROR", max_records_per_batch=50,
+                      first_batch_max_records=50, trigger_interval=0.0)
+    (app.stream(src).select_key(lambda key, v: f"g{v['n'] % 5}", name="rekey").repartition(name="by_rest")
+        .flat_map_values(lambda v: [{"n": v["n"], "part": p} for p in range(3)], name="thrice")
+        .to(out, value_serde="json"))
+    app.run(spark, until_caught_up=True)
+    (report,) = audit_application(app)
+    assert report.verdict == "PASS" and report.lineage.output_records == 1_800, report.lineage
+
+    records = committed_records(kafka.bootstrap_servers, out, headers=True, partition=True)
+    middle = [r for r in records if decode_origin(r[3][ORIGIN_HEADER]).index >> 32 == 2]
+    assert len(middle) == 600  # every record of the repartition topic made its outputs 1, 2, 3
+    left_out = middle[123]
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "transactional.id": f"copier-{time.time_ns()}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for record in records:
+        key, value, timestamp, headers, partition = record
+        if record is not left_out:
+            producer.produce(forged, key=key, value=value, partition=partition, timestamp=timestamp,
+                             headers=list(headers.items()))
+    producer.commit_transaction(30)
+
+    def forged_audit(numbered: bool):
+        cfg = app.config
+        hops = sorted(app.repartition_topics)
+        return audit(kafka.bootstrap_servers, inputs=[src], outputs=[forged], dead_letter_topic=cfg.dlq_topic,
+                     group=cfg.group_id, ledger_topic=ledger_topic(cfg.application_id), through=hops,
+                     extra_topics=hops, ordered=False, numbered=numbered)
+
+    assert forged_audit(False).verdict == "PASS"  # blind to it: every input still has outputs
+    found = forged_audit(True)
+    lost = decode_origin(left_out[3][ORIGIN_HEADER])
+    assert found.verdict == "FAIL" and found.lineage.index_gaps == 1, found.lineage
+    assert found.lineage.samples["index_gaps"] == [
+        {"origin": f"{lost.topic}:{lost.partition}:{lost.offset}:{lost.index + (1 << 32)}"}]

@@ -10,7 +10,7 @@ from eos.audit.ledger import PartitionLedger
 from eos.audit.lineage import merge
 from eos.audit.partials import InputPartial, OutputPartial
 from eos.ledger import LedgerEntry, LedgerInput
-from eos.origin import output_indices
+from eos.origin import output_indices, top_level
 
 
 def bm(*offsets: int) -> BitMap64:
@@ -144,3 +144,64 @@ def test_records_held_back_have_their_outputs_later_out_of_order_with_an_index_o
     # without the ledger's word that they were held, outputs of records that made nothing contradict it
     ledger[("in", 0)].held = BitMap64()
     assert merge(inputs(0, 1, 2, 3, 4), [part], [], ledger=ledger).filtered_but_output == 2
+
+
+def scopes(rng: random.Random, index: int, depth: int) -> list[list[int]]:
+    """The final outputs of a record carrying `index` (depth 0: an input record) grouped by the scope that
+    made them, where every scope writes all its records to repartition topics (which later tasks make 0-3
+    outputs each of) or all to outputs, as the steps of a job do whose output writers write no repartition
+    topic (`numbered`)."""
+    base, shift = (0, 0) if depth == 0 else output_indices(index)
+    made = [base + (n << shift) for n in range(rng.randrange(0 if depth else 1, 4))]
+    if depth < 3 and rng.random() < 0.5:
+        return [scope for m in made for scope in scopes(rng, m, depth + 1)]
+    return [made] if made else []
+
+
+def partial(indices: list[int]) -> OutputPartial:
+    """Outputs of input 0 with these indices."""
+    return OutputPartial("out", 0, records=len(indices), origins={("in", 0, i): bm(0).serialize() for i in indices})
+
+
+def test_an_output_lost_on_one_path_behind_repartition_topics_is_an_index_gap():
+    """Each scope's outputs (an input record's, a repartition record's on one path, a held record's when let go)
+    are made in one transaction and numbered 1, 2, ... on their level: an output without the one before it on
+    its path is a lost output, as an input's own index 1 without 0 is. The last output of a scope, or a whole
+    path, has no later output to show it missing (a path can filter), as without repartition topics."""
+    rng = random.Random(11)
+    ledger = {("in", 0): PartitionLedger(now=span(0, 1), through=bm(0))}
+    checked = 0
+    for _ in range(400):
+        made = scopes(rng, 0, 0)
+        every = [i for scope in made for i in scope]
+        if not every:
+            continue
+        whole = merge(inputs(0), [partial(every)], [], ledger=ledger, ordered=False, numbered=True)
+        assert (whole.violations, whole.index_gaps, whole.lost) == (0, 0, 0), made
+        for scope in made:
+            for n, lost in enumerate(scope):
+                result = merge(inputs(0), [partial([i for i in every if i != lost])], [], ledger=ledger,
+                               ordered=False, numbered=True)
+                assert result.index_gaps == (1 if n < len(scope) - 1 else 0), (made, lost)
+                checked += n < len(scope) - 1
+                # where a step writes both a repartition topic and an output, nothing is asked of the run (the
+                # default behind repartition topics)
+                assert merge(inputs(0), [partial([i for i in every if i != lost])], [], ledger=ledger,
+                             ordered=False).index_gaps == 0
+    assert checked > 300
+    # a level holds 2**32 indices: an input's last possible output is on level 0, a path's first on level 1
+    assert [top_level(i) for i in (0, 1, (1 << 32) - 1, 1 << 32, (1 << 64) - 1, 1 << 64)] == [0, 0, 0, 32, 32, 64]
+    first, shift = output_indices(1)  # the second path's first output, then its third: the second lost
+    gap = merge(inputs(0), [partial([first, first + (2 << shift)])], [], ledger=ledger, ordered=False, numbered=True)
+    assert gap.samples["index_gaps"] == [{"origin": f"in:0:0:{first + (2 << shift)}"}]
+
+
+def test_a_held_record_let_go_makes_its_outputs_in_a_run_of_their_own():
+    """A record held back (a stream-table join's grace) has its outputs named one level above the index it
+    reserved: their run is checked as an input's own is, also where no repartition topic is between."""
+    held = output_indices(0)[0]  # the first held record of input 0 reserved index 0; its outputs 1, 2, ...
+    ledger = {("in", 0): PartitionLedger(now=span(0, 1), filtered=bm(0), held=bm(0))}
+    whole = merge(inputs(0), [partial([held, held + (1 << 32), held + (2 << 32)])], [], ledger=ledger)
+    assert (whole.violations, whole.index_gaps) == (0, 0)
+    lost = merge(inputs(0), [partial([held, held + (2 << 32)])], [], ledger=ledger)
+    assert (lost.violations, lost.index_gaps) == (1, 1)
