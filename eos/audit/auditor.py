@@ -227,7 +227,6 @@ def _lineage_reports(app: Application, bootstrap_servers: str | None, max_sample
         inputs = list(dict.fromkeys(t for sub in members for t in sub.inputs if t not in hops))
         outputs = list(dict.fromkeys(t for sub in members for t in sub.output_topics if t not in hops))
         through = list(dict.fromkeys(t for sub in members for t in sub.output_topics if t in hops))
-        mixed = any(set(sub.output_topics) & hops and set(sub.output_topics) - hops for sub in members)
         input_groups = {t: groups[(sub.name, t)] for sub in members for t in sub.inputs if t not in hops}
         # a topic several sub-topologies read: each audit counts only its own ledger entries and dead letters
         only = frozenset(sub.name for sub in members) if shared & set(inputs) else None
@@ -237,8 +236,15 @@ def _lineage_reports(app: Application, bootstrap_servers: str | None, max_sample
                              group=cfg.group_id, extra_topics=[*changelogs, *through], max_samples=max_samples,
                              progress=progress, ledger_topic=ledger_topic(cfg.application_id), through=through,
                              subtopologies=only, groups=input_groups, ordered=not through,
-                             numbered=not mixed))
+                             numbered=runs_whole(members, hops)))
     return reports
+
+
+def runs_whole(members: Iterable[SubTopology], hops: frozenset[str]) -> bool:
+    """Whether every output index a scope of these linked steps gives is among their outputs, so that each
+    scope's run of indices can be checked (`audit_lineage(numbered=)`): not where a step writes both a
+    repartition topic and an output."""
+    return not any(set(sub.output_topics) & hops and set(sub.output_topics) - hops for sub in members)
 
 
 def _linked_by_hops(subs: list[SubTopology], hops: frozenset[str]) -> list[list[SubTopology]]:

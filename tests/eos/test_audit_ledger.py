@@ -205,3 +205,33 @@ def test_a_held_record_let_go_makes_its_outputs_in_a_run_of_their_own():
     assert (whole.violations, whole.index_gaps) == (0, 0)
     lost = merge(inputs(0), [partial([held, held + (2 << 32)])], [], ledger=ledger)
     assert (lost.violations, lost.index_gaps) == (1, 1)
+
+
+def test_a_job_whose_steps_write_a_repartition_topic_and_an_output_both_has_its_runs_left_unchecked():
+    """`eos audit app` checks each scope's run behind repartition topics only where every index a scope gives
+    is among the audited outputs: not where one step writes both a repartition topic and an output."""
+    from eos import Application
+    from eos.audit.auditor import _linked_by_hops, runs_whole
+
+    def verdicts(build) -> list[bool]:
+        app = Application("t", bootstrap_servers="unused:9092")
+        build(app)
+        hops = app.repartition_topics
+        return [runs_whole(group, hops) for group in _linked_by_hops(list(app.subtopologies.values()), hops)]
+
+    def through_one_hop(app) -> None:
+        (app.stream("in").select_key(lambda k, v: v, name="rekey").repartition(name="by_value")
+            .flat_map_values(lambda v: [v, v], name="twice").to("out"))
+
+    def also_straight_out(app) -> None:
+        stream = app.stream("in")
+        stream.to("copies")
+        stream.group_by(lambda k, v: v, name="by_value").count(name="counts").to_stream().to("out")
+
+    def a_count_then_a_copy(app) -> None:
+        app.stream("in").group_by(lambda k, v: v, name="by_value").count(name="counts").to_stream().to("out")
+        app.stream("other").to("copies")
+
+    assert verdicts(through_one_hop) == [True]
+    assert verdicts(also_straight_out) == [False]
+    assert sorted(verdicts(a_count_then_a_copy)) == [True, True]
