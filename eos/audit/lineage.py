@@ -53,6 +53,10 @@ class LineageResult:
     filtered_but_output: int = 0
     # Accounted for, not violations:
     ledger: bool = False  # the job's lineage ledger was found and used
+    #: whether outputs were checked to follow input order (not behind a repartition topic: `ordered`)
+    order_checked: bool = True
+    #: whether each scope's run of output indices was checked (`numbered`)
+    runs_checked: bool = True
     filtered: int = 0  # committed input records that produced nothing, by the job's design (a filter)
     #: of those, records an operator held back that have no output yet (a stream-table join's grace period:
     #: still held, or let go with nothing, as by an inner join without a row)
@@ -198,7 +202,8 @@ def _union(partials: list[OutputPartial], result: LineageResult, max_samples: in
 def merge(inputs: list[InputPartial], outputs: list[OutputPartial], dead: list[OutputPartial],
           max_samples: int = 10, ledger: dict[TP, PartitionLedger] | None = None,
           ordered: bool = True, numbered: bool | None = None) -> LineageResult:
-    result = LineageResult(ledger=ledger is not None)
+    numbered = ordered if numbered is None else numbered
+    result = LineageResult(ledger=ledger is not None, order_checked=ordered, runs_checked=numbered)
     ledger = ledger or {}
     expected: dict[TP, BitMap64] = {(p.topic, p.partition): p.bitmap() for p in inputs}
     low = {(p.topic, p.partition): p.low for p in inputs}
@@ -234,7 +239,7 @@ def merge(inputs: list[InputPartial], outputs: list[OutputPartial], dead: list[O
         _check_order(outputs, ledger, result, max_samples)
     result.unique_origins = sum(len(bm) for bm in seen.values())
     result.dead_lettered = sum(len(bm) for bm in dlq.values())
-    if ordered if numbered is None else numbered:
+    if numbered:
         _check_gaps(seen, result, max_samples)
     got_any, dead_any = _per_partition(seen), _per_partition(dlq)
     for (topic, partition), want in expected.items():

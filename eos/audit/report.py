@@ -62,6 +62,12 @@ _ALWAYS = {"expected", "output_records", "unique_origins", "dead_lettered", "inp
 #: says it did not
 _BOUNDED_KINDS = {"stream-table", "stream-global", "table-table"}
 
+#: Lineage checks an audit can leave out, the result's flag saying it ran, and why it would not
+_UNCHECKED = {"order_violations": ("order_checked", "behind a repartition topic, where order holds per partition "
+                                                   "of it only"),
+              "index_gaps": ("runs_checked", "a step writes both a repartition topic and an output, so the "
+                                             "indices of a record's outputs skip those of its records there")}
+
 
 def render(report: AuditReport, console: Console | None = None) -> None:
     console = console or Console()
@@ -75,9 +81,14 @@ def render(report: AuditReport, console: Console | None = None) -> None:
     table.add_column("count", justify="right")
     table.add_column("", justify="center")
     check: Any = report.lineage or report.aggregate or report.window or report.join
+    left_out = []
     for attr, label, is_violation in _ROWS[report.mode]:
         value = getattr(check, attr)
-        if value or is_violation or attr in _ALWAYS or (attr == "bounded" and check.kind in _BOUNDED_KINDS):
+        flag, why = _UNCHECKED.get(attr, ("", ""))
+        if flag and not getattr(check, flag):
+            table.add_row(label, "-", "[yellow]not checked[/yellow]")
+            left_out.append(f"{label}: {why}")
+        elif value or is_violation or attr in _ALWAYS or (attr == "bounded" and check.kind in _BOUNDED_KINDS):
             table.add_row(label, f"{value:,}", _mark(value, is_violation))
     if report.lineage is not None:
         table.add_row("lineage ledger", "read" if report.lineage.ledger else "not found (filtering counts as lost)", "")
@@ -94,6 +105,8 @@ def render(report: AuditReport, console: Console | None = None) -> None:
             console.print("  " + ", ".join(f"{k}={v}" for k, v in item.items()))
     for item in report.transactions.samples:
         console.print("  open transaction: " + ", ".join(f"{k}={v}" for k, v in item.items()))
+    for line in left_out:
+        console.print(f"[yellow]not checked[/yellow]: {line}", soft_wrap=True)
     if report.skipped:
         console.print(f"[bold yellow]not checked[/bold yellow]: {report.skipped}", soft_wrap=True)
     color = "green" if report.verdict == "PASS" else "red"

@@ -235,3 +235,33 @@ def test_a_job_whose_steps_write_a_repartition_topic_and_an_output_both_has_its_
     assert verdicts(through_one_hop) == [True]
     assert verdicts(also_straight_out) == [False]
     assert sorted(verdicts(a_count_then_a_copy)) == [True, True]
+
+
+def test_the_report_says_which_lineage_checks_it_left_out_and_why():
+    """Behind a repartition topic the order check is left out, and where a step writes both a repartition topic
+    and an output the runs' check too: the report says "not checked" with the reason, not a count of 0."""
+    from rich.console import Console
+
+    from eos.audit.auditor import AuditReport
+    from eos.audit.report import render
+
+    def shown(**flags: bool) -> str:
+        result = merge(inputs(0), [partial([0])], [], ledger={("in", 0): PartitionLedger(now=span(0, 1))}, **flags)
+        console = Console(record=True, width=250)
+        render(AuditReport("lineage", "unused", ["in"], ["out"], "dlq", "g", "read_committed", lineage=result),
+               console)
+        return console.export_text()
+
+    def row(text: str, label: str) -> list[str]:
+        (line,) = [line for line in text.splitlines() if line.startswith(f"│ {label} ")]
+        return [cell.strip() for cell in line.split("│")[2:-1]]
+
+    checked = shown()
+    assert row(checked, "1-to-n index gaps") == row(checked, "out of input order") == ["0", "ok"]
+    assert "not checked" not in checked
+    behind = shown(ordered=False, numbered=True)
+    assert row(behind, "out of input order") == ["-", "not checked"] and row(behind, "1-to-n index gaps") == ["0", "ok"]
+    assert "not checked: out of input order: behind a repartition topic" in behind
+    mixed = shown(ordered=False)
+    assert row(mixed, "1-to-n index gaps") == ["-", "not checked"]
+    assert "not checked: 1-to-n index gaps: a step writes both a repartition topic and an output" in mixed
