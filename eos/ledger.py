@@ -8,7 +8,9 @@ committed offset of an earlier topic of the same name). And the origins of the r
 output and no dead letter (`filtered`: legal, e.g. a filter or an aggregation ignoring a tombstone), per
 origin partition: a record's origin is itself, or for a record of a repartition topic the origin it
 carries, so that filtering after a repartition hop is accounted for against the original input (and named
-as such, `through`: one path of an input may produce nothing while another produces outputs).
+as such, `through`: one path of an input may produce nothing while another produces outputs; `paths`: the
+same by the index each carried, the path it took, so that the auditor knows which of an input's paths ended
+there).
 
 Because it commits with the outputs and offsets, the auditor can prove more than "every input appears
 once in the output": a filtered record is accounted for instead of lost, an offset covered by two
@@ -105,6 +107,9 @@ class LedgerEntry:
     pins: dict[str, dict[int, int]] = field(default_factory=dict)
     #: an entry written before `late` named records by their own place: its late records by their origins
     late_origins: dict[tuple[str, int], BitMap64] = field(default_factory=dict)
+    #: `through` by the index each record carried (its path: `eos.origin.output_indices`), for a task that reads a
+    #: repartition topic; None in an entry of a task that reads none, or written before paths were kept
+    paths: dict[tuple[str, int], dict[int, BitMap64]] | None = None
 
     def encode(self) -> bytes:
         return json.dumps({"v": LEDGER_VERSION, "task": self.task, "batch": self.batch,
@@ -114,7 +119,10 @@ class LedgerEntry:
                                                             ("through", self.through), ("held", self.held))
                               if (rows := _rows(sets))},
                            **({"pins": {t: sorted(ends.items()) for t, ends in self.pins.items()}}
-                              if self.pins else {})},
+                              if self.pins else {}),
+                           **({"paths": [{"topic": t, "partition": p, "index": i, "offsets": _text(bm)}
+                                         for (t, p), by_index in self.paths.items() for i, bm in by_index.items()
+                                         if bm]} if self.paths is not None else {})},
                           separators=(",", ":")).encode()
 
     @classmethod
@@ -129,7 +137,12 @@ class LedgerEntry:
                                                    for f in data.get(kind, [])}
                                                   for kind in ("late_at", "through", "held", "late"))
             pins = {str(t): {int(p): int(end) for p, end in ends} for t, ends in data.get("pins", {}).items()}
+            paths: dict[tuple[str, int], dict[int, BitMap64]] | None = None
+            if "paths" in data:
+                paths = {}
+                for f in data["paths"]:
+                    paths.setdefault((f["topic"], int(f["partition"])), {})[int(f["index"])] = _bitmap(f["offsets"])
             return cls(str(data["task"]), int(data["batch"]), tuple(LedgerInput.from_json(i) for i in data["inputs"]),
-                       filtered, late, through, held, pins, late_origins)
+                       filtered, late, through, held, pins, late_origins, paths)
         except (ValueError, KeyError, TypeError, AttributeError):
             return None

@@ -214,9 +214,9 @@ def _lineage_reports(app: Application, bootstrap_servers: str | None, max_sample
     input and output: behind one, an input partition's records are spread over its partitions and read by as
     many tasks, and an output partition that several of them write gets them in no set order (as in Kafka
     Streams, whose order holds per partition of a repartition topic). A record's outputs are made by the tasks
-    of each path it takes, numbered per path; each path's run of indices is checked unless a step of the
-    group writes both a repartition topic and an output (the indices it gives the repartition topic are not
-    among the outputs, so a gap there is no loss)."""
+    of each path it takes, numbered per path; each path's run of indices is checked, with the ledger's word on
+    the paths that ended where they were read, or without the ledger where no step of the group writes both a
+    repartition topic and an output (`runs_whole`)."""
     cfg = app.config
     bootstrap = bootstrap_servers or cfg.bootstrap_servers
     hops = app.repartition_topics
@@ -242,8 +242,8 @@ def _lineage_reports(app: Application, bootstrap_servers: str | None, max_sample
 
 def runs_whole(members: Iterable[SubTopology], hops: frozenset[str]) -> bool:
     """Whether every output index a scope of these linked steps gives is among their outputs, so that each
-    scope's run of indices can be checked (`audit_lineage(numbered=)`): not where a step writes both a
-    repartition topic and an output."""
+    scope's run of indices can be checked without the ledger (`audit_lineage(numbered=)`): not where a step
+    writes both a repartition topic and an output."""
     return not any(set(sub.output_topics) & hops and set(sub.output_topics) - hops for sub in members)
 
 

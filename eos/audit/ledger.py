@@ -38,6 +38,11 @@ class PartitionLedger:
     through: BitMap64 = field(default_factory=BitMap64)
     #: of the filtered offsets, those an operator held back (their outputs come later, named after them)
     held: BitMap64 = field(default_factory=BitMap64)
+    #: `through` by path: the index a record of a repartition topic carried -> the offsets of its origins whose
+    #: record on that path produced nothing
+    paths: dict[int, BitMap64] = field(default_factory=dict)
+    #: of `through`, the offsets an entry written before `paths` were kept names without their paths
+    paths_unknown: BitMap64 = field(default_factory=BitMap64)
     #: offsets skipped because retention deleted them before they were processed
     retention_skipped: int = 0
     #: earlier topic ids seen
@@ -102,7 +107,15 @@ def read_ledger(bootstrap_servers: str, topic: str, inputs: Iterable[str], *, ad
                     out.setdefault(tp, PartitionLedger()).late_origins |= offsets
             for tp, offsets in entry.through.items():
                 if tp[0] in origins and now_ids.get(tp, True):
-                    out.setdefault(tp, PartitionLedger()).through |= offsets
+                    account = out.setdefault(tp, PartitionLedger())
+                    account.through |= offsets
+                    if entry.paths is None:
+                        account.paths_unknown |= offsets
+            for tp, by_index in (entry.paths or {}).items():
+                if tp[0] in origins and now_ids.get(tp, True):
+                    account = out.setdefault(tp, PartitionLedger())
+                    for index, offsets in by_index.items():
+                        account.paths[index] = account.paths.get(index, BitMap64()) | offsets
             for tp, offsets in entry.held.items():
                 if tp[0] in origins and now_ids.get(tp, True):
                     out.setdefault(tp, PartitionLedger()).held |= offsets

@@ -128,10 +128,10 @@ def audit_lineage(bootstrap_servers: str, inputs: Iterable[str], outputs: Iterab
     input partition's records over several tasks before they meet again in an output partition), and a
     record's outputs need not be in one transaction (several tasks made them, on each of the paths it took,
     some of them filtering it: `eos.origin.output_indices`); an input is accounted for by an output on any
-    path. `numbered` (default: `ordered`): every output a record's scope makes (an input record's, a record's of
-    a repartition topic on one of its paths, a held record's when let go) is among `outputs`, so that each
-    scope's outputs run without a gap (`_check_gaps`); not so where a step writes both a repartition topic and
-    an output, as the indices its scopes give the repartition topic are not among the outputs."""
+    path. Each scope's run of indices is checked (`_check_gaps`): with the ledger, by what became of every index
+    a scope gave (an output, a dead letter, a record of a repartition topic that made outputs on or that the
+    ledger's `paths` say ended there); without it, where `numbered` (default: `ordered`) says every index a
+    scope gives is an output's (not so where a step writes both a repartition topic and an output)."""
     inputs = list(inputs)
     admin = admin or KafkaAdmin(bootstrap_servers)
     executor = executor or LocalExecutor()
@@ -203,7 +203,9 @@ def merge(inputs: list[InputPartial], outputs: list[OutputPartial], dead: list[O
           max_samples: int = 10, ledger: dict[TP, PartitionLedger] | None = None,
           ordered: bool = True, numbered: bool | None = None) -> LineageResult:
     numbered = ordered if numbered is None else numbered
-    result = LineageResult(ledger=ledger is not None, order_checked=ordered, runs_checked=numbered)
+    result = LineageResult(ledger=ledger is not None, order_checked=ordered,
+                           runs_checked=numbered or ledger is not None)
+    by_paths = ledger is not None
     ledger = ledger or {}
     expected: dict[TP, BitMap64] = {(p.topic, p.partition): p.bitmap() for p in inputs}
     low = {(p.topic, p.partition): p.low for p in inputs}
@@ -239,8 +241,8 @@ def merge(inputs: list[InputPartial], outputs: list[OutputPartial], dead: list[O
         _check_order(outputs, ledger, result, max_samples)
     result.unique_origins = sum(len(bm) for bm in seen.values())
     result.dead_lettered = sum(len(bm) for bm in dlq.values())
-    if numbered:
-        _check_gaps(seen, result, max_samples)
+    if result.runs_checked:
+        _check_gaps(seen, dlq, ledger if by_paths else None, result, max_samples)
     got_any, dead_any = _per_partition(seen), _per_partition(dlq)
     for (topic, partition), want in expected.items():
         tp = (topic, partition)
@@ -276,20 +278,47 @@ def merge(inputs: list[InputPartial], outputs: list[OutputPartial], dead: list[O
     return result
 
 
-def _check_gaps(seen: Origins, result: LineageResult, max_samples: int) -> None:
+def _check_gaps(seen: Origins, dead: Origins, ledger: dict[TP, PartitionLedger] | None, result: LineageResult,
+                max_samples: int) -> None:
     """The outputs of one scope are made in one transaction and numbered in turn: an input record's 0, 1, ...;
     a record's of a repartition topic, or a held record's when it is let go, one level above the index it
-    carries or reserved (`eos.origin.output_indices`: its top level 1, 2, ...). An index without the one
-    before it on its level is an output lost, on whichever path it was."""
-    for (topic, partition, index), bm in seen.items():
+    carries or reserved (`eos.origin.output_indices`: its top level 1, 2, ...). An index given without the one
+    before it on its level is an output lost, on whichever path it was.
+
+    Without the `ledger`, the indices given are those of the outputs and dead letters: every index a scope
+    gives must be an output's. With it, an index a scope gave to a record of a repartition topic is given too
+    where that record made outputs or a dead letter (whose indices extend it) or ended there (the ledger's
+    `paths`), so a step may write both; a record the ledger names without its path (an entry written before
+    paths were kept) is not asked for a run, nor is an index a held record reserved and its outputs extend
+    (a record may be held by two operators, let go by one of them first)."""
+    direct: Origins = {}  # indices of outputs, dead letters and records of repartition topics that ended
+    above: Origins = {}  # indices outputs and dead letters extend
+    for origins in (seen, dead, {(*tp, i): bm for tp, a in (ledger or {}).items() for i, bm in a.paths.items()}):
+        for (topic, partition, index), bm in origins.items():
+            _give(direct, (topic, partition, index), bm)
+            while ledger is not None and (shift := top_level(index)):
+                index &= (1 << shift) - 1
+                _give(above, (topic, partition, index), bm)
+    given = dict(direct)
+    for key, bm in above.items():
+        _give(given, key, bm)
+    empty = BitMap64()
+    for (topic, partition, index), bm in given.items():
         shift = top_level(index)
         if index >> shift <= (1 if shift else 0):  # (a scope's first output)
             continue
-        gaps = bm - seen.get((topic, partition, index - (1 << shift)), BitMap64())
+        gaps = bm - given.get((topic, partition, index - (1 << shift)), empty)
+        if gaps and ledger is not None and (account := ledger.get((topic, partition))) is not None:
+            gaps -= account.paths_unknown | (account.held - direct.get((topic, partition, index), empty))
         result.index_gaps += len(gaps)
         for offset in list(gaps)[:max_samples]:
             result.sample("index_gaps", max_samples, origin=f"{topic}:{partition}:{offset}:{index}")
 
+
+
+def _give(given: Origins, key: tuple[str, int, int], offsets: BitMap64) -> None:
+    found = given.get(key)
+    given[key] = BitMap64(offsets) if found is None else found | offsets
 
 
 def _per_partition(origins: Origins) -> dict[TP, BitMap64]:

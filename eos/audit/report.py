@@ -65,8 +65,9 @@ _BOUNDED_KINDS = {"stream-table", "stream-global", "table-table"}
 #: Lineage checks an audit can leave out, the result's flag saying it ran, and why it would not
 _UNCHECKED = {"order_violations": ("order_checked", "behind a repartition topic, where order holds per partition "
                                                    "of it only"),
-              "index_gaps": ("runs_checked", "a step writes both a repartition topic and an output, so the "
-                                             "indices of a record's outputs skip those of its records there")}
+              "index_gaps": ("runs_checked", "a step writes both a repartition topic and an output, and the "
+                                             "job's ledger was not found: the indices of a record's outputs skip "
+                                             "those of its records there")}
 
 
 def render(report: AuditReport, console: Console | None = None) -> None:

@@ -45,7 +45,7 @@ from pyroaring import BitMap64
 from eos.config import EosConfig
 from eos.hooks import FaultPoint, HookPoint
 from eos.ledger import LedgerEntry, LedgerInput, ledger_opening
-from eos.origin import lineage_origin
+from eos.origin import lineage_source
 from eos.topology import SubTopology
 from eos.tracing import batch_span, link_inputs
 from eos.worker.clients import UNIT_PURPOSE, TaskClients
@@ -653,7 +653,10 @@ class BatchAttempt:
         only = ((self.ranges[0].topic, self.ranges[0].partition)
                 if len(self.ranges) == 1 and self.ranges[0].topic not in transitive else None)
         through: dict[tuple[str, int], BitMap64] = {}  # (of the filtered, those read from a repartition topic)
-        filtered = _offsets_by_partition(self.outcome.filtered, transitive, only, through)
+        # (the same by the path each took, kept by a task that reads a repartition topic)
+        paths: dict[tuple[str, int], dict[int, BitMap64]] | None = (
+            {} if any(r.topic in transitive for r in self.ranges) else None)
+        filtered = _offsets_by_partition(self.outcome.filtered, transitive, only, through, paths)
         late = _offsets_by_partition(self.outcome.late, frozenset(), only)  # (each by its own place: ledger.late)
         held = _offsets_by_partition(self.outcome.held, transitive, only)
         inputs = []
@@ -663,7 +666,8 @@ class BatchAttempt:
                                       self._commit_offset(r), reset.committed if reset else None,
                                       reset.reason.value if reset else None))
         pins = {topic: {p: end for p, (_, end) in ends.items()} for topic, ends in self.plan.global_pins.items()}
-        return LedgerEntry(str(self.task), self.plan.batch, tuple(inputs), filtered, late, through, held, pins)
+        return LedgerEntry(str(self.task), self.plan.batch, tuple(inputs), filtered, late, through, held, pins,
+                           paths=paths)
 
     def _commit_offset(self, r: OffsetRange) -> int:
         """The planned end (never "last record + 1": a trailing commit marker would be re-read forever), or,
@@ -876,26 +880,33 @@ _OFFSET = operator.methodcaller("offset")
 
 
 def _offsets_by_partition(msgs: list[Message], transitive: frozenset[str], only: tuple[str, int] | None = None,
-                          through: dict[tuple[str, int], BitMap64] | None = None) -> dict[tuple[str, int], BitMap64]:
+                          through: dict[tuple[str, int], BitMap64] | None = None,
+                          paths: dict[tuple[str, int], dict[int, BitMap64]] | None = None,
+                          ) -> dict[tuple[str, int], BitMap64]:
     """The lineage origins of `msgs` as offsets per partition (each bitmap built at once from its offsets:
     a cached aggregation's batch counts every input as filtered). `only`: the one partition all of `msgs`
     come from, whose records are their own origins. `through`: filled with the origins of those of `msgs`
-    read from a repartition topic."""
+    read from a repartition topic; `paths`: the same by the index each carried (the path it took)."""
     if only is not None:
         return {only: BitMap64(list(map(_OFFSET, msgs)))} if msgs else {}
     offsets: dict[tuple[str, int], list[int]] = {}
-    hops: dict[tuple[str, int], list[int]] = {}
+    hops: dict[tuple[str, int, int], list[int]] = {}
     for msg in msgs:
-        topic, partition, offset = lineage_origin(msg, transitive)
+        if msg.topic() in transitive:
+            topic, partition, offset, index = lineage_source(msg, transitive)
+            hops.setdefault((topic, partition, index), []).append(offset)
+        else:
+            topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
         tp = (topic, partition)
         found = offsets.get(tp)
         if found is None:
             found = offsets[tp] = []
         found.append(offset)
-        if through is not None and msg.topic() in transitive:
-            hops.setdefault(tp, []).append(offset)
-    if through is not None:
-        through.update((tp, BitMap64(found)) for tp, found in hops.items())
+    for (topic, partition, index), found in hops.items():
+        if through is not None:
+            through.setdefault((topic, partition), BitMap64()).update(found)
+        if paths is not None:
+            paths.setdefault((topic, partition), {})[index] = BitMap64(found)
     return {tp: BitMap64(found) for tp, found in offsets.items()}
 
 

@@ -269,11 +269,10 @@ def test_outputs_behind_a_repartition_topic_pass_in_whatever_order_its_tasks_wro
 
 def test_an_output_lost_on_one_path_behind_a_repartition_topic_fails(kafka, spark, topic_factory, unique_name):
     """Behind a repartition topic each of its records makes its outputs in one transaction, numbered 1, 2, ...
-    on their path (eos.origin.output_indices). Where the steps that write outputs write no repartition topic,
-    the audit asks each such run to be whole: a copy of the job's committed output with one middle output left
-    out fails, which the audit without that check (`numbered=False`, as for a step that writes both) passed."""
+    on their path (eos.origin.output_indices), and the audit asks each such run to be whole: a copy of the job's
+    committed output with one middle output left out fails, which the audit without that check (no ledger,
+    and `numbered=False`, as for a step that writes both) passed."""
     from eos.audit import audit
-    from eos.ledger import ledger_topic
     from integration_tests.streams.test_time_and_rekey import committed_records  # (it imports this module)
 
     src, out, forged = (topic_factory(n, partitions=2) for n in ("in", "out", "forged"))
@@ -305,17 +304,64 @@ def test_an_output_lost_on_one_path_behind_a_repartition_topic_fails(kafka, spar
                              headers=list(headers.items()))
     producer.commit_transaction(30)
 
-    def forged_audit(numbered: bool):  # (as `eos audit app` would for a step writing both)
+    def without_ledger(numbered: bool):  # (the ledger's topic deleted: a step writing both is then not checked)
         cfg = app.config
         hops = sorted(app.repartition_topics)
         return audit(kafka.bootstrap_servers, inputs=[src], outputs=[forged], dead_letter_topic=cfg.dlq_topic,
-                     group=cfg.group_id, ledger_topic=ledger_topic(cfg.application_id), through=hops,
+                     group=cfg.group_id, ledger_topic=f"{cfg.application_id}-no-ledger", through=hops,
                      extra_topics=hops, ordered=False, numbered=numbered)
 
-    assert forged_audit(False).verdict == "PASS"  # blind to it: every input still has outputs
+    assert without_ledger(False).verdict == "PASS"  # blind to it: every input still has outputs
+    assert without_ledger(True).lineage.index_gaps == 1
     # the job's own audit, of the same job had it written the forged copy (its ledger and offsets)
     (found,) = audit_application(job(app.config.application_id, forged))
     lost = decode_origin(left_out[3][ORIGIN_HEADER])
     assert found.verdict == "FAIL" and found.lineage.index_gaps == 1, found.lineage
     assert found.lineage.samples["index_gaps"] == [
         {"origin": f"{lost.topic}:{lost.partition}:{lost.offset}:{lost.index + (1 << 32)}"}]
+
+
+def test_a_path_lost_whole_behind_a_step_that_writes_an_output_too_fails(kafka, spark, topic_factory, unique_name):
+    """A step that gives each view's index 0 to a repartition topic and index 1 to a copy: behind the topic each
+    view makes 0, 1 or 2 outputs. Index 0 is accounted for by outputs extending it or, for a view that made
+    none there, by the ledger's paths; a copy of the job's output with both outputs of one view left out
+    leaves index 1 without index 0: a path lost, which the audit names."""
+    from integration_tests.streams.test_time_and_rekey import committed_records  # (it imports this module)
+
+    src, copies, some, forged = (topic_factory(n, partitions=2) for n in ("in", "copies", "some", "forged"))
+    produce(kafka.bootstrap_servers, src, ((f"u{i}".encode(), json.dumps({"n": i, "page": f"p{i % 7}"}).encode())
+                                           for i in range(600)))
+
+    def job(application_id: str, output: str) -> Application:
+        app = Application(application_id, kafka.bootstrap_servers, log_level="ERROR", max_records_per_batch=50,
+                          first_batch_max_records=50, trigger_interval=0.0)
+        views = app.stream(src, value_serde="json")
+        (views.select_key(lambda key, v: v["page"], name="by_page").repartition(name="pages")
+            .flat_map_values(lambda v: [{"n": v["n"], "part": p} for p in range(v["n"] % 3)], name="some")
+            .to(output, value_serde="json"))
+        views.to(copies, value_serde="json")
+        return app
+
+    app = job(unique_name("app"), some)
+    app.run(spark, until_caught_up=True)
+    (report,) = audit_application(app)
+    assert report.verdict == "PASS" and report.lineage.output_records == 600 + 600, report.lineage
+    assert report.lineage.runs_checked and report.lineage.filtered == 0, report.lineage
+    copied = committed_records(kafka.bootstrap_servers, copies, headers=True)
+    assert {decode_origin(h[ORIGIN_HEADER]).index for *_, h in copied} == {1}  # (index 0: the repartition topic)
+
+    records = committed_records(kafka.bootstrap_servers, some, headers=True, partition=True)
+    origins = [decode_origin(r[3][ORIGIN_HEADER]) for r in records]
+    both = next(o for o in origins if o.index >> 32 == 2)  # a view whose path made two outputs
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "transactional.id": f"copier-{time.time_ns()}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for (key, value, timestamp, headers, partition), origin in zip(records, origins, strict=True):
+        if origin.offset != both.offset or origin.partition != both.partition:
+            producer.produce(forged, key=key, value=value, partition=partition, timestamp=timestamp,
+                             headers=list(headers.items()))
+    producer.commit_transaction(30)
+    # the job's own audit, of the same job had it written the forged copy (its ledger and offsets)
+    (found,) = audit_application(job(app.config.application_id, forged))
+    assert found.verdict == "FAIL" and found.lineage.index_gaps == 1 and found.lineage.lost == 0, found.lineage
+    assert found.lineage.samples["index_gaps"] == [{"origin": f"{both.topic}:{both.partition}:{both.offset}:1"}]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from pyroaring import BitMap64
 
@@ -74,7 +75,11 @@ def test_ledger_entries_survive_encoding():
     assert LedgerEntry.decode(entry.encode()) == entry
     hop = LedgerEntry("by-city-0", 2, (LedgerInput("app-by-city-repartition", 0, "Rp0", 0, 9),),
                       {("in", 3): bm(101, 140)}, {("in", 3): bm(140)}, {("in", 3): bm(101, 140)})
-    assert LedgerEntry.decode(hop.encode()) == hop
+    assert LedgerEntry.decode(hop.encode()) == hop and hop.paths is None  # (written before paths were kept)
+    paths = replace(hop, paths={("in", 3): {0: bm(101), 1 + (1 << 32): bm(140)}})
+    assert LedgerEntry.decode(paths.encode()) == paths
+    none_ended = replace(hop, filtered={}, through={}, paths={})  # (a task reading a repartition topic, none ended)
+    assert LedgerEntry.decode(none_ended.encode()).paths == {}
     grace = LedgerEntry("priced-0", 4, (LedgerInput("orders", 0, "Or0", 0, 9),), {("orders", 0): bm(2, 3, 5)},
                         held={("orders", 0): bm(2, 5)})
     assert LedgerEntry.decode(grace.encode()) == grace
@@ -146,16 +151,23 @@ def test_records_held_back_have_their_outputs_later_out_of_order_with_an_index_o
     assert merge(inputs(0, 1, 2, 3, 4), [part], [], ledger=ledger).filtered_but_output == 2
 
 
-def scopes(rng: random.Random, index: int, depth: int) -> list[list[int]]:
-    """The final outputs of a record carrying `index` (depth 0: an input record) grouped by the scope that
-    made them, where every scope writes all its records to repartition topics (which later tasks make 0-3
-    outputs each of) or all to outputs, as the steps of a job do whose output writers write no repartition
-    topic (`numbered`)."""
+def scopes(rng: random.Random, index: int, depth: int) -> list[list[tuple[int, str]]]:
+    """What the scopes of a record carrying `index` (depth 0: an input record) gave, scope by scope, in order:
+    each index an output ("out"), or a record of a repartition topic that a later task made 0-3 things of in a
+    scope of its own ("hop") or that ended there, making nothing ("ended", which the ledger's `paths` name).
+    A step may write both outputs and repartition topics."""
     base, shift = (0, 0) if depth == 0 else output_indices(index)
-    made = [base + (n << shift) for n in range(rng.randrange(0 if depth else 1, 4))]
-    if depth < 3 and rng.random() < 0.5:
-        return [scope for m in made for scope in scopes(rng, m, depth + 1)]
-    return [made] if made else []
+    mine: list[tuple[int, str]] = []
+    below: list[list[tuple[int, str]]] = []
+    for n in range(rng.randrange(0 if depth else 1, 4)):
+        made = base + (n << shift)
+        if depth < 3 and rng.random() < 0.4:
+            under = scopes(rng, made, depth + 1)
+            mine.append((made, "hop" if under else "ended"))
+            below += under
+        else:
+            mine.append((made, "out"))
+    return ([mine] if mine else []) + below
 
 
 def partial(indices: list[int]) -> OutputPartial:
@@ -163,37 +175,62 @@ def partial(indices: list[int]) -> OutputPartial:
     return OutputPartial("out", 0, records=len(indices), origins={("in", 0, i): bm(0).serialize() for i in indices})
 
 
-def test_an_output_lost_on_one_path_behind_repartition_topics_is_an_index_gap():
-    """Each scope's outputs (an input record's, a repartition record's on one path, a held record's when let go)
-    are made in one transaction and numbered 1, 2, ... on their level: an output without the one before it on
-    its path is a lost output, as an input's own index 1 without 0 is. The last output of a scope, or a whole
-    path, has no later output to show it missing (a path can filter), as without repartition topics."""
+def path_ledger(ended: list[int]) -> dict[tuple[str, int], PartitionLedger]:
+    return {("in", 0): PartitionLedger(now=span(0, 1), through=bm(0) if ended else bm(),
+                                       paths={i: bm(0) for i in ended})}
+
+
+def test_an_output_or_a_path_lost_behind_repartition_topics_is_an_index_gap():
+    """Each scope (an input record's, a repartition record's on one path, a held record's when let go) gives its
+    indices in one transaction, numbered 1, 2, ... on their level (0, 1, ... for an input's own): to an
+    output, or to a record of a repartition topic, which makes outputs whose indices extend it, or ends there
+    (the ledger's `paths`). An index given without the one before it is a lost output, or a lost path; the last
+    of a scope has no later one to show it missing, as without repartition topics."""
     rng = random.Random(11)
-    ledger = {("in", 0): PartitionLedger(now=span(0, 1), through=bm(0))}
     checked = 0
     for _ in range(400):
         made = scopes(rng, 0, 0)
-        every = [i for scope in made for i in scope]
-        if not every:
+        outs = [i for scope in made for i, kind in scope if kind == "out"]
+        ended = [i for scope in made for i, kind in scope if kind == "ended"]
+        if not outs:
             continue
-        whole = merge(inputs(0), [partial(every)], [], ledger=ledger, ordered=False, numbered=True)
-        assert (whole.violations, whole.index_gaps, whole.lost) == (0, 0, 0), made
+        whole = merge(inputs(0), [partial(outs)], [], ledger=path_ledger(ended), ordered=False)
+        assert (whole.violations, whole.index_gaps, whole.lost, whole.runs_checked) == (0, 0, 0, True), made
         for scope in made:
-            for n, lost in enumerate(scope):
-                result = merge(inputs(0), [partial([i for i in every if i != lost])], [], ledger=ledger,
-                               ordered=False, numbered=True)
+            for n, (lost, kind) in enumerate(scope):
+                if kind == "hop" or len(scope) == 1:
+                    continue  # (a leaf only, whose scope still gives its parent's index)
+                result = merge(inputs(0), [partial([i for i in outs if i != lost])], [],
+                               ledger=path_ledger([i for i in ended if i != lost]), ordered=False)
                 assert result.index_gaps == (1 if n < len(scope) - 1 else 0), (made, lost)
                 checked += n < len(scope) - 1
-                # where a step writes both a repartition topic and an output, nothing is asked of the run (the
-                # default behind repartition topics)
-                assert merge(inputs(0), [partial([i for i in every if i != lost])], [], ledger=ledger,
-                             ordered=False).index_gaps == 0
     assert checked > 300
+    # without the ledger, where a step writes both a repartition topic and an output, the runs are not checked
+    # (a record of a repartition topic that ended leaves a gap no loss made); where no step does, they are
+    first, shift = output_indices(1)  # the second path's first output, then its third: the second lost
+    blind = merge(inputs(0), [partial([first, first + (2 << shift)])], [], ordered=False)
+    assert (blind.runs_checked, blind.index_gaps) == (False, 0)
+    gap = merge(inputs(0), [partial([first, first + (2 << shift)])], [], ordered=False, numbered=True)
+    assert gap.samples["index_gaps"] == [{"origin": f"in:0:0:{first + (2 << shift)}"}]
     # a level holds 2**32 indices: an input's last possible output is on level 0, a path's first on level 1
     assert [top_level(i) for i in (0, 1, (1 << 32) - 1, 1 << 32, (1 << 64) - 1, 1 << 64)] == [0, 0, 0, 32, 32, 64]
-    first, shift = output_indices(1)  # the second path's first output, then its third: the second lost
-    gap = merge(inputs(0), [partial([first, first + (2 << shift)])], [], ledger=ledger, ordered=False, numbered=True)
-    assert gap.samples["index_gaps"] == [{"origin": f"in:0:0:{first + (2 << shift)}"}]
+
+
+def test_a_ledger_written_before_paths_were_kept_asks_no_run_of_the_records_it_names_without_them():
+    """Path 0 of input 0 ended without an output, path 1 made one: an entry that names the first by its path
+    accounts for index 0; one written before paths were kept (`paths_unknown`) only by its origin."""
+    first = output_indices(1)[0]  # path 1's first output
+    ledger = {("in", 0): PartitionLedger(now=span(0, 1), through=bm(0), paths={0: bm(0)})}
+    assert merge(inputs(0), [partial([first])], [], ledger=ledger, ordered=False).index_gaps == 0
+    ledger[("in", 0)].paths = {}
+    assert merge(inputs(0), [partial([first])], [], ledger=ledger, ordered=False).index_gaps == 1
+    ledger[("in", 0)].paths_unknown = bm(0)
+    assert merge(inputs(0), [partial([first])], [], ledger=ledger, ordered=False).index_gaps == 0
+    # path 0 dead-lettered where it was read (its dead letter carries its index): accounted for too
+    ledger[("in", 0)].paths_unknown = bm()
+    dead = OutputPartial("dlq", 0, records=1, origins={("in", 0, 0): bm(0).serialize()})
+    result = merge(inputs(0), [partial([first])], [dead], ledger=ledger, ordered=False)
+    assert (result.index_gaps, result.violations) == (0, 0)
 
 
 def test_a_held_record_let_go_makes_its_outputs_in_a_run_of_their_own():
@@ -205,6 +242,11 @@ def test_a_held_record_let_go_makes_its_outputs_in_a_run_of_their_own():
     assert (whole.violations, whole.index_gaps) == (0, 0)
     lost = merge(inputs(0), [partial([held, held + (2 << 32)])], [], ledger=ledger)
     assert (lost.violations, lost.index_gaps) == (1, 1)
+    # held by two operators (reserving 0 and 1), let go by the second only so far: index 1's outputs extend it,
+    # index 0 is still held; no gap, as in the record's own outputs
+    second = output_indices(1)[0]
+    twice = merge(inputs(0), [partial([second, second + (1 << 32)])], [], ledger=ledger, ordered=False)
+    assert (twice.violations, twice.index_gaps) == (0, 0)
 
 
 def test_a_job_whose_steps_write_a_repartition_topic_and_an_output_both_has_its_runs_left_unchecked():
@@ -239,14 +281,16 @@ def test_a_job_whose_steps_write_a_repartition_topic_and_an_output_both_has_its_
 
 def test_the_report_says_which_lineage_checks_it_left_out_and_why():
     """Behind a repartition topic the order check is left out, and where a step writes both a repartition topic
-    and an output the runs' check too: the report says "not checked" with the reason, not a count of 0."""
+    and an output, without the ledger, the runs' check too: the report says "not checked" with the reason, not a
+    count of 0."""
     from rich.console import Console
 
     from eos.audit.auditor import AuditReport
     from eos.audit.report import render
 
-    def shown(**flags: bool) -> str:
-        result = merge(inputs(0), [partial([0])], [], ledger={("in", 0): PartitionLedger(now=span(0, 1))}, **flags)
+    def shown(ledger: bool = True, **flags: bool) -> str:
+        result = merge(inputs(0), [partial([0])], [], ledger={("in", 0): PartitionLedger(now=span(0, 1))}
+                       if ledger else None, **flags)
         console = Console(record=True, width=250)
         render(AuditReport("lineage", "unused", ["in"], ["out"], "dlq", "g", "read_committed", lineage=result),
                console)
@@ -262,6 +306,37 @@ def test_the_report_says_which_lineage_checks_it_left_out_and_why():
     behind = shown(ordered=False, numbered=True)
     assert row(behind, "out of input order") == ["-", "not checked"] and row(behind, "1-to-n index gaps") == ["0", "ok"]
     assert "not checked: out of input order: behind a repartition topic" in behind
-    mixed = shown(ordered=False)
+    assert row(shown(ordered=False), "1-to-n index gaps") == ["0", "ok"]  # (the ledger's paths: a step may write both)
+    mixed = shown(ledger=False, ordered=False)
     assert row(mixed, "1-to-n index gaps") == ["-", "not checked"]
-    assert "not checked: 1-to-n index gaps: a step writes both a repartition topic and an output" in mixed
+    assert ("not checked: 1-to-n index gaps: a step writes both a repartition topic and an output, and the job's "
+            "ledger was not found") in mixed
+
+
+def test_the_ledger_reader_keeps_each_path_that_ended_and_names_those_of_older_entries_unknown(monkeypatch):
+    """Entries that keep paths give the audit each path's end; an older entry's records filtered behind a
+    repartition topic are known by their origin only (`paths_unknown`), and no run is asked of them."""
+    import eos.audit.ledger
+    from eos.audit.ledger import read_ledger
+    from transactions.memory import MemoryMessage
+
+    hop = "app-by-city-repartition"
+    older = LedgerEntry("by-city-0", 1, (LedgerInput(hop, 0, None, 0, 4),), {("in", 0): bm(1, 2)},
+                        through={("in", 0): bm(1, 2)})
+    newer = LedgerEntry("by-city-0", 2, (LedgerInput(hop, 0, None, 4, 9),), {("in", 0): bm(5, 6)},
+                        through={("in", 0): bm(5, 6)}, paths={("in", 0): {0: bm(5), 1: bm(5, 6)}})
+    third = LedgerEntry("by-city-0", 3, (LedgerInput(hop, 0, None, 9, 12),), {("in", 0): bm(8)},
+                        through={("in", 0): bm(8)}, paths={("in", 0): {0: bm(8)}})
+    records = [MemoryMessage("ledger", 0, n, None, e.encode(), None, 0) for n, e in enumerate((older, newer, third))]
+    monkeypatch.setattr(eos.audit.ledger, "scan_topic", lambda *a, **k: iter([records]))
+
+    class Admin:
+        def partition_counts(self, topics):
+            return dict.fromkeys(topics, 1)
+
+        def topic_ids(self, topics):
+            return dict.fromkeys(topics)
+
+    account = read_ledger("unused", "ledger", ["in"], admin=Admin(), through=[hop])[("in", 0)]
+    assert (account.through, account.paths_unknown) == (bm(1, 2, 5, 6, 8), bm(1, 2))
+    assert account.paths == {0: bm(5, 8), 1: bm(5, 6)}
