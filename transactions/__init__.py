@@ -10,6 +10,7 @@ from transactions.admin import (
     KafkaAdmin,
     PartitionOffsets,
     TopicSpec,
+    admin_for,
     check_reachable,
 )
 from transactions.at_least_once import AtLeastOnceProducer
@@ -111,5 +112,6 @@ __all__ = [
     "RangeReader",
     "range_reader",
     "scan_consumer",
+    "admin_for",
     "stable_committed",
 ]

@@ -16,7 +16,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
@@ -27,7 +27,7 @@ from transactions.offsets import Committed, stable_committed
 from transactions.retry import DEFAULT_POLICY, call
 from transactions.settings import RECONNECT_BACKOFF_MS, learn_brokers
 
-__all__ = ["KafkaAdmin", "TopicSpec", "PartitionOffsets", "BrokerUnreachableError", "check_reachable"]
+__all__ = ["KafkaAdmin", "TopicSpec", "PartitionOffsets", "BrokerUnreachableError", "admin_for", "check_reachable"]
 
 TP = tuple[str, int]
 K = TypeVar("K")
@@ -398,6 +398,18 @@ class KafkaAdmin:
 
 class BrokerUnreachableError(ConnectionError):
     """No broker answered at the bootstrap servers."""
+
+
+def admin_for(bootstrap_servers: str) -> KafkaAdmin:
+    """The admin of the cluster at `bootstrap_servers`: a `KafkaAdmin`, or the admin of the in-memory cluster
+    the address names (`transactions.memory.MemoryCluster.bootstrap_servers`, as a test driver's)."""
+    if bootstrap_servers.startswith("memory://"):
+        from transactions.memory import MemoryAdmin, named_cluster
+
+        cluster = named_cluster(bootstrap_servers)
+        assert cluster is not None
+        return cast(KafkaAdmin, MemoryAdmin(cluster))
+    return KafkaAdmin(bootstrap_servers)
 
 
 def check_reachable(bootstrap_servers: str, timeout: float = 10.0) -> frozenset[str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
@@ -59,7 +59,16 @@ def input_consumer(bootstrap_servers: str, group_id: str, overrides: Mapping[str
 
 
 def scan_consumer(bootstrap_servers: str, isolation: Isolation = "read_committed") -> Consumer:
-    """A consumer with a fresh random group that never commits: reads what is in a topic right now."""
+    """A consumer with a fresh random group that never commits: reads what is in a topic right now (of an
+    in-memory cluster, where the address names one: `transactions.memory.MemoryCluster.bootstrap_servers`)."""
+    if bootstrap_servers.startswith("memory://"):
+        from transactions.memory import MemoryConsumer, named_cluster
+
+        cluster = named_cluster(bootstrap_servers)
+        assert cluster is not None
+        if isolation != "read_committed":
+            raise ValueError(f"an in-memory cluster is read with read_committed only, not {isolation}")
+        return cast(Consumer, MemoryConsumer(cluster, f"eos-scan-{uuid.uuid4().hex}"))
     return RangeConsumer({"bootstrap.servers": bootstrap_servers, "group.id": f"eos-scan-{uuid.uuid4().hex}",
                           "isolation.level": isolation, "enable.auto.commit": False, "enable.partition.eof": True,
                           "auto.offset.reset": "earliest", "fetch.wait.max.ms": 50, "queued.min.messages": 200_000})

@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -32,7 +33,7 @@ from typing import Any
 
 from confluent_kafka import TopicPartition
 
-from transactions.admin import settled_ends
+from transactions.admin import PartitionOffsets, settled_ends
 from transactions.errors import ProducerFencedError, RetriableKafkaError
 from transactions.offsets import Committed
 from transactions.records import Headers, ProducerRecord, producer_token
@@ -121,6 +122,22 @@ class _Transaction:
     offsets: dict[str, dict[TP, tuple[int, str]]] = field(default_factory=dict)  # group -> offsets to commit
 
 
+#: The prefix of the address that names an in-memory cluster (`MemoryCluster.bootstrap_servers`)
+MEMORY_SCHEME = "memory://"
+_NAMED: weakref.WeakValueDictionary[str, MemoryCluster] = weakref.WeakValueDictionary()
+
+
+def named_cluster(bootstrap_servers: str) -> MemoryCluster | None:
+    """The in-memory cluster an address names (`MemoryCluster.bootstrap_servers`), None for any other address;
+    an address of this scheme that names no cluster alive is refused."""
+    if not bootstrap_servers.startswith(MEMORY_SCHEME):
+        return None
+    cluster = _NAMED.get(bootstrap_servers)
+    if cluster is None:
+        raise ValueError(f"{bootstrap_servers} names no in-memory cluster of this process")
+    return cluster
+
+
 class MemoryCluster:
     """Topics, transactions and consumer groups in memory. `clock`: the broker's wall clock (seconds), which
     stamps records produced without a timestamp."""
@@ -140,6 +157,10 @@ class MemoryCluster:
         self._open: dict[TP, dict[int, int]] = {}
         self._late: dict[str, int] = {}  # topic -> look-ups a committed transaction's markers wait for
         self._held: dict[TP, list[list[int]]] = {}  # per partition: [transaction, look-ups left] of held markers
+        #: an address that names this cluster to the clients that read by address (`scan_consumer`,
+        #: `admin_for`): what they read is this cluster's, in this process
+        self.bootstrap_servers = f"{MEMORY_SCHEME}{uuid.uuid4().hex[:12]}"
+        _NAMED[self.bootstrap_servers] = self
 
     # ------------------------------------------------------------------ topics
     def create_topic(self, name: str, partitions: int, config: Mapping[str, str] | None = None) -> bool:
@@ -438,10 +459,9 @@ class MemoryProducer:
 class MemoryAdmin:
     """The admin calls the framework makes (topics, offsets, configs, groups)."""
 
-    bootstrap_servers = "memory"
-
     def __init__(self, cluster: MemoryCluster) -> None:
         self.cluster = cluster
+        self.bootstrap_servers = cluster.bootstrap_servers
 
     def partition_counts(self, topics: Iterable[str], timeout: float = 30.0) -> dict[str, int | None]:
         return {t: len(self.cluster.logs[t]) if t in self.cluster.logs else None for t in topics}
@@ -462,6 +482,12 @@ class MemoryAdmin:
 
     def topic_partitions(self, topic: str) -> list[TP]:
         return [(topic, p) for p in range(self.cluster.partitions(topic))]
+
+    def partition_offsets(self, partitions: Iterable[TP], timeout: float = 30.0) -> dict[TP, PartitionOffsets]:
+        partitions = list(partitions)
+        low = self.earliest_offsets(partitions)
+        lso, hwm = self.end_offsets(partitions), self.end_offsets(partitions, committed=False)
+        return {tp: PartitionOffsets(low[tp], lso[tp], hwm[tp]) for tp in partitions}
 
     def end_offsets(self, partitions: Iterable[TP], *, committed: bool = True, timeout: float = 30.0) -> dict[TP, int]:
         ends = {(t, p): self.cluster.last_stable(t, p) if committed else len(self.cluster.logs[t][p])

@@ -25,7 +25,7 @@ from eos.audit.lineage import LineageResult, audit_lineage
 from eos.audit.windows import WindowAuditResult, audit_windows
 from eos.ledger import ledger_topic
 from eos.topology import SubTopology, offset_groups, topic_groups
-from transactions import Isolation, KafkaAdmin
+from transactions import Isolation, KafkaAdmin, admin_for
 
 if TYPE_CHECKING:
     from eos.app import Application
@@ -156,7 +156,7 @@ def audit(bootstrap_servers: str, *, inputs: list[str], outputs: list[str], dead
     `ordered=False` leaves out the input-order check, `numbered=False` that of each record's run of output
     indices (`audit_lineage`)."""
     started = time.monotonic()
-    admin = KafkaAdmin(bootstrap_servers)
+    admin = admin_for(bootstrap_servers)
     report = AuditReport("aggregate" if aggregate else "lineage", bootstrap_servers, list(inputs), list(outputs),
                          dead_letter_topic, group, isolation)
     if aggregate is None:
@@ -337,7 +337,7 @@ def _audit_each(app: Application, mode: str, what: str, items: Callable[[SubTopo
     (name, why), named in the error when there is nothing to replay."""
     cfg = app.config
     bootstrap = bootstrap_servers or cfg.bootstrap_servers
-    admin = KafkaAdmin(bootstrap)
+    admin = admin_for(bootstrap)
 
     def none_replayable(where: str, subs: list[str]) -> ValueError:
         others = [(n, item, why) for n in subs for item, why in unreplayed(app.subtopologies[n])]

@@ -59,7 +59,7 @@ from eos.time import RECORD_TIME
 from eos.topology import SubTopology
 from eos.worker.processing import entries, input_readings
 from eos.worker.progress import CommitMetadata
-from transactions import KafkaAdmin, Message
+from transactions import KafkaAdmin, Message, admin_for
 
 __all__ = ["JoinAuditResult", "audit_join", "reference_stream_stream", "explain_stream_table",
            "check_table_table", "explain_table_table", "check_foreign_key", "table_reads", "TableReads",
@@ -472,7 +472,7 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
     (`JoinSpec.left_prefix`, `right_prefix`), as its task passed them, and each result expected through those
     between the join and its topic (`JoinSpec.suffix`)."""
     spec: JoinSpec = join or only(sub.joins, f"sub-topology {sub.name!r}", "join")
-    admin = admin or KafkaAdmin(bootstrap_servers)
+    admin = admin or admin_for(bootstrap_servers)
     result = JoinAuditResult(spec.kind, spec.how)
     skipped = _dead_lettered(bootstrap_servers, dead_letters, sub.name, admin) if dead_letters else set()
     result.dead_letters = len(skipped)

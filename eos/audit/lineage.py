@@ -27,7 +27,7 @@ from eos.audit.partials import (
 )
 from eos.ledger import ledger_topic as default_ledger_topic
 from eos.origin import top_level
-from transactions import Isolation, KafkaAdmin
+from transactions import Isolation, KafkaAdmin, admin_for
 
 __all__ = ["LineageResult", "audit_lineage", "input_scans", "output_scans"]
 
@@ -133,7 +133,7 @@ def audit_lineage(bootstrap_servers: str, inputs: Iterable[str], outputs: Iterab
     ledger's `paths` say ended there); without it, where `numbered` (default: `ordered`) says every index a
     scope gives is an output's (not so where a step writes both a repartition topic and an output)."""
     inputs = list(inputs)
-    admin = admin or KafkaAdmin(bootstrap_servers)
+    admin = admin or admin_for(bootstrap_servers)
     executor = executor or LocalExecutor()
     dlq_topics = [dead_letter_topic] if dead_letter_topic and admin.partition_counts(
         [dead_letter_topic])[dead_letter_topic] is not None else []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from transactions import Isolation, KafkaAdmin, Message, OffsetRange, read_ranges, scan_consumer
+from transactions import Isolation, KafkaAdmin, Message, OffsetRange, admin_for, read_ranges, scan_consumer
 
 __all__ = ["scan_topic"]
 
@@ -15,7 +15,7 @@ def scan_topic(bootstrap_servers: str, topic: str, *, isolation: Isolation = "re
     """Yield batches of the records of every partition of `topic` from its earliest offset to `until` (default:
     the partition's end for this isolation level, taken when the scan starts; read_committed, once the
     transactions written by then are decided: `KafkaAdmin.settled_ends`)."""
-    admin = admin or KafkaAdmin(bootstrap_servers)
+    admin = admin or admin_for(bootstrap_servers)
     tps = admin.topic_partitions(topic)
     low = admin.earliest_offsets(tps)
     ends = until or (admin.settled_ends(tps) if isolation == "read_committed"

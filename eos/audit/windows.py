@@ -33,7 +33,7 @@ from eos.streamtime import EventClock, stamp_of
 from eos.time import RECORD_TIME
 from eos.topology import SubTopology
 from eos.windows import HoppingWindows, SessionWindows, SlidingWindows, Windowing, ms
-from transactions import KafkaAdmin, Message
+from transactions import KafkaAdmin, Message, admin_for
 
 __all__ = ["WindowAuditResult", "audit_windows", "reference_windows"]
 
@@ -229,7 +229,7 @@ def audit_windows(bootstrap_servers: str, sub: SubTopology, *, group: str, admin
         raise ValueError(f"sub-topology {sub.name!r}: the window audit needs one input and an output topic")
     out_key, out_value = sub.output_serdes.get(output, (sub.output_key_serde, sub.output_value_serde))
     replay = replay_prefix(w.prefix)
-    admin = admin or KafkaAdmin(bootstrap_servers)
+    admin = admin or admin_for(bootstrap_servers)
     result = WindowAuditResult()
     topic = sub.inputs[0]
     tps = admin.topic_partitions(topic)

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from eos.app import Application
+from eos.audit.auditor import AuditReport
 from eos.clock import clock_source
 from eos.driver.checks import check_topics, create_internal_topics, create_repartition_topics
 from eos.driver.planner import DEFAULT_TASK_SLOTS, Planner
@@ -244,6 +245,16 @@ class TopologyTestDriver:
         (`filtered`) or were dropped as late (`late`)."""
         topic = ledger_topic(self.config.application_id)
         return [e for m in self.cluster.records(topic) if (e := LedgerEntry.decode(m.value())) is not None]
+
+    def audit(self, *, max_samples: int = 10) -> list[AuditReport]:
+        """`eos audit app` of what the driver committed: the lineage audit of every step (each input exactly
+        once in the outputs or the dead-letter topic, each record's outputs in a run without a gap, no batch
+        committed twice), the window audit of every windowed aggregation and the join audit of every join,
+        reading the driver's cluster as they read a broker. Each report's `verdict` is PASS or FAIL;
+        `eos.audit.report.render` prints one as the command does."""
+        from eos.audit import audit_application
+
+        return audit_application(self.app, bootstrap_servers=self.cluster.bootstrap_servers, max_samples=max_samples)
 
     @property
     def dropped(self) -> dict[str, dict[str, int]]:

@@ -22,16 +22,10 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from unittest import mock
 
 import pytest
 
-import eos.audit.auditor
-import eos.audit.ledger
-import eos.audit.partials
 from eos import Application, Processor, store
-from eos.audit.lineage import LineageResult, audit_lineage
-from eos.audit.partials import PartitionScan
 from eos.audit.windows import reference_windows
 from eos.records import Record
 from eos.tables import JoinWindows
@@ -637,29 +631,11 @@ def run(app: Application, seed: int, partitions: int) -> TopologyTestDriver:
     return driver
 
 
-def lineage_audits(driver: TopologyTestDriver) -> list[LineageResult]:
-    """`eos audit app`'s lineage audits (`_lineage_reports`: one per group of steps linked by repartition
-    topics) of what the driver committed: its scans read the driver's records, its admin is the driver's."""
-    def read(scan: PartitionScan, isolation: str, progress: Any) -> Any:
-        yield [m for m in driver.cluster.records(scan.topic, scan.partition) if scan.start <= m.offset() < scan.end]
-
-    def scan_topic(bootstrap_servers: str, topic: str, **_: Any) -> Any:
-        yield driver.cluster.records(topic)
-
-    def audit(bootstrap: str, *, inputs: list[str], outputs: list[str], extra_topics: Any, **options: Any) -> Any:
-        return audit_lineage(bootstrap, inputs, outputs, admin=driver.admin, **options)
-
-    with (mock.patch.object(eos.audit.partials, "_read", read), mock.patch.object(eos.audit.ledger, "scan_topic",
-                                                                                    scan_topic),
-          mock.patch.object(eos.audit.auditor, "audit", audit)):
-        return list(eos.audit.auditor._lineage_reports(driver.app, "memory", 10, None))
-
-
 def check_seed(seed: int, partitions: int, cache: int) -> None:
     app, checks, shown = build(seed, cache, partitions)
     with run(app, seed, partitions) as driver:
         assert driver.dead_letters() == [], shown
-        for check in [*checks, check_lineage]:
+        for check in [*checks, check_audits]:
             try:
                 check(driver, cache > 0)
             except AssertionError as e:
@@ -667,11 +643,14 @@ def check_seed(seed: int, partitions: int, cache: int) -> None:
                                      f"  topology: {shown}\n{app.describe()}") from None
 
 
-def check_lineage(driver: TopologyTestDriver, cached: bool) -> None:
-    """Every lineage audit of the job passes, each record's runs of output indices checked (with the ledger's
-    paths, also where a step writes both a repartition topic and an output)."""
-    for result in lineage_audits(driver):
-        assert result.violations == 0 and result.runs_checked and result.ledger, result
+def check_audits(driver: TopologyTestDriver, cached: bool) -> None:
+    """`eos audit app` of what the driver committed passes: every lineage audit, each record's runs of output
+    indices checked (with the ledger's paths, also where a step writes both a repartition topic and an
+    output), and every window and join audit the topology can replay."""
+    for report in driver.audit():
+        assert report.verdict == "PASS", (report.mode, report.outputs, report.lineage or report.window or report.join)
+        if report.lineage is not None:
+            assert report.lineage.runs_checked and report.lineage.ledger, report.lineage
 
 
 SEEDS = range(64)

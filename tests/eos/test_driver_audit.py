@@ -1,0 +1,81 @@
+"""`TopologyTestDriver.audit()`: `eos audit app` of what the test driver committed, reading its in-memory
+cluster by the address that names it, as the audits read a broker."""
+
+from __future__ import annotations
+
+import pytest
+
+from eos import Application
+from eos.origin import ORIGIN_HEADER
+from eos.testing import TopologyTestDriver
+from eos.windows import TumblingWindows
+from transactions import admin_for, scan_consumer
+from transactions.memory import MemoryProducer
+
+BASE = 1_800_000_000_000
+
+
+def views_job() -> Application:
+    """Views re-keyed by page (0-2 outputs each behind the repartition topic), copied, counted per page in
+    windows, and enriched with their user's tier."""
+    app = Application("audited", bootstrap_servers="unused:9092")
+    views = app.stream("views", value_serde="json")
+    (views.select_key(lambda k, v: v["page"], name="by_page").repartition(name="pages")
+        .flat_map_values(lambda v: [{"n": i} for i in range(v["n"] % 3)], name="some")
+        .to("some", value_serde="json"))
+    views.to("copies", value_serde="json")
+    (views.group_by(lambda k, v: v["page"], name="per_page").window(TumblingWindows(60_000, grace=5_000))
+        .count(name="counts").to_stream().to("counts"))
+    users = app.table("users", value_serde="json", name="users")
+    views.join(users, lambda v, u: {**v, "tier": u["tier"]}, name="enrich").to("enriched", value_serde="json")
+    return app
+
+
+def feed(driver: TopologyTestDriver) -> None:
+    driver.pipe_many("users", [(f"u{i}", {"tier": i % 3}) for i in range(10)])
+    driver.pipe_many("views", [(f"u{i % 10}", {"n": i, "page": f"p{i % 5}"}, BASE + i * 1_000) for i in range(300)])
+
+
+def test_the_driver_audits_every_step_window_and_join_it_committed_and_a_copy_fails():
+    with TopologyTestDriver(views_job(), partitions=2) as driver:
+        feed(driver)
+        reports = driver.audit()
+        assert [(r.mode, r.verdict, r.skipped) for r in reports] == [
+            ("lineage", "PASS", None), ("window", "PASS", None), ("join", "PASS", None)]
+        (lineage, window, join) = reports
+        # (one step reads both topics, for the join, and writes both repartition topics and two outputs)
+        assert lineage.outputs == ["copies", "enriched", "some", "counts"]
+        assert lineage.lineage.output_records == 300 + 300 + (0 + 1 + 2) * 100 + 300
+        assert lineage.lineage.runs_checked and lineage.lineage.ledger
+        assert window.window.windows_expected > 0 and join.join.expected == 300
+        # a second copy of one committed output, as a writer outside the job's transactions would make
+        record = driver.records("copies")[7]
+        forger = MemoryProducer(driver.cluster, "forger")
+        forger.init()
+        forger.begin()
+        forger.produce("copies", b'{"forged": true}', record.key.encode(), partition=record.partition,
+                       headers=[(ORIGIN_HEADER, record.headers[ORIGIN_HEADER])])
+        forger.commit()
+        (found, *_) = driver.audit()
+        assert found.verdict == "FAIL" and found.lineage.duplicates == 1, found.lineage
+
+
+def test_the_audit_passes_when_batches_crash_at_every_step():
+    for step in ("after_read", "after_produce", "before_commit", "after_commit"):
+        with TopologyTestDriver(views_job(), partitions=2) as driver:
+            driver.crash_at(step, batch=1)
+            driver.crash_at(step, batch=2)
+            feed(driver)
+            assert len(driver.crashes) == 2 and [r.verdict for r in driver.audit()] == ["PASS"] * 3, step
+
+
+def test_an_address_of_an_in_memory_cluster_reads_that_cluster_and_nothing_else():
+    with TopologyTestDriver(views_job()) as driver:
+        feed(driver)
+        address = driver.cluster.bootstrap_servers
+        assert address.startswith("memory://")
+        assert admin_for(address).partition_counts(["views", "nope"]) == {"views": 1, "nope": None}
+        with pytest.raises(ValueError, match="read_committed only"):
+            scan_consumer(address, "read_uncommitted")
+    with pytest.raises(ValueError, match="names no in-memory cluster of this process"):
+        admin_for("memory://gone")
