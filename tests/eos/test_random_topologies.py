@@ -676,3 +676,21 @@ def test_a_random_topology_commits_the_same_when_batches_crash(seed):
     with TopologyTestDriver(app, partitions=2) as driver:
         report = driver.check_exactly_once(side_rows(app) + inputs(seed)[:80], crashes=6, seed=seed)
         assert report.crashes, shown
+
+
+@pytest.mark.parametrize("seed", [s for s in SEEDS if s % 4 == 1])
+def test_a_random_topology_whose_batches_crash_passes_its_own_audits(seed):
+    """Batches killed at random steps (the same steps `check_exactly_once` picks from), then every audit of the
+    job over what was committed: each input once, each record's runs whole, every window and join replayed."""
+    app, _, shown = build(seed, 0, 2)
+    rnd = random.Random(seed)
+    steps = ["after_read", "after_produce", "before_commit", "after_commit"]
+    with TopologyTestDriver(app, partitions=2) as driver:
+        for batch in sorted(rnd.sample(range(1, 12), 4)):
+            driver.crash_at(rnd.choice(steps), batch=batch)
+        driver.pipe_records(side_rows(app))
+        for start in range(0, RECORDS, 20):
+            driver.pipe_records(inputs(seed)[start:start + 20])
+        assert driver.crashes, shown
+        for report in driver.audit():
+            assert report.verdict == "PASS", (shown, report.mode, report.lineage or report.window or report.join)
