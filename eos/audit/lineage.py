@@ -129,8 +129,8 @@ def audit_lineage(bootstrap_servers: str, inputs: Iterable[str], outputs: Iterab
     record's outputs need not be in one transaction (several tasks made them, on each of the paths it took,
     some of them filtering it: `eos.origin.output_indices`); an input is accounted for by an output on any
     path. Each scope's run of indices is checked (`_check_gaps`): with the ledger, by what became of every index
-    a scope gave (an output, a dead letter, a record of a repartition topic that made outputs on or that the
-    ledger's `paths` say ended there); without it, where `numbered` (default: `ordered`) says every index a
+    a scope gave (an output, a dead letter, a record of a repartition topic that made outputs or one, or that
+    the ledger's `paths` say ended where it was read); without it, where `numbered` (default: `ordered`) says every index a
     scope gives is an output's (not so where a step writes both a repartition topic and an output)."""
     inputs = list(inputs)
     admin = admin or admin_for(bootstrap_servers)
@@ -313,7 +313,6 @@ def _check_gaps(seen: Origins, dead: Origins, ledger: dict[TP, PartitionLedger] 
         result.index_gaps += len(gaps)
         for offset in list(gaps)[:max_samples]:
             result.sample("index_gaps", max_samples, origin=f"{topic}:{partition}:{offset}:{index}")
-
 
 
 def _give(given: Origins, key: tuple[str, int, int], offsets: BitMap64) -> None:
