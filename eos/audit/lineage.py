@@ -128,10 +128,11 @@ def audit_lineage(bootstrap_servers: str, inputs: Iterable[str], outputs: Iterab
     input partition's records over several tasks before they meet again in an output partition), and a
     record's outputs need not be in one transaction (several tasks made them, on each of the paths it took,
     some of them filtering it: `eos.origin.output_indices`); an input is accounted for by an output on any
-    path. Each scope's run of indices is checked (`_check_gaps`): with the ledger, by what became of every index
-    a scope gave (an output, a dead letter, a record of a repartition topic that made outputs or one, or that
-    the ledger's `paths` say ended where it was read); without it, where `numbered` (default: `ordered`) says every index a
-    scope gives is an output's (not so where a step writes both a repartition topic and an output)."""
+    path. Each scope's run of indices is checked (`_check_gaps`): with the ledger, by what became of every
+    index a scope gave (an output, a dead letter, a record of a repartition topic that made outputs or one, or
+    that the ledger's `paths` say ended where it was read); without it, where `numbered` (default: `ordered`)
+    says every index a scope gives is an output's (not so where a step writes both a repartition topic and an
+    output)."""
     inputs = list(inputs)
     admin = admin or admin_for(bootstrap_servers)
     executor = executor or LocalExecutor()
