@@ -12,7 +12,8 @@ stream-time clocks as a Spark task, against memory instead of a broker. Results 
 
 Crashes (`crash_at`) kill a batch at a step of the protocol; the task restarts from its committed state,
 its stores restored from their changelogs. `check_exactly_once` runs inputs once straight and once with
-crashes at random steps and compares what was committed (`eos.testing.crashes`).
+crashes at random steps and compares what was committed (`eos.testing.crashes`). `audit` runs the job's own
+exactly-once audits (`eos audit app`) over what the driver committed.
 
 Differences from a cluster: every topic has `partitions` partitions (1 by default; a mapping gives some
 topics others); record timestamps default to the driver's wall clock, which moves only when told
