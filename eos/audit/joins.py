@@ -298,20 +298,32 @@ class VersionedState(NamedTuple):
     """A versioned table's key after its first `seen` kept updates (`updates`: (timestamp, value) of all of
     them, in offset order), with the least and the most the store's history bound (observed stream time -
     history retention) can have been while the key was so: a stream record is joined with the version at its
-    timestamp, or with None where that is before the bound."""
+    timestamp, or with None where that is before the bound. `optional`: the indices of updates the store may
+    not have kept (a versioned global table's copy, whose bound at an update depends on the partitions it had
+    read before it: `_global_versioned_states`)."""
 
     updates: list[tuple[int, Any]]
     seen: int
     bound_lo: int
     bound_hi: int
+    optional: frozenset[int] = frozenset()
 
     def values_at(self, timestamp: int) -> tuple[Any, ...]:
-        """The values a lookup at `timestamp` can have found."""
-        found, best = None, None
-        for ts, value in self.updates[:self.seen]:
-            if ts <= timestamp and (best is None or ts >= best):  # (a later update at the same time replaces)
-                found, best = value, ts
-        return ((found,) if timestamp >= self.bound_lo else ()) + ((None,) if timestamp < self.bound_hi else ())
+        """The values a lookup at `timestamp` can have found: the newest version at it (a later update at the
+        same time replaces), or, where that one may not have been kept, an older one, or none."""
+        found: list[Any] = []
+        at = sorted((ts, i) for i, (ts, _) in enumerate(self.updates[:self.seen]) if ts <= timestamp)
+        for _, i in reversed(at):
+            found.append(self.updates[i][1])
+            if i not in self.optional:
+                break
+        else:
+            found.append(None)
+        if timestamp < self.bound_lo:
+            found = []
+        if timestamp < self.bound_hi and not any(v is None for v in found):
+            found.append(None)
+        return tuple(found)
 
 
 def _values(entry: Any, rec: Record) -> tuple[Any, ...]:
@@ -989,15 +1001,21 @@ def _global_versioned_states(records: list[Record], versioned: int) -> dict[Any,
     topic's partitions one after another up to each batch's pins, so the store's history bound at a lookup is
     not known here beyond its key's own partition: each state's bound is taken at its lowest from that
     partition's updates, and at its highest from every update of the topic. A lookup is thus explained by any
-    bound some read order could have given, and never by none."""
+    bound some read order could have given, and never by none. For the same reason an update its partition
+    kept may have been too old for the copy, once another partition was read first: each one older than the
+    highest bound is optional (`VersionedState.optional`)."""
     parts: dict[int, list[Record]] = defaultdict(list)
     for r in records:
         parts[r.partition].append(r)
     if len(parts) <= 1:
         return _versioned_states(records, versioned)
     highest = max(r.timestamp for r in records) - versioned
-    return {key: [state._replace(bound_hi=max(state.bound_hi, highest)) for state in states]
-            for part in parts.values() for key, states in _versioned_states(part, versioned).items()}
+    out = {}
+    for part in parts.values():
+        for key, states in _versioned_states(part, versioned).items():
+            optional = frozenset(i for i, (ts, _) in enumerate(states[0].updates) if ts < highest)
+            out[key] = [state._replace(bound_hi=max(state.bound_hi, highest), optional=optional) for state in states]
+    return out
 
 
 def _reading(sub: SubTopology, topic: str) -> tuple[Serde, Serde, Callable[[Record], int]]:

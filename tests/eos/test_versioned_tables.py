@@ -197,6 +197,23 @@ def test_a_versioned_global_table_keeps_its_history_bound_across_its_partitions(
                                 ("o2", {"id": 2, "cur": "eur"}, BASE + 7_999),
                                 ("o3", {"id": 3, "cur": "usd"}, BASE + 10_000)])
     assert sorted(r.value for r in driver.read("out")) == [[0, None], [1, 1.0], [2, None], [3, 2.0]]
+    assert [r.verdict for r in driver.audit()] == ["PASS", "PASS"]
+
+
+def test_the_join_audit_allows_an_update_a_global_copy_dropped_as_too_old_after_another_partition():
+    """eur's 1.5 at 7 s was kept by its own partition's clock (1 s) but not by the copy, which had read usd
+    at 10 s first (bound 8 s). An order at 8.5 s then finds 1.0, one at 9.6 s the 2.5 written after: the
+    audit's history of eur holds 1.5, which it must take as perhaps dropped, or the two results contradict
+    each other (a later record joined with an earlier version)."""
+    driver = TopologyTestDriver(_rated(versioned=2_000), partitions={"rates": 2, "orders": 1, "out": 1})
+    driver.pipe_many("rates", [("eur", 1.0, BASE + 1_000, 0), ("usd", 2.0, BASE + 10_000, 1)])
+    driver.pipe("orders", "o0", {"id": 0, "cur": "chf"}, timestamp=BASE)  # a batch: the copy reads both
+    driver.pipe_many("rates", [("eur", 1.5, BASE + 7_000, 0), ("eur", 2.5, BASE + 9_500, 0)])
+    driver.pipe_many("orders", [("o1", {"id": 1, "cur": "eur"}, BASE + 9_600),
+                                ("o2", {"id": 2, "cur": "eur"}, BASE + 8_500)])
+    assert [r.value for r in driver.read("out")] == [[0, None], [1, 2.5], [2, 1.0]]
+    (lineage, join) = driver.audit()
+    assert (lineage.verdict, join.verdict, join.join.expected) == ("PASS", "PASS", 3), join.join
 
 
 def test_killed_batches_join_a_versioned_global_table_the_same_way(tmp_path):
@@ -220,8 +237,10 @@ def test_the_join_audit_bounds_a_versioned_global_tables_history_by_every_partit
             Record("a", 3, "rates", 0, 1, 4_000)]
     states = _global_versioned_states(rows, 2_000)
     # a's own partition says its bound was at most 2,000 after its second update; partition 1 may have been
-    # read before it, making it 3,000: a lookup at 2,500 may have found 1 or nothing
-    assert states["a"][2].values_at(2_500) == (1, None) and states["a"][2].values_at(3_500) == (1,)
+    # read before it, making it 3,000: a lookup at 2,500 may have found 1 or nothing. And read first, partition
+    # 1 makes a's first update (1,000) too old to keep: a lookup at 3,500 may find nothing too
+    assert states["a"][2].values_at(2_500) == (1, None) and states["a"][2].values_at(3_500) == (1, None)
+    assert states["a"][2].values_at(4_000) == (3,)  # (its second update is newer than any bound: kept)
     one = [Record(r.key, r.value, r.topic, 0, n, r.timestamp) for n, r in enumerate(rows)]
     assert _global_versioned_states(one, 2_000) == _versioned_states(one, 2_000)  # (one partition: exact)
 
