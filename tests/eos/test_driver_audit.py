@@ -36,6 +36,7 @@ def feed(driver: TopologyTestDriver) -> None:
     driver.pipe_many("views", [(f"u{i % 10}", {"n": i, "page": f"p{i % 5}"}, BASE + i * 1_000) for i in range(300)])
 
 
+@pytest.mark.no_audit  # (it forges committed records)
 def test_the_driver_audits_every_step_window_and_join_it_committed_and_a_copy_fails():
     with TopologyTestDriver(views_job(), partitions=2) as driver:
         feed(driver)

@@ -74,7 +74,7 @@ def test_split_branches_and_merge():
     assert [r.value for r in driver.read("rest")] == [-50, -5]
     text = str(app.describe())
     assert "Processor: route (split; stores: [])\n      --> route-big, route-medium, route-small" in text
-    split = app.stream("third").split()
+    split = app_().stream("third").split()  # (another job: this one's driver has run)
     split.default_branch()
     with pytest.raises(ValueError, match="default branch must be the last"):
         split.branch(lambda k, v: True)

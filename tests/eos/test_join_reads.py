@@ -162,6 +162,7 @@ def test_every_run_of_the_engine_is_explained_within_what_its_batches_read(seed,
     assert any(hi < max(ends.values()) for reads in made for _, hi in reads.values())  # (not all unbounded)
 
 
+@pytest.mark.no_audit  # (it forges committed records)
 def test_a_result_joined_with_a_price_its_batch_read_after_it_is_named(on_driver):
     """An order and a later price in one batch: the order was joined before the price was read. A result
     joined with the later price (what a store restored past its committed offset joins) moved forward through
@@ -178,6 +179,7 @@ def test_a_result_joined_with_a_price_its_batch_read_after_it_is_named(on_driver
     assert "had not read" in result.samples["wrong_values"][0]["reason"]
 
 
+@pytest.mark.no_audit  # (it forges committed records)
 def test_a_result_joined_with_a_price_overwritten_before_its_batch_is_named(on_driver):
     """A store restored from a stale changelog joins a price that an earlier committed batch had replaced."""
     driver = priced()
@@ -191,6 +193,7 @@ def test_a_result_joined_with_a_price_overwritten_before_its_batch_is_named(on_d
     assert result.wrong_values == 1 and "no longer held" in result.samples["wrong_values"][0]["reason"]
 
 
+@pytest.mark.no_audit  # (it forges committed records)
 def test_a_grace_period_s_record_is_bounded_by_the_batch_that_let_it_go(on_driver):
     """Held back, an order is joined when a later order lets it go: with the prices read by then, not with
     those read after."""
@@ -276,6 +279,7 @@ def test_every_table_table_run_is_explained_update_by_update(seed, on_driver):
     assert result.output_records > 0 and result.bounded > 0
 
 
+@pytest.mark.no_audit  # (it forges committed records)
 def test_a_table_table_result_joined_with_a_row_read_after_it_is_named(on_driver):
     """An update of the left table joined with the right table's later row (a store restored past its committed
     offset): the combination check of both tables' histories took it; the update-by-update check names it."""
@@ -293,6 +297,7 @@ def test_a_table_table_result_joined_with_a_row_read_after_it_is_named(on_driver
     assert result.samples["wrong_values"][0]["detail"]["possible"] == ['[10, 1]']
 
 
+@pytest.mark.no_audit  # (it forges committed records)
 def test_a_table_table_result_under_another_key_is_named(on_driver):
     driver = joined_tables(how="outer")
     driver.pipe("left", "a", 1, timestamp=BASE)
@@ -340,6 +345,7 @@ def test_every_global_table_run_is_explained_by_its_batches_pins(seed, on_driver
     assert any(any(pins[p] < ends[p] for p in pins) for reads in made for pins in reads.before.values())
 
 
+@pytest.mark.no_audit  # (it forges committed records)
 def test_a_global_result_joined_with_a_rate_read_after_its_batch_is_named(on_driver, monkeypatch):
     """An order joined, then the rate updated: a result with the later rate (what a worker's copy read past its
     batch's pins joins) moves forward through the table's history, so the audit without the pins took it; with
@@ -358,6 +364,7 @@ def test_a_global_result_joined_with_a_rate_read_after_its_batch_is_named(on_dri
     assert on_driver(driver).violations == 0
 
 
+@pytest.mark.no_audit  # (it forges committed records)
 def test_a_global_result_joined_with_a_rate_overwritten_before_its_batch_is_named(on_driver):
     """A copy behind its batch's pins (a stale copy kept by a worker) joins a rate the table had replaced."""
     driver = rated(versioned=timedelta(minutes=5))
@@ -371,6 +378,7 @@ def test_a_global_result_joined_with_a_rate_overwritten_before_its_batch_is_name
     assert result.wrong_values == 1 and "pins" in result.samples["wrong_values"][0]["reason"]
 
 
+@pytest.mark.no_audit  # (it forges committed records)
 def test_a_key_updated_in_two_partitions_of_a_global_table_is_left_unbounded(on_driver):
     """Which of two partitions' rows a copy holds last depends on the order it read them in: such a key's
     results are checked by the forward-only rule alone, the other keys' by the pins."""
