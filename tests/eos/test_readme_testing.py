@@ -26,7 +26,7 @@ def test_the_readme_testing_example_passes_as_written(tmp_path):
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_job.py"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "3 passed" in done.stdout, done.stdout
+    assert "4 passed" in done.stdout, done.stdout
 
 
 def readme_app(section: str):
