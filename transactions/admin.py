@@ -403,13 +403,10 @@ class BrokerUnreachableError(ConnectionError):
 def admin_for(bootstrap_servers: str) -> KafkaAdmin:
     """The admin of the cluster at `bootstrap_servers`: a `KafkaAdmin`, or the admin of the in-memory cluster
     the address names (`transactions.memory.MemoryCluster.bootstrap_servers`, as a test driver's)."""
-    if bootstrap_servers.startswith("memory://"):
-        from transactions.memory import MemoryAdmin, named_cluster
+    from transactions.memory import MemoryAdmin, named_cluster  # (it imports this module)
 
-        cluster = named_cluster(bootstrap_servers)
-        assert cluster is not None
-        return cast(KafkaAdmin, MemoryAdmin(cluster))
-    return KafkaAdmin(bootstrap_servers)
+    cluster = named_cluster(bootstrap_servers)
+    return KafkaAdmin(bootstrap_servers) if cluster is None else cast(KafkaAdmin, MemoryAdmin(cluster))
 
 
 def check_reachable(bootstrap_servers: str, timeout: float = 10.0) -> frozenset[str]:

@@ -61,11 +61,10 @@ def input_consumer(bootstrap_servers: str, group_id: str, overrides: Mapping[str
 def scan_consumer(bootstrap_servers: str, isolation: Isolation = "read_committed") -> Consumer:
     """A consumer with a fresh random group that never commits: reads what is in a topic right now (of an
     in-memory cluster, where the address names one: `transactions.memory.MemoryCluster.bootstrap_servers`)."""
-    if bootstrap_servers.startswith("memory://"):
-        from transactions.memory import MemoryConsumer, named_cluster
+    from transactions.memory import MemoryConsumer, named_cluster  # (it imports this package's admin)
 
-        cluster = named_cluster(bootstrap_servers)
-        assert cluster is not None
+    cluster = named_cluster(bootstrap_servers)
+    if cluster is not None:
         if isolation != "read_committed":
             raise ValueError(f"an in-memory cluster is read with read_committed only, not {isolation}")
         return cast(Consumer, MemoryConsumer(cluster, f"eos-scan-{uuid.uuid4().hex}"))

@@ -206,7 +206,6 @@ def merge(inputs: list[InputPartial], outputs: list[OutputPartial], dead: list[O
     numbered = ordered if numbered is None else numbered
     result = LineageResult(ledger=ledger is not None, order_checked=ordered,
                            runs_checked=numbered or ledger is not None)
-    by_paths = ledger is not None
     ledger = ledger or {}
     expected: dict[TP, BitMap64] = {(p.topic, p.partition): p.bitmap() for p in inputs}
     low = {(p.topic, p.partition): p.low for p in inputs}
@@ -243,7 +242,7 @@ def merge(inputs: list[InputPartial], outputs: list[OutputPartial], dead: list[O
     result.unique_origins = sum(len(bm) for bm in seen.values())
     result.dead_lettered = sum(len(bm) for bm in dlq.values())
     if result.runs_checked:
-        _check_gaps(seen, dlq, ledger if by_paths else None, result, max_samples)
+        _check_gaps(seen, dlq, ledger if result.ledger else None, result, max_samples)
     got_any, dead_any = _per_partition(seen), _per_partition(dlq)
     for (topic, partition), want in expected.items():
         tp = (topic, partition)
