@@ -178,15 +178,24 @@ def audit(bootstrap_servers: str, *, inputs: list[str], outputs: list[str], dead
     return report
 
 
+#: Why a job run with `lineage=False` has no lineage or join audit
+_UNTRACED = ("the job runs with lineage=False: its outputs carry no eos.origin header and it writes no ledger, "
+             "which this audit reads (lineage=True, the default, keeps them)")
+
+
 def audit_application(app: Application, *, bootstrap_servers: str | None = None, max_samples: int = 10,
                       progress: Callable[[int], None] | None = None) -> list[AuditReport]:
     """Everything a framework job commits, each by the audit that can prove it: a lineage audit of every
     sub-topology (derived outputs, such as punctuations' and final window results, each once), then the
     window audit of every windowed aggregation and the join audit of every join. A window or join audit that
     cannot run (an input it replays was purged or deleted, the aggregation is fused with another source, a
-    join's side comes from several topics or through a stateful step) is reported as skipped, with the reason."""
-    reports = _lineage_reports(app, bootstrap_servers, max_samples, progress)
+    join's side comes from several topics or through a stateful step) is reported as skipped, with the reason;
+    so are the lineage and join audits of a job run with `lineage=False`, which read what it leaves out."""
     bootstrap = bootstrap_servers or app.config.bootstrap_servers
+    traced = app.config.lineage
+    reports = (_lineage_reports(app, bootstrap_servers, max_samples, progress) if traced else
+               [_not_checked(app, bootstrap, sub, "lineage", _UNTRACED, lineage=LineageResult())
+                for sub in app.subtopologies.values()])
     for name, sub in app.subtopologies.items():
         for w in sub.windowings:
             try:
@@ -198,7 +207,10 @@ def audit_application(app: Application, *, bootstrap_servers: str | None = None,
                                            window=WindowAuditResult(), skipped=str(exc)))
         for window, why in sub.unreplayed_windows:
             reports.append(_not_checked(app, bootstrap, sub, "window", f"{window}: {why}", window=WindowAuditResult()))
-    if any(sub.joins for sub in app.subtopologies.values()):
+    if not traced:
+        reports += [_not_checked(app, bootstrap, sub, "join", _UNTRACED, join=JoinAuditResult(join.kind, join.how))
+                    for sub in app.subtopologies.values() for join in sub.joins]
+    elif any(sub.joins for sub in app.subtopologies.values()):
         reports += audit_joins(app, bootstrap_servers=bootstrap, max_samples=max_samples)
     else:
         reports += _unreplayed_joins(app, bootstrap, app.subtopologies)

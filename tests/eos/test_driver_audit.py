@@ -80,3 +80,21 @@ def test_an_address_of_an_in_memory_cluster_reads_that_cluster_and_nothing_else(
             scan_consumer(address, "read_uncommitted")
     with pytest.raises(ValueError, match="names no in-memory cluster of this process"):
         admin_for("memory://gone")
+
+
+def test_a_job_run_without_lineage_has_its_lineage_and_join_audits_reported_not_checked_and_why():
+    """Its outputs carry no origin and it writes no ledger: those audits say so (not a FAIL over every output);
+    its window audits, which need neither, still run."""
+    app = Application("untraced", bootstrap_servers="unused:9092", lineage=False)
+    views = app.stream("views", value_serde="json")
+    (views.group_by(lambda k, v: v["page"], name="per_page").window(TumblingWindows(60_000, grace=5_000))
+        .count(name="counts").to_stream().to("counts"))
+    users = app.table("users", value_serde="json", name="users")
+    views.join(users, lambda v, u: {**v, "tier": u["tier"]}, name="enrich").to("enriched", value_serde="json")
+    with TopologyTestDriver(app, partitions=2) as driver:
+        feed(driver)
+        reports = driver.audit()
+    assert [(r.mode, r.verdict, bool(r.skipped)) for r in reports] == [  # (a lineage audit per sub-topology)
+        ("lineage", "PASS", True), ("lineage", "PASS", True), ("window", "PASS", False), ("join", "PASS", True)]
+    assert "lineage=False" in reports[0].skipped and reports[0].skipped == reports[1].skipped == reports[3].skipped
+    assert reports[2].window.windows_expected > 0 and reports[2].window.output_records > 0
