@@ -192,8 +192,7 @@ def audit_application(app: Application, *, bootstrap_servers: str | None = None,
     join's side comes from several topics or through a stateful step) is reported as skipped, with the reason;
     so are the lineage and join audits of a job run with `lineage=False`, which read what it leaves out."""
     bootstrap = bootstrap_servers or app.config.bootstrap_servers
-    traced = app.config.lineage
-    reports = (_lineage_reports(app, bootstrap_servers, max_samples, progress) if traced else
+    reports = (_lineage_reports(app, bootstrap_servers, max_samples, progress) if app.config.lineage else
                [_not_checked(app, bootstrap, sub, "lineage", _UNTRACED, lineage=LineageResult())
                 for sub in app.subtopologies.values()])
     for name, sub in app.subtopologies.items():
@@ -207,10 +206,7 @@ def audit_application(app: Application, *, bootstrap_servers: str | None = None,
                                            window=WindowAuditResult(), skipped=str(exc)))
         for window, why in sub.unreplayed_windows:
             reports.append(_not_checked(app, bootstrap, sub, "window", f"{window}: {why}", window=WindowAuditResult()))
-    if not traced:
-        reports += [_not_checked(app, bootstrap, sub, "join", _UNTRACED, join=JoinAuditResult(join.kind, join.how))
-                    for sub in app.subtopologies.values() for join in sub.joins]
-    elif any(sub.joins for sub in app.subtopologies.values()):
+    if any(sub.joins for sub in app.subtopologies.values()):
         reports += audit_joins(app, bootstrap_servers=bootstrap, max_samples=max_samples)
     else:
         reports += _unreplayed_joins(app, bootstrap, app.subtopologies)
@@ -300,8 +296,8 @@ def audit_windowed(app: Application, *, bootstrap_servers: str | None = None, su
 def audit_joins(app: Application, *, bootstrap_servers: str | None = None, subtopologies: Iterable[str] = (),
                 max_samples: int = 10) -> list[AuditReport]:
     """`eos audit join`: every join of a job (or those of the sub-topologies named) checked by replaying its
-    committed inputs (`eos.audit.joins`), plus the transaction and offset checks; a join it cannot replay is
-    reported as not checked, saying why."""
+    committed inputs (`eos.audit.joins`), plus the transaction and offset checks; a join it cannot replay (or any,
+    of a job run with lineage=False) is reported as not checked, saying why."""
     def check(report: AuditReport, sub: SubTopology, join: Any, admin: KafkaAdmin, groups: dict[str, str]) -> None:
         right_table = None
         if join.right_reader is not None:  # a foreign-key join: the right table's reader and its progress
@@ -317,6 +313,11 @@ def audit_joins(app: Application, *, bootstrap_servers: str | None = None, subto
             report.join, report.skipped = JoinAuditResult(join.kind, join.how), str(exc)
 
     subtopologies = list(subtopologies)
+    if not app.config.lineage:
+        bootstrap = bootstrap_servers or app.config.bootstrap_servers
+        return [_not_checked(app, bootstrap, sub, "join", _UNTRACED, join=JoinAuditResult(join.kind, join.how))
+                for sub in map(app.subtopologies.__getitem__, subtopologies or app.subtopologies)
+                for join in sub.joins] + _unreplayed_joins(app, bootstrap, subtopologies or app.subtopologies)
     reports = _audit_each(app, "join", "join", lambda s: list(s.joins), lambda s, j: [j.output or s.output], check,
                           bootstrap_servers, subtopologies, max_samples,
                           unreplayed=lambda s: [(name, why) for name, _, why in s.unreplayed_joins])

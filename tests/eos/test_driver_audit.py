@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from eos import Application
+from eos.audit import audit_joins
 from eos.origin import ORIGIN_HEADER
 from eos.testing import TopologyTestDriver
 from eos.windows import TumblingWindows
@@ -94,6 +95,8 @@ def test_a_job_run_without_lineage_has_its_lineage_and_join_audits_reported_not_
     with TopologyTestDriver(app, partitions=2) as driver:
         feed(driver)
         reports = driver.audit()
+        (joins,) = audit_joins(app, bootstrap_servers=driver.cluster.bootstrap_servers)  # (eos audit join)
+    assert joins.mode == "join" and joins.verdict == "PASS" and "lineage=False" in joins.skipped
     assert [(r.mode, r.verdict, bool(r.skipped)) for r in reports] == [  # (a lineage audit per sub-topology)
         ("lineage", "PASS", True), ("lineage", "PASS", True), ("window", "PASS", False), ("join", "PASS", True)]
     assert "lineage=False" in reports[0].skipped and reports[0].skipped == reports[1].skipped == reports[3].skipped
