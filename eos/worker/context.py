@@ -154,7 +154,7 @@ class TaskContext(ProcessorContext):
                     k = serialize[0](key)
                     v = serialize[1](value)
         except SerdeError as exc:
-            raise OutputSerializationError(str(exc)) from exc
+            raise _unserializable(target, key, serialize[0] if serialize else self._serialize_key, exc) from exc
         msg = self._current
         if headers is not None:
             headers = list(headers)
@@ -205,7 +205,7 @@ class TaskContext(ProcessorContext):
             try:
                 k, v = (key, value) if raw else (key_of(key), value_of(value))
             except SerdeError as exc:
-                raise OutputSerializationError(str(exc)) from exc
+                raise _unserializable(target, key, key_of, exc) from exc
             # the lineage header as `emit` writes it: the record itself is the origin
             headers = [(ORIGIN_HEADER, origin % (prefix, msg.offset(), index))] if lineage else []
             if rule is not None and (why := rule.violation(k, v, headers, ts)) is not None:
@@ -409,6 +409,19 @@ class HeldMessage(MemoryMessage):
                  headers: list[tuple[str, bytes]], timestamp: int, index: int) -> None:
         super().__init__(topic, partition, offset, key, value, headers or None, timestamp)
         self.index = index
+
+
+def _unserializable(target: str, key: Any, key_of: Callable[[Any], Any], exc: SerdeError) -> OutputSerializationError:
+    """An output to topic `target` that its serdes refused (`exc`), saying whether its key or its value, of which
+    type, and what to change."""
+    try:
+        key_of(key)
+        part = "value"
+    except SerdeError:
+        part = "key"
+    return OutputSerializationError(
+        f"the {part} of an output to topic {target} cannot be serialized: {exc}; give the step that writes "
+        f"{target} a {part}_serde that takes it (or return a {part} its serde takes)")
 
 
 def _rejected(msg: Message, target: str, why: str) -> OutputRejectedError:

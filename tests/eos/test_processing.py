@@ -55,9 +55,28 @@ def test_a_failing_record_leaves_no_partial_output_and_is_dead_lettered():
     assert letters[0].value == b'{"bad": true}'  # original bytes
 
 
-def test_output_serialization_errors_are_attributed_to_the_input():
+def test_output_serialization_errors_are_attributed_to_the_input_and_say_what_to_change():
     driver = run(lambda r: Output(key=123, value=1), [b"{}"])  # an int key with a string serde
     assert not driver.records("out") and driver.dead_letters()[0].stage == "serialize"
+    assert driver.dead_letters()[0].error == (
+        "OutputSerializationError: the key of an output to topic out cannot be serialized: StringSerde expects "
+        "str, got int; give the step that writes out a key_serde that takes it (or return a key its serde takes)")
+    driver = run(lambda r: Output(key="k", value={1, 2}), [b"{}"])  # a set, which JSON has not
+    (letter,) = driver.dead_letters()
+    assert "the value of an output to topic out cannot be serialized" in letter.error and "value_serde" in letter.error
+
+
+def test_a_dsl_step_s_key_its_serde_refuses_is_dead_lettered_saying_which_topic_and_which_serde():
+    app = Application("app", bootstrap_servers="unused:9092")
+    views = app.stream("views", value_serde="json")
+    views.group_by(lambda k, v: v["page"], name="per_page").count(name="counts").to_stream().to("counts")
+    views.map_values(lambda v: v, name="copy").to("copies", value_serde="json")
+    with TopologyTestDriver(app) as driver:
+        driver.pipe_many("views", [("a", {"page": 1}), ("b", {"page": "p1"})])
+        (letter,) = driver.dead_letters()  # (the whole record: nor is its copy written)
+        assert (letter.key, letter.stage) == (b"a", "serialize") and [r.key for r in driver.records("copies")] == ["b"]
+        assert "the key of an output to topic app-counts-repartition cannot be serialized: StringSerde expects " \
+            "str, got int; give the step that writes app-counts-repartition a key_serde" in letter.error
 
 
 def test_fail_policy_raises_a_clear_error():
