@@ -221,6 +221,7 @@ class TopologyTestDriver:
 
     def records(self, topic: str) -> list[TestRecord]:
         """Every committed record of `topic`, typed (clock markers between steps left out)."""
+        self._known(topic)
         key_serde, value_serde = self._output_serdes(topic)
         return [self._typed(msg, key_serde, value_serde) for msg in self.cluster.records(topic)
                 if not is_marker(msg.headers())]
@@ -368,8 +369,7 @@ class TopologyTestDriver:
     def _append(self, topic: str, key: Any, value: Any, timestamp: int | None,
                 headers: Iterable[tuple[str, bytes]] | Mapping[str, bytes] | None, partition: int | None,
                 serialized: bool = False) -> None:
-        if topic not in self.cluster.logs:
-            raise KeyError(f"no topic {topic!r}: the application's topics are {sorted(self.cluster.logs)}")
+        self._known(topic)
         key_serde, value_serde = self._input_serdes(topic)  # (which also says when no step reads it)
         if serialized:
             key, value = _raw(topic, "key", key), _raw(topic, "value", value)
@@ -419,6 +419,11 @@ class TopologyTestDriver:
         return TestRecord(None if key is None else key_serde.deserialize(key),
                           None if value is None else value_serde.deserialize(value), msg.timestamp()[1],
                           dict(msg.headers() or ()), msg.topic(), msg.partition(), msg.offset())
+
+    def _known(self, topic: str) -> None:
+        """`topic` is one of the driver's cluster, or a KeyError names those that are."""
+        if topic not in self.cluster.logs:
+            raise KeyError(f"no topic {topic!r}: the application's topics are {sorted(self.cluster.logs)}")
 
     def _scan(self, topic: str, until: dict[tuple[str, int], int]) -> list[list[Any]]:
         return [[m for m in self.cluster.records(topic, p) if m.offset() < end]

@@ -212,6 +212,10 @@ def test_the_driver_says_what_is_wrong_with_a_topic():
         driver.pipe("customer-totals", "a", {})
     with TopologyTestDriver(shop(), wall_clock_ms=0) as driver, pytest.raises(KeyError, match="no step"):
         driver.pipe("customer-totals", b"a", b"{}", serialized=True)
+    with TopologyTestDriver(shop(), wall_clock_ms=0) as driver:
+        for read in (driver.records, driver.read):
+            with pytest.raises(KeyError, match=r"'customer-total': the application's topics are \[.*'customer-totals"):
+                read("customer-total")
 
 
 def test_serialized_records_must_be_bytes_and_the_error_says_so():
