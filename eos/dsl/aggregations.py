@@ -84,7 +84,9 @@ class AggregationMethods(StreamMethods):
                      retention: int | timedelta | None) -> AggregationStep:
         """The processor and stores of an aggregation named `name` (one engine for both APIs)."""
         require_functions(name, initializer=initializer, aggregator=aggregator,
-                          **({"merger": merger} if merger is not None else {}))
+                          **({"merger": merger} if merger is not None else {}), takes={
+                              "initializer": (), "aggregator": ("key", "value", "aggregate"),
+                              "merger": ("key", "aggregate1", "aggregate2")})
         if emit not in ("update", "final"):
             raise ValueError(f"{name}: emit must be 'update' or 'final', got {emit!r}")
         if windows is None and emit == "final":

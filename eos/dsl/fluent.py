@@ -225,7 +225,7 @@ class Stream:
     def group_by(self, fn: Callable[[Any, Any], Any], *, key_serde: Serde | str | None = None,
                  value_serde: Serde | str | None = None, name: str | None = None) -> GroupedStream:
         """Group by `fn(key, value)` (records are repartitioned by it before the aggregation)."""
-        require_functions("group_by", key_selector=fn)
+        require_functions("group_by", key_selector=fn, takes={"key_selector": ("key", "value")})
         return self._then("group_by", SelectKey(_required_key(fn)), name, changes_key=True).group_by_key(
             key_serde=key_serde, value_serde=value_serde)
 
@@ -247,7 +247,7 @@ class Stream:
         app = self.app
         name = app.node_name("join", name)
         if key is not None:  # the joiner is checked by the join step, the key here before it is wrapped
-            require_functions(f"join {name!r}", key=key)
+            require_functions(f"join {name!r}", key=key, takes={"key": ("key", "value")})
         right: Any = (other.topics[0] if isinstance(other, Stream) else other.spec if isinstance(other, Table)
                       else other)
         kind = _kind(self.topics[0], right, windows)
@@ -303,7 +303,7 @@ class BranchedStream:
         self._node: str | None = None
 
     def branch(self, predicate: Callable[[Any, Any], Any], *, name: str | None = None) -> BranchedStream:
-        require_functions(f"split {self.name!r}", predicate=predicate)
+        require_functions(f"split {self.name!r}", predicate=predicate, takes={"predicate": ("key", "value")})
         self._add(predicate, name)
         return self
 

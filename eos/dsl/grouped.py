@@ -155,7 +155,7 @@ class CogroupedStream:
         if not isinstance(grouped, GroupedStream):
             raise TypeError(f"cogroup takes a grouped stream (stream.group_by_key(), stream.group_by(fn)) and its "
                             f"aggregator, got {type(grouped).__name__}")
-        require_functions("cogroup", aggregator=aggregator)
+        require_functions("cogroup", aggregator=aggregator, takes={"aggregator": ("key", "value", "aggregate")})
         if grouped.stream.app is not self.app:
             raise ValueError("cogroup: the grouped streams must come from the same Application")
         if any(g is grouped for g, _ in self.inputs):

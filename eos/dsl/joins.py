@@ -144,7 +144,8 @@ class JoinMethods(AggregationMethods):
         and `right_topics` the topics each side's records come from (default: the side's own topic); `grace`
         a stream-table join's grace period (`join`)."""
         right_topics = right_topics or frozenset({_topic(right)})
-        require_functions(f"join {name!r}", joiner=joiner, **({"key": key} if key is not None else {}))
+        require_functions(f"join {name!r}", joiner=joiner, **({"key": key} if key is not None else {}),
+                          takes={"joiner": ("left value", "right value"), "key": ("record",)})
         if how not in _HOW[kind]:
             raise ValueError(f"join {name!r}: a {kind} join is one of {', '.join(_HOW[kind])}, got how={how!r}")
         if late_records not in ("drop", "dead_letter"):
@@ -245,7 +246,7 @@ class JoinMethods(AggregationMethods):
                     **kwargs: Any) -> SubTopology:
         """Rows per group of a table: `group_by(key, value) -> group key` (a long per group; a row that
         changes group moves from one count to the other)."""
-        require_functions(name, group_by=group_by)
+        require_functions(name, group_by=group_by, takes={"group_by": ("key", "value")})
         return self.aggregate_table(table, output, name=name, group_by=lambda k, v: (group_by(k, v), 1),
                                     initializer=lambda: 0, adder=lambda g, v, n: n + v,
                                     subtractor=lambda g, v, n: n - v, **{"aggregate_serde": "long", **kwargs})
@@ -253,7 +254,8 @@ class JoinMethods(AggregationMethods):
     def sum_table(self, table: Table, output: str | None, *, name: str, group_by: Callable[[Any, Any], Any],
                   value: Callable[[Any], Any] = lambda v: v, **kwargs: Any) -> SubTopology:
         """Sum of `value(row value)` per group of a table, `group_by(key, value) -> group key`."""
-        require_functions(name, group_by=group_by, value=value)
+        require_functions(name, group_by=group_by, value=value,
+                          takes={"group_by": ("key", "value"), "value": ("value",)})
         return self.aggregate_table(table, output, name=name, group_by=lambda k, v: (group_by(k, v), value(v)),
                                     initializer=lambda: 0, adder=lambda g, v, total: total + v,
                                     subtractor=lambda g, v, total: total - v, **kwargs)

@@ -62,7 +62,7 @@ class StreamMethods(TopologyBuilder):
         deleted from the topic once the next step has committed them, as Kafka Streams purges them. The
         sub-topology that writes it is `subtopology` (default: `name`)."""
         if key is not None:
-            require_functions(f"repartition {name!r}", key=key)
+            require_functions(f"repartition {name!r}", key=key, takes={"key": ("record",)})
         topic = self.internal_name(name, "repartition")
         first = topic_tuple(input, f"repartition {name!r}")[0]
         self.internal_topics[topic] = InternalTopic(topic, partitions, like=None if partitions else first,
@@ -74,7 +74,8 @@ class StreamMethods(TopologyBuilder):
 
 def _step_name(name: str | None, fn: Callable[[Any], Any], decorator: str) -> str:
     """The step's name: `name`, else the decorated function's own (a lambda has none)."""
-    require_functions(f"app.{decorator}", function=fn)
+    require_functions(f"app.{decorator}", function=fn,
+                      takes={"function": ("table",) if decorator == "process_batch" else ("record",)})
     if name is not None:
         return name
     own = getattr(fn, "__name__", None)

@@ -159,7 +159,7 @@ class Table:
         `KTable.groupBy`)."""
         if self.windowed:
             raise ValueError(f"{self!r} is windowed: re-group its to_stream() instead")
-        require_functions("group_by", key_value_selector=fn)
+        require_functions("group_by", key_value_selector=fn, takes={"key_value_selector": ("key", "value")})
         return GroupedTable(self, fn, serde_for(key_serde, self.key_serde), serde_for(value_serde, self.value_serde))
 
 
@@ -188,14 +188,15 @@ class GroupedTable:
     def sum(self, value: Callable[[Any], Any] = lambda v: v, *, name: str | None = None,
             persistent: bool = True) -> Table:
         """Sum of `value(new value)` per group."""
-        require_functions("sum", value=value)
+        require_functions("sum", value=value, takes={"value": ("value",)})
         return self._aggregate("sum", name, self.fn, lambda: 0, lambda g, v, total: total + value(v),
                                lambda g, v, total: total - value(v), "json", persistent)
 
     def reduce(self, adder: Callable[[Any, Any], Any], subtractor: Callable[[Any, Any], Any], *,
                name: str | None = None, persistent: bool = True) -> Table:
         """`adder(aggregate, value)` and `subtractor(aggregate, value)`, the first value starting a group."""
-        require_functions("reduce", adder=adder, subtractor=subtractor)
+        require_functions("reduce", adder=adder, subtractor=subtractor,
+                          takes={"adder": ("aggregate", "value"), "subtractor": ("aggregate", "value")})
         return self._aggregate("reduce", name, self.fn, lambda: None,
                                lambda g, v, agg: v if agg is None else adder(agg, v),
                                lambda g, v, agg: subtractor(agg, v), self.value_serde, persistent)
@@ -225,7 +226,9 @@ def table_aggregation(app: GraphMethods, name: str, parent: str, table: TableSou
     re-grouping processor `<name>.repartition` (the table's previous values in `<name>-source`), the
     repartition topic `<application_id>-<name>-repartition`, the aggregating processor `name` (the aggregates
     in `<name>-store`). Returns the aggregating node, its store and the repartition topic."""
-    require_functions(name, group_by=group_by, initializer=initializer, adder=adder, subtractor=subtractor)
+    require_functions(name, group_by=group_by, initializer=initializer, adder=adder, subtractor=subtractor, takes={
+        "group_by": ("key", "value"), "initializer": (), "adder": ("group key", "value", "aggregate"),
+        "subtractor": ("group key", "value", "aggregate")})
     graph = app.graph
     topic = app.internal_name(name, "repartition")
     app.internal_topics[topic] = InternalTopic(topic, like=table.topic, purge=True)
@@ -249,7 +252,8 @@ def foreign_key_join(app: GraphMethods, name: str, left: Table, right: Table, jo
     """A foreign-key join of two tables (`eos.operators.tables`): the left processor `name` (the left table
     and the responses) and the right processor `<name>.right` (the subscriptions and the right table), in
     two sub-topologies linked by two internal topics. Returns the left node, whose output is the result."""
-    require_functions(f"join {name!r}", joiner=joiner, foreign_key=foreign_key)
+    require_functions(f"join {name!r}", joiner=joiner, foreign_key=foreign_key,
+                      takes={"joiner": ("left value", "right value"), "foreign_key": ("left value",)})
     if how not in ("inner", "left"):
         raise ValueError(f"join {name!r}: a foreign-key join is inner or left, got how={how!r}")
     graph, raw = app.graph, BytesSerde()
@@ -317,7 +321,7 @@ class _RowFilter(Filter):
 
 
 def _keep_none(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    require_functions("map_values", fn=fn)
+    require_functions("map_values", fn=fn, takes={"fn": ("value",)})
     def mapped(value: Any) -> Any:
         return None if value is None else fn(value)
     return mapped

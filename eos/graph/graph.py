@@ -57,11 +57,12 @@ def _check_topics_and_functions(node: Node) -> None:
             raise ValueError(f"{node.name!r}: {topic!r} is not a Kafka topic name (1-249 characters of A-Z a-z 0-9 "
                              ". _ -, other than '.' and '..')")
     if isinstance(node, ProcessorNode):
-        require_functions(repr(node.name), factory=node.factory)
+        require_functions(repr(node.name), factory=node.factory, takes={"factory": ()})
     elif isinstance(node, SinkNode) and node.partitioner is not None:
-        require_functions(repr(node.name), partitioner=node.partitioner)
+        require_functions(repr(node.name), partitioner=node.partitioner,
+                          takes={"partitioner": ("key", "value", "partitions")})
     elif isinstance(node, SourceNode) and node.timestamp is not None:
-        require_functions(repr(node.name), timestamp=node.timestamp)
+        require_functions(repr(node.name), timestamp=node.timestamp, takes={"timestamp": ("record",)})
 
 
 class ProcessorGraph:

@@ -12,7 +12,8 @@ take `(key, value)`; `map_values` and `flat_map_values` take the value.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import inspect
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,13 +23,30 @@ __all__ = ["Filter", "Map", "MapValues", "FlatMap", "FlatMapValues", "Peek", "Se
 Emit = Callable[[Any, Any, int, Any], None]
 
 
-def require_functions(step: str, **functions: Any) -> None:
-    """Refuse, where the topology is built, what is not callable among a step's `functions` (by their role), so
-    that the mistake stops the build instead of sending every record to the dead-letter topic."""
+def require_functions(step: str, *, takes: Mapping[str, Sequence[str]] | None = None, **functions: Any) -> None:
+    """Refuse, where the topology is built, what is not callable among a step's `functions` (by their role), and
+    a function that cannot be called with the arguments `takes` names for its role (a predicate written
+    `lambda v: ...` where the step calls it with the key and the value), so that the mistake stops the build
+    instead of sending every record to the dead-letter topic. A callable whose signature Python cannot tell
+    (some built-ins) is taken as it is."""
     for role, fn in functions.items():
         if not callable(fn):
             raise TypeError(f"{step}: {role} must be a function (callable), got {fn!r} of type "
                             f"{type(fn).__name__}")
+        arguments = (takes or {}).get(role)
+        if arguments is None:
+            continue
+        try:
+            signature = inspect.signature(fn)
+        except (TypeError, ValueError):
+            continue
+        try:
+            signature.bind(*arguments)
+        except TypeError as exc:
+            own = getattr(fn, "__name__", type(fn).__name__)
+            raise TypeError(f"{step}: {role} is called as {role}({', '.join(arguments)}), which {own}{signature} "
+                            f"cannot take ({exc}); give it a function of {len(arguments)} argument"
+                            f"{'' if len(arguments) == 1 else 's'}") from None
 
 
 class _OfOneFunction:
@@ -36,9 +54,10 @@ class _OfOneFunction:
 
     kind: str
     fn: Callable[..., Any]
+    takes: tuple[str, ...] = ("key", "value")  # what `fn` is called with
 
     def __post_init__(self) -> None:
-        require_functions(self.kind, fn=self.fn)
+        require_functions(self.kind, fn=self.fn, takes={"fn": self.takes})
 
 
 def fan_out(children: Sequence[Emit]) -> Emit:
@@ -69,7 +88,7 @@ class Filter:
     kind = "filter"
 
     def __post_init__(self) -> None:
-        require_functions(self.kind, predicate=self.predicate)
+        require_functions(self.kind, predicate=self.predicate, takes={"predicate": ("key", "value")})
 
     def bind(self, children: Sequence[Emit]) -> Emit:
         test, emit = self.predicate, fan_out(children)
@@ -107,6 +126,7 @@ class MapValues(_OfOneFunction):
 
     fn: Callable[[Any], Any]
     kind = "map_values"
+    takes = ("value",)
 
     def bind(self, children: Sequence[Emit]) -> Emit:
         fn, emit = self.fn, fan_out(children)
@@ -139,6 +159,7 @@ class FlatMapValues(_OfOneFunction):
 
     fn: Callable[[Any], Iterable[Any]]
     kind = "flat_map_values"
+    takes = ("value",)
 
     def bind(self, children: Sequence[Emit]) -> Emit:
         fn, emit = self.fn, fan_out(children)

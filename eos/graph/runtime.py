@@ -398,7 +398,8 @@ class NodeContext(ProcessorContext):
     def schedule(self, interval: int | timedelta, callback: Callable[[int], None],
                  type: PunctuationType = "stream") -> Cancellable:
         graph = self._graph
-        require_functions(f"{self.name}: schedule", callback=callback)  # before it is wrapped
+        # (before it is wrapped)
+        require_functions(f"{self.name}: schedule", callback=callback, takes={"callback": ("timestamp",)})
 
         @functools.wraps(callback)
         def punctuation(timestamp: int) -> None:

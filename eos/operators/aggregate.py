@@ -190,7 +190,7 @@ def counter() -> Aggregation:
 
 
 def summer(value: Callable[[Any], Any]) -> Aggregation:
-    require_functions("sum", value=value)
+    require_functions("sum", value=value, takes={"value": ("value",)})
     return Aggregation(lambda: 0, lambda key, v, total: total + value(v), lambda key, a, b: a + b)
 
 
@@ -199,7 +199,7 @@ _FIRST = object()
 
 def reducer(reduce: Callable[[Any, Any], Any]) -> Aggregation:
     """The first value of a key is its aggregate; later values are folded in with `reduce(aggregate, value)`."""
-    require_functions("reduce", reducer=reduce)
+    require_functions("reduce", reducer=reduce, takes={"reducer": ("aggregate", "value")})
     return Aggregation(lambda: _FIRST, lambda key, v, agg: v if agg is _FIRST else reduce(agg, v),
                        lambda key, a, b: b if a is _FIRST else a if b is _FIRST else reduce(a, b))
 

@@ -115,6 +115,8 @@ def test_a_cancelled_schedule_stops_and_intervals_must_be_positive():
                 context.schedule(0, lambda ts: None)
             with pytest.raises(TypeError, match="callback must be a function"):  # not at its first time
                 context.schedule(10, "tick")
+            with pytest.raises(TypeError, match=r"callback is called as callback\(timestamp\), which <lambda>\(\)"):
+                context.schedule(10, lambda: None)
 
         def process(self, rec):
             self.context.forward(rec.key, 1)
