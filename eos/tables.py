@@ -130,9 +130,9 @@ class JoinWindows:
 
     def __init__(self, before: int | timedelta, after: int | timedelta | None = None, *,
                  grace: int | timedelta = 0) -> None:
-        object.__setattr__(self, "before", ms(before))
-        object.__setattr__(self, "after", ms(before if after is None else after))
-        object.__setattr__(self, "grace", ms(grace))
+        object.__setattr__(self, "before", ms(before, "JoinWindows' before"))
+        object.__setattr__(self, "after", ms(before if after is None else after, "JoinWindows' after"))
+        object.__setattr__(self, "grace", ms(grace, "JoinWindows' grace"))
         if self.before < 0 or self.after < 0 or self.grace < 0:
             raise ValueError(f"JoinWindows needs before, after and grace >= 0, got {self}")
 

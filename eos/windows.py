@@ -21,6 +21,7 @@ A window's result has the largest timestamp of the records in it, and the key `W
 from __future__ import annotations
 
 import json
+import numbers
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, NamedTuple
@@ -31,9 +32,17 @@ __all__ = ["TumblingWindows", "HoppingWindows", "SlidingWindows", "SessionWindow
            "WindowSpec", "TimeWindow", "Windowing", "ms"]
 
 
-def ms(value: int | float | timedelta) -> int:
-    """Milliseconds from an int/float (ms) or a timedelta."""
-    return int(value.total_seconds() * 1000) if isinstance(value, timedelta) else int(value)
+def ms(value: int | float | timedelta, what: str = "a duration") -> int:
+    """Milliseconds from an int/float (ms) or a timedelta; anything else (a string such as "1m") is refused,
+    naming `what` it was given as."""
+    if type(value) is int:
+        return value
+    if isinstance(value, timedelta):
+        return int(value.total_seconds() * 1000)
+    given: object = value  # (what a caller gives may not be what it says)
+    if isinstance(given, bool) or not isinstance(given, numbers.Real):
+        raise TypeError(f"{what} is milliseconds (an int) or a datetime.timedelta, got {value!r}")
+    return int(float(given))
 
 
 class TimeWindow(NamedTuple):
@@ -56,10 +65,10 @@ class HoppingWindows:
     grace: int | timedelta = 0
 
     def __post_init__(self) -> None:
-        if not 0 < ms(self.advance) <= ms(self.size):
+        if not 0 < ms(self.advance, "a hopping window's advance") <= ms(self.size, "a hopping window's size"):
             raise ValueError(f"a hopping window's advance must be in (0, size]; got advance={ms(self.advance)}, "
                              f"size={ms(self.size)}")
-        if ms(self.grace) < 0:
+        if ms(self.grace, "a window's grace") < 0:
             raise ValueError("grace must be >= 0")
 
     @property
@@ -93,7 +102,7 @@ class TumblingWindows(HoppingWindows):
     """Hopping windows whose advance is their size."""
 
     def __init__(self, size: int | timedelta, grace: int | timedelta = 0) -> None:
-        if ms(size) <= 0:
+        if ms(size, "a tumbling window's size") <= 0:
             raise ValueError(f"a tumbling window's size must be > 0 ms; got {ms(size)}")
         super().__init__(size, size, grace)
 
@@ -104,7 +113,7 @@ class SlidingWindows:
     grace: int | timedelta = 0
 
     def __post_init__(self) -> None:
-        if ms(self.time_difference) <= 0 or ms(self.grace) < 0:
+        if ms(self.time_difference, "a sliding window's time_difference") <= 0 or ms(self.grace, "its grace") < 0:
             raise ValueError("a sliding window needs time_difference > 0 and grace >= 0")
 
     @property
@@ -143,7 +152,7 @@ class SessionWindows:
     grace: int | timedelta = 0
 
     def __post_init__(self) -> None:
-        if ms(self.inactivity_gap) <= 0 or ms(self.grace) < 0:
+        if ms(self.inactivity_gap, "a session window's inactivity_gap") <= 0 or ms(self.grace, "its grace") < 0:
             raise ValueError("a session window needs inactivity_gap > 0 and grace >= 0")
 
     @property

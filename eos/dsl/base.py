@@ -4,7 +4,8 @@ step: a source, one processor and a sink, which the graph makes a sub-topology o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,9 +16,20 @@ from eos.serde import Serde, serde_for
 from eos.time import RECORD_TIME, TimestampSpec, timestamp_extractor
 from eos.topology import SubTopology
 
-__all__ = ["TopologyBuilder", "InternalTopic", "SerdeSpec", "step_kind", "topic_tuple"]
+__all__ = ["TopologyBuilder", "InternalTopic", "SerdeSpec", "step_kind", "topic_tuple", "no_such_step"]
 
 SerdeSpec = Serde | str | None
+
+
+def no_such_step(kind: type, name: str, hints: Mapping[str, str] = {}) -> AttributeError:
+    """The AttributeError of a DSL object's missing `name`, saying what to write instead where a user of
+    Kafka Streams would reach for it: `hints[name]`, or the method a camelCase name means (`groupByKey`)."""
+    why = hints.get(name)
+    snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+    if why is None and snake != name and hasattr(kind, snake):
+        why = f"it is {snake}() here"
+    own = f"{kind.__name__!r} object has no attribute {name!r}"
+    return AttributeError(own if why is None else f"{own}: {why}")
 
 
 def topic_tuple(topics: str | Sequence[str], reader: str) -> tuple[str, ...]:

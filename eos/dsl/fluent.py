@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from eos.dsl.base import no_such_step
 from eos.graph import ProcessorNode, SinkNode, SourceNode
 from eos.graph.operators import (
     Branch,
@@ -56,6 +57,14 @@ class Const:
         return self.value
 
 
+_GROUP_FIRST = ("a stream is grouped before it is aggregated or windowed, as in Kafka Streams: "
+                "stream.group_by_key().{0}(...), or stream.group_by(fn).{0}(...) to key it anew")
+_STREAM_HINTS = {**{step: _GROUP_FIRST.format(step) for step in ("count", "aggregate", "reduce", "sum", "cogroup")},
+                 **{step: _GROUP_FIRST.format("window") + " (a window, e.g. TumblingWindows(60_000), then the "
+                    "aggregation)" for step in ("window", "windowed_by", "windowedBy")},
+                 "apply": "map_values(fn) gives fn the value, map(fn) the key and the value"}
+
+
 class Stream:
     """Records flowing out of one node of the graph. Methods add a node after it and return the stream
     of that node's output (`to` ends it)."""
@@ -71,6 +80,9 @@ class Stream:
 
     def __repr__(self) -> str:
         return f"Stream({self.node!r})"
+
+    def __getattr__(self, name: str) -> Any:  # (only for what the class has not)
+        raise no_such_step(Stream, name, _STREAM_HINTS)
 
     def _then(self, kind: str, operator: Any, name: str | None, changes_key: bool = False) -> Stream:
         node = self.app.graph.add(ProcessorNode(self.app.node_name(kind, name), (self.node,), Const(operator),

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from eos.dsl.base import no_such_step
 from eos.dsl.fluent import Const, Stream
 from eos.dsl.tables import Table
 from eos.graph import ProcessorNode
@@ -39,6 +40,9 @@ class GroupedStream:
 
     def __init__(self, stream: Stream, key_serde: Serde, value_serde: Serde) -> None:
         self.stream, self.key_serde, self.value_serde = stream, key_serde, value_serde
+
+    def __getattr__(self, name: str) -> Any:  # (only for what the class has not)
+        raise no_such_step(GroupedStream, name, {"windowedBy": "it is window(...) here"})
 
     def window(self, windows: WindowSpec, *, emit: Emit = "update", late_records: LatePolicy = "drop",
                retention: int | timedelta | None = None, windowed_key: str = "json") -> WindowedStream:
@@ -117,6 +121,10 @@ class WindowedStream:
                  retention: int | timedelta | None, windowed_key: str) -> None:
         self.grouped, self.windows, self.emit, self.late_records = grouped, windows, emit, late_records
         self.retention, self.windowed_key = retention, windowed_key
+
+    def __getattr__(self, name: str) -> Any:  # (only for what the class has not)
+        raise no_such_step(WindowedStream, name, {"suppress": (
+            "each window's final result once, when it closes, is window(..., emit=\"final\") here")})
 
     def count(self, *, name: str | None = None, persistent: bool = True) -> Table:
         init, agg, merge = counter()

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from eos.dsl.base import InternalTopic
+from eos.dsl.base import InternalTopic, no_such_step
 from eos.graph import ProcessorNode, SinkNode, SourceNode
 from eos.graph.operators import Filter, MapValues, fan_out, require_functions
 from eos.operators.tables import ForeignKeyLeft, ForeignKeyRight, TableAggregate, TableRegroup
@@ -33,6 +33,15 @@ if TYPE_CHECKING:
     from eos.dsl.processor_api import GraphMethods
 
 __all__ = ["Table", "GroupedTable", "foreign_key_join", "table_aggregation", "table_store", "store_name"]
+
+
+_SUPPRESS = ("a windowed aggregation gives each window's final result once, when it closes, with "
+             "window(..., emit=\"final\"); the record cache (cache_max_bytes) forwards a table's latest value per key "
+             "once per commit")
+_TABLE_HINTS = {**{step: f"a table is grouped anew before it is aggregated, as in Kafka Streams: "
+                         f"table.group_by(lambda k, v: (group key, value)).{step}(...)"
+                   for step in ("count", "aggregate", "reduce", "sum")},
+                "suppress": _SUPPRESS}
 
 
 class Table:
@@ -54,6 +63,9 @@ class Table:
         if self.source is not None:
             return f"Table({self.source.topic!r})"
         return f"Table({self._node!r}" + (f", store={self.store!r})" if self.store else ")")
+
+    def __getattr__(self, name: str) -> Any:  # (only for what the class has not)
+        raise no_such_step(Table, name, _TABLE_HINTS)
 
     @property
     def node(self) -> str:
@@ -170,6 +182,9 @@ class GroupedTable:
     def __init__(self, table: Table, fn: Callable[[Any, Any], tuple[Any, Any]], key_serde: Serde,
                  value_serde: Serde) -> None:
         self.table, self.fn, self.key_serde, self.value_serde = table, fn, key_serde, value_serde
+
+    def __getattr__(self, name: str) -> Any:  # (only for what the class has not)
+        raise no_such_step(GroupedTable, name)
 
     def aggregate(self, initializer: Callable[[], Any], adder: Callable[[Any, Any, Any], Any],
                   subtractor: Callable[[Any, Any, Any], Any], *, name: str | None = None,

@@ -10,7 +10,7 @@ from eos import Application, Processor, store
 from eos.examples.wordcount import Milestones, WordCount
 from eos.tables import JoinWindows
 from eos.testing import TopologyTestDriver
-from eos.windows import TumblingWindows, Windowed
+from eos.windows import SessionWindows, TumblingWindows, Windowed
 
 BASE = 1_800_000_000_000
 
@@ -304,6 +304,28 @@ _MISTAKES = {
                                   r"app.process: function is called as function\(record\)"),
     "timestamp of two": (lambda a: a.stream("in", timestamp=lambda k, v: 0).to("out"), TypeError,
                          r"timestamp is called as timestamp\(record\)"),
+    # durations: milliseconds or a timedelta
+    "window size as a string": (lambda a: TumblingWindows("1m"), TypeError,
+                                r"a tumbling window's size is milliseconds \(an int\) or a datetime.timedelta, "
+                                r"got '1m'"),
+    "grace as a string": (lambda a: SessionWindows(1000, grace="5s"), TypeError, "its grace is milliseconds"),
+    "join window as a string": (lambda a: JoinWindows("10s"), TypeError, "JoinWindows' before is milliseconds"),
+    # what Kafka Streams calls otherwise, or has on another object
+    "count of a stream": (lambda a: a.stream("in").count(), AttributeError,
+                          r"'Stream' object has no attribute 'count': a stream is grouped before it is aggregated or "
+                          r"windowed, as in Kafka Streams: stream.group_by_key\(\).count\(...\)"),
+    "window of a stream": (lambda a: a.stream("in").window(TumblingWindows(1000)), AttributeError,
+                           r"stream.group_by_key\(\).window\(...\)"),
+    "camelCase": (lambda a: a.stream("in").groupByKey(), AttributeError,
+                  "'Stream' object has no attribute 'groupByKey': it is group_by_key\\(\\) here"),
+    "windowedBy": (lambda a: a.stream("in").group_by_key().windowedBy(TumblingWindows(1000)), AttributeError,
+                   r"it is window\(...\) here"),
+    "suppress": (lambda a: a.stream("in").group_by_key().window(TumblingWindows(1000)).count().suppress(),
+                 AttributeError, r"'Table' object has no attribute 'suppress': .*window\(..., emit=\"final\"\)"),
+    "count of a table": (lambda a: a.table("t").count(), AttributeError, r"table.group_by\(lambda k, v: \(group key, "
+                         r"value\)\).count"),
+    "what no one has": (lambda a: a.table("t").group_by(lambda k, v: (k, v)).frobnicate, AttributeError,
+                        r"^'GroupedTable' object has no attribute 'frobnicate'$"),
     # topics: Kafka's names
     "topic not a string": (lambda a: a.stream("in").to(123), ValueError, "'123.sink': 123 is not a Kafka topic name"),
     "topic with a space": (lambda a: a.stream("in").to("orders enriched"), ValueError,
