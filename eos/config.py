@@ -254,12 +254,34 @@ _HINTS = typing.get_type_hints(EosConfig)
 SETTINGS = tuple(f.name for f in fields(EosConfig))
 
 
+#: Kafka Streams' settings that are named or given otherwise here (by their names with "_" for ".")
+_KAFKA_STREAMS = {
+    "commit_interval_ms": "each batch commits once: trigger_interval is the seconds between batches",
+    "statestore_cache_max_bytes": "cache_max_bytes", "cache_max_bytes_buffering": "cache_max_bytes",
+    "num_stream_threads": "tasks run on Spark's executors: the master's cores (local[N], or the cluster's) "
+                          "set how many run at once",
+    "replication_factor": "internal_replication_factor",
+    "repartition_purge_interval_ms": "repartition_purge_interval (seconds)",
+    "default_key_serde": "serdes are given per topic: key_serde= and value_serde= on stream(), table() and to()",
+    "default_value_serde": "serdes are given per topic: key_serde= and value_serde= on stream(), table() and to()",
+    "default_timestamp_extractor": "timestamp= on stream() and table() (\"record\", \"field:<name>\", a function)",
+    "default_deserialization_exception_handler": "on_bad_record (bad records go to the dead-letter topic)",
+    "default_production_exception_handler": "on_bad_record (bad records go to the dead-letter topic)",
+}
+
+
 def check_setting_names(settings: Mapping[str, Any]) -> None:
-    """Refuse names that are not settings, with the closest valid names and the list of all of them."""
+    """Refuse names that are not settings, with what a Kafka Streams setting of that name is here, or the
+    closest valid names, and the list of all of them."""
     for name in settings:
         if name not in _HINTS:
             close = difflib.get_close_matches(name, SETTINGS, n=3, cutoff=0.6)
             hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            streams = _KAFKA_STREAMS.get(name.replace(".", "_").lower())
+            if streams is not None:
+                ks = name.replace("_", ".")
+                hint = (f" Kafka Streams' {ks} is {streams} here." if streams.split(" (")[0] in SETTINGS
+                        else f" Kafka Streams' {ks}: {streams} here.")
             raise ConfigError(f"unknown setting {name!r}.{hint} Valid settings: {', '.join(SETTINGS)}. "
                               "(librdkafka properties go in producer_config / consumer_config.)")
 
@@ -289,7 +311,9 @@ def _coerce(name: str, value: Any, hint: Any) -> Any:
     if origin is Literal:
         allowed = typing.get_args(hint)
         if value not in allowed:
-            raise ConfigError(f"{name} must be one of {', '.join(repr(a) for a in allowed)}, got {value!r}")
+            also = (" (Kafka Streams' exactly_once_v2 is exactly_once here: a transaction per task and batch)"
+                    if name == "processing_guarantee" and str(value).startswith("exactly_once") else "")
+            raise ConfigError(f"{name} must be one of {', '.join(repr(a) for a in allowed)}, got {value!r}{also}")
         return value
     if hint is bool:
         if isinstance(value, bool):

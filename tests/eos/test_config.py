@@ -21,6 +21,21 @@ def test_an_unknown_setting_names_the_closest_ones_and_lists_all():
         build().with_overrides(nonsense=1)
 
 
+def test_a_kafka_streams_setting_says_what_it_is_here():
+    for settings, says in (
+            ({"commit_interval_ms": 100}, "Kafka Streams' commit.interval.ms: each batch commits once: "
+                                          "trigger_interval is the seconds between batches here."),
+            ({"commit.interval.ms": 100}, "Kafka Streams' commit.interval.ms: each batch commits once"),
+            ({"statestore_cache_max_bytes": 1}, "Kafka Streams' statestore.cache.max.bytes is cache_max_bytes here."),
+            ({"num_stream_threads": 4}, "the master's cores (local[N], or the cluster's) set how many run at once"),
+            ({"processing_guarantee": "exactly_once_v2"},
+             "processing_guarantee must be one of 'exactly_once', 'at_least_once', got 'exactly_once_v2' (Kafka "
+             "Streams' exactly_once_v2 is exactly_once here")):
+        with pytest.raises(ConfigError) as err:
+            Application("app", **settings)
+        assert says in str(err.value), str(err.value)
+
+
 def test_values_given_as_strings_are_converted_or_refused_naming_the_setting():
     cfg = build(batch_timeout="30", max_records_per_batch="1000", lineage="false", num_standby_replicas="2")
     assert (cfg.batch_timeout, cfg.max_records_per_batch, cfg.lineage, cfg.num_standby_replicas) == (30.0, 1000,
