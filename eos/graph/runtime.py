@@ -73,6 +73,8 @@ class GraphProcessor(Processor):
             self.processors.append((node, processor))
         self.processors.reverse()
         for node_ctx, processor in reversed(contexts):  # parents first, in the order they were added
+            if isinstance(processor, Processor):  # (its context, had its init not called Processor.init)
+                processor.context = node_ctx
             processor.init(node_ctx)
         self._takes: dict[str, list[Callable[[Record], None]]] = {}
         for source in part.sources:
@@ -241,6 +243,10 @@ class Sink:
         self._emit(self.topic, key, value, partition, headers, timestamp)
 
 
+_RETURNED = ("%s.process() returned a value, which goes nowhere: a processor forwards its outputs, "
+             "self.context.forward(key, value), and returns None")
+
+
 class _ProcessorEntry:
     """A `Processor` node: records in as `Record`s, with its context telling it the current one's time."""
 
@@ -254,7 +260,8 @@ class _ProcessorEntry:
         saved = ctx._ts, ctx._headers, ctx._in
         ctx._ts, ctx._headers, ctx._in = record.timestamp, None, True
         try:
-            self._process(record)
+            if self._process(record) is not None:
+                raise TypeError(_RETURNED % type(self.processor).__name__)
         finally:
             ctx._ts, ctx._headers, ctx._in = saved
 
@@ -269,7 +276,8 @@ class _ProcessorEntry:
         saved = ctx._ts, ctx._headers, ctx._in
         ctx._ts, ctx._headers, ctx._in = timestamp, headers, True
         try:
-            self._process(record)
+            if self._process(record) is not None:
+                raise TypeError(_RETURNED % type(self.processor).__name__)
         finally:
             ctx._ts, ctx._headers, ctx._in = saved
 

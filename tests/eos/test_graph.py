@@ -374,6 +374,32 @@ def test_forwarding_without_a_child_or_to_an_unknown_one_is_an_error_not_a_silen
     assert "processor 'p' has no child 'elsewhere'; its children: out.sink" in letter.error
 
 
+def test_a_processor_that_returns_its_output_is_an_error_not_a_silent_loss_and_one_without_super_init_runs():
+    class Returns(Processor):  # (a processing function returns its outputs; a Processor forwards them)
+        def process(self, record):
+            return record.key, record.value
+
+    class OwnInit(Processor):  # (Processor.init not called: the context is there all the same)
+        def init(self, context):
+            self.n = 0
+
+        def process(self, record):
+            self.n += 1
+            self.context.forward(record.key, self.n)
+
+    app = app_()
+    app.stream("in").process(Returns, name="p").to("out")
+    app.stream("in2").process(OwnInit, name="q").to("out2")
+    driver = TopologyTestDriver(app)
+    driver.pipe_many("in", [("k", "v")])
+    driver.pipe_many("in2", [("k", "v"), ("k", "w")])
+    (letter,) = driver.dead_letters()
+    assert not driver.records("out") and letter.error == (
+        "TypeError: Returns.process() returned a value, which goes nowhere: a processor forwards its outputs, "
+        "self.context.forward(key, value), and returns None")
+    assert [r.value for r in driver.records("out2")] == [1, 2]
+
+
 def test_a_renamed_store_is_warned_about_at_start_up_naming_its_orphaned_changelog():
     from structlog.testing import capture_logs
 
