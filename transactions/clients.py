@@ -20,8 +20,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from transactions.settings import consumer_settings
 
-__all__ = ["input_consumer", "scan_consumer", "plain_producer", "produce_pairs", "Message", "TopicPartition",
-           "Consumer", "Isolation"]
+__all__ = ["input_consumer", "scan_consumer", "plain_producer", "produce_pairs", "ProduceFailedError", "Message",
+           "TopicPartition", "Consumer", "Isolation"]
 
 Isolation = Literal["read_committed", "read_uncommitted"]
 
@@ -81,11 +81,22 @@ def plain_producer(bootstrap_servers: str, **overrides: Any) -> Producer:
                      "linger.ms": 20, "partitioner": "murmur2_random", **overrides})
 
 
+class ProduceFailedError(RuntimeError):
+    """Records `produce_pairs` wrote that the broker refused (`errors`, one per record), or that a flush left
+    undelivered; the rest of the `sent` were written."""
+
+    def __init__(self, topic: str, sent: int, errors: list[Any]) -> None:
+        self.topic, self.sent, self.errors = topic, sent, errors
+        why = f"{len(errors)} of {sent} records to {topic} were refused ({errors[0]})" if errors else \
+            f"the records to {topic} were not all delivered in time (flush timed out)"
+        super().__init__(f"{why}; the others were written" if errors and len(errors) < sent else why)
+
+
 def produce_pairs(bootstrap_servers: str, topic: str,
                   records: Iterable[tuple[bytes | None, bytes | None] | tuple[bytes | None, bytes | None, int | None]],
                   *, timeout: float = 120.0, headers: list[tuple[str, str | bytes | None]] | None = None) -> int:
     """Produce (key, value) or (key, value, timestamp ms) records to `topic`, each with `headers`, and wait
-    until every one is acknowledged; returns the count. Raises RuntimeError if any record was not
+    until every one is acknowledged; returns the count. Raises `ProduceFailedError` if any record was not
     delivered."""
     producer = plain_producer(bootstrap_servers)
     failed: list[Any] = []
@@ -108,6 +119,5 @@ def produce_pairs(bootstrap_servers: str, topic: str,
         if n % 10_000 == 0:
             producer.poll(0)
     if producer.flush(timeout) or failed:
-        raise RuntimeError(f"{len(failed)} of {n} records to {topic} failed delivery"
-                           f"{f' ({failed[0]})' if failed else ' (flush timed out)'}")
+        raise ProduceFailedError(topic, n, failed)
     return n

@@ -115,7 +115,7 @@ def produce(topic: str = typer.Argument(..., help="Topic to write to"),
             bootstrap_servers: str = bootstrap_option()) -> None:
     """Write `key<TAB>value` lines from stdin (a line without the separator is a value without a key)."""
     from eos.time import parse_time
-    from transactions import produce_pairs
+    from transactions import ProduceFailedError, produce_pairs
 
     headers: list[tuple[str, str | bytes | None]] = []
     for item in header:
@@ -128,6 +128,7 @@ def produce(topic: str = typer.Argument(..., help="Topic to write to"),
         fail(2, f"topic {topic!r} does not exist: create it first (`eos topics create {topic} --partitions N`, "
                 "or `eos topics create --from-app job.py`)")
     now = int(time.time() * 1000)
+    latest = [now]
 
     def records() -> Iterator[tuple[bytes | None, bytes, int | None]]:
         for number, line in enumerate(sys.stdin, 1):
@@ -143,10 +144,19 @@ def produce(topic: str = typer.Argument(..., help="Topic to write to"),
                     stamp = parse_time(text, now)
                 except ValueError as exc:
                     fail(2, f"line {number}: {exc}")
+                latest[0] = max(latest[0], stamp)
             key, sep, value = line.partition(separator)
             yield (key.encode(), value.encode(), stamp) if sep else (None, line.encode(), stamp)
 
-    n = produce_pairs(bootstrap_servers, topic, records(), headers=headers or None)
+    try:
+        n = produce_pairs(bootstrap_servers, topic, records(), headers=headers or None)
+    except ProduceFailedError as exc:
+        ahead = latest[0] - int(time.time() * 1000)
+        fail(1, str(exc) + (
+            f". The latest timestamp given is {ahead / 3_600_000:,.1f} h ahead of now: a broker refuses records "
+            "further ahead of its clock than the topic's message.timestamp.after.max.ms (1 h by default since "
+            "Kafka 4.0); give times near now (-5m, now) or raise that setting of the topic"
+            if ahead > 3_600_000 else ""))
     console.print(f"{n:,} record(s) written to {topic}")
 
 

@@ -138,6 +138,13 @@ def test_topics_are_created_listed_written_and_deleted_from_the_command_line(kaf
                              input="k\tv\n", env=env, capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2 and "does not exist: create it first" in missing.stderr, missing.stderr
     assert "Traceback" not in missing.stderr
+    ahead = subprocess.run([sys.executable, "-m", "eos.cli", "topics", "produce", "--timestamps", a],  # a day ahead
+                           input=f"now\tk\tv3\n{int(time.time() * 1000) + 86_400_000}\tk\tv4\n", env=env,
+                           capture_output=True, text=True, timeout=120)
+    said = " ".join(ahead.stderr.split())
+    assert ahead.returncode == 1 and "Traceback" not in ahead.stderr, ahead.stderr
+    assert "records to " + a + " were refused" in said and "The latest timestamp given is 24.0 h ahead of now: a " \
+        "broker refuses records further ahead of its clock than the topic's message.timestamp.after.max.ms" in said
 
 
 TABLE_JOB = """
