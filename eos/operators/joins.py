@@ -16,6 +16,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from eos.errors import SerdeError
 from eos.operators.windows import LatePolicy, LateRecordError
 from eos.processor import Processor, ProcessorContext
 from eos.records import Record
@@ -140,12 +141,21 @@ class GlobalTableJoin(Processor):
             self.context.record_dropped("stream record without a value")
             return
         table_key = self.key(record)
-        if table_key is None:
-            current = None
-        elif self.versioned:  # (a versioned global table: its row as of the record's time)
-            current = self.table.get(table_key, as_of=record.timestamp)
-        else:
-            current = self.table.get(table_key)
+        try:
+            if table_key is None:
+                current = None
+            elif self.versioned:  # (a versioned global table: its row as of the record's time)
+                current = self.table.get(table_key, as_of=record.timestamp)
+            else:
+                current = self.table.get(table_key)
+        except SerdeError as exc:
+            try:  # (the key, or else the row, as the error says)
+                self.table.table.key_serde.serialize(table_key)
+            except SerdeError:
+                raise SerdeError(f"the key given for global table {self.table_name!r}, {table_key!r} "
+                                 f"({type(table_key).__name__}), is not one of its keys: {exc}; return a key its key "
+                                 "serde takes") from exc
+            raise
         if current is None and self.how == "inner":
             return
         self.context.forward(record.key, self.joiner(record.value, current))

@@ -102,6 +102,21 @@ def test_global_table_join_reads_the_pinned_copy_with_a_key_selector():
                                                                               False)]
 
 
+def test_a_global_table_key_its_serde_refuses_dead_letters_the_record_saying_which_table_and_key():
+    app = Application("j", "b:1")
+    users = app.global_table("users", value_serde="json", name="users")
+    (app.stream("orders", value_serde="json").join(users, lambda o, u: u, key=lambda k, v: v["user"], name="enrich")
+        .to("enriched", value_serde="json"))
+    with TopologyTestDriver(app) as driver:
+        driver.pipe_many("users", [("u1", {"tier": "gold"})])
+        driver.pipe_many("orders", [("o1", {"user": "u1"}), ("o2", {"user": 5})])
+        assert [r.key for r in driver.records("enriched")] == ["o1"]
+        (letter,) = driver.dead_letters()
+    assert (letter.key, letter.stage) == (b"o2", "process") and letter.error == (
+        "SerdeError: the key given for global table 'users', 5 (int), is not one of its keys: StringSerde expects "
+        "str, got int; return a key its key serde takes")
+
+
 def test_global_copy_is_rebuilt_when_it_is_ahead_of_the_pins():
     copy = GlobalCopy(GlobalTable("t", "t", None, None))  # serdes unused by the copy
     copy.positions, copy.data = {0: 10}, {b"k": b"v"}
