@@ -216,4 +216,8 @@ def serde_for(spec: Serde | str | None, default: Serde | None = None) -> Serde:
     try:
         return _BY_NAME[spec.lower()]()
     except (KeyError, AttributeError):
-        raise ValueError(f"unknown serde {spec!r}; use one of {sorted(_BY_NAME)} or a Serde instance") from None
+        registry = (f"; {spec} in the Schema Registry's wire format is app.{spec.lower()}(schema) (with "
+                    "Application(..., schema_registry_url=...))"
+                    if isinstance(spec, str) and spec.lower() in ("avro", "protobuf", "json_schema") else "")
+        raise ValueError(f"unknown serde {spec!r}; use one of {sorted(_BY_NAME)} or a Serde instance"
+                         f"{registry}") from None

@@ -42,7 +42,8 @@ class GroupedStream:
         self.stream, self.key_serde, self.value_serde = stream, key_serde, value_serde
 
     def __getattr__(self, name: str) -> Any:  # (only for what the class has not)
-        raise no_such_step(GroupedStream, name, {"windowedBy": "it is window(...) here"})
+        raise no_such_step(GroupedStream, name, {"windowedBy": "it is window(...) here", "to": (
+            "a grouped stream is aggregated before it is written: grouped.count().to_stream().to(topic)")})
 
     def window(self, windows: WindowSpec, *, emit: Emit = "update", late_records: LatePolicy = "drop",
                retention: int | timedelta | None = None, windowed_key: str = "json") -> WindowedStream:

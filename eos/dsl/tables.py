@@ -41,7 +41,8 @@ _SUPPRESS = ("a windowed aggregation gives each window's final result once, when
 _TABLE_HINTS = {**{step: f"a table is grouped anew before it is aggregated, as in Kafka Streams: "
                          f"table.group_by(lambda k, v: (group key, value)).{step}(...)"
                    for step in ("count", "aggregate", "reduce", "sum")},
-                "suppress": _SUPPRESS}
+                "suppress": _SUPPRESS,
+                "to": "a table's changes are written with table.to_stream().to(topic), as in Kafka Streams"}
 
 
 class Table:

@@ -324,6 +324,11 @@ _MISTAKES = {
                  AttributeError, r"'Table' object has no attribute 'suppress': .*window\(..., emit=\"final\"\)"),
     "count of a table": (lambda a: a.table("t").count(), AttributeError, r"table.group_by\(lambda k, v: \(group key, "
                          r"value\)\).count"),
+    "to of a table": (lambda a: a.table("t").to("x"), AttributeError, r"table.to_stream\(\).to\(topic\)"),
+    "to of a grouped stream": (lambda a: a.stream("in").group_by_key().to("x"), AttributeError,
+                               r"grouped.count\(\).to_stream\(\).to\(topic\)"),
+    "avro by name": (lambda a: a.stream("in", value_serde="avro"), ValueError,
+                     r"unknown serde 'avro'; .* avro in the Schema Registry's wire format is app.avro\(schema\)"),
     "what no one has": (lambda a: a.table("t").group_by(lambda k, v: (k, v)).frobnicate, AttributeError,
                         r"^'GroupedTable' object has no attribute 'frobnicate'$"),
     # topics: Kafka's names
