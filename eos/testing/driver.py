@@ -39,6 +39,7 @@ from eos.audit.auditor import AuditReport
 from eos.clock import clock_source
 from eos.driver.checks import check_topics, create_internal_topics, create_repartition_topics
 from eos.driver.planner import DEFAULT_TASK_SLOTS, Planner
+from eos.errors import SerdeError
 from eos.hooks import FaultHooks, FaultPoint, HookPoint
 from eos.ledger import LedgerEntry, ledger_topic
 from eos.queries import StoreSnapshot, store_view
@@ -374,8 +375,7 @@ class TopologyTestDriver:
         if serialized:
             key, value = _raw(topic, "key", key), _raw(topic, "value", value)
         else:
-            key = key_serde.serialize(key) if key is not None else None
-            value = value_serde.serialize(value) if value is not None else None
+            key, value = _serialized(topic, "key", key_serde, key), _serialized(topic, "value", value_serde, value)
         self.cluster.append(topic, partition, key, value, _headers(headers),
                             self.now if timestamp is None else int(timestamp))
 
@@ -428,6 +428,19 @@ class TopologyTestDriver:
     def _scan(self, topic: str, until: dict[tuple[str, int], int]) -> list[list[Any]]:
         return [[m for m in self.cluster.records(topic, p) if m.offset() < end]
                 for (_, p), end in sorted(until.items())]
+
+
+def _serialized(topic: str, part: str, serde: Serde, given: Any) -> bytes | None:
+    """A piped record's key or value (`part`) as the step reading `topic` reads it, or a SerdeError that says
+    what was given and what to give."""
+    if given is None:
+        return None
+    try:
+        return serde.serialize(given)
+    except SerdeError as exc:
+        raise SerdeError(f"the {part} piped to {topic!r}, {given!r:.60} ({type(given).__name__}), is not what the "
+                         f"step reading it takes: {exc}; give a {part} its {part} serde takes, or bytes with "
+                         "serialized=True") from exc
 
 
 def _headers(headers: Iterable[tuple[str, bytes]] | Mapping[str, bytes] | None) -> list[tuple[str, bytes]]:

@@ -10,6 +10,7 @@ from datetime import timedelta
 import pytest
 
 from eos import Application, Processor, store
+from eos.errors import SerdeError
 from eos.testing import TopologyTestDriver
 from eos.windows import SessionWindows, TumblingWindows, Windowed
 from transactions import OffsetRange, ProducerFencedError, range_reader
@@ -212,6 +213,11 @@ def test_the_driver_says_what_is_wrong_with_a_topic():
         driver.pipe("customer-totals", "a", {})
     with TopologyTestDriver(shop(), wall_clock_ms=0) as driver, pytest.raises(KeyError, match="no step"):
         driver.pipe("customer-totals", b"a", b"{}", serialized=True)
+    with TopologyTestDriver(shop(), wall_clock_ms=0) as driver, pytest.raises(
+            SerdeError, match=r"the key piped to 'orders', 7 \(int\), is not what the step reading it takes: "
+                              r"StringSerde expects str, got int; give a key its key serde takes, or bytes with "
+                              r"serialized=True"):
+        driver.pipe("orders", 7, {})
     with TopologyTestDriver(shop(), wall_clock_ms=0) as driver:
         for read in (driver.records, driver.read):
             with pytest.raises(KeyError, match=r"'customer-total': the application's topics are \[.*'customer-totals"):
