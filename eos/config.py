@@ -176,7 +176,8 @@ class EosConfig:
         """Checked at start-up rather than construction: the CLI and environment may supply it late."""
         if not self.bootstrap_servers:
             raise ConfigError("bootstrap_servers is empty: give host:port[,host:port] of the Kafka cluster "
-                              "(--bootstrap-servers, or set EOS_BOOTSTRAP_SERVERS)")
+                              "(--bootstrap-servers, or set EOS_BOOTSTRAP_SERVERS; `eval \"$(eos cluster env)\"` "
+                              "for a local cluster)")
 
     def _validate(self) -> None:
         if not _NAME.match(self.application_id or ""):
