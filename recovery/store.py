@@ -58,6 +58,9 @@ class StoreSpec:
         if not _NAME.match(self.name):
             raise ValueError(f"store name {self.name!r} must be 1-100 characters of [A-Za-z0-9._-] "
                              "(it names the changelog topic <application_id>-<store>-changelog)")
+        if not isinstance(self.persistent, bool):  # ("false" would be true)
+            raise TypeError(f"store {self.name!r}: persistent is True (RocksDB) or False (in memory), got "
+                            f"{self.persistent!r}")
         if self.kind == "versioned":
             if self.retention_ms is None or self.retention_ms < 0:
                 raise ValueError(f"versioned store {self.name!r} needs a history retention >= 0 ms")

@@ -15,6 +15,7 @@ when a step is added before it, and its state would start empty under the new na
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -159,6 +160,19 @@ class Stream:
     def _processor(self, kind: str, processor: Callable[[], Any], name: str | None, stores: Iterable[StoreSpec],
                    connect: Iterable[str], *, fixed_key: bool) -> Stream:
         graph, label = self.app.graph, getattr(processor, "__name__", type(processor).__name__)
+        require_functions(kind, processor=processor)
+        if not isinstance(processor, type):
+            try:
+                inspect.signature(processor).bind()
+            except TypeError:
+                raise TypeError(f"{kind} takes a Processor class (or a function of no arguments that makes one), "
+                                f"got {label}{inspect.signature(processor)}: a function of each record is "
+                                "map_values(fn), flat_map(fn) or filter(fn)") from None
+            except ValueError:  # (a callable whose signature Python cannot tell)
+                pass
+        given: object = stores  # (what a caller gives may not be what it says)
+        if isinstance(given, StoreSpec | str) or not isinstance(given, Iterable):
+            raise TypeError(f"{kind}: stores= takes a list of stores, stores=[store(...)], got {stores!r:.80}")
         node = graph.add(ProcessorNode(self.app.node_name(kind, name), (self.node,), processor,
                                        kind=f"Processor API ({label}{', values' if fixed_key else ''})",
                                        may_punctuate=True, fixed_key=fixed_key))

@@ -329,6 +329,13 @@ _MISTAKES = {
                                r"grouped.count\(\).to_stream\(\).to\(topic\)"),
     "avro by name": (lambda a: a.stream("in", value_serde="avro"), ValueError,
                      r"unknown serde 'avro'; .* avro in the Schema Registry's wire format is app.avro\(schema\)"),
+    "persistent as a string": (lambda a: a.stream("in").group_by_key().count(name="c", persistent="false"), TypeError,
+                               r"store 'c-store': persistent is True \(RocksDB\) or False \(in memory\), got 'false'"),
+    "stores not a list": (lambda a: a.stream("in").process(WordCount, name="p", stores=store("s")), TypeError,
+                          r"process: stores= takes a list of stores, stores=\[store\(...\)\]"),
+    "a function for a processor": (lambda a: a.stream("in").process(lambda record: record, name="p"), TypeError,
+                                   r"process takes a Processor class \(or a function of no arguments that makes "
+                                   r"one\), got <lambda>\(record\): a function of each record is map_values"),
     "what no one has": (lambda a: a.table("t").group_by(lambda k, v: (k, v)).frobnicate, AttributeError,
                         r"^'GroupedTable' object has no attribute 'frobnicate'$"),
     # topics: Kafka's names
