@@ -163,13 +163,16 @@ class Stream:
         require_functions(kind, processor=processor)
         if not isinstance(processor, type):
             try:
-                inspect.signature(processor).bind()
+                signature = inspect.signature(processor, follow_wrapped=False)
+            except (TypeError, ValueError):  # (a callable whose signature Python cannot tell)
+                signature = None
+            try:
+                if signature is not None:
+                    signature.bind()
             except TypeError:
                 raise TypeError(f"{kind} takes a Processor class (or a function of no arguments that makes one), "
-                                f"got {label}{inspect.signature(processor)}: a function of each record is "
-                                "map_values(fn), flat_map(fn) or filter(fn)") from None
-            except ValueError:  # (a callable whose signature Python cannot tell)
-                pass
+                                f"got {label}{signature}: a function of each record is map_values(fn), flat_map(fn) "
+                                "or filter(fn)") from None
         given: object = stores  # (what a caller gives may not be what it says)
         if isinstance(given, StoreSpec | str) or not isinstance(given, Iterable):
             raise TypeError(f"{kind}: stores= takes a list of stores, stores=[store(...)], got {stores!r:.80}")

@@ -37,7 +37,7 @@ def require_functions(step: str, *, takes: Mapping[str, Sequence[str]] | None = 
         if arguments is None:
             continue
         try:
-            signature = inspect.signature(fn)
+            signature = inspect.signature(fn, follow_wrapped=False)  # (what is called: a wrapper)
         except (TypeError, ValueError):
             continue
         try:

@@ -4,6 +4,8 @@ repartitioning, and a record's processing atomic across the whole graph."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from eos import Application, Processor, store
@@ -384,6 +386,22 @@ def test_forwarding_without_a_child_or_to_an_unknown_one_is_an_error_not_a_silen
     driver.pipe("in", "k", "elsewhere")
     (letter,) = driver.dead_letters()
     assert "processor 'p' has no child 'elsewhere'; its children: out.sink" in letter.error
+
+
+def test_a_function_is_checked_as_it_is_called_a_wrapper_by_its_own_signature_and_a_builtin_not_at_all():
+    def values_only(fn):  # (a decorator that adapts a function of the value to a predicate)
+        @functools.wraps(fn)
+        def predicate(key, value):
+            return fn(value)
+        return predicate
+
+    app = app_()
+    (app.stream("in", value_serde="string").filter(values_only(lambda v: v != "x"), name="not_x")
+        .filter(max, name="some")  # (max has no signature Python can tell: it is called as it is)
+        .map_values(str.upper, name="up").to("out", value_serde="string"))
+    driver = TopologyTestDriver(app)
+    driver.pipe_many("in", [("k", "a"), ("k", "x"), ("k", "")])
+    assert [r.value for r in driver.records("out")] == ["A", ""] and not driver.dead_letters()
 
 
 def test_a_processor_that_returns_its_output_is_an_error_not_a_silent_loss_and_one_without_super_init_runs():
