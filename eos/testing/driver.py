@@ -370,12 +370,17 @@ class TopologyTestDriver:
     def _append(self, topic: str, key: Any, value: Any, timestamp: int | None,
                 headers: Iterable[tuple[str, bytes]] | Mapping[str, bytes] | None, partition: int | None,
                 serialized: bool = False) -> None:
-        self._known(topic)
+        if topic not in self.cluster.logs:  # (per record: the check inline)
+            self._known(topic)
         key_serde, value_serde = self._input_serdes(topic)  # (which also says when no step reads it)
         if serialized:
             key, value = _raw(topic, "key", key), _raw(topic, "value", value)
         else:
-            key, value = _serialized(topic, "key", key_serde, key), _serialized(topic, "value", value_serde, value)
+            try:
+                key, value = (key_serde.serialize(key) if key is not None else None,
+                              value_serde.serialize(value) if value is not None else None)
+            except SerdeError as exc:
+                raise _unpiped(topic, key_serde, key, value, exc) from exc
         self.cluster.append(topic, partition, key, value, _headers(headers),
                             self.now if timestamp is None else int(timestamp))
 
@@ -430,17 +435,17 @@ class TopologyTestDriver:
                 for (_, p), end in sorted(until.items())]
 
 
-def _serialized(topic: str, part: str, serde: Serde, given: Any) -> bytes | None:
-    """A piped record's key or value (`part`) as the step reading `topic` reads it, or a SerdeError that says
-    what was given and what to give."""
-    if given is None:
-        return None
+def _unpiped(topic: str, key_serde: Serde, key: Any, value: Any, exc: SerdeError) -> SerdeError:
+    """The error of a record piped to `topic` that the reading step's serdes refused (`exc`): which part, what
+    was given, and what to give."""
     try:
-        return serde.serialize(given)
-    except SerdeError as exc:
-        raise SerdeError(f"the {part} piped to {topic!r}, {given!r:.60} ({type(given).__name__}), is not what the "
-                         f"step reading it takes: {exc}; give a {part} its {part} serde takes, or bytes with "
-                         "serialized=True") from exc
+        if key is not None:
+            key_serde.serialize(key)
+        part, given = "value", value
+    except SerdeError:
+        part, given = "key", key
+    return SerdeError(f"the {part} piped to {topic!r}, {given!r:.60} ({type(given).__name__}), is not what the step "
+                      f"reading it takes: {exc}; give a {part} its {part} serde takes, or bytes with serialized=True")
 
 
 def _headers(headers: Iterable[tuple[str, bytes]] | Mapping[str, bytes] | None) -> list[tuple[str, bytes]]:

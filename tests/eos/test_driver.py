@@ -218,6 +218,9 @@ def test_the_driver_says_what_is_wrong_with_a_topic():
                               r"StringSerde expects str, got int; give a key its key serde takes, or bytes with "
                               r"serialized=True"):
         driver.pipe("orders", 7, {})
+    with TopologyTestDriver(shop(), wall_clock_ms=0) as driver, pytest.raises(
+            SerdeError, match=r"the value piped to 'orders', \{1\} \(set\), is not what the step reading it takes"):
+        driver.pipe("orders", "k", {1})
     with TopologyTestDriver(shop(), wall_clock_ms=0) as driver:
         for read in (driver.records, driver.read):
             with pytest.raises(KeyError, match=r"'customer-total': the application's topics are \[.*'customer-totals"):
