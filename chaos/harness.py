@@ -24,11 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from chaos.faults import KINDS, inject
-from chaos.load import LoadGenerator, is_poison
+from chaos.load import LoadGenerator, is_poison, user_load
 from chaos.processes import job_processes
 from chaos.proxy import ProxyGroup, Route
 from chaos.scenario import Scenario, schedule
 from chaos.timeline import Timeline
+from eos.cli.loader import load_application
 from localkafka import LocalCluster
 from localkafka.provision import exit_on_sigterm
 from transactions import KafkaAdmin, TopicSpec
@@ -103,6 +104,22 @@ class JobSupervisor:
                         self.restarts += 1
                         self._spawn()
             time.sleep(0.2)
+
+    def catch_up(self, timeout: float) -> bool:
+        """After `stop`: run the job once more until every step has caught up with its input (as `eos run
+        --until-caught-up`), the drain of a job whose steps read topics other steps write. True if it did."""
+        with open(self.log, "ab") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "chaos.jobs", str(self.config), "--until-caught-up"],
+                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=self.env)
+        self.timeline.record("job", "start", f"driver pid {proc.pid}, until caught up")
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            code = proc.wait(10)
+        self._reap_group(proc.pid)
+        self.timeline.record("job", "exit", f"driver pid {proc.pid}", code=code)
+        return code == 0
 
     def wait_exit(self, timeout: float) -> None:
         proc = self.proc
@@ -194,13 +211,18 @@ def _run_scenario(scenario: Scenario, workdir: str | Path | None, keep_logs: boo
         cluster.up()
         direct = cluster.direct_bootstrap_servers
         run = uuid.uuid4().hex[:6]
-        src, out = f"chaos-in-{run}", f"chaos-out-{run}"
-        KafkaAdmin(direct).create_topics([TopicSpec(src, scenario.partitions), TopicSpec(out, scenario.partitions)])
+        if scenario.own_job:  # the user's job: its own application id and topics, on this fresh cluster
+            own = load_application(scenario.job)
+            app_id, src, out = own.config.application_id, "", ""
+            KafkaAdmin(direct).create_topics(own.topic_specs(scenario.partitions))
+        else:
+            app_id, src, out = f"chaos-{scenario.job}-{run}", f"chaos-in-{run}", f"chaos-out-{run}"
+            KafkaAdmin(direct).create_topics([TopicSpec(src, scenario.partitions),
+                                              TopicSpec(out, scenario.partitions)])
         marks = workdir / "marks"
         shutil.rmtree(marks, ignore_errors=True)
         marks.mkdir()
         uses_marks = any(KINDS[f.kind].in_transaction or f.params.get("in_transaction") for f in scenario.faults)
-        app_id = f"chaos-{scenario.job}-{run}"
         config = {"app_id": app_id, "bootstrap": cluster.bootstrap_servers, "input": src, "output": out,
                   "job": scenario.job, "master": scenario.master, "state_dir": str(scratch / "state" / "{executor}"),
                   "max_records_per_batch": scenario.max_records_per_batch, "standbys": scenario.standbys,
@@ -211,7 +233,7 @@ def _run_scenario(scenario: Scenario, workdir: str | Path | None, keep_logs: boo
         (workdir / "batches.jsonl").write_text("")
         job = JobSupervisor(workdir / "job.json", workdir / "job.log", timeline, scratch / "tmp")
         load = LoadGenerator(direct, src, records=scenario.records, rate=scenario.rate, keys=scenario.keys,
-                             seed=scenario.seed)
+                             seed=scenario.seed, make=user_load(scenario.load) if scenario.own_job else None)
         ctx = Context(scenario, cluster, proxies, job, load, timeline, str(marks))
         job.start()
         load.warm_up(min(500, scenario.records))
@@ -229,7 +251,11 @@ def _run_scenario(scenario: Scenario, workdir: str | Path | None, keep_logs: boo
         timeline.record("faults", "end")
         load.finished.wait(scenario.load_seconds + 300)
         timeline.record("load", "end", produced=load.produced)
-        result.drained = _drain(KafkaAdmin(direct), app_id, src, scenario.drain_timeout)
+        if scenario.own_job:  # (its steps behind repartition topics too: run until every one has caught up)
+            job.stop()
+            result.drained = job.catch_up(scenario.drain_timeout)
+        else:
+            result.drained = _drain(KafkaAdmin(direct), app_id, src, scenario.drain_timeout)
         timeline.record("drain", "end", drained=result.drained)
         job.stop()
         if not result.drained:
@@ -306,8 +332,13 @@ def _drain(admin: KafkaAdmin, group: str, topic: str, timeout: float) -> bool:
 
 def _audit(bootstrap: str, scenario: Scenario, app_id: str, src: str, out: str,
            config: dict[str, Any]) -> list[dict[str, Any]]:
-    from eos.audit import AggregateSpec, audit, audit_windowed
+    from eos.audit import AggregateSpec, audit, audit_application, audit_windowed
 
+    if scenario.own_job:  # `eos audit app`: every step's lineage, every window and join, each once
+        from chaos.jobs import build
+
+        return [r.to_dict() for r in audit_application(build({**config, "marks_dir": None}),
+                                                       bootstrap_servers=bootstrap)]
     if scenario.job == "windowed":  # every closed window's one result against the reference
         from chaos.jobs import build
 

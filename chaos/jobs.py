@@ -6,6 +6,8 @@
   grace), one final result per window (emit="final"), in a window store.
 * broken: the stateless job at-least-once (offsets committed outside the transaction, after the flush).
   It is here to prove the harness catches a real bug: under kills it duplicates output.
+* a job of the user's (`job = "job.py"`): loaded as `eos run` loads it, its settings for the scenario's
+  cluster, state directory, batch size and transaction timeout set over its own.
 
 The runner appends one JSON line per batch to the batch log (time, duration, records, transactions), from
 which the harness computes throughput over time and recovery after faults.
@@ -19,6 +21,7 @@ import sys
 import time
 from typing import Any
 
+from chaos.scenario import BUILT_IN_JOBS
 from eos import Application
 from eos.testing import MarkWhile
 from eos.windows import TumblingWindows
@@ -39,6 +42,8 @@ def add(key: Any, value: dict[str, Any], totals: dict[str, int]) -> dict[str, in
 
 
 def build(cfg: dict[str, Any]) -> Application:
+    if cfg["job"] not in BUILT_IN_JOBS:
+        return _own(cfg)
     app = Application(cfg["app_id"], cfg["bootstrap"], max_records_per_batch=cfg["max_records_per_batch"],
                       trigger_interval=cfg.get("trigger_interval", 0.5),
                       transaction_timeout_ms=cfg["transaction_timeout_ms"],
@@ -55,6 +60,23 @@ def build(cfg: dict[str, Any]) -> Application:
     else:
         app.process(input=cfg["input"], output=cfg["output"], key_serde="string", value_serde="json",
                     name="transform")(transform)
+    return _marked(app, cfg)
+
+
+def _own(cfg: dict[str, Any]) -> Application:
+    """The user's job, set for the scenario's cluster (its own application id, topics and steps kept)."""
+    from eos.cli.loader import load_application
+
+    app = load_application(cfg["job"])
+    app.configure(bootstrap_servers=cfg["bootstrap"], state_dir=cfg["state_dir"],
+                  max_records_per_batch=cfg["max_records_per_batch"],
+                  transaction_timeout_ms=cfg["transaction_timeout_ms"],
+                  batch_timeout=min(30.0, cfg["transaction_timeout_ms"] / 1000 * 0.6),
+                  num_standby_replicas=cfg.get("standbys", 0), log_format="json", log_level="WARNING")
+    return _marked(app, cfg)
+
+
+def _marked(app: Application, cfg: dict[str, Any]) -> Application:
     if cfg.get("marks_dir"):  # an observable produce -> commit window for in-transaction faults
         app.fault_hooks.on("before_commit", MarkWhile(cfg["marks_dir"], seconds=cfg.get("mark_seconds", 0.2)))
     return app
@@ -74,7 +96,7 @@ def main() -> None:
                               "duration_s": report.duration_s, "records_in": report.records_in,
                               "committed": report.committed, "fenced": report.fenced}) + "\n")
 
-    app.run(sc, handle_signals=True, on_batch=on_batch)
+    app.run(sc, handle_signals=True, on_batch=on_batch, until_caught_up="--until-caught-up" in sys.argv)
     sc.stop()
 
 

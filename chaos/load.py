@@ -1,19 +1,54 @@
-"""The load generator: JSON records {"id", "n"} over `keys` keys at a steady rate, on the unproxied
-listener (network faults are between the job and the brokers, not the load). `poison(ratio)` mixes that
-share of malformed records into the stream until it is set back to 0."""
+"""The load generator: JSON records {"id", "n"} over `keys` keys at a steady rate, or the records a user's
+`record(i, rng) -> (topic, key, value)` makes (`user_load`), on the unproxied listener (network faults are
+between the job and the brokers, not the load). `poison(ratio)` mixes that share of malformed records into
+the stream until it is set back to 0."""
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import random
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from transactions import plain_producer
 
-__all__ = ["LoadGenerator", "is_poison"]
+__all__ = ["LoadGenerator", "is_poison", "user_load", "Make"]
 
 POISON = b"\x00poison: not json"
+
+#: the i-th input record: (topic, key, value) as bytes, str (UTF-8), None, or anything else as JSON
+Make = Callable[[int, random.Random], tuple[str, Any, Any]]
+
+
+def user_load(target: str) -> Make:
+    """A user's `record(i, rng)` function from "load.py:record" or "module:record" (loaded as a job is)."""
+    spec, sep, attr = target.rpartition(":")
+    if not sep or not attr:
+        raise ValueError(f"load = {target!r}: give load.py:function or module:function, a function record(i, rng) "
+                         "-> (topic, key, value)")
+    if spec.endswith(".py") or Path(spec).is_file():
+        module_spec = importlib.util.spec_from_file_location(f"chaos_load_{Path(spec).stem}", spec)
+        if module_spec is None or module_spec.loader is None or not Path(spec).is_file():
+            raise ValueError(f"load = {target!r}: no file {spec}")
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(spec)
+    make = getattr(module, attr, None)
+    if not callable(make):
+        raise ValueError(f"load = {target!r}: {spec} has no function {attr!r}")
+    return make
+
+
+def _encoded(part: Any) -> bytes | None:
+    if part is None or isinstance(part, bytes):
+        return part
+    return part.encode() if isinstance(part, str) else json.dumps(part).encode()
 
 
 def is_poison(raw: bytes | None) -> bool:
@@ -21,9 +56,11 @@ def is_poison(raw: bytes | None) -> bool:
 
 
 class LoadGenerator:
-    def __init__(self, bootstrap: str, topic: str, *, records: int, rate: int, keys: int, seed: int) -> None:
+    def __init__(self, bootstrap: str, topic: str, *, records: int, rate: int, keys: int, seed: int,
+                 make: Make | None = None) -> None:
         self.topic, self.records, self.rate, self.keys = topic, records, rate, keys
         self._rng = random.Random(seed)
+        self._make, self._made = make, random.Random(seed)  # (a user's records: their own generator)
         self._poison = 0.0
         self.produced = self.poisoned = self.failed = 0
         self.per_second: dict[int, int] = {}
@@ -66,14 +103,17 @@ class LoadGenerator:
             ahead = (i - first) / rate - (time.monotonic() - t0) if rate else 0
             if ahead > 0:
                 time.sleep(ahead)
+            if self._make is not None:
+                topic, key_of, value_of = self._make(i, self._made)
+                key, value = _encoded(key_of), _encoded(value_of)
+            else:
+                topic, key = self.topic, f"k{i % self.keys}".encode()
+                value = json.dumps({"id": i, "n": i % 97}).encode()
             if self._poison and self._rng.random() < self._poison:
                 value, self.poisoned = POISON, self.poisoned + 1
-            else:
-                value = json.dumps({"id": i, "n": i % 97}).encode()
             while True:
                 try:
-                    self._producer.produce(self.topic, value=value, key=f"k{i % self.keys}".encode(),
-                                           on_delivery=self._delivered)
+                    self._producer.produce(topic, value=value, key=key, on_delivery=self._delivered)
                     break
                 except BufferError:
                     self._producer.poll(0.05)

@@ -3,7 +3,9 @@
 Scenarios are TOML files (the built-in ones are in `chaos/scenarios/`) or `Scenario` objects:
 
     name = "stateful-driver-kill"
-    job = "stateful"            # or "stateless", "windowed"; "broken" = at-least-once, which chaos must catch
+    job = "stateful"            # or "stateless", "windowed"; "broken" = at-least-once, which chaos must catch;
+                                # or a job of your own: "job.py" (or "job.py:app", "module:app"), with
+    # load = "load.py:record"   # record(i, rng) -> (topic, key, value): the i-th input record
     records = 200000            # input records produced by the load generator
     keys = 1000
     rate = 8000                 # input records per second
@@ -39,6 +41,10 @@ class FaultSpec:
     params: dict[str, Any] = field(default_factory=dict)
 
 
+#: the jobs the harness ships (chaos.jobs), each with its own load and audits
+BUILT_IN_JOBS = ("stateless", "stateful", "windowed", "broken")
+
+
 @dataclass(frozen=True)
 class ScheduledFault:
     at: float  # seconds after the load starts
@@ -66,14 +72,25 @@ class Scenario:
     drain_timeout: float = 300.0
     description: str = ""
     faults: tuple[FaultSpec, ...] = ()
+    #: a job of the user's (`job` = "job.py[:app]" or "module:app"): where its input comes from,
+    #: "load.py:record" or "module:record", `record(i, rng) -> (topic, key, value)` for i in range(records)
+    load: str = ""
 
     def __post_init__(self) -> None:
         from chaos.faults import KINDS
 
-        if self.job not in ("stateless", "stateful", "windowed", "broken"):
-            raise ValueError(f"{self.name}: job must be stateless, stateful, windowed or broken, got {self.job!r}")
-        if self.standbys and not (self.job in ("stateful", "windowed") and self.master.startswith("local-cluster")):
-            raise ValueError(f"{self.name}: standbys need a stateful or windowed job on a local-cluster[...] master")
+        if self.own_job:
+            if not self.load:
+                raise ValueError(f"{self.name}: a job of your own ({self.job!r}) needs load = \"load.py:record\": "
+                                 "a function record(i, rng) -> (topic, key, value) that makes its i-th input record")
+        elif self.job not in BUILT_IN_JOBS:
+            raise ValueError(f"{self.name}: job must be stateless, stateful, windowed or broken, or a job of your "
+                             f"own (job.py, job.py:app or module:app), got {self.job!r}")
+        elif self.load:
+            raise ValueError(f"{self.name}: load is for a job of your own; the {self.job} job has its own load")
+        if self.standbys and not ((self.own_job or self.job in ("stateful", "windowed"))
+                                  and self.master.startswith("local-cluster")):
+            raise ValueError(f"{self.name}: standbys need a job with state on a local-cluster[...] master")
         for f in self.faults:
             if f.kind not in KINDS:
                 raise ValueError(f"{self.name}: unknown fault kind {f.kind!r}; kinds: {sorted(KINDS)}")
@@ -81,6 +98,11 @@ class Scenario:
                 raise ValueError(f"{self.name}: fault {f.kind} needs brokers = 3")
             if KINDS[f.kind].cluster_mode and not self.master.startswith("local-cluster"):
                 raise ValueError(f"{self.name}: fault {f.kind} needs a local-cluster[...] master")
+
+    @property
+    def own_job(self) -> bool:
+        """The job is the user's (a file or a module), not one of the built-in ones."""
+        return self.job not in BUILT_IN_JOBS and (self.job.endswith(".py") or ":" in self.job or "." in self.job)
 
     @property
     def load_seconds(self) -> float:
@@ -124,10 +146,16 @@ def _from_dict(data: dict[str, Any]) -> Scenario:
 
 
 def load_scenario(source: str | Path) -> Scenario:
-    """A built-in scenario by name, or a TOML file by path."""
+    """A built-in scenario by name, or a TOML file by path (a job and a load of the user's named by paths are
+    found next to the file)."""
     path = Path(source)
     if path.suffix == ".toml" and path.is_file():
-        return _from_dict(tomllib.loads(path.read_text()))
+        data = tomllib.loads(path.read_text())
+        for key in ("job", "load"):
+            if isinstance(data.get(key), str) and ".py" in data[key]:
+                file, sep, attr = data[key].partition(".py")
+                data[key] = str((path.parent / (file + sep)).resolve()) + attr
+        return _from_dict(data)
     builtins = builtin_scenarios()
     if str(source) in builtins:
         return builtins[str(source)]

@@ -31,7 +31,7 @@ from eos.hooks import FaultHooks
 from eos.serde import serde_for
 from eos.tables import history_retention
 from eos.time import TimestampSpec, timestamp_extractor
-from eos.topology import clocked_topics
+from eos.topology import clocked_topics, table_changelogs
 from recovery import StoreSpec
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from eos.driver.spark import ContextStart
     from eos.queries import StoreSnapshot
     from eos.schema_registry import RegistrySerde
+    from transactions import TopicSpec
 
 __all__ = ["Application", "store"]
 
@@ -96,6 +97,21 @@ class Application(GraphMethods):
         """Override settings (None values are ignored); validated like the constructor's."""
         self.config = self.config.with_overrides(**changes)
         return self
+
+    def topic_specs(self, partitions: int, replication_factor: int | None = None,
+                    settings: dict[str, str] | None = None) -> list[TopicSpec]:
+        """The topics the job reads and writes, internal ones left out (the framework creates those at
+        start-up): every input, output and global table topic, `partitions` each; a table's topic that is also
+        its stores' changelog (`topology_optimization`) compacted (`eos topics create --from-app`)."""
+        from transactions import TopicSpec
+
+        subs = self.subtopologies
+        named = {t for sub in subs.values()
+                 for t in (*sub.inputs, *sub.output_topics, *(g.topic for g in sub.global_tables))}
+        tables = table_changelogs(subs)
+        return [TopicSpec(t, partitions, replication_factor,
+                          {"cleanup.policy": "compact", **(settings or {})} if t in tables else dict(settings or {}))
+                for t in sorted(named - set(self.internal_topics))]
 
     # ------------------------------------------------------------------ Schema Registry serdes
     def avro(self, schema: str | None = None, **options: Any) -> RegistrySerde:

@@ -47,7 +47,11 @@ def create(names: list[str] = typer.Argument(None, help="Topic names"),
     from eos.topology import table_changelogs
     from transactions import KafkaEosError, TopicSpec
 
-    wanted = list(names or [])
+    tables: frozenset[str] = frozenset()  # (a table's topic that is also its stores' changelog: compacted)
+    settings = key_values(config)
+    if compact:
+        settings["cleanup.policy"] = "compact"
+    specs = [TopicSpec(t, partitions, replication_factor, settings) for t in names or []]
     if from_app:
         from eos.cli.loader import load_application
 
@@ -56,20 +60,11 @@ def create(names: list[str] = typer.Argument(None, help="Topic names"),
         except (ValueError, ConfigError) as exc:
             fail(2, str(exc))
         bootstrap_servers = resolve_bootstrap(bootstrap_servers, application.config.bootstrap_servers)
-        named = {t for sub in application.subtopologies.values()
-                 for t in (*sub.inputs, *sub.output_topics, *(g.topic for g in sub.global_tables))}
-        wanted += sorted(named - set(application.internal_topics))  # the framework creates its internal topics
+        specs += application.topic_specs(partitions, replication_factor, settings)
         tables = table_changelogs(application.subtopologies)
-    else:
-        tables = frozenset()
-    if not wanted:
+    if not specs:
         fail(2, "name the topics to create, or give --from-app")
-    settings = key_values(config)
-    if compact:
-        settings["cleanup.policy"] = "compact"
-    # a table's topic that is also its stores' changelog (topology_optimization) must keep every key's last row
-    specs = [TopicSpec(t, partitions, replication_factor,
-                       {"cleanup.policy": "compact", **settings} if t in tables else settings) for t in wanted]
+    wanted = [spec.name for spec in specs]
     admin = _admin(resolve_bootstrap(bootstrap_servers))
     try:
         existing = admin.partition_counts(wanted)

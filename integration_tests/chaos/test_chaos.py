@@ -61,6 +61,78 @@ def test_the_harness_catches_a_job_that_commits_offsets_outside_the_transaction(
     assert result.audits[0]["lineage"]["duplicates"] > 0
 
 
+OWN_JOB = """
+from eos import Application
+from eos.windows import TumblingWindows
+
+# repartition_purge_interval=0: the window audit replays the repartition topic its step reads
+app = Application("chaos-views", trigger_interval=0.5, repartition_purge_interval=0)
+views = app.stream("views", value_serde="json")
+valid = views.filter(lambda k, v: v["page"] != "", name="valid")
+valid.map_values(lambda v: {**v, "seen": True}, name="mark").to("marked")
+(valid.group_by(lambda k, v: v["page"], name="by_page").window(TumblingWindows(1_000, grace=500), emit="final")
+      .count(name="per_page").to_stream().to("page-counts", value_serde="long"))
+"""
+
+OWN_LOAD = """
+PAGES = ["home", "cart", "pay", ""]
+
+
+def record(i, rng):
+    return "views", f"u{i % 50}", {"page": PAGES[i % 4], "i": i}
+"""
+
+OWN_SCENARIO = """
+name = "own-job-kills"
+job = "job.py"
+load = "load.py:record"
+records = 16000
+rate = 2000
+max_records_per_batch = 1500
+seed = 5
+
+[[faults]]
+kind = "driver_kill"
+count = 1
+in_transaction = true
+
+[[faults]]
+kind = "worker_kill"
+count = 1
+"""
+
+
+def test_a_job_of_your_own_killed_inside_a_transaction_passes_its_own_audits(tmp_path):
+    """A user's job file and load function in a scenario file: run under the same faults as the built-in jobs,
+    drained until every step has caught up, judged by `eos audit app` (every step's lineage, its windows)."""
+    for name, text in (("job.py", OWN_JOB), ("load.py", OWN_LOAD), ("scenario.toml", OWN_SCENARIO)):
+        (tmp_path / name).write_text(text)
+    scenario = load_scenario(tmp_path / "scenario.toml")
+    assert scenario.own_job and scenario.job == str(tmp_path / "job.py")
+    result = run_scenario(scenario, tmp_path / "run")
+    assert result.verdict == "PASS", (result.reasons, result.workdir)
+    assert result.faults_injected == 2 and {"driver_kill", "worker_kill"} <= faults_started(result)
+    assert result.drained and result.violations == 0 and result.job["app_id"] == "chaos-views"
+    assert [(a["mode"], a["skipped"]) for a in result.audits] == [("lineage", None), ("window", None)]
+    produced = result.load["produced"] - result.load["failed_deliveries"]
+    assert result.audits[0]["lineage"]["expected"] == produced == 16_000
+    window = result.audits[1]["window"]
+    assert window["input_records"] == 12_000 and window["windows_expected"] > 10
+
+
+def test_a_job_of_your_own_run_at_least_once_fails_its_audit_under_the_same_kill(tmp_path):
+    """The same job at-least-once (offsets committed after the outputs, outside a transaction), killed inside its
+    produce -> commit window: the harness that passes it exactly-once must find its duplicates."""
+    job = OWN_JOB.replace('repartition_purge_interval=0)', 'repartition_purge_interval=0,\n'
+                          '                  processing_guarantee="at_least_once")')
+    scenario = OWN_SCENARIO.replace('[[faults]]\nkind = "worker_kill"\ncount = 1\n', "")
+    for name, text in (("job.py", job), ("load.py", OWN_LOAD), ("scenario.toml", scenario)):
+        (tmp_path / name).write_text(text)
+    result = run_scenario(load_scenario(tmp_path / "scenario.toml"), tmp_path / "run")
+    assert result.faults_injected == 1 and result.verdict == "FAIL", (result.reasons, result.workdir)
+    assert result.audits[0]["lineage"]["duplicates"] > 0
+
+
 @pytest.mark.chaos_full
 @pytest.mark.parametrize("name", sorted(matrix_scenarios()))
 def test_failover_matrix(name, tmp_path, request):

@@ -2,10 +2,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 
 import pytest
 
 from chaos.faults import KINDS
+from chaos.load import _encoded, user_load
 from chaos.matrix import FAULT_SETTINGS, matrix_scenarios
 from chaos.scenario import FaultSpec, Scenario, builtin_scenarios, load_scenario, schedule
 
@@ -41,6 +43,26 @@ def test_invalid_scenarios_are_refused_with_a_reason(tmp_path):
     path.write_text('name = "mine"\njob = "stateful"\nseed = 3\n[[faults]]\nkind = "poison"\ncount = 2\nratio = 0.5\n')
     mine = load_scenario(path)
     assert mine.faults == (FaultSpec("poison", 2, 0.0, {"ratio": 0.5}),) and mine.seed == 3
+
+
+def test_a_job_of_your_own_needs_its_load_and_both_are_found_next_to_the_scenario(tmp_path):
+    with pytest.raises(ValueError, match=r"a job of your own \('job.py'\) needs load = \"load.py:record\""):
+        Scenario("x", job="job.py")
+    with pytest.raises(ValueError, match="job must be stateless, stateful, windowed or broken, or a job of your own"):
+        Scenario("x", job="statefull")
+    with pytest.raises(ValueError, match="load is for a job of your own"):
+        Scenario("x", job="stateful", load="load.py:record")
+    (tmp_path / "load.py").write_text("def record(i, rng):\n    return 'in', f'k{i}', {'i': i, 'r': rng.random()}\n")
+    (tmp_path / "mine.toml").write_text('name = "mine"\njob = "job.py:app"\nload = "load.py:record"\n')
+    mine = load_scenario(tmp_path / "mine.toml")
+    assert mine.own_job and (mine.job, mine.load) == (f"{tmp_path}/job.py:app", f"{tmp_path}/load.py:record")
+    make = user_load(mine.load)
+    assert make(3, random.Random(1)) == make(3, random.Random(1)) and make(3, random.Random(1))[:2] == ("in", "k3")
+    for wrong, says in (("load.py", "give load.py:function"), (f"{tmp_path}/load.py:nope", "has no function 'nope'"),
+                        (f"{tmp_path}/none.py:record", "no file")):
+        with pytest.raises(ValueError, match=says):
+            user_load(wrong)
+    assert [_encoded(p) for p in (None, b"b", "s", {"a": 1})] == [None, b"b", b"s", b'{"a": 1}']
 
 
 def test_matrix_resumes_from_reports_of_the_same_runs_only(tmp_path, monkeypatch):
