@@ -33,9 +33,10 @@ def _print_result(result) -> None:  # type: ignore[no-untyped-def]
                       "-" if r["recovery_s"] is None else str(r["recovery_s"]))
     console.print(table)
     for audit in result.audits:
-        check = audit.get("lineage") or audit.get("aggregate") or {}
-        counts = {k: v for k, v in check.items() if isinstance(v, int)}
-        console.print(f"audit {audit['mode']}: {audit['verdict']} {counts}")
+        check = audit.get("lineage") or audit.get("aggregate") or audit.get("window") or audit.get("join") or {}
+        counts = {k: v for k, v in check.items() if isinstance(v, int) and not isinstance(v, bool)}
+        console.print(f"audit {audit['mode']}: {audit['verdict']} "
+                      + (f"(not checked: {audit['skipped']})" if audit.get("skipped") else str(counts)))
     color = "green" if result.verdict == "PASS" else "red"
     console.print(f"[bold {color}]{result.verdict}[/bold {color}] {'; '.join(result.reasons)} — "
                   f"{result.faults_injected} fault(s), {result.job.get('restarts', 0)} job restart(s), "
@@ -50,10 +51,17 @@ def run(scenario: str = typer.Argument(..., help="Built-in scenario name or path
         out: Path = typer.Option(None, help="Directory for the report (default reports/chaos/<name>-seed<seed>)"),
         ) -> None:
     """Run one scenario; exit code 1 if the auditor finds a violation."""
-    from chaos.harness import run_scenario
+    from chaos.harness import own_job, run_scenario
     from chaos.scenario import load_scenario
+    from eos.errors import ConfigError
 
-    s = load_scenario(scenario).with_overrides(seed=seed, records=records, rate=rate)
+    try:
+        s = load_scenario(scenario).with_overrides(seed=seed, records=records, rate=rate)
+        if s.own_job:
+            own_job(s)  # (the job and its load, loaded before a cluster starts: one line if either is wrong)
+    except (ValueError, ConfigError, TypeError) as exc:
+        Console(stderr=True).print(f"[red]error[/red]: {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
     result = run_scenario(s, out or Path("reports/chaos") / f"{s.name}-seed{s.seed}")
     _print_result(result)
     raise typer.Exit(0 if result.verdict == "PASS" else 1)

@@ -24,11 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from chaos.faults import KINDS, inject
-from chaos.load import LoadGenerator, is_poison, user_load
+from chaos.load import LoadGenerator, Make, is_poison, user_load
 from chaos.processes import job_processes
 from chaos.proxy import ProxyGroup, Route
 from chaos.scenario import Scenario, schedule
 from chaos.timeline import Timeline
+from eos import Application
 from eos.cli.loader import load_application
 from localkafka import LocalCluster
 from localkafka.provision import exit_on_sigterm
@@ -192,9 +193,16 @@ def run_scenario(scenario: Scenario, workdir: str | Path | None = None, *, keep_
         return _run_scenario(scenario, workdir, keep_logs)
 
 
+def own_job(scenario: Scenario) -> tuple[Application, Make]:
+    """A scenario's job and load of the user's, loaded: a ValueError (or ConfigError) says what is wrong with
+    either before anything starts."""
+    return load_application(scenario.job), user_load(scenario.load)
+
+
 def _run_scenario(scenario: Scenario, workdir: str | Path | None, keep_logs: bool) -> ChaosResult:
     from chaos.report import finish_result
 
+    own, make = own_job(scenario) if scenario.own_job else (None, None)
     started = time.time()
     workdir = Path(workdir or tempfile.mkdtemp(prefix=f"chaos-{scenario.name}-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -211,8 +219,7 @@ def _run_scenario(scenario: Scenario, workdir: str | Path | None, keep_logs: boo
         cluster.up()
         direct = cluster.direct_bootstrap_servers
         run = uuid.uuid4().hex[:6]
-        if scenario.own_job:  # the user's job: its own application id and topics, on this fresh cluster
-            own = load_application(scenario.job)
+        if own is not None:  # the user's job: its own application id and topics, on this fresh cluster
             app_id, src, out = own.config.application_id, "", ""
             KafkaAdmin(direct).create_topics(own.topic_specs(scenario.partitions))
         else:
@@ -233,7 +240,7 @@ def _run_scenario(scenario: Scenario, workdir: str | Path | None, keep_logs: boo
         (workdir / "batches.jsonl").write_text("")
         job = JobSupervisor(workdir / "job.json", workdir / "job.log", timeline, scratch / "tmp")
         load = LoadGenerator(direct, src, records=scenario.records, rate=scenario.rate, keys=scenario.keys,
-                             seed=scenario.seed, make=user_load(scenario.load) if scenario.own_job else None)
+                             seed=scenario.seed, make=make)
         ctx = Context(scenario, cluster, proxies, job, load, timeline, str(marks))
         job.start()
         load.warm_up(min(500, scenario.records))

@@ -122,7 +122,7 @@ def test_a_job_of_your_own_killed_inside_a_transaction_passes_its_own_audits(tmp
 
 def test_a_job_of_your_own_run_at_least_once_fails_its_audit_under_the_same_kill(tmp_path):
     """The same job at-least-once (offsets committed after the outputs, outside a transaction), killed inside its
-    produce -> commit window: the harness that passes it exactly-once must find its duplicates."""
+    produce -> commit window: the harness that passes it exactly-once must find what it wrote twice."""
     job = OWN_JOB.replace('repartition_purge_interval=0)', 'repartition_purge_interval=0,\n'
                           '                  processing_guarantee="at_least_once")')
     scenario = OWN_SCENARIO.replace('[[faults]]\nkind = "worker_kill"\ncount = 1\n', "")
@@ -130,7 +130,11 @@ def test_a_job_of_your_own_run_at_least_once_fails_its_audit_under_the_same_kill
         (tmp_path / name).write_text(text)
     result = run_scenario(load_scenario(tmp_path / "scenario.toml"), tmp_path / "run")
     assert result.faults_injected == 1 and result.verdict == "FAIL", (result.reasons, result.workdir)
-    assert result.audits[0]["lineage"]["duplicates"] > 0
+    # what was written twice: outputs, or a batch's input committed again (its ledger entries overlap), or a
+    # window's final result
+    lineage = result.audits[0]["lineage"]
+    assert result.audits[0]["verdict"] == "FAIL" and result.violations > 0
+    assert lineage["duplicates"] + lineage["overlapping_batches"] + lineage["derived_duplicates"] > 0, lineage
 
 
 @pytest.mark.chaos_full

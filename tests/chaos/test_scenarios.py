@@ -5,7 +5,9 @@ import json
 import random
 
 import pytest
+from typer.testing import CliRunner
 
+from chaos import cli as chaos_cli
 from chaos.faults import KINDS
 from chaos.load import _encoded, user_load
 from chaos.matrix import FAULT_SETTINGS, matrix_scenarios
@@ -63,6 +65,21 @@ def test_a_job_of_your_own_needs_its_load_and_both_are_found_next_to_the_scenari
         with pytest.raises(ValueError, match=says):
             user_load(wrong)
     assert [_encoded(p) for p in (None, b"b", "s", {"a": 1})] == [None, b"b", b"s", b'{"a": 1}']
+
+
+def test_eos_chaos_run_refuses_a_job_or_load_of_your_own_that_cannot_load_in_one_line(tmp_path):
+    (tmp_path / "job.py").write_text("from eos import Application\napp = Application('j', bootstrap_servers='x:1')\n"
+                                     "app.stream('in').filter(lambda v: v).to('out')\n")
+    (tmp_path / "load.py").write_text("def record(i, rng):\n    return 'in', None, str(i)\n")
+    (tmp_path / "s.toml").write_text('name = "s"\njob = "job.py"\nload = "load.py:record"\n')
+    said = CliRunner().invoke(chaos_cli.app, ["run", str(tmp_path / "s.toml")])
+    assert said.exit_code == 2 and "job.py, line 3: TypeError: filter: predicate is called as predicate(key, " \
+        "value)" in " ".join(said.output.split()), said.output
+    (tmp_path / "job.py").write_text("from eos import Application\napp = Application('j', bootstrap_servers='x:1')\n"
+                                     "app.stream('in').to('out')\n")
+    (tmp_path / "s.toml").write_text('name = "s"\njob = "job.py"\nload = "load.py:recrd"\n')
+    said = CliRunner().invoke(chaos_cli.app, ["run", str(tmp_path / "s.toml")])
+    assert said.exit_code == 2 and "load.py has no function 'recrd'" in " ".join(said.output.split()), said.output
 
 
 def test_matrix_resumes_from_reports_of_the_same_runs_only(tmp_path, monkeypatch):
