@@ -258,13 +258,13 @@ def _run_scenario(scenario: Scenario, workdir: str | Path | None, keep_logs: boo
         timeline.record("faults", "end")
         load.finished.wait(scenario.load_seconds + 300)
         timeline.record("load", "end", produced=load.produced)
-        if scenario.own_job:  # (its steps behind repartition topics too: run until every one has caught up)
+        if own is not None:  # (its steps behind repartition topics too: run until every one has caught up)
             job.stop()
             result.drained = job.catch_up(scenario.drain_timeout)
         else:
             result.drained = _drain(KafkaAdmin(direct), app_id, src, scenario.drain_timeout)
+            job.stop()
         timeline.record("drain", "end", drained=result.drained)
-        job.stop()
         if not result.drained:
             result.reasons.append(f"the job did not catch up within {scenario.drain_timeout:.0f}s after the faults")
         result.audits = _audit(direct, scenario, app_id, src, out, config)

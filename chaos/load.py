@@ -5,16 +5,14 @@ the stream until it is set back to 0."""
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
 import random
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
+from eos.cli.loader import load_module
 from transactions import plain_producer
 
 __all__ = ["LoadGenerator", "is_poison", "user_load", "Make"]
@@ -31,14 +29,10 @@ def user_load(target: str) -> Make:
     if not sep or not attr:
         raise ValueError(f"load = {target!r}: give load.py:function or module:function, a function record(i, rng) "
                          "-> (topic, key, value)")
-    if spec.endswith(".py") or Path(spec).is_file():
-        module_spec = importlib.util.spec_from_file_location(f"chaos_load_{Path(spec).stem}", spec)
-        if module_spec is None or module_spec.loader is None or not Path(spec).is_file():
-            raise ValueError(f"load = {target!r}: no file {spec}")
-        module = importlib.util.module_from_spec(module_spec)
-        module_spec.loader.exec_module(module)
-    else:
-        module = importlib.import_module(spec)
+    try:
+        module = load_module(spec)
+    except ValueError as exc:
+        raise ValueError(f"load = {target!r}: {exc}") from None
     make = getattr(module, attr, None)
     if not callable(make):
         raise ValueError(f"load = {target!r}: {spec} has no function {attr!r}")

@@ -24,6 +24,7 @@ The same seed gives the same schedule (fault times and targets).
 from __future__ import annotations
 
 import random
+import re
 import tomllib
 from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
@@ -152,9 +153,9 @@ def load_scenario(source: str | Path) -> Scenario:
     if path.suffix == ".toml" and path.is_file():
         data = tomllib.loads(path.read_text())
         for key in ("job", "load"):
-            if isinstance(data.get(key), str) and ".py" in data[key]:
-                file, sep, attr = data[key].partition(".py")
-                data[key] = str((path.parent / (file + sep)).resolve()) + attr
+            named = re.fullmatch(r"(.+\.py)(:\w+)?", data.get(key) or "") if isinstance(data.get(key), str) else None
+            if named:
+                data[key] = str((path.parent / named[1]).resolve()) + (named[2] or "")
         return _from_dict(data)
     builtins = builtin_scenarios()
     if str(source) in builtins:

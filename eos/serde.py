@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
 from eos.errors import SerdeError
 
-__all__ = ["Serde", "SerdeError", "BytesSerde", "StringSerde", "JsonSerde", "IntegerSerde", "LongSerde",
+__all__ = ["Serde", "SerdeError", "refused_part", "BytesSerde", "StringSerde", "JsonSerde", "IntegerSerde", "LongSerde",
            "DoubleSerde", "serde_for"]
 
 
@@ -205,6 +206,17 @@ class DoubleSerde(_StructSerde):
 _BY_NAME: dict[str, type[Serde]] = {"bytes": BytesSerde, "string": StringSerde, "str": StringSerde,
                                     "json": JsonSerde, "int": IntegerSerde, "long": LongSerde,
                                     "double": DoubleSerde}
+
+
+def refused_part(serialize_key: Callable[[Any], Any], key: Any) -> str:
+    """Which part of a record its serdes refused, "key" or "value": the key is asked of its serializer again
+    (for an error that says what to change)."""
+    try:
+        if key is not None:
+            serialize_key(key)
+    except SerdeError:
+        return "key"
+    return "value"
 
 
 def serde_for(spec: Serde | str | None, default: Serde | None = None) -> Serde:

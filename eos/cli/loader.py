@@ -14,20 +14,25 @@ from types import ModuleType
 
 from eos.app import Application, loading_job
 
-__all__ = ["load_application"]
+__all__ = ["load_application", "load_module"]
+
+
+def load_module(spec: str) -> ModuleType:
+    """A job's module (or a module beside it, as a chaos scenario's load): `path/to/file.py` or
+    `package.module`; a failure is a ValueError of one line."""
+    if spec.endswith(".py") or Path(spec).is_file():
+        return _load_file(Path(spec))
+    try:
+        with loading_job(spec):
+            return importlib.import_module(spec)
+    except ImportError as exc:
+        raise ValueError(f"cannot import {spec!r} ({exc}); give module:attr or path/to/job.py[:attr]") from None
 
 
 def load_application(target: str) -> Application:
     spec, _, attr = target.partition(":")
     attr = attr or "app"
-    if spec.endswith(".py") or Path(spec).is_file():
-        module = _load_file(Path(spec))
-    else:
-        try:
-            with loading_job(spec):
-                module = importlib.import_module(spec)
-        except ImportError as exc:
-            raise ValueError(f"cannot import {spec!r} ({exc}); give module:attr or path/to/job.py[:attr]") from None
+    module = load_module(spec)
     if not hasattr(module, attr):
         apps = [name for name, value in vars(module).items() if isinstance(value, Application)]
         raise ValueError(f"{target}: {spec} defines no {attr!r}; " + (

@@ -15,7 +15,6 @@ when a step is added before it, and its state would start empty under the new na
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -160,19 +159,11 @@ class Stream:
     def _processor(self, kind: str, processor: Callable[[], Any], name: str | None, stores: Iterable[StoreSpec],
                    connect: Iterable[str], *, fixed_key: bool) -> Stream:
         graph, label = self.app.graph, getattr(processor, "__name__", type(processor).__name__)
-        require_functions(kind, processor=processor)
-        if not isinstance(processor, type):
-            try:
-                signature = inspect.signature(processor, follow_wrapped=False)
-            except (TypeError, ValueError):  # (a callable whose signature Python cannot tell)
-                signature = None
-            try:
-                if signature is not None:
-                    signature.bind()
-            except TypeError:
-                raise TypeError(f"{kind} takes a Processor class (or a function of no arguments that makes one), "
-                                f"got {label}{signature}: a function of each record is map_values(fn), flat_map(fn) "
-                                "or filter(fn)") from None
+        try:  # (a class is checked by the graph, which calls it with no arguments too)
+            require_functions(kind, processor=processor, takes={} if isinstance(processor, type) else {"processor": ()})
+        except TypeError as exc:
+            raise TypeError(f"{exc}. {kind} takes a Processor class (or a function of no arguments that makes one); "
+                            "a function of each record is map_values(fn), flat_map(fn) or filter(fn)") from None
         given: object = stores  # (what a caller gives may not be what it says)
         if isinstance(given, StoreSpec | str) or not isinstance(given, Iterable):
             raise TypeError(f"{kind}: stores= takes a list of stores, stores=[store(...)], got {stores!r:.80}")

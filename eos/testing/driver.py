@@ -43,7 +43,7 @@ from eos.errors import SerdeError
 from eos.hooks import FaultHooks, FaultPoint, HookPoint
 from eos.ledger import LedgerEntry, ledger_topic
 from eos.queries import StoreSnapshot, store_view
-from eos.serde import Serde
+from eos.serde import Serde, refused_part
 from eos.streamtime import is_marker
 from eos.testing.clients import MemoryWorker
 from eos.testing.crashes import ExactlyOnceReport, check_exactly_once
@@ -438,12 +438,8 @@ class TopologyTestDriver:
 def _unpiped(topic: str, key_serde: Serde, key: Any, value: Any, exc: SerdeError) -> SerdeError:
     """The error of a record piped to `topic` that the reading step's serdes refused (`exc`): which part, what
     was given, and what to give."""
-    try:
-        if key is not None:
-            key_serde.serialize(key)
-        part, given = "value", value
-    except SerdeError:
-        part, given = "key", key
+    part = refused_part(key_serde.serialize, key)
+    given = key if part == "key" else value
     return SerdeError(f"the {part} piped to {topic!r}, {given!r:.60} ({type(given).__name__}), is not what the step "
                       f"reading it takes: {exc}; give a {part} its {part} serde takes, or bytes with serialized=True")
 

@@ -25,7 +25,7 @@ from eos.errors import OutputSerializationError, SerdeError
 from eos.origin import DERIVED_HEADER, ORIGIN_FORMAT, ORIGIN_HEADER, lineage_source, origin_prefix, output_indices
 from eos.processor import Cancellable, Kept, ProcessorContext, PunctuationType, RecordMetadata
 from eos.records import Output
-from eos.serde import Serde
+from eos.serde import Serde, refused_part
 from eos.streamtime import MARKER_HEADER, MARKER_KEY, STAMP_HEADER, encode_stamp
 from eos.tracing import TRACEPARENT, child_traceparent
 from eos.worker.topic_rules import OutputRejectedError, TopicRule
@@ -414,11 +414,7 @@ class HeldMessage(MemoryMessage):
 def _unserializable(target: str, key: Any, key_of: Callable[[Any], Any], exc: SerdeError) -> OutputSerializationError:
     """An output to topic `target` that its serdes refused (`exc`), saying whether its key or its value, of which
     type, and what to change."""
-    try:
-        key_of(key)
-        part = "value"
-    except SerdeError:
-        part = "key"
+    part = refused_part(key_of, key)
     return OutputSerializationError(
         f"the {part} of an output to topic {target} cannot be serialized: {exc}; give the step that writes "
         f"{target} a {part}_serde that takes it (or return a {part} its serde takes)")

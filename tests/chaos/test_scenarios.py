@@ -61,7 +61,7 @@ def test_a_job_of_your_own_needs_its_load_and_both_are_found_next_to_the_scenari
     make = user_load(mine.load)
     assert make(3, random.Random(1)) == make(3, random.Random(1)) and make(3, random.Random(1))[:2] == ("in", "k3")
     for wrong, says in (("load.py", "give load.py:function"), (f"{tmp_path}/load.py:nope", "has no function 'nope'"),
-                        (f"{tmp_path}/none.py:record", "no file")):
+                        (f"{tmp_path}/none.py:record", "none.py does not exist")):
         with pytest.raises(ValueError, match=says):
             user_load(wrong)
     assert [_encoded(p) for p in (None, b"b", "s", {"a": 1})] == [None, b"b", b"s", b'{"a": 1}']

@@ -336,8 +336,9 @@ _MISTAKES = {
     "stores not a list": (lambda a: a.stream("in").process(WordCount, name="p", stores=store("s")), TypeError,
                           r"process: stores= takes a list of stores, stores=\[store\(...\)\]"),
     "a function for a processor": (lambda a: a.stream("in").process(lambda record: record, name="p"), TypeError,
-                                   r"process takes a Processor class \(or a function of no arguments that makes "
-                                   r"one\), got <lambda>\(record\): a function of each record is map_values"),
+                                   r"process: processor is called as processor\(\), which <lambda>\(record\) "
+                                   r"cannot take .*\. process takes a Processor class \(or a function of no "
+                                   r"arguments that makes one\); a function of each record is map_values"),
     "what no one has": (lambda a: a.table("t").group_by(lambda k, v: (k, v)).frobnicate, AttributeError,
                         r"^'GroupedTable' object has no attribute 'frobnicate'$"),
     # topics: Kafka's names
