@@ -5,10 +5,14 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from chaos.scenario import Scenario
 
 app = typer.Typer(no_args_is_help=True, help="Chaos and failover tests: faults under load, judged by the auditor.")
 console = Console(width=None if sys.stdout.isatty() else 160)  # logs and pipes get whole table rows
@@ -43,6 +47,23 @@ def _print_result(result) -> None:  # type: ignore[no-untyped-def]
                   f"{result.duration_s}s; report in {result.workdir}")
 
 
+def _scenario_or_exit(source: str, **overrides: Any) -> Scenario:
+    """A scenario, its job and load of the user's loaded before any cluster starts: one line and exit status 2
+    if any of them is wrong."""
+    from chaos.harness import own_job
+    from chaos.scenario import load_scenario
+    from eos.errors import ConfigError
+
+    try:
+        s = load_scenario(source).with_overrides(**overrides)
+        if s.own_job:
+            own_job(s)
+    except (ValueError, ConfigError, TypeError) as exc:
+        Console(stderr=True).print(f"[red]error[/red]: {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    return s
+
+
 @app.command()
 def run(scenario: str = typer.Argument(..., help="Built-in scenario name or path to a .toml file"),
         seed: int = typer.Option(None, help="Override the scenario's seed"),
@@ -51,41 +72,46 @@ def run(scenario: str = typer.Argument(..., help="Built-in scenario name or path
         out: Path = typer.Option(None, help="Directory for the report (default reports/chaos/<name>-seed<seed>)"),
         ) -> None:
     """Run one scenario; exit code 1 if the auditor finds a violation."""
-    from chaos.harness import own_job, run_scenario
-    from chaos.scenario import load_scenario
-    from eos.errors import ConfigError
+    from chaos.harness import run_scenario
 
-    try:
-        s = load_scenario(scenario).with_overrides(seed=seed, records=records, rate=rate)
-        if s.own_job:
-            own_job(s)  # (the job and its load, loaded before a cluster starts: one line if either is wrong)
-    except (ValueError, ConfigError, TypeError) as exc:
-        Console(stderr=True).print(f"[red]error[/red]: {exc}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
+    s = _scenario_or_exit(scenario, seed=seed, records=records, rate=rate)
     result = run_scenario(s, out or Path("reports/chaos") / f"{s.name}-seed{s.seed}")
     _print_result(result)
     raise typer.Exit(0 if result.verdict == "PASS" else 1)
 
 
 @app.command()
-def matrix(repeats: int = typer.Option(5, help="Runs per scenario (seeds 1..repeats)"),
-           records: int = typer.Option(200_000, help="Input records per run"),
-           rate: int = typer.Option(5000, help="Input records per second"),
+def matrix(repeats: int = typer.Option(5, help="Runs per scenario (seeds from the scenario's, or 1)"),
+           scenario: str = typer.Option(None, help="A scenario (.toml or built-in name) whose job to put under "
+                                                   "every fault kind: a job of your own, with its load"),
+           records: int = typer.Option(None, help="Input records per run (200,000, or the scenario's)"),
+           rate: int = typer.Option(None, help="Input records per second (5,000, or the scenario's)"),
            only: str = typer.Option(None, help="Run only scenarios whose name contains this"),
-           out: Path = typer.Option(Path("reports/chaos/matrix"), help="Report directory"),
+           out: Path = typer.Option(None, help="Report directory (reports/chaos/matrix, or "
+                                               "reports/chaos/matrix-<scenario>)"),
            fresh: bool = typer.Option(False, help="Run again even the runs whose reports are already in --out"),
            ) -> None:
-    """Every fault kind x {stateless, stateful, windowed}, repeated; prints the table and writes matrix.json."""
-    from chaos.matrix import matrix_scenarios, run_matrix
+    """Every fault kind x {stateless, stateful, windowed}, or x the job of --scenario, repeated; prints the
+    table and writes matrix.json."""
+    from chaos.matrix import FAULT_SETTINGS, matrix_scenarios, run_matrix
 
-    scenarios = [s for name, s in matrix_scenarios(records, rate).items() if not only or only in name]
+    base = _scenario_or_exit(scenario, records=records, rate=rate) if scenario else None
+    scenarios = [s for name, s in matrix_scenarios(records, rate, base).items() if not only or only in name]
+    if not scenarios:
+        Console(stderr=True).print(f"[red]error[/red]: no scenario of the matrix has {only!r} in its name; "
+                                   f"fault kinds: {', '.join(FAULT_SETTINGS)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
+    if base is not None and base.faults:
+        console.print(f"{base.name}: its own faults are replaced by each fault kind in turn", highlight=False)
+    out = out or Path("reports/chaos") / ("matrix" if base is None else f"matrix-{base.name}")
+    seed = base.seed if base is not None else 1
 
     def progress(s, result, seconds) -> None:  # type: ignore[no-untyped-def]
         console.print(f"{time.strftime('%H:%M:%S')} {s.name} seed {s.seed}: {result.verdict} "
                       f"({result.violations} violations, {result.faults_injected} faults, {seconds:.0f}s)"
                       + (f" {result.reasons}" if result.reasons else ""), soft_wrap=True)
 
-    rows = run_matrix(scenarios, repeats, out, resume=not fresh, on_result=progress)
+    rows = run_matrix(scenarios, repeats, out, seed=seed, resume=not fresh, on_result=progress)
     table = Table("scenario", "runs", "passed", "records/run", "faults", "violations", "median recovery s",
                   "driver crashes")
     for r in rows:

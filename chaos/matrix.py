@@ -1,5 +1,6 @@
 """The failover matrix: every fault kind x {stateless, stateful, windowed} job, each a built-in scenario named
-`matrix-<job>-<fault>`, and a runner that repeats each with consecutive seeds and tabulates the results."""
+`matrix-<job>-<fault>` (or every fault kind x a scenario's job, a job of the user's too), and a runner that
+repeats each with consecutive seeds and tabulates the results."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import signal
 import statistics
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,19 +39,40 @@ FAULT_SETTINGS: dict[str, tuple[dict[str, Any], int, float, dict[str, Any]]] = {
 }
 
 
-def matrix_scenarios(records: int = 200_000, rate: int = 5000) -> dict[str, Scenario]:
+def matrix_scenarios(records: int | None = None, rate: int | None = None,
+                     base: Scenario | None = None) -> dict[str, Scenario]:
+    """Every fault kind against each built-in job (`matrix-<job>-<fault>`, 200k records at 5,000/s unless
+    given), or, with `base`, against that scenario's job: a job of the user's with its load, or a built-in one
+    with the scenario's settings (`matrix-<name>-<fault>`; its own faults replaced by each kind in turn, its
+    records and rate kept unless given). A fault kind's own settings go on top: a local-cluster master for
+    executor faults (with a standby for a job with state), three brokers for broker faults, at most 3,000
+    records/s for the faults that stop a process for long."""
+    bases = [base] if base is not None else [Scenario(name=job, job=job) for job in ("stateless", "stateful",
+                                                                                    "windowed")]
+    default_records, default_rate = (base.records, base.rate) if base is not None else (200_000, 5000)
+    records, rate = records or default_records, rate or default_rate
     out = {}
-    for job in ("stateless", "stateful", "windowed"):
+    for job in bases:
+        stateful = _has_state(job)
         for kind, (settings, count, duration, params) in FAULT_SETTINGS.items():
-            name = f"matrix-{job}-{kind}"
-            base = {"rate": rate, **settings}
-            if job != "stateless" and str(base.get("master", "")).startswith("local-cluster"):
-                base["standbys"] = 1  # executor faults on a job with state fail over to the standby
-            out[name] = Scenario(name=name, job=job, records=records, seed=1,
-                                 description=f"{job} job, {count} x {kind}",
-                                 faults=(FaultSpec(kind, count, duration, dict(params)),),
-                                 **base)
+            name = f"matrix-{job.name}-{kind}"
+            changes: dict[str, Any] = {**settings, "records": records, "rate": min(rate, settings.get("rate", rate))}
+            if stateful and str(changes.get("master", "")).startswith("local-cluster"):
+                changes["standbys"] = 1  # executor faults on a job with state fail over to the standby
+            described = f"{Path(job.job).name if job.own_job else job.job} job, {count} x {kind}"
+            out[name] = replace(job, name=name, description=described,
+                                faults=(FaultSpec(kind, count, duration, dict(params)),), **changes)
     return out
+
+
+def _has_state(scenario: Scenario) -> bool:
+    """The scenario's job keeps state stores (a job of the user's is loaded to find out)."""
+    if not scenario.own_job:
+        return scenario.job in ("stateful", "windowed")
+    from chaos.harness import own_job
+
+    app, _ = own_job(scenario)
+    return any(sub.stores for sub in app.subtopologies.values())
 
 
 # Exit codes of a driver that was stopped (0: stopped or a SIGTERM it handled) or killed by a fault (SIGKILL,

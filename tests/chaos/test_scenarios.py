@@ -145,3 +145,70 @@ def test_a_scenario_that_stops_says_why_in_its_report(tmp_path, monkeypatch):
     assert report["verdict"] == "FAIL"
     assert report["reasons"][0] == "the scenario stopped: ClusterError: broker 3 exited while starting (status 1); " \
                                    "the end of broker-3.log:"
+
+
+def _own_files(tmp_path, job: str) -> None:
+    (tmp_path / "job.py").write_text(job)
+    (tmp_path / "load.py").write_text("def record(i, rng):\n    return 'in', f'k{i % 7}', {'i': i}\n")
+    (tmp_path / "s.toml").write_text('name = "mine"\njob = "job.py"\nload = "load.py:record"\nrecords = 9000\n'
+                                      'rate = 4000\nseed = 4\nmax_records_per_batch = 700\n'
+                                      '[[faults]]\nkind = "driver_kill"\n')
+
+
+COUNTING_JOB = ("from eos import Application\napp = Application('mine', bootstrap_servers='x:1')\n"
+                "app.stream('in', value_serde='json').group_by_key().count(name='n').to_stream().to('out')\n")
+
+
+def test_a_matrix_of_your_own_job_puts_it_under_every_fault_kind_with_its_own_settings(tmp_path):
+    _own_files(tmp_path, COUNTING_JOB)
+    base = load_scenario(tmp_path / "s.toml")
+    matrix = matrix_scenarios(base=base)
+    assert set(matrix) == {f"matrix-mine-{kind}" for kind in KINDS}
+    for kind, s in matrix.items():
+        assert (s.job, s.load, s.seed, s.max_records_per_batch) == (base.job, base.load, 4, 700)
+        assert s.records == 9000 and [f.kind for f in s.faults] == [kind.removeprefix("matrix-mine-")]
+    # a fault kind's settings on top of the scenario's: a cluster for executor faults, with a standby (the job
+    # counts), three brokers for broker faults, at most 3,000 records/s while a process stops for long
+    kill, executor, pause = (matrix[f"matrix-mine-{k}"] for k in ("driver_kill", "executor_kill", "executor_pause"))
+    assert (kill.master, kill.standbys, kill.brokers, kill.rate) == ("local[2,4]", 0, 1, 4000)
+    assert executor.master.startswith("local-cluster") and executor.standbys == 1 and executor.rate == 4000
+    assert pause.rate == 3000 and matrix["matrix-mine-broker_pause"].brokers == 3
+    assert matrix["matrix-mine-poison"].description == "job.py job, 2 x poison"
+    slower = matrix_scenarios(records=500, rate=1000, base=base)["matrix-mine-executor_pause"]
+    assert (slower.records, slower.rate) == (500, 1000)
+    # a job without stores gets no standby (and the built-in matrix is as it was)
+    _own_files(tmp_path, COUNTING_JOB.replace(".group_by_key().count(name='n').to_stream()", ""))
+    assert matrix_scenarios(base=load_scenario(tmp_path / "s.toml"))["matrix-mine-executor_kill"].standbys == 0
+    builtin = matrix_scenarios()
+    assert len(builtin) == 3 * len(KINDS) and builtin["matrix-windowed-executor_kill"].standbys == 1
+    assert (builtin["matrix-stateless-zombie"].rate, builtin["matrix-stateless-zombie"].records) == (3000, 200_000)
+
+
+def test_eos_chaos_matrix_runs_your_own_job_from_its_scenario_and_refuses_what_cannot_run(tmp_path, monkeypatch):
+    import chaos.harness
+    from chaos.harness import ChaosResult
+
+    _own_files(tmp_path, COUNTING_JOB)
+    ran = []
+
+    def fake_run(s, workdir):  # the harness with a job of the user's: integration_tests/chaos/test_chaos.py
+        ran.append((s.name, s.seed, s.records, workdir.parent.name))
+        return ChaosResult(scenario=s.to_dict(), verdict="PASS", faults_injected=s.faults[0].count)
+
+    monkeypatch.setattr(chaos.harness, "run_scenario", fake_run)
+    monkeypatch.chdir(tmp_path)
+    said = CliRunner().invoke(chaos_cli.app, ["matrix", "--scenario", "s.toml", "--only", "kill", "--repeats", "2"])
+    assert said.exit_code == 0, said.output
+    assert "mine: its own faults are replaced by each fault kind in turn" in said.output
+    kills = sorted({name for name, *_ in ran})
+    assert kills == ["matrix-mine-driver_kill", "matrix-mine-executor_kill", "matrix-mine-worker_kill"]
+    assert {(seed, records, folder) for _, seed, records, folder in ran} == {(4, 9000, "matrix-mine"),
+                                                                             (5, 9000, "matrix-mine")}
+    for args, says in ((["--only", "meteor"], "no scenario of the matrix has 'meteor' in its name"),
+                       (["--scenario", "none.toml"], "no scenario 'none.toml'")):
+        said = CliRunner().invoke(chaos_cli.app, ["matrix", *args] + ([] if "--scenario" in args else
+                                                                      ["--scenario", "s.toml"]))
+        assert said.exit_code == 2 and says in " ".join(said.output.split()), said.output
+    _own_files(tmp_path, COUNTING_JOB.replace("group_by_key()", "groupByKey()"))
+    said = CliRunner().invoke(chaos_cli.app, ["matrix", "--scenario", "s.toml"])
+    assert said.exit_code == 2 and "groupByKey" in said.output and len(ran) == 6, said.output
