@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from datetime import timedelta
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 from eos.records import Output, Record
 
@@ -37,6 +37,22 @@ class RecordMetadata(NamedTuple):
     offset: int
 
 
+_STORE = "it is store(name) here (a store given in the processor's stores=[...])"
+_METADATA = "record_metadata() gives the current record's topic, partition and offset; its headers are record.headers"
+_CLOCK = ("read the system clock (time.time_ns() // 1_000_000); schedule(..., type=\"wall_clock\") runs a "
+          "punctuation by it")
+_CONFIG = "the job's settings are the Application's (app.config); give a processor what it needs in its constructor"
+#: what a user of Kafka Streams' ProcessorContext reaches for, and what it is here
+_CONTEXT_HINTS = {
+    **dict.fromkeys(("get_state_store", "getStateStore", "get_store", "state_store"), _STORE),
+    **dict.fromkeys(("topic", "offset", "headers", "record_context", "recordContext"), _METADATA),
+    **dict.fromkeys(("current_system_time_ms", "currentSystemTimeMs"), _CLOCK),
+    **dict.fromkeys(("current_stream_time_ms", "currentStreamTimeMs"), "it is the attribute stream_time here"),
+    **dict.fromkeys(("app_configs", "appConfigs"), _CONFIG),
+    "applicationId": "it is the attribute application_id here", "taskId": "it is the attribute task_id here",
+}
+
+
 class ProcessorContext:
     """What a processor sees of its task (implemented by the task runtime).
 
@@ -51,6 +67,14 @@ class ProcessorContext:
     task_id: str
     stream_time: int
     timestamp: int
+
+    if not TYPE_CHECKING:  # (a type checker still tells a missing attribute)
+        def __getattr__(self, name: str) -> Any:  # (only for what the context has not: Kafka Streams' names)
+            if name.startswith("__"):
+                raise AttributeError(name)
+            from eos.dsl.base import no_such_step
+
+            raise no_such_step(ProcessorContext, name, _CONTEXT_HINTS)
 
     def forward(self, key: Any = None, value: Any = None, *, topic: str | None = None, partition: int | None = None,
                 headers: list[tuple[str, bytes]] | None = None, timestamp: int | None = None) -> None:

@@ -143,7 +143,10 @@ class StoreView:
     def _key(self, key: Any) -> bytes:
         if key is self._last_key:  # an aggregation reads, then writes, the same key object
             return self._last_raw
-        raw = self._serialize_key(key)
+        try:
+            raw = self._serialize_key(key)
+        except Exception as exc:
+            raise self._refused(exc, "key", key) from None
         if raw is None:
             raise ValueError(f"store {self.name!r}: keys cannot be None")
         if type(key) in _IMMUTABLE:  # (a dict key may change between two calls; holding the object keeps its id)
@@ -151,8 +154,19 @@ class StoreView:
         return raw
 
     def _encode(self, value: Any, timestamp: int) -> bytes:
-        raw = self._serialize_value(value) or b""
+        try:
+            raw = self._serialize_value(value) or b""
+        except Exception as exc:
+            raise self._refused(exc, "value", value) from None
         return _TS.pack(timestamp) + raw if self._timestamped else raw
+
+    def _refused(self, exc: Exception, part: str, obj: Any) -> Exception:
+        """`exc`, of the serde that refused a key or a value of this store, saying which store and which part
+        (its type kept, for whoever tells a serde's errors from others)."""
+        shown = repr(obj)
+        exc.args = (f"store {self.name!r} cannot take the {part} {shown[:80] + '...' if len(shown) > 80 else shown}"
+                    f" ({type(obj).__name__}): {exc}", *exc.args[1:])
+        return exc
 
     def _value(self, raw: bytes) -> Any:
         return self._deserialize_value(raw[8:] if self._timestamped else raw)

@@ -102,7 +102,10 @@ class VersionedKeyValueStore(StoreView):
             buf.put(_OBSERVED, _q.pack(timestamp))
             bound = timestamp - retention
         raw_key = self._key(key)
-        payload = _TOMBSTONE if value is None else _VALUE + (self._serialize_value(value) or b"")
+        try:
+            payload = _TOMBSTONE if value is None else _VALUE + (self._serialize_value(value) or b"")
+        except Exception as exc:
+            raise self._refused(exc, "value", value) from None
         pointer = _POINTER + raw_key
         latest = buf.get(pointer)
         valid_to = VALID_TO_UNDEFINED

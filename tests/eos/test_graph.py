@@ -5,6 +5,7 @@ repartitioning, and a record's processing atomic across the whole graph."""
 from __future__ import annotations
 
 import functools
+import re
 
 import pytest
 
@@ -429,6 +430,42 @@ def test_a_processor_that_returns_its_output_is_an_error_not_a_silent_loss_and_o
         "TypeError: Returns.process() returned a value, which goes nowhere: a processor forwards its outputs, "
         "self.context.forward(key, value), and returns None")
     assert [r.value for r in driver.records("out2")] == [1, 2]
+
+
+def test_kafka_streams_names_of_the_context_and_a_store_refusing_a_key_or_value_say_what_to_change():
+    class KafkaStreamsStyle(Processor):  # (what a user of Kafka Streams' ProcessorContext writes)
+        def process(self, record):
+            self.context.get_state_store("seen").put(record.key, 1)
+
+    class Keeps(Processor):
+        def process(self, record):
+            kept = self.context.store("kept")
+            kept.put(record.key if record.value != "int key" else 5, {1, 2} if record.value == "a set" else 1)
+            self.context.forward(record.key, kept.get(record.key))
+
+    app = app_()
+    app.stream("in").process(KafkaStreamsStyle, name="p", stores=[store("seen", key_serde="string")])
+    app.stream("in2").process(Keeps, name="q", stores=[store("kept", key_serde="string", value_serde="json")]
+                              ).to("out", value_serde="json")
+    driver = TopologyTestDriver(app)
+    driver.pipe_many("in", [("k", "v")])
+    driver.pipe_many("in2", [("k", "a set"), ("k", "int key"), ("k", "fine")])
+    errors = [letter.error for letter in driver.dead_letters()]
+    assert errors == [
+        "AttributeError: 'ProcessorContext' object has no attribute 'get_state_store': it is store(name) here (a "
+        "store given in the processor's stores=[...])",
+        "SerdeError: store 'kept' cannot take the value {1, 2} (set): cannot serialize set as JSON: Object of type "
+        "set is not JSON serializable",
+        "SerdeError: store 'kept' cannot take the key 5 (int): StringSerde expects str, got int"]
+    assert [r.value for r in driver.records("out")] == [1]  # (a refused record left nothing in the store)
+    from eos.processor import ProcessorContext
+
+    for name, says in (("currentStreamTimeMs", "it is the attribute stream_time here"),
+                       ("topic", "record_metadata() gives the current record's topic"),
+                       ("recordMetadata", "it is record_metadata() here"), ("taskId", "it is the attribute task_id")):
+        with pytest.raises(AttributeError, match=re.escape(says)):
+            getattr(ProcessorContext(), name)
+    assert not hasattr(ProcessorContext(), "__wrapped__")  # (what inspect and pickle look for: no hint, no cost)
 
 
 def test_a_renamed_store_is_warned_about_at_start_up_naming_its_orphaned_changelog():
