@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from chaos.harness import run_scenario, scratch_environment
-from chaos.matrix import matrix_scenarios
+from chaos.matrix import FAULT_SETTINGS, matrix_scenarios
 from chaos.scenario import load_scenario
 
 # With --soak also: the stateful driver-kill smoke (the windowed smoke kills a stateful job's driver inside
@@ -144,6 +144,23 @@ def test_failover_matrix(name, tmp_path, request):
     scenario = matrix_scenarios()[name]
     failures = []
     for seed in range(1, repeats + 1):
+        result = run_scenario(scenario.with_overrides(seed=seed), tmp_path / f"seed{seed}")
+        if result.verdict != "PASS":
+            failures.append((seed, result.reasons, result.workdir))
+    assert not failures
+
+
+@pytest.mark.chaos_full
+@pytest.mark.parametrize("kind", sorted(FAULT_SETTINGS))
+def test_a_job_of_your_own_under_every_fault_kind(kind, tmp_path, request):
+    """`eos chaos matrix --scenario views.toml`: the job file above under each fault kind in turn, judged by its
+    own audits (`--chaos-repeats` runs each)."""
+    for name, text in (("job.py", OWN_JOB), ("load.py", OWN_LOAD), ("views.toml", OWN_SCENARIO)):
+        (tmp_path / name).write_text(text)
+    base = load_scenario(tmp_path / "views.toml")
+    scenario = matrix_scenarios(base=base)[f"matrix-own-job-kills-{kind}"]
+    failures = []
+    for seed in range(base.seed, base.seed + request.config.getoption("--chaos-repeats")):
         result = run_scenario(scenario.with_overrides(seed=seed), tmp_path / f"seed{seed}")
         if result.verdict != "PASS":
             failures.append((seed, result.reasons, result.workdir))
