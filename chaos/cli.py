@@ -41,6 +41,8 @@ def _print_result(result) -> None:  # type: ignore[no-untyped-def]
         counts = {k: v for k, v in check.items() if isinstance(v, int) and not isinstance(v, bool)}
         console.print(f"audit {audit['mode']}: {audit['verdict']} "
                       + (f"(not checked: {audit['skipped']})" if audit.get("skipped") else str(counts)))
+    for note in result.notes:
+        console.print(f"note: {note}", highlight=False, soft_wrap=True)
     color = "green" if result.verdict == "PASS" else "red"
     console.print(f"[bold {color}]{result.verdict}[/bold {color}] {'; '.join(result.reasons)} — "
                   f"{result.faults_injected} fault(s), {result.job.get('restarts', 0)} job restart(s), "
@@ -109,7 +111,8 @@ def matrix(repeats: int = typer.Option(5, help="Runs per scenario (seeds from th
     def progress(s, result, seconds) -> None:  # type: ignore[no-untyped-def]
         console.print(f"{time.strftime('%H:%M:%S')} {s.name} seed {s.seed}: {result.verdict} "
                       f"({result.violations} violations, {result.faults_injected} faults, {seconds:.0f}s)"
-                      + (f" {result.reasons}" if result.reasons else ""), soft_wrap=True)
+                      + (f" {result.reasons}" if result.reasons else "")
+                      + "".join(f"; note: {note}" for note in result.notes), soft_wrap=True)
 
     rows = run_matrix(scenarios, repeats, out, seed=seed, resume=not fresh, on_result=progress)
     table = Table("scenario", "runs", "passed", "records/run", "faults", "violations", "median recovery s",

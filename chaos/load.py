@@ -57,6 +57,7 @@ class LoadGenerator:
         self._make, self._made = make, random.Random(seed)  # (a user's records: their own generator)
         self._poison = 0.0
         self.produced = self.poisoned = self.failed = 0
+        self.poisoned_topics: set[str] = set()
         self.per_second: dict[int, int] = {}
         self._producer = plain_producer(bootstrap, **{"linger.ms": 5, "message.timeout.ms": 120_000})
         self._thread = threading.Thread(target=self._run, name="chaos-load", daemon=True)
@@ -105,6 +106,7 @@ class LoadGenerator:
                 value = json.dumps({"id": i, "n": i % 97}).encode()
             if self._poison and self._rng.random() < self._poison:
                 value, self.poisoned = POISON, self.poisoned + 1
+                self.poisoned_topics.add(topic)
             while True:
                 try:
                     self._producer.produce(topic, value=value, key=key, on_delivery=self._delivered)

@@ -116,6 +116,7 @@ def run_matrix(scenarios: list[Scenario], repeats: int, out_dir: Path, *, seed: 
             "records_per_run": scenario.records, "faults_injected": sum(r.faults_injected for r in runs),
             "violations": sum(r.violations for r in runs),
             "failed_reasons": sorted({reason for r in runs for reason in r.reasons}),
+            "notes": sorted({note for r in runs for note in r.notes}),
             "median_recovery_s": round(statistics.median(recoveries), 2) if recoveries else None,
             "max_recovery_s": round(max(recoveries), 2) if recoveries else None,
             "job_restarts": sum(r.job.get("restarts", 0) for r in runs),
@@ -135,7 +136,8 @@ def matrix_markdown(rows: list[dict[str, Any]]) -> str:
         lines.append(f"| {r['scenario']} | {r['runs']} | {r['passed']} | {r['records_per_run']:,} | "
                      f"{r['faults_injected']} | {r['violations']} | {r['median_recovery_s']} | {r['max_recovery_s']} | "
                      f"{len(crashes)}{' (' + ', '.join(map(str, crashes)) + ')' if crashes else ''} |")
-    return "\n".join(lines) + "\n"
+    notes = [f"* {r['scenario']}: {note}" for r in rows for note in r.get("notes") or ()]
+    return "\n".join(lines + (["", *notes] if notes else [])) + "\n"
 
 
 def _previous(workdir: Path, scenario: Scenario) -> Any:

@@ -212,3 +212,21 @@ def test_eos_chaos_matrix_runs_your_own_job_from_its_scenario_and_refuses_what_c
     _own_files(tmp_path, COUNTING_JOB.replace("group_by_key()", "groupByKey()"))
     said = CliRunner().invoke(chaos_cli.app, ["matrix", "--scenario", "s.toml"])
     assert said.exit_code == 2 and "groupByKey" in said.output and len(ran) == 6, said.output
+
+
+def test_a_job_of_your_own_that_takes_the_poison_as_records_gets_a_note_not_a_failure():
+    from chaos.harness import _poison_taken
+    from chaos.matrix import matrix_markdown
+
+    def lineage(inputs, dead_lettered):
+        return {"mode": "lineage", "inputs": inputs, "lineage": {"dead_lettered": dead_lettered}}
+
+    read_as_json = [lineage(["views"], 40), lineage(["marked"], 0), {"mode": "window", "inputs": ["views"]}]
+    assert _poison_taken(read_as_json, {"views"}, 40) == []
+    read_as_text = [lineage(["views"], 0), lineage(["marked"], 3)]
+    (note,) = _poison_taken(read_as_text, {"views"}, 40)
+    assert note == ("the job took at least 40 of the 40 malformed records the poison fault wrote to views as records "
+                    "(its input serde accepts them): the fault did not try its dead-letter path")
+    row = {"scenario": "matrix-mine-poison", "runs": 1, "passed": 1, "records_per_run": 10, "faults_injected": 2,
+           "violations": 0, "median_recovery_s": 1.0, "max_recovery_s": 1.0, "notes": [note]}
+    assert matrix_markdown([row]).endswith(f"| 0 |\n\n* matrix-mine-poison: {note}\n")
