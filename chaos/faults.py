@@ -88,22 +88,45 @@ def driver_kill(ctx: Context, f: ScheduledFault) -> str:
     """SIGKILL the driver. `in_transaction`: once a task is between producing and committing, the driver
     and every process under it (in local mode its executor and the Python workers) at once, as when the
     driver's machine dies: killing the driver alone leaves the worker to finish its commit."""
-    pid = ctx.job.pid
     if f.params.get("in_transaction"):
-        marked = _marked_pid(ctx)
+        pid, marked = _driver_in_transaction(ctx)
         if marked is not None:  # frozen at once, inside its window: walking the process tree takes a while
             _signal(marked, signal.SIGSTOP)
         with ctx.timeline.span("driver_kill", f"driver pid {pid} and its processes"):
             for proc in sorted(job_processes(pid), key=lambda p: p.pid == pid):  # the worker first
                 _signal(proc.pid, signal.SIGKILL)
         return f"driver {pid} and its processes"
+    pid = _driver(ctx)
     with ctx.timeline.span("driver_kill", f"driver pid {pid}"):
         _signal(pid, signal.SIGKILL)
     return f"driver {pid}"
 
 
+def _driver_in_transaction(ctx: Context, timeout: float = 30.0) -> tuple[int, int | None]:
+    """The job's driver and a Python worker of its own inside a transaction right now (None if none was within
+    `timeout`). The driver is read again at every look: a fault just before may have killed the one there was,
+    and a worker of the driver the supervisor starts next is not in the old one's tree (the old pid's tree is
+    empty, and freezing that worker while killing nothing would leave the new driver stuck)."""
+    def find() -> list[tuple[int, int]]:
+        pid, marked = ctx.job.pid, _live_marks(ctx.marks_dir)
+        if not marked:
+            return []
+        tree = {p.pid for p in job_processes(pid)}
+        return [(pid, worker) for worker in marked if worker in tree]
+
+    found = _wait_for(find, timeout)
+    return found[0] if found else (ctx.job.pid, None)
+
+
+def _driver(ctx: Context) -> int:
+    """The job's driver, once there is a live one: just after a fault killed the last, the supervisor is still
+    reaping its processes before it starts the next, and a signal to the dead one's pid would hit nothing."""
+    live = _wait_for(lambda: [pid] if alive(pid := ctx.job.pid) else [], PROCESS_WAIT_S)
+    return live[0] if live else ctx.job.pid
+
+
 def driver_term(ctx: Context, f: ScheduledFault) -> str:
-    pid = ctx.job.pid
+    pid = _driver(ctx)
     with ctx.timeline.span("driver_term", f"driver pid {pid}"):
         _signal(pid, signal.SIGTERM)
         ctx.job.wait_exit(60)
@@ -119,7 +142,8 @@ def _pause(ctx: Context, kind: str, proc_pid: int, target: str, seconds: float) 
 
 
 def driver_pause(ctx: Context, f: ScheduledFault) -> str:
-    return _pause(ctx, "driver_pause", ctx.job.pid, f"driver pid {ctx.job.pid}", f.duration or 8)
+    pid = _driver(ctx)
+    return _pause(ctx, "driver_pause", pid, f"driver pid {pid}", f.duration or 8)
 
 
 def _procs(ctx: Context, find: Callable[[int], list[Proc]]) -> list[Proc]:

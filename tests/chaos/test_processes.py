@@ -186,3 +186,45 @@ def test_alive_is_a_running_process_not_a_zombie_nor_one_reaped():
         proc.kill()
         proc.wait()
     assert not alive(proc.pid)
+
+
+def test_a_driver_kill_right_after_another_waits_for_the_next_driver_and_kills_its_own_worker(tmp_path):
+    """Two kills close together: the supervisor is still reaping the first kill's driver when the second fault
+    starts. The fault must kill the next driver with the worker of its own it froze, not the dead pid (which
+    would kill nothing and leave the next driver's worker stopped, its job stuck)."""
+    import threading
+    from types import SimpleNamespace
+
+    from chaos.faults import driver_kill
+    from chaos.scenario import ScheduledFault
+    from chaos.timeline import Timeline
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    for in_transaction in (True, False):
+        leader = subprocess.Popen([sys.executable, "-c", FORKS], start_new_session=True)
+        try:
+            deadline = time.monotonic() + 10
+            while len(found := job_processes(leader.pid)) < 3 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            worker = max(p.pid for p in found)  # (the grandchild, in a group of its own as a Python worker is)
+            (marks / f"task-{worker}").write_text("")
+            ctx = SimpleNamespace(job=SimpleNamespace(pid=dead.pid), marks_dir=str(marks), timeline=Timeline())
+            restart = threading.Timer(0.5, lambda ctx=ctx, pid=leader.pid: setattr(ctx.job, "pid", pid))
+            restart.start()
+            said = driver_kill(ctx, ScheduledFault(0.0, "driver_kill", 0.0, 0.0, {"in_transaction": in_transaction}))
+            restart.join()
+            assert said == (f"driver {leader.pid} and its processes" if in_transaction else f"driver {leader.pid}")
+            assert leader.wait(10) == -signal.SIGKILL
+            if in_transaction:  # (its whole tree, the frozen worker too)
+                deadline = time.monotonic() + 10
+                while job_processes(leader.pid) and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                assert not alive(worker)
+        finally:
+            for p in job_processes(leader.pid):
+                os.kill(p.pid, signal.SIGKILL)
+            leader.wait()
+            (marks / f"task-{worker}").unlink(missing_ok=True)
