@@ -230,3 +230,25 @@ def test_a_job_of_your_own_that_takes_the_poison_as_records_gets_a_note_not_a_fa
     row = {"scenario": "matrix-mine-poison", "runs": 1, "passed": 1, "records_per_run": 10, "faults_injected": 2,
            "violations": 0, "median_recovery_s": 1.0, "max_recovery_s": 1.0, "notes": [note]}
     assert matrix_markdown([row]).endswith(f"| 0 |\n\n* matrix-mine-poison: {note}\n")
+
+
+def test_a_poison_fault_after_the_load_has_ended_is_not_counted_as_injected():
+    from types import SimpleNamespace
+
+    from chaos.faults import poison
+    from chaos.scenario import ScheduledFault
+    from chaos.timeline import Timeline
+
+    class Load:  # the load generator's side of the fault: records made malformed only while the load runs
+        def __init__(self, running):
+            self.running, self.poisoned = running, 0
+
+        def poison(self, ratio):
+            self.poisoned += 7 if ratio and self.running else 0
+
+    fault = ScheduledFault(0.0, "poison", 0.01, 0.0, {"ratio": 0.5})
+    assert poison(SimpleNamespace(load=Load(True), timeline=Timeline()), fault) == "poison"
+    timeline = Timeline()
+    said = poison(SimpleNamespace(load=Load(False), timeline=timeline), fault)
+    assert said.startswith("skipped: no input record was made malformed: the load had ended")
+    assert [e["phase"] for e in timeline.events] == ["start", "end", "skipped"]
