@@ -282,8 +282,8 @@ def poison(ctx: Context, f: ScheduledFault) -> str:
         time.sleep(f.duration or 5)
         ctx.load.poison(0.0)
     if ctx.load.poisoned == before:  # (not injected: the run then fails, saying how many faults were)
-        return ctx.timeline.skip("poison", "no input record was made malformed: the load had ended (a scenario's "
-                                 "faults fall 6-12 s after its load starts at the least: give it more records)")
+        return ctx.timeline.skip("poison", "no input record was made malformed: the load had ended; a scenario's "
+                                 "faults fall 6-12 s after its load starts at the least, so give it more records")
     return "poison"
 
 
