@@ -98,7 +98,15 @@ def matrix(repeats: int = typer.Option(5, help="Runs per scenario (seeds from th
     from chaos.matrix import FAULT_SETTINGS, matrix_scenarios, run_matrix
 
     base = _scenario_or_exit(scenario, records=records, rate=rate) if scenario else None
-    scenarios = [s for name, s in matrix_scenarios(records, rate, base).items() if not only or only in name]
+    seed = base.seed if base is not None else 1
+    try:  # (every run's scenario made now: a load too short for a fault of the matrix fails before any runs)
+        scenarios = list(matrix_scenarios(records, rate, base, only).values())
+        for s in scenarios:
+            for repeat in range(1, repeats):
+                s.with_overrides(seed=seed + repeat)
+    except ValueError as exc:
+        Console(stderr=True).print(f"[red]error[/red]: {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
     if not scenarios:
         Console(stderr=True).print(f"[red]error[/red]: no scenario of the matrix has {only!r} in its name; "
                                    f"fault kinds: {', '.join(FAULT_SETTINGS)}", highlight=False, soft_wrap=True)
@@ -106,7 +114,6 @@ def matrix(repeats: int = typer.Option(5, help="Runs per scenario (seeds from th
     if base is not None and base.faults:
         console.print(f"{base.name}: its own faults are replaced by each fault kind in turn", highlight=False)
     out = out or Path("reports/chaos") / ("matrix" if base is None else f"matrix-{base.name}")
-    seed = base.seed if base is not None else 1
 
     def progress(s, result, seconds) -> None:  # type: ignore[no-untyped-def]
         console.print(f"{time.strftime('%H:%M:%S')} {s.name} seed {s.seed}: {result.verdict} "

@@ -39,23 +39,25 @@ FAULT_SETTINGS: dict[str, tuple[dict[str, Any], int, float, dict[str, Any]]] = {
 }
 
 
-def matrix_scenarios(records: int | None = None, rate: int | None = None,
-                     base: Scenario | None = None) -> dict[str, Scenario]:
+def matrix_scenarios(records: int | None = None, rate: int | None = None, base: Scenario | None = None,
+                     only: str | None = None) -> dict[str, Scenario]:
     """Every fault kind against each built-in job (`matrix-<job>-<fault>`, 200k records at 5,000/s unless
     given), or, with `base`, against that scenario's job: a job of the user's with its load, or a built-in one
     with the scenario's settings (`matrix-<name>-<fault>`; its own faults replaced by each kind in turn, its
     records and rate kept unless given). A fault kind's own settings go on top: a local-cluster master for
     executor faults (with a standby for a job with state), three brokers for broker faults, at most 3,000
-    records/s for the faults that stop a process for long."""
+    records/s for the faults that stop a process for long. `only`: the scenarios whose name contains it."""
     bases = [base] if base is not None else [Scenario(name=job, job=job) for job in ("stateless", "stateful",
                                                                                     "windowed")]
     default_records, default_rate = (base.records, base.rate) if base is not None else (200_000, 5000)
     records, rate = records or default_records, rate or default_rate
     out = {}
     for job in bases:
-        stateful = _has_state(job)
+        stateful = _has_state(job)  # (a job of the user's is loaded once, before its first scenario)
         for kind, (settings, count, duration, params) in FAULT_SETTINGS.items():
             name = f"matrix-{job.name}-{kind}"
+            if only and only not in name:
+                continue
             changes: dict[str, Any] = {**settings, "records": records, "rate": min(rate, settings.get("rate", rate))}
             if stateful and str(changes.get("master", "")).startswith("local-cluster"):
                 changes["standbys"] = 1  # executor faults on a job with state fail over to the standby

@@ -34,6 +34,11 @@ from typing import Any
 __all__ = ["FaultSpec", "Scenario", "ScheduledFault", "load_scenario", "builtin_scenarios", "schedule"]
 
 
+#: seconds after the load starts: the first fault's earliest time, and the latest end of the window the faults
+#: are spread over (or the load's end, if later)
+FAULT_WINDOW = (6.0, 12.0)
+
+
 @dataclass(frozen=True)
 class FaultSpec:
     kind: str
@@ -92,6 +97,12 @@ class Scenario:
         if self.standbys and not ((self.own_job or self.job in ("stateful", "windowed"))
                                   and self.master.startswith("local-cluster")):
             raise ValueError(f"{self.name}: standbys need a job with state on a local-cluster[...] master")
+        late = [f.at for f in schedule(self) if f.kind == "poison" and f.at >= self.load_seconds]
+        if late:  # (it would make no record malformed)
+            raise ValueError(f"{self.name} (seed {self.seed}): its poison fault at {late[0]:g} s comes after its load "
+                             f"ends ({self.records:,} records at {self.rate:,}/s last {self.load_seconds:g} s); faults "
+                             f"fall {FAULT_WINDOW[0]:g}-{FAULT_WINDOW[1]:g} s after the load starts at the least: "
+                             f"give it at least {int(FAULT_WINDOW[1] * self.rate):,} records")
         for f in self.faults:
             if f.kind not in KINDS:
                 raise ValueError(f"{self.name}: unknown fault kind {f.kind!r}; kinds: {sorted(KINDS)}")
@@ -126,7 +137,7 @@ def schedule(scenario: Scenario) -> list[ScheduledFault]:
     """Fault times spread over the load window: each fault's count slots, jittered by the seed, at least
     `duration + 8 s` apart so a fault ends and the job recovers before the next one starts."""
     rng = random.Random(scenario.seed)
-    window_start, window_end = 6.0, max(12.0, scenario.load_seconds)
+    window_start, window_end = FAULT_WINDOW[0], max(FAULT_WINDOW[1], scenario.load_seconds)
     planned: list[ScheduledFault] = []
     specs = [(spec, i) for spec in scenario.faults for i in range(spec.count)]
     slot = (window_end - window_start) / max(1, len(specs))

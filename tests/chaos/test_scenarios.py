@@ -87,7 +87,7 @@ def test_matrix_resumes_from_reports_of_the_same_runs_only(tmp_path, monkeypatch
     from chaos.harness import ChaosResult
     from chaos.matrix import matrix_scenarios, run_matrix
 
-    scenario = matrix_scenarios(records=1000)["matrix-stateless-net_reset"]
+    scenario = matrix_scenarios(records=1000, only="stateless-net_reset")["matrix-stateless-net_reset"]
     ran = []
 
     def fake_run(s, workdir):  # the harness itself is exercised by the integration tests
@@ -150,7 +150,7 @@ def test_a_scenario_that_stops_says_why_in_its_report(tmp_path, monkeypatch):
 def _own_files(tmp_path, job: str) -> None:
     (tmp_path / "job.py").write_text(job)
     (tmp_path / "load.py").write_text("def record(i, rng):\n    return 'in', f'k{i % 7}', {'i': i}\n")
-    (tmp_path / "s.toml").write_text('name = "mine"\njob = "job.py"\nload = "load.py:record"\nrecords = 9000\n'
+    (tmp_path / "s.toml").write_text('name = "mine"\njob = "job.py"\nload = "load.py:record"\nrecords = 60000\n'
                                       'rate = 4000\nseed = 4\nmax_records_per_batch = 700\n'
                                       '[[faults]]\nkind = "driver_kill"\n')
 
@@ -166,7 +166,7 @@ def test_a_matrix_of_your_own_job_puts_it_under_every_fault_kind_with_its_own_se
     assert set(matrix) == {f"matrix-mine-{kind}" for kind in KINDS}
     for kind, s in matrix.items():
         assert (s.job, s.load, s.seed, s.max_records_per_batch) == (base.job, base.load, 4, 700)
-        assert s.records == 9000 and [f.kind for f in s.faults] == [kind.removeprefix("matrix-mine-")]
+        assert s.records == 60_000 and [f.kind for f in s.faults] == [kind.removeprefix("matrix-mine-")]
     # a fault kind's settings on top of the scenario's: a cluster for executor faults, with a standby (the job
     # counts), three brokers for broker faults, at most 3,000 records/s while a process stops for long
     kill, executor, pause = (matrix[f"matrix-mine-{k}"] for k in ("driver_kill", "executor_kill", "executor_pause"))
@@ -174,8 +174,13 @@ def test_a_matrix_of_your_own_job_puts_it_under_every_fault_kind_with_its_own_se
     assert executor.master.startswith("local-cluster") and executor.standbys == 1 and executor.rate == 4000
     assert pause.rate == 3000 and matrix["matrix-mine-broker_pause"].brokers == 3
     assert matrix["matrix-mine-poison"].description == "job.py job, 2 x poison"
-    slower = matrix_scenarios(records=500, rate=1000, base=base)["matrix-mine-executor_pause"]
-    assert (slower.records, slower.rate) == (500, 1000)
+    slower = matrix_scenarios(records=500, rate=1000, base=base, only="executor_pause")
+    assert [(s.records, s.rate) for s in slower.values()] == [(500, 1000)]
+    # a load that ends before the faults do: a poison fault after it would make no record malformed
+    with pytest.raises(ValueError, match=r"matrix-mine-poison \(seed 4\): its poison fault at [\d.]+ s comes after its "
+                                         r"load ends \(500 records at 1,000/s last 0.5 s\); .* give it at least 12,000 "
+                                         "records"):
+        matrix_scenarios(records=500, rate=1000, base=base)
     # a job without stores gets no standby (and the built-in matrix is as it was)
     _own_files(tmp_path, COUNTING_JOB.replace(".group_by_key().count(name='n').to_stream()", ""))
     assert matrix_scenarios(base=load_scenario(tmp_path / "s.toml"))["matrix-mine-executor_kill"].standbys == 0
@@ -202,10 +207,11 @@ def test_eos_chaos_matrix_runs_your_own_job_from_its_scenario_and_refuses_what_c
     assert "mine: its own faults are replaced by each fault kind in turn" in said.output
     kills = sorted({name for name, *_ in ran})
     assert kills == ["matrix-mine-driver_kill", "matrix-mine-executor_kill", "matrix-mine-worker_kill"]
-    assert {(seed, records, folder) for _, seed, records, folder in ran} == {(4, 9000, "matrix-mine"),
-                                                                             (5, 9000, "matrix-mine")}
+    assert {(seed, records, folder) for _, seed, records, folder in ran} == {(4, 60_000, "matrix-mine"),
+                                                                             (5, 60_000, "matrix-mine")}
     for args, says in ((["--only", "meteor"], "no scenario of the matrix has 'meteor' in its name"),
-                       (["--scenario", "none.toml"], "no scenario 'none.toml'")):
+                       (["--scenario", "none.toml"], "no scenario 'none.toml'"),
+                       (["--records", "2000"], "give it at least 48,000 records")):
         said = CliRunner().invoke(chaos_cli.app, ["matrix", *args] + ([] if "--scenario" in args else
                                                                       ["--scenario", "s.toml"]))
         assert said.exit_code == 2 and says in " ".join(said.output.split()), said.output
