@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -209,7 +210,8 @@ def test_a_driver_kill_right_after_another_waits_for_the_next_driver_and_kills_i
             deadline = time.monotonic() + 10
             while len(found := job_processes(leader.pid)) < 3 and time.monotonic() < deadline:
                 time.sleep(0.1)
-            worker = max(p.pid for p in found)  # (the grandchild, in a group of its own as a Python worker is)
+            # the grandchild, in a group of its own as a Python worker is (not the largest pid: pids wrap around)
+            worker = next(p.pid for p in found if p.pid != leader.pid and p.ppid != leader.pid)
             (marks / f"task-{worker}").write_text("")
             ctx = SimpleNamespace(job=SimpleNamespace(pid=dead.pid), marks_dir=str(marks), timeline=Timeline())
             restart = threading.Timer(0.5, lambda ctx=ctx, pid=leader.pid: setattr(ctx.job, "pid", pid))
@@ -218,13 +220,14 @@ def test_a_driver_kill_right_after_another_waits_for_the_next_driver_and_kills_i
             restart.join()
             assert said == (f"driver {leader.pid} and its processes" if in_transaction else f"driver {leader.pid}")
             assert leader.wait(10) == -signal.SIGKILL
-            if in_transaction:  # (its whole tree, the frozen worker too)
+            if in_transaction:  # (its whole tree, the frozen worker too; a SIGKILL takes effect when it is run)
                 deadline = time.monotonic() + 10
-                while job_processes(leader.pid) and time.monotonic() < deadline:
+                while alive(worker) and time.monotonic() < deadline:
                     time.sleep(0.1)
                 assert not alive(worker)
         finally:
-            for p in job_processes(leader.pid):
-                os.kill(p.pid, signal.SIGKILL)
+            for p in found:  # (the dead leader's orphans are no longer in its tree)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p.pid, signal.SIGKILL)
             leader.wait()
             (marks / f"task-{worker}").unlink(missing_ok=True)
