@@ -20,10 +20,12 @@ from chaos.harness import run_scenario, scratch_environment
 from chaos.matrix import FAULT_SETTINGS, matrix_scenarios
 from chaos.scenario import load_scenario
 
-# With --soak also: the stateful driver-kill smoke (the windowed smoke kills a stateful job's driver inside
-# a transaction too, and test_kill_restart a stateful job's driver), and connection resets (the full
-# matrix runs them with every job kind).
-SMOKE = ["smoke-stateless-zombie", "smoke-windowed-kills",
+# With --soak also: the built-in windowed job's kills and poison (the job of your own below is a windowed count
+# under the same three faults, judged by the same window audit), the stateful driver-kill smoke (that job
+# kills a stateful job's driver inside a transaction too, and test_kill_restart a stateful job's driver), and
+# connection resets (the full matrix runs them with every job kind).
+SMOKE = ["smoke-stateless-zombie",
+         pytest.param("smoke-windowed-kills", marks=pytest.mark.soak),
          pytest.param("smoke-stateless-net-reset", marks=pytest.mark.soak),
          pytest.param("smoke-stateful-driver-kill", marks=pytest.mark.soak)]
 
@@ -52,6 +54,7 @@ def test_smoke_scenario_is_exactly_once(name, tmp_path):
     assert (tmp_path / name / "report.json").is_file() and (tmp_path / name / "timeline.png").is_file()
 
 
+@pytest.mark.soak  # (the default suite runs the same proof with a job of your own, below)
 def test_the_harness_catches_a_job_that_commits_offsets_outside_the_transaction(tmp_path):
     """The at-least-once variant of the job, killed inside its produce -> commit window, duplicates output:
     the same harness that passes the exactly-once job must fail this one."""
@@ -86,10 +89,10 @@ OWN_SCENARIO = """
 name = "own-job-kills"
 job = "job.py"
 load = "load.py:record"
-records = 16000
+records = 24000
 rate = 2000
 max_records_per_batch = 1500
-seed = 5
+seed = 7  # (the poison first: a fault waits for the one before it, a kill for the job to be back)
 
 [[faults]]
 kind = "driver_kill"
@@ -99,6 +102,12 @@ in_transaction = true
 [[faults]]
 kind = "worker_kill"
 count = 1
+
+[[faults]]
+kind = "poison"
+count = 1
+ratio = 0.05
+duration = 3
 """
 
 
@@ -111,13 +120,16 @@ def test_a_job_of_your_own_killed_inside_a_transaction_passes_its_own_audits(tmp
     assert scenario.own_job and scenario.job == str(tmp_path / "job.py")
     result = run_scenario(scenario, tmp_path / "run")
     assert result.verdict == "PASS", (result.reasons, result.workdir)
-    assert result.faults_injected == 2 and {"driver_kill", "worker_kill"} <= faults_started(result)
+    assert result.faults_injected == 3 and {"driver_kill", "worker_kill", "poison"} <= faults_started(result)
     assert result.drained and result.violations == 0 and result.job["app_id"] == "chaos-views"
     assert [(a["mode"], a["skipped"]) for a in result.audits] == [("lineage", None), ("window", None)]
     produced = result.load["produced"] - result.load["failed_deliveries"]
-    assert result.audits[0]["lineage"]["expected"] == produced == 16_000
+    lineage, poison = result.audits[0]["lineage"], result.load["poison"]
+    assert lineage["expected"] == produced == 24_000
+    assert lineage["dead_lettered"] == poison > 0 and not result.notes  # every malformed record a dead letter
+    # the windowed count got every valid view (three in four) but those the poison spoiled
     window = result.audits[1]["window"]
-    assert window["input_records"] == 12_000 and window["windows_expected"] > 10
+    assert 18_000 - poison <= window["input_records"] < 18_000 and window["windows_expected"] > 10
 
 
 def test_a_job_of_your_own_run_at_least_once_fails_its_audit_under_the_same_kill(tmp_path):
@@ -125,7 +137,7 @@ def test_a_job_of_your_own_run_at_least_once_fails_its_audit_under_the_same_kill
     produce -> commit window: the harness that passes it exactly-once must find what it wrote twice."""
     job = OWN_JOB.replace('repartition_purge_interval=0)', 'repartition_purge_interval=0,\n'
                           '                  processing_guarantee="at_least_once")')
-    scenario = OWN_SCENARIO.replace('[[faults]]\nkind = "worker_kill"\ncount = 1\n', "")
+    scenario = OWN_SCENARIO.split('[[faults]]\nkind = "worker_kill"')[0].replace("24000", "16000")  # one kill
     for name, text in (("job.py", job), ("load.py", OWN_LOAD), ("scenario.toml", scenario)):
         (tmp_path / name).write_text(text)
     result = run_scenario(load_scenario(tmp_path / "scenario.toml"), tmp_path / "run")
