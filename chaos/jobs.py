@@ -83,7 +83,7 @@ def _marked(app: Application, cfg: dict[str, Any]) -> Application:
 
 
 def main() -> None:
-    from eos.driver.spark import build_spark_context
+    from eos.driver.spark import build_spark_context, stop_context
 
     with open(sys.argv[1]) as f:
         cfg = json.load(f)
@@ -97,7 +97,7 @@ def main() -> None:
                               "committed": report.committed, "fenced": report.fenced}) + "\n")
 
     app.run(sc, handle_signals=True, on_batch=on_batch, until_caught_up="--until-caught-up" in sys.argv)
-    sc.stop()
+    stop_context(sc)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from eos.driver.classdata import cache_root
-from eos.driver.spark import DEFAULT_MASTER, build_spark_context, with_java_tmpdir
+from eos.driver.spark import DEFAULT_MASTER, build_spark_context, stop_context, with_java_tmpdir
 from localkafka.cluster import JVM_OPTIONS_ENV
 from localkafka.provision import KafkaEndpoint, provide_kafka
 from localkafka.registry import RegistryEndpoint, provide_registry
@@ -131,7 +131,7 @@ class SparkContexts:
 
     def stop(self) -> None:
         if self.session is not None:
-            self.session.stop()
+            stop_context(self.session)
             self.session, self.master = None, None
 
 

@@ -759,6 +759,8 @@ def stop_context(sc: SparkContext) -> None:
     from py4j.protocol import Py4JError
 
     log = logger(__name__)
+    server = getattr(sc, "_accumulatorServer", None)
+    sc._accumulatorServer = None  # type: ignore[assignment]  # (stopped below, after the JVM as stop() does)
     try:
         with jvm_may_be_gone() as gone:
             sc.stop()
@@ -767,16 +769,29 @@ def stop_context(sc: SparkContext) -> None:
         log.info("Spark's JVM had already exited", error=f"{type(exc).__name__}: {exc}")
         from pyspark import SparkContext
 
-        server = getattr(sc, "_accumulatorServer", None)  # what stop() does after the JVM, which it did not reach
-        if server is not None:
-            server.shutdown()
-            sc._accumulatorServer = None  # type: ignore[assignment]
         with SparkContext._lock:
             SparkContext._active_spark_context = None
     else:
         if gone.errors:  # PySpark caught Py4J's error itself and stopped what remained
             _forget_jvm(sc)
             log.info("Spark's JVM had already exited", error=gone.errors[0])
+    finally:
+        if server is not None:
+            shut_accumulator_server(server)
+
+
+def shut_accumulator_server(server: Any) -> None:
+    """Shut down a context's accumulator server (PySpark's socketserver) in the background. `SparkContext.stop()`
+    calls the server's `shutdown()`, which waits for the server's loop: up to a second in the handler of the
+    JVM's connection (which polls each second whether to go on), or half a second in its select; 0.6-0.7 s
+    of every driver's exit, a sixth of a short `eos run`. Nothing waits on it: a process that ends closes
+    the socket, and the file of a server on a Unix socket is removed here (its shutdown removes it only if it
+    is still there)."""
+    server.server_shutdown = True  # (what its handlers poll)
+    if isinstance(server.server_address, str):
+        with contextlib.suppress(OSError):
+            os.remove(server.server_address)
+    threading.Thread(target=server.shutdown, name="accumulator-server-stop", daemon=True).start()
 
 
 def _forget_jvm(sc: SparkContext) -> None:

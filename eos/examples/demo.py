@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from eos.audit import AggregateSpec, audit
-from eos.driver.spark import build_spark_context
+from eos.driver.spark import build_spark_context, stop_context
 from eos.examples import orders
 from localkafka.provision import provide_kafka
 from transactions import KafkaAdmin, TopicSpec, produce_pairs
@@ -37,7 +37,7 @@ def main(records: int = 100_000, partitions: int = 4, master: str | None = None)
             summary = app.run(sc, until_caught_up=True)
             elapsed = time.monotonic() - t0
         finally:
-            sc.stop()  # workers hold Kafka clients; stop them before the cluster goes away
+            stop_context(sc)  # workers hold Kafka clients; stop them before the cluster goes away
 
         group, dlq = app.config.group_id, app.config.dlq_topic
         changelog = f"{app.config.application_id}-totals-store-changelog"

@@ -147,13 +147,15 @@ def test_a_master_spark_would_refuse_fails_before_a_jvm_starts_and_lists_the_for
 class _GoneContext:
     """A SparkContext whose JVM was killed: stopping it fails in Py4J as it did after a SIGTERM to the group."""
 
+    server_address = ("localhost", 0)  # (its accumulator server's)
+
     def __init__(self, error: BaseException) -> None:
         self.error, self.stops = error, 0
-        self.server_stopped = False
+        self.server_stopped = threading.Event()
         self._accumulatorServer = self
 
     def shutdown(self) -> None:  # (its accumulator server's)
-        self.server_stopped = True
+        self.server_stopped.set()
 
     def stop(self) -> None:
         self.stops += 1
@@ -169,7 +171,7 @@ def test_stopping_a_context_whose_jvm_is_gone_is_not_an_error(error, monkeypatch
     monkeypatch.setattr(SparkContext, "_active_spark_context", sc)
     stop_context(sc)  # type: ignore[arg-type]
     assert sc.stops == 1 and SparkContext._active_spark_context is None  # a new context may start
-    assert sc.server_stopped and sc._accumulatorServer is None  # its accumulator thread does not linger
+    assert sc._accumulatorServer is None and sc.server_stopped.wait(10)  # its accumulator thread does not linger
 
 
 def test_the_java_objects_a_driver_still_holds_send_nothing_to_a_jvm_found_gone(capfd, caplog, monkeypatch):
