@@ -10,6 +10,7 @@ executor, a broker outage) is planned again, up to `max_failed_batches` times in
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
@@ -330,6 +331,10 @@ class Runner:
             yield
             return
         hits = 0
+        # A SIGTERM to the driver's whole process group ends Spark's JVM too, while the batch in flight finishes:
+        # from the signal on, Py4J's traceback for a connection the dying JVM reset (a call of the batch's, a
+        # proxy released) is held back, and the run says in one line that the JVM exited
+        held, errors = contextlib.ExitStack(), []
 
         def handler(signum: int, frame: Any) -> None:
             nonlocal hits
@@ -337,6 +342,7 @@ class Runner:
             if hits > 1:
                 raise KeyboardInterrupt
             log.warning("stop requested: finishing the current batch", signal=signal.Signals(signum).name)
+            errors.append(held.enter_context(jvm_may_be_gone()).errors)
             self.request_stop()
 
         previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -345,6 +351,9 @@ class Runner:
         finally:
             for s, h in previous.items():
                 signal.signal(s, h)
+            held.close()
+            if errors and errors[0]:
+                log.info("Spark's JVM exited after the stop signal", error=errors[0][0])
 
 
 def root_cause(exc: BaseException) -> str:

@@ -473,3 +473,32 @@ def test_the_task_slots_auto_units_go_by_count_what_the_cluster_asks_for_as_well
 
     sc = SlotsContext(master, conf, executors, parallelism=4 if master == "local[4]" else 2)
     assert total_task_slots(sc) == slots
+
+
+def test_from_a_stop_signal_on_a_reset_from_the_dying_jvm_prints_no_traceback(capfd, caplog):
+    """A SIGTERM to the driver's process group ends Spark's JVM while the batch in flight finishes: a Py4J call
+    of the batch's that the dying JVM resets logged Py4J's traceback through the root logger, though the run
+    then ended cleanly (`make test`, once). From the signal on it is held back, and said in one line."""
+    import os
+    import signal
+
+    from eos.driver.runner import Runner
+
+    stub = SimpleNamespace(stops=0)
+    stub.request_stop = lambda: setattr(stub, "stops", stub.stops + 1)
+    client = GatewayClient(gateway_parameters=GatewayParameters(port=_ResettingJvm().port))
+    saved = structlog.get_config()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG))
+    try:
+        with capture_logs() as logs, Runner._signals(stub, True):  # type: ignore[arg-type]
+            os.kill(os.getpid(), signal.SIGTERM)
+            with pytest.raises(Py4JError):  # (a call answered by a reset)
+                get_return_value(client.send_command("c\no0\nstop\ne\n"), client, "o0", "stop")
+    finally:
+        structlog.configure(**saved)
+    assert stub.stops == 1
+    stderr = capfd.readouterr().err
+    assert "Traceback" not in stderr and "Exception while sending command" not in stderr, stderr
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    said = [e for e in logs if e["event"] == "Spark's JVM exited after the stop signal"]
+    assert len(said) == 1 and "Error" in said[0]["error"], logs
