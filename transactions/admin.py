@@ -53,23 +53,35 @@ class PartitionOffsets:
 
 
 def settled_ends(admin: Any, partitions: Iterable[TP], *, at_least: Mapping[TP, int] | None = None,
-                 within: float = 10.0, timeout: float = 30.0) -> dict[TP, int]:
-    """`KafkaAdmin.settled_ends` through any admin's `end_offsets` (the in-memory Kafka's too)."""
+                 within: float = 10.0, timeout: float = 30.0,
+                 waited_out: dict[TP, int] | None = None) -> dict[TP, int]:
+    """`KafkaAdmin.settled_ends` through any admin's `end_offsets` (the in-memory Kafka's too). `waited_out`,
+    kept by the caller from call to call: per partition, the highest target a call waited for in vain; a
+    partition whose target is no higher is not waited for again (and is updated when a wait runs out)."""
     partitions = list(partitions)
     targets = dict(at_least) if at_least is not None else admin.end_offsets(partitions, committed=False,
                                                                            timeout=timeout)
+    given_up = waited_out if waited_out is not None else {}
+    waiting = [tp for tp in partitions if targets[tp] > given_up.get(tp, -1)]
     deadline, pause = time.monotonic() + within, 0.002
     while True:
         stable = admin.end_offsets(partitions, committed=True, timeout=timeout)
-        if all(stable[tp] >= targets[tp] for tp in partitions) or time.monotonic() >= deadline:
+        if all(stable[tp] >= targets[tp] for tp in waiting):
+            return stable
+        if time.monotonic() >= deadline:
+            given_up.update((tp, targets[tp]) for tp in waiting if stable[tp] < targets[tp])
             return stable
         time.sleep(pause)
         pause = min(pause * 2, 0.1)
 
 
 class KafkaAdmin:
-    def __init__(self, bootstrap_servers: str, overrides: Mapping[str, object] | None = None) -> None:
+    def __init__(self, bootstrap_servers: str, overrides: Mapping[str, object] | None = None, *,
+                 settle_once: bool = False) -> None:
+        """`settle_once`: an admin for one look at the cluster (an audit) waits out a partition's open
+        transaction once (`settled_ends`); asked again for the same end, it answers at once."""
         self.bootstrap_servers = bootstrap_servers
+        self._waited_out: dict[TP, int] | None = {} if settle_once else None
         # The error callback holds the admin weakly: a bound method would make a reference cycle, and the
         # client (with its threads and reconnect loop) would outlive its last user until a gc pass.
         this = weakref.ref(self)
@@ -281,7 +293,8 @@ class KafkaAdmin:
         transaction's first offset in 200 of 1,000 commits on a local broker: an audit reading committed
         offsets, then outputs up to their last stable offsets, would miss the outputs of a transaction whose
         offsets it counted; a store that applied the transaction would look ahead of its changelog."""
-        return settled_ends(self, partitions, at_least=at_least, within=within, timeout=timeout)
+        return settled_ends(self, partitions, at_least=at_least, within=within, timeout=timeout,
+                            waited_out=self._waited_out)
 
     def earliest_offsets(self, partitions: Iterable[TP], timeout: float = 30.0) -> dict[TP, int]:
         return self._list_offsets(partitions, OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED, timeout)
@@ -400,13 +413,16 @@ class BrokerUnreachableError(ConnectionError):
     """No broker answered at the bootstrap servers."""
 
 
-def admin_for(bootstrap_servers: str) -> KafkaAdmin:
+def admin_for(bootstrap_servers: str, *, settle_once: bool = False) -> KafkaAdmin:
     """The admin of the cluster at `bootstrap_servers`: a `KafkaAdmin`, or the admin of the in-memory cluster
-    the address names (`transactions.memory.MemoryCluster.bootstrap_servers`, as a test driver's)."""
+    the address names (`transactions.memory.MemoryCluster.bootstrap_servers`, as a test driver's).
+    `settle_once`: see `KafkaAdmin`."""
     from transactions.memory import MemoryAdmin, named_cluster  # (it imports this module)
 
     cluster = named_cluster(bootstrap_servers)
-    return KafkaAdmin(bootstrap_servers) if cluster is None else cast(KafkaAdmin, MemoryAdmin(cluster))
+    if cluster is None:
+        return KafkaAdmin(bootstrap_servers, settle_once=settle_once)
+    return cast(KafkaAdmin, MemoryAdmin(cluster, settle_once=settle_once))
 
 
 def check_reachable(bootstrap_servers: str, timeout: float = 10.0) -> frozenset[str]:

@@ -459,9 +459,10 @@ class MemoryProducer:
 class MemoryAdmin:
     """The admin calls the framework makes (topics, offsets, configs, groups)."""
 
-    def __init__(self, cluster: MemoryCluster) -> None:
+    def __init__(self, cluster: MemoryCluster, *, settle_once: bool = False) -> None:
         self.cluster = cluster
         self.bootstrap_servers = cluster.bootstrap_servers
+        self._waited_out: dict[TP, int] | None = {} if settle_once else None  # (as `KafkaAdmin`'s)
 
     def partition_counts(self, topics: Iterable[str], timeout: float = 30.0) -> dict[str, int | None]:
         return {t: len(self.cluster.logs[t]) if t in self.cluster.logs else None for t in topics}
@@ -499,7 +500,8 @@ class MemoryAdmin:
 
     def settled_ends(self, partitions: Iterable[TP], *, at_least: Mapping[TP, int] | None = None,
                      within: float = 10.0, timeout: float = 30.0) -> dict[TP, int]:
-        return settled_ends(self, partitions, at_least=at_least, within=within, timeout=timeout)
+        return settled_ends(self, partitions, at_least=at_least, within=within, timeout=timeout,
+                            waited_out=self._waited_out)
 
     def earliest_offsets(self, partitions: Iterable[TP], timeout: float = 30.0) -> dict[TP, int]:
         return dict.fromkeys(partitions, 0)

@@ -80,7 +80,7 @@ def audit_aggregate(bootstrap_servers: str, inputs: Iterable[str], outputs: Iter
     """`input_value(raw value)` gives the number to aggregate (ignored for count); `output_value(raw value)`
     extracts the aggregate from an output record; `accept(raw value)` selects the input records the job
     aggregates (e.g. not the ones it dead-letters). Keys are compared as raw bytes."""
-    admin = admin or admin_for(bootstrap_servers)
+    admin = admin or admin_for(bootstrap_servers, settle_once=True)
     step = _step(kind)
     result = AggregateResult()
     expected: dict[bytes | None, _Seq] = {}

@@ -148,15 +148,16 @@ def audit(bootstrap_servers: str, *, inputs: list[str], outputs: list[str], dead
           progress: Callable[[int], None] | None = None, ledger_topic: str | None = None,
           through: Iterable[str] = (), subtopologies: frozenset[str] | None = None,
           groups: Mapping[str, str] | None = None, ordered: bool = True,
-          numbered: bool | None = None) -> AuditReport:
+          numbered: bool | None = None, admin: KafkaAdmin | None = None) -> AuditReport:
     """Audit `outputs` (+ dead letters) against `inputs`. `extra_topics` (e.g. changelogs) are checked for
     open transactions too. `aggregate` switches from lineage mode to aggregate mode. The lineage ledger
     (`<group>-ledger` unless `ledger_topic` names another) accounts for filtered records. `subtopologies` and
     `groups` (input topic -> the group holding its progress) audit sub-topologies that share an input;
     `ordered=False` leaves out the input-order check, `numbered=False` that of each record's run of output
-    indices (`audit_lineage`)."""
+    indices (`audit_lineage`). `admin`: one shared with other audits of the same look (`audit_application`),
+    so that a transaction left open is waited out once."""
     started = time.monotonic()
-    admin = admin_for(bootstrap_servers)
+    admin = admin or admin_for(bootstrap_servers, settle_once=True)
     report = AuditReport("aggregate" if aggregate else "lineage", bootstrap_servers, list(inputs), list(outputs),
                          dead_letter_topic, group, isolation)
     if aggregate is None:
@@ -192,14 +193,15 @@ def audit_application(app: Application, *, bootstrap_servers: str | None = None,
     join's side comes from several topics or through a stateful step) is reported as skipped, with the reason;
     so are the lineage and join audits of a job run with `lineage=False`, which read what it leaves out."""
     bootstrap = bootstrap_servers or app.config.bootstrap_servers
-    reports = (_lineage_reports(app, bootstrap_servers, max_samples, progress) if app.config.lineage else
+    admin = admin_for(bootstrap, settle_once=True)  # (one for every audit: an open transaction is waited out once)
+    reports = (_lineage_reports(app, bootstrap_servers, max_samples, progress, admin) if app.config.lineage else
                [_not_checked(app, bootstrap, sub, "lineage", _UNTRACED, lineage=LineageResult())
                 for sub in app.subtopologies.values()])
     for name, sub in app.subtopologies.items():
         for w in sub.windowings:
             try:
                 reports += audit_windowed(app, bootstrap_servers=bootstrap, subtopologies=[name],
-                                          max_samples=max_samples, progress=progress, only=w)
+                                          max_samples=max_samples, progress=progress, only=w, admin=admin)
             except ValueError as exc:
                 reports.append(AuditReport("window", bootstrap, list(sub.inputs), [w.topic or sub.output or ""],
                                            app.config.dlq_topic, app.config.group_id, "read_committed",
@@ -207,14 +209,14 @@ def audit_application(app: Application, *, bootstrap_servers: str | None = None,
         for window, why in sub.unreplayed_windows:
             reports.append(_not_checked(app, bootstrap, sub, "window", f"{window}: {why}", window=WindowAuditResult()))
     if any(sub.joins for sub in app.subtopologies.values()):
-        reports += audit_joins(app, bootstrap_servers=bootstrap, max_samples=max_samples)
+        reports += audit_joins(app, bootstrap_servers=bootstrap, max_samples=max_samples, admin=admin)
     else:
         reports += _unreplayed_joins(app, bootstrap, app.subtopologies)
     return reports
 
 
 def _lineage_reports(app: Application, bootstrap_servers: str | None, max_samples: int,
-                     progress: Callable[[int], None] | None) -> list[AuditReport]:
+                     progress: Callable[[int], None] | None, admin: KafkaAdmin) -> list[AuditReport]:
     """A lineage audit of every sub-topology, each held to its own inputs, with the job's dead-letter topic,
     changelogs and ledger. A repartition step and the step reading its topic are audited as one, from the
     first one's inputs to the second one's outputs: the repartition topic's records are deleted once
@@ -244,7 +246,7 @@ def _lineage_reports(app: Application, bootstrap_servers: str | None, max_sample
                              group=cfg.group_id, extra_topics=[*changelogs, *through], max_samples=max_samples,
                              progress=progress, ledger_topic=ledger_topic(cfg.application_id), through=through,
                              subtopologies=only, groups=input_groups, ordered=not through,
-                             numbered=runs_whole(members, hops)))
+                             numbered=runs_whole(members, hops), admin=admin))
     return reports
 
 
@@ -277,7 +279,7 @@ def _linked_by_hops(subs: list[SubTopology], hops: frozenset[str]) -> list[list[
 
 def audit_windowed(app: Application, *, bootstrap_servers: str | None = None, subtopologies: Iterable[str] = (),
                    max_samples: int = 10, progress: Callable[[int], None] | None = None,
-                   only: Any = None) -> list[AuditReport]:
+                   only: Any = None, admin: KafkaAdmin | None = None) -> list[AuditReport]:
     """`eos audit window`: every windowed aggregation of a job (or those of the sub-topologies named, or
     `only` that one) against the reference recomputed from its committed input, plus the transaction and
     offset checks."""
@@ -290,11 +292,11 @@ def audit_windowed(app: Application, *, bootstrap_servers: str | None = None, su
     return _audit_each(app, "window", "windowed aggregation",
                        lambda s: [w for w in s.windowings if only is None or w is only],
                        lambda s, w: [w.topic or s.output], check, bootstrap_servers, subtopologies, max_samples,
-                       unreplayed=lambda s: s.unreplayed_windows)
+                       unreplayed=lambda s: s.unreplayed_windows, admin=admin)
 
 
 def audit_joins(app: Application, *, bootstrap_servers: str | None = None, subtopologies: Iterable[str] = (),
-                max_samples: int = 10) -> list[AuditReport]:
+                max_samples: int = 10, admin: KafkaAdmin | None = None) -> list[AuditReport]:
     """`eos audit join`: every join of a job (or those of the sub-topologies named) checked by replaying its
     committed inputs (`eos.audit.joins`), plus the transaction and offset checks; a join it cannot replay (or any,
     of a job run with lineage=False) is reported as not checked, saying why."""
@@ -320,7 +322,7 @@ def audit_joins(app: Application, *, bootstrap_servers: str | None = None, subto
                 for join in sub.joins] + _unreplayed_joins(app, bootstrap, subtopologies or app.subtopologies)
     reports = _audit_each(app, "join", "join", lambda s: list(s.joins), lambda s, j: [j.output or s.output], check,
                           bootstrap_servers, subtopologies, max_samples,
-                          unreplayed=lambda s: [(name, why) for name, _, why in s.unreplayed_joins])
+                          unreplayed=lambda s: [(name, why) for name, _, why in s.unreplayed_joins], admin=admin)
     return reports + _unreplayed_joins(app, bootstrap_servers or app.config.bootstrap_servers,
                                        subtopologies or app.subtopologies)
 
@@ -343,14 +345,14 @@ def _audit_each(app: Application, mode: str, what: str, items: Callable[[SubTopo
                 outputs: Callable[[SubTopology, Any], list[Any]],
                 check: Callable[[AuditReport, SubTopology, Any, KafkaAdmin, dict[str, str]], None],
                 bootstrap_servers: str | None, subtopologies: Iterable[str], max_samples: int, *,
-                unreplayed: Callable[[SubTopology], Any]) -> list[AuditReport]:
+                unreplayed: Callable[[SubTopology], Any], admin: KafkaAdmin | None = None) -> list[AuditReport]:
     """One report per item (a windowed aggregation, a join) of each sub-topology that has any (or of each
     one named): `check` fills in its mode's result, then the transaction and offset checks, each input held
     to the group its progress is committed under. `unreplayed(sub)`: its items the audit cannot replay, each
     (name, why), named in the error when there is nothing to replay."""
     cfg = app.config
     bootstrap = bootstrap_servers or cfg.bootstrap_servers
-    admin = admin_for(bootstrap)
+    admin = admin or admin_for(bootstrap, settle_once=True)
 
     def none_replayable(where: str, subs: list[str]) -> ValueError:
         others = [(n, item, why) for n in subs for item, why in unreplayed(app.subtopologies[n])]

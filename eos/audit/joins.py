@@ -484,7 +484,7 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
     (`JoinSpec.left_prefix`, `right_prefix`), as its task passed them, and each result expected through those
     between the join and its topic (`JoinSpec.suffix`)."""
     spec: JoinSpec = join or only(sub.joins, f"sub-topology {sub.name!r}", "join")
-    admin = admin or admin_for(bootstrap_servers)
+    admin = admin or admin_for(bootstrap_servers, settle_once=True)
     result = JoinAuditResult(spec.kind, spec.how)
     skipped = _dead_lettered(bootstrap_servers, dead_letters, sub.name, admin) if dead_letters else set()
     result.dead_letters = len(skipped)

@@ -134,7 +134,7 @@ def audit_lineage(bootstrap_servers: str, inputs: Iterable[str], outputs: Iterab
     says every index a scope gives is an output's (not so where a step writes both a repartition topic and an
     output)."""
     inputs = list(inputs)
-    admin = admin or admin_for(bootstrap_servers)
+    admin = admin or admin_for(bootstrap_servers, settle_once=True)
     executor = executor or LocalExecutor()
     dlq_topics = [dead_letter_topic] if dead_letter_topic and admin.partition_counts(
         [dead_letter_topic])[dead_letter_topic] is not None else []

@@ -229,7 +229,7 @@ def audit_windows(bootstrap_servers: str, sub: SubTopology, *, group: str, admin
         raise ValueError(f"sub-topology {sub.name!r}: the window audit needs one input and an output topic")
     out_key, out_value = sub.output_serdes.get(output, (sub.output_key_serde, sub.output_value_serde))
     replay = replay_prefix(w.prefix)
-    admin = admin or admin_for(bootstrap_servers)
+    admin = admin or admin_for(bootstrap_servers, settle_once=True)
     result = WindowAuditResult()
     topic = sub.inputs[0]
     tps = admin.topic_partitions(topic)

@@ -62,6 +62,48 @@ def test_the_driver_audits_every_step_window_and_join_it_committed_and_a_copy_fa
         assert found.verdict == "FAIL" and found.lineage.duplicates == 1, found.lineage
 
 
+@pytest.mark.no_audit  # (it leaves a transaction open)
+def test_a_transaction_left_open_fails_the_audits_that_read_it_after_one_wait(monkeypatch):
+    """A transaction whose markers are still being written is waited for before an audit reads a topic's end
+    (`KafkaAdmin.settled_ends`); one left open is waited out once for all of `eos audit app`'s reports, not once
+    per read of the topic (the lineage audit and the window audit both read the counts, and both check them
+    for open transactions)."""
+    import transactions.memory as memory
+
+    reads = [0]
+    waits: list[int] = []  # per `settled_ends` call that read more than once: its reads
+    end_offsets, settled = memory.MemoryAdmin.end_offsets, memory.settled_ends
+
+    def counted(self, partitions, *, committed=True, timeout=30.0):
+        reads[0] += committed
+        return end_offsets(self, partitions, committed=committed, timeout=timeout)
+
+    def settled_ends(admin, partitions, **kw):
+        before = reads[0]
+        try:
+            return settled(admin, partitions, **{**kw, "within": 0.2})
+        finally:
+            if reads[0] - before > 1:
+                waits.append(reads[0] - before)
+
+    monkeypatch.setattr(memory.MemoryAdmin, "end_offsets", counted)
+    monkeypatch.setattr(memory, "settled_ends", settled_ends)
+    with TopologyTestDriver(views_job(), partitions=2) as driver:
+        feed(driver)
+        assert [r.verdict for r in driver.audit()] == ["PASS"] * 3 and waits == []
+        writer = MemoryProducer(driver.cluster, "writer")
+        writer.init()
+        writer.begin()
+        writer.produce("counts", b"1", b"p0", partition=0)  # produced, never committed nor aborted
+        lineage, window, _ = driver.audit()
+        assert len(waits) == 1  # one wait ran out; every later read of the partition's end was answered at once
+        for report in (lineage, window):
+            assert report.verdict == "FAIL" and report.transactions.open_transactions == 1
+            assert report.transactions.samples[0]["topic"] == "counts" and report.violations == 1
+        writer.abort()
+        assert [r.verdict for r in driver.audit()] == ["PASS"] * 3
+
+
 def test_the_audit_passes_when_batches_crash_at_every_step():
     for step in ("after_read", "after_produce", "before_commit", "after_commit"):
         with TopologyTestDriver(views_job(), partitions=2) as driver:
