@@ -54,7 +54,8 @@ def store(name: str, *, key_serde: SerdeSpec = "bytes", value_serde: SerdeSpec =
     values by timestamp, `get(key, as_of=t)`)."""
     retention = history_retention(versioned, f"store {name!r}")
     return StoreSpec(name, serde_for(key_serde), serde_for(value_serde), persistent,
-                     kind="key_value" if retention is None else "versioned", retention_ms=retention)
+                     kind="key_value" if retention is None else "versioned", retention_ms=retention,
+                     serdes_from=(f"key_serde= of store({name!r})", f"value_serde= of store({name!r})"))
 
 
 _LOADING: contextvars.ContextVar[str | None] = contextvars.ContextVar("eos_loading_job", default=None)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from recovery.backends import StoreError
@@ -53,6 +53,9 @@ class StoreSpec:
     #: (Kafka Streams' source-topic optimization, `topology_optimization`): nothing is written to a changelog
     #: of its own, and it is restored by replaying the topic up to the task's committed offset in it
     source_topic: str | None = None
+    #: where the job sets the key's and the value's serde (e.g. "aggregate_serde= of 'totals'"), named when the
+    #: serde refuses a key or a value put in the store (None: nowhere the job can change)
+    serdes_from: tuple[str | None, str | None] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -163,9 +166,10 @@ class StoreView:
     def _refused(self, exc: Exception, part: str, obj: Any) -> Exception:
         """`exc`, of the serde that refused a key or a value of this store, saying which store and which part
         (its type kept, for whoever tells a serde's errors from others)."""
-        shown = repr(obj)
+        shown, where = repr(obj), (self.spec.serdes_from or (None, None))[part == "value"]
+        change = f"; give {where} a serde that takes it" if where else ""
         exc.args = (f"store {self.name!r} cannot take the {part} {shown[:80] + '...' if len(shown) > 80 else shown}"
-                    f" ({type(obj).__name__}): {exc}", *exc.args[1:])
+                    f" ({type(obj).__name__}): {exc}{change}", *exc.args[1:])
         return exc
 
     def _value(self, raw: bytes) -> Any:

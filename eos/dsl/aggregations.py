@@ -81,8 +81,11 @@ class AggregationMethods(StreamMethods):
                      key_serde: SerdeSpec, value_serde: SerdeSpec, aggregate_serde: SerdeSpec, persistent: bool,
                      windows: WindowSpec | None, emit: Emit, late_records: LatePolicy,
                      merger: Callable[[Any, Any, Any], Any] | None, windowed_key: str,
-                     retention: int | timedelta | None) -> AggregationStep:
-        """The processor and stores of an aggregation named `name` (one engine for both APIs)."""
+                     retention: int | timedelta | None,
+                     serdes_from: tuple[str | None, str | None] | None = None) -> AggregationStep:
+        """The processor and stores of an aggregation named `name` (one engine for both APIs). `serdes_from`: the
+        parameters that set its store's key and aggregate serdes (`StoreSpec.serdes_from`; by default this API's)."""
+        serdes_from = serdes_from or (f"key_serde= of {name!r}", f"aggregate_serde= of {name!r}")
         require_functions(name, initializer=initializer, aggregator=aggregator,
                           **({"merger": merger} if merger is not None else {}), takes={
                               "initializer": (), "aggregator": ("key", "value", "aggregate"),
@@ -101,7 +104,7 @@ class AggregationMethods(StreamMethods):
             if retention is not None:
                 raise ValueError(f"{name}: retention is how long windows are kept; an aggregation without windows "
                                  "keeps each key until it is deleted: leave retention out")
-            spec = StoreSpec(f"{name}-store", ks, agg_serde, persistent, timestamped=True)
+            spec = StoreSpec(f"{name}-store", ks, agg_serde, persistent, timestamped=True, serdes_from=serdes_from)
             return AggregationStep(partial(AggregateProcessor, spec.name, initializer, aggregator), (spec,), None, ks,
                                    "aggregation")
         if late_records not in ("drop", "dead_letter"):
@@ -113,25 +116,26 @@ class AggregationMethods(StreamMethods):
         keep = max(ms(retention or 0), windows.retention_ms)
         factory, stores = self._windowed(name, windows, keep, ks, serde_for(value_serde), agg_serde, persistent,
                                          Aggregation(initializer, aggregator, merger or _no_merger), emit,
-                                         late_records)
+                                         late_records, serdes_from)
         windowing = Windowing(windows, emit, late_records, initializer, aggregator, merger, f"{name}-store")
         return AggregationStep(factory, stores, windowing, WindowedSerde(ks, windowed_key),
                                f"windowed aggregation ({type(windows).__name__}, emit={emit})")
 
     def _windowed(self, name: str, windows: WindowSpec, retention: int, key_serde: Any, value_serde: Any,
                   aggregate_serde: Any, persistent: bool, functions: Aggregation, emit: Emit,
-                  late: LatePolicy) -> tuple[Callable[[], Processor], tuple[StoreSpec, ...]]:
+                  late: LatePolicy, serdes_from: tuple[str | None, str | None],
+                  ) -> tuple[Callable[[], Processor], tuple[StoreSpec, ...]]:
         init, agg = functions.initializer, functions.aggregator
         if isinstance(windows, SessionWindows):
             if functions.merger is _no_merger:
                 raise ValueError(f"{name}: session windows need merger=fn(key, aggregate1, aggregate2) to merge "
                                  "the sessions a record joins")
             spec = StoreSpec(f"{name}-store", key_serde, aggregate_serde, persistent, timestamped=True,
-                             kind="session", retention_ms=retention)
+                             kind="session", retention_ms=retention, serdes_from=serdes_from)
             return partial(SessionWindowAggregate, spec.name, windows, init, agg, functions.merger, emit, late,
                            retention), (spec,)
         spec = StoreSpec(f"{name}-store", key_serde, aggregate_serde, persistent, timestamped=True, kind="window",
-                         retention_ms=retention)
+                         retention_ms=retention, serdes_from=serdes_from)
         if isinstance(windows, SlidingWindows):
             buffer = StoreSpec(f"{name}-records", key_serde, value_serde, persistent, timestamped=True,
                                kind="record_buffer", retention_ms=retention)

@@ -92,19 +92,22 @@ class GroupedStream:
         app = self.stream.app
         name = app.node_name(kind, name)
         source = self.stream.keyed(name)  # through `<application_id>-<name>-repartition` after a key change
+        serdes_from = (f"key_serde= of the group_by() or group_by_key() before {name!r}",
+                       f"aggregate_serde= of {name!r}" if kind in ("aggregate", "reduce") else None)
         return _aggregation(app, name, (source,), self.key_serde, self.value_serde, initializer, aggregator, merger,
-                            aggregate_serde, persistent, window)
+                            aggregate_serde, persistent, window, serdes_from=serdes_from)
 
 
 def _aggregation(app: Any, name: str, sources: tuple[Stream, ...], key_serde: Serde, value_serde: Serde,
                  initializer: Callable[[], Any], aggregator: Aggregator, merger: Aggregator | None,
                  aggregate_serde: Serde | str, persistent: bool, window: WindowedStream | None,
-                 kind: str = "") -> Table:
-    """The aggregation node `name` after `sources` (its parents), its stores, and the table of its results."""
+                 kind: str = "", serdes_from: tuple[str | None, str | None] | None = None) -> Table:
+    """The aggregation node `name` after `sources` (its parents), its stores, and the table of its results.
+    `serdes_from`: where the job sets its store's key and aggregate serdes (`StoreSpec.serdes_from`)."""
     w = window
     step = app.aggregation_step(name, initializer, aggregator, key_serde, value_serde, aggregate_serde, persistent,
                                 w.windows if w else None, w.emit if w else "update", w.late_records if w else "drop",
-                                merger, w.windowed_key if w else "json", w.retention if w else None)
+                                merger, w.windowed_key if w else "json", w.retention if w else None, serdes_from)
     node = app.graph.add(ProcessorNode(name, tuple(s.node for s in sources), step.factory, kind=kind + step.kind,
                                        windowing=step.windowing, may_be_leaf=True))
     for spec in step.stores:
@@ -207,8 +210,10 @@ class CogroupedStream:
             marked.append(Stream(app, node.name, source.key_serde, source.value_serde, source.topics))
         aggregator = CogroupAggregator(tuple(a for _, a in self.inputs))
         values = CogroupValueSerde(tuple(g.value_serde for g, _ in self.inputs))
+        serdes_from = (f"key_serde= of the first cogrouped stream's group_by() or group_by_key() ({name!r})",
+                       f"aggregate_serde= of {name!r}")
         return _aggregation(app, name, tuple(marked), self.inputs[0][0].key_serde, values, initializer, aggregator,
-                            merger, aggregate_serde, persistent, window, kind="cogrouped ")
+                            merger, aggregate_serde, persistent, window, kind="cogrouped ", serdes_from=serdes_from)
 
 
 class WindowedCogroupedStream:

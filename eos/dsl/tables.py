@@ -224,9 +224,12 @@ class GroupedTable:
         table, app = self.table, self.table.app
         name = app.node_name(kind, name)
         vs = self.value_serde if kind != "count" else serde_for("long")
+        serdes_from = (f"key_serde= of the group_by() before {name!r}",
+                       {"aggregate": f"aggregate_serde= of {name!r}",
+                        "reduce": f"value_serde= of the group_by() before {name!r}"}.get(kind))
         node, store, topic = table_aggregation(app, name, table.node, table.spec, fn, initializer, adder, subtractor,
                                                self.key_serde, vs, serde_for(aggregate_serde),
-                                               persistent and table.spec.persistent)
+                                               persistent and table.spec.persistent, serdes_from)
         return Table(app, self.key_serde, serde_for(aggregate_serde), (topic,), node=node, store=store)
 
 
@@ -237,11 +240,13 @@ def table_aggregation(app: GraphMethods, name: str, parent: str, table: TableSou
                       group_by: Callable[[Any, Any], tuple[Any, Any]], initializer: Callable[[], Any],
                       adder: Callable[[Any, Any, Any], Any], subtractor: Callable[[Any, Any, Any], Any],
                       key_serde: Serde, value_serde: Serde, aggregate_serde: Serde,
-                      persistent: bool) -> tuple[str, str, str]:
+                      persistent: bool, serdes_from: tuple[str | None, str | None] | None = None,
+                      ) -> tuple[str, str, str]:
     """A re-grouped table aggregation after the node `parent` (whose records are `table`'s updates): the
     re-grouping processor `<name>.repartition` (the table's previous values in `<name>-source`), the
     repartition topic `<application_id>-<name>-repartition`, the aggregating processor `name` (the aggregates
-    in `<name>-store`). Returns the aggregating node, its store and the repartition topic."""
+    in `<name>-store`). Returns the aggregating node, its store and the repartition topic. `serdes_from`: where
+    the job sets the store's key and aggregate serdes (`StoreSpec.serdes_from`; by default `aggregate_table`'s)."""
     require_functions(name, group_by=group_by, initializer=initializer, adder=adder, subtractor=subtractor, takes={
         "group_by": ("key", "value"), "initializer": (), "adder": ("group key", "value", "aggregate"),
         "subtractor": ("group key", "value", "aggregate")})
@@ -255,7 +260,8 @@ def table_aggregation(app: GraphMethods, name: str, parent: str, table: TableSou
     graph.add_store(source, [regroup])
     graph.add(SinkNode(f"{name}-repartition.sink", topic, (regroup,), key_serde, BytesSerde()))
     read = graph.add(SourceNode(f"{name}-repartition.source", (topic,), key_serde, BytesSerde(), RECORD_TIME)).name
-    store = StoreSpec(f"{name}-store", key_serde, aggregate_serde, persistent, timestamped=True)
+    store = StoreSpec(f"{name}-store", key_serde, aggregate_serde, persistent, timestamped=True,
+                      serdes_from=serdes_from or (f"key_serde= of {name!r}", f"aggregate_serde= of {name!r}"))
     node = graph.add(ProcessorNode(name, (read,), partial(TableAggregate, store.name, initializer, adder, subtractor,
                                                           value_serde),
                                    kind="table aggregation", may_be_leaf=True)).name

@@ -455,8 +455,9 @@ def test_kafka_streams_names_of_the_context_and_a_store_refusing_a_key_or_value_
         "AttributeError: 'ProcessorContext' object has no attribute 'get_state_store': it is store(name) here (a "
         "store given in the processor's stores=[...])",
         "SerdeError: store 'kept' cannot take the value {1, 2} (set): cannot serialize set as JSON: Object of type "
-        "set is not JSON serializable",
-        "SerdeError: store 'kept' cannot take the key 5 (int): StringSerde expects str, got int"]
+        "set is not JSON serializable; give value_serde= of store('kept') a serde that takes it",
+        "SerdeError: store 'kept' cannot take the key 5 (int): StringSerde expects str, got int; give key_serde= of "
+        "store('kept') a serde that takes it"]
     assert [r.value for r in driver.records("out")] == [1]  # (a refused record left nothing in the store)
     from eos.processor import ProcessorContext
 
@@ -702,3 +703,39 @@ def test_process_values_keeps_keys_so_an_aggregation_after_it_needs_no_repartiti
         (dead,) = driver.dead_letters()
         assert "forwarded the key 'elsewhere' for a record keyed 'c0'" in dead.error and "process()" in dead.error
         assert [r.value for r in driver.read("totals") if r.key == "c0"] == [sum(range(1, 12))]  # (its 11th)
+
+
+def test_an_aggregation_s_store_refusing_its_aggregate_or_key_names_the_parameter_that_sets_its_serde():
+    """The store of a DSL aggregation is the framework's, not declared by the job: its serde error names the
+    parameter of the DSL call to change, in either API. (A key reaches such a store through its repartition
+    topic's serde or its input's, whose own errors name the step.)"""
+    from eos.windows import TumblingWindows
+
+    as_set = lambda k, v, agg: sorted({*agg, v["n"]}) if v["n"] else {v["n"]}  # (a set for n = 0)
+    app = app_()
+    stream = lambda topic: app.stream(topic, value_serde="json")  # (one input each: none fused)
+    stream("i1").group_by(lambda k, v: v["g"], name="by").aggregate(list, as_set, name="sets")
+    stream("i2").group_by_key().window(TumblingWindows(60_000)).aggregate(list, as_set, name="windowed")
+    stream("i4").group_by_key().reduce(lambda agg, v: {1}, name="reduced")
+    stream("i5").group_by_key().cogroup(lambda k, v, agg: {0}).aggregate(dict, name="cog")
+    app.table("t1", value_serde="json", name="rows").group_by(lambda k, v: (v["g"], v)).aggregate(
+        list, lambda g, v, agg: {0}, lambda g, v, agg: agg, name="regrouped")
+    app.table("t2", value_serde="json", name="rows2").group_by(lambda k, v: (v["g"], v)).reduce(
+        lambda agg, v: {0}, lambda agg, v: agg, name="tr")
+    app.aggregate("i6", "o", name="classic", initializer=list, aggregator=as_set, value_serde="json")
+    with TopologyTestDriver(app) as driver:
+        for topic in ("i1", "i2", "i4", "i5", "t1", "i6"):
+            driver.pipe_many(topic, [("k", {"g": "x", "n": 0}), ("k", {"g": "x", "n": 0})])
+        driver.pipe_many("t2", [("r1", {"g": "x"}), ("r2", {"g": "x"})])  # (the first starts the group)
+        said = {e.split("'")[1]: e.split(": ", 1)[1] for e in {letter.error for letter in driver.dead_letters()}}
+    value = "store {!r} cannot take the value {} (set): cannot serialize set as JSON: Object of type set is not " \
+            "JSON serializable; give {} a serde that takes it"
+    assert said == {
+        "sets-store": value.format("sets-store", "{0}", "aggregate_serde= of 'sets'"),
+        "windowed-store": value.format("windowed-store", "{0}", "aggregate_serde= of 'windowed'"),
+        "reduced-store": value.format("reduced-store", "{1}", "aggregate_serde= of 'reduced'"),
+        "cog-store": value.format("cog-store", "{0}", "aggregate_serde= of 'cog'"),
+        "regrouped-store": value.format("regrouped-store", "{0}", "aggregate_serde= of 'regrouped'"),
+        "tr-store": value.format("tr-store", "{0}", "value_serde= of the group_by() before 'tr'"),
+        "classic-store": value.format("classic-store", "{0}", "aggregate_serde= of 'classic'"),
+    }
