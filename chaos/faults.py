@@ -50,6 +50,8 @@ def _signal(pid: int, sig: signal.Signals) -> None:
 
 
 PROCESS_WAIT_S = 90.0  # how long a fault waits for its target process to exist
+# how long an `in_transaction` kill waits for a task inside a transaction before it strikes outside one
+DRIVER_MARK_WAIT_S, WORKER_MARK_WAIT_S = 30.0, 20.0
 
 
 def _wait_for(find: Callable[[], list[Any]], timeout: float = 30.0) -> list[Any]:
@@ -83,19 +85,31 @@ def _marked_pid(ctx: Context, timeout: float = 30.0) -> int | None:
     return pids[0] if pids else None
 
 
+OUTSIDE = " (outside a transaction)"
+
+
+def _outside(ctx: Context, kind: str, waited: float) -> None:
+    """An `in_transaction` kill that caught no task inside a transaction strikes anyway, outside one: the
+    timeline says so, and the report notes that the run did not try that kill mid-transaction."""
+    ctx.timeline.record(kind, "outside_transaction", reason=f"no task was inside a transaction within {waited:g} s")
+
+
 # ---------------------------------------------------------------- processes
 def driver_kill(ctx: Context, f: ScheduledFault) -> str:
     """SIGKILL the driver. `in_transaction`: once a task is between producing and committing, the driver
     and every process under it (in local mode its executor and the Python workers) at once, as when the
     driver's machine dies: killing the driver alone leaves the worker to finish its commit."""
     if f.params.get("in_transaction"):
-        pid, marked = _driver_in_transaction(ctx)
+        pid, marked = _driver_in_transaction(ctx, DRIVER_MARK_WAIT_S)
         if marked is not None:  # frozen at once, inside its window: walking the process tree takes a while
             _signal(marked, signal.SIGSTOP)
-        with ctx.timeline.span("driver_kill", f"driver pid {pid} and its processes"):
+        else:
+            _outside(ctx, "driver_kill", DRIVER_MARK_WAIT_S)
+        where = "" if marked is not None else OUTSIDE
+        with ctx.timeline.span("driver_kill", f"driver pid {pid} and its processes{where}"):
             for proc in sorted(job_processes(pid), key=lambda p: p.pid == pid):  # the worker first
                 _signal(proc.pid, signal.SIGKILL)
-        return f"driver {pid} and its processes"
+        return f"driver {pid} and its processes{where}"
     pid = _driver(ctx)
     with ctx.timeline.span("driver_kill", f"driver pid {pid}"):
         _signal(pid, signal.SIGKILL)
@@ -176,14 +190,17 @@ def executor_pause(ctx: Context, f: ScheduledFault) -> str:
 
 
 def worker_kill(ctx: Context, f: ScheduledFault) -> str:
-    pid = _marked_pid(ctx, 20) if f.params.get("in_transaction") else None
+    pid = _marked_pid(ctx, WORKER_MARK_WAIT_S) if f.params.get("in_transaction") else None
+    where = OUTSIDE if f.params.get("in_transaction") and pid is None else ""
     if pid is None:
         pid = _target(ctx, f, python_workers)
     if pid is None:
         return ctx.timeline.skip("worker_kill", "no Python worker found")
-    with ctx.timeline.span("worker_kill", f"python worker pid {pid}"):
+    if where:
+        _outside(ctx, "worker_kill", WORKER_MARK_WAIT_S)
+    with ctx.timeline.span("worker_kill", f"python worker pid {pid}{where}"):
         _signal(pid, signal.SIGKILL)
-    return f"worker {pid}"
+    return f"worker {pid}{where}"
 
 
 def worker_pause(ctx: Context, f: ScheduledFault) -> str:

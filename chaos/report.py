@@ -49,6 +49,9 @@ def finish_result(result: ChaosResult, workdir: Path, timeline: Timeline) -> Non
         skipped = sorted({e.get("reason", "") for e in result.timeline if e["phase"] == "skipped"})
         result.reasons.append(f"only {result.faults_injected} of {len(result.schedule)} scheduled faults were "
                               f"injected ({'; '.join(skipped) or 'the run ended first'})")
+    result.notes += [f"{e['kind']} at {e['t']:.1f} s struck outside a transaction: {e.get('reason', '')}, so the run "
+                     "did not try that kill mid-transaction"
+                     for e in result.timeline if e["phase"] == "outside_transaction"]
     if not result.audits:
         result.reasons.append("no audit ran")
     for audit in result.audits:

@@ -231,3 +231,49 @@ def test_a_driver_kill_right_after_another_waits_for_the_next_driver_and_kills_i
                     os.kill(p.pid, signal.SIGKILL)
             leader.wait()
             (marks / f"task-{worker}").unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("kind", ["driver_kill", "worker_kill"])
+def test_an_in_transaction_kill_that_catches_no_task_in_one_strikes_outside_and_says_so(tmp_path, monkeypatch, kind):
+    """No task marks a transaction within the wait: the kill still strikes (the driver with its processes, a
+    Python worker), and the timeline records that it was outside a transaction, which the report then notes."""
+    from types import SimpleNamespace
+
+    import chaos.faults
+    from chaos.harness import ChaosResult
+    from chaos.report import finish_result
+    from chaos.scenario import ScheduledFault
+    from chaos.timeline import Timeline
+
+    monkeypatch.setattr(chaos.faults, "DRIVER_MARK_WAIT_S", 0.2)
+    monkeypatch.setattr(chaos.faults, "WORKER_MARK_WAIT_S", 0.2)
+    (tmp_path / "marks").mkdir()
+    leader = subprocess.Popen([sys.executable, "-c", FORKS], start_new_session=True)
+    found = []
+    try:
+        deadline = time.monotonic() + 10
+        while len(found := job_processes(leader.pid)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        worker = next(p.pid for p in found if p.pid != leader.pid and p.ppid != leader.pid)
+        timeline = Timeline()
+        ctx = SimpleNamespace(job=SimpleNamespace(pid=leader.pid), marks_dir=str(tmp_path / "marks"), timeline=timeline)
+        said = chaos.faults.KINDS[kind].run(ctx, ScheduledFault(0.0, kind, 0.0, 0.0, {"in_transaction": True}))
+        assert said == (f"driver {leader.pid} and its processes (outside a transaction)" if kind == "driver_kill"
+                        else f"worker {worker} (outside a transaction)")
+        victim = leader.pid if kind == "driver_kill" else worker
+        deadline = time.monotonic() + 10
+        while alive(victim) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(victim)
+        assert [e["phase"] for e in timeline.events] == ["outside_transaction", "start", "end"]
+        result = ChaosResult(scenario={}, schedule=[{"kind": kind}], faults_injected=1, timeline=timeline.events,
+                             audits=[{"mode": "lineage", "verdict": "PASS", "violations": 0}])
+        finish_result(result, tmp_path, timeline)
+        assert result.verdict == "PASS"  # (a kill outside a transaction is still a fault the job survived)
+        assert result.notes == [f"{kind} at {timeline.events[0]['t']:.1f} s struck outside a transaction: no task was "
+                                "inside a transaction within 0.2 s, so the run did not try that kill mid-transaction"]
+    finally:
+        for p in found:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGKILL)
+        leader.wait()
