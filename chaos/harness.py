@@ -8,9 +8,11 @@ open. A run that does not drain (the job never catches up after the faults) also
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -24,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.faults import KINDS, inject
-from chaos.load import LoadGenerator, Make, is_poison, user_load
+from chaos.load import Encoder, LoadGenerator, Make, is_poison, user_load
 from chaos.processes import job_processes
 from chaos.proxy import ProxyGroup, Route
 from chaos.scenario import Scenario, schedule
@@ -196,8 +198,21 @@ def run_scenario(scenario: Scenario, workdir: str | Path | None = None, *, keep_
 
 def own_job(scenario: Scenario) -> tuple[Application, Make]:
     """A scenario's job and load of the user's, loaded: a ValueError (or ConfigError) says what is wrong with
-    either before anything starts."""
-    return load_application(scenario.job), user_load(scenario.load)
+    either before anything starts, a first record the job's serdes refuse too (for a job with Schema Registry
+    serdes, once the run's registry is up: `first_record_encodes`)."""
+    app, make = load_application(scenario.job), user_load(scenario.load)
+    if not app.uses_schema_registry:
+        first_record_encodes(app, make, scenario)
+    return app, make
+
+
+def first_record_encodes(app: Application, make: Make, scenario: Scenario) -> None:
+    """The load's first record, made as the run makes it, serialized by the job's serdes (a ValueError if not)."""
+    try:
+        topic, key, value = make(0, random.Random(scenario.seed))
+    except Exception as exc:
+        raise ValueError(f"load = {scenario.load!r}: record(0, rng) failed: {type(exc).__name__}: {exc}") from None
+    Encoder(app.input_serdes, f"load = {scenario.load!r}")(0, topic, key, value)
 
 
 def _run_scenario(scenario: Scenario, workdir: str | Path | None, keep_logs: bool) -> ChaosResult:
@@ -214,7 +229,15 @@ def _run_scenario(scenario: Scenario, workdir: str | Path | None, keep_logs: boo
     timeline = Timeline()
     cluster = LocalCluster(scratch / "cluster", scenario.brokers, proxied=scenario.needs_proxies)
     proxies = job = load = None
+    registry = contextlib.ExitStack()
     try:
+        url = None
+        if own is not None and own.uses_schema_registry:  # a registry of the run's (as the suite's: provide_registry)
+            from localkafka.registry import provide_registry
+
+            url = registry.enter_context(provide_registry()).url
+            own.configure(schema_registry_url=url)
+            first_record_encodes(own, make, scenario)  # type: ignore[arg-type]
         if scenario.needs_proxies:
             proxies = ProxyGroup(Route(n, listen, target) for n, listen, target in cluster.proxy_routes())
         cluster.up()
@@ -236,12 +259,14 @@ def _run_scenario(scenario: Scenario, workdir: str | Path | None, keep_logs: boo
                   "max_records_per_batch": scenario.max_records_per_batch, "standbys": scenario.standbys,
                   "transaction_timeout_ms": scenario.transaction_timeout_ms,
                   "batch_log": str(workdir / "batches.jsonl"),
-                  "marks_dir": str(marks) if uses_marks else None, "spark_conf": _spark_conf(scenario)}
+                  "marks_dir": str(marks) if uses_marks else None, "spark_conf": _spark_conf(scenario),
+                  "schema_registry_url": url}
         (workdir / "job.json").write_text(json.dumps(config, indent=2))
         (workdir / "batches.jsonl").write_text("")
         job = JobSupervisor(workdir / "job.json", workdir / "job.log", timeline, scratch / "tmp")
         load = LoadGenerator(direct, src, records=scenario.records, rate=scenario.rate, keys=scenario.keys,
-                             seed=scenario.seed, make=make)
+                             seed=scenario.seed, make=make, log=workdir / "load.log",
+                             encode=Encoder(own.input_serdes if own is not None else None, f"load = {scenario.load!r}"))
         ctx = Context(scenario, cluster, proxies, job, load, timeline, str(marks))
         job.start()
         load.warm_up(min(500, scenario.records))
@@ -259,6 +284,8 @@ def _run_scenario(scenario: Scenario, workdir: str | Path | None, keep_logs: boo
         timeline.record("faults", "end")
         load.finished.wait(scenario.load_seconds + 300)
         timeline.record("load", "end", produced=load.produced)
+        if load.error is not None:
+            result.reasons.append(f"the load stopped after {load.produced} records: {load.error}")
         if own is not None:  # (its steps behind repartition topics too: run until every one has caught up)
             job.stop()
             result.drained = job.catch_up(scenario.drain_timeout)
@@ -291,6 +318,7 @@ def _run_scenario(scenario: Scenario, workdir: str | Path | None, keep_logs: boo
             shutil.copytree(cluster.root / "logs", workdir / "broker-logs", dirs_exist_ok=True)
         gc.collect()  # admin clients of this run (reference cycles) go before their brokers do
         cluster.down(timeout=15)
+        registry.close()
         shutil.rmtree(scratch, ignore_errors=True)
         result.timeline = timeline.events
         result.duration_s = round(time.time() - started, 1)

@@ -72,7 +72,8 @@ def _own(cfg: dict[str, Any]) -> Application:
                   max_records_per_batch=cfg["max_records_per_batch"],
                   transaction_timeout_ms=cfg["transaction_timeout_ms"],
                   batch_timeout=min(30.0, cfg["transaction_timeout_ms"] / 1000 * 0.6),
-                  num_standby_replicas=cfg.get("standbys", 0), log_format="json", log_level="WARNING")
+                  num_standby_replicas=cfg.get("standbys", 0), log_format="json", log_level="WARNING",
+                  schema_registry_url=cfg.get("schema_registry_url"))  # (the run's registry; None: the job's own)
     return _marked(app, cfg)
 
 

@@ -1,15 +1,19 @@
 """The load generator: JSON records {"id", "n"} over `keys` keys at a steady rate, or the records a user's
-`record(i, rng) -> (topic, key, value)` makes (`user_load`), on the unproxied listener (network faults are
+`record(i, rng) -> (topic, key, value)` makes (`user_load`), serialized as the job reads them (its serdes of the
+topic, a Schema Registry's included) unless given as bytes, on the unproxied listener (network faults are
 between the job and the brokers, not the load). `poison(ratio)` mixes that share of malformed records into
-the stream until it is set back to 0."""
+the stream until it is set back to 0. The producer's own log lines (a broker bounced refuses connections) go
+to a file of the run's when one is named, not to the terminal the harness reports on."""
 
 from __future__ import annotations
 
 import json
+import logging
 import random
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from eos.cli.loader import load_module
@@ -21,6 +25,8 @@ POISON = b"\x00poison: not json"
 
 #: the i-th input record: (topic, key, value) as bytes, str (UTF-8), None, or anything else as JSON
 Make = Callable[[int, random.Random], tuple[str, Any, Any]]
+#: the key and value serdes a job reads a topic with (`Application.input_serdes`; a KeyError if it reads none)
+Serdes = Callable[[str], tuple[Any, Any]]
 
 
 def user_load(target: str) -> Make:
@@ -45,21 +51,63 @@ def _encoded(part: Any) -> bytes | None:
     return part.encode() if isinstance(part, str) else json.dumps(part).encode()
 
 
+class Encoder:
+    """A user's record as bytes: a key or value given as bytes (or None) as it is, else by the job's serde of
+    its topic; a topic the job does not read as `_encoded` does (UTF-8 text, else JSON). A part the job's serde
+    refuses is a ValueError naming the record, the topic and the serde."""
+
+    def __init__(self, serdes: Serdes | None, load: str = "the load") -> None:
+        self._serdes, self._load = serdes, load
+        self._by_topic: dict[str, tuple[Any, Any] | None] = {}
+
+    def __call__(self, i: int, topic: str, key: Any, value: Any) -> tuple[bytes | None, bytes | None]:
+        if topic not in self._by_topic:
+            try:
+                self._by_topic[topic] = None if self._serdes is None else self._serdes(topic)
+            except KeyError:
+                self._by_topic[topic] = None
+        serdes = self._by_topic[topic]
+        if serdes is None:
+            return _encoded(key), _encoded(value)
+        return self._part(i, topic, "key", key, serdes[0]), self._part(i, topic, "value", value, serdes[1])
+
+    def _part(self, i: int, topic: str, part: str, given: Any, serde: Any) -> bytes | None:
+        if given is None or isinstance(given, bytes):
+            return given
+        try:
+            return serde.serialize(given)
+        except Exception as exc:
+            raise ValueError(f"{self._load}: record {i}'s {part} for {topic!r}, {given!r:.60} "
+                             f"({type(given).__name__}), is not what the job reads {topic!r} with "
+                             f"({type(exc).__name__}: {exc}); return one its {part} serde takes, or bytes") from None
+
+
 def is_poison(raw: bytes | None) -> bool:
     return raw is not None and raw.startswith(b"\x00poison")
 
 
 class LoadGenerator:
     def __init__(self, bootstrap: str, topic: str, *, records: int, rate: int, keys: int, seed: int,
-                 make: Make | None = None) -> None:
+                 make: Make | None = None, encode: Encoder | None = None, log: str | Path | None = None) -> None:
+        """`make`: a user's records, serialized by `encode` (by default as `_encoded` does). A record that cannot be
+        made or serialized stops the load: `error` says why, and `finished` is set."""
         self.topic, self.records, self.rate, self.keys = topic, records, rate, keys
         self._rng = random.Random(seed)
         self._make, self._made = make, random.Random(seed)  # (a user's records: their own generator)
+        self._encode = encode or Encoder(None)
+        self.error: str | None = None
         self._poison = 0.0
         self.produced = self.poisoned = self.failed = 0
         self.poisoned_topics: set[str] = set()
         self.per_second: dict[int, int] = {}
-        self._producer = plain_producer(bootstrap, **{"linger.ms": 5, "message.timeout.ms": 120_000})
+        self._log: logging.FileHandler | None = None
+        settings: dict[str, Any] = {"linger.ms": 5, "message.timeout.ms": 120_000}
+        if log is not None:  # (a logger of its own, outside logging's registry: one per generator)
+            logger, self._log = logging.Logger("eos.chaos.load"), logging.FileHandler(log)
+            self._log.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+            logger.addHandler(self._log)
+            settings["logger"] = logger
+        self._producer = plain_producer(bootstrap, **settings)
         self._thread = threading.Thread(target=self._run, name="chaos-load", daemon=True)
         self._next = 0
         self.started = 0.0
@@ -69,6 +117,8 @@ class LoadGenerator:
         """Drop the producer (before the cluster goes away, or librdkafka keeps reconnecting)."""
         self._producer.flush(5)
         self._producer = None  # type: ignore[assignment]
+        if self._log is not None:
+            self._log.close()
 
     def poison(self, ratio: float) -> None:
         self._poison = ratio
@@ -88,9 +138,13 @@ class LoadGenerator:
             self.failed += 1
 
     def _run(self) -> None:
-        self._produce_range(self._next, self.records, rate=self.rate)
-        self._producer.flush(180)
-        self.finished.set()
+        try:
+            self._produce_range(self._next, self.records, rate=self.rate)
+            self._producer.flush(180)
+        except Exception as exc:  # (a record of the user's that cannot be made or serialized)
+            self.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.finished.set()
 
     def _produce_range(self, first: int, end: int, rate: int | None) -> int:
         t0 = time.monotonic()
@@ -100,7 +154,7 @@ class LoadGenerator:
                 time.sleep(ahead)
             if self._make is not None:
                 topic, key_of, value_of = self._make(i, self._made)
-                key, value = _encoded(key_of), _encoded(value_of)
+                key, value = self._encode(i, topic, key_of, value_of)
             else:
                 topic, key = self.topic, f"k{i % self.keys}".encode()
                 value = json.dumps({"id": i, "n": i % 97}).encode()

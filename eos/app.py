@@ -28,7 +28,7 @@ from eos.dsl.processor_api import GraphMethods
 from eos.errors import ConfigError
 from eos.graph import ProcessorGraph
 from eos.hooks import FaultHooks
-from eos.serde import serde_for
+from eos.serde import Serde, serde_for
 from eos.tables import history_retention
 from eos.time import TimestampSpec, timestamp_extractor
 from eos.topology import clocked_topics, table_changelogs
@@ -92,11 +92,17 @@ class Application(GraphMethods):
         self.internal_topics: dict[str, InternalTopic] = {}
         self.default_timestamp = timestamp_extractor(timestamp) if timestamp is not None else None
         self.fault_hooks = FaultHooks()
+        #: the registry settings every Schema Registry serde of this application reads (`_registry_serde`)
+        self._registry: dict[str, str] = {}
 
     # ------------------------------------------------------------------ configuration
     def configure(self, **changes: Any) -> Application:
-        """Override settings (None values are ignored); validated like the constructor's."""
+        """Override settings (None values are ignored); validated like the constructor's. A new
+        `schema_registry_url` or `schema_registry_auth` holds for the Schema Registry serdes made already too."""
         self.config = self.config.with_overrides(**changes)
+        if self._registry:
+            self._registry.clear()
+            self._registry.update(self._registry_settings())
         return self
 
     def topic_specs(self, partitions: int, replication_factor: int | None = None,
@@ -113,6 +119,26 @@ class Application(GraphMethods):
         return [TopicSpec(t, partitions, replication_factor,
                           {"cleanup.policy": "compact", **(settings or {})} if t in tables else dict(settings or {}))
                 for t in sorted(named - set(self.internal_topics))]
+
+    def input_serdes(self, topic: str) -> tuple[Serde, Serde]:
+        """The key and value serdes the step reading `topic` reads it with, bound to it (what a record written
+        to the topic for this job is serialized with); a KeyError names the job's inputs if no step reads it."""
+        subs = self.subtopologies.values()
+        for sub in subs:
+            if topic in sub.per_topic:
+                ks, vs, _ = sub.per_topic[topic]
+                break
+            if topic in sub.inputs:
+                ks, vs = sub.key_serde, sub.value_serde
+                break
+            table = next((t for t in sub.global_tables if t.topic == topic), None)
+            if table is not None:
+                ks, vs = table.key_serde, table.value_serde
+                break
+        else:
+            raise KeyError(f"no step of {self.config.application_id!r} reads topic {topic!r}: write to one of its "
+                           f"inputs ({', '.join(sorted({t for s in subs for t in s.inputs}))})")
+        return ks.bind(topic, True), vs.bind(topic, False)
 
     # ------------------------------------------------------------------ Schema Registry serdes
     def avro(self, schema: str | None = None, **options: Any) -> RegistrySerde:
@@ -133,14 +159,24 @@ class Application(GraphMethods):
     def _registry_serde(self, format: Any, schema: Any, options: dict[str, Any]) -> RegistrySerde:
         from eos.schema_registry import RegistrySerde
 
-        cfg = self.config
-        if not cfg.schema_registry_url:
+        if not self.config.schema_registry_url:
             raise ConfigError(f"app.{'json_schema' if format == 'json_schema' else format}(...) needs the Schema "
                               "Registry: Application(..., schema_registry_url='http://host:8081')")
-        registry = {"url": cfg.schema_registry_url}
+        if not self._registry:
+            self._registry.update(self._registry_settings())
+        return RegistrySerde(format, schema, self._registry, **options)
+
+    @property
+    def uses_schema_registry(self) -> bool:
+        """Whether the job has Schema Registry serdes (`avro`, `protobuf`, `json_schema`)."""
+        return bool(self._registry)
+
+    def _registry_settings(self) -> dict[str, str]:
+        cfg = self.config
+        registry = {"url": cfg.schema_registry_url or ""}
         if cfg.schema_registry_auth:
             registry["basic.auth.user.info"] = cfg.schema_registry_auth
-        return RegistrySerde(format, schema, registry, **options)
+        return registry
 
     def describe(self) -> TopologyDescription:
         """The topology: sub-topologies with their source topics, step, stores and sink topics (`print()` it

@@ -39,22 +39,34 @@ class RegistryCodec:
     def __init__(self, format: str, schema: Any, registry: Mapping[str, str], *, subject_strategy: str = "topic",
                  auto_register: bool = True, use_latest_version: bool = False,
                  to_dict: Callable[[Any], Any] | None = None, from_dict: Callable[[Any], Any] | None = None) -> None:
-        self.format, self.schema, self.registry = format, schema, dict(registry)
+        """`registry`: the registry's client settings, read where they are used: a dict given is kept, not
+        copied, so whoever owns it (the `Application` that made the serde) can point every serde at another
+        registry by changing it (`Application.configure(schema_registry_url=...)`)."""
+        self.format, self.schema = format, schema
+        self.registry: dict[str, str] = registry if isinstance(registry, dict) else dict(registry)
         self.subject_strategy, self.auto_register, self.use_latest_version = (subject_strategy, auto_register,
                                                                               use_latest_version)
         self.to_dict, self.from_dict = to_dict, from_dict
         self._serializer: Any = None
         self._deserializer: Any = None
+        self._made_for: dict[str, str] = {}  # the settings they were made for (made again when those change)
 
     def __getstate__(self) -> dict[str, Any]:  # clients and (de)serializers are made again where used
         return {**self.__dict__, "_serializer": None, "_deserializer": None}
 
+    def _current(self) -> None:
+        if self._made_for != self.registry:
+            self._serializer = self._deserializer = None
+            self._made_for = dict(self.registry)
+
     def serialize(self, obj: Any, topic: str, is_key: bool, name: str) -> bytes:
+        self._current()
         if self._serializer is None:
             self._serializer = self._make_serializer()
         return _call(self._serializer, obj, _context(topic, is_key), "serialize", name)
 
     def deserialize(self, data: bytes, topic: str | None, is_key: bool, name: str) -> Any:
+        self._current()
         if self._deserializer is None:
             self._deserializer = self._make_deserializer()
         if data[:1] != b"\x00":

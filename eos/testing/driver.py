@@ -372,7 +372,7 @@ class TopologyTestDriver:
                 serialized: bool = False) -> None:
         if topic not in self.cluster.logs:  # (per record: the check inline)
             self._known(topic)
-        key_serde, value_serde = self._input_serdes(topic)  # (which also says when no step reads it)
+        key_serde, value_serde = self.app.input_serdes(topic)  # (which also says when no step reads it)
         if serialized:
             key, value = _raw(topic, "key", key), _raw(topic, "value", value)
         else:
@@ -383,24 +383,6 @@ class TopologyTestDriver:
                 raise _unpiped(topic, key_serde, key, value, exc) from exc
         self.cluster.append(topic, partition, key, value, _headers(headers),
                             self.now if timestamp is None else int(timestamp))
-
-    def _input_serdes(self, topic: str) -> tuple[Serde, Serde]:
-        """The serdes the step reading `topic` reads it with, bound to it."""
-        ks, vs = self._reading_serdes(topic)
-        return ks.bind(topic, True), vs.bind(topic, False)
-
-    def _reading_serdes(self, topic: str) -> tuple[Serde, Serde]:
-        for sub in self.app.subtopologies.values():
-            if topic in sub.per_topic:
-                ks, vs, _ = sub.per_topic[topic]
-                return ks, vs
-            if topic in sub.inputs:
-                return sub.key_serde, sub.value_serde
-            for table in sub.global_tables:
-                if table.topic == topic:
-                    return table.key_serde, table.value_serde
-        raise KeyError(f"no step of {self.config.application_id!r} reads topic {topic!r}: write to one of its "
-                       f"inputs ({', '.join(sorted({t for s in self.app.subtopologies.values() for t in s.inputs}))})")
 
     def _output_serdes(self, topic: str) -> tuple[Serde, Serde]:
         from eos.serde import BytesSerde
@@ -414,7 +396,7 @@ class TopologyTestDriver:
             if topic in sub.output_topics:
                 return sub.output_key_serde.bind(topic, True), sub.output_value_serde.bind(topic, False)
         try:
-            return self._input_serdes(topic)
+            return self.app.input_serdes(topic)
         except KeyError:
             return BytesSerde(), BytesSerde()
 

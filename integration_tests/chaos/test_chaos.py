@@ -64,15 +64,23 @@ def test_the_harness_catches_a_job_that_commits_offsets_outside_the_transaction(
     assert result.audits[0]["lineage"]["duplicates"] > 0
 
 
+# Its views are Avro in the Schema Registry's wire format: the harness gives the run a registry of its own
+# (`localkafka.registry`, as the suite's Schema Registry tests), points the job at it and writes the load's
+# records with the job's serde; the poison's malformed records carry a schema id the registry does not know.
 OWN_JOB = """
+import os
+
 from eos import Application
 from eos.windows import TumblingWindows
 
+VIEW = ('{"type": "record", "name": "View", "fields": [{"name": "page", "type": "string"}, '
+        '{"name": "i", "type": "long"}]}')
 # repartition_purge_interval=0: the window audit replays the repartition topic its step reads
-app = Application("chaos-views", trigger_interval=0.5, repartition_purge_interval=0)
-views = app.stream("views", value_serde="json")
+app = Application("chaos-views", trigger_interval=0.5, schema_registry_url=os.environ.get("SCHEMA_REGISTRY_URL",
+                  "http://localhost:8081"), repartition_purge_interval=0)
+views = app.stream("views", value_serde=app.avro(VIEW))
 valid = views.filter(lambda k, v: v["page"] != "", name="valid")
-valid.map_values(lambda v: {**v, "seen": True}, name="mark").to("marked")
+valid.map_values(lambda v: {**v, "seen": True}, name="mark").to("marked", value_serde="json")
 (valid.group_by(lambda k, v: v["page"], name="by_page").window(TumblingWindows(1_000, grace=500), emit="final")
       .count(name="per_page").to_stream().to("page-counts", value_serde="long"))
 """

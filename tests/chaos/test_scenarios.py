@@ -80,6 +80,12 @@ def test_eos_chaos_run_refuses_a_job_or_load_of_your_own_that_cannot_load_in_one
     (tmp_path / "s.toml").write_text('name = "s"\njob = "job.py"\nload = "load.py:recrd"\n')
     said = CliRunner().invoke(chaos_cli.app, ["run", str(tmp_path / "s.toml")])
     assert said.exit_code == 2 and "load.py has no function 'recrd'" in " ".join(said.output.split()), said.output
+    (tmp_path / "job.py").write_text("from eos import Application\napp = Application('j', bootstrap_servers='x:1')\n"
+                                     "app.stream('in', value_serde='long').to('out')\n")
+    (tmp_path / "s.toml").write_text('name = "s"\njob = "job.py"\nload = "load.py:record"\n')
+    said = CliRunner().invoke(chaos_cli.app, ["run", str(tmp_path / "s.toml")])  # its str(i) values are no longs
+    assert said.exit_code == 2 and "record 0's value for 'in', '0' (str), is not what the job reads 'in' with" \
+        in " ".join(said.output.split()), said.output
 
 
 def test_matrix_resumes_from_reports_of_the_same_runs_only(tmp_path, monkeypatch):

@@ -186,3 +186,21 @@ def test_start_up_checks_that_the_registry_answers_and_that_unregistered_writers
     with pytest.raises(ConfigError, match=r"the Schema Registry at http://127.0.0.1:9 does not answer"):
         check_registries(away.subtopologies, "sr")
     assert time.monotonic() - started < 30
+
+
+def test_a_registry_configured_after_the_serdes_were_made_is_the_one_they_use():
+    """`app.configure(schema_registry_url=...)` after the job is built (as `eos chaos` points a job file at its
+    run's registry) holds for every serde of the job, those bound to topics and those made already."""
+    app = app_("configured-before")
+    app.stream("orders", value_serde=app.avro(ORDER)).map_values(
+        lambda o: {"id": o["id"], "total": o["price"]}, name="total").to("totals", value_serde=app.avro(TOTAL))
+    _, orders = app.input_serdes("orders")
+    orders.serialize({"id": 1, "qty": 1, "price": 1.0})  # (a serializer made for the first registry)
+    app.configure(schema_registry_url="mock://configured-after")
+    orders.serialize({"id": 2, "qty": 1, "price": 1.0})  # (its serializer made again, for the registry now set)
+    assert registry_client({"url": "mock://configured-after"}).get_subjects() == ["orders-value"]
+    with TopologyTestDriver(app) as driver:
+        driver.pipe("orders", "ann", {"id": 3, "qty": 1, "price": 2.5})
+        assert [r.value for r in driver.read("totals")] == [{"id": 3, "total": 2.5}]
+    assert set(registry_client({"url": "mock://configured-after"}).get_subjects()) == {"orders-value", "totals-value"}
+    assert registry_client({"url": "mock://configured-before"}).get_subjects() == ["orders-value"]
