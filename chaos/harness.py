@@ -198,11 +198,13 @@ def run_scenario(scenario: Scenario, workdir: str | Path | None = None, *, keep_
 
 def own_job(scenario: Scenario) -> tuple[Application, Make]:
     """A scenario's job and load of the user's, loaded: a ValueError (or ConfigError) says what is wrong with
-    either before anything starts, a first record the job's serdes refuse too (for a job with Schema Registry
-    serdes, once the run's registry is up: `first_record_encodes`)."""
+    either before anything starts, a first record the job's serdes refuse too (`first_record_encodes`; a job with
+    Schema Registry serdes is pointed at confluent-kafka's in-memory registry for that, and at the run's own
+    registry when the run starts)."""
     app, make = load_application(scenario.job), user_load(scenario.load)
-    if not app.uses_schema_registry:
-        first_record_encodes(app, make, scenario)
+    if app.uses_schema_registry:
+        app.configure(schema_registry_url=f"mock://eos-chaos-{uuid.uuid4().hex[:8]}")
+    first_record_encodes(app, make, scenario)
     return app, make
 
 
@@ -237,7 +239,6 @@ def _run_scenario(scenario: Scenario, workdir: str | Path | None, keep_logs: boo
 
             url = registry.enter_context(provide_registry()).url
             own.configure(schema_registry_url=url)
-            first_record_encodes(own, make, scenario)  # type: ignore[arg-type]
         if scenario.needs_proxies:
             proxies = ProxyGroup(Route(n, listen, target) for n, listen, target in cluster.proxy_routes())
         cluster.up()

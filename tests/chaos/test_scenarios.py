@@ -86,6 +86,13 @@ def test_eos_chaos_run_refuses_a_job_or_load_of_your_own_that_cannot_load_in_one
     said = CliRunner().invoke(chaos_cli.app, ["run", str(tmp_path / "s.toml")])  # its str(i) values are no longs
     assert said.exit_code == 2 and "record 0's value for 'in', '0' (str), is not what the job reads 'in' with" \
         in " ".join(said.output.split()), said.output
+    (tmp_path / "job.py").write_text(  # a Schema Registry job: checked against an in-memory registry
+        "from eos import Application\napp = Application('j', bootstrap_servers='x:1', schema_registry_url="
+        "'http://127.0.0.1:9')\napp.stream('in', value_serde=app.avro('{\"type\": \"record\", \"name\": \"R\", "
+        "\"fields\": [{\"name\": \"n\", \"type\": \"long\"}]}')).to('out', value_serde='json')\n")
+    said = CliRunner().invoke(chaos_cli.app, ["run", str(tmp_path / "s.toml")])
+    assert said.exit_code == 2 and "record 0's value for 'in', '0' (str), is not what the job reads 'in' with " \
+        "(SerdeError: cannot serialize as avro (value of in)" in " ".join(said.output.split()), said.output
 
 
 def test_matrix_resumes_from_reports_of_the_same_runs_only(tmp_path, monkeypatch):
