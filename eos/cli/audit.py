@@ -14,7 +14,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 
 from eos.cli.app import app
 from eos.cli.errors import fail
-from eos.cli.options import bootstrap_option, require_reachable, resolve_bootstrap
+from eos.cli.options import bootstrap_option, registry_option, require_reachable, resolve_bootstrap
 
 audit_app = typer.Typer(no_args_is_help=True, help=(
     "Audit committed output: a framework job whole (app), its windows (window) or joins (join), or any "
@@ -124,7 +124,7 @@ def aggregate(bootstrap_servers: str = Bootstrap, inputs: list[str] = Inputs, ou
 
 @audit_app.command("app")
 def app_(target: str = typer.Argument(..., help="module:app or path/to/job.py[:app]"),
-         bootstrap_servers: str = bootstrap_option(),
+         bootstrap_servers: str = bootstrap_option(), schema_registry_url: str = registry_option(),
          json_path: Path = JsonPath, samples: int = Samples) -> None:
     """Lineage audit of every sub-topology of a framework job, with its dead-letter and changelog topics and
     its lineage ledger. Each sub-topology is held to its own inputs: the dead letters of the others (the
@@ -134,7 +134,7 @@ def app_(target: str = typer.Argument(..., help="module:app or path/to/job.py[:a
     from eos.errors import ConfigError
 
     try:
-        application = load_application(target)
+        application = load_application(target).configure(schema_registry_url=schema_registry_url)
         cfg = application.config.with_overrides(
             bootstrap_servers=resolve_bootstrap(bootstrap_servers, application.config.bootstrap_servers))
     except (ValueError, ConfigError) as exc:
@@ -146,13 +146,15 @@ def app_(target: str = typer.Argument(..., help="module:app or path/to/job.py[:a
     _finish(reports, json_path)
 
 
-def _load(target: str, bootstrap_servers: str | None, subtopologies: list[str]) -> tuple[Any, str]:
-    """The job and its reachable bootstrap servers, or one line and exit status 2."""
+def _load(target: str, bootstrap_servers: str | None, subtopologies: list[str],
+          schema_registry_url: str | None) -> tuple[Any, str]:
+    """The job (on the registry given, if one is) and its reachable bootstrap servers, or one line and exit
+    status 2."""
     from eos.cli.loader import load_application
     from eos.errors import ConfigError
 
     try:
-        application = load_application(target)
+        application = load_application(target).configure(schema_registry_url=schema_registry_url)
         bootstrap = resolve_bootstrap(bootstrap_servers, application.config.bootstrap_servers)
         unknown = [n for n in subtopologies if n not in application.subtopologies]
         if unknown:
@@ -166,12 +168,13 @@ def _load(target: str, bootstrap_servers: str | None, subtopologies: list[str]) 
 @audit_app.command("window")
 def window(target: str = typer.Argument(..., help="module:app or path/to/job.py[:app]"),
            subtopology: list[str] = typer.Option([], "--subtopology", "-s", help="Only this one (repeatable)"),
-           bootstrap_servers: str = bootstrap_option(), json_path: Path = JsonPath, samples: int = Samples) -> None:
+           bootstrap_servers: str = bootstrap_option(), schema_registry_url: str = registry_option(),
+           json_path: Path = JsonPath, samples: int = Samples) -> None:
     """Recompute every windowed aggregation of a job from its committed input (event time, windows, grace,
     lateness) and check the committed output: each final result once and right, update streams in order."""
     from eos.audit import audit_windowed
 
-    application, bootstrap = _load(target, bootstrap_servers, subtopology)
+    application, bootstrap = _load(target, bootstrap_servers, subtopology, schema_registry_url)
     try:
         with _progress() as progress:
             reports = audit_windowed(application, bootstrap_servers=bootstrap, subtopologies=subtopology,
@@ -184,13 +187,14 @@ def window(target: str = typer.Argument(..., help="module:app or path/to/job.py[
 @audit_app.command("join")
 def join(target: str = typer.Argument(..., help="module:app or path/to/job.py[:app]"),
          subtopology: list[str] = typer.Option([], "--subtopology", "-s", help="Only this one (repeatable)"),
-         bootstrap_servers: str = bootstrap_option(), json_path: Path = JsonPath, samples: int = Samples) -> None:
+         bootstrap_servers: str = bootstrap_option(), schema_registry_url: str = registry_option(),
+         json_path: Path = JsonPath, samples: int = Samples) -> None:
     """Replay every join of a job from its committed inputs and check its committed output (eos.audit.joins):
     stream-stream results exactly, stream-table results against the table's history, table-table results
     against both tables' histories and final values."""
     from eos.audit import audit_joins
 
-    application, bootstrap = _load(target, bootstrap_servers, subtopology)
+    application, bootstrap = _load(target, bootstrap_servers, subtopology, schema_registry_url)
     try:
         reports = audit_joins(application, bootstrap_servers=bootstrap, subtopologies=subtopology,
                               max_samples=samples)

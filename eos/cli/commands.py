@@ -23,7 +23,7 @@ from eos.cli import log_format as cli_log_format
 from eos.cli.app import app
 from eos.cli.errors import fail
 from eos.cli.live import LiveView
-from eos.cli.options import bootstrap_option
+from eos.cli.options import bootstrap_option, registry_option
 
 if TYPE_CHECKING:
     from eos.driver.reports import RunSummary
@@ -101,6 +101,7 @@ def run(target: str = typer.Argument(..., help="module:app or path/to/job.py[:ap
         until_caught_up: bool = typer.Option(False, "--until-caught-up", help="Stop once every input is processed"),
         master: str = typer.Option(None, help="Spark master, e.g. local[2,4] or local-cluster[2,1,1024]"),
         bootstrap_servers: str = bootstrap_option(),
+        schema_registry_url: str = registry_option(),
         trigger_interval: float = typer.Option(
             None, help="Seconds between batch starts (a batch the record cap cut short is followed at once)"),
         max_records_per_batch: int = typer.Option(None, help="Records per input partition and batch"),
@@ -131,9 +132,9 @@ def run(target: str = typer.Argument(..., help="module:app or path/to/job.py[:ap
     try:
         fork_zygote_early(master, conf)  # before the job's own code is loaded
         application = load_application(target)
-        application.configure(bootstrap_servers=bootstrap_servers, trigger_interval=trigger_interval,
-                              max_records_per_batch=max_records_per_batch, log_format=log_format,
-                              metrics_port=metrics_port)
+        application.configure(bootstrap_servers=bootstrap_servers, schema_registry_url=schema_registry_url,
+                              trigger_interval=trigger_interval, max_records_per_batch=max_records_per_batch,
+                              log_format=log_format, metrics_port=metrics_port)
         configure_logging(application.config.log_format, application.config.log_level)
         application.preflight(master)  # before the context starts: Spark's start-up lines would bury the error
     except (ValueError, ConfigError) as exc:

@@ -11,12 +11,17 @@ from typing import Any
 
 import typer
 
-__all__ = ["bootstrap_option", "resolve_bootstrap", "require_reachable"]
+__all__ = ["bootstrap_option", "registry_option", "resolve_bootstrap", "require_reachable"]
 
 
 def bootstrap_option() -> Any:
     return typer.Option(None, "--bootstrap-servers", "-b", show_default=False,
                         help="Kafka bootstrap servers [default: the job's own setting, then $EOS_BOOTSTRAP_SERVERS]")
+
+
+def registry_option() -> Any:
+    return typer.Option(None, "--schema-registry-url", show_default=False,
+                        help="The Schema Registry of the job's registry serdes [default: the job's own setting]")
 
 
 def resolve_bootstrap(flag: str | None, job_setting: str | None = None) -> str:

@@ -158,10 +158,15 @@ def test_the_schema_registry_example_runs_on_the_broker_with_a_registry_its_work
     payments = [(2.5, "EUR", minute), (9.0, "USD", minute + 1), (1.5, "EUR", minute + 2), (4.0, "EUR", minute + 60_000)]
     produce(bootstrap, "payments", [(b"ann", write({"amount": a, "currency": c}, ctx)) for a, c, _ in payments],
             timestamp_of=lambda n, key: payments[n][2])
-    env = {**example_env(kafka, tmp_path), "SCHEMA_REGISTRY_URL": schema_registry.url}
-    done = subprocess.run(["eos", "run", "payments.py", "--until-caught-up"], cwd=tmp_path, env=env,
+    # the registry given on the command line, over the job's own default (http://localhost:8081, where none runs)
+    env = {k: v for k, v in example_env(kafka, tmp_path).items() if k != "SCHEMA_REGISTRY_URL"}
+    flag = ["--schema-registry-url", schema_registry.url]
+    done = subprocess.run(["eos", "run", "payments.py", "--until-caught-up", *flag], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+    audited = subprocess.run(["eos", "audit", "app", "payments.py", *flag], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert audited.returncode == 0 and "window" in audited.stdout, (audited.stdout[-3000:], audited.stderr[-3000:])
     read = AvroDeserializer(registry)
     totals = [read(v, SerializationContext("eur-per-minute", MessageField.VALUE)) for v in
               read_values(bootstrap, "eur-per-minute")]
