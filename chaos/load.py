@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from eos.cli.loader import load_module
+from eos.errors import SerdeError
 from transactions import plain_producer
 
 __all__ = ["LoadGenerator", "is_poison", "user_load", "Make"]
@@ -76,7 +77,7 @@ class Encoder:
             return given
         try:
             return serde.serialize(given)
-        except Exception as exc:
+        except SerdeError as exc:  # (a registry that does not answer is no fault of the record: it stays what it is)
             raise ValueError(f"{self._load}: record {i}'s {part} for {topic!r}, {given!r:.60} "
                              f"({type(given).__name__}), is not what the job reads {topic!r} with "
                              f"({type(exc).__name__}: {exc}); return one its {part} serde takes, or bytes") from None

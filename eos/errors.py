@@ -6,6 +6,8 @@
     │   └── OutputSerializationError   an output could not be serialized (blamed on its input record)
     ├── BadRecordError           a bad record with on_bad_record="fail": the job stops
     ├── FrameworkError           the framework or its state failed; never blamed on a record (the task fails)
+    │   └── ServiceUnavailableError   a service the job's serdes use (a Schema Registry) did not answer: the
+    │                                 batch attempt runs again, as when a broker does not answer
     ├── BatchFailedError         a batch did not commit within max_batch_attempts (Spark retries the task)
     ├── TaskFailedError          a task failed in a way that re-running cannot fix (user code outside record
     │                            processing, an unimportable job module): the job stops
@@ -28,6 +30,7 @@ __all__ = [
     "OutputSerializationError",
     "BadRecordError",
     "FrameworkError",
+    "ServiceUnavailableError",
     "BatchFailedError",
     "TaskFailedError",
     "LateRecordsError",
@@ -60,6 +63,11 @@ class BadRecordError(EosError):
 
 class FrameworkError(EosError):
     """An error of the framework or its state, never blamed on a record (the task fails instead)."""
+
+
+class ServiceUnavailableError(FrameworkError):
+    """A service the job's serdes use besides Kafka (its Schema Registry) did not answer, or failed: never the
+    record's fault, so never a dead letter; the batch attempt is aborted and run again."""
 
 
 class BatchFailedError(EosError):

@@ -24,12 +24,13 @@ import copy
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from eos.errors import ConfigError, SerdeError
+from eos.errors import ConfigError, SerdeError, ServiceUnavailableError
 from eos.serde import Serde
 from transactions.schema_registry import (
     FORMATS,
     RecordSchemaError,
     RegistryCodec,
+    RegistryUnavailableError,
     missing_extra,
     registry_client,
     registry_problems,
@@ -88,12 +89,16 @@ class RegistrySerde(Serde):
             return self.codec.serialize(obj, self.topic, self.is_key, self.name)
         except RecordSchemaError as exc:
             raise SerdeError(str(exc)) from exc
+        except RegistryUnavailableError as exc:  # the attempt's error, not the record's: run again, no dead letter
+            raise ServiceUnavailableError(str(exc)) from exc
 
     def _loads(self, data: bytes) -> Any:
         try:
             return self.codec.deserialize(data, self.topic, self.is_key, self.name)
         except RecordSchemaError as exc:
             raise SerdeError(str(exc)) from exc
+        except RegistryUnavailableError as exc:
+            raise ServiceUnavailableError(str(exc)) from exc
 
 
 def check_registries(subtopologies: Mapping[str, Any], application_id: str) -> None:

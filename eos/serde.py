@@ -13,14 +13,16 @@ from typing import Any
 
 import orjson
 
-from eos.errors import SerdeError
+from eos.errors import FrameworkError, SerdeError
 
 __all__ = ["Serde", "SerdeError", "refused_part", "BytesSerde", "StringSerde", "JsonSerde", "IntegerSerde", "LongSerde",
            "DoubleSerde", "serde_for"]
 
 
 class Serde:
-    """Base class. Subclasses implement `_dumps`/`_loads`; `name` appears in error messages."""
+    """Base class. Subclasses implement `_dumps`/`_loads`; `name` appears in error messages. What they raise
+    is the record's fault (a `SerdeError`: a dead letter), except a `FrameworkError`, which fails the attempt
+    (a Schema Registry that does not answer)."""
 
     name = "serde"
 
@@ -29,7 +31,7 @@ class Serde:
             return None
         try:
             return self._dumps(obj)
-        except SerdeError:
+        except (SerdeError, FrameworkError):
             raise
         except Exception as exc:
             raise SerdeError(f"cannot serialize {type(obj).__name__} as {self.name}: {exc}") from exc
@@ -39,7 +41,7 @@ class Serde:
             return None
         try:
             return self._loads(data)
-        except SerdeError:
+        except (SerdeError, FrameworkError):
             raise
         except Exception as exc:
             preview = data[:40]

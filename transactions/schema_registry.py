@@ -5,11 +5,14 @@ JSON Schema, one registry client per configuration and process. `eos.schema_regi
 
 from __future__ import annotations
 
+import functools
+import importlib
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["RegistryCodec", "RecordSchemaError", "registry_client", "registry_problems", "missing_extra", "FORMATS"]
+__all__ = ["RegistryCodec", "RecordSchemaError", "RegistryUnavailableError", "registry_client", "registry_problems",
+           "missing_extra", "FORMATS"]
 
 FORMATS = ("avro", "protobuf", "json_schema")
 _CLIENTS: dict[tuple[tuple[str, str], ...], Any] = {}
@@ -18,6 +21,27 @@ _LOCK = threading.Lock()
 
 class RecordSchemaError(ValueError):
     """A record's fault: not in the wire format, an unknown schema id, or not fitting its schema."""
+
+
+class RegistryUnavailableError(RuntimeError):
+    """Not the record's fault: the registry did not answer (refused, reset, timed out, after the client's own
+    retries) or answered with an error of its own (5xx, authentication). The attempt fails and is run again,
+    as when a broker does not answer; the record is not a bad record."""
+
+
+@functools.cache
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """What confluent-kafka's registry client raises when a request gets no answer: its HTTP library's errors
+    (httpx2, else httpx, as the client picks), sockets' OSErrors, and a failed OAuth token fetch."""
+    from confluent_kafka.schema_registry.error import OAuthTokenError
+
+    errors: list[type[BaseException]] = [OSError, OAuthTokenError]
+    for library in ("httpx2", "httpx"):
+        try:
+            errors.append(importlib.import_module(library).HTTPError)
+        except (ImportError, AttributeError):
+            continue
+    return tuple(errors)
 
 
 def registry_client(conf: Mapping[str, str]) -> Any:
@@ -123,8 +147,8 @@ class RegistryCodec:
 
 
 def _call(fn: Any, data: Any, context: Any, what: str, name: str) -> Any:
-    """Confluent's (de)serializer, its record-level errors as `RecordSchemaError`s; a registry that does not
-    answer stays what it is (an error of the attempt)."""
+    """Confluent's (de)serializer, its record-level errors as `RecordSchemaError`s, a registry that does not
+    answer (or fails) as `RegistryUnavailableError` (an error of the attempt, never of the record)."""
     from confluent_kafka.error import SerializationError
     from confluent_kafka.schema_registry.error import SchemaRegistryError
 
@@ -134,7 +158,11 @@ def _call(fn: Any, data: Any, context: Any, what: str, name: str) -> Any:
         if exc.http_status_code in (404, 409, 422):  # unknown schema or subject; incompatible; invalid
             raise RecordSchemaError(f"cannot {what} as {name}: the registry says {exc.error_message} "
                              f"(HTTP {exc.http_status_code}, code {exc.error_code})") from exc
-        raise
+        raise RegistryUnavailableError(f"cannot {what} as {name} now: the Schema Registry answered HTTP "
+                                       f"{exc.http_status_code} ({exc.error_message})") from exc
+    except _transport_errors() as exc:
+        raise RegistryUnavailableError(f"cannot {what} as {name} now: the Schema Registry did not answer "
+                                       f"({type(exc).__name__}: {exc})") from exc
     except SerializationError as exc:
         raise RecordSchemaError(f"cannot {what} as {name}: {exc}") from exc
     except (ValueError, TypeError, KeyError, AttributeError) as exc:  # the payload or object does not fit

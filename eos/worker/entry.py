@@ -29,6 +29,7 @@ from eos.errors import (
     BatchFailedError,
     ConfigError,
     FailureKind,
+    ServiceUnavailableError,
     TaskFailedError,
     TaskFailure,
 )
@@ -237,6 +238,11 @@ def _attempts(plans: Sequence[TaskPlan], job: Job, spark_attempt: int, clients: 
             log.warning("transaction aborted; running the batch again", error=str(exc))
             if isinstance(exc, DeliveryFailedError):  # a topic's rules may have changed: read again
                 clients.topic_rules(cfg).forget()
+            _abort_quietly(attempt.txn.producer, clients, txn_id)
+            drop_runtimes()
+            last = exc
+        except ServiceUnavailableError as exc:  # (a Schema Registry that did not answer: its client retried already)
+            log.warning("batch attempt failed; running the batch again", error=str(exc))
             _abort_quietly(attempt.txn.producer, clients, txn_id)
             drop_runtimes()
             last = exc

@@ -204,3 +204,78 @@ def test_a_registry_configured_after_the_serdes_were_made_is_the_one_they_use():
         assert [r.value for r in driver.read("totals")] == [{"id": 3, "total": 2.5}]
     assert set(registry_client({"url": "mock://configured-after"}).get_subjects()) == {"orders-value", "totals-value"}
     assert registry_client({"url": "mock://configured-before"}).get_subjects() == ["orders-value"]
+
+
+def _outage(client, method: str, failures: int, error: Exception) -> list[int]:
+    """`client.<method>` fails its next `failures` calls with `error` (a registry that does not answer), then
+    answers again; returns the calls made (a list of one count)."""
+    real, calls = getattr(client, method), [0]
+
+    def flaky(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] <= failures:
+            raise error
+        return real(*args, **kwargs)
+
+    setattr(client, method, flaky)
+    return calls
+
+
+def _transport_error() -> Exception:
+    from transactions.schema_registry import _transport_errors
+
+    http = next(e for e in _transport_errors() if e.__module__.startswith("httpx"))
+    return http("connection refused")  # (httpx's HTTPError, as the client raises once its own retries are done)
+
+
+
+@pytest.mark.parametrize("failure", ["refused", "HTTP 500"])
+def test_a_registry_that_does_not_answer_fails_the_attempt_which_runs_again_and_no_record_is_a_dead_letter(failure):
+    """Not the record's fault: the batch attempt is aborted and run again (`max_batch_attempts`), as when a
+    broker does not answer; once the registry answers, every record is processed once, none a dead letter. An
+    outage longer than the attempts fails the batch (Spark runs the task again), still with no dead letter."""
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    from eos.errors import BatchFailedError
+
+    error = _transport_error() if failure == "refused" else SchemaRegistryError(500, 50001, "Internal Server Error")
+    app = app_(f"outage-{failure.replace(' ', '')}")
+    app.stream("orders", value_serde=app.avro(ORDER)).map_values(
+        lambda o: {"id": o["id"], "total": o["qty"] * o["price"]}, name="total"
+    ).to("totals", value_serde=app.avro(TOTAL))
+    client = registry_client({"url": app.config.schema_registry_url})
+    with TopologyTestDriver(app) as driver:
+        driver.pipe("orders", "k", {"id": 1, "qty": 1, "price": 1.0})
+        calls = _outage(client, "get_schema", 2, error)  # (the reader's look-up of the record's schema id)
+        driver.pipe("orders", "k", {"id": 2, "qty": 2, "price": 1.5})
+        assert calls[0] == 3  # two attempts failed, the third read it
+        assert [r.value["id"] for r in driver.read("totals")] == [1, 2] and driver.dead_letters() == []
+        answering = client.get_schema
+        _outage(client, "get_schema", 1_000, error)
+        with pytest.raises(BatchFailedError, match=r"failed after 5 attempts: cannot deserialize as avro \(value of "
+                                                   r"orders\) now: the Schema Registry"):
+            driver.pipe("orders", "k", {"id": 3, "qty": 1, "price": 1.0})
+        client.get_schema = answering
+        assert driver.read("totals") == [] and driver.dead_letters() == []  # (nothing new: no commit)
+
+
+def test_what_the_registry_client_raises_is_the_record_s_fault_only_when_the_registry_says_so():
+    """`_call`'s line: 404/409/422 (unknown schema or subject, incompatible, invalid) and a payload that does not
+    fit are the record's (a dead letter); no answer, 5xx and authentication failures are the attempt's."""
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    from transactions.schema_registry import RecordSchemaError, RegistryUnavailableError, _call
+
+    def raising(exc):
+        def fn(data, ctx):
+            raise exc
+        return fn
+
+    for exc in (SchemaRegistryError(404, 40403, "Schema not found"), SchemaRegistryError(422, 42201, "Invalid"),
+                ValueError("no value and no default for amount")):
+        with pytest.raises(RecordSchemaError):
+            _call(raising(exc), b"", None, "deserialize", "avro")
+    for exc in (_transport_error(), SchemaRegistryError(500, 50001, "Internal"), SchemaRegistryError(401, 401, "No"),
+                ConnectionRefusedError("refused"), TimeoutError("timed out")):
+        with pytest.raises(RegistryUnavailableError, match="the Schema Registry"):
+            _call(raising(exc), b"", None, "serialize", "avro")
