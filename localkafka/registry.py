@@ -17,6 +17,9 @@ client calls for serializing, deserializing and start-up checks (`POST /subjects
 Confluent's ids (one per distinct schema, shared by the subjects that register it) and errors (HTTP 404 with
 `{"error_code": 40403, "message": "Schema not found"}`, 40401 for a subject, 40402 for a version). What it
 leaves out: compatibility checks, validating a schema at registration, soft deletes, contexts, auth.
+
+For outage tests, `POST /eos/outage {"seconds": N}` makes it answer every other request with HTTP 503 for N
+seconds, its schemas kept (a registry restarted would have lost them).
 """
 
 from __future__ import annotations
@@ -187,9 +190,15 @@ class _Routes:
 
     def __init__(self) -> None:
         self.store = _Store()
+        self.down_until = 0.0  # (monotonic) an outage's end: every request but the outage's own answers 503
 
     def handle(self, method: str, parts: list[str], query: dict[str, str], body: Any) -> Any:
         store = self.store
+        if (method, parts) == ("POST", ["eos", "outage"]):
+            self.down_until = time.monotonic() + float((body or {}).get("seconds", 0))
+            return {"down_for_s": max(0.0, self.down_until - time.monotonic())}
+        if time.monotonic() < self.down_until:
+            raise _Error(503, 50301, "Service Unavailable (an outage of the test registry)")
         match method, parts:
             case "GET", ["subjects"]:
                 return store.subject_names(query.get("subjectPrefix", ""))

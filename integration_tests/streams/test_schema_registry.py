@@ -32,6 +32,7 @@ from integration_tests.helpers import produce
 from integration_tests.jobs import shop_pb2
 from integration_tests.streams.test_fused_topology import load_job, run_killed_then_caught_up
 from integration_tests.streams.test_time_and_rekey import committed_records
+from transactions import KafkaAdmin
 
 ORDER = json.dumps({"type": "record", "name": "Order", "namespace": "shop", "fields": [
     {"name": "id", "type": "int"}, {"name": "customer", "type": "string"}, {"name": "qty", "type": "int"},
@@ -232,3 +233,73 @@ def test_avro_and_protobuf_jobs_are_exactly_once_across_sigkills_and_bad_records
                                                               "window"], failed
     # The windows share their task with a table's source: the window audit cannot replay them, and says so.
     assert all(r.skipped and "lineage audit alone" in r.skipped for r in reports if r.mode == "window")
+
+
+OUTAGE_JOB = '''
+import json
+from eos import Application
+
+VIEW = json.dumps({"type": "record", "name": "View", "fields": [{"name": "i", "type": "long"}]})
+app = Application("{app}", schema_registry_url="http://127.0.0.1:9", log_format="json", log_level="WARNING",
+                  trigger_interval=0.2, state_dir="{state}")
+app.stream("{source}", value_serde=app.avro(VIEW)).map_values(lambda v: {"i": v["i"]}, name="copy").to(
+    "{sink}", value_serde="json")
+'''
+
+
+def test_a_registry_outage_under_a_running_job_delays_records_and_loses_none(kafka, topic_factory, unique_name,
+                                                                              tmp_path):
+    """A Spark job reads Avro; the registry then answers 503 to everything for 8 s (its schemas kept) while
+    records of a schema id the job's workers have not seen arrive. Their look-ups fail, and the batch attempts
+    that need them run again until the registry answers: every record once in the output, none a dead letter
+    (before, each was dead-lettered at its first failed look-up)."""
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    from confluent_kafka.schema_registry import Schema
+
+    from integration_tests.helpers import assert_exactly_once, read_values
+    from localkafka.registry import local_registry
+
+    source, sink, app_id = topic_factory("views"), topic_factory("copies"), unique_name("outage")
+    v1 = json.dumps({"type": "record", "name": "View", "fields": [{"name": "i", "type": "long"}]})
+    v2 = json.dumps({"type": "record", "name": "View", "fields": [{"name": "i", "type": "long"},
+                                                                   {"name": "page", "type": "string", "default": ""}]})
+    job_file = OUTAGE_JOB
+    for name, value in (("app", app_id), ("state", str(tmp_path / "state")), ("source", source), ("sink", sink)):
+        job_file = job_file.replace("{" + name + "}", value)
+    (tmp_path / "job.py").write_text(job_file)
+    with local_registry() as url:  # (a registry of its own: the suite's others keep answering)
+        registry = SchemaRegistryClient({"url": url})
+        ctx = SerializationContext(source, MessageField.VALUE)
+        first, later = AvroSerializer(registry, v1), AvroSerializer(registry, v2)
+        registry.register_schema(f"{source}-value", Schema(v2, "AVRO"))  # (known to the registry, not to the job)
+        produce(kafka.bootstrap_servers, source, [(b"k%d" % (i % 7), first({"i": i}, ctx)) for i in range(200)])
+        newer = [(b"k%d" % (i % 7), later({"i": i, "page": "p"}, ctx)) for i in range(200, 400)]
+        job = subprocess.Popen([sys.executable, "-m", "eos.cli", "run", "job.py", "-b", kafka.bootstrap_servers,
+                                "--schema-registry-url", url, "--no-live"], cwd=tmp_path, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 120
+            while len(read_values(kafka.bootstrap_servers, sink)) < 200:
+                assert job.poll() is None and time.monotonic() < deadline, "the job did not copy the first records"
+                time.sleep(0.5)
+            outage = urllib.request.Request(f"{url}/eos/outage", data=b'{"seconds": 8}', method="POST",
+                                            headers={"Content-Type": "application/json"})
+            urllib.request.urlopen(outage, timeout=5).close()
+            produce(kafka.bootstrap_servers, source, newer)
+            while len(read_values(kafka.bootstrap_servers, sink)) < 400:
+                assert job.poll() is None and time.monotonic() < deadline + 60, "the job did not copy the rest"
+                time.sleep(0.5)
+        finally:
+            job.send_signal(signal.SIGTERM)
+            _, stderr = job.communicate(timeout=60)
+    assert job.returncode == 0, stderr[-3000:]
+    assert sorted(json.loads(v)["i"] for v in read_values(kafka.bootstrap_servers, sink)) == list(range(400))
+    assert "batch attempt failed; running the batch again" in stderr and "HTTP 503" in stderr, stderr[-3000:]
+    assert_exactly_once(kafka.bootstrap_servers, inputs=[source], outputs=[sink], group=app_id,
+                        dead_letter_topic=f"{app_id}-dlq", expected_inputs=400)
+    dead_letters = KafkaAdmin(kafka.bootstrap_servers).partition_counts([f"{app_id}-dlq"])[f"{app_id}-dlq"]
+    assert dead_letters is None or read_values(kafka.bootstrap_servers, f"{app_id}-dlq") == []

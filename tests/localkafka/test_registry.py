@@ -84,3 +84,22 @@ def test_a_taken_port_is_refused_saying_what_to_do(url):
     done = subprocess.run([sys.executable, "-m", "localkafka.registry", "--port", port], capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 2 and "pick another with --port" in done.stderr, done.stderr
+
+
+def test_an_outage_answers_503_for_its_seconds_and_keeps_the_schemas(url):
+    """`POST /eos/outage`: what the outage tests of registry jobs stop it with (a restarted in-memory registry
+    would have lost every schema id)."""
+    import time
+    import urllib.request
+
+    client = SchemaRegistryClient({"url": url, "max.retries": 0})
+    schema_id = client.register_schema("outage-value", Schema(V1, "AVRO"))
+    request = urllib.request.Request(f"{url}/eos/outage", data=json.dumps({"seconds": 1.0}).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=5) as answer:
+        assert 0 < json.loads(answer.read())["down_for_s"] <= 1.0
+    with pytest.raises(SchemaRegistryError) as caught:
+        SchemaRegistryClient({"url": url, "max.retries": 0}).get_schema(schema_id)  # (a client with no cache)
+    assert (caught.value.http_status_code, caught.value.error_code) == (503, 50301)
+    time.sleep(1.1)
+    assert SchemaRegistryClient({"url": url}).get_schema(schema_id).schema_str == V1
