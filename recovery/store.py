@@ -148,8 +148,8 @@ class StoreView:
             return self._last_raw
         try:
             raw = self._serialize_key(key)
-        except Exception as exc:
-            raise self._refused(exc, "key", key) from None
+        except (ValueError, TypeError) as exc:  # (what a serde refusing an object raises; anything else is not
+            raise self._refused(exc, "key", key) from None  # the object's fault, e.g. a registry that did not answer)
         if raw is None:
             raise ValueError(f"store {self.name!r}: keys cannot be None")
         if type(key) in _IMMUTABLE:  # (a dict key may change between two calls; holding the object keeps its id)
@@ -159,13 +159,15 @@ class StoreView:
     def _encode(self, value: Any, timestamp: int) -> bytes:
         try:
             raw = self._serialize_value(value) or b""
-        except Exception as exc:
+        except (ValueError, TypeError) as exc:
             raise self._refused(exc, "value", value) from None
         return _TS.pack(timestamp) + raw if self._timestamped else raw
 
     def _refused(self, exc: Exception, part: str, obj: Any) -> Exception:
-        """`exc`, of the serde that refused a key or a value of this store, saying which store and which part
-        (its type kept, for whoever tells a serde's errors from others)."""
+        """`exc`, of the serde that refused a key or a value of this store (a ValueError or TypeError, as a
+        `SerdeError` is), saying which store and which part (its type kept, for whoever tells a serde's errors
+        from others). Other errors pass as they are: a Schema Registry that did not answer is no fault of the
+        object, and the advice to change its serde would be wrong."""
         shown, where = repr(obj), (self.spec.serdes_from or (None, None))[part == "value"]
         change = f"; give {where} a serde that takes it" if where else ""
         exc.args = (f"store {self.name!r} cannot take the {part} {shown[:80] + '...' if len(shown) > 80 else shown}"

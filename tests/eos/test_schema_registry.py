@@ -279,3 +279,28 @@ def test_what_the_registry_client_raises_is_the_record_s_fault_only_when_the_reg
                 ConnectionRefusedError("refused"), TimeoutError("timed out")):
         with pytest.raises(RegistryUnavailableError, match="the Schema Registry"):
             _call(raising(exc), b"", None, "serialize", "avro")
+
+
+def test_a_store_whose_registry_does_not_answer_raises_that_not_a_refusal_of_the_value():
+    """The store's serde error says which store and parameter to change only when the serde refused the object;
+    a registry outage stays the attempt's error, unannotated (the advice would be wrong) and never a dead letter."""
+    from eos.errors import ServiceUnavailableError
+    from recovery import KeyValueStore, StoreSpec
+    from transactions.schema_registry import RegistryUnavailableError
+
+    def failing(error: Exception):
+        def serialize(*args):
+            raise error
+        return serialize
+
+    app = app_("store-outage")
+    serde = app.avro(TOTAL).bind("sr-totals-store-changelog", False)
+    view = KeyValueStore(StoreSpec("totals-store", app.avro('"string"'), serde, serdes_from=(None, "aggregate_serde=")))
+    serde.codec.serialize = failing(RegistryUnavailableError("the registry is down"))
+    with pytest.raises(ServiceUnavailableError) as caught:
+        view._encode({"id": 1, "total": 1.0}, 0)
+    assert str(caught.value) == "the registry is down"
+    serde.codec.serialize = failing(ValueError("no value and no default for total"))
+    with pytest.raises(ValueError, match=r"store 'totals-store' cannot take the value \{'id': 1\} \(dict\): .*no value "
+                                         r"and no default for total; give aggregate_serde= a serde that takes it"):
+        view._encode({"id": 1}, 0)
