@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from eos.records import Output, Record
     from eos.serde import (
         BytesSerde,
+        DecimalSerde,
         DoubleSerde,
         IntegerSerde,
         JsonSerde,
@@ -67,6 +68,7 @@ _EXPORTS = {
     "Output": "eos.records",
     "Record": "eos.records",
     "BytesSerde": "eos.serde",
+    "DecimalSerde": "eos.serde",
     "DoubleSerde": "eos.serde",
     "IntegerSerde": "eos.serde",
     "JsonSerde": "eos.serde",
@@ -84,6 +86,7 @@ __all__ = [
     "BadRecordError",
     "BytesSerde",
     "ConfigError",
+    "DecimalSerde",
     "DoubleSerde",
     "EosConfig",
     "EosError",

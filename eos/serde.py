@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Callable
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import orjson
@@ -16,7 +17,7 @@ import orjson
 from eos.errors import FrameworkError, SerdeError
 
 __all__ = ["Serde", "SerdeError", "refused_part", "BytesSerde", "StringSerde", "JsonSerde", "IntegerSerde", "LongSerde",
-           "DoubleSerde", "serde_for"]
+           "DoubleSerde", "DecimalSerde", "serde_for"]
 
 
 class Serde:
@@ -205,9 +206,35 @@ class DoubleSerde(_StructSerde):
         return super()._dumps(obj)
 
 
+class DecimalSerde(Serde):
+    """A `decimal.Decimal` as its text in UTF-8 ("12.30"): exact sums of money, which JSON (floats) cannot
+    hold. An int is taken as it is; a float is refused, since it is not the number it looks like (give
+    `Decimal(str(x))` for the one it prints as)."""
+
+    name = "decimal"
+
+    def _dumps(self, obj: Any) -> bytes:
+        if isinstance(obj, bool) or not isinstance(obj, Decimal | int):
+            hint = "; a float is not exact: Decimal(str(x)) is the number it prints as" if isinstance(
+                obj, float) else ""
+            raise SerdeError(f"DecimalSerde expects Decimal or int, got {type(obj).__name__}{hint}")
+        if isinstance(obj, Decimal) and not obj.is_finite():
+            raise SerdeError(f"DecimalSerde takes finite numbers, got {obj}")
+        return str(obj).encode("ascii")
+
+    def _loads(self, data: bytes) -> Decimal:
+        try:
+            value = Decimal(data.decode("ascii"))
+        except InvalidOperation:
+            raise ValueError("not a decimal number") from None
+        if not value.is_finite():
+            raise ValueError(f"not a finite number: {value}")
+        return value
+
+
 _BY_NAME: dict[str, type[Serde]] = {"bytes": BytesSerde, "string": StringSerde, "str": StringSerde,
                                     "json": JsonSerde, "int": IntegerSerde, "long": LongSerde,
-                                    "double": DoubleSerde}
+                                    "double": DoubleSerde, "decimal": DecimalSerde}
 
 
 def refused_part(serialize_key: Callable[[Any], Any], key: Any) -> str:
@@ -222,7 +249,8 @@ def refused_part(serialize_key: Callable[[Any], Any], key: Any) -> str:
 
 
 def serde_for(spec: Serde | str | None, default: Serde | None = None) -> Serde:
-    """A serde from an instance, a name ("bytes", "string", "json", "int", "long", "double") or None."""
+    """A serde from an instance, a name ("bytes", "string", "json", "int", "long", "double", "decimal") or
+    None."""
     if spec is None:
         return default or BytesSerde()
     if isinstance(spec, Serde):

@@ -11,6 +11,7 @@ import json
 import sys
 import time
 from collections.abc import Iterator
+from decimal import Decimal
 from typing import Any
 
 import typer
@@ -158,7 +159,8 @@ def produce(topic: str = typer.Argument(..., help="Topic to write to"),
 @topics_app.command()
 def read(topic: str = typer.Argument(..., help="Topic to read"),
          key_serde: str = typer.Option("string", help="How to show keys: bytes, string, json, int, long, double"),
-         value_serde: str = typer.Option("string", help="How to show values (count results: long)"),
+         value_serde: str = typer.Option("string", help="How to show values (count results: long; sums of "
+                                                        "Decimals: decimal)"),
          timestamps: bool = typer.Option(False, "--timestamps", help="Start each line with the record's timestamp"),
          header: list[str] = typer.Option([], "--header", help="NAME: end each line with that header's value "
                                                                "(`-` when the record has none; repeatable)"),
@@ -201,4 +203,6 @@ def _show(serde: Any, data: bytes | None) -> str:
         return data.decode("utf-8", "backslashreplace")
     if isinstance(obj, (bytes, bytearray)):
         return bytes(obj).decode("utf-8", "backslashreplace")
+    if isinstance(obj, Decimal):
+        return str(obj)
     return obj if isinstance(obj, str) else json.dumps(obj)

@@ -67,10 +67,11 @@ class GroupedStream:
         return self._aggregate("count", name, init, agg, merge, "long", persistent)
 
     def sum(self, value: Callable[[Any], Any] = lambda v: v, *, name: str | None = None,
-            persistent: bool = True) -> Table:
-        """Sum of `value(record value)` per key."""
+            aggregate_serde: Serde | str = "json", persistent: bool = True) -> Table:
+        """Sum of `value(record value)` per key, kept and written with `aggregate_serde` ("json" by default;
+        "long" or "double" for numbers alone, a Serde of the job's own for, say, Decimals)."""
         init, agg, merge = summer(value)
-        return self._aggregate("sum", name, init, agg, merge, "json", persistent)
+        return self._aggregate("sum", name, init, agg, merge, aggregate_serde, persistent)
 
     def reduce(self, reducer_fn: Callable[[Any, Any], Any], *, name: str | None = None,
                aggregate_serde: Serde | str | None = None, persistent: bool = True) -> Table:
@@ -93,7 +94,7 @@ class GroupedStream:
         name = app.node_name(kind, name)
         source = self.stream.keyed(name)  # through `<application_id>-<name>-repartition` after a key change
         serdes_from = (f"key_serde= of the group_by() or group_by_key() before {name!r}",
-                       f"aggregate_serde= of {name!r}" if kind in ("aggregate", "reduce") else None)
+                       f"aggregate_serde= of {name!r}" if kind != "count" else None)
         return _aggregation(app, name, (source,), self.key_serde, self.value_serde, initializer, aggregator, merger,
                             aggregate_serde, persistent, window, serdes_from=serdes_from)
 
@@ -135,9 +136,9 @@ class WindowedStream:
         return self.grouped._aggregate("count", name, init, agg, merge, "long", persistent, self)
 
     def sum(self, value: Callable[[Any], Any] = lambda v: v, *, name: str | None = None,
-            persistent: bool = True) -> Table:
+            aggregate_serde: Serde | str = "json", persistent: bool = True) -> Table:
         init, agg, merge = summer(value)
-        return self.grouped._aggregate("sum", name, init, agg, merge, "json", persistent, self)
+        return self.grouped._aggregate("sum", name, init, agg, merge, aggregate_serde, persistent, self)
 
     def reduce(self, reducer_fn: Callable[[Any, Any], Any], *, name: str | None = None,
                aggregate_serde: Serde | str | None = None, persistent: bool = True) -> Table:

@@ -202,20 +202,24 @@ class GroupedTable:
                                persistent)
 
     def sum(self, value: Callable[[Any], Any] = lambda v: v, *, name: str | None = None,
-            persistent: bool = True) -> Table:
-        """Sum of `value(new value)` per group."""
+            aggregate_serde: Serde | str = "json", persistent: bool = True) -> Table:
+        """Sum of `value(new value)` per group, kept and written with `aggregate_serde` (as
+        `GroupedStream.sum`)."""
         require_functions("sum", value=value, takes={"value": ("value",)})
         return self._aggregate("sum", name, self.fn, lambda: 0, lambda g, v, total: total + value(v),
-                               lambda g, v, total: total - value(v), "json", persistent)
+                               lambda g, v, total: total - value(v), aggregate_serde, persistent)
 
     def reduce(self, adder: Callable[[Any, Any], Any], subtractor: Callable[[Any, Any], Any], *,
-               name: str | None = None, persistent: bool = True) -> Table:
-        """`adder(aggregate, value)` and `subtractor(aggregate, value)`, the first value starting a group."""
+               name: str | None = None, aggregate_serde: Serde | str | None = None,
+               persistent: bool = True) -> Table:
+        """`adder(aggregate, value)` and `subtractor(aggregate, value)`, the first value starting a group; the
+        aggregate kept and written with `aggregate_serde` (the group_by()'s `value_serde` by default)."""
         require_functions("reduce", adder=adder, subtractor=subtractor,
                           takes={"adder": ("aggregate", "value"), "subtractor": ("aggregate", "value")})
         return self._aggregate("reduce", name, self.fn, lambda: None,
                                lambda g, v, agg: v if agg is None else adder(agg, v),
-                               lambda g, v, agg: subtractor(agg, v), self.value_serde, persistent)
+                               lambda g, v, agg: subtractor(agg, v), aggregate_serde or self.value_serde,
+                               persistent)
 
     def _aggregate(self, kind: str, name: str | None, fn: Callable[[Any, Any], tuple[Any, Any]],
                    initializer: Callable[[], Any], adder: Callable[[Any, Any, Any], Any],
@@ -225,8 +229,7 @@ class GroupedTable:
         name = app.node_name(kind, name)
         vs = self.value_serde if kind != "count" else serde_for("long")
         serdes_from = (f"key_serde= of the group_by() before {name!r}",
-                       {"aggregate": f"aggregate_serde= of {name!r}",
-                        "reduce": f"value_serde= of the group_by() before {name!r}"}.get(kind))
+                       f"aggregate_serde= of {name!r}" if kind != "count" else None)
         node, store, topic = table_aggregation(app, name, table.node, table.spec, fn, initializer, adder, subtractor,
                                                self.key_serde, vs, serde_for(aggregate_serde),
                                                persistent and table.spec.persistent, serdes_from)

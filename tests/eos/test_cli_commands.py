@@ -79,3 +79,15 @@ def test_a_group_lists_its_commands_with_their_help_on_one_line(argv, phrase):
     shown = subprocess.run([sys.executable, "-m", "eos.cli", *argv, "--help"], capture_output=True, text=True,
                            cwd=ROOT, env={**os.environ, "COLUMNS": "400"})
     assert shown.returncode == 0 and phrase in shown.stdout, shown.stdout + shown.stderr
+
+
+def test_topics_read_shows_each_serde_s_values_as_text():
+    from decimal import Decimal
+
+    from eos.cli.topics import _show
+    from eos.serde import serde_for
+
+    shown = {name: _show(serde_for(name), serde_for(name).serialize(value)) for name, value in [
+        ("decimal", Decimal("12.30")), ("long", 7), ("json", {"a": [1, None]}), ("string", "é")]}
+    assert shown == {"decimal": "12.30", "long": "7", "json": '{"a": [1, null]}', "string": "é"}
+    assert _show(serde_for("long"), b"\x01") == "\x01" and _show(serde_for("decimal"), None) == "null"

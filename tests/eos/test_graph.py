@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import re
+from decimal import Decimal
 
 import pytest
 
@@ -705,6 +706,43 @@ def test_process_values_keeps_keys_so_an_aggregation_after_it_needs_no_repartiti
         assert [r.value for r in driver.read("totals") if r.key == "c0"] == [sum(range(1, 12))]  # (its 11th)
 
 
+@pytest.mark.parametrize("cache_max_bytes", [0, 1 << 20])
+def test_sums_of_decimals_are_exact_in_every_api_with_the_decimal_serde(cache_max_bytes):
+    """`aggregate_serde="decimal"` keeps money exact where JSON's floats drift (0.1 + 0.2); the sums are the
+    reference computation's through killed batches, with the record cache on and off."""
+    from eos.windows import TumblingWindows
+
+    app = Application("g", bootstrap_servers="unused:9092", cache_max_bytes=cache_max_bytes)
+    amount = lambda v: Decimal(v["amount"])
+    pays = app.stream("pays", value_serde="json")
+    pays.group_by_key().sum(amount, name="total", aggregate_serde="decimal").to_stream().to("totals")
+    pays.group_by_key().window(TumblingWindows(60_000)).sum(amount, name="per_minute",
+                                                            aggregate_serde="decimal").to_stream().to("minute-totals")
+    app.table("accounts", value_serde="json", name="accounts").group_by(lambda k, v: (v["tier"], v)).sum(
+        amount, name="per_tier", aggregate_serde="decimal").to_stream().to("tier-totals")
+    app.sum("pays", "classic-totals", name="classic", value=amount, value_serde="json", aggregate_serde="decimal")
+    cents = [f"{i % 7}.{i % 10}{i % 3}" for i in range(60)]
+    inputs = [("pays", f"c{i % 3}", {"amount": c}, BASE + i * 5_000) for i, c in enumerate(cents)]
+    inputs += [("accounts", f"a{i % 4}", {"tier": "gold" if i % 3 else "basic", "amount": c}, BASE + i)
+               for i, c in enumerate(cents[:20])]
+    report = TopologyTestDriver(app).check_exactly_once(inputs, crashes=6)
+    assert report.crashes
+    with TopologyTestDriver(app) as driver:
+        driver.pipe_records(inputs)
+        expected = {f"c{k}": sum((Decimal(c) for i, c in enumerate(cents) if i % 3 == k), Decimal(0)) for k in range(3)}
+        for topic in ("totals", "classic-totals"):
+            latest = {r.key: r.value for r in driver.read(topic)}
+            assert latest == expected and all(type(v) is Decimal for v in latest.values())
+        as_floats = sum(float(c) for i, c in enumerate(cents) if i % 3 == 0)
+        assert driver.store("total-store").get("c0") == expected["c0"] and str(as_floats) != str(expected["c0"])
+        tiers: dict[str, Decimal] = {"gold": Decimal(0), "basic": Decimal(0)}
+        for i in range(16, 20):  # each account's last update counts: a0-a3 were last written at 16-19
+            tiers["gold" if i % 3 else "basic"] += Decimal(cents[i])
+        assert {r.key: r.value for r in driver.read("tier-totals")} == tiers
+        per_window = {r.key: r.value for r in driver.read("minute-totals")}  # the latest per key and window
+        assert len(per_window) == 15 and sum(per_window.values()) == sum(expected.values())
+
+
 def test_an_aggregation_s_store_refusing_its_aggregate_or_key_names_the_parameter_that_sets_its_serde():
     """The store of a DSL aggregation is the framework's, not declared by the job: its serde error names the
     parameter of the DSL call to change, in either API. (A key reaches such a store through its repartition
@@ -723,19 +761,28 @@ def test_an_aggregation_s_store_refusing_its_aggregate_or_key_names_the_paramete
     app.table("t2", value_serde="json", name="rows2").group_by(lambda k, v: (v["g"], v)).reduce(
         lambda agg, v: {0}, lambda agg, v: agg, name="tr")
     app.aggregate("i6", "o", name="classic", initializer=list, aggregator=as_set, value_serde="json")
+    as_decimal = lambda v: Decimal(v["n"])
+    stream("i7").group_by_key().sum(as_decimal, name="summed")
+    stream("i8").group_by_key().window(TumblingWindows(60_000)).sum(as_decimal, name="wsummed")
+    app.table("t3", value_serde="json", name="rows3").group_by(lambda k, v: (v["g"], v)).sum(as_decimal, name="ts")
+    app.sum("i9", "o", name="classic_sum", value=as_decimal, value_serde="json")
     with TopologyTestDriver(app) as driver:
-        for topic in ("i1", "i2", "i4", "i5", "t1", "i6"):
+        for topic in ("i1", "i2", "i4", "i5", "t1", "i6", "i7", "i8", "t3", "i9"):
             driver.pipe_many(topic, [("k", {"g": "x", "n": 0}), ("k", {"g": "x", "n": 0})])
         driver.pipe_many("t2", [("r1", {"g": "x"}), ("r2", {"g": "x"})])  # (the first starts the group)
         said = {e.split("'")[1]: e.split(": ", 1)[1] for e in {letter.error for letter in driver.dead_letters()}}
     value = "store {!r} cannot take the value {} (set): cannot serialize set as JSON: Object of type set is not " \
             "JSON serializable; give {} a serde that takes it"
+    decimal = "store {!r} cannot take the value Decimal('0') (Decimal): cannot serialize Decimal as JSON: Object of " \
+              "type Decimal is not JSON serializable; give {} a serde that takes it"
     assert said == {
         "sets-store": value.format("sets-store", "{0}", "aggregate_serde= of 'sets'"),
         "windowed-store": value.format("windowed-store", "{0}", "aggregate_serde= of 'windowed'"),
         "reduced-store": value.format("reduced-store", "{1}", "aggregate_serde= of 'reduced'"),
         "cog-store": value.format("cog-store", "{0}", "aggregate_serde= of 'cog'"),
         "regrouped-store": value.format("regrouped-store", "{0}", "aggregate_serde= of 'regrouped'"),
-        "tr-store": value.format("tr-store", "{0}", "value_serde= of the group_by() before 'tr'"),
+        "tr-store": value.format("tr-store", "{0}", "aggregate_serde= of 'tr'"),
         "classic-store": value.format("classic-store", "{0}", "aggregate_serde= of 'classic'"),
+        **{f"{name}-store": decimal.format(f"{name}-store", f"aggregate_serde= of {name!r}")
+           for name in ("summed", "wsummed", "ts", "classic_sum")},
     }

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 
-from eos import ConfigError, EosConfig, IntegerSerde, JsonSerde, LongSerde, SerdeError, StringSerde
+from eos import ConfigError, DecimalSerde, EosConfig, IntegerSerde, JsonSerde, LongSerde, SerdeError, StringSerde
 from eos.origin import decode_origin, encode_origin, origin_of
 from eos.serde import serde_for
 from eos.worker.progress import CommitMetadata
@@ -10,7 +12,7 @@ from eos.worker.progress import CommitMetadata
 
 def test_serdes_round_trip_and_none():
     for serde, value in [(StringSerde(), "héllo"), (JsonSerde(), {"a": [1, 2.5, None]}), (IntegerSerde(), -7),
-                         (LongSerde(), 2**40)]:
+                         (LongSerde(), 2**40), (DecimalSerde(), Decimal("-12.30")), (DecimalSerde(), 10**30)]:
         assert serde.deserialize(serde.serialize(value)) == value
         assert serde.serialize(None) is None and serde.deserialize(None) is None
     assert IntegerSerde().serialize(1) == b"\x00\x00\x00\x01"  # Kafka's IntegerSerializer layout
@@ -72,6 +74,23 @@ def test_serde_errors_say_what_failed():
         StringSerde().serialize(3)
     with pytest.raises(ValueError, match="unknown serde"):
         serde_for("avro")
+
+
+def test_the_decimal_serde_keeps_numbers_exact_and_refuses_floats():
+    serde = serde_for("decimal")
+    assert serde.serialize(Decimal("0.1") + Decimal("0.2")) == b"0.3"  # as floats it would be 0.30000000000000004
+    assert serde.deserialize(b"12.30") == Decimal("12.30") and serde.serialize(Decimal("1E+3")) == b"1E+3"
+    with pytest.raises(SerdeError, match=r"expects Decimal or int, got float; a float is not exact: Decimal\(str"):
+        serde.serialize(0.1)
+    for refused in (True, "1.5"):
+        with pytest.raises(SerdeError, match="expects Decimal or int"):
+            serde.serialize(refused)
+    with pytest.raises(SerdeError, match="finite"):
+        serde.serialize(Decimal("NaN"))
+    for malformed, why in ((b"12,5", "not a decimal number"), (b"Infinity", "not a finite number"),
+                           (b"\xff", "codec can't decode")):
+        with pytest.raises(SerdeError, match=f"as decimal: .*{why}"):
+            serde.deserialize(malformed)
 
 
 def test_origin_header_round_trip_and_malformed():
