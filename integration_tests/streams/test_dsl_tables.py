@@ -2,8 +2,8 @@
 restarted. One job:
 
 * orders joined with a filtered table (gold customers, written to the partition a partitioner chooses) and
-  with an aggregated table (each customer's
-  payments summed, no repartition needed), a table-table outer join (customers with addresses), the right
+  with an aggregated table (each customer's payments summed in exact quarters: Decimals, kept with the
+  decimal serde; no repartition needed), a table-table outer join (customers with addresses), the right
   side of a foreign-key join and the tier re-grouping, all in the task that reads the customers;
 * the foreign-key join's left side (accounts with their customer's tier);
 * customers re-grouped by tier and counted (after a repartition topic);
@@ -28,6 +28,7 @@ import json
 import os
 import time
 from collections import Counter
+from decimal import Decimal
 from itertools import accumulate
 
 from confluent_kafka import Producer
@@ -38,6 +39,7 @@ from integration_tests.streams.test_time_and_rekey import committed_records
 
 JOB = """
 import os
+from decimal import Decimal
 from eos import Application, Processor, store
 from eos.testing import MarkWhile
 
@@ -63,8 +65,10 @@ gold = customers.filter(lambda key, customer: customer["tier"] == "gold", name="
 orders.join(gold, lambda order, customer: {"id": order["id"]}, name="vip").to(
     os.environ["VIP"], partitioner=lambda key, order, partitions: order["id"] % partitions)
 payments = app.stream(os.environ["PAYMENTS"])
-spent = payments.group_by_key().sum(lambda payment: payment["amount"], name="spent")
-orders.left_join(spent, lambda order, total: {"id": order["id"], "spent": total},
+# In quarters, exact: Decimals, kept and changelogged with the decimal serde.
+spent = payments.group_by_key().sum(lambda payment: Decimal(payment["amount"]) / 4, name="spent",
+                                    aggregate_serde="decimal")
+orders.left_join(spent, lambda order, total: {"id": order["id"], "spent": None if total is None else str(total)},
                  name="with_spent").to(os.environ["SPENT"])
 customers.outer_join(app.table(os.environ["ADDRESSES"]),
                      lambda c, a: {"tier": c and c["tier"], "city": a and a["city"]},
@@ -177,9 +181,11 @@ def test_table_dsl_joins_and_aggregations_are_exactly_once_across_sigkills(
         before = [total for t, total in sums.get(key, []) if t <= at]
         return before[-1] if before else None
 
-    got = Counter((v["id"], v["spent"]) for v in (json.loads(v) for _, v, _ in committed_records(
-        bootstrap, topics["spent"])))
-    assert got == Counter((o["id"], spent_at(k, o["at"])) for k, o in orders)
+    got = Counter((v["id"], v["spent"] and Decimal(v["spent"])) for v in (json.loads(v) for _, v, _ in
+                                                                         committed_records(bootstrap, topics["spent"])))
+    quarters = lambda total: None if total is None else Decimal(total) / 4
+    assert got == Counter((o["id"], quarters(spent_at(k, o["at"]))) for k, o in orders)
+    assert any(total % 1 for _, total in got if total)  # (fractions of a unit among them)
 
     customers, addresses, accounts = (final(data[r]) for r in ("customers", "addresses", "accounts"))
     assert last_per_key(bootstrap, topics["profiles"]) == {
