@@ -284,7 +284,7 @@ def _run_scenario(scenario: Scenario, workdir: str | Path | None, keep_logs: boo
             result.faults_injected += not detail.startswith("skipped")
         timeline.record("faults", "end")
         load.finished.wait(scenario.load_seconds + 300)
-        timeline.record("load", "end", produced=load.produced)
+        timeline.record("load", "end", produced=load.produced, sent_all=load.ended)
         if load.error is not None:
             result.reasons.append(f"the load stopped after {load.produced} records: {load.error}")
         if own is not None:  # (its steps behind repartition topics too: run until every one has caught up)

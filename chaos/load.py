@@ -112,6 +112,7 @@ class LoadGenerator:
         self._thread = threading.Thread(target=self._run, name="chaos-load", daemon=True)
         self._next = 0
         self.started = 0.0
+        self.ended: float | None = None  # (wall clock) when the last record was sent and flushed
         self.finished = threading.Event()
 
     def close(self) -> None:
@@ -142,6 +143,7 @@ class LoadGenerator:
         try:
             self._produce_range(self._next, self.records, rate=self.rate)
             self._producer.flush(180)
+            self.ended = time.time()
         except Exception as exc:  # (a record of the user's that cannot be made or serialized)
             self.error = f"{type(exc).__name__}: {exc}"
         finally:

@@ -23,6 +23,16 @@ def _batches(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def _unmeasured(recovery: dict[str, Any], sent_all_s: float | None) -> str:
+    """Why a fault's recovery time is "-": no batch that started after it committed."""
+    fault = f"{recovery['kind']} at {recovery['start_s']:.1f} s: no recovery time (\"-\"), as no batch that started " \
+            "after it committed"
+    if sent_all_s is not None and sent_all_s <= recovery["start_s"]:
+        return f"{fault}: the load had sent its last record at {sent_all_s:.1f} s, before it, so the job had no " \
+               "input left to commit (the drain and the audits still judge the run)"
+    return f"{fault} before the run ended"
+
+
 def finish_result(result: ChaosResult, workdir: Path, timeline: Timeline) -> None:
     batches = _batches(workdir / "batches.jsonl")
     committed = sorted((b for b in batches if b["committed"]), key=lambda b: b["ended"])
@@ -52,6 +62,9 @@ def finish_result(result: ChaosResult, workdir: Path, timeline: Timeline) -> Non
     result.notes += [f"{e['kind']} at {e['t']:.1f} s struck outside a transaction: {e.get('reason', '')}, so the run "
                      "did not try that kill mid-transaction"
                      for e in result.timeline if e["phase"] == "outside_transaction"]
+    sent_all = next((e.get("sent_all") for e in timeline.events if e["kind"] == "load" and e["phase"] == "end"), None)
+    result.notes += [_unmeasured(r, None if sent_all is None else sent_all - origin)
+                     for r in result.recovery if r["recovery_s"] is None]
     if not result.audits:
         result.reasons.append("no audit ran")
     for audit in result.audits:

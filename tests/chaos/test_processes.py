@@ -270,8 +270,11 @@ def test_an_in_transaction_kill_that_catches_no_task_in_one_strikes_outside_and_
                              audits=[{"mode": "lineage", "verdict": "PASS", "violations": 0}])
         finish_result(result, tmp_path, timeline)
         assert result.verdict == "PASS"  # (a kill outside a transaction is still a fault the job survived)
-        assert result.notes == [f"{kind} at {timeline.events[0]['t']:.1f} s struck outside a transaction: no task was "
-                                "inside a transaction within 0.2 s, so the run did not try that kill mid-transaction"]
+        assert result.notes[0] == f"{kind} at {timeline.events[0]['t']:.1f} s struck outside a transaction: no " \
+                                  "task was inside a transaction within 0.2 s, so the run did not try that kill " \
+                                  "mid-transaction"
+        assert result.notes[1:] == [f"{kind} at {result.recovery[0]['start_s']:.1f} s: no recovery time (\"-\"), as no "
+                                    "batch that started after it committed before the run ended"]  # (no batch here)
     finally:
         for p in found:
             with contextlib.suppress(ProcessLookupError):

@@ -142,6 +142,34 @@ def test_a_run_whose_faults_were_not_all_injected_fails(tmp_path):
     assert result.reasons[0] == "only 1 of 2 scheduled faults were injected (no Python worker found)"
 
 
+def test_a_fault_without_a_recovery_time_says_why(tmp_path):
+    """A recovery time is from a fault until a batch that started after it commits; where none did, the report
+    says whether the load had sent everything before the fault (nothing left to commit) or the run ended."""
+    from chaos.harness import ChaosResult
+    from chaos.report import finish_result
+    from chaos.timeline import Timeline
+
+    timeline = Timeline()
+    timeline.started = 100.0
+    for i, kind in enumerate(("executor_kill", "broker_kill", "driver_kill")):  # 101-102, 103-104, 105-106
+        timeline.events += [{"wall": 101.0 + 2 * i, "kind": kind, "phase": "start", "target": "x"},
+                            {"wall": 102.0 + 2 * i, "kind": kind, "phase": "end", "target": "x"}]
+    timeline.events.append({"wall": 107.0, "kind": "load", "phase": "end", "target": "", "sent_all": 104.5})
+    batches = [{"started": 101.5, "ended": 102.5, "committed": True, "records_in": 10},
+               {"started": 102.8, "ended": 103.5, "committed": True, "records_in": 5}]
+    (tmp_path / "batches.jsonl").write_text("".join(json.dumps(b) + "\n" for b in batches))
+    result = ChaosResult(scenario={}, schedule=[{}] * 3, faults_injected=3,
+                         audits=[{"mode": "lineage", "verdict": "PASS", "violations": 0}])
+    finish_result(result, tmp_path, timeline)
+    assert [r["recovery_s"] for r in result.recovery] == [1.5, None, None]
+    assert result.verdict == "PASS" and result.notes == [
+        'broker_kill at 3.0 s: no recovery time ("-"), as no batch that started after it committed before the run '
+        'ended',
+        'driver_kill at 5.0 s: no recovery time ("-"), as no batch that started after it committed: the load had '
+        'sent its last record at 4.5 s, before it, so the job had no input left to commit (the drain and the '
+        'audits still judge the run)']
+
+
 def test_a_scenario_that_stops_says_why_in_its_report(tmp_path, monkeypatch):
     """A cluster that does not start (a broker's port taken) fails the scenario with that reason in its
     report, not only with what the run did not get to."""
