@@ -19,7 +19,7 @@ from eos.processor import Processor
 from eos.serde import Serde
 from recovery import StoreSpec
 
-__all__ = ["SubTopology", "TaskId", "BatchFormat", "clocked_topics", "uses_event_time"]
+__all__ = ["SubTopology", "TaskId", "BatchFormat", "clocked_topics", "cyclic_topics", "uses_event_time"]
 
 _NAME = re.compile(r"^[A-Za-z0-9_.]{1,100}$")
 
@@ -174,7 +174,7 @@ def clocked_topics(subtopologies: Mapping[str, SubTopology]) -> frozenset[str]:
             writers.setdefault(topic, []).append(sub)
     edges = {t for t, ws in writers.items()
              if all(w.processor_factory is not None for w in ws)
-             and any(t in r.inputs for r in subtopologies.values())} - _cyclic_topics(subtopologies)
+             and any(t in r.inputs for r in subtopologies.values())} - cyclic_topics(subtopologies)
     clocked: set[str] = set()
     changed = True
     while changed:
@@ -187,7 +187,7 @@ def clocked_topics(subtopologies: Mapping[str, SubTopology]) -> frozenset[str]:
     return frozenset(clocked)
 
 
-def _cyclic_topics(subtopologies: Mapping[str, SubTopology]) -> set[str]:
+def cyclic_topics(subtopologies: Mapping[str, SubTopology]) -> set[str]:
     """The topics a sub-topology writes that lead, through the sub-topologies reading them, back to it."""
     feeds: dict[str, set[str]] = {}  # sub-topology -> the sub-topologies reading what it writes
     for sub in subtopologies.values():

@@ -65,6 +65,8 @@ class LineageResult:
     earlier_topic: int = 0  # outputs (and their copies) of an earlier topic of the same name
     skipped_by_retention: int = 0  # input offsets deleted by retention before the job processed them
     other_dead_letters: int = 0  # dead letters of other sub-topologies (the dead-letter topic is shared)
+    #: records others wrote to an output topic the audited steps read too (a cycle): input, not output
+    written_by_others: int = 0
     derived: int = 0  # outputs derived by a task (punctuation, final window results): see `eos audit window`
     #: derived outputs committed twice (the same task, position, time, punctuation and index)
     derived_duplicates: int = 0
@@ -144,7 +146,9 @@ def audit_lineage(bootstrap_servers: str, inputs: Iterable[str], outputs: Iterab
                           subtopologies=None if subtopologies is None else set(subtopologies))
               if ledger_topic else None)
     ins = executor.map(scan_input_partition, input_scans(admin, inputs, group, groups), progress)
-    outs = executor.map(_OutputScan(isolation, max_samples), output_scans(admin, outputs, isolation), progress)
+    outputs = list(outputs)
+    outs = executor.map(_OutputScan(isolation, max_samples, read_too=frozenset(inputs) & frozenset(outputs)),
+                        output_scans(admin, outputs, isolation), progress)
     dead = executor.map(_OutputScan(isolation, max_samples, frozenset(inputs), subtopologies),
                         output_scans(admin, dlq_topics, isolation), progress)
     return merge(ins, outs, dead, max_samples, ledger, ordered, numbered)
@@ -154,13 +158,14 @@ class _OutputScan:
     """Picklable scan function with its options (runs in Spark tasks too)."""
 
     def __init__(self, isolation: Isolation, max_samples: int, origin_topics: frozenset[str] | None = None,
-                 subtopologies: frozenset[str] | None = None) -> None:
+                 subtopologies: frozenset[str] | None = None, read_too: frozenset[str] = frozenset()) -> None:
         self.isolation, self.max_samples, self.origin_topics = isolation, max_samples, origin_topics
-        self.subtopologies = subtopologies
+        self.subtopologies, self.read_too = subtopologies, read_too
 
     def __call__(self, scan: PartitionScan, progress: Callable[[int], None] | None = None) -> OutputPartial:
         return scan_output_partition(scan, isolation=self.isolation, max_samples=self.max_samples, progress=progress,
-                                     origin_topics=self.origin_topics, subtopologies=self.subtopologies)
+                                     origin_topics=self.origin_topics, subtopologies=self.subtopologies,
+                                     read_too=scan.topic in self.read_too)
 
 
 Origins = dict[tuple[str, int, int], BitMap64]
@@ -178,6 +183,7 @@ def _union(partials: list[OutputPartial], result: LineageResult, max_samples: in
         result.aborted_visible += part.aborted_visible
         result.unexpected += part.without_origin
         result.other_dead_letters += part.foreign
+        result.written_by_others += part.written_by_others
         result.derived += part.derived
         result.derived_duplicates += part.derived_duplicates
         for kind, items in part.samples.items():

@@ -29,6 +29,7 @@ _ROWS = {
                 ("earlier_topic", "output of an earlier topic of the same name", False),
                 ("skipped_by_retention", "input deleted by retention before processing", False),
                 ("other_dead_letters", "dead letters of other sub-topologies", False),
+                ("written_by_others", "written by others to an output the step reads (its input)", False),
                 ("derived", "derived outputs (punctuation, final window results)", False),
                 ("derived_duplicates", "derived outputs committed twice", True)],
     "window": [("input_records", "input records", False), ("late_records", "late records (dropped)", False),

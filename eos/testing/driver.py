@@ -47,7 +47,7 @@ from eos.serde import Serde, refused_part
 from eos.streamtime import is_marker
 from eos.testing.clients import MemoryWorker
 from eos.testing.crashes import ExactlyOnceReport, check_exactly_once
-from eos.topology import table_changelogs
+from eos.topology import cyclic_topics, table_changelogs
 from eos.windows import ms as to_ms
 from eos.worker.entry import run_unit, units_of
 from eos.worker.plans import Job, TaskPlan, TaskResult
@@ -55,6 +55,9 @@ from transactions import KafkaAdmin, TopicSpec
 from transactions.memory import MemoryAdmin, MemoryCluster, MemoryMessage
 
 __all__ = ["TopologyTestDriver", "TestRecord", "DeadLetter", "CrashPoint", "SimulatedCrash", "ExactlyOnceReport"]
+
+#: Rounds of batches one call may run (`max_rounds`), and while its batches read topics on a cycle of steps.
+MAX_ROUNDS, MAX_CYCLE_ROUNDS = 100_000, 1_000
 
 Step = Literal["after_slice", "before_top_up", "after_read", "after_produce", "before_commit", "after_commit"]
 
@@ -111,7 +114,7 @@ class TopologyTestDriver:
 
     def __init__(self, app: Application, *, partitions: int | Mapping[str, int] = 1,
                  wall_clock_ms: int | None = None, topic_configs: Mapping[str, Mapping[str, str]] | None = None,
-                 log_level: str = "WARNING", max_rounds: int = 100_000, state_dir: str | Path | None = None,
+                 log_level: str = "WARNING", max_rounds: int | None = None, state_dir: str | Path | None = None,
                  task_slots: int = DEFAULT_TASK_SLOTS) -> None:
         """`partitions`: of every topic of the application (a mapping: per topic, 1 for the others);
         `wall_clock_ms`: the driver's wall clock at the start (now if None); `topic_configs`: topic settings
@@ -120,7 +123,9 @@ class TopologyTestDriver:
         cluster); `log_level` of the framework's logs while the driver runs; `state_dir`: persistent stores in
         RocksDB under this directory, kept open between batches as a worker keeps them (by default every
         store is in memory); `task_slots`: the tasks a cluster would run at once, which
-        `tasks_per_transaction="auto"` makes its units by (the default local master's two)."""
+        `tasks_per_transaction="auto"` makes its units by (the default local master's two); `max_rounds`: the
+        rounds of batches one call may run before it fails as one that never settles (by default 100,000, and
+        1,000 while its batches read topics on a cycle of the job's steps: a record that goes round for ever)."""
         app.require_steps()
         self.app = app
         self.config = app.config.with_overrides(log_level=log_level,
@@ -134,6 +139,7 @@ class TopologyTestDriver:
         self.cluster = MemoryCluster(clock=lambda: self.now / 1000)
         self.admin = cast(KafkaAdmin, MemoryAdmin(self.cluster))  # the admin calls the start-up code makes
         self.max_rounds = max_rounds
+        self._cyclic = frozenset(cyclic_topics(app.subtopologies))
         self.batch = 0
         self.results: list[TaskResult] = []
         self.crashes: list[tuple[CrashPoint, FaultPoint]] = []
@@ -306,17 +312,31 @@ class TopologyTestDriver:
     # ------------------------------------------------------------------ the loop
     def _run(self) -> None:
         """Plan and run batches until nothing is left to do (what `app.run(until_caught_up=True)` does)."""
+        bound, cycle_bound = self.max_rounds or MAX_ROUNDS, self.max_rounds or MAX_CYCLE_ROUNDS
         with self._clock():
-            for _ in range(self.max_rounds):
+            for rounds in range(bound + 1):
                 plans = self.planner.plan(self.batch)
                 if not plans:
                     return
+                cycle = self._cycling(plans) if rounds >= cycle_bound else ""
+                if cycle:
+                    raise RuntimeError(f"the application did not settle: after {rounds:,} rounds of batches its "
+                                       f"steps still read {cycle}, which they write themselves (a cycle of steps "
+                                       "through a topic), so a record may go round for ever. Give the cycle a way "
+                                       "out (a filter on a count of rounds kept in the value, say), or a cycle "
+                                       "that takes longer max_rounds= of TopologyTestDriver")
+                if rounds == bound:
+                    raise RuntimeError(f"the application did not settle within {bound:,} rounds of batches; a job "
+                                       "that needs more in one call takes max_rounds= of TopologyTestDriver")
                 results = self._run_plans(plans)
                 self.planner.observe(results)
                 self.results.extend(results)
                 self.batch += 1
-            raise RuntimeError(f"the application did not settle within {self.max_rounds} batches (a processor "
-                               "that forwards to its own input?)")
+
+    def _cycling(self, plans: list[TaskPlan]) -> str:
+        """The topics on a cycle of the job's steps that `plans` read records of, quoted, or ""."""
+        topics = sorted({r.topic for plan in plans for r in plan.ranges if not r.empty and r.topic in self._cyclic})
+        return ", ".join(repr(t) for t in topics)
 
     def _run_plans(self, plans: list[TaskPlan]) -> list[TaskResult]:
         """Each unit of `plans` (the tasks that share a transaction: `tasks_per_transaction`) in turn."""

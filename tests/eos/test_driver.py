@@ -304,3 +304,37 @@ def test_an_application_without_steps_is_refused_saying_what_to_add():
     app.global_table("rates")
     with pytest.raises(ConfigError, match=r"has no sub-topology: add one with app.stream\(...\).to\(...\)"):
         TopologyTestDriver(app)
+
+
+def test_a_cycle_that_never_ends_fails_fast_naming_its_topic_and_one_that_ends_settles():
+    """A step that writes what it reads (Kafka Streams allows the cycle) keeps a record going round for ever:
+    the driver stops it after 1,000 rounds with the topic named, rather than running without end. A cycle
+    with a way out runs to its end, and its audit takes what others wrote to the topic as input, not as
+    output without an origin; a job that needs more rounds than `max_rounds` says so."""
+    forever = Application("loops", bootstrap_servers="unused:9092")
+    forever.stream("jobs", value_serde="json").map_values(lambda job: {**job, "tries": job["tries"] + 1}).to("jobs")
+    started = time.perf_counter()
+    with TopologyTestDriver(forever) as driver, pytest.raises(RuntimeError) as raised:
+        driver.pipe("jobs", "j1", {"tries": 0})
+    assert time.perf_counter() - started < 30
+    assert str(raised.value).startswith("the application did not settle: after 1,000 rounds of batches its steps "
+                                        "still read 'jobs', which they write themselves")
+
+    retries = Application("retries", bootstrap_servers="unused:9092")
+    attempts = retries.stream("tasks", value_serde="json").split()
+    branches = attempts.branch(lambda key, task: task["tries"] < 5, name="again").default_branch(name="done")
+    branches["again"].map_values(lambda task: {**task, "tries": task["tries"] + 1}).to("tasks")
+    branches["done"].to("finished")
+    with TopologyTestDriver(retries) as driver:
+        driver.pipe_many("tasks", [("a", {"tries": 0}), ("b", {"tries": 3})])
+        assert [(r.key, r.value) for r in driver.read("finished")] == [("b", {"tries": 5}), ("a", {"tries": 5})]
+        assert [r.value["tries"] for r in driver.records("tasks")] == [0, 3, 1, 4, 2, 5, 3, 4, 5]
+        # the lineage audit takes the two records piped to the topic the step writes too as its input
+        (lineage,) = [r.lineage for r in driver.audit() if r.mode == "lineage"]
+        assert (lineage.written_by_others, lineage.expected, lineage.unexpected) == (2, 9, 0)
+
+    slow = Application("slow", bootstrap_servers="unused:9092", max_records_per_batch=1)
+    slow.stream("in").to("out")
+    with TopologyTestDriver(slow, max_rounds=3) as driver, pytest.raises(RuntimeError, match=(
+            "did not settle within 3 rounds of batches; a job that needs more in one call takes max_rounds=")):
+        driver.pipe_many("in", [(f"k{i}", {"i": i}) for i in range(5)])
