@@ -1,0 +1,69 @@
+"""A cycle of steps through a topic on the broker and Spark, SIGKILLed mid-batch (inside a transaction too) and
+restarted: tasks retried through their own topic until they have been tried three times, then written out
+(Kafka Streams allows such a cycle; the job writes and reads the same topic in one sub-topology).
+
+Every task reaches the output once, tried three times; the topic holds each retry once beside the records
+others wrote to it; and `audit_application` says PASS, taking those records as the step's input rather than
+as outputs without an origin, and FAIL on a retry committed twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections import Counter
+
+from eos.audit import audit_application
+from integration_tests.helpers import produce
+from integration_tests.streams.test_fused_topology import commit_copy, load_job, run_killed_then_caught_up
+from integration_tests.streams.test_time_and_rekey import committed_records
+
+JOB = """
+import os
+from eos import Application
+from eos.testing import MarkWhile
+
+app = Application(os.environ["APP"], max_records_per_batch=150, trigger_interval=0.0, log_format="json",
+                  log_level="WARNING", state_dir=os.environ["STATE"])
+routes = (app.stream(os.environ["TASKS"], value_serde="json", name="tasks").split(name="tried")
+          .branch(lambda key, task: task["tries"] < 3, name="again").default_branch(name="done"))
+routes["again"].map_values(lambda task: {**task, "tries": task["tries"] + 1}, name="retry").to(os.environ["TASKS"])
+routes["done"].to(os.environ["DONE"])
+if os.environ.get("MARKS"):
+    app.fault_hooks.on("before_commit", MarkWhile(os.environ["MARKS"], seconds=0.3))
+"""
+
+PARTITIONS, TASKS = 2, 2400
+
+
+def test_a_cycle_of_retries_through_its_own_topic_is_exactly_once_across_sigkills(
+        kafka, topic_factory, unique_name, tmp_path, monkeypatch):
+    topics = {n: topic_factory(n, partitions=PARTITIONS) for n in ("tasks", "done")}
+    bootstrap = kafka.bootstrap_servers
+    rng = random.Random(41)
+    tasks = {f"t{i}": rng.randrange(0, 4) for i in range(TASKS)}  # tries so far: 0-3 (3: done at once)
+    produce(bootstrap, topics["tasks"], [(k.encode(), json.dumps({"id": k, "tries": n}).encode())
+                                         for k, n in tasks.items()])
+
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": bootstrap, "APP": unique_name("app"),
+           "STATE": str(tmp_path / "state"), "MARKS": str(marks), **{n.upper(): t for n, t in topics.items()}}
+    run_killed_then_caught_up(tmp_path, JOB, env, seed=43, kills=2, pause=(3.0, 6.0))
+
+    done = Counter((k.decode(), json.loads(v)["tries"]) for k, v, _ in committed_records(bootstrap, topics["done"]))
+    assert done == Counter({(k, 3): 1 for k in tasks})  # every task once, tried three times
+    written = Counter((k.decode(), json.loads(v)["tries"]) for k, v, _ in committed_records(bootstrap, topics["tasks"]))
+    assert written == Counter({(k, t): 1 for k, n in tasks.items() for t in range(n, 4)})  # each retry once
+
+    app = load_job(tmp_path, env, monkeypatch)
+    (lineage,) = audit_application(app)
+    assert lineage.verdict == "PASS", lineage.lineage
+    assert lineage.lineage.written_by_others == TASKS and lineage.lineage.expected == sum(written.values())
+
+    # A retry committed twice (a broken writer): the audit says so.
+    key, value, _, headers = next(r for r in committed_records(bootstrap, topics["tasks"], headers=True)
+                                  if "eos.origin" in r[3])
+    commit_copy(bootstrap, topics["tasks"], key, value, {"eos.origin": headers["eos.origin"]})
+    (lineage,) = audit_application(app)
+    assert lineage.verdict == "FAIL" and lineage.lineage.duplicates == 1, lineage.lineage
