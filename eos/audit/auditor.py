@@ -233,9 +233,13 @@ def _lineage_reports(app: Application, bootstrap_servers: str | None, max_sample
     groups = offset_groups(app.subtopologies, cfg.group_id)
     shared = {t for t, gs in topic_groups(app.subtopologies, cfg.group_id).items() if len(gs) > 1}
     reports = []
-    for members in _linked_by_hops(list(app.subtopologies.values()), hops):
+    linked = _linked_by_hops(list(app.subtopologies.values()), hops)
+    for members in linked:
         inputs = list(dict.fromkeys(t for sub in members for t in sub.inputs if t not in hops))
         outputs = list(dict.fromkeys(t for sub in members for t in sub.output_topics if t not in hops))
+        if why := _alike_outputs(members, linked, inputs, outputs, hops):
+            reports += [_not_checked(app, bootstrap, sub, "lineage", why, lineage=LineageResult()) for sub in members]
+            continue
         through = list(dict.fromkeys(t for sub in members for t in sub.output_topics if t in hops))
         input_groups = {t: groups[(sub.name, t)] for sub in members for t in sub.inputs if t not in hops}
         # a topic several sub-topologies read: each audit counts only its own ledger entries and dead letters
@@ -248,6 +252,25 @@ def _lineage_reports(app: Application, bootstrap_servers: str | None, max_sample
                              subtopologies=only, groups=input_groups, ordered=not through,
                              numbered=runs_whole(members, hops), admin=admin))
     return reports
+
+
+def _alike_outputs(members: list[SubTopology], linked: list[list[SubTopology]], inputs: list[str],
+                   outputs: list[str], hops: frozenset[str]) -> str:
+    """Why the lineage audit of `members` cannot run, or "": another group of steps reads one of their inputs
+    and writes one of their outputs, so that the outputs both make of one input record carry the same origin
+    (the input's place and the output's index), and a copy could not be told from the other step's output."""
+    for others in linked:
+        if others is members:
+            continue
+        read = [t for t in inputs if any(t in sub.inputs for sub in others)]
+        written = [t for t in outputs if any(t in sub.output_topics for sub in others)]
+        if read and written:
+            names = ", ".join(repr(sub.name) for sub in others)
+            return (f"sub-topology {names} too reads {read[0]!r} and writes {written[0]!r}, so the outputs both "
+                    "make of one input record carry the same origin, and a copy cannot be told from the other "
+                    "step's output; to audit them, read the topic once (one stream, its steps fused) or give "
+                    "each step a topic of its own")
+    return ""
 
 
 def runs_whole(members: Iterable[SubTopology], hops: frozenset[str]) -> bool:

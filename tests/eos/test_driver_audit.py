@@ -143,3 +143,36 @@ def test_a_job_run_without_lineage_has_its_lineage_and_join_audits_reported_not_
         ("lineage", "PASS", True), ("lineage", "PASS", True), ("window", "PASS", False), ("join", "PASS", True)]
     assert "lineage=False" in reports[0].skipped and reports[0].skipped == reports[1].skipped == reports[3].skipped
     assert reports[2].window.windows_expected > 0 and reports[2].window.output_records > 0
+
+
+def test_two_steps_reading_one_topic_into_one_topic_are_reported_not_checked_and_a_fused_pair_is_audited():
+    """Two sub-topologies that read the same input and write the same output give the outputs of one input
+    record the same origin: the lineage audit cannot tell a copy from the other step's output, so it says so
+    for both rather than call them duplicates; another step of that input, with its own output, is audited.
+    The same two steps on one stream are one sub-topology, its outputs numbered apart, and audited."""
+    app = Application("alike", bootstrap_servers="unused:9092")
+    app.stream("events", value_serde="json", name="all").to("alerts")
+    app.stream("events", value_serde="json", name="big").filter(lambda k, v: v["n"] > 2, name="over").to("alerts")
+    app.stream("events", value_serde="json", name="counted").group_by_key().count(name="per_key").to_stream().to(
+        "counts")
+    fused = Application("fused", bootstrap_servers="unused:9092")
+    events = fused.stream("events", value_serde="json")
+    events.to("alerts")
+    events.filter(lambda k, v: v["n"] > 2, name="over").to("alerts")
+    lineage = {}
+    for job in (app, fused):
+        with TopologyTestDriver(job) as driver:
+            driver.pipe_many("events", [(f"k{n % 2}", {"n": n}) for n in range(5)])
+            assert len(driver.records("alerts")) == 7  # 5 + 2
+            lineage[job.config.application_id] = [r for r in driver.audit() if r.mode == "lineage"]
+    alike = lineage["alike"]
+    assert [(r.inputs, r.outputs, r.verdict, bool(r.skipped)) for r in alike] == [
+        (["events"], ["alerts"], "PASS", True), (["events"], ["alerts"], "PASS", True),
+        (["events"], ["counts"], "PASS", False)]
+    assert alike[0].skipped.startswith("sub-topology 'over' too reads 'events' and writes 'alerts', so the outputs "
+                                       "both make of one input record carry the same origin")
+    assert "read the topic once (one stream, its steps fused)" in alike[1].skipped and "'all'" in alike[1].skipped
+    assert (alike[2].lineage.expected, alike[2].lineage.output_records) == (5, 5)
+    (fused_report,) = lineage["fused"]
+    assert fused_report.verdict == "PASS" and not fused_report.skipped
+    assert (fused_report.lineage.expected, fused_report.lineage.output_records) == (5, 7)
