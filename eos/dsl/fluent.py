@@ -291,8 +291,13 @@ class Stream:
                 assert isinstance(other, Table)
                 other._joinable(name)
             if set(other.topics) & set(left.topics):
-                raise ValueError(f"join {name!r}: both sides read {sorted(set(other.topics) & set(left.topics))}; "
-                                 "a stream joined with itself needs one side through a topic (repartition())")
+                both = sorted(set(other.topics) & set(left.topics))
+                raise ValueError(f"join {name!r}: both sides read {both}; " + (
+                    "a stream joined with itself needs one side through a topic (repartition())"
+                    if isinstance(other, Stream) else
+                    "a stream joined with the table of its own topic: a record with its key's value before it is "
+                    "an aggregate, stream.group_by_key().aggregate(...) (or a store of a process() step); or read "
+                    "one side through a topic (repartition())"))
             step = app.join_step(name, kind, left.topics[0], right, joiner, how, windows, None, left.key_serde,
                                  left.value_serde, other.value_serde, None, late_records, persistent,
                                  frozenset(left.topics), frozenset(other.topics), grace=grace)

@@ -318,3 +318,15 @@ def test_the_join_audit_finds_the_stream_record_of_each_output_behind_repartitio
         # an output of an input place no stream record carries is no stream record's
         stray = origin_of(list(outputs[0].headers.items()))._replace(offset=10_000)
         assert _made_of(stray, {p: p for p in made}) is None
+
+
+def test_a_join_whose_sides_read_one_topic_is_refused_saying_what_to_write_instead():
+    app = Application("same", bootstrap_servers="unused:9092")
+    events = app.stream("events", value_serde="json")
+    with pytest.raises(ValueError, match=r"join 'join-1': both sides read \['events'\]; a stream joined with itself "
+                                         r"needs one side through a topic \(repartition\(\)\)"):
+        events.join(events, lambda a, b: [a, b], windows=JoinWindows(60_000))
+    with pytest.raises(ValueError, match=r"both sides read \['events'\]; a stream joined with the table of its own "
+                                         r"topic: a record with its key's value before it is an aggregate"):
+        events.join(app.table("events", value_serde="json"), lambda a, b: [a, b])
+    events.repartition(name="again").join(events, lambda a, b: [a, b], windows=JoinWindows(60_000)).to("pairs")
