@@ -8,6 +8,7 @@ Every test gets unique topic and group names.
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import time
@@ -69,6 +70,7 @@ def spark_scratch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 def kafka() -> Iterator[KafkaEndpoint]:
     with provide_kafka(brokers=1) as endpoint:
         yield endpoint
+        gc.collect()  # (clients tests left in reference cycles close before their broker stops, not log refusals)
 
 
 @pytest.fixture(scope="session")
@@ -76,6 +78,7 @@ def kafka3() -> Iterator[KafkaEndpoint]:
     """A local 3-node KRaft cluster (RF 3, min ISR 2) with per-broker fault controls."""
     with provide_kafka(brokers=3) as endpoint:
         yield endpoint
+        gc.collect()
 
 
 @pytest.fixture(scope="session")
