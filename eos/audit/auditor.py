@@ -148,14 +148,16 @@ def audit(bootstrap_servers: str, *, inputs: list[str], outputs: list[str], dead
           progress: Callable[[int], None] | None = None, ledger_topic: str | None = None,
           through: Iterable[str] = (), subtopologies: frozenset[str] | None = None,
           groups: Mapping[str, str] | None = None, ordered: bool = True,
-          numbered: bool | None = None, admin: KafkaAdmin | None = None) -> AuditReport:
+          numbered: bool | None = None, admin: KafkaAdmin | None = None,
+          read_by_job: Iterable[str] = ()) -> AuditReport:
     """Audit `outputs` (+ dead letters) against `inputs`. `extra_topics` (e.g. changelogs) are checked for
     open transactions too. `aggregate` switches from lineage mode to aggregate mode. The lineage ledger
     (`<group>-ledger` unless `ledger_topic` names another) accounts for filtered records. `subtopologies` and
     `groups` (input topic -> the group holding its progress) audit sub-topologies that share an input;
     `ordered=False` leaves out the input-order check, `numbered=False` that of each record's run of output
     indices (`audit_lineage`). `admin`: one shared with other audits of the same look (`audit_application`),
-    so that a transaction left open is waited out once."""
+    so that a transaction left open is waited out once. `read_by_job`: the topics the job's other steps read
+    (records others wrote to such an output are input, not output: `audit_lineage`)."""
     started = time.monotonic()
     admin = admin or admin_for(bootstrap_servers, settle_once=True)
     report = AuditReport("aggregate" if aggregate else "lineage", bootstrap_servers, list(inputs), list(outputs),
@@ -165,7 +167,7 @@ def audit(bootstrap_servers: str, *, inputs: list[str], outputs: list[str], dead
                                        group=group, admin=admin, isolation=isolation, max_samples=max_samples,
                                        executor=executor, progress=progress, ledger_topic=ledger_topic,
                                        through=through, subtopologies=subtopologies, groups=groups,
-                                       ordered=ordered, numbered=numbered)
+                                       ordered=ordered, numbered=numbered, read_by_job=read_by_job)
     else:
         report.aggregate = audit_aggregate(bootstrap_servers, inputs, outputs, kind=aggregate.kind,
                                            input_value=aggregate.input_value, output_value=aggregate.output_value,
@@ -234,6 +236,8 @@ def _lineage_reports(app: Application, bootstrap_servers: str | None, max_sample
     shared = {t for t, gs in topic_groups(app.subtopologies, cfg.group_id).items() if len(gs) > 1}
     reports = []
     linked = _linked_by_hops(list(app.subtopologies.values()), hops)
+    read_by_job = {t for sub in app.subtopologies.values()
+                   for t in (*sub.inputs, *(g.topic for g in sub.global_tables))} - hops
     for members in linked:
         inputs = list(dict.fromkeys(t for sub in members for t in sub.inputs if t not in hops))
         outputs = list(dict.fromkeys(t for sub in members for t in sub.output_topics if t not in hops))
@@ -250,7 +254,7 @@ def _lineage_reports(app: Application, bootstrap_servers: str | None, max_sample
                              group=cfg.group_id, extra_topics=[*changelogs, *through], max_samples=max_samples,
                              progress=progress, ledger_topic=ledger_topic(cfg.application_id), through=through,
                              subtopologies=only, groups=input_groups, ordered=not through,
-                             numbered=runs_whole(members, hops), admin=admin))
+                             numbered=runs_whole(members, hops), admin=admin, read_by_job=read_by_job))
     return reports
 
 

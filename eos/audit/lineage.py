@@ -119,7 +119,7 @@ def audit_lineage(bootstrap_servers: str, inputs: Iterable[str], outputs: Iterab
                   ledger_topic: str | None = None, through: Iterable[str] = (),
                   subtopologies: frozenset[str] | None = None,
                   groups: Mapping[str, str] | None = None, ordered: bool = True,
-                  numbered: bool | None = None) -> LineageResult:
+                  numbered: bool | None = None, read_by_job: Iterable[str] = ()) -> LineageResult:
     """Audit `outputs` (and the dead letters of `inputs`) against `inputs`. The ledger (default: the one of
     the application `group` names) accounts for filtered records, topics created again and input deleted
     by retention; without one those show up as lost or unexpected. `through`: repartition topics between
@@ -134,7 +134,9 @@ def audit_lineage(bootstrap_servers: str, inputs: Iterable[str], outputs: Iterab
     index a scope gave (an output, a dead letter, a record of a repartition topic that made outputs or one, or
     that the ledger's `paths` say ended where it was read); without it, where `numbered` (default: `ordered`)
     says every index a scope gives is an output's (not so where a step writes both a repartition topic and an
-    output)."""
+    output). A record without an origin in an output that `inputs` or `read_by_job` (the topics other steps of
+    the job read) hold too was written there by others: input of the job, not an output of these steps (a
+    cycle of steps, a topic the job and other producers write), counted as `written_by_others`."""
     inputs = list(inputs)
     admin = admin or admin_for(bootstrap_servers, settle_once=True)
     executor = executor or LocalExecutor()
@@ -147,7 +149,8 @@ def audit_lineage(bootstrap_servers: str, inputs: Iterable[str], outputs: Iterab
               if ledger_topic else None)
     ins = executor.map(scan_input_partition, input_scans(admin, inputs, group, groups), progress)
     outputs = list(outputs)
-    outs = executor.map(_OutputScan(isolation, max_samples, read_too=frozenset(inputs) & frozenset(outputs)),
+    read_too = frozenset((*inputs, *read_by_job)) & frozenset(outputs)
+    outs = executor.map(_OutputScan(isolation, max_samples, read_too=read_too),
                         output_scans(admin, outputs, isolation), progress)
     dead = executor.map(_OutputScan(isolation, max_samples, frozenset(inputs), subtopologies),
                         output_scans(admin, dlq_topics, isolation), progress)

@@ -94,8 +94,8 @@ class OutputPartial:
     #: punctuation's output or a window's final result committed twice
     derived_duplicates: int = 0
     without_origin: int = 0
-    #: records without an origin in an output topic the audited steps read too (a cycle): written there by
-    #: others, so input of the job rather than output, not counted
+    #: records without an origin in an output topic the job reads too (a cycle, a topic others write too):
+    #: written there by others, so input of the job rather than output, not counted
     written_by_others: int = 0
     #: places where an output's origin offset is below the one before it from the same input partition:
     #: (origin topic, origin partition, origin offset, previous origin offset, output offset), the first
@@ -121,9 +121,9 @@ def scan_output_partition(scan: PartitionScan, *, isolation: Isolation = "read_c
     open transactions) are identified by an extra read_committed pass, counted as `aborted_visible` and
     kept out of the accounting: the auditor is not fooled by a wrong isolation level. With `origin_topics`
     (a dead-letter topic shared by several sub-topologies), records whose origin is another topic belong to
-    another sub-topology's audit: they are counted as `foreign` and left out. `read_too`: the audited steps read
-    this output topic as well (a cycle of steps), so a record in it without an origin was written by others,
-    the job's input: counted as `written_by_others` and left out."""
+    another sub-topology's audit: they are counted as `foreign` and left out. `read_too`: the job reads this
+    output topic as well (a cycle of steps, a topic others write too), so a record in it without an origin was
+    written by others, the job's input: counted as `written_by_others` and left out."""
     committed = _offsets(scan, "read_committed", None) if isolation == "read_uncommitted" else None
     part = OutputPartial(scan.topic, scan.partition)
     seen: defaultdict[tuple[str, int, int], BitMap64] = defaultdict(BitMap64)

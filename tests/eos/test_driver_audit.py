@@ -176,3 +176,23 @@ def test_two_steps_reading_one_topic_into_one_topic_are_reported_not_checked_and
     (fused_report,) = lineage["fused"]
     assert fused_report.verdict == "PASS" and not fused_report.skipped
     assert (fused_report.lineage.expected, fused_report.lineage.output_records) == (5, 7)
+
+
+def test_records_others_write_to_a_topic_the_job_writes_and_reads_are_its_input_not_unexpected_outputs():
+    """A step corrects rows of a table the job reads, whose topic other systems write too: a record there
+    without an origin is input of the job (the table's), not an output of the correcting step without one."""
+    app = Application("fixes", bootstrap_servers="unused:9092")
+    app.stream("fixes", value_serde="json", name="fixes").map_values(lambda v: {"tier": v["tier"]}, name="fix").to(
+        "customers")
+    customers = app.table("customers", value_serde="json", name="customers")
+    app.stream("orders", value_serde="json", name="orders").join(
+        customers, lambda order, c: {**order, "tier": c["tier"]}, name="enrich").to("enriched")
+    with TopologyTestDriver(app) as driver:
+        driver.pipe_many("customers", [("c1", {"tier": "gold"}), ("c2", {"tier": "gold"})])
+        driver.pipe("fixes", "c1", {"tier": "basic"})
+        driver.pipe_many("orders", [("c1", {"id": 1}), ("c2", {"id": 2})])
+        assert [r.value["tier"] for r in driver.read("enriched")] == ["basic", "gold"]
+        reports = {r.outputs[0]: r for r in driver.audit() if r.mode == "lineage"}
+    fix = reports["customers"]
+    assert fix.verdict == "PASS" and (fix.lineage.written_by_others, fix.lineage.expected) == (2, 1)
+    assert fix.lineage.unexpected == 0 and reports["enriched"].verdict == "PASS"
