@@ -30,6 +30,7 @@ from eos.graph.operators import (
     MapValues,
     PassThrough,
     Peek,
+    Route,
     SelectKey,
     require_functions,
 )
@@ -177,14 +178,37 @@ class Stream:
                       rekeyed=self.rekeyed or not fixed_key)
 
     # ------------------------------------------------------------------ topics
-    def to(self, topic: str, *, key_serde: Serde | str | None = None, value_serde: Serde | str | None = None,
-           name: str | None = None, partitioner: Callable[[Any, Any, int], int | None] | None = None) -> None:
+    def to(self, topic: str | Callable[[Any, Any], str], *, topics: Iterable[str] | None = None,
+           key_serde: Serde | str | None = None, value_serde: Serde | str | None = None, name: str | None = None,
+           partitioner: Callable[[Any, Any, int], int | None] | None = None) -> None:
         """Write the records to `topic` (in the batch's transaction), with the stream's serdes unless given;
         `partitioner(key, value, partitions) -> partition` chooses each record's partition (None, or no
-        partitioner: murmur2 of the serialized key, as the Java client)."""
-        self.app.graph.add(SinkNode(self.app.node_name(f"{topic}.sink", name, numbered=False), topic, (self.node,),
-                                    serde_for(key_serde, self.key_serde), serde_for(value_serde, self.value_serde),
-                                    partitioner=partitioner))
+        partitioner: murmur2 of the serialized key, as the Java client). `topic` may be a function,
+        `topic(key, value) -> topic name`, choosing each record's topic among `topics` (Kafka Streams'
+        `TopicNameExtractor`; given, so that start-up checks they exist and the audit reads them): a topic not
+        among them sends the record to the dead-letter topic."""
+        ks, vs = serde_for(key_serde, self.key_serde), serde_for(value_serde, self.value_serde)
+        if isinstance(topic, str):
+            if topics is not None:
+                raise TypeError(f"to({topic!r}, topics=...): topics= goes with a function choosing each record's "
+                                "topic, to(lambda key, value: ..., topics=[...]); a fixed topic is to(topic)")
+            self.app.graph.add(SinkNode(self.app.node_name(f"{topic}.sink", name, numbered=False), topic,
+                                        (self.node,), ks, vs, partitioner=partitioner))
+            return
+        if not callable(topic):
+            raise TypeError(f"to() takes a topic's name or a function of (key, value) choosing one, got {topic!r}")
+        if topics is None or isinstance(topics, str):
+            raise TypeError("to(fn) chooses each record's topic among topics=[...]: name them, e.g. to(lambda key, "
+                            "value: f\"events-{value['region']}\", topics=[\"events-eu\", \"events-us\"]) (start-up "
+                            "checks they exist and the audit reads them)")
+        chosen = tuple(topics)
+        if not chosen or len(set(chosen)) != len(chosen) or not all(isinstance(t, str) for t in chosen):
+            raise ValueError(f"to(fn, topics=...) takes distinct topic names, at least one; got {list(chosen)}")
+        route = self.app.graph.add(ProcessorNode(self.app.node_name("to", name), (self.node,),
+                                                 Const(Route(topic, chosen)), kind="route", operator=True))
+        for t in chosen:
+            self.app.graph.add(SinkNode(self.app.node_name(f"{t}.sink", None, numbered=False), t, (route.name,),
+                                        ks, vs, partitioner=partitioner))
 
     def through(self, topic: str, *, key_serde: Serde | str | None = None, value_serde: Serde | str | None = None,
                 name: str | None = None, partitioner: Callable[[Any, Any, int], int | None] | None = None) -> Stream:

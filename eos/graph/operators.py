@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Filter", "Map", "MapValues", "FlatMap", "FlatMapValues", "Peek", "SelectKey", "Branch", "PassThrough",
+__all__ = ["Filter", "Map", "MapValues", "FlatMap", "FlatMapValues", "Peek", "SelectKey", "Branch", "Route",
+           "PassThrough",
            "Cogrouped", "OperatorPaths", "TARGET", "Operator", "fan_out", "require_functions"]
 
 Emit = Callable[[Any, Any, int, Any], None]
@@ -218,6 +219,33 @@ class Branch:
                 if test is None or test(key, value):
                     child(key, value, timestamp, headers)
                     return
+        return step
+
+
+@dataclass(frozen=True)
+class Route:
+    """Each record to the topic `topic_of(key, value)` chooses, one of `topics` (Kafka Streams'
+    `TopicNameExtractor`): the children are the topics' sinks, in their order. A topic not among them is the
+    record's error (a dead letter), saying which."""
+
+    topic_of: Callable[[Any, Any], Any]
+    topics: tuple[str, ...]
+    kind = "route"
+
+    def __post_init__(self) -> None:
+        require_functions("to", topic_of=self.topic_of, takes={"topic_of": ("key", "value")})
+
+    def bind(self, children: Sequence[Emit]) -> Emit:
+        topic_of, topics = self.topic_of, self.topics
+        sinks = dict(zip(topics, children, strict=True))
+
+        def step(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            topic = topic_of(key, value)
+            sink = sinks.get(topic)
+            if sink is None:
+                raise ValueError(f"to(): the topic chosen for this record, {topic!r:.80}, is not one of topics="
+                                 f"{list(topics)}")
+            sink(key, value, timestamp, headers)
         return step
 
 

@@ -344,7 +344,10 @@ _MISTAKES = {
     "what no one has": (lambda a: a.table("t").group_by(lambda k, v: (k, v)).frobnicate, AttributeError,
                         r"^'GroupedTable' object has no attribute 'frobnicate'$"),
     # topics: Kafka's names
-    "topic not a string": (lambda a: a.stream("in").to(123), ValueError, "'123.sink': 123 is not a Kafka topic name"),
+    "topic not a string": (lambda a: a.stream("in").to(123), TypeError,
+                           r"^to\(\) takes a topic's name or a function of \(key, value\) choosing one, got 123$"),
+    "a chosen topic not a name": (lambda a: a.stream("in").to(lambda k, v: "x", topics=["ok", "not ok"]), ValueError,
+                                  "'not ok' is not a Kafka topic name"),
     "topic with a space": (lambda a: a.stream("in").to("orders enriched"), ValueError,
                            "'orders enriched' is not a Kafka topic name"),
     "empty topic": (lambda a: a.stream(""), ValueError, "'' is not a Kafka topic name"),
@@ -786,3 +789,42 @@ def test_an_aggregation_s_store_refusing_its_aggregate_or_key_names_the_paramete
         **{f"{name}-store": decimal.format(f"{name}-store", f"aggregate_serde= of {name!r}")
            for name in ("summed", "wsummed", "ts", "classic_sum")},
     }
+
+
+def test_to_a_topic_each_record_chooses_routes_it_and_dead_letters_a_topic_not_named():
+    """`to(fn, topics=[...])`, Kafka Streams' TopicNameExtractor: each record to the topic `fn(key, value)`
+    names, one of `topics` (checked at start-up, read by the audit); any other is the record's error. One
+    processor and a sink per topic in the step's graph; exactly once through killed batches."""
+    app = app_()
+    (app.stream("events", value_serde="json").filter(lambda k, v: v["n"] >= 0, name="valid")
+        .to(lambda k, v: f"events-{v['region']}", topics=["events-eu", "events-us"], name="by_region"))
+    assert "Processor: by_region (route; stores: [])\n      --> events-eu.sink, events-us.sink" in str(app.describe())
+    events = [("events", f"k{i}", {"region": ("eu", "us", "mars")[i % 3] if i % 7 else "eu", "n": i - 2}, BASE + i)
+              for i in range(40)]
+    with TopologyTestDriver(app, partitions=2) as driver:
+        driver.pipe_records(events)
+        got = {t: sorted(r.value["n"] for r in driver.read(t)) for t in ("events-eu", "events-us")}
+        letters = driver.dead_letters()
+    valid = [v for _, _, v, _ in events if v["n"] >= 0]
+    assert got == {f"events-{r}": sorted(v["n"] for v in valid if v["region"] == r) for r in ("eu", "us")}
+    assert sorted(int(letter.value.split(b'"n":')[1].rstrip(b"}")) for letter in letters) == sorted(
+        v["n"] for v in valid if v["region"] == "mars")
+    assert letters[0].error == ("ValueError: to(): the topic chosen for this record, 'events-mars', is not one of "
+                                "topics=['events-eu', 'events-us']")
+    assert TopologyTestDriver(app, partitions=2).check_exactly_once(events, crashes=6).crashes
+
+
+def test_to_with_a_function_names_its_topics_and_is_refused_otherwise_saying_how():
+    stream = app_().stream("events", value_serde="json")
+    with pytest.raises(TypeError, match=r"to\(fn\) chooses each record's topic among topics=\[...\]: name them"):
+        stream.to(lambda k, v: "a")
+    with pytest.raises(TypeError, match=r"topics= goes with a function choosing each record's topic"):
+        stream.to("a", topics=["a", "b"])
+    with pytest.raises(ValueError, match=r"takes distinct topic names, at least one; got \['a', 'a'\]"):
+        stream.to(lambda k, v: "a", topics=["a", "a"])
+    with pytest.raises(ValueError, match=r"at least one; got \[\]"):
+        stream.to(lambda k, v: "a", topics=[])
+    with pytest.raises(TypeError, match=r"topic_of is called as topic_of\(key, value\)"):
+        stream.to(lambda v: "a", topics=["a"])
+    with pytest.raises(TypeError, match=r"to\(\) takes a topic's name or a function of \(key, value\)"):
+        stream.to(3)
