@@ -1,8 +1,9 @@
 """A cycle of steps through a topic on the broker and Spark, SIGKILLed mid-batch (inside a transaction too) and
-restarted: tasks retried through their own topic until they have been tried three times, then written out
-(Kafka Streams allows such a cycle; the job writes and reads the same topic in one sub-topology).
+restarted: tasks retried through their own topic until they have been tried three times, then written out,
+each to the topic its key chooses (Kafka Streams allows such a cycle; the job writes and reads the same topic
+in one sub-topology).
 
-Every task reaches the output once, tried three times; the topic holds each retry once beside the records
+Every task reaches its output once, tried three times; the topic holds each retry once beside the records
 others wrote to it; and `audit_application` says PASS, taking those records as the step's input rather than
 as outputs without an origin, and FAIL on a retry committed twice."""
 
@@ -28,7 +29,9 @@ app = Application(os.environ["APP"], max_records_per_batch=150, trigger_interval
 routes = (app.stream(os.environ["TASKS"], value_serde="json", name="tasks").split(name="tried")
           .branch(lambda key, task: task["tries"] < 3, name="again").default_branch(name="done"))
 routes["again"].map_values(lambda task: {**task, "tries": task["tries"] + 1}, name="retry").to(os.environ["TASKS"])
-routes["done"].to(os.environ["DONE"])
+# Tasks done, each to the topic its key's parity chooses (a topic per record: to(fn, topics=[...])).
+routes["done"].to(lambda key, task: os.environ["DONE"] if int(key[1:]) % 2 == 0 else os.environ["ODD"],
+                  topics=[os.environ["DONE"], os.environ["ODD"]], name="by_parity")
 if os.environ.get("MARKS"):
     app.fault_hooks.on("before_commit", MarkWhile(os.environ["MARKS"], seconds=0.3))
 """
@@ -36,9 +39,9 @@ if os.environ.get("MARKS"):
 PARTITIONS, TASKS = 2, 2400
 
 
-def test_a_cycle_of_retries_through_its_own_topic_is_exactly_once_across_sigkills(
+def test_a_cycle_of_retries_through_its_own_topic_then_routed_by_key_is_exactly_once_across_sigkills(
         kafka, topic_factory, unique_name, tmp_path, monkeypatch):
-    topics = {n: topic_factory(n, partitions=PARTITIONS) for n in ("tasks", "done")}
+    topics = {n: topic_factory(n, partitions=PARTITIONS) for n in ("tasks", "done", "odd")}
     bootstrap = kafka.bootstrap_servers
     rng = random.Random(41)
     tasks = {f"t{i}": rng.randrange(0, 4) for i in range(TASKS)}  # tries so far: 0-3 (3: done at once)
@@ -51,8 +54,10 @@ def test_a_cycle_of_retries_through_its_own_topic_is_exactly_once_across_sigkill
            "STATE": str(tmp_path / "state"), "MARKS": str(marks), **{n.upper(): t for n, t in topics.items()}}
     run_killed_then_caught_up(tmp_path, JOB, env, seed=43, kills=2, pause=(3.0, 6.0))
 
-    done = Counter((k.decode(), json.loads(v)["tries"]) for k, v, _ in committed_records(bootstrap, topics["done"]))
-    assert done == Counter({(k, 3): 1 for k in tasks})  # every task once, tried three times
+    done = Counter((k.decode(), json.loads(v)["tries"], topic) for topic in ("done", "odd")
+                   for k, v, _ in committed_records(bootstrap, topics[topic]))
+    # every task once, tried three times, in the topic of its key's parity
+    assert done == Counter({(k, 3, "done" if int(k[1:]) % 2 == 0 else "odd"): 1 for k in tasks})
     written = Counter((k.decode(), json.loads(v)["tries"]) for k, v, _ in committed_records(bootstrap, topics["tasks"]))
     assert written == Counter({(k, t): 1 for k, n in tasks.items() for t in range(n, 4)})  # each retry once
 
