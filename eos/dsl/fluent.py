@@ -224,10 +224,12 @@ class Stream:
         key's records are in one task."""
         return self._repartitioned(self.app.node_name("repartition", name), partitions, None, key_serde, value_serde)
 
-    def keyed(self, name: str, *, like: str | None = None) -> Stream:
+    def keyed(self, name: str, *, like: str | None = None, key_serde: Serde | None = None,
+              value_serde: Serde | None = None) -> Stream:
         """This stream, or, after a key change, this stream through a repartition topic named after `name`
-        (with as many partitions as the topic `like`, by default as its input)."""
-        return self._repartitioned(name, None, like, None, None) if self.rekeyed else self
+        (with as many partitions as the topic `like`, by default as its input), written and read with
+        `key_serde` and `value_serde` (a grouping's: Kafka Streams' `Grouped`), by default the stream's."""
+        return self._repartitioned(name, None, like, key_serde, value_serde) if self.rekeyed else self
 
     def _repartitioned(self, name: str, partitions: int | None, like: str | None, key_serde: Serde | str | None,
                        value_serde: Serde | str | None) -> Stream:

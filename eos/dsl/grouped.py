@@ -92,7 +92,8 @@ class GroupedStream:
                    window: WindowedStream | None = None) -> Table:
         app = self.stream.app
         name = app.node_name(kind, name)
-        source = self.stream.keyed(name)  # through `<application_id>-<name>-repartition` after a key change
+        # through `<application_id>-<name>-repartition` after a key change, with the grouping's serdes
+        source = self.stream.keyed(name, key_serde=self.key_serde, value_serde=self.value_serde)
         serdes_from = (f"key_serde= of the group_by() or group_by_key() before {name!r}",
                        f"aggregate_serde= of {name!r}" if kind != "count" else None)
         return _aggregation(app, name, (source,), self.key_serde, self.value_serde, initializer, aggregator, merger,
@@ -205,7 +206,8 @@ class CogroupedStream:
         like = plain[0] if plain else self.inputs[0][0].stream.topics[0]
         marked = []
         for index, (grouped, _) in enumerate(self.inputs):
-            source = grouped.stream.keyed(f"{name}-{index + 1}", like=like)
+            source = grouped.stream.keyed(f"{name}-{index + 1}", like=like, key_serde=grouped.key_serde,
+                                          value_serde=grouped.value_serde)
             node = app.graph.add(ProcessorNode(f"{name}-{index + 1}-cogroup", (source.node,),
                                                Const(Cogrouped(index)), kind="cogroup", operator=True))
             marked.append(Stream(app, node.name, source.key_serde, source.value_serde, source.topics))

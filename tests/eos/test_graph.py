@@ -828,3 +828,23 @@ def test_to_with_a_function_names_its_topics_and_is_refused_otherwise_saying_how
         stream.to(lambda v: "a", topics=["a"])
     with pytest.raises(TypeError, match=r"to\(\) takes a topic's name or a function of \(key, value\)"):
         stream.to(3)
+
+
+def test_a_grouping_s_serdes_write_and_read_its_repartition_topic():
+    """`group_by(fn, key_serde=, value_serde=)` (Kafka Streams' `Grouped`): the repartition topic after the key
+    change is written and read with them, so a key of another kind than the stream's (an int here, the
+    stream's keys being strings) is grouped, not refused; so in a cogroup."""
+    app = app_()
+    orders = app.stream("orders", value_serde="json")
+    (orders.group_by(lambda k, v: v["n"] % 3, key_serde="long", name="by_rest").count(name="per_rest")
+        .to_stream().to("rests"))
+    (orders.group_by(lambda k, v: v["n"] % 2, key_serde="long", value_serde="json", name="by_parity")
+        .cogroup(lambda key, v, agg: agg + v["n"]).aggregate(int, name="sums", aggregate_serde="long")
+        .to_stream().to("sums"))
+    with TopologyTestDriver(app, partitions=2) as driver:
+        driver.pipe_many("orders", [(f"k{n}", {"n": n}) for n in range(10)])
+        rests = {r.key: r.value for r in driver.read("rests")}
+        sums = {r.key: r.value for r in driver.read("sums")}
+        assert not driver.dead_letters()
+        assert {r.key for r in driver.records("g-per_rest-repartition")} <= {0, 1, 2}  # (ints, read as longs)
+    assert rests == {0: 4, 1: 3, 2: 3} and sums == {0: 20, 1: 25}
