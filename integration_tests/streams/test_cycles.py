@@ -1,7 +1,8 @@
 """A cycle of steps through a topic on the broker and Spark, SIGKILLed mid-batch (inside a transaction too) and
 restarted: tasks retried through their own topic until they have been tried three times, then written out,
-each to the topic its key chooses (Kafka Streams allows such a cycle; the job writes and reads the same topic
-in one sub-topology).
+each to the topic its key chooses, and counted per last digit of their number, an int key grouped through a
+repartition topic with the grouping's serde (Kafka Streams allows such a cycle; the job writes and reads the
+same topic in one sub-topology).
 
 Every task reaches its output once, tried three times; the topic holds each retry once beside the records
 others wrote to it; and `audit_application` says PASS, taking those records as the step's input rather than
@@ -32,6 +33,9 @@ routes["again"].map_values(lambda task: {**task, "tries": task["tries"] + 1}, na
 # Tasks done, each to the topic its key's parity chooses (a topic per record: to(fn, topics=[...])).
 routes["done"].to(lambda key, task: os.environ["DONE"] if int(key[1:]) % 2 == 0 else os.environ["ODD"],
                   topics=[os.environ["DONE"], os.environ["ODD"]], name="by_parity")
+# ... and counted by their number's last digit, an int key (the grouping's serde on its repartition topic).
+(routes["done"].group_by(lambda key, task: int(key[1:]) % 10, key_serde="long", name="by_digit")
+    .count(name="per_digit").to_stream().to(os.environ["DIGITS"], key_serde="long"))
 if os.environ.get("MARKS"):
     app.fault_hooks.on("before_commit", MarkWhile(os.environ["MARKS"], seconds=0.3))
 """
@@ -41,7 +45,7 @@ PARTITIONS, TASKS = 2, 2400
 
 def test_a_cycle_of_retries_through_its_own_topic_then_routed_by_key_is_exactly_once_across_sigkills(
         kafka, topic_factory, unique_name, tmp_path, monkeypatch):
-    topics = {n: topic_factory(n, partitions=PARTITIONS) for n in ("tasks", "done", "odd")}
+    topics = {n: topic_factory(n, partitions=PARTITIONS) for n in ("tasks", "done", "odd", "digits")}
     bootstrap = kafka.bootstrap_servers
     rng = random.Random(41)
     tasks = {f"t{i}": rng.randrange(0, 4) for i in range(TASKS)}  # tries so far: 0-3 (3: done at once)
@@ -61,14 +65,19 @@ def test_a_cycle_of_retries_through_its_own_topic_then_routed_by_key_is_exactly_
     written = Counter((k.decode(), json.loads(v)["tries"]) for k, v, _ in committed_records(bootstrap, topics["tasks"]))
     assert written == Counter({(k, t): 1 for k, n in tasks.items() for t in range(n, 4)})  # each retry once
 
+    digits = {int.from_bytes(k, "big"): int.from_bytes(v, "big")
+              for k, v, _ in committed_records(bootstrap, topics["digits"])}  # each digit's last count
+    assert digits == Counter(int(k[1:]) % 10 for k in tasks)
+
     app = load_job(tmp_path, env, monkeypatch)
-    (lineage,) = audit_application(app)
-    assert lineage.verdict == "PASS", lineage.lineage
+    reports = audit_application(app)
+    assert all(r.verdict == "PASS" for r in reports), [(r.mode, r.outputs, r.lineage) for r in reports]
+    (lineage,) = [r for r in reports if topics["tasks"] in r.outputs]
     assert lineage.lineage.written_by_others == TASKS and lineage.lineage.expected == sum(written.values())
 
     # A retry committed twice (a broken writer): the audit says so.
     key, value, _, headers = next(r for r in committed_records(bootstrap, topics["tasks"], headers=True)
                                   if "eos.origin" in r[3])
     commit_copy(bootstrap, topics["tasks"], key, value, {"eos.origin": headers["eos.origin"]})
-    (lineage,) = audit_application(app)
+    (lineage,) = [r for r in audit_application(app) if topics["tasks"] in r.outputs]
     assert lineage.verdict == "FAIL" and lineage.lineage.duplicates == 1, lineage.lineage
