@@ -415,9 +415,13 @@ def _unserializable(target: str, key: Any, key_of: Callable[[Any], Any], exc: Se
     """An output to topic `target` that its serdes refused (`exc`), saying whether its key or its value, of which
     type, and what to change."""
     part = refused_part(key_of, key)
-    return OutputSerializationError(
-        f"the {part} of an output to topic {target} cannot be serialized: {exc}; give the step that writes "
-        f"{target} a {part}_serde that takes it (or return a {part} its serde takes)")
+    if target.endswith("-repartition"):  # (the framework's topic after a key change: the stream's serdes)
+        advice = (f"a repartition topic after a key change takes the stream's serdes: give the new {part}'s serde "
+                  f"where the stream is grouped (group_by(..., {part}_serde=...)) or before the step that "
+                  f"repartitions it (.repartition({part}_serde=...))")
+    else:
+        advice = f"give the step that writes {target} a {part}_serde that takes it (or return a {part} its serde takes)"
+    return OutputSerializationError(f"the {part} of an output to topic {target} cannot be serialized: {exc}; {advice}")
 
 
 def _rejected(msg: Message, target: str, why: str) -> OutputRejectedError:

@@ -75,8 +75,25 @@ def test_a_dsl_step_s_key_its_serde_refuses_is_dead_lettered_saying_which_topic_
         driver.pipe_many("views", [("a", {"page": 1}), ("b", {"page": "p1"})])
         (letter,) = driver.dead_letters()  # (the whole record: nor is its copy written)
         assert (letter.key, letter.stage) == (b"a", "serialize") and [r.key for r in driver.records("copies")] == ["b"]
-        assert "the key of an output to topic app-counts-repartition cannot be serialized: StringSerde expects " \
-            "str, got int; give the step that writes app-counts-repartition a key_serde" in letter.error
+        assert letter.error.endswith(
+            "the key of an output to topic app-counts-repartition cannot be serialized: StringSerde expects str, "
+            "got int; a repartition topic after a key change takes the stream's serdes: give the new key's serde "
+            "where the stream is grouped (group_by(..., key_serde=...)) or before the step that repartitions it "
+            "(.repartition(key_serde=...))")
+
+
+def test_a_key_of_another_kind_reaches_a_table_through_the_serde_its_repartition_is_given():
+    """After a key change the repartition topic has the stream's serdes; the advice of the dead letter, a
+    serde given to repartition(), keys the table by ints."""
+    for given in (False, True):
+        app = Application("app", bootstrap_servers="unused:9092")
+        rekeyed = app.stream("orders", value_serde="json").map(lambda k, v: (v["id"], v), name="by_id")
+        (rekeyed.repartition(key_serde="long", name="ids") if given else rekeyed).to_table(name="rows").to_stream().to(
+            "rows", key_serde="long")
+        with TopologyTestDriver(app) as driver:
+            driver.pipe_many("orders", [("a", {"id": 1}), ("b", {"id": 2})])
+            assert [r.key for r in driver.read("rows")] == ([1, 2] if given else [])
+            assert len(driver.dead_letters()) == (0 if given else 2)
 
 
 def test_fail_policy_raises_a_clear_error():
