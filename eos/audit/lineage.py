@@ -65,7 +65,8 @@ class LineageResult:
     earlier_topic: int = 0  # outputs (and their copies) of an earlier topic of the same name
     skipped_by_retention: int = 0  # input offsets deleted by retention before the job processed them
     other_dead_letters: int = 0  # dead letters of other sub-topologies (the dead-letter topic is shared)
-    #: records others wrote to an output topic the audited steps read too (a cycle): input, not output
+    #: records others wrote to an output topic the job reads too (a cycle, a topic others write too): its
+    #: input, not output
     written_by_others: int = 0
     derived: int = 0  # outputs derived by a task (punctuation, final window results): see `eos audit window`
     #: derived outputs committed twice (the same task, position, time, punctuation and index)

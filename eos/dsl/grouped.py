@@ -69,7 +69,7 @@ class GroupedStream:
     def sum(self, value: Callable[[Any], Any] = lambda v: v, *, name: str | None = None,
             aggregate_serde: Serde | str = "json", persistent: bool = True) -> Table:
         """Sum of `value(record value)` per key, kept and written with `aggregate_serde` ("json" by default;
-        "long" or "double" for numbers alone, a Serde of the job's own for, say, Decimals)."""
+        "long" or "double" for numbers alone, "decimal" for Decimals)."""
         init, agg, merge = summer(value)
         return self._aggregate("sum", name, init, agg, merge, aggregate_serde, persistent)
 

@@ -241,7 +241,7 @@ class Route:
 
         def step(key: Any, value: Any, timestamp: int, headers: Any) -> None:
             topic = topic_of(key, value)
-            sink = sinks.get(topic)
+            sink = sinks.get(topic) if isinstance(topic, str) else None
             if sink is None:
                 raise ValueError(f"to(): the topic chosen for this record, {topic!r:.80}, is not one of topics="
                                  f"{list(topics)}")

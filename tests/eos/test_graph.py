@@ -828,6 +828,13 @@ def test_to_with_a_function_names_its_topics_and_is_refused_otherwise_saying_how
         stream.to(lambda v: "a", topics=["a"])
     with pytest.raises(TypeError, match=r"to\(\) takes a topic's name or a function of \(key, value\)"):
         stream.to(3)
+    app = app_()  # a function that returns no name at all: the record's error says what it chose
+    app.stream("events", value_serde="json").to(lambda k, v: v["to"], topics=["a"])
+    with TopologyTestDriver(app) as driver:
+        driver.pipe_many("events", [("k", {"to": ["a"]}), ("k", {"to": "a"})])
+        assert len(driver.read("a")) == 1
+        assert [letter.error for letter in driver.dead_letters()] == [
+            "ValueError: to(): the topic chosen for this record, ['a'], is not one of topics=['a']"]
 
 
 def test_a_grouping_s_serdes_write_and_read_its_repartition_topic():
