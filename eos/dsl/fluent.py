@@ -38,6 +38,7 @@ from eos.operators.windows import LatePolicy
 from eos.serde import Serde, serde_for
 from eos.tables import GlobalTable, JoinKind, JoinWindows, history_retention
 from eos.time import RECORD_TIME
+from eos.windows import WindowedSerde
 from recovery import StoreSpec
 
 if TYPE_CHECKING:
@@ -71,9 +72,12 @@ class Stream:
     of that node's output (`to` ends it)."""
 
     def __init__(self, app: GraphMethods, node: str, key_serde: Serde, value_serde: Serde, topics: tuple[str, ...],
-                 rekeyed: bool = False) -> None:
+                 rekeyed: bool = False, changed_value_serde: Serde | None = None) -> None:
         self.app, self.node = app, node
         self.key_serde, self.value_serde = key_serde, value_serde
+        #: the value serde once a step changes the values, when the framework chose this one (a count's long):
+        #: None keeps it
+        self.changed_value_serde = changed_value_serde
         #: the topics its records were last read from (a repartition topic's partition count follows them)
         self.topics = topics
         #: its key is no longer the one its records were partitioned by
@@ -85,10 +89,23 @@ class Stream:
     def __getattr__(self, name: str) -> Any:  # (only for what the class has not)
         raise no_such_step(Stream, name, _STREAM_HINTS)
 
-    def _then(self, kind: str, operator: Any, name: str | None, changes_key: bool = False) -> Stream:
+    def _then(self, kind: str, operator: Any, name: str | None, changes_key: bool = False,
+              changes_value: bool = False) -> Stream:
         node = self.app.graph.add(ProcessorNode(self.app.node_name(kind, name), (self.node,), Const(operator),
                                                 kind=kind, operator=True))
-        return Stream(self.app, node.name, self.key_serde, self.value_serde, self.topics, self.rekeyed or changes_key)
+        return self._after(node.name, changes_key, changes_value)
+
+    def _after(self, node: str, changes_key: bool, changes_value: bool) -> Stream:
+        """The stream of `node`, a step after this one that may change the keys or the values. A serde the
+        framework chose for an aggregation's results holds only while the step keeps that part, as in Kafka
+        Streams, where a step that changes it leaves the result's serde for the default: a window's key
+        changed is the grouping's key serde again (`map(lambda window, n: (window.key, n))`), a count changed
+        is JSON (`map_values(lambda n: {"views": n})`). A serde the job gave is kept."""
+        ks = self.key_serde.inner if changes_key and isinstance(self.key_serde, WindowedSerde) else self.key_serde
+        vs, changed = self.value_serde, self.changed_value_serde
+        if changes_value and changed is not None:
+            vs, changed = changed, None
+        return Stream(self.app, node, ks, vs, self.topics, self.rekeyed or changes_key, changed)
 
     # ------------------------------------------------------------------ stateless
     def filter(self, predicate: Callable[[Any, Any], Any], *, name: str | None = None) -> Stream:
@@ -101,19 +118,19 @@ class Stream:
 
     def map(self, fn: Callable[[Any, Any], tuple[Any, Any]], *, name: str | None = None) -> Stream:
         """`fn(key, value) -> (key, value)`: a new key too (a stateful step after it repartitions)."""
-        return self._then("map", Map(fn), name, changes_key=True)
+        return self._then("map", Map(fn), name, changes_key=True, changes_value=True)
 
     def map_values(self, fn: Callable[[Any], Any], *, name: str | None = None) -> Stream:
         """`fn(value) -> value`, the key kept."""
-        return self._then("map_values", MapValues(fn), name)
+        return self._then("map_values", MapValues(fn), name, changes_value=True)
 
     def flat_map(self, fn: Callable[[Any, Any], Iterable[tuple[Any, Any]]], *, name: str | None = None) -> Stream:
         """`fn(key, value) -> iterable of (key, value)`."""
-        return self._then("flat_map", FlatMap(fn), name, changes_key=True)
+        return self._then("flat_map", FlatMap(fn), name, changes_key=True, changes_value=True)
 
     def flat_map_values(self, fn: Callable[[Any], Iterable[Any]], *, name: str | None = None) -> Stream:
         """`fn(value) -> iterable of values`, each with the record's key."""
-        return self._then("flat_map_values", FlatMapValues(fn), name)
+        return self._then("flat_map_values", FlatMapValues(fn), name, changes_value=True)
 
     def peek(self, fn: Callable[[Any, Any], Any], *, name: str | None = None) -> Stream:
         """Call `fn(key, value)` and pass the record on (a retried batch calls it again)."""
@@ -129,9 +146,11 @@ class Stream:
         return self._then("select_key", SelectKey(fn), name, changes_key=True)
 
     def split(self, *, name: str | None = None) -> BranchedStream:
-        """Route each record to the first branch whose predicate holds: `.split().branch(p1, name="a")
-        .branch(p2, name="b").default_branch(name="rest")` returns {"a": stream, "b": ..., "rest": ...}."""
-        return BranchedStream(self, self.app.node_name("split", name))
+        """Route each record to the first branch whose predicate holds (Kafka Streams' `split`):
+        `.split().branch(p1, name="a").branch(p2, name="b").default_branch(name="rest")` returns {"a": stream,
+        "b": ..., "rest": ...}; `split(name="route-")` prefixes each key ("route-a"), a branch without a name is
+        its position ("1", "2", ...; the default branch "0")."""
+        return BranchedStream(self, self.app.node_name("split", name), name or "")
 
     def merge(self, *others: Stream, name: str | None = None) -> Stream:
         """One stream of this one's records and the others' (each keeps its order)."""
@@ -139,7 +158,8 @@ class Stream:
         node = self.app.graph.add(ProcessorNode(self.app.node_name("merge", name), tuple(s.node for s in streams),
                                                 Const(PassThrough("merge")), kind="merge", operator=True))
         topics = tuple(dict.fromkeys(t for s in streams for t in s.topics))
-        return Stream(self.app, node.name, self.key_serde, self.value_serde, topics, any(s.rekeyed for s in streams))
+        return Stream(self.app, node.name, self.key_serde, self.value_serde, topics, any(s.rekeyed for s in streams),
+                      self.changed_value_serde)
 
     # ------------------------------------------------------------------ the Processor API
     def process(self, processor: Callable[[], Any], *, name: str | None = None, stores: Iterable[StoreSpec] = (),
@@ -174,8 +194,7 @@ class Stream:
         for spec in stores:
             graph.add_store(spec, [node.name])
         graph.connect([node.name], connect)
-        return Stream(self.app, node.name, self.key_serde, self.value_serde, self.topics,
-                      rekeyed=self.rekeyed or not fixed_key)
+        return self._after(node.name, changes_key=not fixed_key, changes_value=True)
 
     # ------------------------------------------------------------------ topics
     def to(self, topic: str | Callable[[Any, Any], str], *, topics: Iterable[str] | None = None,
@@ -215,7 +234,9 @@ class Stream:
         """Write the records to `topic` and go on from what is read back: a new sub-topology starts there."""
         ks, vs = serde_for(key_serde, self.key_serde), serde_for(value_serde, self.value_serde)
         self.to(topic, key_serde=ks, value_serde=vs, name=name, partitioner=partitioner)
-        return self.app.stream(topic, key_serde=ks, value_serde=vs, timestamp=RECORD_TIME)
+        read = self.app.stream(topic, key_serde=ks, value_serde=vs, timestamp=RECORD_TIME)
+        read.changed_value_serde = None if value_serde else self.changed_value_serde
+        return read
 
     def repartition(self, *, name: str | None = None, partitions: int | None = None,
                     key_serde: Serde | str | None = None, value_serde: Serde | str | None = None) -> Stream:
@@ -242,7 +263,8 @@ class Stream:
         ks, vs = serde_for(key_serde, self.key_serde), serde_for(value_serde, self.value_serde)
         app.graph.add(SinkNode(f"{name}-repartition.sink", topic, (self.node,), ks, vs, requires_key=True))
         source = app.graph.add(SourceNode(f"{name}-repartition.source", (topic,), ks, vs, RECORD_TIME))
-        return Stream(app, source.name, ks, vs, (topic,))
+        return Stream(app, source.name, ks, vs, (topic,), changed_value_serde=None if value_serde else
+                      self.changed_value_serde)
 
     def to_table(self, *, name: str | None = None, versioned: int | timedelta | None = None) -> Table:
         """This stream as a table (Kafka Streams' `toTable`): each record is the new row of its key, a record
@@ -345,44 +367,65 @@ class Stream:
 
 
 class BranchedStream:
-    """`stream.split()`: branches added in order; a record goes to the first whose predicate holds."""
+    """`stream.split()`: branches added in order; a record goes to the first whose predicate holds. The streams
+    are returned by name, as Kafka Streams' `BranchedKStream` forms its map: the split's name (if given) and
+    the branch's name, or its position ("1", "2", ...; "0" for the default branch); a branch given `chain=`
+    is in it as what the function returned (not at all for None)."""
 
-    def __init__(self, stream: Stream, name: str) -> None:
-        self.stream, self.name = stream, name
+    def __init__(self, stream: Stream, name: str, prefix: str = "") -> None:
+        self.stream, self.name, self.prefix = stream, name, prefix
         self._predicates: list[Callable[[Any, Any], Any] | None] = []
         self._branches: dict[str, Stream] = {}
+        self._labels: set[str] = set()  # (every branch's, those a chain left out of the map too)
         self._node: str | None = None
 
-    def branch(self, predicate: Callable[[Any, Any], Any], *, name: str | None = None) -> BranchedStream:
+    def branch(self, predicate: Callable[[Any, Any], Any], *, name: str | None = None,
+               chain: Callable[[Stream], Stream | None] | None = None) -> BranchedStream:
+        """The records `predicate(key, value)` takes of those no branch before took; `chain(stream)` (Kafka
+        Streams' `Branched.withFunction`/`withConsumer`) adds steps to the branch where it is declared, and
+        what it returns (a stream, or None) is the branch's entry."""
         require_functions(f"split {self.name!r}", predicate=predicate, takes={"predicate": ("key", "value")})
-        self._add(predicate, name)
+        self._add(predicate, name, chain)
         return self
 
-    def default_branch(self, *, name: str | None = None) -> dict[str, Stream]:
+    def default_branch(self, *, name: str | None = None,
+                       chain: Callable[[Stream], Stream | None] | None = None) -> dict[str, Stream]:
         """The records no branch took; returns every branch by name."""
-        self._add(None, name or "default")
+        self._add(None, name, chain)
         return dict(self._branches)
 
     def no_default_branch(self) -> dict[str, Stream]:
         """Records no branch took are dropped; returns every branch by name."""
         return dict(self._branches)
 
-    def _add(self, predicate: Callable[[Any, Any], Any] | None, name: str | None) -> None:
+    def _add(self, predicate: Callable[[Any, Any], Any] | None, name: str | None,
+             chain: Callable[[Stream], Stream | None] | None) -> None:
         graph, stream = self.stream.app.graph, self.stream
         if None in self._predicates:
             raise ValueError(f"split {self.name!r}: the default branch must be the last")
+        if chain is not None:
+            require_functions(f"split {self.name!r}", chain=chain, takes={"chain": ("stream",)})
         if self._node is None:
             graph.add(ProcessorNode(self.name, (stream.node,), _Branches(self._predicates), kind="split",
                                     operator=True))
             self._node = self.name
-        label = name or str(len(self._predicates) + 1)
-        if label in self._branches:
+        label = self.prefix + (name or str(0 if predicate is None else len(self._predicates) + 1))
+        if label in self._labels:
             raise ValueError(f"split {self.name!r} already has a branch {label!r}")
         self._predicates.append(predicate)
-        node = graph.add(ProcessorNode(f"{self.name}-{label}", (self.name,), Const(PassThrough("branch")),
-                                       kind="branch", operator=True))
-        self._branches[label] = Stream(stream.app, node.name, stream.key_serde, stream.value_serde, stream.topics,
-                                       stream.rekeyed)
+        self._labels.add(label)
+        node = graph.add(ProcessorNode(label if self.prefix else f"{self.name}-{label}", (self.name,),
+                                       Const(PassThrough("branch")), kind="branch", operator=True))
+        branch = stream._after(node.name, changes_key=False, changes_value=False)
+        if chain is None:
+            self._branches[label] = branch
+            return
+        chained = chain(branch)
+        if chained is not None:
+            if not isinstance(chained, Stream):
+                raise TypeError(f"split {self.name!r}: the chain of branch {label!r} returns a stream (or None), "
+                                f"got {type(chained).__name__}")
+            self._branches[label] = chained
 
 
 class _Branches:

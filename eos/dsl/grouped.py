@@ -97,15 +97,17 @@ class GroupedStream:
         serdes_from = (f"key_serde= of the group_by() or group_by_key() before {name!r}",
                        f"aggregate_serde= of {name!r}" if kind != "count" else None)
         return _aggregation(app, name, (source,), self.key_serde, self.value_serde, initializer, aggregator, merger,
-                            aggregate_serde, persistent, window, serdes_from=serdes_from)
+                            aggregate_serde, persistent, window, serdes_from=serdes_from, counts=kind == "count")
 
 
 def _aggregation(app: Any, name: str, sources: tuple[Stream, ...], key_serde: Serde, value_serde: Serde,
                  initializer: Callable[[], Any], aggregator: Aggregator, merger: Aggregator | None,
                  aggregate_serde: Serde | str, persistent: bool, window: WindowedStream | None,
-                 kind: str = "", serdes_from: tuple[str | None, str | None] | None = None) -> Table:
+                 kind: str = "", serdes_from: tuple[str | None, str | None] | None = None,
+                 counts: bool = False) -> Table:
     """The aggregation node `name` after `sources` (its parents), its stores, and the table of its results.
-    `serdes_from`: where the job sets its store's key and aggregate serdes (`StoreSpec.serdes_from`)."""
+    `serdes_from`: where the job sets its store's key and aggregate serdes (`StoreSpec.serdes_from`); `counts`:
+    the aggregate is a count, whose long the framework chose (JSON once a step changes it)."""
     w = window
     step = app.aggregation_step(name, initializer, aggregator, key_serde, value_serde, aggregate_serde, persistent,
                                 w.windows if w else None, w.emit if w else "update", w.late_records if w else "drop",
@@ -116,7 +118,7 @@ def _aggregation(app: Any, name: str, sources: tuple[Stream, ...], key_serde: Se
         app.graph.add_store(spec, [node.name])
     topics = tuple(dict.fromkeys(t for s in sources for t in s.topics))
     return Table(app, step.key_serde, serde_for(aggregate_serde), topics, node=node.name, store=step.stores[0].name,
-                 windowed=w is not None)
+                 windowed=w is not None, changed_value_serde=serde_for("json") if counts else None)
 
 
 class WindowedStream:

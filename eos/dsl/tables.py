@@ -52,8 +52,12 @@ class Table:
 
     def __init__(self, app: GraphMethods, key_serde: Serde, value_serde: Serde, topics: tuple[str, ...], *,
                  source: TableSource | None = None, node: str | None = None, store: str | None = None,
-                 windowed: bool = False, history_retention_ms: int | None = None) -> None:
+                 windowed: bool = False, history_retention_ms: int | None = None,
+                 changed_value_serde: Serde | None = None) -> None:
         self.app, self.key_serde, self.value_serde = app, key_serde, value_serde
+        #: the value serde once a step changes the values, when the framework chose this one (a count's long,
+        #: as `Stream.changed_value_serde`): None keeps it
+        self.changed_value_serde = changed_value_serde
         #: the topics its updates were read from (a join tells its sides apart by them)
         self.topics = topics
         self.source, self._node, self.store, self.windowed = source, node, store, windowed
@@ -95,7 +99,8 @@ class Table:
         """The table's updates as a stream (a deletion is a record with value None)."""
         from eos.dsl.fluent import Stream
 
-        return Stream(self.app, self.node, self.key_serde, self.value_serde, self.topics, rekeyed=self.windowed)
+        return Stream(self.app, self.node, self.key_serde, self.value_serde, self.topics, rekeyed=self.windowed,
+                      changed_value_serde=self.changed_value_serde)
 
     def filter(self, predicate: Callable[[Any, Any], Any], *, name: str | None = None) -> Table:
         """The rows for which `predicate(key, value)` holds; a row that stops holding is deleted (a tombstone
@@ -108,17 +113,21 @@ class Table:
 
     def map_values(self, fn: Callable[[Any], Any], *, name: str | None = None,
                    value_serde: Serde | str | None = None) -> Table:
-        """`fn(value)` of every row (deletions stay deletions)."""
-        return self._then("map_values", MapValues(_keep_none(fn)), name, serde_for(value_serde, self.value_serde))
+        """`fn(value)` of every row (deletions stay deletions), written with `value_serde` (by default the table's,
+        or JSON after a count: `Stream.map_values`)."""
+        return self._then("map_values", MapValues(_keep_none(fn)), name,
+                          serde_for(value_serde, self.changed_value_serde or self.value_serde))
 
     def _then(self, kind: str, operator: Any, name: str | None, value_serde: Serde | None = None) -> Table:
+        """A stateless step after this table; `value_serde` given: it changes the values, written with it."""
         from eos.dsl.fluent import Const
 
         app = self.app
         node = app.graph.add(ProcessorNode(app.node_name(kind, name), (self.node,), Const(operator),
                                            kind=f"table {kind}", operator=True))
         return Table(app, self.key_serde, value_serde or self.value_serde, self.topics, node=node.name,
-                     store=self.store, windowed=self.windowed, history_retention_ms=self.history_retention_ms)
+                     store=self.store, windowed=self.windowed, history_retention_ms=self.history_retention_ms,
+                     changed_value_serde=None if value_serde else self.changed_value_serde)
 
     # ------------------------------------------------------------------ joins
     def join(self, other: Table, joiner: Callable[[Any, Any], Any], *, how: JoinKind = "inner",
@@ -173,7 +182,8 @@ class Table:
         if self.windowed:
             raise ValueError(f"{self!r} is windowed: re-group its to_stream() instead")
         require_functions("group_by", key_value_selector=fn, takes={"key_value_selector": ("key", "value")})
-        return GroupedTable(self, fn, serde_for(key_serde, self.key_serde), serde_for(value_serde, self.value_serde))
+        return GroupedTable(self, fn, serde_for(key_serde, self.key_serde),
+                            serde_for(value_serde, self.changed_value_serde or self.value_serde))
 
 
 class GroupedTable:
@@ -233,7 +243,8 @@ class GroupedTable:
         node, store, topic = table_aggregation(app, name, table.node, table.spec, fn, initializer, adder, subtractor,
                                                self.key_serde, vs, serde_for(aggregate_serde),
                                                persistent and table.spec.persistent, serdes_from)
-        return Table(app, self.key_serde, serde_for(aggregate_serde), (topic,), node=node, store=store)
+        return Table(app, self.key_serde, serde_for(aggregate_serde), (topic,), node=node, store=store,
+                     changed_value_serde=serde_for("json") if kind == "count" else None)
 
 
 # ---------------------------------------------------------------- the graph of a table step (both APIs)

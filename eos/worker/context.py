@@ -28,6 +28,7 @@ from eos.records import Output
 from eos.serde import Serde, refused_part
 from eos.streamtime import MARKER_HEADER, MARKER_KEY, STAMP_HEADER, encode_stamp
 from eos.tracing import TRACEPARENT, child_traceparent
+from eos.windows import Windowed
 from eos.worker.topic_rules import OutputRejectedError, TopicRule
 from transactions import Message, ProducerRecord
 from transactions.memory import MemoryMessage
@@ -420,7 +421,12 @@ def _unserializable(target: str, key: Any, key_of: Callable[[Any], Any], exc: Se
                   f"where the stream is grouped (group_by(..., {part}_serde=...)) or before the step that "
                   f"repartitions it (.repartition({part}_serde=...))")
     else:
-        advice = f"give the step that writes {target} a {part}_serde that takes it (or return a {part} its serde takes)"
+        advice = (f"give the step that writes {target} a {part}_serde that takes it (in the DSL: .to({target!r}, "
+                  f"{part}_serde=...)), or return a {part} its serde takes")
+    if part == "key" and isinstance(key, Windowed):
+        advice += ("; a step that changes keys (map, select_key) writes them with the grouping's key serde, so a "
+                   "Windowed key it keeps needs key_serde=WindowedSerde(that serde) (map_values keeps keys and "
+                   "their serde)")
     return OutputSerializationError(f"the {part} of an output to topic {target} cannot be serialized: {exc}; {advice}")
 
 

@@ -1,8 +1,8 @@
 """A cycle of steps through a topic on the broker and Spark, SIGKILLed mid-batch (inside a transaction too) and
 restarted: tasks retried through their own topic until they have been tried three times, then written out,
 each to the topic its key chooses, and counted per last digit of their number, an int key grouped through a
-repartition topic with the grouping's serde (Kafka Streams allows such a cycle; the job writes and reads the
-same topic in one sub-topology).
+repartition topic with the grouping's serde, and so per digit and day, the window's key and count mapped to the
+digit and JSON (Kafka Streams allows such a cycle; the job writes and reads the same topic in one sub-topology).
 
 Every task reaches its output once, tried three times; the topic holds each retry once beside the records
 others wrote to it; and `audit_application` says PASS, taking those records as the step's input rather than
@@ -22,20 +22,25 @@ from integration_tests.streams.test_time_and_rekey import committed_records
 
 JOB = """
 import os
+from datetime import timedelta
 from eos import Application
 from eos.testing import MarkWhile
+from eos.windows import TumblingWindows
 
 app = Application(os.environ["APP"], max_records_per_batch=150, trigger_interval=0.0, log_format="json",
                   log_level="WARNING", state_dir=os.environ["STATE"])
-routes = (app.stream(os.environ["TASKS"], value_serde="json", name="tasks").split(name="tried")
+routes = (app.stream(os.environ["TASKS"], value_serde="json", name="tasks").split(name="t-")
           .branch(lambda key, task: task["tries"] < 3, name="again").default_branch(name="done"))
-routes["again"].map_values(lambda task: {**task, "tries": task["tries"] + 1}, name="retry").to(os.environ["TASKS"])
+routes["t-again"].map_values(lambda task: {**task, "tries": task["tries"] + 1}, name="retry").to(os.environ["TASKS"])
 # Tasks done, each to the topic its key's parity chooses (a topic per record: to(fn, topics=[...])).
-routes["done"].to(lambda key, task: os.environ["DONE"] if int(key[1:]) % 2 == 0 else os.environ["ODD"],
+routes["t-done"].to(lambda key, task: os.environ["DONE"] if int(key[1:]) % 2 == 0 else os.environ["ODD"],
                   topics=[os.environ["DONE"], os.environ["ODD"]], name="by_parity")
-# ... and counted by their number's last digit, an int key (the grouping's serde on its repartition topic).
-(routes["done"].group_by(lambda key, task: int(key[1:]) % 10, key_serde="long", name="by_digit")
-    .count(name="per_digit").to_stream().to(os.environ["DIGITS"], key_serde="long"))
+# ... and counted by their number's last digit, an int key (the grouping's serde on its repartition topic),
+by_digit = routes["t-done"].group_by(lambda key, task: int(key[1:]) % 10, key_serde="long", name="by_digit")
+by_digit.count(name="per_digit").to_stream().to(os.environ["DIGITS"], key_serde="long")
+# ... and per digit and day, the window's key and count mapped: written with the grouping's long and JSON.
+(by_digit.window(TumblingWindows(timedelta(days=1))).count(name="daily").to_stream()
+    .map(lambda window, n: (window.key, {"day": window.start, "tasks": n}), name="flat").to(os.environ["DAILY"]))
 if os.environ.get("MARKS"):
     app.fault_hooks.on("before_commit", MarkWhile(os.environ["MARKS"], seconds=0.3))
 """
@@ -45,7 +50,7 @@ PARTITIONS, TASKS = 2, 2400
 
 def test_a_cycle_of_retries_through_its_own_topic_then_routed_by_key_is_exactly_once_across_sigkills(
         kafka, topic_factory, unique_name, tmp_path, monkeypatch):
-    topics = {n: topic_factory(n, partitions=PARTITIONS) for n in ("tasks", "done", "odd", "digits")}
+    topics = {n: topic_factory(n, partitions=PARTITIONS) for n in ("tasks", "done", "odd", "digits", "daily")}
     bootstrap = kafka.bootstrap_servers
     rng = random.Random(41)
     tasks = {f"t{i}": rng.randrange(0, 4) for i in range(TASKS)}  # tries so far: 0-3 (3: done at once)
@@ -68,6 +73,12 @@ def test_a_cycle_of_retries_through_its_own_topic_then_routed_by_key_is_exactly_
     digits = {int.from_bytes(k, "big"): int.from_bytes(v, "big")
               for k, v, _ in committed_records(bootstrap, topics["digits"])}  # each digit's last count
     assert digits == Counter(int(k[1:]) % 10 for k in tasks)
+    daily = {(int.from_bytes(k, "big"), json.loads(v)["day"]): json.loads(v)["tasks"]
+             for k, v, _ in committed_records(bootstrap, topics["daily"])}  # each digit's and day's last count
+    per_digit: Counter = Counter()
+    for (digit, _), n in daily.items():
+        per_digit[digit] += n
+    assert per_digit == digits and all(isinstance(day, int) for _, day in daily)
 
     app = load_job(tmp_path, env, monkeypatch)
     reports = audit_application(app)

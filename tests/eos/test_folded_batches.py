@@ -227,7 +227,7 @@ def test_an_output_its_topic_refuses_is_a_dead_letter_and_its_update_is_not_appl
 def test_only_an_aggregation_that_takes_every_record_first_and_alone_is_folded(monkeypatch):
     def shapes() -> list[Application]:
         branched = Application("a", cache_max_bytes=1 << 20)  # a branch before the count: not a line
-        routes = branched.stream("in").split(name="r").branch(lambda k, v: v["n"] > 1, name="big").default_branch(
+        routes = branched.stream("in").split().branch(lambda k, v: v["n"] > 1, name="big").default_branch(
             name="small")
         routes["big"].group_by_key().count(name="c").to_stream().to("o")
         routes["small"].to("o")

@@ -66,22 +66,54 @@ def test_stateless_operators_and_their_signatures():
 
 def test_split_branches_and_merge():
     app = app_()
-    branches = (app.stream("in").split(name="route")
+    branches = (app.stream("in").split(name="route-")
                 .branch(lambda k, v: v > 100, name="big").branch(lambda k, v: v > 10, name="medium")
                 .default_branch(name="small"))
-    assert list(branches) == ["big", "medium", "small"]
-    branches["big"].to("big")
-    branches["medium"].merge(branches["small"], name="rest").map_values(lambda v: -v).to("rest")
+    assert list(branches) == ["route-big", "route-medium", "route-small"]  # (Kafka Streams' keys: prefix, name)
+    branches["route-big"].to("big")
+    branches["route-medium"].merge(branches["route-small"], name="rest").map_values(lambda v: -v).to("rest")
     driver = TopologyTestDriver(app)
     driver.pipe_many("in", [("a", 500), ("b", 50), ("c", 5)])
     assert [r.value for r in driver.read("big")] == [500]
     assert [r.value for r in driver.read("rest")] == [-50, -5]
     text = str(app.describe())
-    assert "Processor: route (split; stores: [])\n      --> route-big, route-medium, route-small" in text
+    assert "Processor: route- (split; stores: [])\n      --> route-big, route-medium, route-small" in text
     split = app_().stream("third").split()  # (another job: this one's driver has run)
     split.default_branch()
     with pytest.raises(ValueError, match="default branch must be the last"):
         split.branch(lambda k, v: True)
+
+
+def test_split_names_its_branches_as_kafka_streams_and_a_chain_adds_steps_where_the_branch_is_declared():
+    """Kafka Streams' `BranchedKStream` map: the split's name as a prefix, then the branch's name or position
+    ("1", "2", ...; "0" the default branch); `chain=` (`Branched.withFunction`/`withConsumer`): the branch's entry
+    is what the function returns, none for None."""
+    app = app_()
+    unnamed = app.stream("in").split().branch(lambda k, v: v > 100).branch(lambda k, v: v > 10).default_branch()
+    assert list(unnamed) == ["1", "2", "0"]
+    named = (app.stream("in2").split(name="size-")
+             .branch(lambda k, v: v > 100, name="big", chain=lambda big: big.map_values(lambda v: v * 10))
+             .branch(lambda k, v: v > 10, chain=lambda medium: medium.to("medium"))   # returns None: not in the map
+             .default_branch(chain=lambda small: small.filter(lambda k, v: v > 0)))
+    assert list(named) == ["size-big", "size-0"]
+    unnamed["1"].merge(unnamed["2"]).to("over-ten")
+    named["size-big"].to("big")
+    named["size-0"].to("small")
+    with TopologyTestDriver(app) as driver:
+        driver.pipe_many("in", [("a", 500), ("b", 50), ("c", 5)])
+        driver.pipe_many("in2", [("a", 500), ("b", 50), ("c", 5), ("d", -5)])
+        assert [r.value for r in driver.read("over-ten")] == [500, 50]
+        assert [r.value for r in driver.read("big")] == [5000]
+        assert [r.value for r in driver.read("medium")] == [50]
+        assert [r.value for r in driver.read("small")] == [5]
+    assert "Processor: size- (split; stores: [])\n      --> size-big, size-2, size-0" in str(app.describe())
+    again = app_().stream("in").split(name="s-").branch(lambda k, v: v, name="x")
+    with pytest.raises(ValueError, match="already has a branch 's-x'"):
+        again.branch(lambda k, v: v, name="x")
+    with pytest.raises(TypeError, match=r"chain is called as chain\(stream\)"):
+        again.branch(lambda k, v: v, chain=lambda: None)
+    with pytest.raises(TypeError, match="the chain of branch 's-0' returns a stream \\(or None\\), got dict"):
+        again.default_branch(chain=lambda stream: {"s": stream})
 
 
 def test_the_processor_api_word_count_with_a_store_and_punctuation():
@@ -501,7 +533,7 @@ def test_the_window_audit_replays_the_operators_before_a_fused_window_branch_inc
 
     app = app_()
     routes = (app.stream("in").filter(lambda k, v: v["n"] >= 0, name="valid").map_values(lambda v: v["n"], name="n")
-              .split(name="route").branch(lambda k, v: v > 100, name="big").default_branch(name="small"))
+              .split().branch(lambda k, v: v > 100, name="big").default_branch(name="small"))
     routes["small"].group_by_key().window(TumblingWindows(60_000)).count(name="small_counts").to_stream().to("out")
     (sub,) = app.subtopologies.values()
     (windowing,) = sub.windowings
@@ -528,7 +560,7 @@ def test_the_window_audit_replays_the_operators_before_a_fused_window_branch_inc
     assert "lineage audit alone" in merged.unreplayed_windows[0][1] and sub.unreplayed_windows == ()
     # both branches of one source cogrouped: the paths through both marking steps are replayed, in the task's order
     both = app_()
-    kinds = both.stream("in").split(name="kind").branch(lambda k, v: v > 100, name="big").default_branch(name="small")
+    kinds = both.stream("in").split().branch(lambda k, v: v > 100, name="big").default_branch(name="small")
     (kinds["big"].group_by_key().cogroup(lambda k, v, agg: [*agg, ("big", v)])
      .cogroup(kinds["small"].filter(lambda k, v: v >= 0).group_by_key(), lambda k, v, agg: [*agg, ("small", v)])
      .window(TumblingWindows(60_000)).aggregate(list, name="kinds").to_stream().to("out"))
@@ -550,7 +582,7 @@ def test_the_join_audit_replays_each_side_through_the_stateless_operators_before
     # a windowed join of a filtered and mapped stream with a branch of a flat-mapped one
     app = app_()
     left = app.stream("l").filter(lambda k, v: v > 0).map_values(lambda v: v * 10)
-    right = app.stream("r").flat_map_values(lambda v: [v, v + 1]).split(name="cut").branch(
+    right = app.stream("r").flat_map_values(lambda v: [v, v + 1]).split().branch(
         lambda k, v: v % 2 == 0, name="even").default_branch(name="odd")
     right["odd"].to("odd")
     left.join(right["even"], lambda a, b: [a, b], windows=JoinWindows(1000), name="j").to("out")
@@ -593,7 +625,7 @@ def test_the_join_audit_replays_each_side_through_the_stateless_operators_before
     cannot.stream("f").to("o4")  # (another task writes it)
     rows = cannot.stream("e").group_by_key().count(name="counted")
     cannot.table("v").join(rows, lambda a, b: [a, b], foreign_key=lambda a: a["k"], name="fk").to_stream().to("o3")
-    routed = cannot.stream("i").join(cannot.table("y"), lambda a, b: b, name="two_sinks").split(name="r").branch(
+    routed = cannot.stream("i").join(cannot.table("y"), lambda a, b: b, name="two_sinks").split().branch(
         lambda k, v: v, name="yes").default_branch(name="no")
     routed["yes"].to("o6")  # (its results reach two topics)
     routed["no"].to("o7")
@@ -855,3 +887,57 @@ def test_a_grouping_s_serdes_write_and_read_its_repartition_topic():
         assert not driver.dead_letters()
         assert {r.key for r in driver.records("g-per_rest-repartition")} <= {0, 1, 2}  # (ints, read as longs)
     assert rests == {0: 4, 1: 3, 2: 3} and sums == {0: 20, 1: 25}
+
+
+def test_a_step_that_changes_a_count_or_a_window_s_key_writes_them_with_the_default_serdes_not_the_results():
+    """A serde the framework chose for an aggregation's results (a count's long, a window's key) holds while the
+    steps keep that part, as in Kafka Streams: `map_values` of a count writes JSON, a window's key mapped to its
+    key is written with the grouping's key serde, on streams and tables, through a repartition and a regrouping.
+    A serde the job gave is kept. Exactly-once with crashes, and the job's own audit passes."""
+    app = app_()
+    views = app.stream("views")
+    counts = views.group_by_key().count(name="per_user")
+    counts.to_stream().to("counts")                                              # long, as before
+    counts.to_stream().filter(lambda k, n: n > 0).repartition(name="again").map_values(
+        lambda n: {"views": n}).to("as-json")
+    counts.map_values(lambda n: f"{n} views").to_stream().to("as-text")         # (a table's map_values)
+    counts.group_by(lambda user, n: (user[0], {"n": n})).aggregate(
+        lambda: 0, lambda k, v, total: total + v["n"], lambda k, v, total: total - v["n"],
+        name="per_initial").to_stream().to("per-initial")
+    windowed = views.group_by_key().window(TumblingWindows(60_000)).count(name="per_minute").to_stream()
+    windowed.to("windows")                                                       # Windowed keys, long counts
+    windowed.map(lambda window, n: (window.key, {"start": window.start, "n": n})).to("minutes")
+    windowed.select_key(lambda window, n: f"{window.key}@{window.start}").to("minute-keys")
+    windowed.group_by(lambda window, n: window.key, name="regroup").count(name="windows_seen").to_stream().to(
+        "windows-seen")
+    app.stream("words", value_serde="string").group_by_key().reduce(
+        lambda a, b: a + b, name="joined").to_stream().map_values(len).to("lengths")  # the job's serde: kept
+    inputs = [("views", f"u{i % 3}", {"page": i}, BASE + i * 10_000) for i in range(9)] + [("words", "w", "ab")]
+    with TopologyTestDriver(app) as driver:
+        driver.pipe_records(inputs)
+        assert [r.value for r in driver.read("counts")][:3] == [1, 1, 1]
+        assert [r.value for r in driver.read("as-json")][-3:] == [{"views": 3}] * 3
+        assert driver.records("as-json")[0].value == {"views": 1}
+        assert [r.value for r in driver.read("as-text")][-1] == "3 views"
+        assert {r.key: r.value for r in driver.read("per-initial")} == {"u": 9}
+        assert [r.key for r in driver.read("windows")][:1] == [Windowed("u0", BASE, BASE + 60_000)]
+        assert [r.value for r in driver.read("minutes")][:4] == [
+            {"start": BASE, "n": 1}, {"start": BASE, "n": 1}, {"start": BASE, "n": 1}, {"start": BASE, "n": 2}]
+        assert [r.key for r in driver.read("minute-keys")][:2] == [f"u0@{BASE}", f"u1@{BASE}"]
+        assert {r.key: r.value for r in driver.read("windows-seen")} == {"u0": 3, "u1": 3, "u2": 3}
+        (letter,) = driver.dead_letters()                                       # len(...) is an int, "string"
+        assert letter.error.startswith("OutputSerializationError: the value of an output to topic lengths") and (
+            ".to('lengths', value_serde=...)" in letter.error)
+        assert all(report.verdict == "PASS" for report in driver.audit())
+    assert TopologyTestDriver(app).check_exactly_once(inputs, crashes=8).crashes
+
+
+def test_a_windowed_key_a_key_change_kept_is_refused_saying_how_to_write_it():
+    app = app_()
+    app.stream("views").group_by_key().window(TumblingWindows(60_000)).count(name="n").to_stream().map(
+        lambda window, n: (window, n + 1)).to("plus-one")
+    with TopologyTestDriver(app) as driver:
+        driver.pipe("views", "u", {}, timestamp=BASE)
+        (letter,) = driver.dead_letters()
+    assert "StringSerde expects str, got Windowed" in letter.error
+    assert "Windowed key it keeps needs key_serde=WindowedSerde(that serde)" in letter.error

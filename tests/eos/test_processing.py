@@ -60,7 +60,8 @@ def test_output_serialization_errors_are_attributed_to_the_input_and_say_what_to
     assert not driver.records("out") and driver.dead_letters()[0].stage == "serialize"
     assert driver.dead_letters()[0].error == (
         "OutputSerializationError: the key of an output to topic out cannot be serialized: StringSerde expects "
-        "str, got int; give the step that writes out a key_serde that takes it (or return a key its serde takes)")
+        "str, got int; give the step that writes out a key_serde that takes it (in the DSL: .to('out', "
+        "key_serde=...)), or return a key its serde takes")
     driver = run(lambda r: Output(key="k", value={1, 2}), [b"{}"])  # a set, which JSON has not
     (letter,) = driver.dead_letters()
     assert "the value of an output to topic out cannot be serialized" in letter.error and "value_serde" in letter.error

@@ -100,9 +100,10 @@ class Step:
         if self.kind == "select_key":
             return stream.select_key(lambda k, v: f"s{(len(k) + v['n']) % a}")
         if self.kind in ("branch_merge", "branch_rekey_merge"):
-            parts = (stream.split(name=f"split-{place}")
+            parts = (stream.split(name=f"split-{place}-")
                      .branch(lambda k, v: v["n"] % 2 == 0, name="even")
                      .default_branch(name="odd"))
+            parts = {label.rpartition("-")[2]: part for label, part in parts.items()}  # (keys: prefix and name)
             if self.kind == "branch_rekey_merge":  # one branch keyed anew: the merged stream is
                 return parts["odd"].merge(parts["even"].select_key(lambda k, v: f"s{v['n'] % a}"))
             even = parts["even"].map_values(lambda v: {**v, "n": v["n"] + a})
