@@ -125,7 +125,9 @@ class SlidingWindows:
         return ms(self.grace)
 
     def closed(self, window_end: int, stream_time: int) -> bool:
-        return window_end + ms(self.grace) <= stream_time
+        """Whether the window ending at `window_end` (its end included) takes no more records: stream time is
+        past its end plus grace (Kafka Streams updates a sliding window while `end >= stream time - grace`)."""
+        return window_end + ms(self.grace) < stream_time
 
     def late(self, timestamp: int, stream_time: int) -> bool:
         """Every window the record could be in is closed (its right window too: Kafka Streams' rule)."""

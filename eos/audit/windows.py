@@ -138,8 +138,8 @@ def _late_alone(spec: Any, t: int, stream_time: int) -> bool:
 def _closed(spec: Any, end: int, stream_time: int) -> bool:
     if isinstance(spec, SessionWindows):
         return end + spec.gap_ms + spec.grace_ms < stream_time
-    if isinstance(spec, SlidingWindows):
-        return end + spec.grace_ms <= stream_time
+    if isinstance(spec, SlidingWindows):  # (its end is in it)
+        return end + spec.grace_ms < stream_time
     return end + spec.grace_ms <= stream_time
 
 

@@ -205,7 +205,8 @@ class SlidingWindowAggregate(_WindowedAggregate):
     def on_stream_time(self, stream_time: int) -> None:
         diff, grace = self.windows.diff_ms, self.windows.grace_ms
         if self.emit == "final":
-            closed = list(self.store.fetch_all(*self._emission_range(stream_time - grace - diff)))
+            # (a window's end is in it: closed once stream time is past it, as `SlidingWindows.closed`)
+            closed = list(self.store.fetch_all(*self._emission_range(stream_time - grace - diff - 1)))
             for key, start, aggregate, timestamp in closed:
                 self.context.forward(Windowed(key, start, start + diff), aggregate, timestamp=timestamp)
                 self.store.delete(key, start)

@@ -30,6 +30,7 @@ def test_sliding_and_session_closing_rules():
     assert s.left_window(8000) == (3000, 8000) and s.right_window(8000) == (8001, 13001)
     assert s.left_window(2000) == (0, 5000)  # early records share [0, difference]
     assert not s.late(8000, 13000) and s.late(8000, 13001)  # until its right window closes
+    assert not s.closed(8000, 8000) and s.closed(8000, 8001)  # its end is in it: open while stream time is there
     session = SessionWindows(100, grace=10)
     assert not session.closed(1000, 1110) and session.closed(1000, 1111)
 
@@ -124,6 +125,20 @@ def test_sliding_windows_are_kafka_streams_windows():
     assert final == {(3000, 8000): 1, (4200, 9200): 3, (7400, 12400): 6, (8001, 13001): 5, (9201, 14201): 3}
 
 
+@pytest.mark.parametrize("emit", ["update", "final"])
+def test_sliding_windows_without_grace_keep_the_window_a_record_ends_at_stream_time(emit):
+    """Kafka Streams updates a sliding window while its end (which it includes) is at or after stream time minus
+    grace: with no grace, each record in order still opens its own window (the javadoc's example again),
+    and emit="final" gives each window once stream time has passed its end."""
+    h = Harness(kind="sum", value=lambda v: v, windows=SlidingWindows(5000), emit=emit)
+    out = h.feed(("A", 8000, 1), ("A", 9200, 2), ("A", 12400, 3)) + h.feed(("B", 30_000, 0))
+    windows = {(s, e): v for k, s, e, v, _, _ in out if k == "A"}
+    assert windows == {(3000, 8000): 1, (4200, 9200): 3, (7400, 12400): 6, (8001, 13001): 5, (9201, 14201): 3}
+    assert h.dropped == {}
+    if emit == "final":
+        assert len(out) == 5 and [e for _, _, e, *_ in out] == sorted(e for _, _, e, *_ in out)
+
+
 def test_sliding_windows_out_of_order_match_in_order_results():
     records = [("A", t, v) for t, v in [(8000, 1), (9200, 2), (12400, 3), (10_000, 4), (3000, 5), (15_000, 6)]]
     in_order = Harness(kind="sum", value=lambda v: v, windows=SlidingWindows(5000, grace=100_000))
@@ -183,8 +198,8 @@ def test_window_store_changelogs_are_compacted_and_deleted_after_their_retention
 
 
 @pytest.mark.parametrize("windows", [TumblingWindows(50, grace=20), HoppingWindows(60, 20, grace=15),
-                                     SessionWindows(25, grace=30), SlidingWindows(40, grace=25)],
-                         ids=["tumbling", "hopping", "session", "sliding"])
+                                     SessionWindows(25, grace=30), SlidingWindows(40, grace=25), SlidingWindows(40)],
+                         ids=["tumbling", "hopping", "session", "sliding", "sliding-without-grace"])
 @pytest.mark.parametrize("emit", ["update", "final"])
 def test_the_operators_agree_with_the_auditors_reference_on_random_out_of_order_input(windows, emit):
     """Two independent implementations of the same definitions: the incremental operators and the audit's
