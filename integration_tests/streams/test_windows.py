@@ -97,7 +97,7 @@ JOB = """
 import os
 from eos import Application
 from eos.testing import MarkWhile
-from eos.windows import SessionWindows, TumblingWindows
+from eos.windows import SessionWindows, SlidingWindows, TumblingWindows
 
 app = Application(os.environ["APP"], timestamp="field:at", max_records_per_batch=int(os.environ["BATCH"]),
                   trigger_interval=0.0, log_format="json", log_level="WARNING", state_dir=os.environ["STATE"])
@@ -105,6 +105,9 @@ app.sum(os.environ["IN1"], os.environ["OUT1"], name="hourly", value=lambda v: v[
         windows=TumblingWindows(60_000, grace=20_000), emit="final")
 app.count(os.environ["IN2"], os.environ["OUT2"], name="visits", value_serde="json",
           windows=SessionWindows(15_000, grace=20_000))
+# Sliding windows without grace: a record in order opens the window ending at it, at stream time.
+app.sum(os.environ["IN3"], os.environ["OUT3"], name="trailing", value=lambda v: v["amount"],
+        windows=SlidingWindows(30_000), emit="final")
 if os.environ.get("MARKS"):
     app.fault_hooks.on("before_commit", MarkWhile(os.environ["MARKS"], seconds=0.3))
 """
@@ -116,9 +119,9 @@ def test_windowed_jobs_killed_repeatedly_still_match_the_reference(kafka, topic_
     soak = request.config.getoption("--soak")
     events_n, kills = (40_000, 6) if soak else (10_000, 1)
     data = events(events_n, seed=3)
-    topics = {name: topic_factory(name, partitions=2) for name in ("in1", "out1", "in2", "out2")}
-    produce(kafka.bootstrap_servers, topics["in1"], data)
-    produce(kafka.bootstrap_servers, topics["in2"], data)
+    topics = {name: topic_factory(name, partitions=2) for name in ("in1", "out1", "in2", "out2", "in3", "out3")}
+    for topic in ("in1", "in2", "in3"):
+        produce(kafka.bootstrap_servers, topics[topic], data)
     (tmp_path / "job.py").write_text(JOB)
     marks = tmp_path / "marks"
     marks.mkdir()
