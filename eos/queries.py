@@ -60,7 +60,20 @@ class StoreSnapshot:
     position: dict[int, int]
 
     def __getattr__(self, item: str) -> Any:  # get, range, all, fetch, ... of the typed view
-        return getattr(self.view, item)
+        try:
+            return getattr(self.view, item)
+        except AttributeError:
+            if item.startswith("_"):
+                raise
+            reads = sorted(n for n in dir(self.view) if not n.startswith("_") and n not in _WRITES
+                           and callable(getattr(self.view, n)))
+            raise AttributeError(f"store {self.name!r} is a {self.kind.replace('_', '-')} store, which has no "
+                                 f"{item!r}; it is read with {', '.join(reads)}") from None
+
+
+#: what a typed view has that a query does not use: it writes, or it is the framework's
+_WRITES = frozenset({"attach", "put", "put_if_absent", "delete", "expire_before", "expire_since", "key_bytes",
+                     "next_seq", "remove", "put_all"})
 
 
 def find_store(app: Application, name: str) -> StoreSpec | GlobalTable:

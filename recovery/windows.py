@@ -45,7 +45,12 @@ class WindowStore(StoreView):
     def delete(self, key: Any, window_start: int) -> None:
         self._buf().put(_time(window_start) + self._key(key), None)
 
-    def fetch(self, key: Any, window_start: int) -> Any:
+    def fetch(self, key: Any, window_start: int, time_to: int | None = None) -> Any:
+        """The key's value in the window that starts at `window_start` (None: no such window); with `time_to`,
+        as Kafka Streams' `fetch(key, timeFrom, timeTo)`, (start, value) of the key's windows that start in
+        [window_start, time_to] (`fetch_range`)."""
+        if time_to is not None:
+            return self.fetch_range(key, window_start, time_to)
         raw = self._buf().get(_time(window_start) + self._key(key))
         return None if raw is None else self._value(raw)
 

@@ -168,6 +168,7 @@ def test_window_and_session_stores_scan_by_key_and_time():
     for key, start in (("b", 10), ("a", 10), ("a", 30), ("a", 0)):
         ws.put(key, start, start, timestamp=start + 1)
     assert list(ws.fetch_range("a", 5, 30)) == [(10, 10), (30, 30)]
+    assert list(ws.fetch("a", 5, 30)) == [(10, 10), (30, 30)] and ws.fetch("a", 30) == 30  # (Kafka Streams' fetch)
     assert [(k, s) for k, s, _, _ in ws.fetch_all()] == [("a", 0), ("a", 10), ("b", 10), ("a", 30)]
     assert ws.fetch_with_timestamp("a", 30) == (30, 31) and ws.expire_before(30) == 3
     ss = SessionStore(StoreSpec("s", StringSerde(), JsonSerde(), kind="session", retention_ms=100))
@@ -268,3 +269,16 @@ def test_sliding_windows_keep_every_record_of_one_key_time_and_offset(emit):
                            if emit == "update" else sorted((r.key, r.value) for r in driver.records("out")))
     assert results[0] == results[2] and results[0], "a flat_map's records of one key and time"
     assert results[1] == results[2], "two topics' records at one offset"
+
+
+def test_a_windowed_store_is_queried_as_in_kafka_streams_and_a_method_it_has_not_says_what_it_has():
+    app = Application("q")
+    app.stream("in").group_by_key().window(TumblingWindows(60_000, grace=60_000)).count(name="per_minute")
+    with TopologyTestDriver(app) as driver:
+        driver.pipe_many("in", [("a", {}, 0), ("a", {}, 1_000), ("a", {}, 70_000)])
+        view = driver.store("per_minute-store")
+        assert view.fetch("a", 0) == 2 and list(view.fetch("a", 0, 120_000)) == [(0, 2), (60_000, 1)]
+        with pytest.raises(AttributeError, match="store 'per_minute-store' is a window store, which has no 'get'; "
+                                                 "it is read with approximate_num_entries, fetch, fetch_all, "
+                                                 "fetch_range, fetch_with_timestamp"):
+            view.get("a")
