@@ -193,6 +193,9 @@ class Windowing:
     prefix: tuple[Any, ...] = ()
     #: the topic its results are written to (None: its sub-topology's output topic)
     topic: str | None = None
+    #: the stateless operators between the aggregation and that topic (`map(lambda window, n: (window.key, n))`):
+    #: the window audit passes each expected result through them, as the task did
+    suffix: tuple[Any, ...] = ()
 
 
 class WindowedSerde(Serde):

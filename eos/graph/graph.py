@@ -307,13 +307,14 @@ def _with_right_sides(sub: SubTopology, runs: Mapping[str, tuple[str, GraphPart]
 
 def _audited_window(part: GraphPart, node: ProcessorNode, shared: frozenset[str]) -> Any:
     """The windowed aggregation's definition for the window audit, with the stateless operators on the paths
-    between its task's one source and it (`OperatorPaths`) and the topic of its results; None when the audit
-    could not replay it (another kind of node on those paths, several sources, or results that go anywhere
-    but straight to one sink, or to a topic another step writes too: `_to_one_sink`)."""
+    between its task's one source and it (`OperatorPaths`), the topic of its results and those between the
+    aggregation and that topic; None when the audit could not replay it (another kind of node on those paths,
+    several sources, or results that go anywhere but to one sink through stateless operators, or to a topic
+    another step writes too: `_to_one_sink`)."""
     found, results = _from_one_source(part, node.name, node.parents), _to_one_sink(part, node, shared)
-    if found is None or len(part.sources) != 1 or results is None or results[1]:
+    if found is None or len(part.sources) != 1 or results is None:
         return None
-    return replace(node.windowing, prefix=found[1], topic=results[0])
+    return replace(node.windowing, prefix=found[1], topic=results[0], suffix=results[1])
 
 
 def _audited_join(part: GraphPart, node: ProcessorNode, shared: frozenset[str]) -> Any:

@@ -3,13 +3,15 @@ cluster by the address that names it, as the audits read a broker."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from eos import Application
 from eos.audit import audit_joins
 from eos.origin import ORIGIN_HEADER
 from eos.testing import TopologyTestDriver
-from eos.windows import TumblingWindows
+from eos.windows import HoppingWindows, SessionWindows, SlidingWindows, TumblingWindows
 from transactions import admin_for, scan_consumer
 from transactions.memory import MemoryProducer
 
@@ -196,3 +198,48 @@ def test_records_others_write_to_a_topic_the_job_writes_and_reads_are_its_input_
     fix = reports["customers"]
     assert fix.verdict == "PASS" and (fix.lineage.written_by_others, fix.lineage.expected) == (2, 1)
     assert fix.lineage.unexpected == 0 and reports["enriched"].verdict == "PASS"
+
+
+@pytest.mark.no_audit  # (it forges committed records)
+@pytest.mark.parametrize("windows, emit", [(TumblingWindows(60_000, grace=5_000), "update"),
+                                           (TumblingWindows(60_000, grace=5_000), "final"),
+                                           (SessionWindows(20_000), "update"), (SlidingWindows(20_000), "final")],
+                         ids=["tumbling-update", "tumbling-final", "session-update", "sliding-final"])
+def test_the_window_audit_checks_results_changed_on_their_way_to_their_topic_and_a_copy_fails(windows, emit):
+    """A windowed count whose results are mapped to their window's key (Kafka Streams' usual
+    `map((window, n) -> KeyValue.pair(window.key(), n))`) and filtered before their topic: the window audit passes
+    each expected result through both steps, as the task did, and counts the topic's records against them,
+    with batches killed inside their transactions; a record committed twice fails it."""
+    app = Application("changed", bootstrap_servers="unused:9092")
+    (app.stream("views", value_serde="json").group_by(lambda k, v: v["page"], name="per_page")
+        .window(windows, emit=emit).count(name="counts").to_stream()
+        .map(lambda window, n: (window.key, {"start": window.start, "n": n}), name="flat")
+        .filter(lambda page, row: row["n"] != 2, name="not_two").to("flat"))
+    with TopologyTestDriver(app, partitions=2) as driver:
+        driver.crash_at("before_commit", batch=3)
+        for part in range(3):
+            driver.pipe_many("views", [(f"u{i % 10}", {"page": f"p{i % 5}"}, BASE + i * 7_000 + part * 50)
+                                       for i in range(part * 40, part * 40 + 40)])
+        reports = {r.mode: r for r in driver.audit()}
+        window = reports["window"]
+        assert driver.crashes and window.verdict == "PASS" and window.skipped is None, window.window
+        assert window.window.output_records == len(driver.records("flat")) > 0 and window.window.windows_expected
+        assert all(isinstance(r.key, str) and r.value["n"] != 2 for r in driver.records("flat"))
+        record = driver.records("flat")[-1]
+        forger = MemoryProducer(driver.cluster, "forger")
+        forger.init()
+        forger.begin()
+        forger.produce("flat", json.dumps(record.value).encode(), record.key.encode(), partition=record.partition)
+        forger.commit()
+        window = next(r for r in driver.audit() if r.mode == "window")
+        assert window.verdict == "FAIL" and window.window.unexpected == 1, window.window
+
+
+def test_a_cached_hopping_window_changed_on_its_way_is_reported_not_checked_saying_why():
+    app = Application("cached", bootstrap_servers="unused:9092", cache_max_bytes=1 << 20)
+    (app.stream("views", value_serde="json").group_by_key().window(HoppingWindows(60_000, 20_000))
+        .count(name="counts").to_stream().map(lambda window, n: (window.key, n), name="flat").to("flat"))
+    with TopologyTestDriver(app) as driver:
+        driver.pipe_many("views", [(f"u{i % 3}", {}, BASE + i * 5_000) for i in range(30)])
+        window = next(r for r in driver.audit() if r.mode == "window")
+    assert window.skipped and "a record cache holds some back" in window.skipped
