@@ -6,7 +6,8 @@ digit and JSON (Kafka Streams allows such a cycle; the job writes and reads the 
 
 Every task reaches its output once, tried three times; the topic holds each retry once beside the records
 others wrote to it; and `audit_application` says PASS, taking those records as the step's input rather than
-as outputs without an origin, and FAIL on a retry committed twice."""
+as outputs without an origin (and its window audit recomputes the daily counts, each changed as the map did),
+and FAIL on a retry committed twice."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from eos.testing import MarkWhile
 from eos.windows import TumblingWindows
 
 app = Application(os.environ["APP"], max_records_per_batch=150, trigger_interval=0.0, log_format="json",
-                  log_level="WARNING", state_dir=os.environ["STATE"])
+                  log_level="WARNING", state_dir=os.environ["STATE"], repartition_purge_interval=0)
 routes = (app.stream(os.environ["TASKS"], value_serde="json", name="tasks").split(name="t-")
           .branch(lambda key, task: task["tries"] < 3, name="again").default_branch(name="done"))
 routes["t-again"].map_values(lambda task: {**task, "tries": task["tries"] + 1}, name="retry").to(os.environ["TASKS"])
@@ -83,6 +84,9 @@ def test_a_cycle_of_retries_through_its_own_topic_then_routed_by_key_is_exactly_
     app = load_job(tmp_path, env, monkeypatch)
     reports = audit_application(app)
     assert all(r.verdict == "PASS" for r in reports), [(r.mode, r.outputs, r.lineage) for r in reports]
+    (window,) = [r for r in reports if r.mode == "window"]  # the daily count, its results mapped: recomputed
+    assert window.skipped is None and window.window.output_records == sum(1 for _ in committed_records(
+        bootstrap, topics["daily"])) and window.window.windows_expected >= 10, window.window
     (lineage,) = [r for r in reports if topics["tasks"] in r.outputs]
     assert lineage.lineage.written_by_others == TASKS and lineage.lineage.expected == sum(written.values())
 
