@@ -7,7 +7,7 @@ digit and JSON (Kafka Streams allows such a cycle; the job writes and reads the 
 Every task reaches its output once, tried three times; the topic holds each retry once beside the records
 others wrote to it; and `audit_application` says PASS, taking those records as the step's input rather than
 as outputs without an origin (and its window audit recomputes the daily counts, each changed as the map did),
-and FAIL on a retry committed twice."""
+and FAIL on a retry or a daily count committed twice."""
 
 from __future__ import annotations
 
@@ -94,5 +94,10 @@ def test_a_cycle_of_retries_through_its_own_topic_then_routed_by_key_is_exactly_
     key, value, _, headers = next(r for r in committed_records(bootstrap, topics["tasks"], headers=True)
                                   if "eos.origin" in r[3])
     commit_copy(bootstrap, topics["tasks"], key, value, {"eos.origin": headers["eos.origin"]})
-    (lineage,) = [r for r in audit_application(app) if topics["tasks"] in r.outputs]
+    # ... and a daily count committed twice, without its origin: the window audit counts it unexpected.
+    commit_copy(bootstrap, topics["daily"], *committed_records(bootstrap, topics["daily"])[-1][:2])
+    reports = audit_application(app)
+    (lineage,) = [r for r in reports if topics["tasks"] in r.outputs]
     assert lineage.verdict == "FAIL" and lineage.lineage.duplicates == 1, lineage.lineage
+    (window,) = [r for r in reports if r.mode == "window"]
+    assert window.verdict == "FAIL" and window.window.unexpected == 1, window.window
