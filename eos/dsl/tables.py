@@ -95,10 +95,14 @@ class Table:
                            history_retention_ms=self.history_retention_ms)
 
     # ------------------------------------------------------------------ stateless
-    def to_stream(self) -> Stream:
-        """The table's updates as a stream (a deletion is a record with value None)."""
+    def to_stream(self, key_mapper: Callable[[Any, Any], Any] | None = None) -> Stream:
+        """The table's updates as a stream (a deletion is a record with value None); `key_mapper(key, value) ->
+        new key` keys them anew, as Kafka Streams' `toStream(mapper)` (`to_stream().select_key(mapper)`:
+        `windowed.to_stream(lambda window, n: window.key)`)."""
         from eos.dsl.fluent import Stream
 
+        if key_mapper is not None:
+            return self.to_stream().select_key(key_mapper)
         return Stream(self.app, self.node, self.key_serde, self.value_serde, self.topics, rekeyed=self.windowed,
                       changed_value_serde=self.changed_value_serde)
 

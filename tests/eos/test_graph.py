@@ -909,6 +909,8 @@ def test_a_step_that_changes_a_count_or_a_window_s_key_writes_them_with_the_defa
     windowed.to("windows")                                                       # Windowed keys, long counts
     windowed.map(lambda window, n: (window.key, {"start": window.start, "n": n})).to("minutes")
     windowed.select_key(lambda window, n: f"{window.key}@{window.start}").to("minute-keys")
+    views.group_by_key().window(TumblingWindows(60_000)).count(name="again_per_minute").to_stream(
+        lambda window, n: window.key).to("by-user")                             # (Kafka Streams' toStream(mapper))
     windowed.group_by(lambda window, n: window.key, name="regroup").count(name="windows_seen").to_stream().to(
         "windows-seen")
     app.stream("words", value_serde="string").group_by_key().reduce(
@@ -925,6 +927,7 @@ def test_a_step_that_changes_a_count_or_a_window_s_key_writes_them_with_the_defa
         assert [r.value for r in driver.read("minutes")][:4] == [
             {"start": BASE, "n": 1}, {"start": BASE, "n": 1}, {"start": BASE, "n": 1}, {"start": BASE, "n": 2}]
         assert [r.key for r in driver.read("minute-keys")][:2] == [f"u0@{BASE}", f"u1@{BASE}"]
+        assert [(r.key, r.value) for r in driver.read("by-user")][:4] == [("u0", 1), ("u1", 1), ("u2", 1), ("u0", 2)]
         assert {r.key: r.value for r in driver.read("windows-seen")} == {"u0": 3, "u1": 3, "u2": 3}
         (letter,) = driver.dead_letters()                                       # len(...) is an int, "string"
         assert letter.error.startswith("OutputSerializationError: the value of an output to topic lengths") and (
