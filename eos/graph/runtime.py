@@ -23,7 +23,7 @@ from eos.graph.graph import GraphPart
 from eos.graph.nodes import ProcessorNode, SinkNode
 from eos.graph.operators import require_functions
 from eos.processor import Cancellable, Kept, Processor, ProcessorContext, PunctuationType, RecordMetadata
-from eos.records import Output, Record
+from eos.records import FORWARDABLE, Record, forwarded
 
 __all__ = ["GraphProcessor", "NodeContext", "FixedKeyContext", "Emit", "DirectStep"]
 
@@ -337,10 +337,8 @@ class NodeContext(ProcessorContext):
         """Pass a record to every child, or to the child named `to`; `topic=` writes it to that topic (through
         this processor's sink for it, or as one of its declared outputs). `timestamp=None`: the current
         record's (in a punctuation: the punctuation's time); `headers=None`: the current record's."""
-        if value is None and type(key) is Output:
-            out = key
-            key, value, topic, partition, headers, timestamp = (out.key, out.value, out.topic, out.partition,
-                                                                out.headers, out.timestamp)
+        if value is None and type(key) in FORWARDABLE:
+            key, value, topic, partition, headers, timestamp = forwarded(key, topic, partition, headers, timestamp)
         ts = timestamp if timestamp is not None else (self._ts if self._in else self._task.timestamp)
         if headers is None and self._in:
             headers = self._headers
@@ -445,9 +443,9 @@ class FixedKeyContext(NodeContext):
         self._key: Any = None
 
     def forward(self, key: Any = None, value: Any = None, **kwargs: Any) -> None:
-        forwarded = key.key if value is None and type(key) is Output else key
-        if self._in and forwarded is not self._key and forwarded != self._key:
-            raise ValueError(f"processor {self.name!r} (process_values) forwarded the key {forwarded!r} for a "
+        given = key.key if value is None and type(key) in FORWARDABLE else key
+        if self._in and given is not self._key and given != self._key:
+            raise ValueError(f"processor {self.name!r} (process_values) forwarded the key {given!r} for a "
                              f"record keyed {self._key!r}: it may change values, not keys (nothing after it is "
                              "repartitioned); use process() to key records anew")
         super().forward(key, value, **kwargs)

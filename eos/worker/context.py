@@ -24,7 +24,7 @@ from eos.clock import wall_ms
 from eos.errors import OutputSerializationError, SerdeError
 from eos.origin import DERIVED_HEADER, ORIGIN_FORMAT, ORIGIN_HEADER, lineage_source, origin_prefix, output_indices
 from eos.processor import Cancellable, Kept, ProcessorContext, PunctuationType, RecordMetadata
-from eos.records import Output
+from eos.records import FORWARDABLE, forwarded
 from eos.serde import Serde, refused_part
 from eos.streamtime import MARKER_HEADER, MARKER_KEY, STAMP_HEADER, encode_stamp
 from eos.tracing import TRACEPARENT, child_traceparent
@@ -131,10 +131,8 @@ class TaskContext(ProcessorContext):
     # ------------------------------------------------------------------ the processor's side
     def forward(self, key: Any = None, value: Any = None, *, topic: str | None = None, partition: int | None = None,
                 headers: list[tuple[str, bytes]] | None = None, timestamp: int | None = None) -> None:
-        if value is None and type(key) is Output:
-            out = key
-            key, value, topic, partition, headers, timestamp = (out.key, out.value, out.topic, out.partition,
-                                                                out.headers, out.timestamp)
+        if value is None and type(key) in FORWARDABLE:
+            key, value, topic, partition, headers, timestamp = forwarded(key, topic, partition, headers, timestamp)
         target = topic or self._output_topic
         if target is None:
             raise ValueError(f"{self.task_id}: forward() needs a topic: the sub-topology has no output topic")

@@ -945,3 +945,34 @@ def test_a_windowed_key_a_key_change_kept_is_refused_saying_how_to_write_it():
         (letter,) = driver.dead_letters()
     assert "StringSerde expects str, got Windowed" in letter.error
     assert "Windowed key it keeps needs key_serde=WindowedSerde(that serde)" in letter.error
+
+
+def test_a_processor_forwards_a_record_or_a_copy_of_it_as_in_kafka_streams():
+    """`context.forward(record)` and `forward(record.with_value(v))` (Kafka Streams' `forward(record.withValue(v))`):
+    the record's key, value, timestamp and headers, in `process` and `process_values`; a copy with another key is
+    still refused by `process_values`."""
+    class Doubled(Processor):
+        def process(self, record):
+            self.context.forward(record)
+            self.context.forward(record.with_value(record.value * 2).with_timestamp(record.timestamp + 1))
+
+    class Rekeyed(Processor):
+        def process(self, record):
+            self.context.forward(record.with_key(record.key + "!").with_headers([("h", b"1")]))
+
+    app = app_()
+    app.stream("in", value_serde="long").process(Doubled, name="doubled").to("out", value_serde="long")
+    app.stream("in", value_serde="long", name="values").process_values(Doubled, name="kept").to(
+        "kept", value_serde="long")
+    app.stream("in2", value_serde="long").process(Rekeyed, name="rekeyed").to("rekeyed", value_serde="long")
+    app.stream("in2", value_serde="long", name="in2-values").process_values(Rekeyed, name="not_kept").to(
+        "not-kept", value_serde="long")
+    with TopologyTestDriver(app) as driver:
+        driver.pipe("in", "a", 5, timestamp=BASE)
+        driver.pipe("in2", "b", 7, timestamp=BASE)
+        assert [(r.key, r.value, r.timestamp) for r in driver.read("out")] == [("a", 5, BASE), ("a", 10, BASE + 1)]
+        assert [(r.key, r.value) for r in driver.read("kept")] == [("a", 5), ("a", 10)]
+        (rekeyed,) = driver.read("rekeyed")
+        assert (rekeyed.key, rekeyed.value, rekeyed.headers.get("h")) == ("b!", 7, b"1")
+        (letter,) = driver.dead_letters()
+        assert "(process_values) forwarded the key 'b!' for a record keyed 'b'" in letter.error
