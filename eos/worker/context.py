@@ -313,7 +313,9 @@ class TaskContext(ProcessorContext):
         if ms <= 0:
             raise ValueError(f"{self.task_id}: a punctuation interval must be > 0 ms, got {interval!r}")
         if type not in ("stream", "wall_clock"):
-            raise ValueError(f"{self.task_id}: punctuation type must be 'stream' or 'wall_clock', got {type!r}")
+            named = {"stream_time": "stream", "wall_clock_time": "wall_clock"}.get(str(type).lower())
+            hint = f" (Kafka Streams' PunctuationType.{named.upper()}_TIME is {named!r})" if named else ""
+            raise ValueError(f"{self.task_id}: punctuation type must be 'stream' or 'wall_clock', got {type!r}{hint}")
         first = 0 if type == "stream" else wall_ms() + ms  # stream: with the first record
         schedule = Schedule(len(self.schedules), ms, callback, type, first)
         self.schedules.append(schedule)

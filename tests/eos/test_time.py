@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 import pytest
@@ -117,6 +118,9 @@ def test_a_cancelled_schedule_stops_and_intervals_must_be_positive():
                 context.schedule(10, "tick")
             with pytest.raises(TypeError, match=r"callback is called as callback\(timestamp\), which <lambda>\(\)"):
                 context.schedule(10, lambda: None)
+            with pytest.raises(ValueError, match=re.escape("got 'WALL_CLOCK_TIME' (Kafka Streams' "
+                                                           "PunctuationType.WALL_CLOCK_TIME is 'wall_clock')")):
+                context.schedule(10, lambda ts: None, type="WALL_CLOCK_TIME")
 
         def process(self, rec):
             self.context.forward(rec.key, 1)
