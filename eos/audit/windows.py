@@ -56,6 +56,9 @@ class WindowAuditResult:
     unexpected: int = 0
     premature: int = 0  # final results of windows that are not closed yet
     sequence_mismatches: int = 0
+    #: the results were changed on their way to the topic (`Windowing.suffix`): counted as records, each
+    #: expected one changed alike (missing and unexpected are records then, not windows)
+    changed: bool = False
     samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     @property
@@ -360,6 +363,7 @@ def _check_changed(w: Windowing, expected: Mapping[WindowKey, Any], key_serde: A
                          "holds some back; with the results changed on the way to their topic, which window a "
                          "record is of cannot be told to check its history: the lineage audit alone proves them")
     changed = replay_prefix(w.suffix, stand_in=False)
+    result.changed = True
     want: Counter[tuple[bytes | None, bytes | None]] = Counter()
     for (key, start, end), values in expected.items():
         for value in (values if w.emit != "final" else [values]):

@@ -4,11 +4,14 @@ cluster by the address that names it, as the audits read a broker."""
 from __future__ import annotations
 
 import json
+from io import StringIO
 
 import pytest
+from rich.console import Console
 
 from eos import Application
 from eos.audit import audit_joins
+from eos.audit.report import render
 from eos.origin import ORIGIN_HEADER
 from eos.testing import TopologyTestDriver
 from eos.windows import HoppingWindows, SessionWindows, SlidingWindows, TumblingWindows
@@ -225,6 +228,11 @@ def test_the_window_audit_checks_results_changed_on_their_way_to_their_topic_and
         assert driver.crashes and window.verdict == "PASS" and window.skipped is None, window.window
         assert window.window.output_records == len(driver.records("flat")) > 0 and window.window.windows_expected
         assert all(isinstance(r.key, str) and r.value["n"] != 2 for r in driver.records("flat"))
+        shown = StringIO()
+        render(window, Console(file=shown, width=200))
+        text = shown.getvalue()
+        assert "unexpected, repeated or wrong results" in text and "update sequences" not in text
+        assert "results changed on their way to the topic: each expected one changed alike" in text
         record = driver.records("flat")[-1]
         forger = MemoryProducer(driver.cluster, "forger")
         forger.init()
