@@ -153,13 +153,16 @@ class Stream:
         return BranchedStream(self, self.app.node_name("split", name), name or "")
 
     def merge(self, *others: Stream, name: str | None = None) -> Stream:
-        """One stream of this one's records and the others' (each keeps its order)."""
+        """One stream of this one's records and the others' (each keeps its order), with this one's serdes. When the
+        others' values have serdes of other kinds, a step that changes the values (`map_values` to one form)
+        writes JSON after it, as Kafka Streams' merged stream has the default serdes."""
         streams = (self, *others)
         node = self.app.graph.add(ProcessorNode(self.app.node_name("merge", name), tuple(s.node for s in streams),
                                                 Const(PassThrough("merge")), kind="merge", operator=True))
         topics = tuple(dict.fromkeys(t for s in streams for t in s.topics))
+        mixed = any(type(s.value_serde) is not type(self.value_serde) for s in others)
         return Stream(self.app, node.name, self.key_serde, self.value_serde, topics, any(s.rekeyed for s in streams),
-                      self.changed_value_serde)
+                      serde_for("json") if mixed else self.changed_value_serde)
 
     # ------------------------------------------------------------------ the Processor API
     def process(self, processor: Callable[[], Any], *, name: str | None = None, stores: Iterable[StoreSpec] = (),

@@ -915,7 +915,9 @@ def test_a_step_that_changes_a_count_or_a_window_s_key_writes_them_with_the_defa
         "windows-seen")
     app.stream("words", value_serde="string").group_by_key().reduce(
         lambda a, b: a + b, name="joined").to_stream().map_values(len).to("lengths")  # the job's serde: kept
-    inputs = [("views", f"u{i % 3}", {"page": i}, BASE + i * 10_000) for i in range(9)] + [("words", "w", "ab")]
+    app.stream("notes", value_serde="string").merge(views).map_values(lambda v: {"seen": v}).to("seen")  # (mixed)
+    inputs = [("views", f"u{i % 3}", {"page": i}, BASE + i * 10_000) for i in range(9)] + [
+        ("words", "w", "ab"), ("notes", "n", "hello")]
     with TopologyTestDriver(app) as driver:
         driver.pipe_records(inputs)
         assert [r.value for r in driver.read("counts")][:3] == [1, 1, 1]
@@ -929,6 +931,8 @@ def test_a_step_that_changes_a_count_or_a_window_s_key_writes_them_with_the_defa
         assert [r.key for r in driver.read("minute-keys")][:2] == [f"u0@{BASE}", f"u1@{BASE}"]
         assert [(r.key, r.value) for r in driver.read("by-user")][:4] == [("u0", 1), ("u1", 1), ("u2", 1), ("u0", 2)]
         assert {r.key: r.value for r in driver.read("windows-seen")} == {"u0": 3, "u1": 3, "u2": 3}
+        seen = [r.value["seen"] for r in driver.read("seen")]
+        assert "hello" in seen and sorted(v["page"] for v in seen if v != "hello") == list(range(9))
         (letter,) = driver.dead_letters()                                       # len(...) is an int, "string"
         assert letter.error.startswith("OutputSerializationError: the value of an output to topic lengths") and (
             ".to('lengths', value_serde=...)" in letter.error)
