@@ -33,6 +33,7 @@ __all__ = [
     "ServiceUnavailableError",
     "BatchFailedError",
     "TaskFailedError",
+    "TopologyError",
     "LateRecordsError",
     "JobFailedError",
     "FailureKind",
@@ -81,6 +82,12 @@ class TaskFailedError(EosError):
     def __init__(self, message: str, *, task: str = "", cause_type: str = "", detail: str = "") -> None:
         super().__init__(message)
         self.task, self.cause_type, self.detail = task, cause_type, detail
+
+
+class TopologyError(TaskFailedError):
+    """The job's topology is wrong where only a running processor shows it (it asks for a store it is not
+    connected to): never a record's fault, since every record would fail alike; the task fails and the job stops,
+    as Kafka Streams fails the task."""
 
 
 class JobFailedError(EosError):

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, NamedTuple, cast
 
+from eos.errors import TopologyError
 from eos.graph.graph import GraphPart
 from eos.graph.nodes import ProcessorNode, SinkNode
 from eos.graph.operators import require_functions
@@ -392,9 +393,10 @@ class NodeContext(ProcessorContext):
             except KeyError:
                 found = None
             if found is None or not _is_global(self._graph, name):
-                raise KeyError(f"processor {self.name!r} is not connected to a store {name!r}; its stores: "
-                               f"{sorted(self._stores) or 'none'} (connect one with add_state_store(spec, "
-                               f"{self.name!r}) or connect_processor_and_state_stores)")
+                raise TopologyError(f"processor {self.name!r} is not connected to a store {name!r}; its stores: "
+                                    f"{sorted(self._stores) or 'none'} (connect one with add_state_store(spec, "
+                                    f"{self.name!r}), connect_processor_and_state_stores, or process(..., "
+                                    f"connect=[{name!r}]))", task=self.task_id)
             return found
         return self._task.store(name)
 

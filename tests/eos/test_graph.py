@@ -980,3 +980,32 @@ def test_a_processor_forwards_a_record_or_a_copy_of_it_as_in_kafka_streams():
         assert (rekeyed.key, rekeyed.value, rekeyed.headers.get("h")) == ("b!", 7, b"1")
         (letter,) = driver.dead_letters()
         assert "(process_values) forwarded the key 'b!' for a record keyed 'b'" in letter.error
+
+
+def test_a_processor_asking_for_a_store_it_is_not_connected_to_stops_the_job_rather_than_dead_letter_each_record():
+    """Every record would fail alike: the task fails and the job stops, naming the store and how to connect it, as
+    Kafka Streams fails the task; no record is dead-lettered, nothing of the batch is committed."""
+    from eos.errors import TaskFailedError, TopologyError
+
+    class Counts(Processor):
+        def process(self, record):
+            self.context.store("mine").put(record.key, 1)
+            self.context.forward(record.key, 1)
+
+    class Peeks(Processor):
+        def process(self, record):
+            self.context.forward(record.key, self.context.store("mine").get(record.key))
+
+    app = app_()
+    app.stream("in").process(Counts, name="counts", stores=[store("mine", key_serde="string", value_serde="long")]
+                             ).to("a", value_serde="long")
+    app.stream("in2").process(Peeks, name="peeks").to("b", value_serde="long")
+    with TopologyTestDriver(app) as driver:
+        driver.pipe("in", "k", {})
+        with pytest.raises(TaskFailedError, match=re.escape(
+                "processor 'peeks' is not connected to a store 'mine'; its stores: none (connect one with "
+                "add_state_store(spec, 'peeks'), connect_processor_and_state_stores, or process(..., "
+                "connect=['mine']))")):
+            driver.pipe("in2", "k", {})
+        assert not driver.dead_letters() and not driver.records("b") and [r.value for r in driver.read("a")] == [1]
+    assert issubclass(TopologyError, TaskFailedError)
