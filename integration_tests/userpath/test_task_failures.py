@@ -72,6 +72,20 @@ def test_a_punctuation_that_raises_stops_the_job_at_once_naming_task_and_punctua
     assert err.cause_type == "KeyError"
 
 
+class AsksForAStoreNotItsOwn(Processor):
+    def process(self, record):
+        self.context.forward(record.key, self.context.store("totals").get(record.key))
+
+
+def test_a_processor_asking_for_a_store_it_is_not_connected_to_stops_the_job_at_once(kafka, spark, topic_factory,
+                                                                                     unique_name):
+    """Every record would fail alike: no dead letters, one line naming the store and how to connect it."""
+    err = stops_at_once(kafka, spark, topic_factory, unique_name, AsksForAStoreNotItsOwn, "asks")
+    text = str(err)
+    assert "task asks-" in text and "processor 'asks' is not connected to a store 'totals'" in text
+    assert "connect_processor_and_state_stores" in text and err.cause_type == "TopologyError"
+
+
 def test_a_job_module_the_executors_cannot_import_is_reported_as_such(kafka, spark, topic_factory, unique_name,
                                                                        tmp_path):
     src, dst = one_record_topics(kafka, topic_factory)
