@@ -64,7 +64,14 @@ _GROUP_FIRST = ("a stream is grouped before it is aggregated or windowed, as in 
 _STREAM_HINTS = {**{step: _GROUP_FIRST.format(step) for step in ("count", "aggregate", "reduce", "sum", "cogroup")},
                  **{step: _GROUP_FIRST.format("window") + " (a window, e.g. TumblingWindows(60_000), then the "
                     "aggregation)" for step in ("window", "windowed_by", "windowedBy")},
-                 "apply": "map_values(fn) gives fn the value, map(fn) the key and the value"}
+                 "apply": "map_values(fn) gives fn the value, map(fn) the key and the value",
+                 "print": "peek(lambda key, value: print(key, value)) prints each record and passes it on (a "
+                          "retried batch prints it again)",
+                 **dict.fromkeys(("transform", "flatTransform", "transformValues", "flatTransformValues"),
+                                 "Kafka Streams' transform steps are process(ProcessorClass) here (process_values "
+                                 "for one that keeps keys, as processValues)"),
+                 "branch": "split().branch(predicate, name=...)...default_branch() returns the branches by name, as "
+                           "Kafka Streams' split()"}
 
 
 class Stream:

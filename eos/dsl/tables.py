@@ -42,7 +42,12 @@ _TABLE_HINTS = {**{step: f"a table is grouped anew before it is aggregated, as i
                          f"table.group_by(lambda k, v: (group key, value)).{step}(...)"
                    for step in ("count", "aggregate", "reduce", "sum")},
                 "suppress": _SUPPRESS,
-                "to": "a table's changes are written with table.to_stream().to(topic), as in Kafka Streams"}
+                "to": "a table's changes are written with table.to_stream().to(topic), as in Kafka Streams",
+                **dict.fromkeys(("queryableStoreName", "queryable_store_name"),
+                                "table.store names the store a query reads (app.store_view(table.store)); a table "
+                                "not kept on its own has none"),
+                "transformValues": "map_values(fn) changes each row's value; a step with a store of its own is "
+                                   "to_stream().process_values(ProcessorClass, stores=[...]).to_table()"}
 
 
 class Table:

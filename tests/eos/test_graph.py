@@ -361,6 +361,13 @@ _MISTAKES = {
     "count of a table": (lambda a: a.table("t").count(), AttributeError, r"table.group_by\(lambda k, v: \(group key, "
                          r"value\)\).count"),
     "to of a table": (lambda a: a.table("t").to("x"), AttributeError, r"table.to_stream\(\).to\(topic\)"),
+    "print": (lambda a: a.stream("in").print(), AttributeError, r"peek\(lambda key, value: print\(key, value\)\)"),
+    "transformValues": (lambda a: a.stream("in").transformValues(WordCount), AttributeError,
+                        r"transform steps are process\(ProcessorClass\) here \(process_values for one that keeps keys"),
+    "branch of a stream": (lambda a: a.stream("in").branch(lambda k, v: v), AttributeError,
+                           r"split\(\).branch\(predicate, name=...\)...default_branch\(\)"),
+    "queryableStoreName": (lambda a: a.table("t").queryableStoreName(), AttributeError,
+                           r"table.store names the store a query reads"),
     "to of a grouped stream": (lambda a: a.stream("in").group_by_key().to("x"), AttributeError,
                                r"grouped.count\(\).to_stream\(\).to\(topic\)"),
     "avro by name": (lambda a: a.stream("in", value_serde="avro"), ValueError,
