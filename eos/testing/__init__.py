@@ -13,11 +13,13 @@ from eos.testing.hooks import CrashWorker, MarkWhile, Match, RaiseError, StopSel
 
 if TYPE_CHECKING:
     from eos.testing.driver import CrashPoint, DeadLetter, ExactlyOnceReport, TestRecord, TopologyTestDriver
+    from eos.testing.topics import TestInputTopic, TestOutputTopic
 
 __all__ = ["Match", "CrashWorker", "StopSelf", "MarkWhile", "RaiseError", "TopologyTestDriver", "TestRecord",
-           "DeadLetter", "CrashPoint", "ExactlyOnceReport"]
+           "DeadLetter", "CrashPoint", "ExactlyOnceReport", "TestInputTopic", "TestOutputTopic"]
 
 _DRIVER = {"TopologyTestDriver", "TestRecord", "DeadLetter", "CrashPoint", "ExactlyOnceReport"}
+_TOPICS = {"TestInputTopic", "TestOutputTopic"}
 
 
 def __getattr__(name: str) -> Any:
@@ -25,4 +27,8 @@ def __getattr__(name: str) -> Any:
         from eos.testing import driver
 
         return getattr(driver, name)
+    if name in _TOPICS:
+        from eos.testing import topics
+
+        return getattr(topics, name)
     raise AttributeError(f"module 'eos.testing' has no attribute {name!r}")

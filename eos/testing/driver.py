@@ -47,6 +47,7 @@ from eos.serde import Serde, refused_part
 from eos.streamtime import is_marker
 from eos.testing.clients import MemoryWorker
 from eos.testing.crashes import ExactlyOnceReport, check_exactly_once
+from eos.testing.topics import TestInputTopic, TestOutputTopic
 from eos.topology import cyclic_topics, table_changelogs
 from eos.windows import ms as to_ms
 from eos.worker.entry import run_unit, units_of
@@ -55,6 +56,21 @@ from transactions import KafkaAdmin, TopicSpec
 from transactions.memory import MemoryAdmin, MemoryCluster, MemoryMessage
 
 __all__ = ["TopologyTestDriver", "TestRecord", "DeadLetter", "CrashPoint", "SimulatedCrash", "ExactlyOnceReport"]
+
+#: What the driver's methods are called in Kafka Streams' TopologyTestDriver, where the name is not ours in snake case
+_DRIVER_HINTS = {**dict.fromkeys(
+    ("getKeyValueStore", "get_key_value_store", "getTimestampedKeyValueStore", "getWindowStore", "get_window_store",
+     "getTimestampedWindowStore", "getSessionStore", "get_session_store", "getStateStore", "get_state_store",
+     "getVersionedKeyValueStore"), "store(name) is any store's committed typed view (get, range, all; fetch for "
+    "windows and sessions)"),
+                 **dict.fromkeys(("advanceWallClockTime", "advance_wall_clock_time"),
+                                 "advance_wall_clock(ms or timedelta)"),
+                 **dict.fromkeys(("pipeInput", "pipe_input"),
+                                 "pipe(topic, key, value) here, or create_input_topic(topic).pipe_input(key, value)"),
+                 **dict.fromkeys(("readOutput", "read_output", "readValue", "read_value"),
+                                 "read(topic) here, or create_output_topic(topic).read_value()"),
+                 **dict.fromkeys(("getAllStateStores", "get_all_state_stores"),
+                                 "store(name) for each; app.describe() names them")}
 
 #: Rounds of batches one call may run (`max_rounds`), and while its batches read topics on a cycle of steps.
 MAX_ROUNDS, MAX_CYCLE_ROUNDS = 100_000, 1_000
@@ -215,16 +231,25 @@ class TopologyTestDriver:
         self.now += step
         self._run()
 
+    def create_input_topic(self, topic: str, key_serde: Serde | str | None = None,
+                           value_serde: Serde | str | None = None, *, start_timestamp: int | None = None,
+                           auto_advance: int | timedelta = 0) -> TestInputTopic:
+        """Kafka Streams' `createInputTopic`: `pipe` as a topic object (`pipe_input(key, value)`, ...), with
+        its own time when `start_timestamp` is given (`eos.testing.topics.TestInputTopic`)."""
+        return TestInputTopic(self, topic, key_serde, value_serde, start_timestamp=start_timestamp,
+                              auto_advance=auto_advance)
+
     # ------------------------------------------------------------------ output
     def read(self, topic: str) -> list[TestRecord]:
         """The committed records of `topic` not read before, partition by partition, typed."""
-        read_to, out = self._read_to, []
-        for record in self.records(topic):
-            tp = (topic, record.partition)
-            if record.offset >= read_to.get(tp, 0):
-                out.append(record)
-                read_to[tp] = record.offset + 1
-        return out
+        self._known(topic)
+        return self._read(topic, self._output_serdes(topic))
+
+    def create_output_topic(self, topic: str, key_serde: Serde | str | None = None,
+                            value_serde: Serde | str | None = None) -> TestOutputTopic:
+        """Kafka Streams' `createOutputTopic`: `read` as a topic object (`read_key_value()`,
+        `read_values_to_list()`, `is_empty()`, ...: `eos.testing.topics.TestOutputTopic`)."""
+        return TestOutputTopic(self, topic, key_serde, value_serde)
 
     def records(self, topic: str) -> list[TestRecord]:
         """Every committed record of `topic`, typed (clock markers between steps left out)."""
@@ -426,6 +451,30 @@ class TopologyTestDriver:
         return TestRecord(None if key is None else key_serde.deserialize(key),
                           None if value is None else value_serde.deserialize(value), msg.timestamp()[1],
                           dict(msg.headers() or ()), msg.topic(), msg.partition(), msg.offset())
+
+    def _read(self, topic: str, serdes: tuple[Serde, Serde], *, limit: int | None = None,
+              peek: bool = False) -> list[TestRecord]:
+        """The committed records of `topic` not read before (the first `limit`), partition by partition, typed with
+        `serdes`; marked read unless `peek` (clock markers between steps left out)."""
+        read_to = self._read_to
+        out: list[TestRecord] = []
+        for msg in self.cluster.records(topic):
+            tp = (topic, msg.partition())
+            if msg.offset() < read_to.get(tp, 0) or is_marker(msg.headers()):
+                continue
+            if limit is not None and len(out) == limit:
+                break
+            out.append(self._typed(msg, *serdes))
+            if not peek:
+                read_to[tp] = msg.offset() + 1
+        return out
+
+    def __getattr__(self, name: str) -> Any:  # (only for what the driver has not: Kafka Streams' names)
+        if name.startswith("_"):
+            raise AttributeError(name)
+        from eos.dsl.base import no_such_step
+
+        raise no_such_step(TopologyTestDriver, name, _DRIVER_HINTS)
 
     def _known(self, topic: str) -> None:
         """`topic` is one of the driver's cluster, or a KeyError names those that are."""
