@@ -13,6 +13,11 @@ windowing: which windows exist, what falls in each, lateness, closing, and the e
   (a repeated batch repeats a step, a lost one skips one); session tombstones included. With the record
   cache on (`cache_max_bytes`: tumbling and hopping windows), fewer: the committed updates must be values
   the window had, in order, none twice, ending with its last one (`eos.audit.aggregate.is_history`).
+* Results changed by stateless steps on their way to the topic (`Windowing.suffix`: a map of each window to
+  its key, a filter): each expected result (final, or every update) is passed through those steps as the
+  task passed it and serialized as it was written, and the topic's records are counted against them, every
+  one once; which window a record is of is no longer known, so a window's updates out of order would not show
+  (and with the record cache, which holds some back, such a job's window audit is not checked).
 
 A windowed sub-topology behind a repartition topic (or any topic another step writes) is audited from that
 topic, whose records carry their writers' clocks (`eos.streamtime`): the replay follows them as the task did.
