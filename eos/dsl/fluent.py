@@ -308,7 +308,7 @@ class Stream:
             key_serde=key_serde, value_serde=value_serde)
 
     # ------------------------------------------------------------------ joins
-    def join(self, other: Stream | Table | GlobalTable, joiner: Callable[[Any, Any], Any], *,
+    def join(self, other: Stream | Table | GlobalTable, joiner: Callable[[Any, Any], Any], *in_order: Any,
              windows: JoinWindows | None = None, key: Callable[[Any, Any], Any] | None = None,
              name: str | None = None, how: JoinKind = "inner", late_records: LatePolicy = "drop",
              persistent: bool = True, value_serde: Serde | str = "json",
@@ -318,10 +318,13 @@ class Stream:
         or another stream (`windows=JoinWindows(...)`); `joiner(left value, right value)` makes the output
         value. Keyed sides are repartitioned first if their key was changed. `grace=` (a versioned table):
         hold each record back until the stream's time has passed it by that long, then join it as of its
-        timestamp (Kafka Streams' KIP-923: `app.join`)."""
+        timestamp (Kafka Streams' KIP-923: `app.join`). Kafka Streams' order of arguments is taken too:
+        `join(stream, joiner, JoinWindows(...))` and `join(global_table, key_selector, joiner)`."""
         from eos.dsl.joins import _kind
         from eos.dsl.tables import Table
 
+        if in_order:
+            joiner, windows, key = _in_kafka_streams_order(other, joiner, in_order, windows, key)
         app = self.app
         name = app.node_name("join", name)
         if key is not None:  # the joiner is checked by the join step, the key here before it is wrapped
@@ -366,14 +369,30 @@ class Stream:
             app.graph.add_store(spec, [node.name])
         return Stream(app, node.name, step.key_serde, serde_for(value_serde), self.topics)
 
-    def left_join(self, other: Stream | Table | GlobalTable, joiner: Callable[[Any, Any], Any],
+    def left_join(self, other: Stream | Table | GlobalTable, joiner: Callable[[Any, Any], Any], *in_order: Any,
                   **kwargs: Any) -> Stream:
         """`join(..., how="left")`: every left record, joined with None when there is no partner."""
-        return self.join(other, joiner, how="left", **kwargs)
+        return self.join(other, joiner, *in_order, how="left", **kwargs)
 
-    def outer_join(self, other: Stream, joiner: Callable[[Any, Any], Any], **kwargs: Any) -> Stream:
+    def outer_join(self, other: Stream, joiner: Callable[[Any, Any], Any], *in_order: Any, **kwargs: Any) -> Stream:
         """`join(..., how="outer")` of two streams: partnerless records of either side, once, with None."""
-        return self.join(other, joiner, how="outer", **kwargs)
+        return self.join(other, joiner, *in_order, how="outer", **kwargs)
+
+
+def _in_kafka_streams_order(other: Any, first: Any, rest: tuple[Any, ...], windows: JoinWindows | None,
+                            key: Callable[[Any, Any], Any] | None,
+                            ) -> tuple[Callable[[Any, Any], Any], JoinWindows | None, Any]:
+    """(joiner, windows, key) of a join given Kafka Streams' positional arguments after the other side: a
+    stream's `JoinWindows` after the joiner, or a global table's key selector before the joiner; anything else
+    is a TypeError saying what to write."""
+    if len(rest) == 1 and isinstance(rest[0], JoinWindows) and windows is None:
+        return first, rest[0], key
+    if len(rest) == 1 and isinstance(other, GlobalTable) and callable(rest[0]) and key is None:
+        return rest[0], windows, first
+    raise TypeError(f"join takes the other side and the joiner, then keywords: windows=JoinWindows(...) for a "
+                    f"stream, key=fn(key, value) for a global table (or Kafka Streams' order: join(stream, joiner, "
+                    f"JoinWindows(...)), join(global_table, key_selector, joiner)); got {len(rest)} more "
+                    f"argument{'s' if len(rest) > 1 else ''}: {', '.join(repr(r) for r in rest)[:200]}")
 
 
 class BranchedStream:

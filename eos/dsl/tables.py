@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from eos.dsl.base import InternalTopic, no_such_step
 from eos.graph import ProcessorNode, SinkNode, SourceNode
@@ -139,13 +139,20 @@ class Table:
                      changed_value_serde=None if value_serde else self.changed_value_serde)
 
     # ------------------------------------------------------------------ joins
-    def join(self, other: Table, joiner: Callable[[Any, Any], Any], *, how: JoinKind = "inner",
+    def join(self, other: Table, joiner: Callable[[Any, Any], Any], *in_order: Any, how: JoinKind = "inner",
              foreign_key: Callable[[Any], Any] | None = None, name: str | None = None,
              value_serde: Serde | str = "json", persistent: bool = True) -> Table:
         """The joined table: `joiner(left value, right value)` per key whenever either side changes (a
         tombstone when the key leaves it); inner, left or outer (`how`). The tables must be co-partitioned,
         unless `foreign_key=fn(left value) -> right key` joins each left row with the right row of that key
-        (inner or left; the result is keyed by the left key; the sides meet through two internal topics)."""
+        (inner or left; the result is keyed by the left key; the sides meet through two internal topics).
+        Kafka Streams' order is taken too: `join(other, foreign_key_extractor, joiner)`."""
+        if in_order:
+            if len(in_order) != 1 or not callable(in_order[0]) or foreign_key is not None:
+                raise TypeError("table.join takes the other table and the joiner, then keywords (foreign_key=fn(left "
+                                "value) for a foreign-key join; or Kafka Streams' order: join(other, "
+                                f"foreign_key_extractor, joiner)); got {len(in_order)} more: {in_order!r:.200}")
+            foreign_key, joiner = cast(Callable[[Any], Any], joiner), in_order[0]
         app = self.app
         if not isinstance(other, Table):
             raise TypeError(f"table.join takes a table (app.table(...), an aggregation's result), got "
@@ -169,9 +176,9 @@ class Table:
             app.graph.add_store(spec, [node.name])
         return Table(app, self.key_serde, vs, (*self.topics, *other.topics), node=node.name)
 
-    def left_join(self, other: Table, joiner: Callable[[Any, Any], Any], **kwargs: Any) -> Table:
+    def left_join(self, other: Table, joiner: Callable[[Any, Any], Any], *in_order: Any, **kwargs: Any) -> Table:
         """`join(..., how="left")`: every left row, joined with None while the right has no row."""
-        return self.join(other, joiner, how="left", **kwargs)
+        return self.join(other, joiner, *in_order, how="left", **kwargs)
 
     def outer_join(self, other: Table, joiner: Callable[[Any, Any], Any], **kwargs: Any) -> Table:
         """`join(..., how="outer")`: every key of either table, None for the side without a row."""

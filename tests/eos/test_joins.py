@@ -330,3 +330,30 @@ def test_a_join_whose_sides_read_one_topic_is_refused_saying_what_to_write_inste
                                          r"topic: a record with its key's value before it is an aggregate"):
         events.join(app.table("events", value_serde="json"), lambda a, b: [a, b])
     events.repartition(name="again").join(events, lambda a, b: [a, b], windows=JoinWindows(60_000)).to("pairs")
+
+
+def test_joins_take_kafka_streams_order_of_arguments_too():
+    """`join(stream, joiner, JoinWindows(...))`, `join(global_table, key_selector, joiner)` and a table's
+    `join(other, foreign_key_extractor, joiner)`, as a job ported from Kafka Streams writes them, make the same
+    joins as the keywords; anything else after the joiner says what to write."""
+    app = Application("order", bootstrap_servers="unused:9092")
+    products = app.global_table("products", name="products")
+    app.stream("views").join(products, lambda k, v: v["product"], pair, name="g").to("with-product")
+    app.stream("left").left_join(app.stream("right"), pair, JoinWindows(1_000), name="s").to("pairs")
+    orders, prices = app.table("orders"), app.table("prices")
+    orders.join(prices, lambda order: order["product"], pair, name="fk").to_stream().to("priced")
+    with TopologyTestDriver(app) as driver:
+        driver.pipe("products", "p1", {"name": "pen"})
+        driver.pipe("views", "u1", {"product": "p1"})
+        driver.pipe("left", "k", 1, timestamp=0)
+        driver.pipe("right", "k", 2, timestamp=500)
+        driver.pipe("prices", "p1", 3)
+        driver.pipe("orders", "o1", {"product": "p1"})
+        assert [r.value for r in driver.read("with-product")] == [pair({"product": "p1"}, {"name": "pen"})]
+        assert [r.value for r in driver.read("pairs")] == [pair(1, 2)]
+        assert [(r.key, r.value) for r in driver.read("priced")] == [("o1", pair({"product": "p1"}, 3))]
+    with pytest.raises(TypeError, match=r"Kafka Streams' order: join\(stream, joiner, JoinWindows\(...\)\), "
+                                        r"join\(global_table, key_selector, joiner\)\); got 1 more argument: 5"):
+        app.stream("views").join(app.stream("right"), pair, 5)
+    with pytest.raises(TypeError, match=r"join\(other, foreign_key_extractor, joiner\)\); got 2 more"):
+        orders.join(prices, pair, pair, pair)
