@@ -149,9 +149,12 @@ class WindowedStream:
         return self.grouped._aggregate("reduce", name, init, agg, merge, aggregate_serde or self.grouped.value_serde,
                                        persistent, self)
 
-    def aggregate(self, initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any], Any], *,
-                  merger: Callable[[Any, Any, Any], Any] | None = None, name: str | None = None,
+    def aggregate(self, initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any], Any],
+                  merger: Callable[[Any, Any, Any], Any] | None = None, *, name: str | None = None,
                   aggregate_serde: Serde | str = "json", persistent: bool = True) -> Table:
+        """As `GroupedStream.aggregate`, per window; session windows also need `merger(key, aggregate1,
+        aggregate2)`, given third as Kafka Streams' `aggregate(initializer, aggregator, sessionMerger)` or by
+        name."""
         return self.grouped._aggregate("aggregate", name, initializer, aggregator, merger, aggregate_serde,
                                        persistent, self)
 
@@ -227,8 +230,8 @@ class WindowedCogroupedStream:
     def __init__(self, cogrouped: CogroupedStream, window: WindowedStream) -> None:
         self.cogrouped, self.windowing = cogrouped, window
 
-    def aggregate(self, initializer: Callable[[], Any], *, merger: Aggregator | None = None,
+    def aggregate(self, initializer: Callable[[], Any], merger: Aggregator | None = None, *,
                   name: str | None = None, aggregate_serde: Serde | str = "json", persistent: bool = True) -> Table:
         """As `CogroupedStream.aggregate`, per window (session windows also need `merger(key, aggregate1,
-        aggregate2)`)."""
+        aggregate2)`, second as in Kafka Streams or by name)."""
         return self.cogrouped._aggregate(initializer, merger, name, aggregate_serde, persistent, self.windowing)

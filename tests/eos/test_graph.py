@@ -1016,3 +1016,20 @@ def test_a_processor_asking_for_a_store_it_is_not_connected_to_stops_the_job_rat
             driver.pipe("in2", "k", {})
         assert not driver.dead_letters() and not driver.records("b") and [r.value for r in driver.read("a")] == [1]
     assert issubclass(TopologyError, TaskFailedError)
+
+
+def test_a_session_aggregation_takes_its_merger_third_as_in_kafka_streams():
+    app = app_()
+    views = app.stream("views")
+    (views.group_by_key().window(SessionWindows(10_000, grace=10_000))
+        .aggregate(list, lambda k, v, pages: [*pages, v["page"]], lambda k, a, b: a + b, name="visits")
+        .to_stream().to("visits"))
+    (views.group_by_key().cogroup(lambda k, v, n: n + 1).window(SessionWindows(10_000, grace=10_000))
+        .aggregate(int, lambda k, a, b: a + b, name="visit_sizes").to_stream().to("sizes"))
+    with TopologyTestDriver(app) as driver:
+        driver.pipe_many("views", [("u", {"page": "a"}, BASE), ("u", {"page": "b"}, BASE + 15_000),
+                                   ("u", {"page": "c"}, BASE + 8_000)])  # the last one joins both sessions
+        visits = {r.key: r.value for r in driver.read("visits")}
+        sizes = {r.key: r.value for r in driver.read("sizes")}
+    assert sorted(visits[Windowed("u", BASE, BASE + 15_000)]) == ["a", "b", "c"]
+    assert sizes[Windowed("u", BASE, BASE + 15_000)] == 3
