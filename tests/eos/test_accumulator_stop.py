@@ -54,6 +54,9 @@ def test_the_server_is_shut_in_the_background_and_leaves_nothing(tmp_path, unix)
             assert not os.path.exists(path)  # no new connection finds it
         held.set()
         assert loop_ends(server)  # the handler saw the shutdown at its next poll, and the loop ended
+        for stopping in [t for t in threading.enumerate() if t.name == "accumulator-server-stop"]:
+            stopping.join(10)  # (its shutdown closes the listening socket after the loop ended)
+            assert not stopping.is_alive()
         with pytest.raises(OSError), socket.socket(family, socket.SOCK_STREAM) as late:
             late.connect(server.server_address)
     finally:
