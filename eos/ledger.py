@@ -71,19 +71,23 @@ class LedgerInput:
     start: int
     end: int  # exclusive: the offset the batch's transaction commits
     reset_from: int | None = None  # the committed offset reading did not start at
-    reset_reason: str | None = None  # "retention" | "recreated"
+    reset_reason: str | None = None  # "retention" | "recreated" | "latest"
+    #: records `[not_read_from, start)` are not the job's input: it started after them (auto_offset_reset="latest")
+    not_read_from: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"topic": self.topic, "partition": self.partition, "topic_id": self.topic_id,
                                 "start": self.start, "end": self.end}
         if self.reset_from is not None:
             data["reset_from"], data["reset_reason"] = self.reset_from, self.reset_reason
+        if self.not_read_from is not None:
+            data["not_read_from"] = self.not_read_from
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LedgerInput:
         return cls(data["topic"], int(data["partition"]), data.get("topic_id"), int(data["start"]), int(data["end"]),
-                   data.get("reset_from"), data.get("reset_reason"))
+                   data.get("reset_from"), data.get("reset_reason"), data.get("not_read_from"))
 
 
 @dataclass(frozen=True)

@@ -392,9 +392,11 @@ class KafkaAdmin:
             lag += max(0, ends[tp] - (starts[tp] if position is None else position))
         return lag
 
-    def set_group_offsets(self, group: str, offsets: Mapping[TP, int], timeout: float = 30.0) -> None:
-        """Set committed offsets of a group without members (outside any transaction: start-up use only)."""
-        tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+    def set_group_offsets(self, group: str, offsets: Mapping[TP, int], timeout: float = 30.0,
+                          metadata: Mapping[TP, str] | None = None) -> None:
+        """Set committed offsets of a group without members (outside any transaction: start-up use only), each
+        with its `metadata` if given."""
+        tps = [TopicPartition(t, p, o, metadata=(metadata or {}).get((t, p))) for (t, p), o in offsets.items()]
         if not tps:
             return
         reader = self._group_reader(group, True)

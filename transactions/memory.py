@@ -519,8 +519,10 @@ class MemoryAdmin:
                       timeout: float = 30.0) -> dict[TP, int | None]:
         return {tp: c.offset for tp, c in self.group_commits(group, partitions, stable=stable).items()}
 
-    def set_group_offsets(self, group: str, offsets: Mapping[TP, int], timeout: float = 30.0) -> None:
-        self.cluster.groups.setdefault(group, {}).update({tp: (o, "") for tp, o in offsets.items()})
+    def set_group_offsets(self, group: str, offsets: Mapping[TP, int], timeout: float = 30.0,
+                          metadata: Mapping[TP, str] | None = None) -> None:
+        self.cluster.groups.setdefault(group, {}).update({tp: (o, (metadata or {}).get(tp, "")) for tp, o in
+                                                          offsets.items()})
 
     def close(self) -> None:
         return None

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from eos.audit.aggregate import AggregateKind, AggregateResult, audit_aggregate
 from eos.audit.executors import Executor
 from eos.audit.joins import JoinAuditResult, audit_join
+from eos.audit.ledger import read_ledger
 from eos.audit.lineage import LineageResult, audit_lineage
 from eos.audit.windows import WindowAuditResult, audit_windows
 from eos.ledger import ledger_topic
@@ -304,6 +305,18 @@ def _linked_by_hops(subs: list[SubTopology], hops: frozenset[str]) -> list[list[
     return list(out.values())
 
 
+def started_at(app: Application, sub: SubTopology, bootstrap_servers: str,
+               admin: KafkaAdmin) -> dict[tuple[str, int], int]:
+    """Where `sub`'s tasks started reading each input partition whose earlier records are not their input: a job
+    with auto_offset_reset="latest" starts at the end, and its first batch records so in the ledger
+    (`LedgerInput.not_read_from`). Empty for a job that starts at the beginning (nothing to read then)."""
+    if app.config.auto_offset_reset != "latest" or not app.config.lineage:
+        return {}
+    ledger = read_ledger(bootstrap_servers, ledger_topic(app.config.application_id), sub.inputs, admin=admin,
+                         subtopologies={sub.name}) or {}
+    return {tp: account.not_read.max() + 1 for tp, account in ledger.items() if account.not_read}
+
+
 def audit_windowed(app: Application, *, bootstrap_servers: str | None = None, subtopologies: Iterable[str] = (),
                    max_samples: int = 10, progress: Callable[[int], None] | None = None,
                    only: Any = None, admin: KafkaAdmin | None = None) -> list[AuditReport]:
@@ -314,7 +327,8 @@ def audit_windowed(app: Application, *, bootstrap_servers: str | None = None, su
         report.window = audit_windows(report.bootstrap_servers, sub, group=groups[sub.inputs[0]], admin=admin,
                                       dead_letters=app.config.dlq_topic, max_samples=max_samples,
                                       progress=progress, clocked=frozenset(sub.inputs) & app.clocked_topics,
-                                      window=w, cached=app.config.cache_max_bytes > 0)
+                                      window=w, cached=app.config.cache_max_bytes > 0,
+                                      since=started_at(app, sub, report.bootstrap_servers, admin))
 
     return _audit_each(app, "window", "windowed aggregation",
                        lambda s: [w for w in s.windowings if only is None or w is only],
@@ -337,7 +351,8 @@ def audit_joins(app: Application, *, bootstrap_servers: str | None = None, subto
             report.join = audit_join(report.bootstrap_servers, sub, group=app.config.group_id,
                                      application_id=app.config.application_id, dead_letters=app.config.dlq_topic,
                                      admin=admin, max_samples=max_samples, groups=groups, right_table=right_table,
-                                     join=join, transitive=app.repartition_topics)
+                                     join=join, transitive=app.repartition_topics,
+                                     since=started_at(app, sub, report.bootstrap_servers, admin))
         except ValueError as exc:  # (an input it replays was purged)
             report.join, report.skipped = JoinAuditResult(join.kind, join.how), str(exc)
 

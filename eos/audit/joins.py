@@ -474,7 +474,8 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
                dead_letters: str | None = None, admin: KafkaAdmin | None = None,
                max_samples: int = 10, groups: Mapping[str, str] | None = None,
                right_table: SubTopology | None = None, join: JoinSpec | None = None,
-               transitive: frozenset[str] = frozenset()) -> JoinAuditResult:
+               transitive: frozenset[str] = frozenset(),
+               since: Mapping[tuple[str, int], int] | None = None) -> JoinAuditResult:
     """Audit the join sub-topology `sub` of an application (its committed inputs up to the group's committed
     offsets, its committed output). `groups`: inputs whose progress another group holds. A foreign-key join
     also needs `right_table`, the sub-topology that reads its right table. `join`: which of the
@@ -482,7 +483,8 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
     whose records carry the origin of the input they came from, as the join's outputs then do. Each side's
     records are passed through the stateless operators between its topic and the join
     (`JoinSpec.left_prefix`, `right_prefix`), as its task passed them, and each result expected through those
-    between the join and its topic (`JoinSpec.suffix`)."""
+    between the join and its topic (`JoinSpec.suffix`). `since`: where the task started reading a partition, the
+    records before it not its input (auto_offset_reset="latest": `eos.audit.auditor.started_at`)."""
     spec: JoinSpec = join or only(sub.joins, f"sub-topology {sub.name!r}", "join")
     admin = admin or admin_for(bootstrap_servers, settle_once=True)
     result = JoinAuditResult(spec.kind, spec.how)
@@ -493,7 +495,8 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
         require_whole(admin, topic, f"the join audit of {sub.name!r}")
     times: dict[tuple[str, int], list[tuple[int, int]]] | None = (
         {} if spec.kind in ("stream-table", "table-table") else None)
-    inputs = {t: _committed_records(bootstrap_servers, sub, t, (groups or {}).get(t, group), admin, skipped, times)
+    inputs = {t: _committed_records(bootstrap_servers, sub, t, (groups or {}).get(t, group), admin, skipped, times,
+                                    since)
               for t in sides}
     result.input_records = sum(len(rs) for rs in inputs.values())
     origins = {t: [_carried(r, transitive) for r in rs] for t, rs in inputs.items()}
@@ -1025,15 +1028,18 @@ def _reading(sub: SubTopology, topic: str) -> tuple[Serde, Serde, Callable[[Reco
 
 def _committed_records(bootstrap_servers: str, sub: SubTopology, topic: str, group: str, admin: KafkaAdmin,
                        skipped: set[tuple[str, int, int]],
-                       times: dict[tuple[str, int], list[tuple[int, int]]] | None = None) -> list[Record]:
-    """The records of `topic` up to the group's committed offsets that the task processed (not dead-lettered,
-    not a stream-time marker), read as it read them. `times` gets (offset, timestamp) of every record, each
-    timestamp as the task merged its inputs by (`entries`: -1 for one it could not read)."""
+                       times: dict[tuple[str, int], list[tuple[int, int]]] | None = None,
+                       since: Mapping[tuple[str, int], int] | None = None) -> list[Record]:
+    """The records of `topic` up to the group's committed offsets (from `since`, where given) that the task
+    processed (not dead-lettered, not a stream-time marker), read as it read them. `times` gets (offset,
+    timestamp) of every record, each timestamp as the task merged its inputs by (`entries`: -1 for one it could
+    not read)."""
     tps = admin.topic_partitions(topic)
     committed = admin.group_offsets(group, tps, stable=True)
     reading = input_readings(sub).get(topic) or _reading(sub, topic)
     records = []
-    for batch in scan_topic(bootstrap_servers, topic, admin=admin, until={tp: committed.get(tp) or 0 for tp in tps}):
+    for batch in scan_topic(bootstrap_servers, topic, admin=admin, until={tp: committed.get(tp) or 0 for tp in tps},
+                            since=since):
         for msg, rec, ts in entries(batch, *reading):
             if times is not None:
                 times.setdefault((msg.topic(), msg.partition()), []).append((msg.offset(), ts))

@@ -45,6 +45,8 @@ class PartitionLedger:
     paths_unknown: BitMap64 = field(default_factory=BitMap64)
     #: offsets skipped because retention deleted them before they were processed
     retention_skipped: int = 0
+    #: offsets the job started after (auto_offset_reset="latest"): not its input
+    not_read: BitMap64 = field(default_factory=BitMap64)
     #: earlier topic ids seen
     incarnations: set[str] = field(default_factory=set)
     entries: int = 0
@@ -89,6 +91,8 @@ def read_ledger(bootstrap_servers: str, topic: str, inputs: Iterable[str], *, ad
                     ledger.now |= span
                     if item.reset_reason == "retention" and item.reset_from is not None:
                         ledger.retention_skipped += max(0, item.start - item.reset_from)
+                    if item.not_read_from is not None and item.start > item.not_read_from:
+                        ledger.not_read.add_range(item.not_read_from, item.start)
                 else:
                     ledger.earlier |= span
                     ledger.incarnations.add(item.topic_id or "")

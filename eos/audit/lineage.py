@@ -64,6 +64,8 @@ class LineageResult:
     input_deleted: int = 0  # outputs of records processed, then deleted from the input by retention
     earlier_topic: int = 0  # outputs (and their copies) of an earlier topic of the same name
     skipped_by_retention: int = 0  # input offsets deleted by retention before the job processed them
+    #: committed input records before where the job started reading (auto_offset_reset="latest"): not its input
+    not_read: int = 0
     other_dead_letters: int = 0  # dead letters of other sub-topologies (the dead-letter topic is shared)
     #: records others wrote to an output topic the job reads too (a cycle, a topic others write too): its
     #: input, not output
@@ -218,6 +220,10 @@ def merge(inputs: list[InputPartial], outputs: list[OutputPartial], dead: list[O
                            runs_checked=numbered or ledger is not None)
     ledger = ledger or {}
     expected: dict[TP, BitMap64] = {(p.topic, p.partition): p.bitmap() for p in inputs}
+    for tp, want in expected.items():  # (records the job started after, as its reset policy says: not its input)
+        if (account := ledger.get(tp)) is not None and account.not_read:
+            result.not_read += len(want & account.not_read)
+            expected[tp] = want - account.not_read
     low = {(p.topic, p.partition): p.low for p in inputs}
     result.expected = sum(len(bm) for bm in expected.values())
     result.output_records = sum(p.records for p in outputs)

@@ -28,6 +28,7 @@ _ROWS = {
                 ("input_deleted", "output of input since deleted by retention", False),
                 ("earlier_topic", "output of an earlier topic of the same name", False),
                 ("skipped_by_retention", "input deleted by retention before processing", False),
+                ("not_read", "input before where the job started (auto_offset_reset=\"latest\")", False),
                 ("other_dead_letters", "dead letters of other sub-topologies", False),
                 ("written_by_others", "written by others to an output the step reads (its input)", False),
                 ("derived", "derived outputs (punctuation, final window results)", False),

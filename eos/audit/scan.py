@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from transactions import Isolation, KafkaAdmin, Message, OffsetRange, admin_for, read_ranges, scan_consumer
 
@@ -11,16 +11,21 @@ __all__ = ["scan_topic"]
 
 def scan_topic(bootstrap_servers: str, topic: str, *, isolation: Isolation = "read_committed",
                admin: KafkaAdmin | None = None, until: dict[tuple[str, int], int] | None = None,
-               progress: Callable[[int], None] | None = None, timeout: float = 600.0) -> Iterator[list[Message]]:
-    """Yield batches of the records of every partition of `topic` from its earliest offset to `until` (default:
-    the partition's end for this isolation level, taken when the scan starts; read_committed, once the
-    transactions written by then are decided: `KafkaAdmin.settled_ends`)."""
+               progress: Callable[[int], None] | None = None, timeout: float = 600.0,
+               since: Mapping[tuple[str, int], int] | None = None) -> Iterator[list[Message]]:
+    """Yield batches of the records of every partition of `topic` from its earliest offset (or from `since`, where
+    later) to `until` (default: the partition's end for this isolation level, taken when the scan starts;
+    read_committed, once the transactions written by then are decided: `KafkaAdmin.settled_ends`)."""
     admin = admin or admin_for(bootstrap_servers)
     tps = admin.topic_partitions(topic)
     low = admin.earliest_offsets(tps)
+    for tp, start in (since or {}).items():
+        if tp in low:
+            low[tp] = max(low[tp], start)
     ends = until or (admin.settled_ends(tps) if isolation == "read_committed"
                      else admin.end_offsets(tps, committed=False))
-    ranges = [OffsetRange(t, p, low[(t, p)], ends.get((t, p), low[(t, p)])) for t, p in tps]
+    ranges = [OffsetRange(t, p, min(low[(t, p)], end), end) for t, p in tps
+              for end in [ends.get((t, p), low[(t, p)])]]
     consumer = scan_consumer(bootstrap_servers, isolation)
     try:
         for batch in read_ranges(consumer, ranges, timeout=timeout):

@@ -223,14 +223,16 @@ def audit_windows(bootstrap_servers: str, sub: SubTopology, *, group: str, admin
                   dead_letters: str | None = None, max_samples: int = 10,
                   progress: Callable[[int], None] | None = None,
                   clocked: frozenset[str] = frozenset(), window: Windowing | None = None,
-                  cached: bool = False) -> WindowAuditResult:
+                  cached: bool = False, since: Mapping[tuple[str, int], int] | None = None) -> WindowAuditResult:
     """Audit the windowed sub-topology `sub` (built with `windows=`) of the application whose group is
     `group`: its committed output against the reference recomputed from its committed input. Input records
     the sub-topology sent to the dead-letter topic `dead_letters` (e.g. an output its topic refused) took
     no part in the aggregation, and none in the reference either. `clocked`: inputs written by
     another step of the application whose records carry their writers' clocks (`eos.streamtime`).
     `window`: which of the sub-topology's windowed aggregations (needed when it has several). `cached`: the
-    job ran with a record cache (`cache_max_bytes` > 0), which holds back the updates of time windows."""
+    job ran with a record cache (`cache_max_bytes` > 0), which holds back the updates of time windows. `since`:
+    where the task started reading a partition, the records before it not its input (auto_offset_reset="latest":
+    `eos.audit.auditor.started_at`)."""
     w = window or only(sub.windowings, f"sub-topology {sub.name!r}", "windowed aggregation")
     output = w.topic or sub.output
     if len(sub.inputs) != 1 or output is None:
@@ -248,6 +250,7 @@ def audit_windows(bootstrap_servers: str, sub: SubTopology, *, group: str, admin
     result.dead_letters = len(skipped)
     per_partition: dict[int, list[Record]] = defaultdict(list)
     for batch in scan_topic(bootstrap_servers, topic, admin=admin, until={tp: committed.get(tp) or 0 for tp in tps},
+                            since=since,
                             progress=progress):
         for msg in batch:
             record: Record | None

@@ -146,7 +146,12 @@ class Planner:
             missing = [tp for tp in tps if committed.get(tp) is None]
             if missing:
                 ends = self.admin.end_offsets(missing, committed=True)
-                self.admin.set_group_offsets(group, ends)
+                firsts = self.admin.earliest_offsets(missing)
+                # (each says where the records start that the job starts after, for its first batch to record in
+                # the ledger: they are not its input, and the audits leave them out)
+                self.admin.set_group_offsets(group, ends, metadata={
+                    tp: CommitMetadata(not_read_from=firsts.get(tp, 0)).encode() for tp, end in ends.items()
+                    if end > firsts.get(tp, 0)})
                 pinned.update(ends)
         return pinned
 
@@ -435,11 +440,15 @@ class Planner:
         offset = committed.offset if committed is not None else None
         if offset is None:
             return earliest, None
+        not_read = CommitMetadata.decode(committed.metadata if committed is not None else None).not_read_from
+        if not_read is not None and earliest <= offset <= end:  # (set at the end: until a batch commits)
+            return offset, OffsetReset(offset, offset, SkipReason.LATEST, not_read_from=max(not_read, earliest))
         recorded_id = CommitMetadata.decode(committed.metadata if committed is not None else None).topic_id
         current_id = self.topic_ids.get(tp[0])
         if (recorded_id is not None and current_id is not None and recorded_id != current_id) or offset > end:
             start = earliest if self.config.auto_offset_reset == "earliest" else end
-            reset = OffsetReset(offset, start, SkipReason.RECREATED)
+            reset = OffsetReset(offset, start, SkipReason.RECREATED,
+                                not_read_from=earliest if start > earliest else None)
             self._warn(tp, reset, "the topic was deleted and created again (or truncated): its committed offset "
                                   f"{offset} belongs to the earlier topic; reading starts at {start} "
                                   f"(auto_offset_reset={self.config.auto_offset_reset})")

@@ -664,7 +664,7 @@ class BatchAttempt:
             reset = self.result.resets.get((r.topic, r.partition))
             inputs.append(LedgerInput(r.topic, r.partition, self.plan.topic_ids.get(r.topic), r.start,
                                       self._commit_offset(r), reset.committed if reset else None,
-                                      reset.reason.value if reset else None))
+                                      reset.reason.value if reset else None, reset.not_read_from if reset else None))
         pins = {topic: {p: end for p, (_, end) in ends.items()} for topic, ends in self.plan.global_pins.items()}
         return LedgerEntry(str(self.task), self.plan.batch, tuple(inputs), filtered, late, through, held, pins,
                            paths=paths)

@@ -59,15 +59,19 @@ class TaskStatus(enum.StrEnum):
 class SkipReason(enum.StrEnum):
     RETENTION = "retention"  # records deleted by retention before they were processed
     RECREATED = "recreated"  # the committed offset belongs to an earlier topic of the same name
+    LATEST = "latest"  # nothing was committed: reading started at the end (auto_offset_reset="latest")
 
 
 @dataclass(frozen=True)
 class OffsetReset:
-    """The planner moved a partition's start away from its committed offset `committed` to `start`."""
+    """The planner moved a partition's start away from its committed offset `committed` to `start`.
+    `not_read_from`: where the records start that the job will never read, `[not_read_from, start)` (a start at
+    the end under auto_offset_reset="latest": its first application, or a topic created again), None for none."""
 
     committed: int
     start: int
     reason: SkipReason
+    not_read_from: int | None = None
 
 
 @dataclass(frozen=True)

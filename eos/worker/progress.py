@@ -36,9 +36,14 @@ class CommitMetadata:
     clocks: str = ""
     idle: bool = False
     grouping: int = 1
+    #: an offset set at start-up at the partition's end (auto_offset_reset="latest"): the records from this one
+    #: to it are not the job's input (the first batch records so in the ledger)
+    not_read_from: int | None = None
 
     def encode(self) -> str:
         text = f"{_VERSION};st={self.stream_time};p={self.producer or ''}"
+        if self.not_read_from is not None:
+            text += f";nr={self.not_read_from}"
         if self.grouping > 1:
             text += f";g={self.grouping}"
         if self.topic_id:
@@ -66,9 +71,10 @@ class CommitMetadata:
             index, _, due = item.partition(":")
             if index.isdigit() and due.lstrip("-").isdigit():
                 punctuation[int(index)] = int(due)
-        grouping = fields.get("g", "1")
+        grouping, not_read = fields.get("g", "1"), fields.get("nr", "")
         return cls(stream_time, fields.get("p") or None, fields.get("t") or None, punctuation,
-                   fields.get("c", ""), fields.get("i") == "1", int(grouping) if grouping.isdigit() else 1)
+                   fields.get("c", ""), fields.get("i") == "1", int(grouping) if grouping.isdigit() else 1,
+                   int(not_read) if not_read.isdigit() else None)
 
 
 def fenced_since(producer: OutputProducer, committers: Iterable[str | None]) -> bool:

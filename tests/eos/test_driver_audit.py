@@ -251,3 +251,42 @@ def test_a_cached_hopping_window_changed_on_its_way_is_reported_not_checked_sayi
         driver.pipe_many("views", [(f"u{i % 3}", {}, BASE + i * 5_000) for i in range(30)])
         window = next(r for r in driver.audit() if r.mode == "window")
     assert window.skipped and "a record cache holds some back" in window.skipped
+
+
+@pytest.mark.no_audit  # (it forges a committed record)
+def test_a_job_started_at_the_end_of_its_inputs_is_audited_from_where_it_started():
+    """auto_offset_reset="latest": an application's first start sets each input partition's offset at its end,
+    with where the records start that it starts after in the commit; its first batch writes that range to the
+    ledger, and every audit leaves those records out (they are not its input), where the lineage audit called
+    them lost and the window and join audits recomputed from them. A record of them in an output fails it."""
+    app = Application("late-start", bootstrap_servers="unused:9092", auto_offset_reset="latest")
+    views = app.stream("views")
+    views.map_values(lambda v: {**v, "seen": True}, name="mark").to("seen")
+    views.group_by_key().window(TumblingWindows(60_000)).count(name="per_minute").to_stream().to("minutes")
+    app.stream("orders").join(app.table("users"), lambda o, u: [o["i"], u["tier"]], name="enrich").to("enriched")
+    with TopologyTestDriver(app, partitions=2) as driver:
+        before = [("users", "u1", {"tier": 1}, BASE), *[(t, f"u{i % 2}", {"i": i}, BASE + i) for i in range(10)
+                                                        for t in ("views", "orders")]]
+        driver.pipe_records(before, process=False)
+        driver.cluster.groups.clear()  # (as if the application started for the first time now, with those there)
+        assert sum(driver.planner.initialize_offsets().values()) == 21
+        driver.crash_at("before_commit", batch=driver.batch)  # (its first batch, killed inside its transaction)
+        driver.pipe_records([("users", "u0", {"tier": 0}, BASE + 100),
+                             *[(t, f"u{i % 2}", {"i": i}, BASE + 100 + i) for i in range(10, 16) for t in ("views",
+                                                                                                          "orders")]])
+        assert driver.crashes and sorted(r.value["i"] for r in driver.read("seen")) == list(range(10, 16))
+        assert sorted(r.value for r in driver.records("minutes"))[-2:] == [3, 3]  # (u0 and u1: three each since)
+        assert sorted(r.value for r in driver.read("enriched")) == [[10, 0], [12, 0], [14, 0]]  # (u1's row: before)
+        reports = driver.audit()
+        assert [(r.mode, r.verdict, r.skipped) for r in reports] == [
+            ("lineage", "PASS", None), ("lineage", "PASS", None), ("window", "PASS", None), ("join", "PASS", None)]
+        assert sorted(r.lineage.not_read for r in reports if r.mode == "lineage") == [10, 11]
+        forger = MemoryProducer(driver.cluster, "forger")  # an output of a record the job never read
+        forger.init()
+        forger.begin()
+        (first,) = [m for m in driver.cluster.records("views", 0) if m.offset() == 0]
+        forger.produce("seen", b'{"i": 0, "seen": true}', first.key(), partition=0,
+                       headers=[(ORIGIN_HEADER, b"views:0:0:0")])
+        forger.commit()
+        (mark, *_) = [r for r in driver.audit() if r.mode == "lineage" and "seen" in r.outputs]
+        assert mark.verdict == "FAIL" and mark.lineage.unexpected == 1, mark.lineage

@@ -25,6 +25,7 @@ from eos.testing import TopologyTestDriver
 from eos.topology import SubTopology
 from eos.windows import TumblingWindows
 from eos.worker.plans import TaskStatus
+from eos.worker.progress import CommitMetadata
 from transactions.memory import MemoryConsumer
 
 
@@ -116,8 +117,12 @@ class PinningAdmin:
     def end_offsets(self, tps, committed=True, timeout=30.0):
         return {tp: self.ledger_end if tp[0].endswith("-ledger") else 50 for tp in tps}
 
-    def set_group_offsets(self, group, offsets, timeout=30.0):
+    def earliest_offsets(self, tps, timeout=30.0):
+        return dict.fromkeys(tps, 20)
+
+    def set_group_offsets(self, group, offsets, timeout=30.0, metadata=None):
         self.pinned.update(offsets)
+        self.metadata = dict(metadata or {})
 
 
 def latest_planner(admin: PinningAdmin) -> Planner:
@@ -141,6 +146,9 @@ def test_latest_does_not_pin_over_offsets_answered_as_never_committed_in_a_move(
 def test_latest_pins_a_new_application_at_once_and_one_whose_offsets_are_gone_after_reading_again(no_pause):
     new = PinningAdmin([{}], ledger_end=0)
     assert latest_planner(new).initialize_offsets() == {("in", 0): 50, ("in", 1): 50} and new.reads == 1
+    # (each commit says where the records start that the job starts after: 20 to 50, for the ledger)
+    assert {tp: CommitMetadata.decode(m).not_read_from for tp, m in new.metadata.items()} == {("in", 0): 20,
+                                                                                            ("in", 1): 20}
     with capture_logs() as logs:
         gone = PinningAdmin([{}], ledger_end=12)  # ran before, its offsets expired: pinned after the reads again
         assert latest_planner(gone).initialize_offsets() == {("in", 0): 50, ("in", 1): 50}
