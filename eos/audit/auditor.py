@@ -347,12 +347,14 @@ def audit_joins(app: Application, *, bootstrap_servers: str | None = None, subto
             right_table = app.subtopologies[join.right_reader]
             groups = {**groups, join.right: offset_groups(app.subtopologies, app.config.group_id)[
                 (right_table.name, join.right)]}
+        since = started_at(app, sub, report.bootstrap_servers, admin)
+        if right_table is not None:  # (a foreign key's table is read by another sub-topology's tasks)
+            since.update(started_at(app, right_table, report.bootstrap_servers, admin))
         try:
             report.join = audit_join(report.bootstrap_servers, sub, group=app.config.group_id,
                                      application_id=app.config.application_id, dead_letters=app.config.dlq_topic,
                                      admin=admin, max_samples=max_samples, groups=groups, right_table=right_table,
-                                     join=join, transitive=app.repartition_topics,
-                                     since=started_at(app, sub, report.bootstrap_servers, admin))
+                                     join=join, transitive=app.repartition_topics, since=since)
         except ValueError as exc:  # (an input it replays was purged)
             report.join, report.skipped = JoinAuditResult(join.kind, join.how), str(exc)
 

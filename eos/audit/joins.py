@@ -544,7 +544,7 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
     elif spec.kind == "foreign-key":
         assert right_table is not None and spec.key is not None
         right = _committed_records(bootstrap_servers, right_table, spec.right, (groups or {}).get(spec.right, group),
-                                   admin, skipped)
+                                   admin, skipped, since=since)
         by_left_key: dict[Any, list[Any]] = defaultdict(list)
         for k, v, _, _ in outputs:
             by_left_key[k].append(v)
