@@ -396,7 +396,9 @@ class KafkaAdmin:
                           metadata: Mapping[TP, str] | None = None) -> None:
         """Set committed offsets of a group without members (outside any transaction: start-up use only), each
         with its `metadata` if given."""
-        tps = [TopicPartition(t, p, o, metadata=(metadata or {}).get((t, p))) for (t, p), o in offsets.items()]
+        given = metadata or {}
+        tps = [TopicPartition(t, p, o) if (t, p) not in given else TopicPartition(t, p, o, metadata=given[(t, p)])
+               for (t, p), o in offsets.items()]  # (the client takes a string for metadata, or none at all)
         if not tps:
             return
         reader = self._group_reader(group, True)

@@ -1,8 +1,8 @@
 """A job that starts at its inputs' end (auto_offset_reset="latest") on the broker and Spark: its first run finds
-3,000 records already there and reads none of them; the next 2,000 are read, the run SIGKILLed inside a
-transaction and restarted. Every later record once in its output, the windowed counts those of the later
-records alone, and the job's own audit (lineage, window) PASS with the earlier 3,000 "before where the job
-started", where the lineage audit called them lost and the window audit recomputed from them."""
+3,000 records already there (in two partitions of three) and reads none of them; the next 2,000 are read, the
+run SIGKILLed inside a transaction and restarted. Every later record once in its output, the windowed counts
+those of the later records alone, and the job's own audit (lineage, window) PASS with the earlier 3,000 "before
+where the job started", where the lineage audit called them lost and the window audit recomputed from them."""
 
 from __future__ import annotations
 
@@ -46,9 +46,10 @@ def views(first: int, n: int) -> list[tuple[bytes, bytes]]:
 
 def test_a_job_started_at_the_end_reads_and_audits_only_what_came_after(kafka, topic_factory, unique_name, tmp_path,
                                                                         monkeypatch):
-    topics = {n: topic_factory(n, partitions=2) for n in ("views", "seen", "minutes")}
+    topics = {n: topic_factory(n, partitions=3) for n in ("views", "seen", "minutes")}
     bootstrap = kafka.bootstrap_servers
-    produce(bootstrap, topics["views"], views(0, BEFORE))
+    # (the earlier records in two partitions of three: the third starts at its end with nothing before it)
+    produce(bootstrap, topics["views"], views(0, BEFORE), partition_of=lambda n, key: n % 2)
     marks = tmp_path / "marks"
     marks.mkdir()
     (tmp_path / "job.py").write_text(JOB)
