@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from eos.audit.aggregate import AggregateKind, AggregateResult, audit_aggregate
 from eos.audit.executors import Executor
 from eos.audit.joins import JoinAuditResult, audit_join
-from eos.audit.ledger import read_ledger
+from eos.audit.ledger import add_starts, read_ledger
 from eos.audit.lineage import LineageResult, audit_lineage
 from eos.audit.windows import WindowAuditResult, audit_windows
 from eos.ledger import ledger_topic
@@ -314,6 +314,8 @@ def started_at(app: Application, sub: SubTopology, bootstrap_servers: str,
         return {}
     ledger = read_ledger(bootstrap_servers, ledger_topic(app.config.application_id), sub.inputs, admin=admin,
                          subtopologies={sub.name}) or {}
+    groups = offset_groups(app.subtopologies, app.config.group_id)
+    add_starts(ledger, admin, sub.inputs, app.config.group_id, {t: groups[(sub.name, t)] for t in sub.inputs})
     return {tp: account.not_read.max() + 1 for tp, account in ledger.items() if account.not_read}
 
 

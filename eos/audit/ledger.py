@@ -4,16 +4,17 @@ produced nothing on purpose, and which were covered twice."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from pyroaring import BitMap64
 
 from eos.audit.scan import scan_topic
 from eos.ledger import LedgerEntry
+from eos.worker.progress import CommitMetadata
 from transactions import KafkaAdmin
 
-__all__ = ["PartitionLedger", "read_ledger"]
+__all__ = ["PartitionLedger", "read_ledger", "add_starts"]
 
 TP = tuple[str, int]
 
@@ -124,3 +125,16 @@ def read_ledger(bootstrap_servers: str, topic: str, inputs: Iterable[str], *, ad
                 if tp[0] in origins and now_ids.get(tp, True):
                     out.setdefault(tp, PartitionLedger()).held |= offsets
     return out
+
+
+def add_starts(ledger: dict[TP, PartitionLedger], admin: KafkaAdmin, inputs: Iterable[str], group: str,
+               groups: Mapping[str, str] | None = None) -> None:
+    """Add to `ledger` the records each input partition's job started after, as its committed offset still says
+    (`CommitMetadata.not_read_from`: set at the end at start-up under auto_offset_reset="latest", and no batch
+    of the partition committed since, so no ledger entry of it says so yet)."""
+    for topic in inputs:
+        tps = admin.topic_partitions(topic)
+        for tp, commit in admin.group_commits((groups or {}).get(topic, group), tps, stable=True).items():
+            start = CommitMetadata.decode(commit.metadata).not_read_from
+            if start is not None and commit.offset is not None and commit.offset > start:
+                ledger.setdefault(tp, PartitionLedger()).not_read.add_range(start, commit.offset)

@@ -17,7 +17,7 @@ from typing import Any
 from pyroaring import BitMap64
 
 from eos.audit.executors import Executor, LocalExecutor
-from eos.audit.ledger import PartitionLedger, read_ledger
+from eos.audit.ledger import PartitionLedger, add_starts, read_ledger
 from eos.audit.partials import (
     InputPartial,
     OutputPartial,
@@ -150,6 +150,8 @@ def audit_lineage(bootstrap_servers: str, inputs: Iterable[str], outputs: Iterab
     ledger = (read_ledger(bootstrap_servers, ledger_topic, inputs, admin=admin, through=through,
                           subtopologies=None if subtopologies is None else set(subtopologies))
               if ledger_topic else None)
+    if ledger is not None and group is not None:  # (a partition started at its end with no batch since)
+        add_starts(ledger, admin, inputs, group, groups)
     ins = executor.map(scan_input_partition, input_scans(admin, inputs, group, groups), progress)
     outputs = list(outputs)
     read_too = frozenset((*inputs, *read_by_job)) & frozenset(outputs)
