@@ -30,6 +30,7 @@ from eos.errors import ConfigError
 from eos.ledger import ledger_topic
 from eos.time import parse_time
 from eos.topology import offset_groups
+from eos.worker.progress import CommitMetadata
 from recovery import locked_task_directories
 from transactions import KafkaAdmin
 
@@ -56,6 +57,9 @@ class ResetPlan:
     local_state: list[Path]
     state_dir: str
     notes: list[str] = field(default_factory=list)
+    #: input partitions started again past their first record: that first offset (the records before the new
+    #: position are not the next run's input, which its commit says for the audits: `CommitMetadata.not_read_from`)
+    starts_after: dict[TP, int] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
         """What the reset does, one line each."""
@@ -99,8 +103,10 @@ def plan_reset(app: Application, admin: KafkaAdmin, *, to: str = "earliest",
     now = int(time.time() * 1000) if now_ms is None else now_ms
     starts = {t: (inputs or {}).get(t, to) for t in user_inputs}
     positions: dict[str, dict[TP, int]] = {}
+    firsts: dict[TP, int] = {}
     for topic, start in starts.items():
         tps = admin.topic_partitions(topic)
+        firsts.update(admin.earliest_offsets(tps))
         if start == "earliest":
             positions[topic] = admin.earliest_offsets(tps)
         elif start == "latest":
@@ -126,16 +132,20 @@ def plan_reset(app: Application, admin: KafkaAdmin, *, to: str = "earliest",
              "starts",
              f"output topics and the dead-letter topic {cfg.dlq_topic} are left as they are; the driver lease "
              f"topic {lease_topic(cfg)} too"]
+    starts_after = {tp: firsts[tp] for ends in positions.values() for tp, o in ends.items() if o > firsts.get(tp, o)}
     return ResetPlan(cfg.application_id, starts, offsets, sorted(set(groups.values())),
                      [t for t in candidates if counts[t] is not None],
-                     [Path(p) for p in sorted(glob.glob(pattern)) if Path(p).is_dir()], state_dir, notes)
+                     [Path(p) for p in sorted(glob.glob(pattern)) if Path(p).is_dir()], state_dir, notes,
+                     starts_after)
 
 
 def apply_reset(plan: ResetPlan, admin: KafkaAdmin, *, timeout: float = 60.0) -> None:
     """Carry out a plan (see the module's docstring), waiting until the deleted topics are gone."""
     admin.delete_groups(plan.groups)
     for group, offsets in plan.offsets.items():
-        admin.set_group_offsets(group, offsets)
+        after = {tp: CommitMetadata(not_read_from=plan.starts_after[tp]).encode() for tp in offsets
+                 if tp in plan.starts_after}
+        admin.set_group_offsets(group, offsets, metadata=after)
     if plan.topics:
         admin.delete_topics(plan.topics)
         deadline = time.monotonic() + timeout

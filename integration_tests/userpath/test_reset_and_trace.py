@@ -108,7 +108,9 @@ def test_a_reset_plan_starts_each_input_where_it_is_told(kafka, topic_factory, t
     plan = plan_reset(app, admin, to="-1h", inputs={views: "latest"}, now_ms=now)
     assert plan.starts == {clicks: "-1h", views: "latest"}
     assert plan.offsets["reset-plan"] == {(clicks, 0): 2, (views, 0): 4}  # the first record of the last hour
+    assert plan.starts_after == {(clicks, 0): 0, (views, 0): 0}  # (the records before: not the next run's input)
     assert plan_reset(app, admin, to="earliest", now_ms=now).offsets["reset-plan"] == {(clicks, 0): 0, (views, 0): 0}
+    assert plan_reset(app, admin, to="earliest", now_ms=now).starts_after == {}
     (tmp_path / "exec-1" / "reset-plan").mkdir(parents=True)
     assert plan_reset(app, admin, now_ms=now).local_state == [tmp_path / "exec-1" / "reset-plan"]
     with pytest.raises(ConfigError, match="not an input topic"):
