@@ -238,6 +238,11 @@ def audit_windows(bootstrap_servers: str, sub: SubTopology, *, group: str, admin
     if len(sub.inputs) != 1 or output is None:
         raise ValueError(f"sub-topology {sub.name!r}: the window audit needs one input and an output topic")
     out_key, out_value = sub.output_serdes.get(output, (sub.output_key_serde, sub.output_value_serde))
+    cached = cached and isinstance(w.windows, HoppingWindows) and w.emit != "final"  # (updates held back)
+    if w.suffix and cached:
+        raise ValueError(f"the window audit of {w.store!r} needs each update of a hopping window, and a record cache "
+                         "holds some back; with the results changed on the way to their topic, which window a "
+                         "record is of cannot be told to check its history: the lineage audit alone proves them")
     replay = replay_prefix(w.prefix)
     admin = admin or admin_for(bootstrap_servers, settle_once=True)
     result = WindowAuditResult()
@@ -272,8 +277,7 @@ def audit_windows(bootstrap_servers: str, sub: SubTopology, *, group: str, admin
         expected_closed.update(ref.closed)
     if w.suffix:  # results changed on their way to the topic: each expected one changed alike, then counted
         _check_changed(w, expected_closed if w.emit == "final" else expected_updates, out_key, out_value,
-                       scan_topic(bootstrap_servers, output, admin=admin, progress=progress), result, max_samples,
-                       cached=cached and isinstance(w.windows, HoppingWindows))
+                       scan_topic(bootstrap_servers, output, admin=admin, progress=progress), result, max_samples)
         return result
     observed: dict[WindowKey, list[Any]] = defaultdict(list)
     for batch in scan_topic(bootstrap_servers, output, admin=admin, progress=progress):
@@ -285,8 +289,7 @@ def audit_windows(bootstrap_servers: str, sub: SubTopology, *, group: str, admin
     if w.emit == "final":
         _check_final(expected_closed, expected_updates, observed, result, max_samples)
     else:
-        _check_updates(expected_updates, observed, result, max_samples,
-                       cached=cached and isinstance(w.windows, HoppingWindows))
+        _check_updates(expected_updates, observed, result, max_samples, cached=cached)
     return result
 
 
@@ -360,16 +363,12 @@ def _record(msg: Message, sub: SubTopology, extract: Callable[[Record], int]) ->
 
 
 def _check_changed(w: Windowing, expected: Mapping[WindowKey, Any], key_serde: Any, value_serde: Any,
-                   batches: Iterable[list[Message]], result: WindowAuditResult, limit: int, *, cached: bool) -> None:
+                   batches: Iterable[list[Message]], result: WindowAuditResult, limit: int) -> None:
     """The results of an aggregation whose results pass stateless operators on their way to the topic (`w.suffix`:
     a map of each window's key to its key, a filter): each expected result (a final one, or every update) passed
     through them as the task passed it, serialized as the task wrote it, and the topic's records counted
     against those: every one once. Which window a record is of cannot be told any more, so the check is of the
     records as a whole (a window's updates out of order would not show, a record missing or twice does)."""
-    if cached:
-        raise ValueError(f"the window audit of {w.store!r} needs each update of a hopping window, and a record cache "
-                         "holds some back; with the results changed on the way to their topic, which window a "
-                         "record is of cannot be told to check its history: the lineage audit alone proves them")
     changed = replay_prefix(w.suffix, stand_in=False)
     result.changed = True
     want: Counter[tuple[bytes | None, bytes | None]] = Counter()
