@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
 from eos.errors import ConfigError
+from eos.offset_reset import offset_reset
 from transactions import UnsafeClientSetting, check_client_properties, consumer_settings, producer_settings
 
 __all__ = ["EosConfig", "BadRecordPolicy", "ProcessingGuarantee"]
@@ -82,8 +83,10 @@ class EosConfig:
     #: An OpenTelemetry span per task and batch, linked to the traces of its input records (`eos.tracing`;
     #: needs opentelemetry-api, and an SDK configured where tasks run to export anything)
     tracing: bool = False
-    #: Where a partition starts when the group has no committed offset.
-    auto_offset_reset: Literal["earliest", "latest"] = "earliest"
+    #: Where a partition starts when the group has no committed offset (`eos.offset_reset`): "earliest",
+    #: "latest", "none" (refuse to start), or a datetime.timedelta back from the start ("by_duration:PT1H").
+    #: A source's own (`app.stream(..., auto_offset_reset=...)`) overrides it.
+    auto_offset_reset: str = "earliest"
     #: Attempts of one batch inside one Spark task (abortable errors, recreated producers).
     max_batch_attempts: int = 5
     #: Consecutive failed batches (planning errors, Spark jobs that failed) the driver re-plans before it
@@ -150,7 +153,9 @@ class EosConfig:
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            object.__setattr__(self, f.name, _coerce(f.name, getattr(self, f.name), _HINTS[f.name]))
+            value = getattr(self, f.name)
+            object.__setattr__(self, f.name, offset_reset(value) if f.name == "auto_offset_reset" else
+                               _coerce(f.name, value, _HINTS[f.name]))
         self._validate()
 
     @classmethod

@@ -72,7 +72,8 @@ class LedgerInput:
     end: int  # exclusive: the offset the batch's transaction commits
     reset_from: int | None = None  # the committed offset reading did not start at
     reset_reason: str | None = None  # "retention" | "recreated" | "latest"
-    #: records `[not_read_from, start)` are not the job's input: it started after them (auto_offset_reset="latest")
+    #: records `[not_read_from, start)` are not the job's input: it started after them (auto_offset_reset
+    #: "latest" or a duration)
     not_read_from: int | None = None
 
     def to_json(self) -> dict[str, Any]:

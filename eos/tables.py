@@ -68,6 +68,9 @@ class TableSource:
     #: a versioned table (`versioned=` of `app.table`): the history retention (ms) of the versioned stores
     #: that keep it (None: plain key-value stores, the latest value by offset)
     history_retention_ms: int | None = None
+    #: where its source starts a partition nothing was committed for (`eos.offset_reset`; None: the
+    #: application's auto_offset_reset)
+    offset_reset: str | None = None
 
 
 def history_retention(versioned: int | timedelta | None, what: str) -> int | None:

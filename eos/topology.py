@@ -84,6 +84,9 @@ class SubTopology:
     #: Inputs read with other serdes or timestamps than the sub-topology's (a join's two sides):
     #: topic -> (key serde, value serde, timestamp extractor or None for the record's own timestamp).
     per_topic: Mapping[str, tuple[Serde, Serde, Callable[[Any], int] | None]] = field(default_factory=dict)
+    #: Input topics with a policy of their own for where a partition nothing was committed for starts
+    #: (`eos.offset_reset`; the others: the application's auto_offset_reset).
+    offset_resets: Mapping[str, str] = field(default_factory=dict)
     #: Global tables the processor reads (eos.tables.GlobalTable): a full copy on every task, read up to
     #: offsets the planner pins for the batch.
     global_tables: tuple[Any, ...] = ()

@@ -506,6 +506,16 @@ class MemoryAdmin:
     def earliest_offsets(self, partitions: Iterable[TP], timeout: float = 30.0) -> dict[TP, int]:
         return dict.fromkeys(partitions, 0)
 
+    def offsets_for_time(self, partitions: Iterable[TP], timestamp_ms: int, timeout: float = 30.0) -> dict[TP, int]:
+        """As `KafkaAdmin.offsets_for_time`: per partition, the first record at or after `timestamp_ms` (the
+        end when none is that late)."""
+        out = {}
+        for t, p in partitions:
+            log = self.cluster.logs[t][p]
+            out[(t, p)] = next((m.offset() for m in log if not m.marker and m.timestamp()[1] >= timestamp_ms),
+                               len(log))
+        return out
+
     def group_commits(self, group: str, partitions: Iterable[TP], *, stable: bool = True,
                       timeout: float = 30.0) -> dict[TP, Committed]:
         committed = self.cluster.groups.get(group, {})

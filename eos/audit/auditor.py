@@ -150,7 +150,7 @@ def audit(bootstrap_servers: str, *, inputs: list[str], outputs: list[str], dead
           through: Iterable[str] = (), subtopologies: frozenset[str] | None = None,
           groups: Mapping[str, str] | None = None, ordered: bool = True,
           numbered: bool | None = None, admin: KafkaAdmin | None = None,
-          read_by_job: Iterable[str] = ()) -> AuditReport:
+          read_by_job: Iterable[str] = (), other_steps: Iterable[str] = ()) -> AuditReport:
     """Audit `outputs` (+ dead letters) against `inputs`. `extra_topics` (e.g. changelogs) are checked for
     open transactions too. `aggregate` switches from lineage mode to aggregate mode. The lineage ledger
     (`<group>-ledger` unless `ledger_topic` names another) accounts for filtered records. `subtopologies` and
@@ -158,7 +158,8 @@ def audit(bootstrap_servers: str, *, inputs: list[str], outputs: list[str], dead
     `ordered=False` leaves out the input-order check, `numbered=False` that of each record's run of output
     indices (`audit_lineage`). `admin`: one shared with other audits of the same look (`audit_application`),
     so that a transaction left open is waited out once. `read_by_job`: the topics the job's other steps read
-    (records others wrote to such an output are input, not output: `audit_lineage`)."""
+    (records others wrote to such an output are input, not output: `audit_lineage`). `other_steps`: the inputs of
+    the job's other steps that write these outputs too (their records there are theirs: `audit_lineage`)."""
     started = time.monotonic()
     admin = admin or admin_for(bootstrap_servers, settle_once=True)
     report = AuditReport("aggregate" if aggregate else "lineage", bootstrap_servers, list(inputs), list(outputs),
@@ -168,7 +169,8 @@ def audit(bootstrap_servers: str, *, inputs: list[str], outputs: list[str], dead
                                        group=group, admin=admin, isolation=isolation, max_samples=max_samples,
                                        executor=executor, progress=progress, ledger_topic=ledger_topic,
                                        through=through, subtopologies=subtopologies, groups=groups,
-                                       ordered=ordered, numbered=numbered, read_by_job=read_by_job)
+                                       ordered=ordered, numbered=numbered, read_by_job=read_by_job,
+                                       other_steps=other_steps)
     else:
         report.aggregate = audit_aggregate(bootstrap_servers, inputs, outputs, kind=aggregate.kind,
                                            input_value=aggregate.input_value, output_value=aggregate.output_value,
@@ -251,11 +253,15 @@ def _lineage_reports(app: Application, bootstrap_servers: str | None, max_sample
         only = frozenset(sub.name for sub in members) if shared & set(inputs) else None
         changelogs = [spec.changelog_topic(cfg.application_id) for sub in members for spec in sub.stores
                       if spec.source_topic is None]
+        # the steps of other groups that write one of these outputs too: their records there are theirs
+        other_steps = {t for others in linked if others is not members and any(
+            set(sub.output_topics) & set(outputs) for sub in others) for sub in others for t in sub.inputs}
         reports.append(audit(bootstrap, inputs=inputs, outputs=outputs, dead_letter_topic=cfg.dlq_topic,
                              group=cfg.group_id, extra_topics=[*changelogs, *through], max_samples=max_samples,
                              progress=progress, ledger_topic=ledger_topic(cfg.application_id), through=through,
                              subtopologies=only, groups=input_groups, ordered=not through,
-                             numbered=runs_whole(members, hops), admin=admin, read_by_job=read_by_job))
+                             numbered=runs_whole(members, hops), admin=admin, read_by_job=read_by_job,
+                             other_steps=other_steps - hops))
     return reports
 
 
@@ -307,10 +313,12 @@ def _linked_by_hops(subs: list[SubTopology], hops: frozenset[str]) -> list[list[
 
 def started_at(app: Application, sub: SubTopology, bootstrap_servers: str,
                admin: KafkaAdmin) -> dict[tuple[str, int], int]:
-    """Where `sub`'s tasks started reading each input partition whose earlier records are not their input: a job
-    with auto_offset_reset="latest" starts at the end, and its first batch records so in the ledger
-    (`LedgerInput.not_read_from`). Empty for a job that starts at the beginning (nothing to read then)."""
-    if app.config.auto_offset_reset != "latest" or not app.config.lineage:
+    """Where `sub`'s tasks started reading each input partition whose earlier records are not their input: a
+    source whose auto_offset_reset is not "earliest" starts later (at the end, or at a time), and its first batch
+    records so in the ledger (`LedgerInput.not_read_from`). Empty when every source of `sub` starts at the
+    beginning (nothing to read then)."""
+    policies = {sub.offset_resets.get(t, app.config.auto_offset_reset) for t in sub.inputs}
+    if policies == {"earliest"} or not app.config.lineage:
         return {}
     ledger = read_ledger(bootstrap_servers, ledger_topic(app.config.application_id), sub.inputs, admin=admin,
                          subtopologies={sub.name}) or {}

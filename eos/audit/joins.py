@@ -484,7 +484,7 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
     records are passed through the stateless operators between its topic and the join
     (`JoinSpec.left_prefix`, `right_prefix`), as its task passed them, and each result expected through those
     between the join and its topic (`JoinSpec.suffix`). `since`: where the task started reading a partition, the
-    records before it not its input (auto_offset_reset="latest": `eos.audit.auditor.started_at`)."""
+    records before it not its input (auto_offset_reset "latest" or a duration: `eos.audit.auditor.started_at`)."""
     spec: JoinSpec = join or only(sub.joins, f"sub-topology {sub.name!r}", "join")
     admin = admin or admin_for(bootstrap_servers, settle_once=True)
     result = JoinAuditResult(spec.kind, spec.how)

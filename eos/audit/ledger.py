@@ -46,7 +46,7 @@ class PartitionLedger:
     paths_unknown: BitMap64 = field(default_factory=BitMap64)
     #: offsets skipped because retention deleted them before they were processed
     retention_skipped: int = 0
-    #: offsets the job started after (auto_offset_reset="latest"): not its input
+    #: offsets the job started after (auto_offset_reset "latest" or a duration): not its input
     not_read: BitMap64 = field(default_factory=BitMap64)
     #: earlier topic ids seen
     incarnations: set[str] = field(default_factory=set)

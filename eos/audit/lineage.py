@@ -64,12 +64,15 @@ class LineageResult:
     input_deleted: int = 0  # outputs of records processed, then deleted from the input by retention
     earlier_topic: int = 0  # outputs (and their copies) of an earlier topic of the same name
     skipped_by_retention: int = 0  # input offsets deleted by retention before the job processed them
-    #: committed input records before where the job started reading (auto_offset_reset="latest"): not its input
+    #: committed input records before where the job started reading (auto_offset_reset "latest" or a duration):
+    #: not its input
     not_read: int = 0
     other_dead_letters: int = 0  # dead letters of other sub-topologies (the dead-letter topic is shared)
     #: records others wrote to an output topic the job reads too (a cycle, a topic others write too): its
     #: input, not output
     written_by_others: int = 0
+    #: outputs of the job's other steps that write the same topic from other inputs: checked by their audits
+    other_steps: int = 0
     derived: int = 0  # outputs derived by a task (punctuation, final window results): see `eos audit window`
     #: derived outputs committed twice (the same task, position, time, punctuation and index)
     derived_duplicates: int = 0
@@ -122,7 +125,8 @@ def audit_lineage(bootstrap_servers: str, inputs: Iterable[str], outputs: Iterab
                   ledger_topic: str | None = None, through: Iterable[str] = (),
                   subtopologies: frozenset[str] | None = None,
                   groups: Mapping[str, str] | None = None, ordered: bool = True,
-                  numbered: bool | None = None, read_by_job: Iterable[str] = ()) -> LineageResult:
+                  numbered: bool | None = None, read_by_job: Iterable[str] = (),
+                  other_steps: Iterable[str] = ()) -> LineageResult:
     """Audit `outputs` (and the dead letters of `inputs`) against `inputs`. The ledger (default: the one of
     the application `group` names) accounts for filtered records, topics created again and input deleted
     by retention; without one those show up as lost or unexpected. `through`: repartition topics between
@@ -139,7 +143,9 @@ def audit_lineage(bootstrap_servers: str, inputs: Iterable[str], outputs: Iterab
     says every index a scope gives is an output's (not so where a step writes both a repartition topic and an
     output). A record without an origin in an output that `inputs` or `read_by_job` (the topics other steps of
     the job read) hold too was written there by others: input of the job, not an output of these steps (a
-    cycle of steps, a topic the job and other producers write), counted as `written_by_others`."""
+    cycle of steps, a topic the job and other producers write), counted as `written_by_others`. `other_steps`: the
+    inputs of the job's other steps that write these outputs too; their records there are left out, counted as
+    `other_steps` (their own audits check them)."""
     inputs = list(inputs)
     admin = admin or admin_for(bootstrap_servers, settle_once=True)
     executor = executor or LocalExecutor()
@@ -155,7 +161,8 @@ def audit_lineage(bootstrap_servers: str, inputs: Iterable[str], outputs: Iterab
     ins = executor.map(scan_input_partition, input_scans(admin, inputs, group, groups), progress)
     outputs = list(outputs)
     read_too = frozenset((*inputs, *read_by_job)) & frozenset(outputs)
-    outs = executor.map(_OutputScan(isolation, max_samples, read_too=read_too),
+    outs = executor.map(_OutputScan(isolation, max_samples, read_too=read_too,
+                                    others=frozenset(other_steps) - frozenset(inputs)),
                         output_scans(admin, outputs, isolation), progress)
     dead = executor.map(_OutputScan(isolation, max_samples, frozenset(inputs), subtopologies),
                         output_scans(admin, dlq_topics, isolation), progress)
@@ -166,14 +173,15 @@ class _OutputScan:
     """Picklable scan function with its options (runs in Spark tasks too)."""
 
     def __init__(self, isolation: Isolation, max_samples: int, origin_topics: frozenset[str] | None = None,
-                 subtopologies: frozenset[str] | None = None, read_too: frozenset[str] = frozenset()) -> None:
+                 subtopologies: frozenset[str] | None = None, read_too: frozenset[str] = frozenset(),
+                 others: frozenset[str] = frozenset()) -> None:
         self.isolation, self.max_samples, self.origin_topics = isolation, max_samples, origin_topics
-        self.subtopologies, self.read_too = subtopologies, read_too
+        self.subtopologies, self.read_too, self.others = subtopologies, read_too, others
 
     def __call__(self, scan: PartitionScan, progress: Callable[[int], None] | None = None) -> OutputPartial:
         return scan_output_partition(scan, isolation=self.isolation, max_samples=self.max_samples, progress=progress,
                                      origin_topics=self.origin_topics, subtopologies=self.subtopologies,
-                                     read_too=scan.topic in self.read_too)
+                                     read_too=scan.topic in self.read_too, others=self.others)
 
 
 Origins = dict[tuple[str, int, int], BitMap64]
@@ -192,6 +200,7 @@ def _union(partials: list[OutputPartial], result: LineageResult, max_samples: in
         result.unexpected += part.without_origin
         result.other_dead_letters += part.foreign
         result.written_by_others += part.written_by_others
+        result.other_steps += part.other_steps
         result.derived += part.derived
         result.derived_duplicates += part.derived_duplicates
         for kind, items in part.samples.items():

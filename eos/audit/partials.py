@@ -97,6 +97,8 @@ class OutputPartial:
     #: records without an origin in an output topic the job reads too (a cycle, a topic others write too):
     #: written there by others, so input of the job rather than output, not counted
     written_by_others: int = 0
+    #: records whose origin is an input of the job's other steps that write the topic too: theirs, not counted
+    other_steps: int = 0
     #: places where an output's origin offset is below the one before it from the same input partition:
     #: (origin topic, origin partition, origin offset, previous origin offset, output offset), the first
     #: MAX_BREAKS of them; `order_breaks_beyond` counts the rest
@@ -114,7 +116,8 @@ class OutputPartial:
 def scan_output_partition(scan: PartitionScan, *, isolation: Isolation = "read_committed", max_samples: int = 10,
                           progress: Callable[[int], None] | None = None,
                           origin_topics: frozenset[str] | None = None,
-                          subtopologies: frozenset[str] | None = None, read_too: bool = False) -> OutputPartial:
+                          subtopologies: frozenset[str] | None = None, read_too: bool = False,
+                          others: frozenset[str] = frozenset()) -> OutputPartial:
     """Origins of one output (or dead-letter) partition, read with `isolation`.
 
     Whatever the isolation asked for, records that a read_committed reader cannot see (aborted or still
@@ -123,7 +126,9 @@ def scan_output_partition(scan: PartitionScan, *, isolation: Isolation = "read_c
     (a dead-letter topic shared by several sub-topologies), records whose origin is another topic belong to
     another sub-topology's audit: they are counted as `foreign` and left out. `read_too`: the job reads this
     output topic as well (a cycle of steps, a topic others write too), so a record in it without an origin was
-    written by others, the job's input: counted as `written_by_others` and left out."""
+    written by others, the job's input: counted as `written_by_others` and left out. `others`: the input topics
+    of the job's other steps that write this topic too: records whose origin is one of them are those steps'
+    outputs, which their own audits check, counted as `other_steps` and left out."""
     committed = _offsets(scan, "read_committed", None) if isolation == "read_uncommitted" else None
     part = OutputPartial(scan.topic, scan.partition)
     seen: defaultdict[tuple[str, int, int], BitMap64] = defaultdict(BitMap64)
@@ -160,6 +165,10 @@ def scan_output_partition(scan: PartitionScan, *, isolation: Isolation = "read_c
             if origin is None:
                 part.without_origin += 1
                 part.sample("unexpected", max_samples, reason=f"no valid {ORIGIN_HEADER} header", **at)
+                continue
+            if origin.topic in others:
+                part.records -= 1
+                part.other_steps += 1
                 continue
             if (origin_topics is not None and origin.topic not in origin_topics) or (
                     subtopologies is not None and _dead_letter_of(headers) not in (None, *subtopologies)):

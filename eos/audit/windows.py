@@ -231,8 +231,8 @@ def audit_windows(bootstrap_servers: str, sub: SubTopology, *, group: str, admin
     another step of the application whose records carry their writers' clocks (`eos.streamtime`).
     `window`: which of the sub-topology's windowed aggregations (needed when it has several). `cached`: the
     job ran with a record cache (`cache_max_bytes` > 0), which holds back the updates of time windows. `since`:
-    where the task started reading a partition, the records before it not its input (auto_offset_reset="latest":
-    `eos.audit.auditor.started_at`)."""
+    where the task started reading a partition, the records before it not its input (auto_offset_reset "latest"
+    or a duration: `eos.audit.auditor.started_at`)."""
     w = window or only(sub.windowings, f"sub-topology {sub.name!r}", "windowed aggregation")
     output = w.topic or sub.output
     if len(sub.inputs) != 1 or output is None:

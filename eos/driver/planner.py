@@ -24,7 +24,9 @@ import structlog
 
 from eos.clock import wall_ms, wall_time
 from eos.config import EosConfig
+from eos.errors import ConfigError
 from eos.ledger import ledger_topic
+from eos.offset_reset import reset_duration_ms
 from eos.topology import SubTopology, TaskId, offset_groups
 from eos.worker.plans import OffsetReset, SkipReason, StampPlan, TaskPlan, TaskResult, TaskStatus
 from eos.worker.progress import CommitMetadata
@@ -110,6 +112,10 @@ class Planner:
         #: topic's id then (a topic read by several sub-topologies has a group, and a progress, per reader)
         self._committed: dict[tuple[str, TP], tuple[int, str | None]] = {}
         self.groups = offset_groups(self.subtopologies, config.group_id)
+        #: the auto_offset_reset of each (group, topic) whose source has one of its own (`policy`)
+        self.offset_resets = {(group, topic): self.subtopologies[name].offset_resets[topic]
+                              for (name, topic), group in self.groups.items()
+                              if topic in self.subtopologies[name].offset_resets}
         #: the topics each sub-topology writes whose records carry their writers' clocks (eos.streamtime)
         self.clocked = clocked
         self.stamped = {name: sorted(set(sub.output_topics) & clocked)
@@ -126,34 +132,61 @@ class Planner:
         return sorted(tps)
 
     def initialize_offsets(self) -> dict[TP, int]:
-        """With auto_offset_reset='latest', pin partitions that have no committed offset to their current end,
-        so that the first batch does not chase a moving start. Returns what was pinned.
+        """Start the partitions that have no committed offset where their sources' auto_offset_reset says
+        (`eos.offset_reset`), when that is not their first record: "latest" pins them to their current end, a
+        duration to their first record at or after the start minus it, so that the first batch does not chase
+        a moving start, and "none" refuses to start (a ConfigError). Returns what was pinned.
 
         A pin overwrites what a group has committed, and librdkafka 2.16 answers a read during a coordinator
         move as "nothing committed" for every partition, with no error (README, "Known limits"). So when the
         application has run before (its ledger holds records) and a group answers so, the group is read again,
-        up to `PIN_CONFIRM_READS` times `PIN_CONFIRM_PAUSE_S` apart, before anything is pinned."""
-        if self.config.auto_offset_reset != "latest":
-            return {}
-        pinned: dict[TP, int] = {}
+        up to `PIN_CONFIRM_READS` times `PIN_CONFIRM_PAUSE_S` apart, before anything is pinned or refused."""
         ran_before: bool | None = None
+        missing: dict[str, list[TP]] = {}
         for group, tps in self._by_group().items():
+            tps = [tp for tp in tps if self.policy(group, tp[0]) != "earliest"]
+            if not tps:
+                continue
             committed = self.admin.group_offsets(group, tps, stable=False)
             if all(o is None for o in committed.values()):
                 ran_before = self._ran_before() if ran_before is None else ran_before
                 if ran_before:
                     committed = self._read_again(group, tps)
-            missing = [tp for tp in tps if committed.get(tp) is None]
-            if missing:
-                ends = self.admin.end_offsets(missing, committed=True)
-                firsts = self.admin.earliest_offsets(missing)
+            missing[group] = [tp for tp in tps if committed.get(tp) is None]
+        refused = sorted({tp for group, tps in missing.items() for tp in tps if self.policy(group, tp[0]) == "none"})
+        if refused:
+            raise ConfigError(_nothing_committed(refused))
+        pinned: dict[TP, int] = {}
+        for group, tps in missing.items():
+            if tps:
+                starts = self._reset_starts(group, tps)
+                firsts = self.admin.earliest_offsets(tps)
                 # (each says where the records start that the job starts after, for its first batch to record in
                 # the ledger: they are not its input, and the audits leave them out)
-                self.admin.set_group_offsets(group, ends, metadata={
-                    tp: CommitMetadata(not_read_from=firsts.get(tp, 0)).encode() for tp, end in ends.items()
-                    if end > firsts.get(tp, 0)})
-                pinned.update(ends)
+                self.admin.set_group_offsets(group, starts, metadata={
+                    tp: CommitMetadata(not_read_from=firsts.get(tp, 0)).encode() for tp, start in starts.items()
+                    if start > firsts.get(tp, 0)})
+                pinned.update(starts)
         return pinned
+
+    def policy(self, group: str, topic: str) -> str:
+        """The auto_offset_reset of the source that commits its progress in `topic` under `group`."""
+        return self.offset_resets.get((group, topic), self.config.auto_offset_reset)
+
+    def _reset_starts(self, group: str, tps: list[TP]) -> dict[TP, int]:
+        """Where `tps` (policies "latest" or a duration) start: the last stable offset, or the first record at
+        or after now minus the duration, if before it (a later start would read as a truncated topic's)."""
+        starts = self.admin.end_offsets(tps, committed=True)
+        by_duration: dict[int, list[TP]] = {}
+        for tp in tps:
+            back = reset_duration_ms(self.policy(group, tp[0]))
+            if back is not None:
+                by_duration.setdefault(back, []).append(tp)
+        now = wall_ms()
+        for back, some in by_duration.items():
+            for tp, offset in self.admin.offsets_for_time(some, now - back).items():
+                starts[tp] = min(starts[tp], offset)
+        return starts
 
     def _read_again(self, group: str, tps: list[TP]) -> dict[TP, int | None]:
         """`group`'s offsets read again until one shows (see `initialize_offsets`), or what the last read said."""
@@ -163,8 +196,8 @@ class Planner:
             if any(o is not None for o in committed.values()):
                 return committed
         log.warning("the application has run before, but its group has no offsets committed for these inputs "
-                    "(expired, deleted, or the inputs changed): they start at their ends", group=group,
-                    partitions=len(tps))
+                    "(expired, deleted, or the inputs changed): they start where their auto_offset_reset says",
+                    group=group, partitions=len(tps))
         return committed
 
     def _ran_before(self) -> bool:
@@ -246,10 +279,10 @@ class Planner:
                 ranges, resets, behind = [], {}, set()
                 for topic in sub.inputs:
                     tp = (topic, partition)
-                    start, reset = self._start(tp, commits[self.groups[(sub.name, topic)]].get(tp), earliest[tp],
-                                               ends[tp])
+                    group = self.groups[(sub.name, topic)]
+                    start, reset = self._start(group, tp, commits[group].get(tp), earliest[tp], ends[tp])
                     if reset is None:
-                        start = self._not_before_last_commit(self.groups[(sub.name, topic)], tp, start, ends[tp])
+                        start = self._not_before_last_commit(group, tp, start, ends[tp])
                     self.lag[tp] = max(0, ends[tp] - start)
                     if reset is not None:
                         resets[tp] = reset
@@ -431,7 +464,7 @@ class Planner:
             return start
         return last[0]
 
-    def _start(self, tp: TP, committed: Committed | None, earliest: int,
+    def _start(self, group: str, tp: TP, committed: Committed | None, earliest: int,
                end: int) -> tuple[int, OffsetReset | None]:
         """Where a partition's next batch starts: its committed offset, unless that offset belongs to an
         earlier incarnation of the topic (deleted and created again), lies beyond the partition's end (the
@@ -446,12 +479,18 @@ class Planner:
         recorded_id = CommitMetadata.decode(committed.metadata if committed is not None else None).topic_id
         current_id = self.topic_ids.get(tp[0])
         if (recorded_id is not None and current_id is not None and recorded_id != current_id) or offset > end:
-            start = earliest if self.config.auto_offset_reset == "earliest" else end
+            policy = self.policy(group, tp[0])
+            if policy == "none":
+                raise ConfigError(f"input {tp[0]}[{tp[1]}] was deleted and created again (or truncated): its "
+                                  f"committed offset {offset} belongs to the earlier topic, and its auto_offset_reset "
+                                  f"is 'none'. {_WHERE_TO_START}")
+            start = (earliest if policy == "earliest" else
+                     max(earliest, min(end, self._reset_starts(group, [tp])[tp])))
             reset = OffsetReset(offset, start, SkipReason.RECREATED,
                                 not_read_from=earliest if start > earliest else None)
             self._warn(tp, reset, "the topic was deleted and created again (or truncated): its committed offset "
                                   f"{offset} belongs to the earlier topic; reading starts at {start} "
-                                  f"(auto_offset_reset={self.config.auto_offset_reset})")
+                                  f"(auto_offset_reset={policy})")
             return start, reset
         if offset < earliest:
             reset = OffsetReset(offset, earliest, SkipReason.RETENTION)
@@ -471,6 +510,18 @@ class Planner:
         topics = sorted({t for sub in self.subtopologies.values() for t in sub.inputs})
         self.topic_ids = self.admin.topic_ids(topics, timeout=10)
         self._ids_read = time.monotonic()
+
+
+_WHERE_TO_START = ("Commit where it starts (`eos reset <job> --to earliest`, `--to latest` or `--to <time>`; "
+                   "`--input TOPIC=WHERE` for one topic), or give it another auto_offset_reset (the application's, "
+                   "or its source's: app.stream(..., auto_offset_reset=\"earliest\")).")
+
+
+def _nothing_committed(refused: list[TP]) -> str:
+    shown = ", ".join(f"{t}[{p}]" for t, p in refused[:6]) + (f" and {len(refused) - 6} more" if len(refused) > 6
+                                                                else "")
+    return (f"{len(refused)} input partition(s) have no committed offset, and their auto_offset_reset is 'none', "
+            f"which refuses to guess where to start: {shown}. {_WHERE_TO_START}")
 
 
 def unit_size(setting: int | str, tasks: int, slots: int, recorded: Mapping[int, int]) -> int:

@@ -13,6 +13,7 @@ from eos.dsl.base import SerdeSpec
 from eos.dsl.tables import Table, foreign_key_join, store_name, table_aggregation, table_store
 from eos.graph import SinkNode, SourceNode
 from eos.graph.operators import require_functions
+from eos.offset_reset import offset_reset
 from eos.operators.joins import GlobalTableJoin, StreamStreamJoin, StreamTableJoin, TableTableJoin
 from eos.operators.windows import LatePolicy
 from eos.processor import Processor
@@ -57,7 +58,7 @@ class JoinStep:
 class JoinMethods(AggregationMethods):
     def table(self, topic: str, *, name: str | None = None, key_serde: SerdeSpec = "string",
               value_serde: SerdeSpec = "json", timestamp: TimestampSpec = None, persistent: bool = True,
-              versioned: int | timedelta | None = None) -> Table:
+              versioned: int | timedelta | None = None, auto_offset_reset: str | timedelta | None = None) -> Table:
         """A table read from `topic` (best compacted): the latest value per key, tombstones delete. Join it
         (`stream.join(table)`, `table.join(other)`, `app.join`), filter, map or re-group it
         (`eos.dsl.tables.Table`). Each join that reads it keeps it in a store `<join>-<name>` (RocksDB when
@@ -66,11 +67,15 @@ class JoinMethods(AggregationMethods):
         `versioned=history retention` (ms or a timedelta) makes it a versioned table, as Kafka Streams'
         versioned stores: its rows are kept by timestamp for that long behind the newest update, a stream
         joined with it gets the row as of each record's timestamp, and an update older than its key's latest
-        (out of order) goes into the history without changing the table's current row."""
+        (out of order) goes into the history without changing the table's current row.
+
+        `auto_offset_reset`: where its source starts a partition nothing was committed for, as `app.stream`'s."""
         ks, vs = serde_for(key_serde), serde_for(value_serde)
         source = TableSource(topic, name or store_name(topic), ks, vs,
                              timestamp_extractor(timestamp) if timestamp is not None else None, persistent,
-                             history_retention(versioned, f"table {topic!r}"))
+                             history_retention(versioned, f"table {topic!r}"),
+                             offset_reset(auto_offset_reset, f"table {topic!r}: auto_offset_reset")
+                             if auto_offset_reset is not None else None)
         return Table(self, ks, vs, (topic,), source=source)  # type: ignore[arg-type]
 
     def global_table(self, topic: str, *, name: str | None = None, key_serde: SerdeSpec = "string",
@@ -203,7 +208,7 @@ class JoinMethods(AggregationMethods):
             raise ValueError(f"join {name!r}: a table cannot be joined with itself")
         self._unused(name)
         sides = [Table(self, t.key_serde, t.value_serde, (t.topic,), node=self.graph.add(SourceNode(  # type: ignore[arg-type]
-            f"{step}.source", (t.topic,), t.key_serde, t.value_serde, t.timestamp)).name,
+            f"{step}.source", (t.topic,), t.key_serde, t.value_serde, t.timestamp, t.offset_reset)).name,
             source=t) for step, t in ((name, left), (f"{name}.right", right))]
         node = foreign_key_join(self, name, sides[0], sides[1], joiner, how, foreign_key, persistent)  # type: ignore[arg-type]
         self.graph.add(SinkNode(f"{name}.sink", output, (node,), left.key_serde, serde_for(output_value_serde)))
@@ -234,7 +239,7 @@ class JoinMethods(AggregationMethods):
         source: TableSource = _read_table(table)
         self._unused(name)
         read = self.graph.add(SourceNode(f"{name}.repartition.source", (source.topic,), source.key_serde,
-                                         source.value_serde, source.timestamp)).name
+                                         source.value_serde, source.timestamp, source.offset_reset)).name
         node, _, _ = table_aggregation(self, name, read, source, group_by, initializer, adder,  # type: ignore[arg-type]
                                        subtractor, serde_for(key_serde), serde_for(value_serde),
                                        serde_for(aggregate_serde), persistent and source.persistent)

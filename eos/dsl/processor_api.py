@@ -10,12 +10,14 @@ addStateStore`) and the entry points of the fluent DSL (`app.stream`), on the Ap
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from typing import Any
 
 from eos.dsl.base import SerdeSpec, topic_tuple
 from eos.dsl.fluent import Stream
 from eos.dsl.joins import JoinMethods
 from eos.graph import ProcessorNode, SinkNode, SourceNode
+from eos.offset_reset import offset_reset
 from eos.processor import Processor
 from eos.serde import serde_for
 from eos.tables import TableSource
@@ -28,11 +30,17 @@ __all__ = ["GraphMethods"]
 class GraphMethods(JoinMethods):
     # ------------------------------------------------------------------ the Processor API
     def add_source(self, name: str, topics: str | Sequence[str], *, key_serde: SerdeSpec = "string",
-                   value_serde: SerdeSpec = "json", timestamp: TimestampSpec = None) -> str:
-        """A source node reading `topics` (all read alike; the application's timestamp unless given)."""
+                   value_serde: SerdeSpec = "json", timestamp: TimestampSpec = None,
+                   auto_offset_reset: str | timedelta | None = None) -> str:
+        """A source node reading `topics` (all read alike; the application's timestamp unless given).
+        `auto_offset_reset`: where it starts a partition nothing was committed for (`eos.offset_reset`; the
+        application's setting unless given)."""
         topics = topic_tuple(topics, f"source {name!r}")
         extract = timestamp_extractor(timestamp) if timestamp is not None else None
-        return self.graph.add(SourceNode(name, topics, serde_for(key_serde), serde_for(value_serde), extract)).name
+        reset = offset_reset(auto_offset_reset, f"source {name!r}: auto_offset_reset") if (
+            auto_offset_reset is not None) else None
+        return self.graph.add(SourceNode(name, topics, serde_for(key_serde), serde_for(value_serde), extract,
+                                         reset)).name
 
     def add_processor(self, name: str, processor: Callable[[], Processor], *parents: str) -> str:
         """A processor node: `processor()` makes one `eos.Processor` per task; `context.forward(key, value)`
@@ -60,13 +68,17 @@ class GraphMethods(JoinMethods):
 
     # ------------------------------------------------------------------ the DSL's entry points
     def stream(self, topics: str | Sequence[str], *, key_serde: SerdeSpec = "string", value_serde: SerdeSpec = "json",
-               timestamp: TimestampSpec = None, name: str | None = None) -> Stream:
+               timestamp: TimestampSpec = None, name: str | None = None,
+               auto_offset_reset: str | timedelta | None = None) -> Stream:
         """The records of `topics` as a stream (`eos.dsl.fluent.Stream`): string keys and JSON values unless
-        told otherwise; event time from `timestamp` (the application's default, else the record's own)."""
+        told otherwise; event time from `timestamp` (the application's default, else the record's own).
+        `auto_offset_reset` (Kafka Streams' `Consumed.withOffsetResetPolicy`): where it starts a partition
+        nothing was committed for, "earliest", "latest", "none" or a timedelta back from the start
+        (`eos.offset_reset`); the application's auto_offset_reset unless given."""
         topics = topic_tuple(topics, "stream()")
         ks, vs = serde_for(key_serde), serde_for(value_serde)
         source = self.add_source(self.node_name(f"{topics[0]}.source", name, numbered=False), topics, key_serde=ks,
-                                 value_serde=vs, timestamp=timestamp)
+                                 value_serde=vs, timestamp=timestamp, auto_offset_reset=auto_offset_reset)
         return Stream(self, source, ks, vs, topics)
 
     def table_source(self, table: TableSource) -> str:
@@ -75,7 +87,7 @@ class GraphMethods(JoinMethods):
         if table.topic not in sources:
             sources[table.topic] = self.graph.add(SourceNode(
                 self.node_name(f"{table.name}.table", None, numbered=False), (table.topic,), table.key_serde,
-                table.value_serde, table.timestamp)).name
+                table.value_serde, table.timestamp, table.offset_reset)).name
         return sources[table.topic]
 
     # ------------------------------------------------------------------ shared by the DSL's classes

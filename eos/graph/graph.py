@@ -266,6 +266,7 @@ def _subtopology(part: GraphPart, stores: Mapping[str, StoreSpec], default_times
         joins=tuple(j for j in joins.values() if j is not None),
         unreplayed_joins=tuple((n.name, n.join, _UNREPLAYED_JOIN) for n, j in joins.items() if j is None),
         per_topic={t: r for t, r in readings.items() if r != (key_serde, value_serde, timestamp)},
+        offset_resets={t: s.offset_reset for s in part.sources if s.offset_reset is not None for t in s.topics},
         global_tables=tuple(dict.fromkeys(g for p in part.processors for g in p.global_tables)),
         raw_outputs=raw, output_serdes={t: (s.key_serde, s.value_serde) for t, s in sinks.items() if not s.raw},
         graph=part, **kind)

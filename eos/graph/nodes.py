@@ -27,6 +27,9 @@ class SourceNode:
     key_serde: Serde
     value_serde: Serde
     timestamp: Callable[[Any], int] | None = None
+    #: where it starts reading a partition its group has committed nothing for (`eos.offset_reset`; None: the
+    #: application's auto_offset_reset)
+    offset_reset: str | None = None
 
     @property
     def parents(self) -> tuple[str, ...]:

@@ -59,7 +59,7 @@ class TaskStatus(enum.StrEnum):
 class SkipReason(enum.StrEnum):
     RETENTION = "retention"  # records deleted by retention before they were processed
     RECREATED = "recreated"  # the committed offset belongs to an earlier topic of the same name
-    LATEST = "latest"  # nothing was committed: reading started at the end (auto_offset_reset="latest")
+    LATEST = "latest"  # nothing was committed: reading started where auto_offset_reset says (the end, a time)
 
 
 @dataclass(frozen=True)

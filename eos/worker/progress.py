@@ -36,8 +36,8 @@ class CommitMetadata:
     clocks: str = ""
     idle: bool = False
     grouping: int = 1
-    #: an offset set at start-up at the partition's end (auto_offset_reset="latest"): the records from this one
-    #: to it are not the job's input (the first batch records so in the ledger)
+    #: an offset set at start-up where auto_offset_reset says (the end, or a time): the records from this one to
+    #: it are not the job's input (the first batch records so in the ledger)
     not_read_from: int | None = None
 
     def encode(self) -> str:

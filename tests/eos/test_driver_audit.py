@@ -183,6 +183,37 @@ def test_two_steps_reading_one_topic_into_one_topic_are_reported_not_checked_and
     assert (fused_report.lineage.expected, fused_report.lineage.output_records) == (5, 7)
 
 
+@pytest.mark.no_audit  # (it forges a committed record)
+def test_steps_of_other_inputs_writing_one_topic_are_each_audited_on_their_own_records():
+    """Two steps that read other topics and write one: each audit held the other's records for outputs of
+    inputs it never read, and failed a correct job. Each leaves them to the other's audit, counted apart, and
+    still fails on a copy of one of its own."""
+    app = Application("ledger", bootstrap_servers="unused:9092")
+    app.stream("payments").map_values(lambda v: v * 100, name="cents").to("movements")
+    app.stream("refunds").filter(lambda k, v: v > 1, name="big").map_values(lambda v: -v, name="negative").to(
+        "movements")
+    with TopologyTestDriver(app, partitions=2) as driver:
+        driver.pipe_records([*[("payments", f"p{i}", i) for i in range(5)], *[("refunds", f"r{i}", i)
+                                                                              for i in range(4)]])
+        assert sorted(r.value for r in driver.read("movements")) == [-3, -2, 0, 100, 200, 300, 400]
+        reports = [r for r in driver.audit() if r.mode == "lineage"]
+        assert [(r.inputs, r.verdict, r.skipped) for r in reports] == [(["payments"], "PASS", None),
+                                                                       (["refunds"], "PASS", None)]
+        assert [(r.lineage.expected, r.lineage.output_records, r.lineage.other_steps, r.lineage.filtered)
+                for r in reports] == [(5, 5, 2, 0), (4, 2, 5, 2)]
+        shown = StringIO()
+        render(reports[0], Console(file=shown, width=200))
+        assert "outputs of the job's other steps to the same topic" in shown.getvalue()
+        (copy,) = [m for m in driver.cluster.records("movements", None) if m.value() == b"-3"]
+        forger = MemoryProducer(driver.cluster, "forger")
+        forger.init()
+        forger.begin()
+        forger.produce("movements", copy.value(), copy.key(), partition=copy.partition(), headers=copy.headers())
+        forger.commit()
+        payments, refunds = [r for r in driver.audit() if r.mode == "lineage"]
+        assert payments.verdict == "PASS" and (refunds.verdict, refunds.lineage.duplicates) == ("FAIL", 1)
+
+
 def test_records_others_write_to_a_topic_the_job_writes_and_reads_are_its_input_not_unexpected_outputs():
     """A step corrects rows of a table the job reads, whose topic other systems write too: a record there
     without an origin is input of the job (the table's), not an output of the correcting step without one."""
