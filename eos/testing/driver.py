@@ -20,7 +20,8 @@ topics others); record timestamps default to the driver's wall clock, which move
 (`advance_wall_clock`); units of tasks sharing a transaction run one after another, as one worker runs
 them, and `tasks_per_transaction="auto"` makes them for `task_slots` slots (2 by default); there is no
 Spark, so no standby replicas, placement or vectorized steps' Arrow path differences (they run as in a
-worker).
+worker); the driver creates every topic empty, so each source's `auto_offset_reset` starts at its beginning
+(`driver.planner.initialize_offsets()` applies the policies to what a test wrote before it).
 """
 
 from __future__ import annotations

@@ -2,7 +2,11 @@
 3,000 records already there (in two partitions of three) and reads none of them; the next 2,000 are read, the
 run SIGKILLed inside a transaction and restarted. Every later record once in its output, the windowed counts
 those of the later records alone, and the job's own audit (lineage, window) PASS with the earlier 3,000 "before
-where the job started", where the lineage audit called them lost and the window audit recomputed from them."""
+where the job started", where the lineage audit called them lost and the window audit recomputed from them.
+
+A job whose sources start each per its own policy (`app.stream(..., auto_offset_reset=timedelta(hours=1))`
+under an application's "none") on the same: refused at start-up until offsets are set, then started an hour
+back, SIGKILLed inside a transaction, and audited."""
 
 from __future__ import annotations
 
