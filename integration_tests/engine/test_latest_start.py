@@ -141,7 +141,7 @@ def test_each_source_starts_per_its_own_policy_and_none_refuses_until_offsets_ar
     admin = KafkaAdmin(bootstrap)
     clicks_tps = admin.topic_partitions(topics["clicks"])
     assert set(admin.group_offsets(app_id, clicks_tps).values()) == {None}  # (nothing pinned by the refusal)
-    admin.set_group_offsets(app_id, {tp: 0 for tp in admin.topic_partitions(topics["payments"])})
+    admin.set_group_offsets(app_id, dict.fromkeys(admin.topic_partitions(topics["payments"]), 0))
 
     produce(bootstrap, topics["clicks"], clicks[old + recent:], timestamp_of=lambda n, key: int(time.time() * 1000))
     produce(bootstrap, topics["payments"], payments[500:])
@@ -155,7 +155,7 @@ def test_each_source_starts_per_its_own_policy_and_none_refuses_until_offsets_ar
     cents = Counter(json.loads(v) for _, v, _ in committed_records(bootstrap, topics["cents"]))
     assert cents == Counter(json.loads(v)["eur"] * 100 for _, v in payments)
     counts: dict[str, int] = {}
-    for k, v, ts in committed_records(bootstrap, topics["counts"]):
+    for k, v, _ in committed_records(bootstrap, topics["counts"]):
         counts[k.decode()] = int.from_bytes(v, "big")  # (each window's last count)
     stamps = {json.loads(v)["i"]: ts for _, v, ts in committed_records(bootstrap, topics["recent"])}
     expected = Counter(f"u{i % 5}@{stamps[i] // 600_000 * 600_000}" for i in range(old, old + recent + later))
