@@ -99,7 +99,10 @@ def input_scans(admin: KafkaAdmin, inputs: Iterable[str], group: str | None,
         low = admin.earliest_offsets(tps)
         if group is not None:
             committed = admin.group_offsets((groups or {}).get(topic, group), tps, stable=True)
-            bound = {tp: committed.get(tp) or 0 for tp in tps}
+            # (capped at the partition's end: an offset committed for an earlier topic of the name may lie past it,
+            # and a read up to it would wait for records that never come)
+            ends = admin.end_offsets(tps, committed=False)
+            bound = {tp: min(committed.get(tp) or 0, ends[tp]) for tp in tps}
         else:
             bound = admin.settled_ends(tps)
         scans += [PartitionScan(admin.bootstrap_servers, t, p, low[(t, p)], max(low[(t, p)], bound[(t, p)]))
