@@ -25,6 +25,8 @@ __all__ = ["offset_reset", "reset_duration_ms", "WORDS"]
 #: the policies named by a word
 WORDS = ("earliest", "latest", "none")
 _PREFIX = "by_duration:"
+#: the words of Kafka's consumers before 0.9, refused with the word they became
+_OLD_WORDS = {"smallest": "earliest", "largest": "latest"}
 #: an ISO-8601 duration as java.time.Duration writes it: PnDTnHnMn.nS (the Kafka setting's form)
 _ISO = re.compile(r"P(?:(?P<d>\d+)D)?(?:T(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+(?:\.\d{1,3})?)S)?)?",
                   re.IGNORECASE)
@@ -47,6 +49,9 @@ def offset_reset(value: object, what: str = "auto_offset_reset") -> str:
             ms = _parse_iso(text[len(_PREFIX):].strip())
             if ms is not None:
                 return _PREFIX + _iso(ms)
+    if isinstance(value, str) and value.strip().lower() in _OLD_WORDS:
+        raise ConfigError(f"{what}={value!r} is the old Kafka consumer's word: "
+                          f"'{_OLD_WORDS[value.strip().lower()]}' says the same")
     raise ConfigError(f"{what} must be 'earliest', 'latest', 'none', or how far back from the start to read: a "
                       f"datetime.timedelta, or 'by_duration:' and an ISO-8601 duration as the Kafka consumer setting "
                       f"takes it ('by_duration:PT1H', 'by_duration:P2DT12H'); got {value!r}")

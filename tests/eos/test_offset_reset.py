@@ -32,7 +32,14 @@ def test_a_policy_has_one_text_form_that_kafkas_consumer_setting_reads_too(given
         assert reset_duration_ms(policy) == back
 
 
-@pytest.mark.parametrize("given", ["smallest", "by_duration:", "by_duration:1h", "by_duration:PT", "by_duration:P1H",
+def test_the_old_consumers_words_are_refused_with_the_ones_they_became():
+    with pytest.raises(ConfigError, match="old Kafka consumer's word: 'earliest' says the same"):
+        offset_reset("smallest")
+    with pytest.raises(ConfigError, match="'latest' says the same"):
+        Application("a").stream("clicks", auto_offset_reset="LARGEST")
+
+
+@pytest.mark.parametrize("given", ["by_duration:", "by_duration:1h", "by_duration:PT", "by_duration:P1H",
                                    "-PT1H", 3_600, None, timedelta(hours=-1)])
 def test_anything_else_is_refused_saying_what_a_policy_is(given):
     with pytest.raises(ConfigError) as refused:
@@ -40,14 +47,19 @@ def test_anything_else_is_refused_saying_what_a_policy_is(given):
     assert "'earliest', 'latest', 'none'" in str(refused.value) or "goes forward in time" in str(refused.value)
 
 
+def test_an_unknown_word_says_every_policy():
+    with pytest.raises(ConfigError, match="must be 'earliest', 'latest', 'none', or how far back"):
+        offset_reset("latests")
+
+
 def test_the_application_and_each_source_take_a_policy_and_a_bad_one_fails_at_once_naming_where():
     assert Application("a", auto_offset_reset=timedelta(minutes=5)).config.auto_offset_reset == "by_duration:PT5M"
     assert EosConfig("a", "b", auto_offset_reset="by_duration:P1D").auto_offset_reset == "by_duration:PT24H"
     with pytest.raises(ConfigError, match="auto_offset_reset must be"):
-        Application("a", auto_offset_reset="smallest")
+        Application("a", auto_offset_reset="soonest")
     app = Application("a")
     with pytest.raises(ConfigError, match=r"source 'clicks\.source': auto_offset_reset must be"):
-        app.stream("clicks", auto_offset_reset="largest")
+        app.stream("clicks", auto_offset_reset="newest")
     with pytest.raises(ConfigError, match="table 'users': auto_offset_reset"):
         app.table("users", auto_offset_reset=timedelta(hours=-1))
     app.stream("views", auto_offset_reset=timedelta(hours=1)).to("out")
