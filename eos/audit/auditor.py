@@ -313,13 +313,10 @@ def _linked_by_hops(subs: list[SubTopology], hops: frozenset[str]) -> list[list[
 
 def started_at(app: Application, sub: SubTopology, bootstrap_servers: str,
                admin: KafkaAdmin) -> dict[tuple[str, int], int]:
-    """Where `sub`'s tasks started reading each input partition whose earlier records are not their input: a
-    source whose auto_offset_reset is not "earliest" starts later (at the end, or at a time), and its first batch
-    records so in the ledger (`LedgerInput.not_read_from`). Empty when every source of `sub` starts at the
-    beginning (nothing to read then)."""
-    policies = {sub.offset_resets.get(t, app.config.auto_offset_reset) for t in sub.inputs}
-    if policies == {"earliest"} or not app.config.lineage:
-        return {}
+    """Where `sub`'s tasks started reading each input partition whose earlier records are not their input: past
+    its first records, as a source's auto_offset_reset ("latest", a duration) or `eos reset` placed it, whatever
+    the policy now. The offset committed then says so until a batch commits (`CommitMetadata.not_read_from`), and
+    that batch's ledger entry after (`LedgerInput.not_read_from`)."""
     ledger = read_ledger(bootstrap_servers, ledger_topic(app.config.application_id), sub.inputs, admin=admin,
                          subtopologies={sub.name}) or {}
     groups = offset_groups(app.subtopologies, app.config.group_id)

@@ -154,3 +154,28 @@ def test_a_topic_created_again_starts_where_its_sources_policy_says():
         # ever for offset 50: the record the stopped job never read, below that offset, is reported lost
         by_input = {tuple(r.inputs): r for r in driver.audit() if r.mode == "lineage"}
         assert (by_input[("strict",)].verdict, by_input[("strict",)].lineage.lost) == ("FAIL", 1)
+
+
+def test_a_start_set_past_the_first_records_is_left_out_by_the_window_audit_whatever_the_policy():
+    """`eos reset --to <time>` commits a position past a partition's first records, saying where they start,
+    for a job whose policy is "earliest": the window audit recomputed the windows from those records too and
+    failed the job's correct results, where the lineage audit left them out."""
+    from eos.windows import TumblingWindows
+    from eos.worker.progress import CommitMetadata
+
+    app = Application("restarted", bootstrap_servers="unused:9092")
+    (app.stream("views").group_by_key().window(TumblingWindows(MINUTE)).count(name="per_minute").to_stream()
+        .to("minutes"))
+    with TopologyTestDriver(app) as driver:
+        start = (driver.now - 10 * MINUTE) // MINUTE * MINUTE  # (one minute's window for them all)
+        driver.pipe_records([("views", "u", {"i": i}, start + i * 1_000) for i in range(10)], process=False)
+        driver.cluster.groups.clear()
+        driver.admin.set_group_offsets("restarted", {("views", 0): 6},  # (what `eos reset --to <time>` commits)
+                                       metadata={("views", 0): CommitMetadata(not_read_from=0).encode()})
+        driver.pipe("views", "u", {"i": 10}, timestamp=start + 10_000)
+        assert [r.value for r in driver.read("minutes")] == [1, 2, 3, 4, 5]  # (from offset 6 on)
+        reports = driver.audit()
+        assert all((r.verdict, r.skipped) == ("PASS", None) for r in reports), [(r.mode, r.window or r.lineage)
+                                                                                 for r in reports]
+        (window,) = [r for r in reports if r.mode == "window"]
+        assert window.window.input_records == 5
