@@ -19,18 +19,19 @@ import re
 from datetime import timedelta
 
 from eos.errors import ConfigError
+from eos.windows import ms
 
-__all__ = ["offset_reset", "reset_duration_ms", "WORDS"]
+__all__ = ["offset_reset", "reset_duration_ms"]
 
 #: the policies named by a word
-WORDS = ("earliest", "latest", "none")
+_WORDS = ("earliest", "latest", "none")
 _PREFIX = "by_duration:"
 #: the words of Kafka's consumers before 0.9, refused with the word they became
 _OLD_WORDS = {"smallest": "earliest", "largest": "latest"}
 #: an ISO-8601 duration as java.time.Duration writes it: PnDTnHnMn.nS (the Kafka setting's form)
 _ISO = re.compile(r"P(?:(?P<d>\d+)D)?(?:T(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+(?:\.\d{1,3})?)S)?)?",
                   re.IGNORECASE)
-_UNITS = (("D", 86_400_000), ("H", 3_600_000), ("M", 60_000))
+_UNITS = (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000))
 
 
 def offset_reset(value: object, what: str = "auto_offset_reset") -> str:
@@ -40,18 +41,15 @@ def offset_reset(value: object, what: str = "auto_offset_reset") -> str:
         if value < timedelta(0):
             raise ConfigError(f"{what}={value!r} goes forward in time: give how far back from the start to read "
                               "(a positive timedelta)")
-        return _PREFIX + _iso(int(value.total_seconds() * 1000))
+        return _PREFIX + _iso(ms(value))
     if isinstance(value, str):
-        text = value.strip()
-        if text.lower() in WORDS:
-            return text.lower()
-        if text.lower().startswith(_PREFIX):
-            ms = _parse_iso(text[len(_PREFIX):].strip())
-            if ms is not None:
-                return _PREFIX + _iso(ms)
-    if isinstance(value, str) and value.strip().lower() in _OLD_WORDS:
-        raise ConfigError(f"{what}={value!r} is the old Kafka consumer's word: "
-                          f"'{_OLD_WORDS[value.strip().lower()]}' says the same")
+        text = value.strip().lower()
+        if text in _WORDS:
+            return text
+        if text.startswith(_PREFIX) and (back := _parse_iso(text[len(_PREFIX):].strip())) is not None:
+            return _PREFIX + _iso(back)
+        if text in _OLD_WORDS:
+            raise ConfigError(f"{what}={value!r} is the old Kafka consumer's word: '{_OLD_WORDS[text]}' says the same")
     raise ConfigError(f"{what} must be 'earliest', 'latest', 'none', or how far back from the start to read: a "
                       f"datetime.timedelta, or 'by_duration:' and an ISO-8601 duration as the Kafka consumer setting "
                       f"takes it ('by_duration:PT1H', 'by_duration:P2DT12H'); got {value!r}")
@@ -61,9 +59,9 @@ def reset_duration_ms(policy: str) -> int | None:
     """The milliseconds back from now a by-duration policy reads from; None for the others."""
     if not policy.startswith(_PREFIX):
         return None
-    ms = _parse_iso(policy[len(_PREFIX):])
-    assert ms is not None, policy  # (a policy is made by `offset_reset`)
-    return ms
+    back = _parse_iso(policy[len(_PREFIX):])
+    assert back is not None, policy  # (a policy is made by `offset_reset`)
+    return back
 
 
 def _parse_iso(text: str) -> int | None:
@@ -71,13 +69,12 @@ def _parse_iso(text: str) -> int | None:
     if match is None or not any(match.groupdict().values()) or text.upper().endswith("T"):
         return None
     parts = match.groupdict()
-    ms = sum(int(parts[unit.lower()] or 0) * size for unit, size in _UNITS)
-    return ms + round(float(parts["s"] or 0) * 1000)
+    return sum(int(parts[unit] or 0) * size for unit, size in _UNITS) + round(float(parts["s"] or 0) * 1000)
 
 
-def _iso(ms: int) -> str:
-    """`ms` as java.time.Duration writes it (days as 24 hours: PT36H), the form Kafka's setting reads."""
-    hours, rest = divmod(ms, 3_600_000)
+def _iso(duration: int) -> str:
+    """`duration` (ms) as java.time.Duration writes it (days as 24 hours: PT36H), the form Kafka's setting reads."""
+    hours, rest = divmod(duration, 3_600_000)
     minutes, rest = divmod(rest, 60_000)
     seconds, millis = divmod(rest, 1000)
     text = "PT" + (f"{hours}H" if hours else "") + (f"{minutes}M" if minutes else "")
