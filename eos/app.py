@@ -18,7 +18,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -185,6 +186,29 @@ class Application(GraphMethods):
 
         return describe(self)
 
+    # ------------------------------------------------------------------ topic patterns
+    def match_patterns(self, topics: Iterable[str]) -> bool:
+        """Have every source read by a pattern (`app.stream(re.compile(...))`) read the topics of `topics` it
+        matches, the application's own internal topics and those starting with "__" left out; a repartition
+        topic after such a source takes the partition count of its first topic. Returns whether any source's
+        topics changed (the sub-topologies are then cut anew)."""
+        from eos.ledger import ledger_topic
+
+        cfg = self.config
+        own = {cfg.dlq_topic, ledger_topic(cfg.application_id), *self.internal_topics,
+               *(s.changelog_topic(cfg.application_id) for s in self.graph.stores.values())}
+        changed = self.graph.match_patterns((t for t in topics if not t.startswith("__")), own)
+        for name, topic in list(self.internal_topics.items()):
+            if topic.like_source is not None:
+                matched = self.graph.nodes[topic.like_source].topics  # type: ignore[union-attr]
+                self.internal_topics[name] = replace(topic, like=matched[0] if matched else None)
+        return changed
+
+    def unmatched_patterns(self) -> list[str]:
+        """The pattern sources that read no topic (none matched yet), as `'source' (pattern)`."""
+        return [f"{name!r} ({pattern.pattern!r})" for name, pattern in self.graph.patterns.items()
+                if not getattr(self.graph.nodes[name], "topics", ())]
+
     @property
     def clocked_topics(self) -> frozenset[str]:
         """The topics between two of the job's steps whose records carry their writers' clocks
@@ -210,7 +234,7 @@ class Application(GraphMethods):
     def require_steps(self) -> None:
         """Raise `ConfigError` if the application has no step to run (a table or a global table alone is
         read only by the steps that join it)."""
-        if not self.subtopologies:
+        if not self.subtopologies and not self.graph.patterns:
             raise ConfigError(f"application {self.config.application_id!r} has no sub-topology: add one with "
                               "app.stream(...).to(...), @app.process, @app.process_batch, app.aggregate or "
                               "app.add_processor (a table or a global table is read by the steps that join it)")

@@ -154,7 +154,9 @@ def describe(app: Application) -> TopologyDescription:
         for suffix in ("subscription", "response"):
             if topic.name.endswith(f"-{suffix}"):
                 out.internal_topics[topic.name] = f"foreign-key {suffix}"
-    for index, sub in enumerate(app.subtopologies.values()):
+    subs = app.subtopologies if not app.graph.patterns else app.graph.subtopologies(
+        app.default_timestamp, reuse_source_topics=cfg.topology_optimization != "none", patterns_as_topics=True)
+    for index, sub in enumerate(subs.values()):
         part = sub.graph
         nodes = []
         for node in (*part.sources, *part.processors, *part.sinks):

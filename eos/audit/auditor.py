@@ -189,6 +189,13 @@ _UNTRACED = ("the job runs with lineage=False: its outputs carry no eos.origin h
              "which this audit reads (lineage=True, the default, keeps them)")
 
 
+def match_patterns(app: Application, admin: KafkaAdmin) -> None:
+    """Have the job's topic patterns read what they match on the cluster now, as the job does (each topic from
+    where its partitions started, `started_at`): the audits hold every one of them to the outputs."""
+    if app.graph.patterns:
+        app.match_patterns(admin.topic_names())
+
+
 def audit_application(app: Application, *, bootstrap_servers: str | None = None, max_samples: int = 10,
                       progress: Callable[[int], None] | None = None) -> list[AuditReport]:
     """Everything a framework job commits, each by the audit that can prove it: a lineage audit of every
@@ -199,6 +206,7 @@ def audit_application(app: Application, *, bootstrap_servers: str | None = None,
     so are the lineage and join audits of a job run with `lineage=False`, which read what it leaves out."""
     bootstrap = bootstrap_servers or app.config.bootstrap_servers
     admin = admin_for(bootstrap, settle_once=True)  # (one for every audit: an open transaction is waited out once)
+    match_patterns(app, admin)
     reports = (_lineage_reports(app, bootstrap_servers, max_samples, progress, admin) if app.config.lineage else
                [_not_checked(app, bootstrap, sub, "lineage", _UNTRACED, lineage=LineageResult())
                 for sub in app.subtopologies.values()])
@@ -404,6 +412,7 @@ def _audit_each(app: Application, mode: str, what: str, items: Callable[[SubTopo
     cfg = app.config
     bootstrap = bootstrap_servers or cfg.bootstrap_servers
     admin = admin or admin_for(bootstrap, settle_once=True)
+    match_patterns(app, admin)
 
     def none_replayable(where: str, subs: list[str]) -> ValueError:
         others = [(n, item, why) for n in subs for item, why in unreplayed(app.subtopologies[n])]

@@ -156,6 +156,11 @@ def _load(target: str, bootstrap_servers: str | None, subtopologies: list[str],
     try:
         application = load_application(target).configure(schema_registry_url=schema_registry_url)
         bootstrap = resolve_bootstrap(bootstrap_servers, application.config.bootstrap_servers)
+        if application.graph.patterns:  # (the sub-topologies of its topic patterns are those matching topics)
+            from eos.audit.auditor import match_patterns
+            from transactions import admin_for
+
+            match_patterns(application, admin_for(require_reachable(bootstrap)))
         unknown = [n for n in subtopologies if n not in application.subtopologies]
         if unknown:
             raise ValueError(f"no sub-topology {', '.join(map(repr, unknown))}; the job has "

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -23,9 +24,13 @@ from eos.worker.progress import CommitMetadata
 from recovery import ChangelogConfigError, check_source_changelogs, ensure_changelogs
 from transactions import BrokerUnreachableError, KafkaAdmin, TopicSpec, check_reachable
 
+if TYPE_CHECKING:
+    from eos.app import Application
+
 log = structlog.get_logger(__name__)
 
-__all__ = ["preflight", "user_topics", "check_state_dir", "check_spark_conf", "check_topics", "check_broker",
+__all__ = ["preflight", "user_topics", "match_topic_patterns",
+           "check_state_dir", "check_spark_conf", "check_topics", "check_broker",
            "create_internal_topics", "create_internal_topics_soon", "create_repartition_topics", "TRANSACTION_LOG"]
 
 
@@ -46,6 +51,21 @@ def preflight(config: EosConfig, *, local_master: bool, topics: Collection[str] 
         raise _missing_topics(missing, config.bootstrap_servers)
     if local_master:
         check_state_dir(config.state_dir)
+
+
+def match_topic_patterns(app: Application, admin: KafkaAdmin, *, at_start: bool = False) -> bool:
+    """Have the job's topic patterns read the topics on the cluster that they match now (`app.match_patterns`);
+    returns whether any pattern's topics changed. `at_start`: a pattern that matches no topic fails the start
+    (a step and its repartition topics are sized by the topics it reads)."""
+    if not app.graph.patterns:
+        return False
+    changed = app.match_patterns(admin.topic_names())
+    unmatched = app.unmatched_patterns()
+    if at_start and unmatched:
+        raise ConfigError(f"the topic pattern of source {', '.join(unmatched)} matches no topic on "
+                          f"{admin.bootstrap_servers}: create one first (`eos topics create NAME --partitions N`); "
+                          "topics created while the job runs are read as they appear")
+    return changed
 
 
 def user_topics(subtopologies: Mapping[str, SubTopology]) -> set[str]:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from eos.driver.checks import match_topic_patterns
 from eos.driver.lease import lease_topic
 from eos.errors import ConfigError
 from eos.ledger import ledger_topic
@@ -93,6 +94,7 @@ def plan_reset(app: Application, admin: KafkaAdmin, *, to: str = "earliest",
     milliseconds or relative such as "-2h"), or to its own position in `inputs` (topic -> the same forms)."""
     cfg = app.config
     internal = set(app.internal_topics)
+    match_topic_patterns(app, admin)  # (a topic pattern's inputs are the topics it matches now)
     subs = app.subtopologies
     groups = offset_groups(subs, cfg.group_id)
     user_inputs = list(dict.fromkeys(t for (_, t) in groups if t not in internal))

@@ -28,6 +28,7 @@ from eos.driver.checks import (
     check_topics,
     create_internal_topics_soon,
     create_repartition_topics,
+    match_topic_patterns,
 )
 from eos.driver.groups import one_result_per_task, share_out
 from eos.driver.lease import acquire_driver_lease, check_driver_lease
@@ -80,6 +81,7 @@ class Runner:
         self.config = app.config
         self._stop = threading.Event()
         self.placer: Placer | None = None
+        self.admin: KafkaAdmin | None = None
         self.lease: GroupLease | None = None
         self.purger: RepartitionPurger | None = None
         self.metrics: DriverMetrics | None = None
@@ -98,20 +100,23 @@ class Runner:
         """Graceful stop: the batch in flight finishes (commits), then the loop ends."""
         self._stop.set()
 
-    def prepare(self) -> tuple[Planner, Job]:
+    def prepare(self, *, again: bool = False, batch: int = 0) -> tuple[Planner, Job]:
         """Start-up checks, internal topics, offsets of new partitions; the job definition for the tasks. What
         needs Kafka comes first, what needs Spark last: a context still starting (`ContextStart`) is waited
         for only then, and the internal topics (`create_internal_topics_soon`, made on a thread of their own meanwhile)
-        after it."""
+        after it. `again`: while the job runs, after its topic patterns matched other topics (the repartition
+        topics, the lease and the metrics server stay as they are)."""
         cfg = self.config
         cfg.require_bootstrap()
-        admin = KafkaAdmin(cfg.bootstrap_servers)
-        create_repartition_topics(admin, cfg, self.app.internal_topics)
+        admin = self.admin = KafkaAdmin(cfg.bootstrap_servers)
+        if not again:
+            match_topic_patterns(self.app, admin, at_start=True)
+            create_repartition_topics(admin, cfg, self.app.internal_topics)
         counts = check_topics(admin, self.app.subtopologies)
         check_registries(self.app.subtopologies, cfg.application_id)
         check_broker(admin, cfg)
         internal = create_internal_topics_soon(cfg, self.app.subtopologies, counts)  # (while the rest goes on)
-        if cfg.driver_lease:
+        if cfg.driver_lease and self.lease is None:
             self.lease = acquire_driver_lease(admin, cfg)
         clocked = self.app.clocked_topics
         planner = Planner(admin, cfg, self.app.subtopologies, counts, clocked)
@@ -120,7 +125,7 @@ class Runner:
         purged = sorted(self.app.repartition_topics) if cfg.repartition_purge_interval else []
         self.purger = RepartitionPurger(admin, cfg, purged, cfg.repartition_purge_interval or PURGE_INTERVAL_S,
                                         topic_groups(self.app.subtopologies, cfg.group_id))
-        planner.plan_ahead(0)  # (while a context still starts: the first batch's look-ups are done by then)
+        planner.plan_ahead(batch)  # (while a context still starts: the first batch's look-ups are done by then)
         check_spark_conf(spark_conf(self.sc))
         planner.set_task_slots(total_task_slots(self.sc))  # (what tasks_per_transaction="auto" goes by)
         ship_framework(self.sc, local=is_local_master(str(self.sc.master)))
@@ -128,7 +133,8 @@ class Runner:
         job = Job(cfg, dict(self.app.subtopologies), self.app.fault_hooks, internal.result(),
                   ledger_topic(cfg.application_id),
                   self.app.repartition_topics, clocked)
-        self.placer = Placer(self.sc, admin, cfg, self.app.subtopologies, counts) if cfg.placement else None
+        if self.placer is None and cfg.placement:  # (kept when prepared again: the same tasks, see `_rematch`)
+            self.placer = Placer(self.sc, admin, cfg, self.app.subtopologies, counts)
         if cfg.metrics_port is not None and self.metrics is None:
             from eos.driver.metrics import DriverMetrics  # (prometheus_client: ~25 ms, only for a job that serves)
 
@@ -160,6 +166,7 @@ class Runner:
         tasks_fn = SparkTaskFunction(broadcast)
         summary = RunSummary(cfg.application_id, dead_letter_topic=cfg.dlq_topic)
         started = time.monotonic()
+        rematch = started + cfg.pattern_refresh_interval  # when the topic patterns look for new topics next
         batch = failures = 0
         settling: float | None = None  # until when a run until caught up waits for its own topics (`_settled`)
         log.info("run started", subtopologies=sorted(self.app.subtopologies), until_caught_up=until_caught_up,
@@ -173,6 +180,13 @@ class Runner:
                     if self.lease is not None:
                         check_driver_lease(self.lease, cfg)
                     try:
+                        if self.app.graph.patterns and time.monotonic() >= rematch:
+                            rematch = time.monotonic() + cfg.pattern_refresh_interval
+                            if self._rematch():
+                                planner, job = self.prepare(again=True, batch=batch)
+                                stale, broadcast = broadcast, self.sc.broadcast(cloudpickle.dumps(job))
+                                tasks_fn = SparkTaskFunction(broadcast)
+                                stale.unpersist()
                         plans = planner.plan(batch)
                         if self.metrics is not None:
                             self.metrics.observe_lag(planner.lag)
@@ -255,6 +269,23 @@ class Runner:
                  records_out=summary.records_out, dead_letters=summary.dead_letters,
                  elapsed_s=round(summary.elapsed_s, 2))
         return summary
+
+    def _rematch(self) -> bool:
+        """Whether the job's topic patterns match other topics than they read: then they read those from the
+        next batch, which is planned anew (`prepare(again=True)`: a new topic's partitions start where their
+        source's auto_offset_reset says, a new job definition goes to the workers, whose task runtimes are
+        built again from their stores). The tasks stay the same: every topic of a pattern has the partition
+        count of the others (`check_topics`; a topic of another count stops the job, saying so)."""
+        assert self.admin is not None
+        before = {n: self.app.graph.nodes[n].topics for n in self.app.graph.patterns}  # type: ignore[union-attr]
+        if not match_topic_patterns(self.app, self.admin):
+            return False
+        after = {n: self.app.graph.nodes[n].topics for n in self.app.graph.patterns}  # type: ignore[union-attr]
+        for name, topics in after.items():
+            if topics != before[name]:
+                log.info("a topic pattern matches other topics: read from the next batch", source=name,
+                         added=sorted(set(topics) - set(before[name])), removed=sorted(set(before[name]) - set(topics)))
+        return True
 
     @staticmethod
     def _settled(planner: Planner, until: float) -> bool:

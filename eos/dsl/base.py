@@ -43,10 +43,20 @@ def topic_tuple(topics: str | Sequence[str], reader: str) -> tuple[str, ...]:
     return tuple(topics)
 
 
+def first_topic(topics: tuple[str, ...], what: str) -> str:
+    """The first of the topics a stream or table was last read from, for `what` (a join) that needs one; a
+    stream read by a topic pattern has none until the job runs: refused, saying how to give it one."""
+    if not topics:
+        raise ValueError(f"{what}: this side is read by a topic pattern, whose topics are known only when the job "
+                         "runs; give it one topic first with repartition() (sized like the pattern's topics)")
+    return topics[0]
+
+
 @dataclass(frozen=True)
 class InternalTopic:
     """A topic the framework creates at start-up (a repartition topic): `partitions`, or as many as
-    `like` (an input topic) has."""
+    `like` (an input topic) has; as many as the first topic the pattern source `like_source` matched, for a
+    stream read by pattern (`like` is set when the pattern is matched)."""
 
     name: str
     partitions: int | None = None
@@ -54,6 +64,7 @@ class InternalTopic:
     config: dict[str, str] = field(default_factory=dict)
     #: consumed records are deleted once committed (repartition topics), as Kafka Streams purges them
     purge: bool = False
+    like_source: str | None = None
 
 
 class TopologyBuilder:

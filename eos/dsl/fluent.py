@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from eos.dsl.base import no_such_step
+from eos.dsl.base import first_topic, no_such_step
 from eos.graph import ProcessorNode, SinkNode, SourceNode
 from eos.graph.operators import (
     Branch,
@@ -268,8 +268,10 @@ class Stream:
 
         app = self.app
         topic = app.internal_name(name, "repartition")
-        app.internal_topics[topic] = InternalTopic(topic, partitions,
-                                                   like=None if partitions else like or self.topics[0], purge=True)
+        like = None if partitions else like or (self.topics[0] if self.topics else None)
+        # (read by a topic pattern: sized like the first topic it matches, known once matched)
+        pattern = None if partitions or like else next(iter(app.graph.pattern_sources(self.node)), None)
+        app.internal_topics[topic] = InternalTopic(topic, partitions, like=like, purge=True, like_source=pattern)
         ks, vs = serde_for(key_serde, self.key_serde), serde_for(value_serde, self.value_serde)
         app.graph.add(SinkNode(f"{name}-repartition.sink", topic, (self.node,), ks, vs, requires_key=True))
         source = app.graph.add(SourceNode(f"{name}-repartition.source", (topic,), ks, vs, RECORD_TIME))
@@ -329,9 +331,9 @@ class Stream:
         name = app.node_name("join", name)
         if key is not None:  # the joiner is checked by the join step, the key here before it is wrapped
             require_functions(f"join {name!r}", key=key, takes={"key": ("key", "value")})
-        right: Any = (other.topics[0] if isinstance(other, Stream) else other.spec if isinstance(other, Table)
-                      else other)
-        kind = _kind(self.topics[0], right, windows)
+        right: Any = (first_topic(other.topics, f"join {name!r}") if isinstance(other, Stream) else
+                      other.spec if isinstance(other, Table) else other)
+        kind = _kind(first_topic(self.topics, f"join {name!r}"), right, windows)
         if kind == "stream-global":
             assert isinstance(other, GlobalTable)
             if key is None:
@@ -347,7 +349,7 @@ class Stream:
             left = self.keyed(f"{name}-left")
             if isinstance(other, Stream):
                 other = other.keyed(f"{name}-right")
-                right = other.topics[0]
+                right = first_topic(other.topics, f"join {name!r}")
             else:
                 assert isinstance(other, Table)
                 other._joinable(name)
@@ -359,7 +361,8 @@ class Stream:
                     "a stream joined with the table of its own topic: a record with its key's value before it is "
                     "an aggregate, stream.group_by_key().aggregate(...) (or a store of a process() step); or read "
                     "one side through a topic (repartition())"))
-            step = app.join_step(name, kind, left.topics[0], right, joiner, how, windows, None, left.key_serde,
+            first = first_topic(left.topics, f"join {name!r}")
+            step = app.join_step(name, kind, first, right, joiner, how, windows, None, left.key_serde,
                                  left.value_serde, other.value_serde, None, late_records, persistent,
                                  frozenset(left.topics), frozenset(other.topics), grace=grace)
             parents = (left.node, other.node)

@@ -207,8 +207,8 @@ class CogroupedStream:
                    aggregate_serde: Serde | str, persistent: bool, window: WindowedStream | None) -> Table:
         app = self.app
         name = app.node_name("cogroup", name)
-        plain = [g.stream.topics[0] for g, _ in self.inputs if not g.stream.rekeyed]
-        like = plain[0] if plain else self.inputs[0][0].stream.topics[0]
+        plain = [g.stream.topics[0] for g, _ in self.inputs if not g.stream.rekeyed and g.stream.topics]
+        like = plain[0] if plain else next((g.stream.topics[0] for g, _ in self.inputs if g.stream.topics), None)
         marked = []
         for index, (grouped, _) in enumerate(self.inputs):
             source = grouped.stream.keyed(f"{name}-{index + 1}", like=like, key_serde=grouped.key_serde,

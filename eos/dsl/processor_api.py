@@ -9,9 +9,10 @@ addStateStore`) and the entry points of the fluent DSL (`app.stream`), on the Ap
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from eos.dsl.base import SerdeSpec, topic_tuple
 from eos.dsl.fluent import Stream
@@ -29,18 +30,24 @@ __all__ = ["GraphMethods"]
 
 class GraphMethods(JoinMethods):
     # ------------------------------------------------------------------ the Processor API
-    def add_source(self, name: str, topics: str | Sequence[str], *, key_serde: SerdeSpec = "string",
+    def add_source(self, name: str, topics: str | Sequence[str] | re.Pattern[str], *, key_serde: SerdeSpec = "string",
                    value_serde: SerdeSpec = "json", timestamp: TimestampSpec = None,
                    auto_offset_reset: str | timedelta | None = None) -> str:
-        """A source node reading `topics` (all read alike; the application's timestamp unless given).
-        `auto_offset_reset`: where it starts a partition nothing was committed for (`eos.offset_reset`; the
-        application's setting unless given)."""
-        topics = topic_tuple(topics, f"source {name!r}")
+        """A source node reading `topics` (all read alike; the application's timestamp unless given), or, given
+        a compiled pattern (`re.compile("events-.*")`, Kafka Streams' `addSource(name, Pattern)`), every topic
+        whose whole name it matches: those there at start-up (at least one), and those created while the job
+        runs, from their next look (`pattern_refresh_interval`). `auto_offset_reset`: where it starts a
+        partition nothing was committed for (`eos.offset_reset`; the application's setting unless given)."""
+        pattern = topics if isinstance(topics, re.Pattern) else None
+        if pattern is not None and not isinstance(pattern.pattern, str):
+            raise TypeError(f"source {name!r}: a topic pattern is a text pattern, re.compile(\"events-.*\"), "
+                            f"not {pattern.pattern!r}")
+        topics = () if pattern is not None else topic_tuple(cast(Any, topics), f"source {name!r}")
         extract = timestamp_extractor(timestamp) if timestamp is not None else None
         reset = offset_reset(auto_offset_reset, f"source {name!r}: auto_offset_reset") if (
             auto_offset_reset is not None) else None
         return self.graph.add(SourceNode(name, topics, serde_for(key_serde), serde_for(value_serde), extract,
-                                         reset)).name
+                                         reset, pattern)).name
 
     def add_processor(self, name: str, processor: Callable[[], Processor], *parents: str) -> str:
         """A processor node: `processor()` makes one `eos.Processor` per task; `context.forward(key, value)`
@@ -67,19 +74,23 @@ class GraphMethods(JoinMethods):
                                        partitioner=partitioner)).name
 
     # ------------------------------------------------------------------ the DSL's entry points
-    def stream(self, topics: str | Sequence[str], *, key_serde: SerdeSpec = "string", value_serde: SerdeSpec = "json",
-               timestamp: TimestampSpec = None, name: str | None = None,
+    def stream(self, topics: str | Sequence[str] | re.Pattern[str], *, key_serde: SerdeSpec = "string",
+               value_serde: SerdeSpec = "json", timestamp: TimestampSpec = None, name: str | None = None,
                auto_offset_reset: str | timedelta | None = None) -> Stream:
         """The records of `topics` as a stream (`eos.dsl.fluent.Stream`): string keys and JSON values unless
         told otherwise; event time from `timestamp` (the application's default, else the record's own).
+        A compiled pattern (`re.compile("events-.*")`, Kafka Streams' `stream(Pattern)`) reads every topic
+        whose whole name it matches, those created while the job runs too (see `add_source`).
         `auto_offset_reset` (Kafka Streams' `Consumed.withOffsetResetPolicy`): where it starts a partition
         nothing was committed for, "earliest", "latest", "none" or a timedelta back from the start
         (`eos.offset_reset`); the application's auto_offset_reset unless given."""
-        topics = topic_tuple(topics, "stream()")
+        if not isinstance(topics, re.Pattern):
+            topics = topic_tuple(topics, "stream()")
         ks, vs = serde_for(key_serde), serde_for(value_serde)
-        source = self.add_source(self.node_name(f"{topics[0]}.source", name, numbered=False), topics, key_serde=ks,
+        kind = "pattern" if isinstance(topics, re.Pattern) else topics[0]
+        source = self.add_source(self.node_name(f"{kind}.source", name, numbered=False), topics, key_serde=ks,
                                  value_serde=vs, timestamp=timestamp, auto_offset_reset=auto_offset_reset)
-        return Stream(self, source, ks, vs, topics)
+        return Stream(self, source, ks, vs, () if isinstance(topics, re.Pattern) else topics)
 
     def table_source(self, table: TableSource) -> str:
         """The source node a table's topic is read by (one per table: the joins that read it share it)."""

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
-from eos.dsl.base import InternalTopic, no_such_step
+from eos.dsl.base import InternalTopic, first_topic, no_such_step
 from eos.graph import ProcessorNode, SinkNode, SourceNode
 from eos.graph.operators import Filter, MapValues, fan_out, require_functions
 from eos.operators.tables import ForeignKeyLeft, ForeignKeyRight, TableAggregate, TableRegroup
@@ -96,7 +96,8 @@ class Table:
         """How a join keeps this table in its own store: named after the table (a read table) or its node."""
         if self.source is not None:
             return self.source
-        return TableSource(self.topics[0], store_name(self.node), self.key_serde, self.value_serde,
+        topic = first_topic(self.topics, f"a join of table {self.node!r}")
+        return TableSource(topic, store_name(self.node), self.key_serde, self.value_serde,
                            history_retention_ms=self.history_retention_ms)
 
     # ------------------------------------------------------------------ stateless
@@ -311,8 +312,8 @@ def foreign_key_join(app: GraphMethods, name: str, left: Table, right: Table, jo
     graph, raw = app.graph, BytesSerde()
     subscriptions, responses = app.internal_name(name, "subscription"), app.internal_name(name, "response")
     # Kept for the topics' retention rather than purged: each hop is audited on its own (lineage).
-    app.internal_topics[subscriptions] = InternalTopic(subscriptions, like=right.topics[0])
-    app.internal_topics[responses] = InternalTopic(responses, like=left.topics[0])
+    app.internal_topics[subscriptions] = InternalTopic(subscriptions, like=first_topic(right.topics, f"join {name!r}"))
+    app.internal_topics[responses] = InternalTopic(responses, like=first_topic(left.topics, f"join {name!r}"))
     right_name = f"{name}.right"  # its stores are named after it: no clash with the left side's
     lspec, rspec = left.spec, right.spec
     left_store = table_store(name, lspec, persistent)

@@ -91,7 +91,7 @@ class ProcessorGraph:
                                  "topic with a source to continue from it")
         if isinstance(node, ProcessorNode | SinkNode) and not node.parents:
             raise ValueError(f"{node.name!r} needs at least one parent (a source or a processor)")
-        if isinstance(node, SourceNode) and not node.topics:
+        if isinstance(node, SourceNode) and not node.topics and node.pattern is None:
             raise ValueError(f"source {node.name!r} reads no topic")
         _check_topics_and_functions(node)
         self.nodes[node.name] = node
@@ -121,6 +121,41 @@ class ProcessorGraph:
 
     def children(self, name: str) -> list[str]:
         return [n.name for n in self.nodes.values() if name in n.parents]
+
+    # ------------------------------------------------------------------ topic patterns
+    @property
+    def patterns(self) -> dict[str, re.Pattern[str]]:
+        """The sources that read the topics a pattern matches: source -> pattern."""
+        return {n.name: n.pattern for n in self.nodes.values() if isinstance(n, SourceNode) and n.pattern is not None}
+
+    def pattern_sources(self, node: str) -> list[str]:
+        """The pattern sources `node` descends from, in the order they were added."""
+        seen, todo = set(), [node]
+        while todo:
+            name = todo.pop()
+            if name not in seen:
+                seen.add(name)
+                todo.extend(self.nodes[name].parents)
+        return [n for n in self.patterns if n in seen]
+
+    def match_patterns(self, topics: Iterable[str], excluded: Iterable[str] = ()) -> bool:
+        """Have every pattern source read the topics of `topics` whose whole name its pattern matches, in
+        order of name, but for those `excluded` (the application's internal topics) and those its own
+        sub-topology writes (a step never reads its own output through a pattern). Returns whether any source's
+        topics changed."""
+        names, skip = sorted(set(topics)), set(excluded)
+        written = {s.name: {k.topic for k in part.sinks} for part in self.parts() for s in part.sources}
+        changed = False
+        for name, pattern in self.patterns.items():
+            node = self.nodes[name]
+            assert isinstance(node, SourceNode)
+            matched = tuple(t for t in names if pattern.fullmatch(t) and t not in skip and t not in written[name])
+            if matched != node.topics:
+                self.nodes[name] = replace(node, topics=matched)
+                changed = True
+        if changed:
+            self.version += 1
+        return changed
 
     # ------------------------------------------------------------------ cutting
     def parts(self) -> list[GraphPart]:
@@ -160,15 +195,21 @@ class ProcessorGraph:
                          {p.name: tuple(self.connected[p.name]) for p in processors})
 
     def subtopologies(self, default_timestamp: Callable[[Any], int] | None, *,
-                      reuse_source_topics: bool = False) -> dict[str, SubTopology]:
+                      reuse_source_topics: bool = False, patterns_as_topics: bool = False) -> dict[str, SubTopology]:
         """One `SubTopology` per part, named after its first processor (else its first source).
         `reuse_source_topics`: the stores that may be restored from their table's topic are
-        (`source_changelogs`; Kafka Streams' topology.optimization)."""
+        (`source_changelogs`; Kafka Streams' topology.optimization). A part whose every source is a pattern
+        that matched no topic yet has nothing to read and is left out; `patterns_as_topics` (for `describe`)
+        shows each pattern source as reading its pattern instead."""
         from eos.graph.runtime import GraphProcessor
 
         out: dict[str, SubTopology] = {}
         runs: dict[str, tuple[str, GraphPart]] = {}  # node -> the sub-topology that runs it, and its part
         parts = self.parts()
+        if patterns_as_topics:
+            parts = [replace(p, sources=tuple(replace(s, topics=(s.pattern.pattern,)) if s.pattern else s
+                                              for s in p.sources)) for p in parts]
+        parts = [p for p in parts if not p.sources or any(s.topics for s in p.sources)]
         writers = Counter(topic for part in parts for topic in {s.topic for s in part.sinks})
         shared = frozenset(topic for topic, n in writers.items() if n > 1)  # topics several sub-topologies write
         for part in parts:

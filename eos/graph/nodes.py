@@ -8,6 +8,7 @@ sub-topologies; `eos.graph.runtime.GraphProcessor` runs one sub-topology's nodes
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,9 @@ class SourceNode:
     #: where it starts reading a partition its group has committed nothing for (`eos.offset_reset`; None: the
     #: application's auto_offset_reset)
     offset_reset: str | None = None
+    #: reads every topic whose whole name matches (Kafka Streams' `stream(Pattern)`): `topics` are those matched
+    #: when the job started or last looked (`ProcessorGraph.match_patterns`), empty until then
+    pattern: re.Pattern[str] | None = None
 
     @property
     def parents(self) -> tuple[str, ...]:

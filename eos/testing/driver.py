@@ -40,7 +40,7 @@ from eos.audit.auditor import AuditReport
 from eos.clock import clock_source
 from eos.driver.checks import check_topics, create_internal_topics, create_repartition_topics
 from eos.driver.planner import DEFAULT_TASK_SLOTS, Planner
-from eos.errors import SerdeError
+from eos.errors import ConfigError, SerdeError
 from eos.hooks import FaultHooks, FaultPoint, HookPoint
 from eos.ledger import LedgerEntry, ledger_topic
 from eos.queries import StoreSnapshot, store_view
@@ -156,7 +156,6 @@ class TopologyTestDriver:
         self.cluster = MemoryCluster(clock=lambda: self.now / 1000)
         self.admin = cast(KafkaAdmin, MemoryAdmin(self.cluster))  # the admin calls the start-up code makes
         self.max_rounds = max_rounds
-        self._cyclic = frozenset(cyclic_topics(app.subtopologies))
         self.batch = 0
         self.results: list[TaskResult] = []
         self.crashes: list[tuple[CrashPoint, FaultPoint]] = []
@@ -166,21 +165,11 @@ class TopologyTestDriver:
         self._read_to: dict[tuple[str, int], int] = {}  # (topic, partition) -> the next offset `read` returns
         with self._clock():
             self._create_topics(partitions, topic_configs or {})
-            counts = check_topics(self.admin, app.subtopologies)
-            dlq_partitions = create_internal_topics(self.admin, self.config, app.subtopologies, counts)
+            self._prepare()
             for topic, config in self._configs.items():
                 if topic not in self.cluster.configs:
                     raise KeyError(f"topic_configs names {topic!r}, which the application does not use")
                 self.cluster.configs[topic].update(config)
-            hooks = FaultHooks({p: list(h) for p, h in app.fault_hooks.hooks.items()})
-            for point in HookPoint:
-                hooks.on(point, self._maybe_crash)
-            self.job = Job(self.config, dict(app.subtopologies), hooks, dlq_partitions,
-                           ledger_topic(self.config.application_id),
-                           app.repartition_topics, app.clocked_topics)
-            self.planner = Planner(self.admin, self.config, app.subtopologies, counts, app.clocked_topics,
-                                   timed=False, task_slots=task_slots)
-            self.planner.refresh_topic_ids()
             # (no `initialize_offsets`: every topic was created empty just now, so each auto_offset_reset starts
             # at its beginning, and "none" does not refuse a topic the test has yet to write)
         self.worker = MemoryWorker(self.cluster)
@@ -340,6 +329,8 @@ class TopologyTestDriver:
     def _run(self) -> None:
         """Plan and run batches until nothing is left to do (what `app.run(until_caught_up=True)` does)."""
         bound, cycle_bound = self.max_rounds or MAX_ROUNDS, self.max_rounds or MAX_CYCLE_ROUNDS
+        if self.app.graph.patterns:  # (a topic a pattern matches may have been created on the cluster meanwhile)
+            self._match_patterns()
         with self._clock():
             for rounds in range(bound + 1):
                 plans = self.planner.plan(self.batch)
@@ -397,8 +388,54 @@ class TopologyTestDriver:
             yield
 
     # ------------------------------------------------------------------ topics and serdes
+    def _prepare(self) -> None:
+        """The job definition and the planner for the topics the application reads now, as a run prepares
+        them (again when a topic a pattern matches is created: `_match_patterns`)."""
+        app = self.app
+        self._matched = self._pattern_topics()
+        counts = check_topics(self.admin, app.subtopologies)
+        dlq_partitions = create_internal_topics(self.admin, self.config, app.subtopologies, counts)
+        hooks = FaultHooks({p: list(h) for p, h in app.fault_hooks.hooks.items()})
+        for point in HookPoint:
+            hooks.on(point, self._maybe_crash)
+        self.job = Job(self.config, dict(app.subtopologies), hooks, dlq_partitions,
+                       ledger_topic(self.config.application_id), app.repartition_topics, app.clocked_topics)
+        self.planner = Planner(self.admin, self.config, app.subtopologies, counts, app.clocked_topics,
+                               timed=False, task_slots=self._options["task_slots"])
+        self.planner.refresh_topic_ids()
+        self._cyclic = frozenset(cyclic_topics(app.subtopologies))
+
+    def _pattern_topics(self) -> dict[str, tuple[str, ...]]:
+        graph = self.app.graph
+        return {name: graph.nodes[name].topics for name in graph.patterns}  # type: ignore[union-attr]
+
+    def _match_patterns(self, created: str | None = None) -> None:
+        """Match the application's topic patterns against this driver's topics, creating `created` first (a
+        topic a test writes that a pattern matches, with as many partitions as that pattern's other topics), and
+        plan anew if they read other topics than this driver planned for (as a run looks every
+        pattern_refresh_interval; the application may have been matched by another driver meanwhile)."""
+        if created is not None:
+            pattern = next(n for n, p in self.app.graph.patterns.items() if p.fullmatch(created))
+            first = self._matched[pattern][0]
+            self.admin.create_topics([TopicSpec(created, self.cluster.partitions(first))])
+        self.app.match_patterns(self.admin.topic_names())
+        if self._pattern_topics() != self._matched:
+            with self._clock():
+                self._prepare()
+
     def _create_topics(self, partitions: int | Mapping[str, int], configs: Mapping[str, Mapping[str, str]]) -> None:
         app, cfg = self.app, self.config
+        patterns = app.graph.patterns
+        if patterns:  # the topics a pattern reads at the start are those `partitions` names
+            named = [] if isinstance(partitions, int) else [t for t in partitions
+                                                              if any(p.fullmatch(t) for p in patterns.values())]
+            self.admin.create_topics([TopicSpec(t, cast(Mapping[str, int], partitions)[t]) for t in named])
+            app.match_patterns(self.admin.topic_names())
+            if app.unmatched_patterns():
+                raise ConfigError(f"the topic pattern of source {', '.join(app.unmatched_patterns())} matches no topic "
+                                  "of the driver: name the topics it reads at the start with their partition counts, "
+                                  "TopologyTestDriver(app, partitions={\"events-a\": 1, ...}) (a topic it matches "
+                                  "that a test writes later is created then)")
         internal = set(app.internal_topics)
         user: set[str] = set()
         for sub in app.subtopologies.values():
@@ -417,6 +454,10 @@ class TopologyTestDriver:
     def _append(self, topic: str, key: Any, value: Any, timestamp: int | None,
                 headers: Iterable[tuple[str, bytes]] | Mapping[str, bytes] | None, partition: int | None,
                 serialized: bool = False) -> None:
+        if self.app.graph.patterns and (self._pattern_topics() != self._matched or (
+                any(p.fullmatch(topic) for p in self.app.graph.patterns.values())
+                and all(topic not in topics for topics in self._matched.values()))):
+            self._match_patterns(created=None if topic in self.cluster.logs else topic)
         if topic not in self.cluster.logs:  # (per record: the check inline)
             self._known(topic)
         key_serde, value_serde = self.app.input_serdes(topic)  # (which also says when no step reads it)
