@@ -1,0 +1,95 @@
+"""A job reading a topic pattern (`app.stream(re.compile(...))`) on the broker and Spark: it starts with the one
+topic the pattern matches; a second is created while it runs and read from its first record without a restart;
+the job is SIGKILLed inside a transaction once it reads both, and restarted with more of the second. Every
+record of both topics once in its output, the per-key counts those of both, and the job's lineage audit PASS
+over both topics."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+
+from eos.audit import audit_application
+from integration_tests.engine.test_kill_restart import kill_group, wait_for
+from integration_tests.helpers import produce
+from integration_tests.streams.test_fused_topology import load_job
+from integration_tests.streams.test_time_and_rekey import committed_records
+from transactions import KafkaAdmin, TopicSpec
+
+JOB = """
+import os
+import re
+from eos import Application
+from eos.testing import MarkWhile
+
+app = Application(os.environ["APP"], max_records_per_batch=150, trigger_interval=0.2, pattern_refresh_interval=0.5,
+                  log_format="json", log_level="INFO", state_dir=os.environ["STATE"])
+events = app.stream(re.compile(re.escape(os.environ["BASE"]) + r"\\.[a-z]+"), name="events")
+events.map_values(lambda e: {**e, "seen": True}, name="mark").to(os.environ["SEEN"])
+events.group_by_key().count(name="per_key").to_stream().to(os.environ["COUNTS"], value_serde="long")
+if os.environ.get("MARKS"):
+    app.fault_hooks.on("before_commit", MarkWhile(os.environ["MARKS"], seconds=0.3))
+"""
+
+N = 1000
+
+
+def events(region: str, first: int) -> list[tuple[bytes, bytes]]:
+    return [(f"u{i % 11}".encode(), json.dumps({"i": i, "region": region}).encode()) for i in range(first, first + N)]
+
+
+def test_a_topic_created_while_the_job_runs_is_read_exactly_once_across_a_kill(kafka, topic_factory, unique_name,
+                                                                               tmp_path, monkeypatch):
+    bootstrap = kafka.bootstrap_servers
+    admin = KafkaAdmin(bootstrap)
+    base = unique_name("ev")
+    first, second = f"{base}.eu", f"{base}.us"
+    admin.create_topics([TopicSpec(first, 3, 1)], timeout=30)
+    seen, counts = topic_factory("seen", partitions=3), topic_factory("counts", partitions=3)
+    produce(bootstrap, first, events("eu", 0))
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    (tmp_path / "job.py").write_text(JOB)
+    env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": bootstrap, "APP": unique_name("app"), "BASE": base,
+           "STATE": str(tmp_path / "state"), "SEEN": seen, "COUNTS": counts}
+
+    def regions() -> Counter[str]:
+        return Counter(json.loads(v)["region"] for _, v, _ in committed_records(bootstrap, seen))
+
+    with open(tmp_path / "job.log", "ab") as out:  # a run that goes on until killed
+        proc = subprocess.Popen([sys.executable, "-m", "eos.cli", "run", "job.py"], cwd=tmp_path,
+                                env={**env, "MARKS": str(marks)}, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        assert wait_for(lambda: regions()["eu"] > 0, 180, proc), (tmp_path / "job.log").read_text()[-3000:]
+        admin.create_topics([TopicSpec(second, 3, 1)], timeout=30)  # (created while the job runs)
+        produce(bootstrap, second, events("us", N)[:N // 2])
+        assert wait_for(lambda: regions()["us"] > 0, 120, proc), (tmp_path / "job.log").read_text()[-3000:]
+        for marker in marks.iterdir():
+            marker.unlink()
+        assert wait_for(lambda: any(marks.iterdir()), 60, proc)  # (a task inside its transaction)
+        assert proc.poll() is None
+    finally:
+        kill_group(proc)
+    log = (tmp_path / "job.log").read_text()
+    assert "a topic pattern matches other topics" in log and second in log, log[-3000:]
+    produce(bootstrap, second, events("us", N)[N // 2:])
+
+    done = subprocess.run([sys.executable, "-m", "eos.cli", "run", "job.py", "--until-caught-up"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    outputs = Counter(json.loads(v)["i"] for _, v, _ in committed_records(bootstrap, seen))
+    assert outputs == Counter(range(2 * N))  # every record of both topics once
+    last: dict[str, int] = {}
+    for k, v, _ in committed_records(bootstrap, counts):
+        last[k.decode()] = int.from_bytes(v, "big")
+    assert last == dict(Counter(f"u{i % 11}" for i in range(2 * N)))
+
+    app = load_job(tmp_path, env, monkeypatch)
+    reports = audit_application(app)
+    assert [(r.mode, r.verdict, r.skipped) for r in reports] == [("lineage", "PASS", None)], [
+        (r.mode, r.lineage) for r in reports]
+    assert sorted(reports[0].inputs) == [first, second] and reports[0].lineage.expected == 2 * N, reports[0].lineage
