@@ -36,11 +36,20 @@ def topic_tuple(topics: str | Sequence[str], reader: str) -> tuple[str, ...]:
     """`topics` (a topic's name, or several) as a tuple; `reader` names who reads them in the error."""
     if isinstance(topics, str):
         return (topics,)
+    if isinstance(topics, re.Pattern) or (isinstance(topics, Sequence) and any(isinstance(t, re.Pattern)
+                                                                               for t in topics)):
+        raise TypeError(no_pattern(reader))
     if not isinstance(topics, Sequence | set | frozenset):  # a set: read alike, in no order
         raise TypeError(f"{reader} reads topics: a topic's name or a list of names, got {topics!r}")
     if not topics:
         raise ValueError(f"{reader} has no input topic")
     return tuple(topics)
+
+
+def no_pattern(reader: str) -> str:
+    """The error of `reader` given a topic pattern where it reads named topics."""
+    return (f"{reader} reads named topics, not a topic pattern: a pattern is read by a stream, "
+            "app.stream(re.compile(\"events-.*\")) (or add_source(name, pattern)), alone")
 
 
 def first_topic(topics: tuple[str, ...], what: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -9,7 +10,7 @@ from functools import partial
 from typing import Any
 
 from eos.dsl.aggregations import AggregationMethods
-from eos.dsl.base import SerdeSpec
+from eos.dsl.base import SerdeSpec, no_pattern
 from eos.dsl.tables import Table, foreign_key_join, store_name, table_aggregation, table_store
 from eos.graph import SinkNode, SourceNode
 from eos.graph.operators import require_functions
@@ -70,6 +71,9 @@ class JoinMethods(AggregationMethods):
         (out of order) goes into the history without changing the table's current row.
 
         `auto_offset_reset`: where its source starts a partition nothing was committed for, as `app.stream`'s."""
+        if not isinstance(topic, str):
+            raise TypeError(no_pattern("app.table()") if isinstance(topic, re.Pattern) else
+                            f"app.table() reads one topic, by its name, got {topic!r}")
         ks, vs = serde_for(key_serde), serde_for(value_serde)
         source = TableSource(topic, name or store_name(topic), ks, vs,
                              timestamp_extractor(timestamp) if timestamp is not None else None, persistent,
@@ -86,6 +90,9 @@ class JoinMethods(AggregationMethods):
         `versioned=history retention` (ms or a timedelta) keeps each row's versions by timestamp, as
         `app.table(versioned=...)` does: a stream record joins the row its table key held at the record's
         timestamp (Kafka Streams' versioned global tables, KIP-914)."""
+        if not isinstance(topic, str):
+            raise TypeError(no_pattern("app.global_table()") if isinstance(topic, re.Pattern) else
+                            f"app.global_table() reads one topic, by its name, got {topic!r}")
         return GlobalTable(topic, name or store_name(topic), serde_for(key_serde), serde_for(value_serde),
                            history_retention(versioned, f"global table {topic!r}"))
 

@@ -2,7 +2,7 @@
 topic the pattern matches; a second is created while it runs and read from its first record without a restart;
 the job is SIGKILLed inside a transaction once it reads both, and restarted with more of the second. Every
 record of both topics once in its output, the per-key counts those of both, and the job's lineage audit PASS
-over both topics."""
+over both topics. Before any topic matches, the job refuses to start (exit 2), saying so."""
 
 from __future__ import annotations
 
@@ -47,14 +47,17 @@ def test_a_topic_created_while_the_job_runs_is_read_exactly_once_across_a_kill(k
     admin = KafkaAdmin(bootstrap)
     base = unique_name("ev")
     first, second = f"{base}.eu", f"{base}.us"
-    admin.create_topics([TopicSpec(first, 3, 1)], timeout=30)
     seen, counts = topic_factory("seen", partitions=3), topic_factory("counts", partitions=3)
-    produce(bootstrap, first, events("eu", 0))
     marks = tmp_path / "marks"
     marks.mkdir()
     (tmp_path / "job.py").write_text(JOB)
     env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": bootstrap, "APP": unique_name("app"), "BASE": base,
            "STATE": str(tmp_path / "state"), "SEEN": seen, "COUNTS": counts}
+    refused = subprocess.run([sys.executable, "-m", "eos.cli", "run", "job.py", "--until-caught-up"], cwd=tmp_path,
+                             env=env, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and "matches no topic on" in refused.stderr, refused.stderr[-3000:]
+    admin.create_topics([TopicSpec(first, 3, 1)], timeout=30)
+    produce(bootstrap, first, events("eu", 0))
 
     def regions() -> Counter[str]:
         return Counter(json.loads(v)["region"] for _, v, _ in committed_records(bootstrap, seen))

@@ -99,6 +99,10 @@ def test_what_a_pattern_stream_cannot_do_says_how():
         events.join(app.table("users"), lambda e, u: (e, u))
     with pytest.raises(TypeError, match="a text pattern"):
         app.stream(re.compile(b"events"))
+    for reads in (lambda: app.table(EVENTS), lambda: app.global_table(EVENTS), lambda: app.stream([EVENTS]),
+                  lambda: app.process(input=EVENTS, output="o", name="step")(lambda record: record)):
+        with pytest.raises(TypeError, match=r"reads named topics, not a topic pattern: a pattern is read by a stream"):
+            reads()
     # repartitioned, it joins like any stream
     events.repartition().join(app.table("users"), lambda e, u: {**e, "user": u}).to("joined")
     driver = TopologyTestDriver(app, partitions={"events-a": 1})
