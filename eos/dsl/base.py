@@ -32,7 +32,7 @@ def no_such_step(kind: type, name: str, hints: Mapping[str, str] = {}) -> Attrib
     return AttributeError(own if why is None else f"{own}: {why}")
 
 
-def topic_tuple(topics: str | Sequence[str], reader: str) -> tuple[str, ...]:
+def topic_tuple(topics: str | Sequence[str] | re.Pattern[str], reader: str) -> tuple[str, ...]:
     """`topics` (a topic's name, or several) as a tuple; `reader` names who reads them in the error."""
     if isinstance(topics, str):
         return (topics,)

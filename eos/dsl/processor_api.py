@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any
 
 from eos.dsl.base import SerdeSpec, topic_tuple
 from eos.dsl.fluent import Stream
@@ -42,7 +42,7 @@ class GraphMethods(JoinMethods):
         if pattern is not None and not isinstance(pattern.pattern, str):
             raise TypeError(f"source {name!r}: a topic pattern is a text pattern, re.compile(\"events-.*\"), "
                             f"not {pattern.pattern!r}")
-        topics = () if pattern is not None else topic_tuple(cast(Any, topics), f"source {name!r}")
+        topics = () if pattern is not None else topic_tuple(topics, f"source {name!r}")
         extract = timestamp_extractor(timestamp) if timestamp is not None else None
         reset = offset_reset(auto_offset_reset, f"source {name!r}: auto_offset_reset") if (
             auto_offset_reset is not None) else None
