@@ -167,6 +167,7 @@ class Runner:
         summary = RunSummary(cfg.application_id, dead_letter_topic=cfg.dlq_topic)
         started = time.monotonic()
         rematch = started + cfg.pattern_refresh_interval  # when the topic patterns look for new topics next
+        replan = False  # they match other topics than the job definition reads
         batch = failures = 0
         settling: float | None = None  # until when a run until caught up waits for its own topics (`_settled`)
         log.info("run started", subtopologies=sorted(self.app.subtopologies), until_caught_up=until_caught_up,
@@ -182,11 +183,13 @@ class Runner:
                     try:
                         if self.app.graph.patterns and time.monotonic() >= rematch:
                             rematch = time.monotonic() + cfg.pattern_refresh_interval
-                            if self._rematch():
-                                planner, job = self.prepare(again=True, batch=batch)
-                                stale, broadcast = broadcast, self.sc.broadcast(cloudpickle.dumps(job))
-                                tasks_fn = SparkTaskFunction(broadcast)
-                                stale.unpersist()
+                            replan = self._rematch() or replan
+                        if replan:  # (until it succeeds: a failed attempt is made again with the next batch)
+                            planner, job = self.prepare(again=True, batch=batch)
+                            stale, broadcast = broadcast, self.sc.broadcast(cloudpickle.dumps(job))
+                            tasks_fn = SparkTaskFunction(broadcast)
+                            stale.unpersist()
+                            replan = False
                         plans = planner.plan(batch)
                         if self.metrics is not None:
                             self.metrics.observe_lag(planner.lag)
