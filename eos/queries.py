@@ -93,11 +93,19 @@ def find_store(app: Application, name: str) -> StoreSpec | GlobalTable:
 def store_view(app: Application, name: str, bootstrap_servers: str | None = None, *, admin: Any = None,
                scan: Scan | None = None) -> StoreSnapshot:
     """`admin` and `scan`: where the changelog is read (the cluster at `bootstrap_servers` by default)."""
-    spec = find_store(app, name)
+    try:
+        spec: StoreSpec | GlobalTable | None = find_store(app, name)
+    except KeyError:
+        if not app.graph.patterns:
+            raise
+        spec = None  # (maybe a store of a step that reads a topic pattern not matched yet in this process)
     if admin is None or scan is None:
         bootstrap = bootstrap_servers or app.config.bootstrap_servers
         admin = KafkaAdmin(bootstrap)
         scan = _cluster_scan(bootstrap, admin)
+    if spec is None:
+        app.match_patterns(admin.topic_names())
+        spec = find_store(app, name)
     if isinstance(spec, GlobalTable):
         copy = GlobalCopy(spec)
         position = _read(scan, admin, spec.topic, lambda msg: copy.take((msg,)))

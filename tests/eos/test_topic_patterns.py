@@ -11,6 +11,7 @@ import pytest
 from eos import Application
 from eos.driver.checks import match_topic_patterns
 from eos.errors import ConfigError
+from eos.queries import store_view
 from eos.testing import TopologyTestDriver
 from transactions import TopicSpec
 from transactions.memory import MemoryAdmin, MemoryCluster
@@ -128,3 +129,18 @@ def test_kafka_streams_metadata_age_setting_names_the_refresh_interval():
         Application("p", metadata_max_age_ms=1000)
     with pytest.raises(ConfigError, match="pattern_refresh_interval must be > 0"):
         Application("p", pattern_refresh_interval=0)
+
+
+def test_a_store_of_a_pattern_step_is_queried_from_a_process_that_never_matched_the_pattern():
+    def tally() -> Application:
+        app = Application("tally", bootstrap_servers="memory:1")
+        app.stream(EVENTS).group_by_key().count(name="tally").to_stream().to("tallies", value_serde="long")
+        return app
+
+    driver = TopologyTestDriver(tally(), partitions={"events-eu": 1})
+    driver.pipe_many("events-eu", [("ann", {"n": 2}), ("ann", {"n": 4})])
+    fresh = tally()  # (as `eos store get job.py tally ann` loads the job anew)
+    assert fresh.subtopologies == {}
+    assert store_view(fresh, "tally-store", admin=driver.admin, scan=driver._scan).get("ann") == 2
+    with pytest.raises(KeyError, match="has no store 'nothing'; its stores: tally-store"):
+        store_view(fresh, "nothing", admin=driver.admin, scan=driver._scan)
