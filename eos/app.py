@@ -27,7 +27,7 @@ from eos.config import EosConfig
 from eos.dsl.base import InternalTopic, SerdeSpec
 from eos.dsl.processor_api import GraphMethods
 from eos.errors import ConfigError
-from eos.graph import ProcessorGraph
+from eos.graph import ProcessorGraph, SourceNode
 from eos.hooks import FaultHooks
 from eos.serde import Serde, serde_for
 from eos.tables import history_retention
@@ -137,8 +137,13 @@ class Application(GraphMethods):
                 ks, vs = table.key_serde, table.value_serde
                 break
         else:
+            source = next((self.graph.nodes[n] for n, p in self.graph.patterns.items() if p.fullmatch(topic)), None)
+            if isinstance(source, SourceNode):  # (a topic a pattern will read, matched or not yet)
+                return source.key_serde.bind(topic, True), source.value_serde.bind(topic, False)
+            inputs = [*sorted({t for s in subs for t in s.inputs}),
+                      *(f"a topic matching {p.pattern!r}" for p in self.graph.patterns.values())]
             raise KeyError(f"no step of {self.config.application_id!r} reads topic {topic!r}: write to one of its "
-                           f"inputs ({', '.join(sorted({t for s in subs for t in s.inputs}))})")
+                           f"inputs ({', '.join(inputs)})")
         return ks.bind(topic, True), vs.bind(topic, False)
 
     # ------------------------------------------------------------------ Schema Registry serdes

@@ -144,3 +144,12 @@ def test_a_store_of_a_pattern_step_is_queried_from_a_process_that_never_matched_
     assert store_view(fresh, "tally-store", admin=driver.admin, scan=driver._scan).get("ann") == 2
     with pytest.raises(KeyError, match="has no store 'nothing'; its stores: tally-store"):
         store_view(fresh, "nothing", admin=driver.admin, scan=driver._scan)
+
+
+def test_the_serdes_of_a_topic_a_pattern_reads_are_the_sources_matched_or_not():
+    app = Application("p", bootstrap_servers="memory:1")
+    app.stream(EVENTS, value_serde="long").to("out", value_serde="long")
+    key_serde, value_serde = app.input_serdes("events-new")  # (as the chaos harness encodes its load)
+    assert value_serde.serialize(7) == (7).to_bytes(8, "big")
+    with pytest.raises(KeyError, match=r"topic 'other': write to one of its inputs \(a topic matching 'events-"):
+        app.input_serdes("other")
