@@ -150,6 +150,6 @@ def test_the_serdes_of_a_topic_a_pattern_reads_are_the_sources_matched_or_not():
     app = Application("p", bootstrap_servers="memory:1")
     app.stream(EVENTS, value_serde="long").to("out", value_serde="long")
     key_serde, value_serde = app.input_serdes("events-new")  # (as the chaos harness encodes its load)
-    assert value_serde.serialize(7) == (7).to_bytes(8, "big")
+    assert (key_serde.serialize("k"), value_serde.serialize(7)) == (b"k", (7).to_bytes(8, "big"))
     with pytest.raises(KeyError, match=r"topic 'other': write to one of its inputs \(a topic matching 'events-"):
         app.input_serdes("other")
