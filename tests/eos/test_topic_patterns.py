@@ -153,3 +153,13 @@ def test_the_serdes_of_a_topic_a_pattern_reads_are_the_sources_matched_or_not():
     assert (key_serde.serialize("k"), value_serde.serialize(7)) == (b"k", (7).to_bytes(8, "big"))
     with pytest.raises(KeyError, match=r"topic 'other': write to one of its inputs \(a topic matching 'events-"):
         app.input_serdes("other")
+
+
+def test_eos_reset_plans_every_topic_the_pattern_matches_now():
+    from eos.driver.reset import plan_reset
+
+    driver = TopologyTestDriver(_counts(), partitions={"events-eu": 1})
+    driver.pipe("events-us", "k", {"n": 2, "who": "ann"})
+    plan = plan_reset(_counts(), driver.admin)  # type: ignore[arg-type]  (a job loaded anew, as `eos reset` does)
+    assert set(plan.starts) == {"events-eu", "events-us"}
+    assert "pat-counts-repartition" in plan.topics
