@@ -7,10 +7,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from eos.config import EosConfig
 from eos.graph import ProcessorGraph, ProcessorNode, SinkNode, SourceNode
+from eos.offset_reset import offset_reset
 from eos.records import Record
 from eos.serde import Serde, serde_for
 from eos.time import RECORD_TIME, TimestampSpec, timestamp_extractor
@@ -115,9 +117,12 @@ class TopologyBuilder:
              processor_factory: Callable[[], Any] | None = None, batch_fn: Callable[[Any], Any] | None = None,
              batch_format: str = "pandas", stores: Iterable[Any] = (),
              per_topic: dict[str, tuple[Any, Any, Any]] | None = None,
-             raw_outputs: frozenset[str] = frozenset(), **info: Any) -> SubTopology:
+             raw_outputs: frozenset[str] = frozenset(), auto_offset_reset: str | timedelta | None = None,
+             **info: Any) -> SubTopology:
         """One step of its own: a source reading `inputs` (topics in `per_topic` each with their own serdes
-        and timestamps, None there meaning the record's own), the processor `name`, a sink to `output`."""
+        and timestamps, None there meaning the record's own), the processor `name`, a sink to `output`.
+        `auto_offset_reset`: where its sources start a partition nothing was committed for (`eos.offset_reset`;
+        the application's unless given)."""
         self._unused(name)
         topics = topic_tuple(inputs, f"sub-topology {name!r}")
         ks, vs = serde_for(key_serde), serde_for(value_serde)
@@ -127,7 +132,9 @@ class TopologyBuilder:
         groups = [(topics, (ks, vs, extractor))] if not own else [
             ((t,), (*own[t][:2], own[t][2] if own[t][2] is not None else RECORD_TIME) if t in own
              else (ks, vs, extractor)) for t in topics]
-        sources = [graph.add(SourceNode(f"{name}.source" + (f".{i}" if i else ""), group, *reading)).name
+        reset = None if auto_offset_reset is None else offset_reset(auto_offset_reset,
+                                                                     f"sub-topology {name!r}: auto_offset_reset")
+        sources = [graph.add(SourceNode(f"{name}.source" + (f".{i}" if i else ""), group, *reading, reset)).name
                    for i, (group, reading) in enumerate(groups)]
         batch = (batch_fn, batch_format) if batch_fn is not None else None
         factory = processor_factory if processor_factory is not None else _no_processor

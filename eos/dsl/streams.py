@@ -4,6 +4,7 @@ topics."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from datetime import timedelta
 from functools import partial
 from typing import Any
 
@@ -22,14 +23,16 @@ class StreamMethods(TopologyBuilder):
     def process(self, input: str | Sequence[str], output: str | None = None, *, name: str | None = None,
                 key_serde: SerdeSpec = None, value_serde: SerdeSpec = None, output_key_serde: SerdeSpec = None,
                 output_value_serde: SerdeSpec = None, extra_outputs: Iterable[str] = (),
-                timestamp: TimestampSpec = None) -> Callable[[Any], Any]:
+                timestamp: TimestampSpec = None,
+                auto_offset_reset: str | timedelta | None = None) -> Callable[[Any], Any]:
         """Decorator: `fn(record) -> None | Output | (key, value) | iterable of those`, called once per record.
-        Outputs keep the record's timestamp (as `timestamp` extracts it) unless an `Output` gives one."""
+        Outputs keep the record's timestamp (as `timestamp` extracts it) unless an `Output` gives one.
+        `auto_offset_reset`: where the step starts a partition nothing was committed for, as `app.stream`'s."""
 
         def register(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
             self._add(_step_name(name, fn, "process"), input, output, key_serde, value_serde, output_key_serde,
                       output_value_serde, extra_outputs, timestamp=timestamp,
-                      processor_factory=partial(FunctionProcessor, fn))
+                      processor_factory=partial(FunctionProcessor, fn), auto_offset_reset=auto_offset_reset)
             return fn
 
         return register
@@ -37,16 +40,18 @@ class StreamMethods(TopologyBuilder):
     def process_batch(self, input: str | Sequence[str], output: str | None = None, *, format: BatchFormat = "pandas",
                       name: str | None = None, key_serde: SerdeSpec = None, value_serde: SerdeSpec = None,
                       output_key_serde: SerdeSpec = None, output_value_serde: SerdeSpec = None,
-                      extra_outputs: Iterable[str] = (), timestamp: TimestampSpec = None) -> Callable[[Any], Any]:
+                      extra_outputs: Iterable[str] = (), timestamp: TimestampSpec = None,
+                      auto_offset_reset: str | timedelta | None = None) -> Callable[[Any], Any]:
         """Decorator: `fn(table) -> table`, called once per task and batch with a pandas DataFrame or a pyarrow
-        Table (see `eos.worker.vectorized` for the columns). Must be free of side effects."""
+        Table (see `eos.worker.vectorized` for the columns). Must be free of side effects. `auto_offset_reset`:
+        as `process`'s."""
         if format not in ("pandas", "arrow"):
             raise ValueError(f"format must be 'pandas' or 'arrow', got {format!r}")
 
         def register(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
             self._add(_step_name(name, fn, "process_batch"), input, output, key_serde, value_serde,
                       output_key_serde, output_value_serde, extra_outputs, timestamp=timestamp, batch_fn=fn,
-                      batch_format=format)
+                      batch_format=format, auto_offset_reset=auto_offset_reset)
             return fn
 
         return register

@@ -65,9 +65,16 @@ def test_the_application_and_each_source_take_a_policy_and_a_bad_one_fails_at_on
     app.stream("views", auto_offset_reset=timedelta(hours=1)).to("out")
     app.stream("clicks", auto_offset_reset="latest").join(app.table("users", auto_offset_reset="none"),
                                                           lambda c, u: [c, u], name="enrich").to("enriched")
+    app.process(input=["refunds", "returns"], output="out", name="copy", auto_offset_reset="latest")(
+        lambda record: (record.key, record.value))
+    app.process_batch(input="bulk", output="out", name="bulk_copy", auto_offset_reset=timedelta(minutes=1))(
+        lambda table: table)
+    with pytest.raises(ConfigError, match=r"sub-topology 'broken': auto_offset_reset must be"):
+        app.process(input="x", output="out", name="broken", auto_offset_reset="latests")(lambda record: record)
     subs = app.subtopologies
     assert {name: dict(sub.offset_resets) for name, sub in subs.items()} == {
-        "views.source": {"views": "by_duration:PT1H"}, "enrich": {"clicks": "latest", "users": "none"}}
+        "views.source": {"views": "by_duration:PT1H"}, "enrich": {"clicks": "latest", "users": "none"},
+        "copy": {"refunds": "latest", "returns": "latest"}, "bulk_copy": {"bulk": "by_duration:PT1M"}}
 
 
 def job() -> Application:
