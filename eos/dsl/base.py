@@ -134,7 +134,8 @@ class TopologyBuilder:
              else (ks, vs, extractor)) for t in topics]
         reset = None if auto_offset_reset is None else offset_reset(auto_offset_reset,
                                                                      f"sub-topology {name!r}: auto_offset_reset")
-        sources = [graph.add(SourceNode(f"{name}.source" + (f".{i}" if i else ""), group, *reading, reset)).name
+        sources = [graph.add(SourceNode(f"{name}.source" + (f".{i}" if i else ""), group, key_serde=reading[0],
+                                        value_serde=reading[1], timestamp=reading[2], offset_reset=reset)).name
                    for i, (group, reading) in enumerate(groups)]
         batch = (batch_fn, batch_format) if batch_fn is not None else None
         factory = processor_factory if processor_factory is not None else _no_processor
