@@ -22,6 +22,10 @@ A batch that reads on just before its commit (a top-up) first writes an **openin
 which puts the ledger's partition in its transaction before the top-up rather than in the commit's window.
 It says nothing about the input; readers skip it (`LedgerEntry.decode` returns None for it).
 
+`eos reset` deletes the ledger and creates it again with one record (`ledger_reset`): where the job's outputs and
+dead letters stood then, so that the audits read the outputs of the runs after it only (those before answer to
+the input as it was read before the reset, which the new ledger does not describe).
+
 A batch of a task that reads global tables also says where it read each of them to (`pins`: the ends the
 driver pinned for the batch, `eos.worker.global_tables`): every record of the batch was joined with the
 global table as it stood there, which the join audit checks.
@@ -31,12 +35,14 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pyroaring import BitMap64
 
-__all__ = ["LedgerInput", "LedgerEntry", "ledger_topic", "ledger_opening", "LEDGER_VERSION"]
+__all__ = ["LedgerInput", "LedgerEntry", "ledger_topic", "ledger_opening", "ledger_reset", "reset_outputs_from",
+           "LEDGER_VERSION"]
 
 LEDGER_VERSION = 1
 
@@ -48,6 +54,26 @@ def ledger_topic(application_id: str) -> str:
 def ledger_opening(task: str) -> bytes:
     """The value of a task's opening record: no input, no batch; not an entry."""
     return json.dumps({"v": LEDGER_VERSION, "opens": task}, separators=(",", ":")).encode()
+
+
+def ledger_reset(outputs_from: Mapping[tuple[str, int], int]) -> bytes:
+    """The value of the record `eos reset` writes first into the ledger it creates again: where the records the
+    job writes from then on start, per partition of its output topics and its dead-letter topic (their ends at
+    the reset). Not an entry: the audits read it with `reset_outputs_from`."""
+    return json.dumps({"v": LEDGER_VERSION, "reset": [{"topic": t, "partition": p, "from": o}
+                                                      for (t, p), o in sorted(outputs_from.items())]},
+                      separators=(",", ":")).encode()
+
+
+def reset_outputs_from(raw: bytes | None) -> dict[tuple[str, int], int] | None:
+    """The positions a reset's record (`ledger_reset`) says the job's outputs start at; None for any other."""
+    try:
+        data = json.loads(raw or b"")
+        if data.get("v") != LEDGER_VERSION or "reset" not in data:
+            return None
+        return {(str(r["topic"]), int(r["partition"])): int(r["from"]) for r in data["reset"]}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def _bitmap(raw: str | None) -> BitMap64:
@@ -135,7 +161,7 @@ class LedgerEntry:
         """None for a record that is not a ledger entry of a version this code reads (an opening among them)."""
         try:
             data = json.loads(raw or b"")
-            if data.get("v") != LEDGER_VERSION or "opens" in data:
+            if data.get("v") != LEDGER_VERSION or "opens" in data or "reset" in data:
                 return None
             filtered = {(f["topic"], int(f["partition"])): _bitmap(f["offsets"]) for f in data.get("filtered", [])}
             late, through, held, late_origins = ({(f["topic"], int(f["partition"])): _bitmap(f["offsets"])

@@ -239,6 +239,13 @@ class KafkaAdmin:
         md = call("list_topics", self._admin.list_topics, timeout=timeout)
         return sorted(t for t in md.topics if not t.startswith("__"))
 
+    def append(self, topic: str, records: Iterable[tuple[bytes | None, bytes | None]], timeout: float = 60.0) -> int:
+        """Write (key, value) records to `topic` outside any transaction (idempotent, acks=all) and wait until
+        each is acknowledged; returns the count (a tool's own records, such as a reset's in the ledger)."""
+        from transactions.clients import produce_pairs
+
+        return produce_pairs(self.bootstrap_servers, topic, records, timeout=timeout)
+
     def delete_groups(self, groups: Iterable[str], timeout: float = 30.0) -> None:
         """Delete consumer groups (with their committed offsets); groups that do not exist are skipped."""
         groups = list(groups)

@@ -172,6 +172,14 @@ class MemoryCluster:
         self.ids[name] = uuid.uuid4().hex
         return True
 
+    def delete_topic(self, name: str) -> bool:
+        """Delete a topic with its records; False if it does not exist. A topic created again under the name
+        gets a new id, as on a broker."""
+        if name not in self.logs:
+            return False
+        del self.logs[name], self.configs[name], self.ids[name]
+        return True
+
     def partitions(self, topic: str) -> int:
         if topic not in self.logs:
             raise KeyError(f"topic {topic!r} does not exist")
@@ -533,6 +541,20 @@ class MemoryAdmin:
                           metadata: Mapping[TP, str] | None = None) -> None:
         self.cluster.groups.setdefault(group, {}).update({tp: (o, (metadata or {}).get(tp, "")) for tp, o in
                                                           offsets.items()})
+
+    def append(self, topic: str, records: Iterable[tuple[bytes | None, bytes | None]], timeout: float = 60.0) -> int:
+        n = 0
+        for key, value in records:
+            self.cluster.append(topic, None, key, value)
+            n += 1
+        return n
+
+    def delete_groups(self, groups: Iterable[str], timeout: float = 30.0) -> None:
+        for group in groups:
+            self.cluster.groups.pop(group, None)
+
+    def delete_topics(self, names: Iterable[str], timeout: float = 60.0) -> list[str]:
+        return [name for name in list(names) if self.cluster.delete_topic(name)]
 
     def close(self) -> None:
         return None

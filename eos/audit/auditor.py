@@ -13,6 +13,7 @@ The verdict is FAIL if any check finds a violation.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -23,6 +24,7 @@ from eos.audit.executors import Executor
 from eos.audit.joins import JoinAuditResult, audit_join
 from eos.audit.ledger import add_starts, read_ledger
 from eos.audit.lineage import LineageResult, audit_lineage
+from eos.audit.scan import before_reset, since_reset
 from eos.audit.windows import WindowAuditResult, audit_windows
 from eos.ledger import ledger_topic
 from eos.topology import SubTopology, offset_groups, topic_groups
@@ -89,6 +91,8 @@ class AuditReport:
     skipped: str | None = None
     transactions: TransactionCheck = field(default_factory=TransactionCheck)
     offsets: OffsetCheck = field(default_factory=OffsetCheck)
+    #: offsets of the outputs (and dead letters) written before the job's last `eos reset`, left out
+    before_reset: int = 0
 
     @property
     def violations(self) -> int:
@@ -162,8 +166,22 @@ def audit(bootstrap_servers: str, *, inputs: list[str], outputs: list[str], dead
     the job's other steps that write these outputs too (their records there are theirs: `audit_lineage`)."""
     started = time.monotonic()
     admin = admin or admin_for(bootstrap_servers, settle_once=True)
+    ledger = ledger_topic or (f"{group}-ledger" if group else None)
+    with since_reset(bootstrap_servers, ledger, admin) if ledger else contextlib.nullcontext():
+        return _audit(bootstrap_servers, inputs, outputs, dead_letter_topic, group, aggregate, extra_topics,
+                      isolation, executor, max_samples, progress, ledger_topic, through, subtopologies, groups,
+                      ordered, numbered, admin, read_by_job, other_steps, started)
+
+
+def _audit(bootstrap_servers: str, inputs: list[str], outputs: list[str], dead_letter_topic: str | None,
+           group: str | None, aggregate: AggregateSpec | None, extra_topics: Iterable[str], isolation: Isolation,
+           executor: Executor | None, max_samples: int, progress: Callable[[int], None] | None,
+           ledger_topic: str | None, through: Iterable[str], subtopologies: frozenset[str] | None,
+           groups: Mapping[str, str] | None, ordered: bool, numbered: bool | None, admin: KafkaAdmin,
+           read_by_job: Iterable[str], other_steps: Iterable[str], started: float) -> AuditReport:
     report = AuditReport("aggregate" if aggregate else "lineage", bootstrap_servers, list(inputs), list(outputs),
                          dead_letter_topic, group, isolation)
+    report.before_reset = before_reset(admin, [*outputs, *([dead_letter_topic] if dead_letter_topic else [])])
     if aggregate is None:
         report.lineage = audit_lineage(bootstrap_servers, inputs, outputs, dead_letter_topic=dead_letter_topic,
                                        group=group, admin=admin, isolation=isolation, max_samples=max_samples,
@@ -207,6 +225,12 @@ def audit_application(app: Application, *, bootstrap_servers: str | None = None,
     bootstrap = bootstrap_servers or app.config.bootstrap_servers
     admin = admin_for(bootstrap, settle_once=True)  # (one for every audit: an open transaction is waited out once)
     match_patterns(app, admin)
+    with since_reset(bootstrap, ledger_topic(app.config.application_id), admin):
+        return _audit_application(app, bootstrap, bootstrap_servers, max_samples, progress, admin)
+
+
+def _audit_application(app: Application, bootstrap: str, bootstrap_servers: str | None, max_samples: int,
+                       progress: Callable[[int], None] | None, admin: KafkaAdmin) -> list[AuditReport]:
     reports = (_lineage_reports(app, bootstrap_servers, max_samples, progress, admin) if app.config.lineage else
                [_not_checked(app, bootstrap, sub, "lineage", _UNTRACED, lineage=LineageResult())
                 for sub in app.subtopologies.values()])
@@ -424,22 +448,26 @@ def _audit_each(app: Application, mode: str, what: str, items: Callable[[SubTopo
     names = list(subtopologies) or [n for n, s in app.subtopologies.items() if items(s)]
     if not names:
         raise none_replayable(f"application {cfg.application_id!r}", list(app.subtopologies))
+    for name in names:
+        if not items(app.subtopologies[name]):
+            raise none_replayable(f"sub-topology {name!r}", [name])
     groups = offset_groups(app.subtopologies, cfg.group_id)
     reports = []
-    for name in names:
-        sub = app.subtopologies[name]
-        if not items(sub):
-            raise none_replayable(f"sub-topology {name!r}", [name])
-        input_groups = {t: groups[(name, t)] for t in sub.inputs}
-        for item in items(sub):
-            started = time.monotonic()
-            report = AuditReport(mode, bootstrap, list(sub.inputs), outputs(sub, item), cfg.dlq_topic,
-                                 cfg.group_id, "read_committed")
-            check(report, sub, item, admin, input_groups)
-            changelogs = [spec.changelog_topic(cfg.application_id) for spec in sub.stores if spec.source_topic is None]
-            report.transactions = check_open_transactions(admin, [*sub.output_topics, *changelogs], max_samples)
-            report.offsets = check_offsets(admin, sub.inputs, cfg.group_id, input_groups)
-            report.verdict = "PASS" if report.violations == 0 else "FAIL"
-            report.duration_s = round(time.monotonic() - started, 3)
-            reports.append(report)
+    with since_reset(bootstrap, ledger_topic(cfg.application_id), admin):
+        for name in names:
+            sub = app.subtopologies[name]
+            input_groups = {t: groups[(name, t)] for t in sub.inputs}
+            for item in items(sub):
+                started = time.monotonic()
+                report = AuditReport(mode, bootstrap, list(sub.inputs), outputs(sub, item), cfg.dlq_topic,
+                                     cfg.group_id, "read_committed")
+                report.before_reset = before_reset(admin, [*report.outputs, cfg.dlq_topic])
+                check(report, sub, item, admin, input_groups)
+                changelogs = [spec.changelog_topic(cfg.application_id) for spec in sub.stores
+                              if spec.source_topic is None]
+                report.transactions = check_open_transactions(admin, [*sub.output_topics, *changelogs], max_samples)
+                report.offsets = check_offsets(admin, sub.inputs, cfg.group_id, input_groups)
+                report.verdict = "PASS" if report.violations == 0 else "FAIL"
+                report.duration_s = round(time.monotonic() - started, 3)
+                reports.append(report)
     return reports

@@ -25,6 +25,7 @@ from eos.audit.partials import (
     scan_input_partition,
     scan_output_partition,
 )
+from eos.audit.scan import first_offsets
 from eos.ledger import ledger_topic as default_ledger_topic
 from eos.origin import top_level
 from transactions import Isolation, KafkaAdmin, admin_for
@@ -96,7 +97,7 @@ def input_scans(admin: KafkaAdmin, inputs: Iterable[str], group: str | None,
     scans = []
     for topic in inputs:
         tps = admin.topic_partitions(topic)
-        low = admin.earliest_offsets(tps)
+        low = first_offsets(admin, tps)  # (an input the job writes too: where its last reset found it)
         if group is not None:
             committed = admin.group_offsets((groups or {}).get(topic, group), tps, stable=True)
             # (capped at the partition's end: an offset committed for an earlier topic of the name may lie past it,
@@ -114,7 +115,7 @@ def output_scans(admin: KafkaAdmin, topics: Iterable[str], isolation: Isolation)
     scans = []
     for topic in topics:
         tps = admin.topic_partitions(topic)
-        low = admin.earliest_offsets(tps)
+        low = first_offsets(admin, tps)  # (what the job wrote since its last reset)
         ends = (admin.settled_ends(tps) if isolation == "read_committed"  # (the markers of a last commit)
                 else admin.end_offsets(tps, committed=False))
         scans += [PartitionScan(admin.bootstrap_servers, t, p, low[(t, p)], ends[(t, p)]) for t, p in tps]

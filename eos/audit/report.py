@@ -103,6 +103,9 @@ def render(report: AuditReport, console: Console | None = None) -> None:
             left_out.append(f"{label}: {why}")
         elif value or is_violation or attr in _ALWAYS or (attr == "bounded" and check.kind in _BOUNDED_KINDS):
             table.add_row(label, f"{value:,}", _mark(value, is_violation))
+    if report.before_reset:
+        table.add_row("output offsets before the last eos reset (not this run's: left out)",
+                      f"{report.before_reset:,}", "")
     if report.lineage is not None:
         table.add_row("lineage ledger", "read" if report.lineage.ledger else "not found (filtering counts as lost)", "")
     table.add_row("open transactions (LSO < HW)", f"{report.transactions.open_transactions}",

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-__all__ = ["preflight", "user_topics", "match_topic_patterns",
+__all__ = ["preflight", "user_topics", "match_topic_patterns", "ledger_spec",
            "check_state_dir", "check_spark_conf", "check_topics", "check_broker",
            "create_internal_topics", "create_internal_topics_soon", "create_repartition_topics", "TRANSACTION_LOG"]
 
@@ -210,6 +210,12 @@ def _longest_retention(admin: KafkaAdmin, topics: list[str]) -> str:
     return "-1" if any(v < 0 for v in values) else str(max(values, default=604800000))
 
 
+def ledger_spec(admin: KafkaAdmin, config: EosConfig, inputs: Iterable[str]) -> TopicSpec:
+    """The lineage ledger's topic: one partition, kept as long as the longest-kept of the job's `inputs`."""
+    return TopicSpec(ledger_topic(config.application_id), 1, config.internal_replication_factor,
+                     {"cleanup.policy": "delete", "retention.ms": _longest_retention(admin, sorted(set(inputs)))})
+
+
 def create_internal_topics(admin: KafkaAdmin, config: EosConfig, subtopologies: Mapping[str, SubTopology],
                            partition_counts: Mapping[str, int]) -> int:
     """Create the dead-letter topic (partitions = the largest task count), the lineage ledger (one partition,
@@ -219,10 +225,7 @@ def create_internal_topics(admin: KafkaAdmin, config: EosConfig, subtopologies: 
     task_count = max(partition_counts[sub.inputs[0]] for sub in subtopologies.values())
     admin.create_topics([TopicSpec(config.dlq_topic, max(1, task_count), config.internal_replication_factor)])
     if config.lineage:
-        inputs = sorted({t for sub in subtopologies.values() for t in sub.inputs})
-        retention = _longest_retention(admin, inputs)
-        admin.create_topics([TopicSpec(ledger_topic(config.application_id), 1, config.internal_replication_factor,
-                                       {"cleanup.policy": "delete", "retention.ms": retention})])
+        admin.create_topics([ledger_spec(admin, config, {t for sub in subtopologies.values() for t in sub.inputs})])
     seen: dict[str, str] = {}
     groups = offset_groups(subtopologies, config.group_id)
     for sub in subtopologies.values():

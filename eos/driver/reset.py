@@ -4,7 +4,9 @@ A reset, with no driver of the application running:
 
 1. clears the application's consumer groups (the committed offsets of every input, internal ones too, and
    the stream time and clocks stored with them) and commits, per input topic, the position to start from:
-   earliest, latest, or the first record at or after a time;
+   earliest, latest, or the first record at or after a time; an input that a step of the job writes (an
+   intermediate topic, Kafka Streams' `--intermediate-topics`) goes to its end, since the step writing it
+   writes its records again from its own input (read again, they would be processed twice downstream);
 2. deletes its internal topics: repartition topics, changelogs, a foreign-key join's subscription and
    response topics, the lineage ledger (the next run creates them again, empty);
 3. wipes the state directories of the application this machine can reach. State on other machines needs
@@ -12,7 +14,8 @@ A reset, with no driver of the application running:
    and restored from empty when its task starts (`recovery.restore`).
 
 Output topics and the dead-letter topic are the user's and are left alone: a run after a reset to earliest
-writes the same results again after the ones already there.
+writes the same results again after the ones already there. The reset writes where each of them ends into the
+new ledger (`eos.ledger.ledger_reset`): the audits hold the job to what it writes from there on.
 """
 
 from __future__ import annotations
@@ -25,15 +28,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from eos.driver.checks import match_topic_patterns
+from eos.driver.checks import ledger_spec, match_topic_patterns
 from eos.driver.lease import lease_topic
 from eos.errors import ConfigError
-from eos.ledger import ledger_topic
+from eos.ledger import ledger_reset, ledger_topic
 from eos.time import parse_time
 from eos.topology import offset_groups
 from eos.worker.progress import CommitMetadata
 from recovery import locked_task_directories
-from transactions import KafkaAdmin
+from transactions import KafkaAdmin, TopicSpec
 
 if TYPE_CHECKING:
     from eos.app import Application
@@ -61,6 +64,11 @@ class ResetPlan:
     #: input partitions started again past their first record: that first offset (the records before the new
     #: position are not the next run's input, which its commit says for the audits: `CommitMetadata.not_read_from`)
     starts_after: dict[TP, int] = field(default_factory=dict)
+    #: where the records the job writes after the reset start, per partition of its output topics and its
+    #: dead-letter topic (their ends now): written into the new ledger for the audits
+    outputs_from: dict[TP, int] = field(default_factory=dict)
+    #: the lineage ledger's topic, created again with the reset's record in it
+    ledger: TopicSpec | None = None
 
     def lines(self) -> list[str]:
         """What the reset does, one line each."""
@@ -103,7 +111,8 @@ def plan_reset(app: Application, admin: KafkaAdmin, *, to: str = "earliest",
         raise ConfigError(f"{', '.join(unknown)}: not an input topic of application {cfg.application_id!r} (its "
                           f"inputs: {', '.join(user_inputs)})")
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    starts = {t: (inputs or {}).get(t, to) for t in user_inputs}
+    written = {t for sub in subs.values() for t in sub.output_topics} - internal
+    starts = {t: (inputs or {}).get(t, "latest" if t in written else to) for t in user_inputs}
     positions: dict[str, dict[TP, int]] = {}
     firsts: dict[TP, int] = {}
     for topic, start in starts.items():
@@ -133,12 +142,22 @@ def plan_reset(app: Application, admin: KafkaAdmin, *, to: str = "earliest",
              "removed: a store ahead of its recreated changelog is wiped and restored from empty when its task "
              "starts",
              f"output topics and the dead-letter topic {cfg.dlq_topic} are left as they are; the driver lease "
-             f"topic {lease_topic(cfg)} too"]
+             f"topic {lease_topic(cfg)} too; the audits hold the next run to what it writes after the reset"]
+    intermediate = sorted(t for t in written & set(starts) if t not in (inputs or {}))
+    if intermediate:
+        notes.append(f"{', '.join(intermediate)}: written by a step of the job and read by another, so read from "
+                     "their end: the writing step writes their records again (--input TOPIC=WHERE reads the old ones "
+                     "too, which the steps reading them then process twice)")
+    outputs = sorted((written | {cfg.dlq_topic}) - {t for t, where in starts.items()
+                                                     if t in written and where != "latest"})
+    existing = [t for t, n in admin.partition_counts(outputs).items() if n is not None]
+    outputs_from = admin.end_offsets([tp for t in existing for tp in admin.topic_partitions(t)], committed=False)
+    ledger = ledger_spec(admin, cfg, user_inputs) if cfg.lineage else None
     starts_after = {tp: firsts[tp] for ends in positions.values() for tp, o in ends.items() if o > firsts.get(tp, o)}
     return ResetPlan(cfg.application_id, starts, offsets, sorted(set(groups.values())),
                      [t for t in candidates if counts[t] is not None],
                      [Path(p) for p in sorted(glob.glob(pattern)) if Path(p).is_dir()], state_dir, notes,
-                     starts_after)
+                     starts_after, outputs_from if ledger is not None else {}, ledger)
 
 
 def apply_reset(plan: ResetPlan, admin: KafkaAdmin, *, timeout: float = 60.0) -> None:
@@ -155,6 +174,9 @@ def apply_reset(plan: ResetPlan, admin: KafkaAdmin, *, timeout: float = 60.0) ->
             if time.monotonic() > deadline:
                 raise TimeoutError(f"topics {plan.topics} were not deleted within {timeout:.0f} s")
             time.sleep(0.5)
+    if plan.ledger is not None:  # (the next run finds it: its first record says where the outputs start)
+        admin.create_topics([plan.ledger], timeout=timeout)
+        admin.append(plan.ledger.name, [(None, ledger_reset(plan.outputs_from))], timeout=timeout)
     for path in plan.local_state:
         # (a Spark worker of a finished run may still hold a task's stores open for a few seconds: asked to let go)
         with locked_task_directories(path):

@@ -40,6 +40,7 @@ from eos.audit.auditor import AuditReport
 from eos.clock import clock_source
 from eos.driver.checks import check_topics, create_internal_topics, create_repartition_topics
 from eos.driver.planner import DEFAULT_TASK_SLOTS, Planner
+from eos.driver.reset import ResetPlan
 from eos.errors import ConfigError, SerdeError
 from eos.hooks import FaultHooks, FaultPoint, HookPoint
 from eos.ledger import LedgerEntry, ledger_topic
@@ -290,6 +291,31 @@ class TopologyTestDriver:
                 by = out.setdefault(r.task.subtopology, {})
                 by[reason] = by.get(reason, 0) + n
         return out
+
+    # ------------------------------------------------------------------ reprocessing
+    def reset(self, *, to: str = "earliest", inputs: Mapping[str, str] | None = None) -> ResetPlan:
+        """What `eos reset` does, on the driver's cluster (`eos.driver.reset`): the application's groups
+        cleared and each input's position committed (`to`: "earliest", "latest", a time as `eos reset --to`
+        takes it, relative to the driver's clock; `inputs`: a topic's own), its internal topics and its stores
+        (those under the driver's `state_dir` too) gone; then the job starts again, as a new run would. Returns
+        the plan carried out. The outputs stay, so what the job writes next follows what it wrote before; the
+        audits hold it to its outputs since the reset."""
+        from dataclasses import replace
+
+        from eos.driver.reset import apply_reset, plan_reset
+
+        with self._clock():
+            plan = plan_reset(self.app, self.admin, to=to, inputs=inputs, now_ms=self.now)
+            own = [] if self._state_dir is None else [Path(self._state_dir) / self.config.application_id]
+            plan = replace(plan, local_state=[p for p in own if p.is_dir()], state_dir=self.config.state_dir)
+            self.worker.close()  # (its stores closed before their directories go)
+            apply_reset(plan, self.admin)
+            self.worker = MemoryWorker(self.cluster)
+            create_repartition_topics(self.admin, self.config, self.app.internal_topics)
+            self._prepare()
+            self.planner.initialize_offsets()
+        self._run()
+        return plan
 
     # ------------------------------------------------------------------ crashes
     def crash_at(self, step: Step, *, task: str | None = None, batch: int | None = None) -> None:
