@@ -79,6 +79,10 @@ class ResetPlan:
                 out.append(f"  group {group}: {topic} from {self.starts[topic]} (offsets {positions})")
         out += [f"  clear the committed offsets and stream times of group {g}" for g in self.groups]
         out += [f"  delete internal topic {t}" for t in self.topics]
+        if self.ledger is not None:
+            outputs = sorted({t for t, _ in self.outputs_from})
+            out.append(f"  create the lineage ledger {self.ledger.name} again, with where the job's outputs end now "
+                       f"({', '.join(outputs) or 'none yet'}): the audits read what the next runs write after that")
         out += [f"  delete local state directory {p}" for p in self.local_state]
         if not self.local_state:
             out.append(f"  no local state directory of the application under {self.state_dir}")

@@ -1,7 +1,7 @@
 """The README's "Reprocessing from scratch" and "Trace context" sections on its job, run verbatim: a dry
 run changes nothing, a reset puts the inputs back to earliest and removes internal topics and local state,
-the next run writes the same results again, a reset while the job runs is refused; a traced order's
-context is followed to its enriched record and to the total it updated.
+the next run writes the same results again, which its audit passes, a reset while the job runs is refused;
+a traced order's context is followed to its enriched record and to the total it updated.
 The tests share one run of the README's example (`example`) and run in the module's order, as pytest runs
 them: the trace adds an order and its results, the refused reset changes nothing, and the reset comes last.
 """
@@ -129,7 +129,7 @@ def test_reset_then_run_writes_the_same_results_again_and_a_dry_run_changes_noth
     committed = admin.group_offsets(APP, orders)
     assert state.is_dir() and {tp: o or 0 for tp, o in committed.items()} == admin.end_offsets(orders)  # all read
 
-    dry, reset, rerun = reset_commands()
+    dry, reset, rerun, audit = reset_commands()
     done = subprocess.run(["bash", "-c", dry], cwd=example, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert f"delete internal topic {CHANGELOG}" in done.stdout and f"delete local state directory {state}" in \
@@ -146,3 +146,6 @@ def test_reset_then_run_writes_the_same_results_again_and_a_dry_run_changes_noth
     assert done.returncode == 0, done.stderr
     again = {t: sorted(read_values(bootstrap, t)) for t in OUTPUTS}
     assert again == {t: sorted(values * 2) for t, values in first.items()}  # the same results, once more each
+    # the audit holds the run since the reset to what it wrote since (the first run's records made it a FAIL)
+    done = subprocess.run(["bash", "-c", audit], cwd=example, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "output offsets before the last eos reset" in done.stdout, done.stdout[-4000:]

@@ -48,6 +48,8 @@ def test_a_reset_reprocesses_each_record_once_downstream_and_the_audits_hold_the
     assert any("doubled: written by a step of the job and read by another, so read from their end" in n
                for n in plan.notes)
     assert {t for t, _ in plan.outputs_from} == {"doubled", "minutes", "tiered", "again-dlq"}
+    assert ("  create the lineage ledger again-ledger again, with where the job's outputs end now (again-dlq, "
+            "doubled, minutes, tiered): the audits read what the next runs write after that") in plan.lines()
     # the same results again, after the first run's; each doubled order read once by the steps after it
     assert {t: sorted(map(repr, (r.value for r in driver.records(t)))) for t in first} == {
         t: sorted(v * 2) for t, v in first.items()}
