@@ -113,9 +113,10 @@ class Application(GraphMethods):
         its stores' changelog (`topology_optimization`) compacted (`eos topics create --from-app`)."""
         from transactions import TopicSpec
 
-        subs = self.subtopologies
+        subs = self.every_step()  # (a pattern's topics are named by whoever writes them)
         named = {t for sub in subs.values()
-                 for t in (*sub.inputs, *sub.output_topics, *(g.topic for g in sub.global_tables))}
+                 for t in (*sub.inputs, *sub.output_topics, *(g.topic for g in sub.global_tables))} - {
+            p.pattern for p in self.graph.patterns.values()}
         tables = table_changelogs(subs)
         return [TopicSpec(t, partitions, replication_factor,
                           {"cleanup.policy": "compact", **(settings or {})} if t in tables else dict(settings or {}))

@@ -154,9 +154,7 @@ def describe(app: Application) -> TopologyDescription:
         for suffix in ("subscription", "response"):
             if topic.name.endswith(f"-{suffix}"):
                 out.internal_topics[topic.name] = f"foreign-key {suffix}"
-    subs = app.subtopologies if not app.graph.patterns else app.graph.subtopologies(
-        app.default_timestamp, reuse_source_topics=cfg.topology_optimization != "none", patterns_as_topics=True)
-    for index, sub in enumerate(subs.values()):
+    for index, sub in enumerate(app.every_step().values()):
         part = sub.graph
         nodes = []
         for node in (*part.sources, *part.processors, *part.sinks):

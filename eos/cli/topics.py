@@ -63,6 +63,9 @@ def create(names: list[str] = typer.Argument(None, help="Topic names"),
         bootstrap_servers = resolve_bootstrap(bootstrap_servers, application.config.bootstrap_servers)
         specs += application.topic_specs(partitions, replication_factor, settings)
         tables = table_changelogs(application.subtopologies)
+        for source, pattern in application.graph.patterns.items():
+            console.print(f"pattern {pattern.pattern} (source {source}): its topics are named by their writers; "
+                          "create them by name, each with the same partition count", markup=False)
     if not specs:
         fail(2, "name the topics to create, or give --from-app")
     wanted = [spec.name for spec in specs]

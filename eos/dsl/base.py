@@ -96,6 +96,14 @@ class TopologyBuilder:
                                self.graph.subtopologies(self.default_timestamp, reuse_source_topics=reuse))
         return cut[1]
 
+    def every_step(self) -> dict[str, SubTopology]:
+        """The sub-topologies, a step that reads a topic pattern among them whether it matched a topic or not,
+        its pattern standing for its topics (for `describe` and the topics a job names)."""
+        if not self.graph.patterns:
+            return self.subtopologies
+        return self.graph.subtopologies(self.default_timestamp, patterns_as_topics=True,
+                                        reuse_source_topics=self.config.topology_optimization != "none")
+
     @property
     def repartition_topics(self) -> frozenset[str]:
         """The internal topics whose records are deleted once consumed (repartition topics): a record of one

@@ -41,18 +41,22 @@ def events(region: str, first: int) -> list[tuple[bytes, bytes]]:
     return [(f"u{i % 11}".encode(), json.dumps({"i": i, "region": region}).encode()) for i in range(first, first + N)]
 
 
-def test_a_topic_created_while_the_job_runs_is_read_exactly_once_across_a_kill(kafka, topic_factory, unique_name,
-                                                                               tmp_path, monkeypatch):
+def test_a_topic_created_while_the_job_runs_is_read_exactly_once_across_a_kill(kafka, unique_name, tmp_path,
+                                                                               monkeypatch):
     bootstrap = kafka.bootstrap_servers
     admin = KafkaAdmin(bootstrap)
     base = unique_name("ev")
     first, second = f"{base}.eu", f"{base}.us"
-    seen, counts = topic_factory("seen", partitions=3), topic_factory("counts", partitions=3)
+    seen, counts = unique_name("seen"), unique_name("counts")
     marks = tmp_path / "marks"
     marks.mkdir()
     (tmp_path / "job.py").write_text(JOB)
     env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": bootstrap, "APP": unique_name("app"), "BASE": base,
            "STATE": str(tmp_path / "state"), "SEEN": seen, "COUNTS": counts}
+    created = subprocess.run([sys.executable, "-m", "eos.cli", "topics", "create", "--from-app", "job.py",
+                              "--partitions", "3"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert created.returncode == 0 and f"created {seen}" in created.stdout, created.stdout + created.stderr
+    assert "its topics are named by their writers; create them by name" in created.stdout, created.stdout
     refused = subprocess.run([sys.executable, "-m", "eos.cli", "run", "job.py", "--until-caught-up"], cwd=tmp_path,
                              env=env, capture_output=True, text=True, timeout=300)
     assert refused.returncode == 2 and "matches no topic on" in refused.stderr, refused.stderr[-3000:]

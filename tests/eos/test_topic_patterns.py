@@ -163,3 +163,8 @@ def test_eos_reset_plans_every_topic_the_pattern_matches_now():
     plan = plan_reset(_counts(), driver.admin)  # type: ignore[arg-type]  (a job loaded anew, as `eos reset` does)
     assert set(plan.starts) == {"events-eu", "events-us"}
     assert "pat-counts-repartition" in plan.topics
+
+
+def test_the_topics_a_pattern_job_names_are_its_outputs_whether_matched_or_not():
+    specs = {s.name: s.partitions for s in _counts().topic_specs(4)}
+    assert specs == {"counts-out": 4}  # (no pattern text, no repartition topic; the matched topics are the writers')
