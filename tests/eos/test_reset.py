@@ -95,3 +95,16 @@ def test_a_reset_to_the_end_skips_what_is_there_and_the_audits_say_where_the_job
     assert all(r.verdict == "PASS" for r in reports), [(r.mode, r.lineage or r.window) for r in reports]
     lineage = next(r for r in reports if r.mode == "lineage" and r.inputs == ["orders"])
     assert (lineage.lineage.expected, lineage.lineage.not_read) == (5, 10)
+
+
+def test_a_reset_wipes_the_drivers_rocksdb_stores_and_counts_from_scratch(tmp_path):
+    app = Application("kept", bootstrap_servers="memory:1")
+    app.stream("in").group_by_key().count(name="n").to_stream().to("out", value_serde="long")
+    with TopologyTestDriver(app, partitions=2, state_dir=tmp_path) as driver:
+        driver.pipe_many("in", [("a", 1), ("a", 2), ("b", 3)])
+        assert (tmp_path / "kept" / "n-0").is_dir()
+        plan = driver.reset()
+        assert plan.local_state == [tmp_path / "kept"]
+        driver.pipe("in", "a", 4)
+        assert [(r.key, r.value) for r in driver.records("out")][3:] == [("a", 1), ("a", 2), ("b", 1), ("a", 3)]
+        assert driver.store("n-store").get("a") == 3
