@@ -190,6 +190,8 @@ class Runner:
                             tasks_fn = SparkTaskFunction(broadcast)
                             stale.unpersist()
                             replan = False
+                            log.info("planned again for the topics the patterns match", batch=batch,
+                                     seconds=round(time.monotonic() - t0, 3))
                         plans = planner.plan(batch)
                         if self.metrics is not None:
                             self.metrics.observe_lag(planner.lag)

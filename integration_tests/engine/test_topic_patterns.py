@@ -34,7 +34,8 @@ if os.environ.get("MARKS"):
     app.fault_hooks.on("before_commit", MarkWhile(os.environ["MARKS"], seconds=0.3))
 """
 
-N = 1000
+N = 1000  # records of each topic; the second's in three parts: before one of them is seen in the output, after
+SEEN, KILLED = 400, 800  # (the batches that read those: one of them is killed), and after the kill
 
 
 def events(region: str, first: int) -> list[tuple[bytes, bytes]]:
@@ -73,17 +74,19 @@ def test_a_topic_created_while_the_job_runs_is_read_exactly_once_across_a_kill(k
     try:
         assert wait_for(lambda: regions()["eu"] > 0, 180, proc), (tmp_path / "job.log").read_text()[-3000:]
         admin.create_topics([TopicSpec(second, 3, 1)], timeout=30)  # (created while the job runs)
-        produce(bootstrap, second, events("us", N)[:N // 2])
+        produce(bootstrap, second, events("us", N)[:SEEN])
         assert wait_for(lambda: regions()["us"] > 0, 120, proc), (tmp_path / "job.log").read_text()[-3000:]
         for marker in marks.iterdir():
             marker.unlink()
-        assert wait_for(lambda: any(marks.iterdir()), 60, proc)  # (a task inside its transaction)
+        produce(bootstrap, second, events("us", N)[SEEN:KILLED])  # (batches to come, whatever the job has read)
+        assert wait_for(lambda: any(marks.iterdir()), 60, proc), "no batch inside its transaction"
         assert proc.poll() is None
     finally:
         kill_group(proc)
     log = (tmp_path / "job.log").read_text()
     assert "a topic pattern matches other topics" in log and second in log, log[-3000:]
-    produce(bootstrap, second, events("us", N)[N // 2:])
+    assert "planned again for the topics the patterns match" in log, log[-3000:]
+    produce(bootstrap, second, events("us", N)[KILLED:])
 
     done = subprocess.run([sys.executable, "-m", "eos.cli", "run", "job.py", "--until-caught-up"], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=600)
