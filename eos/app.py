@@ -204,16 +204,17 @@ class Application(GraphMethods):
         own = {cfg.dlq_topic, ledger_topic(cfg.application_id), *self.internal_topics,
                *(s.changelog_topic(cfg.application_id) for s in self.graph.stores.values())}
         changed = self.graph.match_patterns((t for t in topics if not t.startswith("__")), own)
+        matched = self.graph.pattern_topics()
         for name, topic in list(self.internal_topics.items()):
             if topic.like_source is not None:
-                matched = self.graph.nodes[topic.like_source].topics  # type: ignore[union-attr]
-                self.internal_topics[name] = replace(topic, like=matched[0] if matched else None)
+                first = matched[topic.like_source]
+                self.internal_topics[name] = replace(topic, like=first[0] if first else None)
         return changed
 
     def unmatched_patterns(self) -> list[str]:
         """The pattern sources that read no topic (none matched yet), as `'source' (pattern)`."""
-        return [f"{name!r} ({pattern.pattern!r})" for name, pattern in self.graph.patterns.items()
-                if not getattr(self.graph.nodes[name], "topics", ())]
+        matched = self.graph.pattern_topics()
+        return [f"{name!r} ({pattern.pattern!r})" for name, pattern in self.graph.patterns.items() if not matched[name]]
 
     @property
     def clocked_topics(self) -> frozenset[str]:

@@ -282,11 +282,10 @@ class Runner:
         built again from their stores). The tasks stay the same: every topic of a pattern has the partition
         count of the others (`check_topics`; a topic of another count stops the job, saying so)."""
         assert self.admin is not None
-        before = {n: self.app.graph.nodes[n].topics for n in self.app.graph.patterns}  # type: ignore[union-attr]
+        before = self.app.graph.pattern_topics()
         if not match_topic_patterns(self.app, self.admin):
             return False
-        after = {n: self.app.graph.nodes[n].topics for n in self.app.graph.patterns}  # type: ignore[union-attr]
-        for name, topics in after.items():
+        for name, topics in self.app.graph.pattern_topics().items():
             if topics != before[name]:
                 log.info("a topic pattern matches other topics: read from the next batch", source=name,
                          added=sorted(set(topics) - set(before[name])), removed=sorted(set(before[name]) - set(topics)))

@@ -128,6 +128,11 @@ class ProcessorGraph:
         """The sources that read the topics a pattern matches: source -> pattern."""
         return {n.name: n.pattern for n in self.nodes.values() if isinstance(n, SourceNode) and n.pattern is not None}
 
+    def pattern_topics(self) -> dict[str, tuple[str, ...]]:
+        """The topics each pattern source reads now (those it matched last)."""
+        return {name: node.topics for name, node in self.nodes.items()
+                if isinstance(node, SourceNode) and node.pattern is not None}
+
     def pattern_sources(self, node: str) -> list[str]:
         """The pattern sources `node` descends from, in the order they were added."""
         seen, todo = set(), [node]

@@ -418,7 +418,7 @@ class TopologyTestDriver:
         """The job definition and the planner for the topics the application reads now, as a run prepares
         them (again when a topic a pattern matches is created: `_match_patterns`)."""
         app = self.app
-        self._matched = self._pattern_topics()
+        self._matched = self.app.graph.pattern_topics()
         counts = check_topics(self.admin, app.subtopologies)
         dlq_partitions = create_internal_topics(self.admin, self.config, app.subtopologies, counts)
         hooks = FaultHooks({p: list(h) for p, h in app.fault_hooks.hooks.items()})
@@ -431,10 +431,6 @@ class TopologyTestDriver:
         self.planner.refresh_topic_ids()
         self._cyclic = frozenset(cyclic_topics(app.subtopologies))
 
-    def _pattern_topics(self) -> dict[str, tuple[str, ...]]:
-        graph = self.app.graph
-        return {name: graph.nodes[name].topics for name in graph.patterns}  # type: ignore[union-attr]
-
     def _match_patterns(self, created: str | None = None) -> None:
         """Match the application's topic patterns against this driver's topics, creating `created` first (a
         topic a test writes that a pattern matches, with as many partitions as that pattern's other topics), and
@@ -445,7 +441,7 @@ class TopologyTestDriver:
             first = self._matched[pattern][0]
             self.admin.create_topics([TopicSpec(created, self.cluster.partitions(first))])
         self.app.match_patterns(self.admin.topic_names())
-        if self._pattern_topics() != self._matched:
+        if self.app.graph.pattern_topics() != self._matched:
             with self._clock():
                 self._prepare()
 
@@ -480,7 +476,7 @@ class TopologyTestDriver:
     def _append(self, topic: str, key: Any, value: Any, timestamp: int | None,
                 headers: Iterable[tuple[str, bytes]] | Mapping[str, bytes] | None, partition: int | None,
                 serialized: bool = False) -> None:
-        if self.app.graph.patterns and (self._pattern_topics() != self._matched or (
+        if self.app.graph.patterns and (self.app.graph.pattern_topics() != self._matched or (
                 any(p.fullmatch(topic) for p in self.app.graph.patterns.values())
                 and all(topic not in topics for topics in self._matched.values()))):
             self._match_patterns(created=None if topic in self.cluster.logs else topic)
