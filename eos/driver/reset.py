@@ -156,12 +156,12 @@ def plan_reset(app: Application, admin: KafkaAdmin, *, to: str = "earliest",
                                                      if t in written and where != "latest"})
     existing = [t for t, n in admin.partition_counts(outputs).items() if n is not None]
     outputs_from = admin.end_offsets([tp for t in existing for tp in admin.topic_partitions(t)], committed=False)
-    ledger = ledger_spec(admin, cfg, user_inputs) if cfg.lineage else None
+    ledger = ledger_spec(admin, cfg, user_inputs)  # (a job run with lineage=False too: its window audit reads it)
     starts_after = {tp: firsts[tp] for ends in positions.values() for tp, o in ends.items() if o > firsts.get(tp, o)}
     return ResetPlan(cfg.application_id, starts, offsets, sorted(set(groups.values())),
                      [t for t in candidates if counts[t] is not None],
                      [Path(p) for p in sorted(glob.glob(pattern)) if Path(p).is_dir()], state_dir, notes,
-                     starts_after, outputs_from if ledger is not None else {}, ledger)
+                     starts_after, outputs_from, ledger)
 
 
 def apply_reset(plan: ResetPlan, admin: KafkaAdmin, *, timeout: float = 60.0) -> None:

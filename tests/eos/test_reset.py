@@ -108,3 +108,14 @@ def test_a_reset_wipes_the_drivers_rocksdb_stores_and_counts_from_scratch(tmp_pa
         driver.pipe("in", "a", 4)
         assert [(r.key, r.value) for r in driver.records("out")][3:] == [("a", 1), ("a", 2), ("b", 1), ("a", 3)]
         assert driver.store("n-store").get("a") == 3
+
+
+def test_a_job_run_without_lineage_gets_the_resets_record_too_for_its_window_audit():
+    app = Application("untraced", bootstrap_servers="memory:1", lineage=False)
+    app.stream("views").group_by_key().window(TumblingWindows(MINUTE)).count(name="per_minute").to_stream().to("m")
+    with TopologyTestDriver(app) as driver:
+        feed_views = [("views", "u", {"i": i}, driver.now // MINUTE * MINUTE + i) for i in range(5)]
+        driver.pipe_records(feed_views)
+        driver.reset()
+        (window,) = [r for r in driver.audit() if r.mode == "window"]
+        assert (window.verdict, window.window.output_records, window.before_reset) == ("PASS", 5, 6)
