@@ -196,6 +196,9 @@ class Windowing:
     #: the stateless operators between the aggregation and that topic (`map(lambda window, n: (window.key, n))`):
     #: the window audit passes each expected result through them, as the task did
     suffix: tuple[Any, ...] = ()
+    #: results routed among topics (`to(fn, topics=[...])`, `eos.graph.operators.Route`) after `suffix`: the
+    #: window audit routes each expected result alike and reads every one of those topics (`topic` is None then)
+    route: Any = None
 
 
 class WindowedSerde(Serde):

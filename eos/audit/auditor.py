@@ -240,7 +240,7 @@ def _audit_application(app: Application, bootstrap: str, bootstrap_servers: str 
                 reports += audit_windowed(app, bootstrap_servers=bootstrap, subtopologies=[name],
                                           max_samples=max_samples, progress=progress, only=w, admin=admin)
             except ValueError as exc:
-                reports.append(AuditReport("window", bootstrap, list(sub.inputs), [w.topic or sub.output or ""],
+                reports.append(AuditReport("window", bootstrap, list(sub.inputs), window_outputs(sub, w),
                                            app.config.dlq_topic, app.config.group_id, "read_committed",
                                            window=WindowAuditResult(), skipped=str(exc)))
         for window, why in sub.unreplayed_windows:
@@ -356,6 +356,11 @@ def started_at(app: Application, sub: SubTopology, bootstrap_servers: str,
     return {tp: account.not_read.max() + 1 for tp, account in ledger.items() if account.not_read}
 
 
+def window_outputs(sub: SubTopology, w: Any) -> list[str]:
+    """The topics a windowed aggregation's results go to: its own, those it is routed among, or its step's."""
+    return list(w.route.topics) if w.route is not None else [w.topic or sub.output or ""]
+
+
 def audit_windowed(app: Application, *, bootstrap_servers: str | None = None, subtopologies: Iterable[str] = (),
                    max_samples: int = 10, progress: Callable[[int], None] | None = None,
                    only: Any = None, admin: KafkaAdmin | None = None) -> list[AuditReport]:
@@ -371,7 +376,7 @@ def audit_windowed(app: Application, *, bootstrap_servers: str | None = None, su
 
     return _audit_each(app, "window", "windowed aggregation",
                        lambda s: [w for w in s.windowings if only is None or w is only],
-                       lambda s, w: [w.topic or s.output], check, bootstrap_servers, subtopologies, max_samples,
+                       window_outputs, check, bootstrap_servers, subtopologies, max_samples,
                        unreplayed=lambda s: s.unreplayed_windows, admin=admin)
 
 

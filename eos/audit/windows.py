@@ -235,11 +235,13 @@ def audit_windows(bootstrap_servers: str, sub: SubTopology, *, group: str, admin
     or a duration: `eos.audit.auditor.started_at`)."""
     w = window or only(sub.windowings, f"sub-topology {sub.name!r}", "windowed aggregation")
     output = w.topic or sub.output
-    if len(sub.inputs) != 1 or output is None:
+    if len(sub.inputs) != 1 or (output is None and w.route is None):
         raise ValueError(f"sub-topology {sub.name!r}: the window audit needs one input and an output topic")
-    out_key, out_value = sub.output_serdes.get(output, (sub.output_key_serde, sub.output_value_serde))
+    topics: list[str] = list(w.route.topics) if w.route is not None else [output or ""]
+    serdes = {t: sub.output_serdes.get(t, (sub.output_key_serde, sub.output_value_serde)) for t in topics}
+    out_key, out_value = serdes[topics[0]]
     cached = cached and isinstance(w.windows, HoppingWindows) and w.emit != "final"  # (updates held back)
-    if w.suffix and cached:
+    if (w.suffix or w.route is not None) and cached:
         raise ValueError(f"the window audit of {w.store!r} needs each update of a hopping window, and a record cache "
                          "holds some back; with the results changed on the way to their topic, which window a "
                          "record is of cannot be told to check its history: the lineage audit alone proves them")
@@ -275,12 +277,13 @@ def audit_windows(bootstrap_servers: str, sub: SubTopology, *, group: str, admin
         result.late_at_source += ref.late_at_source
         expected_updates.update(ref.updates)
         expected_closed.update(ref.closed)
-    if w.suffix:  # results changed on their way to the topic: each expected one changed alike, then counted
-        _check_changed(w, expected_closed if w.emit == "final" else expected_updates, out_key, out_value,
-                       scan_topic(bootstrap_servers, output, admin=admin, progress=progress), result, max_samples)
+    if w.suffix or w.route is not None:  # results changed or routed on their way: each expected one alike, counted
+        _check_changed(w, expected_closed if w.emit == "final" else expected_updates, serdes,
+                       lambda t: scan_topic(bootstrap_servers, t, admin=admin, progress=progress), result,
+                       max_samples)
         return result
     observed: dict[WindowKey, list[Any]] = defaultdict(list)
-    for batch in scan_topic(bootstrap_servers, output, admin=admin, progress=progress):
+    for batch in scan_topic(bootstrap_servers, topics[0], admin=admin, progress=progress):
         for msg in batch:
             windowed = out_key.deserialize(msg.key())
             value = None if msg.value() is None else out_value.deserialize(msg.value())
@@ -362,32 +365,40 @@ def _record(msg: Message, sub: SubTopology, extract: Callable[[Record], int]) ->
     return rec if rec.timestamp >= 0 else None
 
 
-def _check_changed(w: Windowing, expected: Mapping[WindowKey, Any], key_serde: Any, value_serde: Any,
-                   batches: Iterable[list[Message]], result: WindowAuditResult, limit: int) -> None:
+def _check_changed(w: Windowing, expected: Mapping[WindowKey, Any], serdes: Mapping[str, tuple[Any, Any]],
+                   read: Callable[[str], Iterable[list[Message]]], result: WindowAuditResult, limit: int) -> None:
     """The results of an aggregation whose results pass stateless operators on their way to the topic (`w.suffix`:
-    a map of each window's key to its key, a filter): each expected result (a final one, or every update) passed
-    through them as the task passed it, serialized as the task wrote it, and the topic's records counted
-    against those: every one once. Which window a record is of cannot be told any more, so the check is of the
-    records as a whole (a window's updates out of order would not show, a record missing or twice does)."""
+    a map of each window's key to its key, a filter), or are routed among topics (`w.route`: `to(fn, topics=...)`):
+    each expected result (a final one, or every update) passed through them as the task passed it, sent to the
+    topic the route chooses for it, serialized as the task wrote it, and the topics' records (`serdes`: each
+    topic's, read with `read`) counted against those: every one once, in its topic. Which window a record is of
+    cannot be told any more, so the check is of the records as a whole (a window's updates out of order would
+    not show, a record missing, twice or in another topic does)."""
     changed = replay_prefix(w.suffix, stand_in=False)
     result.changed = True
-    want: Counter[tuple[bytes | None, bytes | None]] = Counter()
+    only = next(iter(serdes))
+    want: Counter[tuple[str, bytes | None, bytes | None]] = Counter()
     for (key, start, end), values in expected.items():
         for value in (values if w.emit != "final" else [values]):
             for out in changed(Record(Windowed(key, start, end), value, "", 0, 0, 0, None)):
-                want[(key_serde.serialize(out.key), value_serde.serialize(out.value))] += 1
-    got: Counter[tuple[bytes | None, bytes | None]] = Counter()
-    for batch in batches:
-        for msg in batch:
-            got[(msg.key(), msg.value())] += 1
-            result.output_records += 1
+                topic: str = only if w.route is None else w.route.topic_of(out.key, out.value)
+                if not isinstance(topic, str) or topic not in serdes:  # (the job sent it to the dead letters)
+                    continue
+                key_serde, value_serde = serdes[topic]
+                want[(topic, key_serde.serialize(out.key), value_serde.serialize(out.value))] += 1
+    got: Counter[tuple[str, bytes | None, bytes | None]] = Counter()
+    for topic in serdes:
+        for batch in read(topic):
+            for msg in batch:
+                got[(topic, msg.key(), msg.value())] += 1
+                result.output_records += 1
     result.windows_expected = len(expected)
-    for (key, value), n in (want - got).items():
-        result.missing += n
-        result.sample("missing", limit, key=_shown(key_serde, key), value=_shown(value_serde, value), times=n)
-    for (key, value), n in (got - want).items():
-        result.unexpected += n
-        result.sample("unexpected", limit, key=_shown(key_serde, key), value=_shown(value_serde, value), times=n)
+    for kind, diff in (("missing", want - got), ("unexpected", got - want)):
+        for (topic, key, value), n in diff.items():
+            setattr(result, kind, getattr(result, kind) + n)
+            key_serde, value_serde = serdes[topic]
+            result.sample(kind, limit, topic=topic, key=_shown(key_serde, key), value=_shown(value_serde, value),
+                          times=n)
 
 
 def _shown(serde: Any, data: bytes | None) -> Any:

@@ -17,7 +17,7 @@ from functools import partial
 from typing import Any
 
 from eos.graph.nodes import Node, ProcessorNode, SinkNode, SourceNode
-from eos.graph.operators import TARGET, OperatorPaths, require_functions
+from eos.graph.operators import TARGET, OperatorPaths, Route, require_functions
 from eos.serde import Serde
 from eos.time import RECORD_TIME, WallClockTime
 from eos.topology import SubTopology
@@ -319,7 +319,8 @@ def _subtopology(part: GraphPart, stores: Mapping[str, StoreSpec], default_times
 
 
 _UNREPLAYED_WINDOW = ("the window audit replays a windowed aggregation whose task reads one source topic, "
-                      "through stateless operators only, into a topic only it writes; this one's task reads more "
+                      "through stateless operators only, into a topic only it writes (or topics it is routed "
+                      "among, to(fn, topics=[...])); this one's task reads more "
                       "or its results go elsewhere or share their topic, so its results are proven by the lineage "
                       "audit alone (each once, derived from committed inputs), not recomputed")
 
@@ -359,8 +360,12 @@ def _audited_window(part: GraphPart, node: ProcessorNode, shared: frozenset[str]
     several sources, or results that go anywhere but to one sink through stateless operators, or to a topic
     another step writes too: `_to_one_sink`)."""
     found, results = _from_one_source(part, node.name, node.parents), _to_one_sink(part, node, shared)
-    if found is None or len(part.sources) != 1 or results is None:
+    routed = _to_one_route(part, node, shared) if results is None else None
+    if found is None or len(part.sources) != 1 or (results is None and routed is None):
         return None
+    if routed is not None:
+        return replace(node.windowing, prefix=found[1], topic=None, suffix=routed[1], route=routed[0])
+    assert results is not None
     return replace(node.windowing, prefix=found[1], topic=results[0], suffix=results[1])
 
 
@@ -449,6 +454,45 @@ def _to_one_sink(part: GraphPart, node: ProcessorNode, shared: frozenset[str]) -
     if topic in shared or sum(s.topic == topic for s in part.sinks) != 1:
         return None
     return topic, _paths(part, node.name, sink.name, on_paths)
+
+
+def _to_one_route(part: GraphPart, node: ProcessorNode, shared: frozenset[str]) -> tuple[Any, tuple[Any, ...]] | None:
+    """For results routed among topics (`to(fn, topics=[...])`): the `Route` that every one of a node's results
+    reaches through stateless operators, and those operators (as `_to_one_sink` gives them); None unless the
+    route's sinks are all the node's results reach, nothing else reaches the route, and no other sink or step
+    writes its topics."""
+    below: set[str] = set()
+    sinks: set[str] = set()
+    todo = list(part.children[node.name])
+    while todo:
+        name = todo.pop()
+        child = part.node(name)
+        if isinstance(child, SinkNode):
+            if not child.named:
+                sinks.add(name)
+        elif isinstance(child, ProcessorNode) and child.operator and name not in below:
+            below.add(name)
+            todo.extend(part.children[name])
+    routes = {p for s in sinks for p in part.node(s).parents}
+    if len(routes) != 1:
+        return None
+    route_node = part.node(routes.pop())
+    operator = route_node.factory() if isinstance(route_node, ProcessorNode) else None
+    if not isinstance(operator, Route) or set(part.children[route_node.name]) != sinks:
+        return None
+    on_paths: set[str] = set()
+    todo = list(route_node.parents)
+    while todo:
+        name = todo.pop()
+        if name == node.name or name in on_paths:
+            continue
+        if name not in below:  # (something besides the node's results reaches the route)
+            return None
+        on_paths.add(name)
+        todo.extend(part.node(name).parents)
+    if any(t in shared or sum(s.topic == t for s in part.sinks) != 1 for t in operator.topics):
+        return None
+    return operator, _paths(part, node.name, route_node.name, on_paths)
 
 
 def _paths(part: GraphPart, start: str, target: str, on_paths: set[str]) -> tuple[Any, ...]:

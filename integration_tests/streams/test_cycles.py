@@ -2,11 +2,13 @@
 restarted: tasks retried through their own topic until they have been tried three times, then written out,
 each to the topic its key chooses, and counted per last digit of their number, an int key grouped through a
 repartition topic with the grouping's serde, and so per digit and day, the window's key and count mapped to the
-digit and JSON (Kafka Streams allows such a cycle; the job writes and reads the same topic in one sub-topology).
+digit and JSON and routed by the digit's parity (Kafka Streams allows such a cycle; the job writes and reads the
+same topic in one sub-topology).
 
 Every task reaches its output once, tried three times; the topic holds each retry once beside the records
 others wrote to it; and `audit_application` says PASS, taking those records as the step's input rather than
-as outputs without an origin (and its window audit recomputes the daily counts, each changed as the map did),
+as outputs without an origin (and its window audit recomputes the daily counts, each changed as the map did and
+counted in the topic its route chose),
 and FAIL on a retry or a daily count committed twice."""
 
 from __future__ import annotations
@@ -39,9 +41,12 @@ routes["t-done"].to(lambda key, task: os.environ["DONE"] if int(key[1:]) % 2 == 
 # ... and counted by their number's last digit, an int key (the grouping's serde on its repartition topic),
 by_digit = routes["t-done"].group_by(lambda key, task: int(key[1:]) % 10, key_serde="long", name="by_digit")
 by_digit.count(name="per_digit").to_stream().to(os.environ["DIGITS"], key_serde="long")
-# ... and per digit and day, the window's key and count mapped: written with the grouping's long and JSON.
+# ... and per digit and day, the window's key and count mapped: written with the grouping's long and JSON, each
+# to the topic of its digit's parity.
 (by_digit.window(TumblingWindows(timedelta(days=1))).count(name="daily").to_stream()
-    .map(lambda window, n: (window.key, {"day": window.start, "tasks": n}), name="flat").to(os.environ["DAILY"]))
+    .map(lambda window, n: (window.key, {"day": window.start, "tasks": n}), name="flat")
+    .to(lambda digit, day: os.environ["DAILY"] if digit % 2 == 0 else os.environ["DAILY_ODD"],
+        topics=[os.environ["DAILY"], os.environ["DAILY_ODD"]], name="daily_by_parity"))
 if os.environ.get("MARKS"):
     app.fault_hooks.on("before_commit", MarkWhile(os.environ["MARKS"], seconds=0.3))
 """
@@ -51,7 +56,8 @@ PARTITIONS, TASKS = 2, 2400
 
 def test_a_cycle_of_retries_through_its_own_topic_then_routed_by_key_is_exactly_once_across_sigkills(
         kafka, topic_factory, unique_name, tmp_path, monkeypatch):
-    topics = {n: topic_factory(n, partitions=PARTITIONS) for n in ("tasks", "done", "odd", "digits", "daily")}
+    topics = {n: topic_factory(n, partitions=PARTITIONS) for n in ("tasks", "done", "odd", "digits", "daily",
+                                                                   "daily_odd")}
     bootstrap = kafka.bootstrap_servers
     rng = random.Random(41)
     tasks = {f"t{i}": rng.randrange(0, 4) for i in range(TASKS)}  # tries so far: 0-3 (3: done at once)
@@ -76,6 +82,10 @@ def test_a_cycle_of_retries_through_its_own_topic_then_routed_by_key_is_exactly_
     assert digits == Counter(int(k[1:]) % 10 for k in tasks)
     daily = {(int.from_bytes(k, "big"), json.loads(v)["day"]): json.loads(v)["tasks"]
              for k, v, _ in committed_records(bootstrap, topics["daily"])}  # each digit's and day's last count
+    odd = {(int.from_bytes(k, "big"), json.loads(v)["day"]): json.loads(v)["tasks"]
+           for k, v, _ in committed_records(bootstrap, topics["daily_odd"])}
+    assert {d % 2 for d, _ in daily} == {0} and {d % 2 for d, _ in odd} == {1}  # each in its parity's topic
+    daily.update(odd)
     per_digit: Counter = Counter()
     for (digit, _), n in daily.items():
         per_digit[digit] += n
@@ -84,9 +94,10 @@ def test_a_cycle_of_retries_through_its_own_topic_then_routed_by_key_is_exactly_
     app = load_job(tmp_path, env, monkeypatch)
     reports = audit_application(app)
     assert all(r.verdict == "PASS" for r in reports), [(r.mode, r.outputs, r.lineage) for r in reports]
-    (window,) = [r for r in reports if r.mode == "window"]  # the daily count, its results mapped: recomputed
-    assert window.skipped is None and window.window.output_records == sum(1 for _ in committed_records(
-        bootstrap, topics["daily"])) and window.window.windows_expected >= 10, window.window
+    (window,) = [r for r in reports if r.mode == "window"]  # the daily count, its results mapped and routed: recomputed
+    assert window.skipped is None and window.window.output_records == sum(1 for t in ("daily", "daily_odd") for _ in
+                                                                         committed_records(bootstrap, topics[t]))
+    assert window.window.windows_expected >= 10 and window.outputs == [topics["daily"], topics["daily_odd"]], window
     (lineage,) = [r for r in reports if topics["tasks"] in r.outputs]
     assert lineage.lineage.written_by_others == TASKS and lineage.lineage.expected == sum(written.values())
 

@@ -282,3 +282,48 @@ def test_a_windowed_store_is_queried_as_in_kafka_streams_and_a_method_it_has_not
                                                  "it is read with approximate_num_entries, fetch, fetch_all, "
                                                  "fetch_range, fetch_with_timestamp"):
             view.get("a")
+
+
+def routed_counts(**settings: object) -> Application:
+    """Per-minute counts routed by size (`to(fn, topics=[...])`), through a map that flattens the window."""
+    app = Application("routed", bootstrap_servers="unused:9092", **settings)  # type: ignore[arg-type]
+    (app.stream("views").group_by_key().window(TumblingWindows(60_000)).count(name="per_minute").to_stream()
+        .map(lambda w, n: (w.key, {"start": w.start, "n": n}), name="flat")
+        .to(lambda k, v: "busy" if v["n"] > 2 else "quiet", topics=["busy", "quiet"], name="by_size"))
+    return app
+
+
+@pytest.mark.no_audit  # (it forges a record at the end, which its own audit catches)
+def test_the_window_audit_replays_results_routed_among_topics_and_catches_one_in_the_wrong_topic():
+    """Results routed by `to(fn, topics=...)` were "not checked" by the window audit (the lineage audit alone);
+    each expected result now goes through the same map and the same routing, every topic's records counted
+    against them, across a batch killed inside its transaction."""
+    app = routed_counts()
+    (windowing,) = next(iter(app.subtopologies.values())).windowings
+    assert windowing.route is not None and windowing.route.topics == ("busy", "quiet")
+    with TopologyTestDriver(app, partitions=2) as driver:
+        start = driver.now // 60_000 * 60_000
+        driver.pipe_records([("views", f"u{i % 2}", {"i": i}, start + i) for i in range(7)])
+        driver.crash_at("before_commit")
+        driver.pipe_records([("views", f"u{i % 2}", {"i": i}, start + 61_000 + i) for i in range(5)])
+        assert driver.crashes
+        (window,) = [r for r in driver.audit() if r.mode == "window"]
+        assert (window.verdict, window.skipped, window.outputs) == ("PASS", None, ["busy", "quiet"])
+        assert (window.window.output_records, window.window.changed) == (12, True)
+        # a result written to the other topic than its route chooses: missing there, unexpected here
+        (busy,) = [r for r in driver.records("busy") if r.value["n"] == 3 and r.key == "u0"][:1]
+        driver.cluster.append("quiet", 0, b"u0", json.dumps(busy.value).encode())
+        (window,) = [r for r in driver.audit() if r.mode == "window"]
+        assert (window.verdict, window.window.unexpected, window.window.missing) == ("FAIL", 1, 0)
+        assert window.window.samples["unexpected"][0]["topic"] == "quiet"
+
+
+@pytest.mark.no_audit
+def test_routed_results_of_a_cached_hopping_window_are_left_to_the_lineage_audit_saying_why():
+    app = Application("routed", bootstrap_servers="unused:9092", cache_max_bytes=1_000_000)
+    (app.stream("views").group_by_key().window(HoppingWindows(60_000, 30_000)).count(name="per_minute").to_stream()
+        .to(lambda w, n: "busy" if n > 2 else "quiet", topics=["busy", "quiet"]))
+    with TopologyTestDriver(app) as driver:
+        driver.pipe("views", "u", {"i": 0})
+        (window,) = [r for r in driver.audit() if r.mode == "window"]
+        assert window.skipped and "the lineage audit alone proves them" in window.skipped
