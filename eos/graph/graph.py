@@ -424,34 +424,14 @@ def _to_one_sink(part: GraphPart, node: ProcessorNode, shared: frozenset[str]) -
     apply to each result (`(OperatorPaths,)`, () when the sink is the node's child); None when they reach
     several sinks or none, or anything else reaches that sink or writes its topic (another sink of the task,
     another sub-topology: `shared`)."""
-    below: set[str] = set()  # the stateless operators the node's results pass
-    sinks: set[str] = set()
-    todo = list(part.children[node.name])
-    while todo:
-        name = todo.pop()
-        child = part.node(name)
-        if isinstance(child, SinkNode):
-            if not child.named:
-                sinks.add(name)
-        elif isinstance(child, ProcessorNode) and child.operator and name not in below:
-            below.add(name)
-            todo.extend(part.children[name])
+    below, sinks = _reached(part, node)
     if len(sinks) != 1:
         return None
     sink = part.node(sinks.pop())
     assert isinstance(sink, SinkNode)
-    on_paths: set[str] = set()
-    todo = list(sink.parents)
-    while todo:
-        name = todo.pop()
-        if name == node.name or name in on_paths:
-            continue
-        if name not in below:  # (something besides the node's results reaches the sink)
-            return None
-        on_paths.add(name)
-        todo.extend(part.node(name).parents)
+    on_paths = _only_from(part, node, sink, below)
     topic = sink.topic
-    if topic in shared or sum(s.topic == topic for s in part.sinks) != 1:
+    if on_paths is None or topic in shared or sum(s.topic == topic for s in part.sinks) != 1:
         return None
     return topic, _paths(part, node.name, sink.name, on_paths)
 
@@ -461,6 +441,22 @@ def _to_one_route(part: GraphPart, node: ProcessorNode, shared: frozenset[str]) 
     reaches through stateless operators, and those operators (as `_to_one_sink` gives them); None unless the
     route's sinks are all the node's results reach, nothing else reaches the route, and no other sink or step
     writes its topics."""
+    below, sinks = _reached(part, node)
+    routes = {p for s in sinks for p in part.node(s).parents}
+    if len(routes) != 1:
+        return None
+    route = part.node(routes.pop())
+    operator = route.factory() if isinstance(route, ProcessorNode) else None
+    if not isinstance(operator, Route) or set(part.children[route.name]) != sinks:
+        return None
+    on_paths = _only_from(part, node, route, below - {route.name})
+    if on_paths is None or any(t in shared or sum(s.topic == t for s in part.sinks) != 1 for t in operator.topics):
+        return None
+    return operator, _paths(part, node.name, route.name, on_paths)
+
+
+def _reached(part: GraphPart, node: ProcessorNode) -> tuple[set[str], set[str]]:
+    """The stateless operators a node's results pass and the (unnamed) sinks they reach through them."""
     below: set[str] = set()
     sinks: set[str] = set()
     todo = list(part.children[node.name])
@@ -473,26 +469,23 @@ def _to_one_route(part: GraphPart, node: ProcessorNode, shared: frozenset[str]) 
         elif isinstance(child, ProcessorNode) and child.operator and name not in below:
             below.add(name)
             todo.extend(part.children[name])
-    routes = {p for s in sinks for p in part.node(s).parents}
-    if len(routes) != 1:
-        return None
-    route_node = part.node(routes.pop())
-    operator = route_node.factory() if isinstance(route_node, ProcessorNode) else None
-    if not isinstance(operator, Route) or set(part.children[route_node.name]) != sinks:
-        return None
+    return below, sinks
+
+
+def _only_from(part: GraphPart, node: ProcessorNode, target: Node, below: set[str]) -> set[str] | None:
+    """The operators of `below` on the paths from `node` to `target`; None when something besides the node's
+    results reaches `target`."""
     on_paths: set[str] = set()
-    todo = list(route_node.parents)
+    todo = list(target.parents)
     while todo:
         name = todo.pop()
         if name == node.name or name in on_paths:
             continue
-        if name not in below:  # (something besides the node's results reaches the route)
+        if name not in below:
             return None
         on_paths.add(name)
         todo.extend(part.node(name).parents)
-    if any(t in shared or sum(s.topic == t for s in part.sinks) != 1 for t in operator.topics):
-        return None
-    return operator, _paths(part, node.name, route_node.name, on_paths)
+    return on_paths
 
 
 def _paths(part: GraphPart, start: str, target: str, on_paths: set[str]) -> tuple[Any, ...]:
