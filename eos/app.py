@@ -207,8 +207,7 @@ class Application(GraphMethods):
         matched = self.graph.pattern_topics()
         for name, topic in list(self.internal_topics.items()):
             if topic.like_source is not None:
-                first = matched[topic.like_source]
-                self.internal_topics[name] = replace(topic, like=first[0] if first else None)
+                self.internal_topics[name] = replace(topic, matched=tuple(matched[topic.like_source]))
         return changed
 
     def unmatched_patterns(self) -> list[str]:

@@ -2,8 +2,10 @@
 
 A sub-topology reads co-partitioned input topics, runs its part of the processor graph (eos.graph: one or
 many processors, record by record) and writes to its outputs.
-A task is one partition index of a sub-topology (Kafka Streams' model): task count = partition count of
-its inputs. Each task has the stable transactional id `<application_id>-<subtopology>-<partition>`, or, when
+A task is one partition index of a sub-topology (Kafka Streams' model): task count = the largest partition
+count of its inputs, and task p reads partition p of each input that has one (`task_count`, `task_inputs`;
+the inputs of a sub-topology that keeps state by key must be co-partitioned, `copartitioned`). Each task
+has the stable transactional id `<application_id>-<subtopology>-<partition>`, or, when
 `tasks_per_transaction` n > 1 tasks share a transaction, its unit's `<application_id>-<subtopology>-<first>x<n>`
 (partitions [first, first + n), first a multiple of n).
 """
@@ -19,7 +21,8 @@ from eos.processor import Processor
 from eos.serde import Serde
 from recovery import StoreSpec
 
-__all__ = ["SubTopology", "TaskId", "BatchFormat", "clocked_topics", "cyclic_topics", "uses_event_time"]
+__all__ = ["SubTopology", "TaskId", "BatchFormat", "clocked_topics", "copartitioned", "cyclic_topics", "task_count",
+           "task_inputs", "uses_event_time"]
 
 _NAME = re.compile(r"^[A-Za-z0-9_.]{1,100}$")
 
@@ -122,6 +125,25 @@ class SubTopology:
 
     def task(self, partition: int) -> TaskId:
         return TaskId(self.name, partition)
+
+
+def task_count(sub: SubTopology, partition_counts: Mapping[str, int]) -> int:
+    """How many tasks `sub` has: the largest partition count of its inputs (Kafka Streams' rule)."""
+    return max(partition_counts[t] for t in sub.inputs)
+
+
+def task_inputs(sub: SubTopology, partition: int, partition_counts: Mapping[str, int]) -> tuple[str, ...]:
+    """The inputs the task of `partition` reads: those that have that partition (all of them where the inputs
+    are co-partitioned; a merge of topics of other counts gives the extra tasks the larger topics only)."""
+    return tuple(t for t in sub.inputs if partition < partition_counts[t])
+
+
+def copartitioned(sub: SubTopology, clocked: frozenset[str] = frozenset()) -> bool:
+    """Whether `sub`'s inputs must have equal partition counts: where a task keeps state (stores: aggregations,
+    joins, tables), keeps stream time for windows or punctuation, or follows its sources' clocks in the job's
+    own topics (`clocked`), partition p of every input must hold the same keys and times. A stateless step
+    may merge topics of any counts: its task p reads partition p of those that have one."""
+    return bool(sub.stores) or uses_event_time(sub) or bool(set(sub.inputs) & clocked)
 
 
 def table_changelogs(subtopologies: Mapping[str, SubTopology]) -> frozenset[str]:

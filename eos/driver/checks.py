@@ -19,7 +19,7 @@ from eos.dsl.base import InternalTopic
 from eos.errors import ConfigError
 from eos.graph.graph import table_stores
 from eos.ledger import ledger_topic
-from eos.topology import SubTopology, offset_groups
+from eos.topology import SubTopology, copartitioned, offset_groups, task_count
 from eos.worker.progress import CommitMetadata
 from recovery import ChangelogConfigError, check_source_changelogs, ensure_changelogs
 from transactions import BrokerUnreachableError, KafkaAdmin, TopicSpec, check_reachable
@@ -117,10 +117,12 @@ def check_spark_conf(conf: Mapping[str, str]) -> None:
             "attempts would keep fencing each other. Set spark.speculation=false for exactly-once jobs.")
 
 
-def check_topics(admin: KafkaAdmin, subtopologies: Mapping[str, SubTopology]) -> dict[str, int]:
-    """Input and output topics must exist; co-partitioned inputs must have equal partition counts. A topic
-    may be read by several sub-topologies: each commits its own progress (`eos.topology.offset_groups`).
-    Returns the partition count of every input and output topic."""
+def check_topics(admin: KafkaAdmin, subtopologies: Mapping[str, SubTopology],
+                 clocked: frozenset[str] = frozenset()) -> dict[str, int]:
+    """Input and output topics must exist; co-partitioned inputs (`eos.topology.copartitioned`; `clocked`: the
+    job's topics that carry their writers' clocks) must have equal partition counts. A topic may be read by
+    several sub-topologies: each commits its own progress (`eos.topology.offset_groups`). Returns the
+    partition count of every input and output topic."""
     topics = sorted(user_topics(subtopologies))
     counts = admin.partition_counts(topics)
 
@@ -133,13 +135,22 @@ def check_topics(admin: KafkaAdmin, subtopologies: Mapping[str, SubTopology]) ->
         raise _missing_topics(missing, admin.bootstrap_servers)
     for sub in subtopologies.values():
         sizes = {t: counts[t] for t in sub.inputs}
-        if len(set(sizes.values())) > 1:
+        if len(set(sizes.values())) > 1 and copartitioned(sub, clocked):
             detail = ", ".join(f"{t}={n}" for t, n in sizes.items())
             raise ConfigError(
                 f"sub-topology {sub.name!r} reads co-partitioned topics with different partition counts ({detail}). "
-                "Each task joins one partition index of every input, so the counts must be equal: repartition the "
-                "inputs to the same count, or process them in separate sub-topologies.")
+                f"It {_why_copartitioned(sub, clocked)}, so each task must read the same partition index of every "
+                "input and the counts must be equal: repartition the inputs to the same count (repartition(), "
+                "whose topic the step then reads), or process them in separate sub-topologies.")
     return {t: n for t, n in counts.items() if n is not None}
+
+
+def _why_copartitioned(sub: SubTopology, clocked: frozenset[str]) -> str:
+    if sub.stores:
+        return "keeps state by key (" + ", ".join(repr(s.name) for s in sub.stores[:3]) + ")"
+    if set(sub.inputs) & clocked:
+        return "follows the clocks of the job's own topics " + ", ".join(sorted(set(sub.inputs) & clocked))
+    return "keeps stream time (windows or punctuation)"
 
 
 TRANSACTION_LOG = "__transaction_state"
@@ -176,19 +187,21 @@ def check_broker(admin: KafkaAdmin, config: EosConfig) -> None:
 
 def create_repartition_topics(admin: KafkaAdmin, config: EosConfig, topics: Mapping[str, InternalTopic]) -> None:
     """Create the application's repartition topics (before the topic checks: they are its inputs and
-    outputs too), each with its partition count or as many partitions as the topic it is `like`. Records
-    are kept until the next step has committed them (the driver deletes them then)."""
-    likes = [t.like for t in topics.values() if t.partitions is None and t.like is not None]
-    existing = admin.partition_counts(sorted(set(likes))) if likes else {}
+    outputs too), each with its partition count or as many partitions as the widest of the topics it is
+    `like`. Records are kept until the next step has committed them (the driver deletes them then)."""
+    likes = sorted({like for t in topics.values() if t.partitions is None for like in t.likes})
+    existing = admin.partition_counts(likes) if likes else {}
     counts: dict[str, int] = {}
 
     def partitions_of(topic: InternalTopic, seen: tuple[str, ...] = ()) -> int:
-        """Its own count, or its `like`'s: a topic on the cluster, or a repartition topic made here (a table
-        re-grouped after an aggregation that was itself repartitioned is like another repartition topic)."""
+        """Its own count, or its `like`s' largest: topics on the cluster, or repartition topics made here (a
+        table re-grouped after an aggregation that was itself repartitioned is like another repartition topic)."""
         if topic.partitions is not None:
             return topic.partitions
-        like = topic.like
-        assert like is not None
+        assert topic.likes, f"{topic.name}: no partition count and no topic to size it like"
+        return max(count_of(like, topic, seen) for like in topic.likes)
+
+    def count_of(like: str, topic: InternalTopic, seen: tuple[str, ...]) -> int:
         on_cluster = existing.get(like)
         if on_cluster is not None:
             return on_cluster
@@ -222,8 +235,8 @@ def create_internal_topics(admin: KafkaAdmin, config: EosConfig, subtopologies: 
     kept as long as the longest-kept input) and the changelog of every store (partitions = its sub-topology's
     task count), or validate existing ones. Store names must be unique in
     the application. Returns the dead-letter topic's partition count."""
-    task_count = max(partition_counts[sub.inputs[0]] for sub in subtopologies.values())
-    admin.create_topics([TopicSpec(config.dlq_topic, max(1, task_count), config.internal_replication_factor)])
+    widest = max(task_count(sub, partition_counts) for sub in subtopologies.values())
+    admin.create_topics([TopicSpec(config.dlq_topic, max(1, widest), config.internal_replication_factor)])
     if config.lineage:
         admin.create_topics([ledger_spec(admin, config, {t for sub in subtopologies.values() for t in sub.inputs})])
     seen: dict[str, str] = {}
@@ -237,7 +250,7 @@ def create_internal_topics(admin: KafkaAdmin, config: EosConfig, subtopologies: 
         if sub.stores:
             check_table_stores(admin, config, sub, groups)
             try:
-                ensure_changelogs(admin, config.application_id, sub.stores, partition_counts[sub.inputs[0]],
+                ensure_changelogs(admin, config.application_id, sub.stores, task_count(sub, partition_counts),
                                   config.internal_replication_factor)
                 check_source_changelogs(admin, sub.stores)
             except ChangelogConfigError as exc:

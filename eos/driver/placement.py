@@ -14,7 +14,7 @@ from eos.config import EosConfig
 from eos.driver.assignor import Move, MoveReason, TaskAssignor, TaskPlacement
 from eos.driver.groups import place_units_together
 from eos.driver.spark import executor_locations, live_executors
-from eos.topology import SubTopology, TaskId
+from eos.topology import SubTopology, TaskId, task_count
 from eos.worker.plans import StandbyPlan, StandbyResult, StandbyStatus, TaskPlan, TaskResult, TaskStatus, unit_id
 from transactions import KafkaAdmin
 
@@ -43,17 +43,24 @@ class Placer:
         self.assignor = TaskAssignor(config.num_standby_replicas, config.acceptable_recovery_lag)
         self.tasks: list[TaskId] = []
         self.changelogs: dict[TaskId, dict[str, tuple[str, int]]] = {}  # task -> store -> changelog partition
-        for sub in subtopologies.values():
-            for p in range(partition_counts[sub.inputs[0]]):
-                task = sub.task(p)
-                self.tasks.append(task)
-                persistent = [s for s in sub.stores if s.persistent]
-                if persistent:
-                    self.changelogs[task] = {s.name: (s.restore_topic(config.application_id), p) for s in persistent}
+        self.set_tasks(subtopologies, partition_counts)
         self.moves: list[TaskMove] = []
         self._planned: dict[TaskId, Move] = {}
         self._ran_on: dict[TaskId, str] = {}  # task -> executor of its last committed batch (what happened)
         self._ends: dict[TaskId, dict[str, int]] = {}  # changelog ends read for the latest plan
+
+    def set_tasks(self, subtopologies: Mapping[str, SubTopology], partition_counts: Mapping[str, int]) -> None:
+        """The tasks to place: at the start, and again when the job's topic patterns match other topics (a
+        stateless step's new topic of more partitions gives it more tasks). Where tasks ran stays known."""
+        self.tasks, self.changelogs = [], {}
+        for sub in subtopologies.values():
+            persistent = [s for s in sub.stores if s.persistent]
+            for p in range(task_count(sub, partition_counts)):
+                task = sub.task(p)
+                self.tasks.append(task)
+                if persistent:
+                    self.changelogs[task] = {s.name: (s.restore_topic(self.config.application_id), p)
+                                             for s in persistent}
 
     def ends(self) -> dict[TaskId, dict[str, int]]:
         tps = [tp for stores in self.changelogs.values() for tp in stores.values()]

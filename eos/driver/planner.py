@@ -27,7 +27,7 @@ from eos.config import EosConfig
 from eos.errors import ConfigError
 from eos.ledger import ledger_topic
 from eos.offset_reset import reset_duration_ms
-from eos.topology import SubTopology, TaskId, offset_groups
+from eos.topology import SubTopology, TaskId, offset_groups, task_count, task_inputs
 from eos.worker.plans import OffsetReset, SkipReason, StampPlan, TaskPlan, TaskResult, TaskStatus
 from eos.worker.progress import CommitMetadata
 from transactions import Committed, KafkaAdmin, OffsetRange
@@ -122,7 +122,7 @@ class Planner:
                         for name, sub in self.subtopologies.items() if set(sub.output_topics) & clocked}
 
     def task_count(self, sub: SubTopology) -> int:
-        return self.partition_counts[sub.inputs[0]]
+        return task_count(sub, self.partition_counts)
 
     def input_partitions(self) -> list[TP]:
         tps: set[TP] = set()
@@ -277,7 +277,7 @@ class Planner:
                 cap = min(cap, self.config.first_batch_max_records)
             for partition in range(self.task_count(sub)):
                 ranges, resets, behind = [], {}, set()
-                for topic in sub.inputs:
+                for topic in task_inputs(sub, partition, self.partition_counts):
                     tp = (topic, partition)
                     group = self.groups[(sub.name, topic)]
                     start, reset = self._start(group, tp, commits[group].get(tp), earliest[tp], ends[tp])

@@ -112,13 +112,13 @@ class Runner:
         if not again:
             match_topic_patterns(self.app, admin, at_start=True)
             create_repartition_topics(admin, cfg, self.app.internal_topics)
-        counts = check_topics(admin, self.app.subtopologies)
+        clocked = self.app.clocked_topics
+        counts = check_topics(admin, self.app.subtopologies, clocked)
         check_registries(self.app.subtopologies, cfg.application_id)
         check_broker(admin, cfg)
         internal = create_internal_topics_soon(cfg, self.app.subtopologies, counts)  # (while the rest goes on)
         if cfg.driver_lease and self.lease is None:
             self.lease = acquire_driver_lease(admin, cfg)
-        clocked = self.app.clocked_topics
         planner = Planner(admin, cfg, self.app.subtopologies, counts, clocked)
         planner.refresh_topic_ids()
         planner.initialize_offsets()
@@ -133,8 +133,10 @@ class Runner:
         job = Job(cfg, dict(self.app.subtopologies), self.app.fault_hooks, internal.result(),
                   ledger_topic(cfg.application_id),
                   self.app.repartition_topics, clocked)
-        if self.placer is None and cfg.placement:  # (kept when prepared again: the same tasks, see `_rematch`)
+        if self.placer is None and cfg.placement:
             self.placer = Placer(self.sc, admin, cfg, self.app.subtopologies, counts)
+        elif self.placer is not None:  # (prepared again: where tasks ran stays known; a wider topic adds tasks)
+            self.placer.set_tasks(self.app.subtopologies, counts)
         if cfg.metrics_port is not None and self.metrics is None:
             from eos.driver.metrics import DriverMetrics  # (prometheus_client: ~25 ms, only for a job that serves)
 
@@ -279,8 +281,10 @@ class Runner:
         """Whether the job's topic patterns match other topics than they read: then they read those from the
         next batch, which is planned anew (`prepare(again=True)`: a new topic's partitions start where their
         source's auto_offset_reset says, a new job definition goes to the workers, whose task runtimes are
-        built again from their stores). The tasks stay the same: every topic of a pattern has the partition
-        count of the others (`check_topics`; a topic of another count stops the job, saying so)."""
+        built again from their stores). The tasks stay, and keep their transactional ids: a stateless step
+        whose new topic has more partitions than the others gets tasks for them, with ids of their own; a
+        step that must read co-partitioned topics stops the job at a topic of another count
+        (`check_topics`, saying so)."""
         assert self.admin is not None
         before = self.app.graph.pattern_topics()
         if not match_topic_patterns(self.app, self.admin):

@@ -65,17 +65,24 @@ def first_topic(topics: tuple[str, ...], what: str) -> str:
 
 @dataclass(frozen=True)
 class InternalTopic:
-    """A topic the framework creates at start-up (a repartition topic): `partitions`, or as many as
-    `like` (an input topic) has; as many as the first topic the pattern source `like_source` matched, for a
-    stream read by pattern (`like` is set when the pattern is matched)."""
+    """A topic the framework creates at start-up (a repartition topic): `partitions`, or as many as the
+    widest of the topics it is `like` (the topics the step before it reads, as Kafka Streams sizes them), those
+    the pattern source `like_source` matches among them (`matched`, set when the pattern is matched)."""
 
     name: str
     partitions: int | None = None
-    like: str | None = None
+    like: str | tuple[str, ...] | None = None
     config: dict[str, str] = field(default_factory=dict)
     #: consumed records are deleted once committed (repartition topics), as Kafka Streams purges them
     purge: bool = False
     like_source: str | None = None
+    matched: tuple[str, ...] = ()
+
+    @property
+    def likes(self) -> tuple[str, ...]:
+        """Every topic whose partition count this one takes the largest of."""
+        named = (self.like,) if isinstance(self.like, str) else self.like or ()
+        return (*named, *self.matched)
 
 
 class TopologyBuilder:

@@ -268,10 +268,10 @@ class Stream:
 
         app = self.app
         topic = app.internal_name(name, "repartition")
-        like = None if partitions else like or (self.topics[0] if self.topics else None)
-        # (read by a topic pattern: sized like the first topic it matches, known once matched)
+        likes = None if partitions else like or self.topics or None
+        # (read by a topic pattern: sized like the widest topic it matches as well, known once matched)
         pattern = None if partitions or like else next(iter(app.graph.pattern_sources(self.node)), None)
-        app.internal_topics[topic] = InternalTopic(topic, partitions, like=like, purge=True, like_source=pattern)
+        app.internal_topics[topic] = InternalTopic(topic, partitions, like=likes, purge=True, like_source=pattern)
         ks, vs = serde_for(key_serde, self.key_serde), serde_for(value_serde, self.value_serde)
         app.graph.add(SinkNode(f"{name}-repartition.sink", topic, (self.node,), ks, vs, requires_key=True))
         source = app.graph.add(SourceNode(f"{name}-repartition.source", (topic,), ks, vs, RECORD_TIME))

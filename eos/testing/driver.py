@@ -419,7 +419,7 @@ class TopologyTestDriver:
         them (again when a topic a pattern matches is created: `_match_patterns`)."""
         app = self.app
         self._matched = self.app.graph.pattern_topics()
-        counts = check_topics(self.admin, app.subtopologies)
+        counts = check_topics(self.admin, app.subtopologies, app.clocked_topics)
         dlq_partitions = create_internal_topics(self.admin, self.config, app.subtopologies, counts)
         hooks = FaultHooks({p: list(h) for p, h in app.fault_hooks.hooks.items()})
         for point in HookPoint:

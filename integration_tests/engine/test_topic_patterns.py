@@ -1,6 +1,7 @@
 """A job reading a topic pattern (`app.stream(re.compile(...))`) on the broker and Spark: it starts with the one
-topic the pattern matches; a second is created while it runs and read from its first record without a restart;
-the job is SIGKILLed inside a transaction once it reads both, and restarted with more of the second. Every
+topic the pattern matches (3 partitions); a second, of 5, is created while it runs and read from its first
+record without a restart, its partitions 3 and 4 by tasks of their own (the step reading the pattern is
+stateless; the count behind it reads a repartition topic); the job is SIGKILLed inside a transaction once it reads both, and restarted with more of the second. Every
 record of both topics once in its output, the per-key counts those of both, and the job's lineage audit PASS
 over both topics. Before any topic matches, the job refuses to start (exit 2), saying so."""
 
@@ -13,6 +14,7 @@ import sys
 from collections import Counter
 
 from eos.audit import audit_application
+from eos.ledger import LedgerEntry, ledger_topic
 from integration_tests.engine.test_kill_restart import kill_group, wait_for
 from integration_tests.helpers import produce
 from integration_tests.streams.test_fused_topology import load_job
@@ -29,7 +31,7 @@ app = Application(os.environ["APP"], max_records_per_batch=150, trigger_interval
                   log_format="json", log_level="INFO", state_dir=os.environ["STATE"])
 events = app.stream(re.compile(re.escape(os.environ["BASE"]) + r"\\.[a-z]+"), name="events")
 events.map_values(lambda e: {**e, "seen": True}, name="mark").to(os.environ["SEEN"])
-events.group_by_key().count(name="per_key").to_stream().to(os.environ["COUNTS"], value_serde="long")
+events.group_by(lambda k, v: k, name="by_key").count(name="per_key").to_stream().to(os.environ["COUNTS"], value_serde="long")
 if os.environ.get("MARKS"):
     app.fault_hooks.on("before_commit", MarkWhile(os.environ["MARKS"], seconds=0.3))
 """
@@ -73,7 +75,7 @@ def test_a_topic_created_while_the_job_runs_is_read_exactly_once_across_a_kill(k
                                 start_new_session=True)
     try:
         assert wait_for(lambda: regions()["eu"] > 0, 180, proc), (tmp_path / "job.log").read_text()[-3000:]
-        admin.create_topics([TopicSpec(second, 3, 1)], timeout=30)  # (created while the job runs)
+        admin.create_topics([TopicSpec(second, 5, 1)], timeout=30)  # (created while the job runs, wider)
         produce(bootstrap, second, events("us", N)[:SEEN])
         assert wait_for(lambda: regions()["us"] > 0, 120, proc), (tmp_path / "job.log").read_text()[-3000:]
         for marker in marks.iterdir():
@@ -103,3 +105,6 @@ def test_a_topic_created_while_the_job_runs_is_read_exactly_once_across_a_kill(k
     assert [(r.mode, r.verdict, r.skipped) for r in reports] == [("lineage", "PASS", None)], [
         (r.mode, r.lineage) for r in reports]
     assert sorted(reports[0].inputs) == [first, second] and reports[0].lineage.expected == 2 * N, reports[0].lineage
+    entries = (LedgerEntry.decode(v) for _, v, _ in committed_records(bootstrap, ledger_topic(env["APP"])))
+    ledger_tasks = {e.task for e in entries if e is not None}
+    assert {"mark-3", "mark-4"} <= ledger_tasks, sorted(ledger_tasks)  # (the wider topic's own tasks committed)

@@ -84,11 +84,14 @@ def test_the_start_refuses_a_pattern_that_matches_nothing_saying_what_to_do():
     assert not match_topic_patterns(app, admin)  # type: ignore[arg-type]  (nothing new)
 
 
-def test_a_matched_topic_with_another_partition_count_fails_naming_the_counts():
-    driver = TopologyTestDriver(_counts(), partitions={"events-eu": 2})
+def test_a_matched_topic_of_another_partition_count_stops_a_step_keeping_state_naming_the_counts():
+    app = Application("direct", bootstrap_servers="memory:1")
+    app.stream(EVENTS).group_by_key().count(name="tally").to_stream().to("tallies", value_serde="long")
+    driver = TopologyTestDriver(app, partitions={"events-eu": 2})
     driver.cluster.create_topic("events-us", 3)
     with pytest.raises(ConfigError, match=r"different partition counts \(events-eu=2, events-us=3\)"):
         driver.pipe("events-eu", "k", {"n": 2, "who": "a"})
+    # (a stateless step before a repartition topic reads them all: tests/eos/test_merged_partitions.py)
 
 
 @pytest.mark.no_audit
