@@ -139,9 +139,10 @@ class EosConfig:
     #: seconds between purges of the consumed records of repartition topics (Kafka Streams'
     #: repartition.purge.interval.ms); 0 keeps them (the window audit of a step that reads one needs them)
     repartition_purge_interval: float = 30.0
-    #: seconds between looks for topics created since that a source's topic pattern matches
-    #: (`app.stream(re.compile(...))`; Kafka Streams' metadata.max.age.ms, 5 minutes there)
-    pattern_refresh_interval: float = 10.0
+    #: seconds between a running job's looks at its input topics: topics created since that a source's topic
+    #: pattern matches (`app.stream(re.compile(...))`), and partitions added to an input (Kafka Streams'
+    #: metadata.max.age.ms, 5 minutes there)
+    metadata_refresh_interval: float = 10.0
     #: Serve Prometheus metrics on this port of the driver (None: off), bound to `metrics_host`.
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
@@ -233,7 +234,7 @@ class EosConfig:
         if self.repartition_purge_interval < 0:
             raise ConfigError(f"repartition_purge_interval must be >= 0 seconds (0: never purge), got "
                               f"{self.repartition_purge_interval}")
-        _positive("pattern_refresh_interval", self.pattern_refresh_interval)
+        _positive("metadata_refresh_interval", self.metadata_refresh_interval)
         if not 0 < self.dead_letter_warn_ratio <= 1:
             raise ConfigError(f"dead_letter_warn_ratio must be in (0, 1], got {self.dead_letter_warn_ratio}")
         if self.stream_time_across_topics not in ("source_clocks", "largest_seen"):
@@ -272,7 +273,8 @@ _KAFKA_STREAMS = {
                           "set how many run at once",
     "replication_factor": "internal_replication_factor",
     "repartition_purge_interval_ms": "repartition_purge_interval (seconds)",
-    "metadata_max_age_ms": "pattern_refresh_interval (seconds), how often topic patterns look for new topics",
+    "metadata_max_age_ms": "metadata_refresh_interval (seconds), how often a running job looks for new topics its "
+                           "patterns match and partitions added to its inputs",
     "default_key_serde": "serdes are given per topic: key_serde= and value_serde= on stream(), table() and to()",
     "default_value_serde": "serdes are given per topic: key_serde= and value_serde= on stream(), table() and to()",
     "default_timestamp_extractor": "timestamp= on stream() and table() (\"record\", \"field:<name>\", a function)",

@@ -32,9 +32,12 @@ def ensure_changelogs(admin: KafkaAdmin, application_id: str, stores: Iterable[S
             continue
         if count != partitions:
             raise ChangelogConfigError(
-                f"changelog {topic} has {count} partitions but its sub-topology has {partitions} tasks. Each task "
-                f"restores from its own partition, so the counts must match: delete the changelog (and the "
-                f"application's local state) to start over, or give the inputs {count} partitions again.")
+                f"changelog {topic} has {count} partitions but its sub-topology has {partitions} tasks: its input "
+                f"has {'more' if partitions > count else 'fewer'} partitions than when the changelog was made, so "
+                f"its keys hash to other partitions than the stores were built from. Each task restores from its "
+                f"own partition: start the state over from the input (`eos reset` deletes the changelogs and the "
+                f"local stores), or read the input through a step of {count} tasks (a repartition topic of {count} "
+                f"partitions in front of the step, whose keys are then partitioned anew).")
         policy = admin.topic_config(topic).get("cleanup.policy", "")
         if "compact" not in policy:
             raise ChangelogConfigError(

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicCollection, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
+from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic, OffsetSpec, ResourceType
 
 from transactions.deadline import StuckClientError, call_with_deadline, close_or_park, park
 from transactions.errors import STALE_METADATA_CODES, KafkaEosError, RetriableKafkaError, classify
@@ -198,6 +198,21 @@ class KafkaAdmin:
                                     f"{timeout:.0f} s")
             time.sleep(0.1)
         return created
+
+    def add_partitions(self, topic: str, total: int, timeout: float = 60.0) -> None:
+        """Give `topic` `total` partitions (Kafka adds partitions, never removes them), once the cluster's metadata
+        lists them all."""
+        fut = self._admin.create_partitions([NewPartitions(topic, total)], request_timeout=timeout)[topic]
+        try:
+            fut.result(timeout)
+        except KafkaException as exc:
+            raise classify(exc, f"add partitions to {topic}") from exc
+        deadline = time.monotonic() + timeout
+        while (self.partition_counts([topic])[topic] or 0) < total:
+            if time.monotonic() > deadline:
+                raise KafkaEosError(f"{topic} given {total} partitions but not in the cluster's metadata after "
+                                    f"{timeout:.0f} s")
+            time.sleep(0.1)
 
     def delete_topics(self, names: Iterable[str], timeout: float = 60.0) -> list[str]:
         """Delete the topics that exist; returns the names deleted (deletion completes asynchronously on

@@ -172,6 +172,13 @@ class MemoryCluster:
         self.ids[name] = uuid.uuid4().hex
         return True
 
+    def add_partitions(self, topic: str, total: int) -> None:
+        """Give `topic` `total` partitions, as Kafka's CreatePartitions does (never fewer than it has)."""
+        logs = self.logs[topic]
+        if total < len(logs):
+            raise ValueError(f"{topic} has {len(logs)} partitions: Kafka cannot remove partitions")
+        logs.extend([] for _ in range(total - len(logs)))
+
     def delete_topic(self, name: str) -> bool:
         """Delete a topic with its records; False if it does not exist. A topic created again under the name
         gets a new id, as on a broker."""
@@ -477,6 +484,9 @@ class MemoryAdmin:
 
     def create_topics(self, specs: Iterable[Any], timeout: float = 60.0) -> list[str]:
         return [s.name for s in specs if self.cluster.create_topic(s.name, s.partitions, s.config)]
+
+    def add_partitions(self, topic: str, total: int, timeout: float = 60.0) -> None:
+        self.cluster.add_partitions(topic, total)
 
     def topic_names(self, timeout: float = 30.0) -> list[str]:
         return sorted(self.cluster.logs)

@@ -168,8 +168,8 @@ class Runner:
         tasks_fn = SparkTaskFunction(broadcast)
         summary = RunSummary(cfg.application_id, dead_letter_topic=cfg.dlq_topic)
         started = time.monotonic()
-        rematch = started + cfg.pattern_refresh_interval  # when the topic patterns look for new topics next
-        replan = False  # they match other topics than the job definition reads
+        look = started + cfg.metadata_refresh_interval  # when the inputs are looked at next (`_inputs_changed`)
+        replan: str | None = None  # what changed since the job definition was made, if anything
         batch = failures = 0
         settling: float | None = None  # until when a run until caught up waits for its own topics (`_settled`)
         log.info("run started", subtopologies=sorted(self.app.subtopologies), until_caught_up=until_caught_up,
@@ -183,17 +183,17 @@ class Runner:
                     if self.lease is not None:
                         check_driver_lease(self.lease, cfg)
                     try:
-                        if self.app.graph.patterns and time.monotonic() >= rematch:
-                            rematch = time.monotonic() + cfg.pattern_refresh_interval
-                            replan = self._rematch() or replan
+                        if time.monotonic() >= look:
+                            look = time.monotonic() + cfg.metadata_refresh_interval
+                            replan = self._inputs_changed(planner) or replan
                         if replan:  # (until it succeeds: a failed attempt is made again with the next batch)
                             planner, job = self.prepare(again=True, batch=batch)
                             stale, broadcast = broadcast, self.sc.broadcast(cloudpickle.dumps(job))
                             tasks_fn = SparkTaskFunction(broadcast)
                             stale.unpersist()
-                            replan = False
-                            log.info("planned again for the topics the patterns match", batch=batch,
+                            log.info(f"planned again for {replan}", batch=batch,
                                      seconds=round(time.monotonic() - t0, 3))
+                            replan = None
                         plans = planner.plan(batch)
                         if self.metrics is not None:
                             self.metrics.observe_lag(planner.lag)
@@ -277,23 +277,36 @@ class Runner:
                  elapsed_s=round(summary.elapsed_s, 2))
         return summary
 
-    def _rematch(self) -> bool:
-        """Whether the job's topic patterns match other topics than they read: then they read those from the
-        next batch, which is planned anew (`prepare(again=True)`: a new topic's partitions start where their
-        source's auto_offset_reset says, a new job definition goes to the workers, whose task runtimes are
-        built again from their stores). The tasks stay, and keep their transactional ids: a stateless step
-        whose new topic has more partitions than the others gets tasks for them, with ids of their own; a
-        step that must read co-partitioned topics stops the job at a topic of another count
-        (`check_topics`, saying so)."""
+    def _inputs_changed(self, planner: Planner) -> str | None:
+        """What changed in the job's inputs since its definition was made, if anything: its topic patterns match
+        other topics, or an input has more partitions. Then the next batch is planned anew
+        (`prepare(again=True)`: a new topic's, or a new partition's, records start where their source's
+        auto_offset_reset says, a new job definition goes to the workers, whose task runtimes are built again
+        from their stores). The tasks stay, and keep their transactional ids: a stateless step whose input
+        has more partitions than its tasks gets tasks for them, with ids of their own. A step that keeps state
+        by key stops the job instead, saying so: its input's keys now hash to other partitions than its stores
+        were built from (`check_topics`, `ensure_changelogs`), as Kafka Streams stops at a changelog of too few
+        partitions."""
         assert self.admin is not None
-        before = self.app.graph.pattern_topics()
-        if not match_topic_patterns(self.app, self.admin):
-            return False
-        for name, topics in self.app.graph.pattern_topics().items():
-            if topics != before[name]:
-                log.info("a topic pattern matches other topics: read from the next batch", source=name,
-                         added=sorted(set(topics) - set(before[name])), removed=sorted(set(before[name]) - set(topics)))
-        return True
+        reasons = []
+        if self.app.graph.patterns:
+            before = self.app.graph.pattern_topics()
+            if match_topic_patterns(self.app, self.admin):
+                reasons.append("the topics the patterns match")
+                for name, topics in self.app.graph.pattern_topics().items():
+                    if topics != before[name]:
+                        log.info("a topic pattern matches other topics: read from the next batch", source=name,
+                                 added=sorted(set(topics) - set(before[name])),
+                                 removed=sorted(set(before[name]) - set(topics)))
+        known = planner.partition_counts
+        counts = self.admin.partition_counts(sorted({t for sub in planner.subtopologies.values() for t in sub.inputs}))
+        grown = {t: (known[t], n) for t, n in counts.items() if n is not None and n > known.get(t, n)}
+        if grown:
+            reasons.append("the partitions added to its inputs")
+            for topic, (was, now) in sorted(grown.items()):
+                log.info("an input topic has more partitions: they are read from the next batch", topic=topic,
+                         partitions=now, before=was)
+        return " and ".join(reasons) or None
 
     @staticmethod
     def _settled(planner: Planner, until: float) -> bool:

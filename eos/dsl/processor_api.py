@@ -36,7 +36,7 @@ class GraphMethods(JoinMethods):
         """A source node reading `topics` (all read alike; the application's timestamp unless given), or, given
         a compiled pattern (`re.compile("events-.*")`, Kafka Streams' `addSource(name, Pattern)`), every topic
         whose whole name it matches: those there at start-up (at least one), and those created while the job
-        runs, from their next look (`pattern_refresh_interval`). `auto_offset_reset`: where it starts a
+        runs, from their next look (`metadata_refresh_interval`). `auto_offset_reset`: where it starts a
         partition nothing was committed for (`eos.offset_reset`; the application's setting unless given)."""
         pattern = topics if isinstance(topics, re.Pattern) else None
         if pattern is not None and not isinstance(pattern.pattern, str):

@@ -357,6 +357,9 @@ class TopologyTestDriver:
         bound, cycle_bound = self.max_rounds or MAX_ROUNDS, self.max_rounds or MAX_CYCLE_ROUNDS
         if self.app.graph.patterns:  # (a topic a pattern matches may have been created on the cluster meanwhile)
             self._match_patterns()
+        if self._inputs_grown():  # (partitions added to an input: planned in, as a running job does)
+            with self._clock():
+                self._prepare()
         with self._clock():
             for rounds in range(bound + 1):
                 plans = self.planner.plan(self.batch)
@@ -376,6 +379,11 @@ class TopologyTestDriver:
                 self.planner.observe(results)
                 self.results.extend(results)
                 self.batch += 1
+
+    def _inputs_grown(self) -> bool:
+        known = self.planner.partition_counts
+        counts = self.admin.partition_counts([t for t in known if t in self.cluster.logs])
+        return any(n is not None and n > known[t] for t, n in counts.items())
 
     def _cycling(self, plans: list[TaskPlan]) -> str:
         """The topics on a cycle of the job's steps that `plans` read records of, quoted, or ""."""
@@ -435,7 +443,7 @@ class TopologyTestDriver:
         """Match the application's topic patterns against this driver's topics, creating `created` first (a
         topic a test writes that a pattern matches, with as many partitions as that pattern's other topics), and
         plan anew if they read other topics than this driver planned for (as a run looks every
-        pattern_refresh_interval; the application may have been matched by another driver meanwhile)."""
+        metadata_refresh_interval; the application may have been matched by another driver meanwhile)."""
         if created is not None:
             pattern = next(n for n, p in self.app.graph.patterns.items() if p.fullmatch(created))
             first = self._matched[pattern][0]

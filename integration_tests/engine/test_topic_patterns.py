@@ -1,9 +1,10 @@
-"""A job reading a topic pattern (`app.stream(re.compile(...))`) on the broker and Spark: it starts with the one
-topic the pattern matches (3 partitions); a second, of 5, is created while it runs and read from its first
-record without a restart, its partitions 3 and 4 by tasks of their own (the step reading the pattern is
-stateless; the count behind it reads a repartition topic); the job is SIGKILLed inside a transaction once it reads both, and restarted with more of the second. Every
-record of both topics once in its output, the per-key counts those of both, and the job's lineage audit PASS
-over both topics. Before any topic matches, the job refuses to start (exit 2), saying so."""
+"""A job reading a topic pattern (`app.stream(re.compile(...))`) on the broker and Spark: it starts with the one topic
+the pattern matches (3 partitions); a second, of 5, is created while it runs and read from its first record without
+a restart, its partitions 3 and 4 by tasks of their own (the step reading the pattern is stateless; the count behind
+it reads a repartition topic); the first topic then gets a fourth partition, read from the next batch by task 3 with
+the second's partition 3; the job is SIGKILLed inside a transaction once it reads both, and restarted with more of
+the second. Every record of both topics once in its output, the per-key counts those of both, and the job's lineage
+audit PASS over both topics. Before any topic matches, the job refuses to start (exit 2), saying so."""
 
 from __future__ import annotations
 
@@ -27,11 +28,12 @@ import re
 from eos import Application
 from eos.testing import MarkWhile
 
-app = Application(os.environ["APP"], max_records_per_batch=150, trigger_interval=0.2, pattern_refresh_interval=0.5,
+app = Application(os.environ["APP"], max_records_per_batch=150, trigger_interval=0.2, metadata_refresh_interval=0.5,
                   log_format="json", log_level="INFO", state_dir=os.environ["STATE"])
 events = app.stream(re.compile(re.escape(os.environ["BASE"]) + r"\\.[a-z]+"), name="events")
 events.map_values(lambda e: {**e, "seen": True}, name="mark").to(os.environ["SEEN"])
-events.group_by(lambda k, v: k, name="by_key").count(name="per_key").to_stream().to(os.environ["COUNTS"], value_serde="long")
+counts = events.group_by(lambda k, v: k, name="by_key").count(name="per_key")
+counts.to_stream().to(os.environ["COUNTS"], value_serde="long")
 if os.environ.get("MARKS"):
     app.fault_hooks.on("before_commit", MarkWhile(os.environ["MARKS"], seconds=0.3))
 """
@@ -64,7 +66,7 @@ def test_a_topic_created_while_the_job_runs_is_read_exactly_once_across_a_kill(k
                              env=env, capture_output=True, text=True, timeout=300)
     assert refused.returncode == 2 and "matches no topic on" in refused.stderr, refused.stderr[-3000:]
     admin.create_topics([TopicSpec(first, 3, 1)], timeout=30)
-    produce(bootstrap, first, events("eu", 0))
+    produce(bootstrap, first, events("eu", 0)[:N // 2])
 
     def regions() -> Counter[str]:
         return Counter(json.loads(v)["region"] for _, v, _ in committed_records(bootstrap, seen))
@@ -78,6 +80,8 @@ def test_a_topic_created_while_the_job_runs_is_read_exactly_once_across_a_kill(k
         admin.create_topics([TopicSpec(second, 5, 1)], timeout=30)  # (created while the job runs, wider)
         produce(bootstrap, second, events("us", N)[:SEEN])
         assert wait_for(lambda: regions()["us"] > 0, 120, proc), (tmp_path / "job.log").read_text()[-3000:]
+        admin.add_partitions(first, 4)  # (while the job runs: the rest of the first topic over four partitions)
+        produce(bootstrap, first, events("eu", 0)[N // 2:], partition_of=lambda n, key: n % 4)
         for marker in marks.iterdir():
             marker.unlink()
         produce(bootstrap, second, events("us", N)[SEEN:KILLED])  # (batches to come, whatever the job has read)
@@ -88,6 +92,7 @@ def test_a_topic_created_while_the_job_runs_is_read_exactly_once_across_a_kill(k
     log = (tmp_path / "job.log").read_text()
     assert "a topic pattern matches other topics" in log and second in log, log[-3000:]
     assert "planned again for the topics the patterns match" in log, log[-3000:]
+    assert "an input topic has more partitions" in log, log[-3000:]
     produce(bootstrap, second, events("us", N)[KILLED:])
 
     done = subprocess.run([sys.executable, "-m", "eos.cli", "run", "job.py", "--until-caught-up"], cwd=tmp_path,
@@ -106,5 +111,6 @@ def test_a_topic_created_while_the_job_runs_is_read_exactly_once_across_a_kill(k
         (r.mode, r.lineage) for r in reports]
     assert sorted(reports[0].inputs) == [first, second] and reports[0].lineage.expected == 2 * N, reports[0].lineage
     entries = (LedgerEntry.decode(v) for _, v, _ in committed_records(bootstrap, ledger_topic(env["APP"])))
-    ledger_tasks = {e.task for e in entries if e is not None}
-    assert {"mark-3", "mark-4"} <= ledger_tasks, sorted(ledger_tasks)  # (the wider topic's own tasks committed)
+    read = {(e.task, i.topic, i.partition) for e in entries if e is not None for i in e.inputs}
+    # the wider topic's own tasks committed, and the first topic's new partition was read by task 3
+    assert {("mark-3", second, 3), ("mark-4", second, 4), ("mark-3", first, 3)} <= read, sorted(read)

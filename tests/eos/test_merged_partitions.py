@@ -1,6 +1,8 @@
 """A stateless step may read topics of different partition counts, as in Kafka Streams: it has as many tasks as
 its widest input, task p reading partition p of each input that has one. A step that keeps state by key, stream
-time or its sources' clocks still needs co-partitioned inputs, and says how to get them."""
+time or its sources' clocks still needs co-partitioned inputs, and says how to get them. Partitions added to an
+input while the job runs are read from the next batch by a stateless step; a step keeping state stops, saying
+why and what to do."""
 
 from __future__ import annotations
 
@@ -93,6 +95,34 @@ def test_a_pattern_topic_of_more_partitions_gets_tasks_of_its_own_while_the_job_
     assert task_count(app.subtopologies["n"], {"events-eu": 2, "events-us": 4}) == 4
     assert {e.task for e in driver.ledger()} >= {"n-2", "n-3"}
     assert {r.verdict for r in driver.audit()} == {"PASS"}
+
+
+def test_partitions_added_to_an_input_are_read_from_the_next_batch_across_a_crash_in_a_new_task():
+    app = _merged("grown")
+    driver = TopologyTestDriver(app, partitions={"clicks": 2, "views": 2})
+    first = [(t, k, v) for t, k, v in _inputs(40)]
+    driver.pipe_records(first)
+    driver.admin.add_partitions("views", 4)
+    driver.crash_at("before_commit", task="keep-3")  # (the new partition's task, killed inside its transaction)
+    second = [(t, f"x{k}", {"n": v["n"] + 1000}) for t, k, v in _inputs(60)]
+    driver.pipe_records(second)
+    assert driver.crashes, "the new task's batch was not killed"
+    out = Counter(r.key for r in driver.read("marked"))
+    assert out == Counter(k for _, k, v in [*first, *second] if v["n"] % 3 != 0)  # each once
+    assert {i.partition for e in driver.ledger() if e.task == "keep-3" for i in e.inputs} == {3}
+    assert {r.verdict for r in driver.audit()} == {"PASS"}
+
+
+def test_a_step_keeping_state_stops_when_its_input_gets_partitions_saying_what_to_do():
+    app = Application("counted", bootstrap_servers="memory:1")
+    app.stream("clicks").group_by_key().count(name="tally").to_stream().to("tallies", value_serde="long")
+    driver = TopologyTestDriver(app, partitions={"clicks": 2})
+    driver.pipe("clicks", "a", {"n": 1})
+    driver.admin.add_partitions("clicks", 3)
+    with pytest.raises(ConfigError, match=r"changelog counted-tally-store-changelog has 2 partitions but its "
+                                          r"sub-topology has 3 tasks: its input has more partitions .*`eos reset`"):
+        driver.pipe("clicks", "b", {"n": 2})
+    assert [(r.key, r.value) for r in driver.read("tallies")] == [("a", 1)]  # (nothing of the refused batch)
 
 
 class _Punctuator:

@@ -128,10 +128,10 @@ def test_describe_shows_the_pattern_and_the_processor_api_takes_one():
 
 
 def test_kafka_streams_metadata_age_setting_names_the_refresh_interval():
-    with pytest.raises(ConfigError, match=r"metadata\.max\.age\.ms is pattern_refresh_interval"):
+    with pytest.raises(ConfigError, match=r"metadata\.max\.age\.ms is metadata_refresh_interval"):
         Application("p", metadata_max_age_ms=1000)
-    with pytest.raises(ConfigError, match="pattern_refresh_interval must be > 0"):
-        Application("p", pattern_refresh_interval=0)
+    with pytest.raises(ConfigError, match="metadata_refresh_interval must be > 0"):
+        Application("p", metadata_refresh_interval=0)
 
 
 def test_a_store_of_a_pattern_step_is_queried_from_a_process_that_never_matched_the_pattern():
