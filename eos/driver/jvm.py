@@ -191,10 +191,29 @@ class LaunchedJvm:
                 self.proc.terminate()
         try:
             self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        except subprocess.TimeoutExpired:  # (a shell still running the launcher: it and its JVM go too)
+            for pid in [*_descendants(self.proc.pid), self.proc.pid]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             self.proc.wait()
         shutil.rmtree(self._conn_dir, ignore_errors=True)
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes below `pid` (its children, theirs, ...), as /proc lists them now; none where it cannot."""
+    parents: dict[int, list[int]] = {}
+    for entry in filter(str.isdigit, os.listdir("/proc") if os.path.isdir("/proc") else ()):
+        try:
+            ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        parents.setdefault(ppid, []).append(int(entry))
+    found, todo = [], list(parents.get(pid, ()))
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo.extend(parents.get(child, ()))
+    return found
 
 
 def _runs_java(pid: int) -> bool:

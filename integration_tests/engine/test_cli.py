@@ -166,5 +166,6 @@ def test_a_run_that_fails_at_once_ends_the_jvm_launched_for_it_and_leaves_nothin
     output = driver.communicate(timeout=120)[0]
     assert driver.returncode == 2, output
     assert said in output
-    assert not _session(driver.pid)  # the JVM launched for it was ended, not left to notice
+    left = _session(driver.pid)  # the JVM launched for it was ended, not left to notice
+    assert not left, {pid: Path(f"/proc/{pid}/cmdline").read_bytes()[:120] for pid in left}
     assert not list(scratch.iterdir())  # its gateway's file, the zygote's socket and their directories are gone
