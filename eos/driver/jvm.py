@@ -180,23 +180,31 @@ class LaunchedJvm:
 
     def discard(self, timeout: float = 10.0) -> None:
         """Stop the JVM, dropping what it wrote to stderr unless a context took it: it exits when its stdin closes
-        (PySpark's gateway server watches it). A JVM still starting would first finish its start (~1 s and ~2
-        CPU-s of a run that failed its checks): one that is already `java` (spark-submit's scripts exec it once
-        their launcher has given the command) is sent SIGTERM, and ends at once, its shutdown hooks run."""
+        (PySpark's gateway server watches it). One that is already `java` is sent SIGTERM, and ends at once, its
+        shutdown hooks run; spark-submit's scripts still running their launcher (whose JVM would first finish
+        its start, ~1 s and ~2 CPU-s of a run that failed its checks) are killed with the launcher."""
         for stream in (self.proc.stdin, self.proc.stderr):
             if stream is not None and not stream.closed:
                 stream.close()
-        if self.proc.poll() is None and _runs_java(self.proc.pid):
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.terminate()
+        if self.proc.poll() is None:
+            if _runs_java(self.proc.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    self.proc.terminate()
+            elif os.path.isdir(f"/proc/{self.proc.pid}"):  # (where processes cannot be seen, it ends by itself)
+                self._kill()
         try:
             self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:  # (a shell still running the launcher: it and its JVM go too)
-            for pid in [*_descendants(self.proc.pid), self.proc.pid]:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+        except subprocess.TimeoutExpired:
+            self._kill()
             self.proc.wait()
         shutil.rmtree(self._conn_dir, ignore_errors=True)
+
+    def _kill(self) -> None:
+        """SIGKILL the launched process and those below it (a shell's launcher JVM: killing the shell alone would
+        leave it running)."""
+        for pid in [*_descendants(self.proc.pid), self.proc.pid]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def _descendants(pid: int) -> list[int]:
