@@ -171,3 +171,12 @@ class JoinSpec:
     #: a join of a stream: the stateless operators between the join and its results' topic, which the join
     #: audit applies to each result it expects
     suffix: tuple[Any, ...] = ()
+    #: a join of a stream whose results `to(fn, topics=[...])` routes among topics (`eos.graph.operators.Route`,
+    #: after `suffix`; `output` is None then): the join audit reads every one of them and checks that each result
+    #: is in the topic the route chooses for it
+    route: Any = None
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """The topics the join's results go to (none known before the graph is cut)."""
+        return tuple(self.route.topics) if self.route is not None else (self.output,) if self.output else ()

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from eos.audit.aggregate import AggregateKind, AggregateResult, audit_aggregate
 from eos.audit.executors import Executor
-from eos.audit.joins import JoinAuditResult, audit_join
+from eos.audit.joins import JoinAuditResult, audit_join, join_outputs
 from eos.audit.ledger import add_starts, read_ledger
 from eos.audit.lineage import LineageResult, audit_lineage
 from eos.audit.scan import before_reset, since_reset
@@ -408,7 +408,7 @@ def audit_joins(app: Application, *, bootstrap_servers: str | None = None, subto
         return [_not_checked(app, bootstrap, sub, "join", _UNTRACED, join=JoinAuditResult(join.kind, join.how))
                 for sub in map(app.subtopologies.__getitem__, subtopologies or app.subtopologies)
                 for join in sub.joins] + _unreplayed_joins(app, bootstrap, subtopologies or app.subtopologies)
-    reports = _audit_each(app, "join", "join", lambda s: list(s.joins), lambda s, j: [j.output or s.output], check,
+    reports = _audit_each(app, "join", "join", lambda s: list(s.joins), join_outputs, check,
                           bootstrap_servers, subtopologies, max_samples,
                           unreplayed=lambda s: [(name, why) for name, _, why in s.unreplayed_joins], admin=admin)
     return reports + _unreplayed_joins(app, bootstrap_servers or app.config.bootstrap_servers,

@@ -511,7 +511,9 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
                          subtopologies={sub.name}, entries=batches)
     late = {(tp, o) for tp, account in (ledger or {}).items() for o in account.late}  # (by each record's place)
     late_origins = {(tp, o) for tp, account in (ledger or {}).items() for o in account.late_origins}  # (older)
-    outputs = list(_outputs(bootstrap_servers, sub, spec, admin))
+    routed = list(_outputs(bootstrap_servers, sub, spec, admin))
+    _check_routes(spec, routed, result, max_samples)
+    outputs = [o[:4] for o in routed]
     result.output_records = len(outputs)
     after = replay_prefix(spec.suffix, stand_in=False) if spec.suffix else None
     if spec.kind == "stream-stream":
@@ -1061,12 +1063,33 @@ def _table_record(msg: Message, table: Any) -> Record | None:
 
 
 def _outputs(bootstrap_servers: str, sub: SubTopology, spec: JoinSpec,
-             admin: KafkaAdmin) -> Iterable[tuple[Any, Any, int, Origin | None]]:
-    """(key, value, timestamp, origin) of every committed result of the join."""
-    topic = spec.output or sub.output
-    assert topic is not None
-    ks, vs = sub.output_serdes.get(topic, (sub.output_key_serde, sub.output_value_serde))
-    for batch in scan_topic(bootstrap_servers, topic, admin=admin):
-        for msg in batch:
-            value = None if msg.value() is None else vs.deserialize(msg.value())
-            yield ks.deserialize(msg.key()), value, msg.timestamp()[1], origin_of(msg.headers())
+             admin: KafkaAdmin) -> Iterable[tuple[Any, Any, int, Origin | None, str]]:
+    """(key, value, timestamp, origin) of every committed result of the join, in each of its topics."""
+    for topic in join_outputs(sub, spec):
+        ks, vs = sub.output_serdes.get(topic, (sub.output_key_serde, sub.output_value_serde))
+        for batch in scan_topic(bootstrap_servers, topic, admin=admin):
+            for msg in batch:
+                value = None if msg.value() is None else vs.deserialize(msg.value())
+                yield ks.deserialize(msg.key()), value, msg.timestamp()[1], origin_of(msg.headers()), topic
+
+
+def join_outputs(sub: SubTopology, spec: JoinSpec) -> list[str]:
+    """The topics a join's results go to: its own, those it is routed among, or its step's."""
+    return list(spec.outputs) or [sub.output or ""]
+
+
+def _check_routes(spec: JoinSpec, outputs: list[tuple[Any, Any, int, Origin | None, str]], result: JoinAuditResult,
+                  limit: int) -> None:
+    """Each result of a routed join (`JoinSpec.route`) in the topic its route chooses for it, as the task chose
+    (the rest of the audit takes the topics' results together: one in another topic is a violation here)."""
+    if spec.route is None:
+        return
+    for key, value, timestamp, _, topic in outputs:
+        try:
+            chosen = spec.route.topic_of(key, value)
+        except Exception as exc:  # (the task chose with the value before serialization: it did not raise)
+            chosen = f"none: the route raised {type(exc).__name__}: {exc}"
+        if chosen != topic:
+            result.unexpected += 1
+            result.sample("unexpected", limit, output=(key, _canon(value), timestamp), topic=topic,
+                          route_chooses=chosen)

@@ -326,7 +326,8 @@ _UNREPLAYED_WINDOW = ("the window audit replays a windowed aggregation whose tas
 
 
 _UNREPLAYED_JOIN = ("the join audit replays a join whose every side its task reads from one topic, through "
-                    "stateless operators only (filters, maps, a stream made a table), into a topic only it writes; "
+                    "stateless operators only (filters, maps, a stream made a table), into a topic only it writes "
+                    "(a join of a stream: or topics it is routed among, to(fn, topics=[...])); "
                     "one of this one's sides comes from several topics or through a stateful step (an "
                     "aggregation, another join, a processor), or its results go elsewhere or share their topic, "
                     "so its results are proven by the lineage audit alone (each once, derived from committed "
@@ -377,14 +378,19 @@ def _audited_join(part: GraphPart, node: ProcessorNode, shared: frozenset[str]) 
     reach anything but one sink, a table join's through anything). A foreign-key join's right side is in
     another sub-topology (`_with_right_sides`); its other parent here is the source of its responses."""
     spec, results = node.join, _to_one_sink(part, node, shared)
+    of_a_table = spec.kind in ("table-table", "foreign-key")
+    routed = _to_one_route(part, node, shared) if results is None and not of_a_table else None
     sides = (spec.left,) if spec.kind in ("stream-global", "foreign-key") else (spec.left, spec.right)
     prefixes = [_side_prefix(part, node.name, parent, side) for parent, side in zip(node.parents, sides, strict=False)]
-    if results is None or (results[1] and spec.kind in ("table-table", "foreign-key")) or any(
+    if (results is None and routed is None) or (results is not None and results[1] and of_a_table) or any(
             p is None for p in prefixes) or any(not isinstance(part.node(p), SourceNode)
                                                for p in node.parents[len(sides):]):
         return None
-    return replace(spec, output=results[0], left_prefix=prefixes[0], right_prefix=prefixes[1] if sides[1:] else (),
-                   suffix=results[1])
+    sides_of = {"left_prefix": prefixes[0], "right_prefix": prefixes[1] if sides[1:] else ()}
+    if routed is not None:
+        return replace(spec, output=None, suffix=routed[1], route=routed[0], **sides_of)
+    assert results is not None
+    return replace(spec, output=results[0], suffix=results[1], **sides_of)
 
 
 def _side_prefix(part: GraphPart, node: str, parent: str, topic: str) -> tuple[Any, ...] | None:

@@ -1,7 +1,8 @@
 """Fused sub-topologies on the broker and Spark, SIGKILLed mid-batch (inside transactions too) and restarted:
 
 * a fluent pipeline, filter -> map_values -> split: the "checkout" branch left-joined with a customers table,
-  mapped and written (the join audit replays the steps before and after the join), the rest grouped by page
+  mapped and routed by tier into two topics (the join audit replays the steps before and after the join, and
+  checks each result's topic), the rest grouped by page
   (a repartition topic) into a windowed count with emit="final";
 * filter -> map_values -> split -> a windowed count per user, and both branches cogrouped per user and minute
   (emit="final"), all in one task (no repartition);
@@ -51,7 +52,9 @@ routes = (clicks.split(name="route-")
           .default_branch(name="browse"))
 (routes["route-checkout"]
     .left_join(customers, lambda click, c: {"id": click["id"], "tier": c and c["tier"]}, name="with_tier")
-    .map_values(lambda joined: {**joined, "vip": joined["tier"] == "gold"}, name="vip").to(os.environ["CHECKOUTS"]))
+    .map_values(lambda joined: {**joined, "vip": joined["tier"] == "gold"}, name="vip")
+    .to(lambda user, joined: os.environ["VIPS" if joined["vip"] else "CHECKOUTS"],
+        topics=[os.environ["CHECKOUTS"], os.environ["VIPS"]], name="by_tier"))
 (routes["route-browse"].group_by(lambda user, click: click["page"], name="by_page")
     .window(TumblingWindows(60_000, grace=5_000), emit="final").count(name="pages")
     .to_stream().to(os.environ["PAGES"]))
@@ -135,7 +138,7 @@ def clicks() -> list[dict]:
 
 def test_a_fused_pipeline_and_a_processor_api_word_count_are_exactly_once_across_sigkills(
         kafka, topic_factory, unique_name, tmp_path, monkeypatch):
-    names = ("clicks", "customers", "checkouts", "pages", "users", "text", "words", "milestones", "minutes")
+    names = ("clicks", "customers", "checkouts", "vips", "pages", "users", "text", "words", "milestones", "minutes")
     topics = dict(zip(names, (topic_factory(n, partitions=PARTITIONS) for n in names), strict=True))
     data = clicks()
     bootstrap = kafka.bootstrap_servers
@@ -159,11 +162,12 @@ def test_a_fused_pipeline_and_a_processor_api_word_count_are_exactly_once_across
     humans = [c for c in data if not c.get("bot") and c["page"] != "end"]
     checkouts = Counter((c["id"], tiers.get(c["user"])) for c in humans if c["page"] == "Checkout")
     got = Counter()
-    for _, value, _ in committed_records(bootstrap, topics["checkouts"]):
-        joined = json.loads(value)
-        got[(joined["id"], joined["tier"])] += 1
-        assert joined["vip"] == (joined["tier"] == "gold")
-    assert got == checkouts  # each once, with the tier the table held
+    for topic in ("checkouts", "vips"):  # (routed by tier)
+        for _, value, _ in committed_records(bootstrap, topics[topic]):
+            joined = json.loads(value)
+            got[(joined["id"], joined["tier"])] += 1
+            assert joined["vip"] == (joined["tier"] == "gold") == (topic == "vips")
+    assert got == checkouts  # each once, with the tier the table held, in its tier's topic
 
     windows = Counter((c["page"].lower(), c["at"] // 60_000 * 60_000) for c in humans if c["page"] != "Checkout")
     seen: Counter = Counter()
@@ -210,10 +214,11 @@ def test_a_fused_pipeline_and_a_processor_api_word_count_are_exactly_once_across
     failed = [(r.mode, r.inputs, r.outputs) for r in reports if r.verdict != "PASS"]
     audited = [r for r in reports if not r.skipped]
     # lineage: humans with pages (linked), people, words; 3 windows; the checkout branch's join, replayed by the
-    # join audit through the filter, the map and the split before it and the map after it
+    # join audit through the filter, the map and the split before it and the map and the route after it
     assert not failed and len(audited) == 7 and not [r for r in reports if r.skipped], failed
     assert [r.mode for r in audited].count("window") == 3
     (join,) = [r.join for r in reports if r.mode == "join"]
+    assert [r.outputs for r in reports if r.mode == "join"] == [[topics["checkouts"], topics["vips"]]]
     assert (join.kind, join.how, join.output_records, join.expected) == ("stream-table", "left",
                                                                          sum(checkouts.values()), join.output_records)
     # A second result forged for a checkout click, as if the join had made two of it (another output index): the

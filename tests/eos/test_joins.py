@@ -3,6 +3,7 @@ out-of-order input, tombstones and late records."""
 
 from __future__ import annotations
 
+import json
 import random
 from collections import Counter
 
@@ -357,3 +358,50 @@ def test_joins_take_kafka_streams_order_of_arguments_too():
         app.stream("views").join(app.stream("right"), pair, 5)
     with pytest.raises(TypeError, match=r"join\(other, foreign_key_extractor, joiner\)\); got 2 more"):
         orders.join(prices, pair, pair, pair)
+
+
+def routed_joins() -> Application:
+    """A stream-table join and a stream-stream join, each routed by `to(fn, topics=[...])` after a map."""
+    app = Application("routed-joins", bootstrap_servers="unused:9092")
+    prices = app.table("prices")
+    (app.stream("orders").left_join(prices, lambda o, p: {**o, "price": p}, name="priced")
+        .map_values(lambda v: {**v, "big": v["n"] > 5}, name="sized")
+        .to(lambda k, v: "big-orders" if v["big"] else "small-orders", topics=["big-orders", "small-orders"],
+            name="by_size"))
+    (app.stream("clicks").join(app.stream("views"), lambda c, v: {"c": c["i"], "v": v["i"]},
+                               JoinWindows(10_000), name="seen")
+        .to(lambda k, v: "even" if v["c"] % 2 == 0 else "odd", topics=["even", "odd"], name="by_parity"))
+    return app
+
+
+@pytest.mark.no_audit  # (it forges a record at the end, which its own audit catches)
+def test_the_join_audit_replays_results_routed_among_topics_and_catches_one_in_the_wrong_topic():
+    """Joins whose results `to(fn, topics=...)` routes were "not checked" by the join audit (the lineage audit
+    alone); now every topic's records are taken together and each must be in the topic its route chooses,
+    across batches killed inside their transactions."""
+    app = routed_joins()
+    routes = {j.route.topics for sub in app.subtopologies.values() for j in sub.joins}
+    assert routes == {("big-orders", "small-orders"), ("even", "odd")}
+    with TopologyTestDriver(app, partitions=2) as driver:
+        start = driver.now
+        driver.pipe_records([("prices", f"p{i}", i * 10, start) for i in range(3)])
+        driver.crash_at("before_commit")
+        driver.pipe_records([("orders", f"p{i % 4}", {"n": i}, start + i) for i in range(10)])
+        driver.crash_at("after_produce")
+        driver.pipe_records([rec for i in range(8) for rec in (("clicks", f"u{i % 3}", {"i": i}, start + i),
+                                                               ("views", f"u{i % 3}", {"i": 100 + i}, start + i))])
+        assert len(driver.crashes) == 2
+        joins = {tuple(r.outputs): r for r in driver.audit() if r.mode == "join"}
+        assert set(joins) == {("big-orders", "small-orders"), ("even", "odd")}
+        assert {(r.verdict, r.skipped) for r in joins.values()} == {("PASS", None)}
+        assert joins[("big-orders", "small-orders")].join.output_records == 10
+        assert joins[("even", "odd")].join.output_records > 8
+        # a result copied into the other topic than its route chooses: caught, naming both topics
+        big = next(r for r in driver.records("big-orders"))
+        driver.cluster.append("small-orders", 0, big.key.encode(), json.dumps(big.value).encode())
+        joins = {tuple(r.outputs): r for r in driver.audit() if r.mode == "join"}
+        report = joins[("big-orders", "small-orders")]
+        assert report.verdict == "FAIL" and report.join.unexpected >= 1
+        assert {"topic": "small-orders", "route_chooses": "big-orders"}.items() <= report.join.samples[
+            "unexpected"][0].items()
+        assert joins[("even", "odd")].verdict == "PASS"
