@@ -67,3 +67,25 @@ def test_a_job_file_that_raises_while_loaded_is_one_line_naming_its_line(tmp_pat
     with pytest.raises(ValueError, match=r"bad_job.py, line 2: ConfigError: unknown setting 'bath_timeout'. Did you "
                                          r"mean 'batch_timeout'\?"):
         load_application(str(job))
+
+
+def test_a_job_files_function_naming_a_kafka_client_class_ships_to_the_workers(tmp_path):
+    """confluent_kafka's classes name their module "cimpl", which no import found: cloudpickle copied them by
+    value into a job file's functions, and the copy failed to load on every executor (the job stopped with
+    "the job definition cannot be loaded"). They now go by reference, as any importable class."""
+    from pyspark import cloudpickle
+
+    from eos.cli.loader import load_application
+
+    job = tmp_path / "producing_job.py"
+    job.write_text("from confluent_kafka import Producer, TopicPartition\nfrom eos import Application\n"
+                   "app = Application('p', bootstrap_servers='unused:9092')\n"
+                   "def hook(point):\n    return Producer, TopicPartition('t', 0)\n"
+                   "app.fault_hooks.on('before_commit', hook)\n")
+    app = load_application(str(job))
+    (hook,) = [h for hooks in app.fault_hooks.hooks.values() for h in hooks]
+    from confluent_kafka import Producer, TopicPartition
+
+    shipped = cloudpickle.loads(cloudpickle.dumps(hook))
+    producer, tp = shipped(None)
+    assert producer is Producer and isinstance(tp, TopicPartition)
