@@ -207,7 +207,12 @@ class Runner:
                             if not self._settled(planner, settling):
                                 self._stop.wait(SETTLE_POLL_S)
                                 continue
-                            break
+                            # (a topic a pattern matches, or a partition, added since the last look: read too)
+                            replan = self._inputs_changed(planner)
+                            if replan is None:
+                                break
+                            settling = None
+                            continue
                         settling = None
                         if not plans and not standbys:
                             self._stop.wait(cfg.trigger_interval)
