@@ -9,12 +9,6 @@ import sys
 
 import confluent_kafka.cimpl
 
-# confluent_kafka's classes (Producer, Consumer, TopicPartition, KafkaError, ...) name their module "cimpl", the
-# extension's own name, which no import finds: cloudpickle, not finding such a class by reference (a job's
-# function that names Producer, shipped to Spark's workers), copies it by value, and the copy cannot be loaded
-# ("type object 'Producer' has no attribute '__bool__'"). Under that name too, it is pickled by reference.
-sys.modules.setdefault("cimpl", confluent_kafka.cimpl)
-
 from transactions.admin import (
     BrokerUnreachableError,
     KafkaAdmin,
@@ -69,6 +63,12 @@ from transactions.settings import (
     consumer_settings,
     producer_settings,
 )
+
+# confluent_kafka's classes (Producer, Consumer, TopicPartition, KafkaError, ...) name their module "cimpl", the
+# extension's own name, which no import finds: cloudpickle, not finding such a class by reference (a job's
+# function that names Producer, shipped to Spark's workers), copies it by value, and the copy cannot be loaded
+# ("type object 'Producer' has no attribute '__bool__'"). Under that name too, it is pickled by reference.
+sys.modules.setdefault("cimpl", confluent_kafka.cimpl)
 
 __all__ = [
     "AtLeastOnceProducer",
