@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -10,6 +11,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from eos import Application, ConfigError
 from eos.testing import CrashWorker, Match
 from integration_tests.helpers import assert_exactly_once, produce
+from integration_tests.streams.test_time_and_rekey import committed_records
 from transactions import KafkaAdmin
 
 N = 200_000
@@ -159,12 +161,23 @@ def test_bad_record_policy_fail_stops_the_job_with_a_clear_error(kafka, spark, t
     assert admin.group_offsets(app.config.group_id, [(src, 0)]) == {(src, 0): None}  # nothing committed
 
 
-def test_unequal_partition_counts_refuse_to_start(kafka, spark, topic_factory, unique_name):
+def test_unequal_partition_counts_are_read_by_a_stateless_step_and_refused_by_one_keeping_state(
+        kafka, spark, topic_factory, unique_name):
     a, b, out = topic_factory("a", partitions=2), topic_factory("b", partitions=3), topic_factory("out")
+    produce(kafka.bootstrap_servers, a, [(f"a{i}".encode(), json.dumps({"i": i}).encode()) for i in range(40)])
+    produce(kafka.bootstrap_servers, b, [(f"b{i}".encode(), json.dumps({"i": 100 + i}).encode()) for i in range(60)])
     app = Application(unique_name("app"), kafka.bootstrap_servers)
-    app.process(input=[a, b], output=out, name="join")(lambda r: (r.key, r.value))
-    with pytest.raises(ConfigError, match=r"different partition counts .*=2.*=3"):
-        app.run(spark, until_caught_up=True)
+    app.process(input=[a, b], output=out, name="merge")(lambda r: (r.key, r.value))
+    summary = app.run(spark, until_caught_up=True)  # (three tasks: the third reads b's partition 2 only)
+    assert summary.records_in == 100
+    assert_exactly_once(kafka.bootstrap_servers, inputs=[a, b], outputs=[out], group=app.config.group_id,
+                        expected_inputs=100)
+    outputs = Counter(json.loads(v)["i"] for _, v, _ in committed_records(kafka.bootstrap_servers, out))
+    assert outputs == Counter([*range(40), *range(100, 160)])
+    counted = Application(unique_name("app"), kafka.bootstrap_servers)
+    counted.stream([a, b]).group_by_key().count(name="n").to_stream().to(out, value_serde="long")
+    with pytest.raises(ConfigError, match=r"different partition counts .*=2.*=3\)\. It keeps state by key"):
+        counted.run(spark, until_caught_up=True)
 
 
 def test_missing_topics_refuse_to_start(kafka, spark, topic_factory, unique_name):
