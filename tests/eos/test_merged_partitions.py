@@ -97,8 +97,11 @@ def test_a_pattern_topic_of_more_partitions_gets_tasks_of_its_own_while_the_job_
     assert {r.verdict for r in driver.audit()} == {"PASS"}
 
 
-def test_partitions_added_to_an_input_are_read_from_the_next_batch_across_a_crash_in_a_new_task():
+@pytest.mark.parametrize("tasks_per_transaction", [1, 2])
+def test_partitions_added_to_an_input_are_read_from_the_next_batch_across_a_crash_in_a_new_task(
+        tasks_per_transaction):
     app = _merged("grown")
+    app.configure(tasks_per_transaction=tasks_per_transaction)  # (units of two: the new tasks make a unit of their own)
     driver = TopologyTestDriver(app, partitions={"clicks": 2, "views": 2})
     first = [(t, k, v) for t, k, v in _inputs(40)]
     driver.pipe_records(first)
