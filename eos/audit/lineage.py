@@ -64,6 +64,9 @@ class LineageResult:
     held: int = 0
     input_deleted: int = 0  # outputs of records processed, then deleted from the input by retention
     earlier_topic: int = 0  # outputs (and their copies) of an earlier topic of the same name
+    #: outputs of records of a topic the step no longer reads (a topic a pattern matched, since deleted; an
+    #: input taken out of the job), each of a record the ledger says a committed batch of the step read
+    no_longer_read: int = 0
     skipped_by_retention: int = 0  # input offsets deleted by retention before the job processed them
     #: committed input records before where the job started reading (auto_offset_reset "latest" or a duration):
     #: not its input
@@ -170,7 +173,12 @@ def audit_lineage(bootstrap_servers: str, inputs: Iterable[str], outputs: Iterab
                         output_scans(admin, outputs, isolation), progress)
     dead = executor.map(_OutputScan(isolation, max_samples, frozenset(inputs), subtopologies),
                         output_scans(admin, dlq_topics, isolation), progress)
-    return merge(ins, outs, dead, max_samples, ledger, ordered, numbered)
+    # outputs of topics the step read once and reads no more (deleted, or taken out): the ledger's word on them
+    former = {key[0] for part in outs for key in part.origins} - set(inputs) - set(through)
+    if former and ledger is not None and ledger_topic:
+        ledger.update(read_ledger(bootstrap_servers, ledger_topic, former, admin=admin,
+                                  subtopologies=None if subtopologies is None else set(subtopologies)) or {})
+    return merge(ins, outs, dead, max_samples, ledger, ordered, numbered, frozenset(former))
 
 
 class _OutputScan:
@@ -229,7 +237,9 @@ def _union(partials: list[OutputPartial], result: LineageResult, max_samples: in
 
 def merge(inputs: list[InputPartial], outputs: list[OutputPartial], dead: list[OutputPartial],
           max_samples: int = 10, ledger: dict[TP, PartitionLedger] | None = None,
-          ordered: bool = True, numbered: bool | None = None) -> LineageResult:
+          ordered: bool = True, numbered: bool | None = None, former: frozenset[str] = frozenset()) -> LineageResult:
+    """The accounts of input, output and dead-letter partitions put together. `former`: topics the step read
+    once and reads no more, whose outputs the ledger must say a committed batch read (`no_longer_read`)."""
     numbered = ordered if numbered is None else numbered
     result = LineageResult(ledger=ledger is not None, order_checked=ordered,
                            runs_checked=numbered or ledger is not None)
@@ -246,6 +256,7 @@ def merge(inputs: list[InputPartial], outputs: list[OutputPartial], dead: list[O
     dlq, dlq_twice = _union(dead, result, max_samples)
     gone: dict[TP, BitMap64] = {}
     earlier: dict[TP, BitMap64] = {}
+    dropped: dict[TP, BitMap64] = {}
     for origins, twice in ((seen, seen_twice), (dlq, dlq_twice)):
         for (topic, partition, index), bm in origins.items():
             tp = (topic, partition)
@@ -253,6 +264,9 @@ def merge(inputs: list[InputPartial], outputs: list[OutputPartial], dead: list[O
                             max_samples)
             bogus = bm - expected.get(tp, BitMap64())
             account = ledger.get(tp)
+            if bogus and account is not None and topic in former:  # (read by a committed batch, no more since)
+                dropped.setdefault(tp, BitMap64()).update(bogus & account.now)
+                bogus -= account.now
             if bogus and account is not None:
                 deleted = bogus & account.now & _below(low.get(tp, 0))  # processed, then deleted by retention
                 old = (bogus - deleted) & account.earlier  # an earlier topic of the same name
@@ -268,6 +282,7 @@ def merge(inputs: list[InputPartial], outputs: list[OutputPartial], dead: list[O
                 bm -= bogus
     result.input_deleted += sum(len(bm) for bm in gone.values())  # (each input once, whatever its outputs)
     result.earlier_topic += sum(len(bm) for bm in earlier.values())
+    result.no_longer_read += sum(len(bm) for bm in dropped.values())
     if ordered:
         _check_order(outputs, ledger, result, max_samples)
     result.unique_origins = sum(len(bm) for bm in seen.values())

@@ -27,6 +27,7 @@ _ROWS = {
                 ("held", "of those, held back without output yet (ledger)", False),
                 ("input_deleted", "output of input since deleted by retention", False),
                 ("earlier_topic", "output of an earlier topic of the same name", False),
+                ("no_longer_read", "output of a topic no longer read (deleted, or taken out of the job)", False),
                 ("skipped_by_retention", "input deleted by retention before processing", False),
                 ("not_read", "input before where the job started (auto_offset_reset, eos reset)", False),
                 ("other_dead_letters", "dead letters of other sub-topologies", False),

@@ -171,3 +171,26 @@ def test_eos_reset_plans_every_topic_the_pattern_matches_now():
 def test_the_topics_a_pattern_job_names_are_its_outputs_whether_matched_or_not():
     specs = {s.name: s.partitions for s in _counts().topic_specs(4)}
     assert specs == {"counts-out": 4}  # (no pattern text, no repartition topic; the matched topics are the writers')
+
+
+@pytest.mark.no_audit  # (it forges records at the end, which its own audit catches)
+def test_a_matched_topic_deleted_while_the_job_runs_leaves_outputs_the_audit_accounts_for():
+    """Kafka Streams stops reading a pattern's topic when it is deleted; so does a running job, and the outputs
+    the topic's records made stay: the lineage audit proves each from the ledger (a committed batch read its
+    record), rather than call them unexpected, and still catches a copy, or an output of a record never read."""
+    app = Application("gone", bootstrap_servers="memory:1")
+    app.stream(EVENTS, name="events").map_values(lambda v: v["n"], name="n").to("ns", value_serde="long")
+    driver = TopologyTestDriver(app, partitions={"events-eu": 2, "events-us": 2, "ns": 1})
+    driver.pipe_many("events-eu", [(f"e{i}", {"n": i}) for i in range(10)])
+    driver.pipe_many("events-us", [(f"u{i}", {"n": 100 + i}) for i in range(10)])
+    driver.admin.delete_topics(["events-us"])
+    driver.pipe_many("events-eu", [(f"e{i}", {"n": 200 + i}) for i in range(10)])
+    assert app.subtopologies["n"].inputs == ("events-eu",)
+    assert sorted(r.value for r in driver.read("ns")) == [*range(10), *range(100, 110), *range(200, 210)]
+    (report,) = driver.audit()
+    assert (report.verdict, report.lineage.no_longer_read, report.lineage.expected) == ("PASS", 10, 20)
+    us = next(r for r in driver.records("ns") if r.value >= 100)
+    driver.cluster.append("ns", 0, us.key.encode(), (7).to_bytes(8, "big"), headers=list(us.headers.items()))
+    driver.cluster.append("ns", 0, b"u99", (7).to_bytes(8, "big"), headers=[("eos.origin", b"events-us:0:999:0")])
+    (report,) = driver.audit()
+    assert (report.verdict, report.lineage.duplicates, report.lineage.unexpected) == ("FAIL", 1, 1)
