@@ -41,6 +41,7 @@ from transactions.errors import (
     RetriableKafkaError,
     TransactionAbortableError,
     classify,
+    unknown_topic,
 )
 from transactions.lease import GroupLease, LeaseState
 from transactions.offsets import Committed, stable_committed
@@ -103,6 +104,7 @@ __all__ = [
     "TopicPartition",
     "TopicSpec",
     "TransactionAbortableError",
+    "unknown_topic",
     "TransactionalProducer",
     "TxnState",
     "UnsafeClientSetting",

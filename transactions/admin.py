@@ -393,8 +393,14 @@ class KafkaAdmin:
             offsets = {tp: c.offset for tp, c in committed.items()}
             # librdkafka 2.16 answers an OffsetFetch refused with NOT_COORDINATOR (coordinator moving) as
             # "nothing committed", with no error. Committed offsets never disappear while a job runs, so
-            # such an answer for a partition this admin has seen committed is asked again.
+            # such an answer for a partition this admin has seen committed is asked again, unless its topic
+            # was deleted (its group offsets went with it).
             vanished = sorted(tp for tp, o in offsets.items() if o is None and (group, tp) in self._seen)
+            if vanished:
+                topics = sorted({t for t, _ in vanished})
+                gone = {t for t, n in self.partition_counts(topics, timeout=timeout).items() if n is None}
+                self._seen -= {(group, tp) for tp in vanished if tp[0] in gone}
+                vanished = [tp for tp in vanished if tp[0] not in gone]
             if vanished:
                 raise RetriableKafkaError(f"offsets of group {group}: {vanished} answered as never committed")
             self._seen.update({(group, tp) for tp, o in offsets.items() if o is not None})

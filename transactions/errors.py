@@ -30,6 +30,7 @@ __all__ = [
     "FENCING_CODES",
     "TRANSIENT_CODES",
     "STALE_METADATA_CODES",
+    "unknown_topic",
 ]
 
 FENCING_CODES = frozenset({
@@ -113,6 +114,11 @@ class RetriableKafkaError(KafkaEosError):
 
 class FatalKafkaError(KafkaEosError):
     """The client instance cannot be used any more."""
+
+
+def unknown_topic(exc: KafkaEosError) -> bool:
+    """Whether the broker answered that a topic (or a partition of it) does not exist: deleted, say."""
+    return exc.kafka_error is not None and exc.kafka_error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
 
 
 def classify(exc: KafkaException | KafkaError, operation: str) -> KafkaEosError:

@@ -219,6 +219,12 @@ class Runner:
                             continue
                         everything = self._execute(tasks_fn, [*plans, *standbys], batch)
                     except Exception as exc:
+                        if not stops_the_job(exc) and (changed := self._deleted_under(planner)):
+                            # (a topic a pattern matched was deleted: the batch is planned again without it)
+                            log.info("the batch is planned again: a topic its patterns matched is gone",
+                                     batch=batch, error=root_cause(exc))
+                            replan = changed
+                            continue
                         failures += 1
                         if stops_the_job(exc):
                             raise
@@ -259,6 +265,8 @@ class Runner:
                     if max_batches is not None and batch >= max_batches:
                         break
                     deferred = any(isinstance(r, TaskResult) and r.status is TaskStatus.DEFERRED for r in results)
+                    if deferred and self.app.graph.patterns:  # (a matched topic deleted since the plan, perhaps)
+                        look = time.monotonic()
                     if not any(p.behind for p in plans) and not deferred:
                         # A batch that max_records_per_batch capped is followed at once, as Kafka Streams
                         # processes a backlog without pause between its commits: waiting out the interval
@@ -312,6 +320,20 @@ class Runner:
                 log.info("an input topic has more partitions: they are read from the next batch", topic=topic,
                          partitions=now, before=was)
         return " and ".join(reasons) or None
+
+    def _deleted_under(self, planner: Planner) -> str | None:
+        """After a batch failed: whether a topic the job's patterns matched is gone (deleted while it ran, which
+        fails the plan's look-ups), so that the next batch is planned without it at once; None otherwise, or
+        when that cannot be told now (the batch's failure is handled as any then)."""
+        if not self.app.graph.patterns or self.admin is None:
+            return None
+        before = {t for topics in self.app.graph.pattern_topics().values() for t in topics}
+        try:
+            gone = [t for t, n in self.admin.partition_counts(sorted(before)).items() if n is None]
+            return self._inputs_changed(planner) if gone else None
+        except Exception as exc:  # (the broker cannot say: the failure stands)
+            log.debug("could not look at the inputs after a failed batch", error=root_cause(exc))
+            return None
 
     @staticmethod
     def _settled(planner: Planner, until: float) -> bool:

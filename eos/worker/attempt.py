@@ -70,8 +70,10 @@ from transactions import (
     RetriableKafkaError,
     RetryPolicy,
     TopicPartition,
+    TransactionAbortableError,
     read_together,
     stable_committed,
+    unknown_topic,
 )
 
 __all__ = ["BatchAttempt", "UnitAttempt", "Transaction", "StalePlanError", "CACHED_PRODUCER_STABLE_WAIT"]
@@ -862,8 +864,15 @@ class UnitAttempt:
         t0 = time.monotonic()
         by_tp = {(tp.topic, tp.partition): tp for _, offsets in staged for tp in offsets}
         for consumer, tps in staged[0][0]._by_group(list(by_tp)):
-            producer.send_offsets([by_tp[tp] for tp in tps], consumer.consumer_group_metadata(),
-                                  timeout=cfg.batch_timeout)
+            try:
+                producer.send_offsets([by_tp[tp] for tp in tps], consumer.consumer_group_metadata(),
+                                      timeout=cfg.batch_timeout)
+            except TransactionAbortableError as exc:
+                if not unknown_topic(exc):
+                    raise
+                # an input deleted after the batch was planned (a topic a pattern matched): no attempt of this
+                # plan can commit; the planner plans the next batch without it
+                raise StalePlanError(f"an input of the batch is gone: {exc}") from exc
         staged[0][0].result.produce_ms += (time.monotonic() - t0) * 1000  # (the unit's one request, counted once)
         for member, _ in staged:
             member._fire(HookPoint.BEFORE_COMMIT)
