@@ -1,6 +1,7 @@
 """`eos topics ...`: create, list, delete and write to topics, so trying a job needs no script of one's own.
 
     eos topics create orders --partitions 4
+    eos topics partitions orders 6                          # more partitions (a running job reads them too)
     eos topics create --from-app job.py --partitions 4     # every input and output topic the job names
     printf 'k1\\t{"qty": 2}\\n' | eos topics produce orders   # key<TAB>value lines from stdin
 """
@@ -24,7 +25,7 @@ from eos.cli.errors import fail
 from eos.cli.options import bootstrap_option, require_reachable, resolve_bootstrap
 from transactions import KafkaAdmin
 
-topics_app = typer.Typer(no_args_is_help=True, help="Create, list, delete and write to topics.")
+topics_app = typer.Typer(no_args_is_help=True, help="Create, list, delete, grow and write to topics.")
 app.add_typer(topics_app, name="topics")
 console = Console(soft_wrap=True, highlight=False)
 
@@ -102,6 +103,25 @@ def delete(names: list[str] = typer.Argument(..., help="Topic names"),
     deleted = _admin(resolve_bootstrap(bootstrap_servers)).delete_topics(names)
     for name in names:
         console.print(f"{'deleted' if name in deleted else 'absent '} {name}")
+
+
+@topics_app.command()
+def partitions(name: str = typer.Argument(..., help="Topic name"),
+               count: int = typer.Argument(..., help="How many partitions it is to have"),
+               bootstrap_servers: str = bootstrap_option()) -> None:
+    """Give a topic more partitions (Kafka never takes any away). A running job reads them from its next look at
+    its inputs (`metadata_refresh_interval`); a step that keeps state by key stops, since its keys would then hash
+    to other partitions than its stores were built from."""
+    admin = _admin(resolve_bootstrap(bootstrap_servers))
+    now = admin.partition_counts([name])[name]
+    if now is None:
+        fail(2, f"topic {name} does not exist: create it with `eos topics create {name} --partitions {count}`")
+    if count < now:
+        fail(2, f"topic {name} has {now} partitions: Kafka cannot take partitions away (a topic of fewer is a new "
+                f"topic: delete it and create it again, losing its records)")
+    if count > now:
+        admin.add_partitions(name, count)
+    console.print(f"{'now' if count > now else 'has'} {name} ({count} partition(s))")
 
 
 @topics_app.command()

@@ -132,6 +132,9 @@ def test_topics_are_created_listed_written_and_deleted_from_the_command_line(kaf
     assert sorted(read_values(kafka.bootstrap_servers, a)) == [b"v1", b"v2"]
     listed = eos(["topics", "list"], env, tmp_path)
     assert a in listed.stdout and b in listed.stdout
+    assert f"now {a} (5 partition(s))" in eos(["topics", "partitions", a, "5"], env, tmp_path).stdout
+    fewer = eos(["topics", "partitions", a, "2"], env, tmp_path)
+    assert fewer.returncode == 2 and "has 5 partitions: Kafka cannot take partitions away" in fewer.stderr
     assert eos(["topics", "create"], env, tmp_path).returncode == 2
     assert f"deleted {b}" in eos(["topics", "delete", b], env, tmp_path).stdout
     missing = subprocess.run([sys.executable, "-m", "eos.cli", "topics", "produce", unique_name("nowhere")],
