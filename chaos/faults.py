@@ -81,7 +81,11 @@ def _live_marks(directory: str) -> list[int]:
 
 
 def _marked_pid(ctx: Context, timeout: float = 30.0) -> int | None:
-    pids = _wait_for(lambda: _live_marks(ctx.marks_dir), timeout)
+    """A Python worker inside a transaction, left stopped there (`_frozen_inside`) for the fault to strike."""
+    def find() -> list[int]:
+        return next(([pid] for pid in _live_marks(ctx.marks_dir) if _frozen_inside(ctx.marks_dir, pid)), [])
+
+    pids = _wait_for(find, timeout)
     return pids[0] if pids else None
 
 
@@ -100,10 +104,8 @@ def driver_kill(ctx: Context, f: ScheduledFault) -> str:
     and every process under it (in local mode its executor and the Python workers) at once, as when the
     driver's machine dies: killing the driver alone leaves the worker to finish its commit."""
     if f.params.get("in_transaction"):
-        pid, marked = _driver_in_transaction(ctx, DRIVER_MARK_WAIT_S)
-        if marked is not None:  # frozen at once, inside its window: walking the process tree takes a while
-            _signal(marked, signal.SIGSTOP)
-        else:
+        pid, marked = _driver_in_transaction(ctx, DRIVER_MARK_WAIT_S)  # (the worker found is frozen inside)
+        if marked is None:
             _outside(ctx, "driver_kill", DRIVER_MARK_WAIT_S)
         where = "" if marked is not None else OUTSIDE
         with ctx.timeline.span("driver_kill", f"driver pid {pid} and its processes{where}"):
@@ -123,13 +125,28 @@ def _driver_in_transaction(ctx: Context, timeout: float = 30.0) -> tuple[int, in
     empty, and freezing that worker while killing nothing would leave the new driver stuck)."""
     def find() -> list[tuple[int, int]]:
         pid, marked = ctx.job.pid, _live_marks(ctx.marks_dir)
-        if not marked:
-            return []
-        tree = {p.pid for p in job_processes(pid)}
-        return [(pid, worker) for worker in marked if worker in tree]
+        for worker in marked:
+            if not _frozen_inside(ctx.marks_dir, worker):
+                continue
+            if worker in {p.pid for p in job_processes(pid)}:
+                return [(pid, worker)]
+            _signal(worker, signal.SIGCONT)  # (another driver's)
+        return []
 
     found = _wait_for(find, timeout)
     return found[0] if found else (ctx.job.pid, None)
+
+
+def _frozen_inside(directory: str, pid: int) -> bool:
+    """Stop worker `pid` (SIGSTOP) and say whether it is still inside its transaction: its marker is there after
+    it stopped (a worker removes its marker before it commits). Else it is let go again. Stopping first closes
+    the window in which a look at the process tree, slow on a busy machine, let the worker commit before the
+    kill: its outputs then came once, and an at-least-once job under the kill passed its audit."""
+    _signal(pid, signal.SIGSTOP)
+    if any(mark.name.endswith(f"-{pid}") for mark in Path(directory).iterdir()):
+        return True
+    _signal(pid, signal.SIGCONT)
+    return False
 
 
 def _driver(ctx: Context) -> int:
