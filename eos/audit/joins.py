@@ -1064,7 +1064,7 @@ def _table_record(msg: Message, table: Any) -> Record | None:
 
 def _outputs(bootstrap_servers: str, sub: SubTopology, spec: JoinSpec,
              admin: KafkaAdmin) -> Iterable[tuple[Any, Any, int, Origin | None, str]]:
-    """(key, value, timestamp, origin) of every committed result of the join, in each of its topics."""
+    """(key, value, timestamp, origin, topic) of every committed result of the join, in each of its topics."""
     for topic in join_outputs(sub, spec):
         ks, vs = sub.output_serdes.get(topic, (sub.output_key_serde, sub.output_value_serde))
         for batch in scan_topic(bootstrap_servers, topic, admin=admin):

@@ -219,10 +219,9 @@ class Runner:
                             continue
                         everything = self._execute(tasks_fn, [*plans, *standbys], batch)
                     except Exception as exc:
-                        if not stops_the_job(exc) and (changed := self._deleted_under(planner)):
-                            # (a topic a pattern matched was deleted: the batch is planned again without it)
-                            log.info("the batch is planned again: a topic its patterns matched is gone",
-                                     batch=batch, error=root_cause(exc))
+                        if not stops_the_job(exc) and (changed := self._changed_under(planner)):
+                            # (a topic a pattern matched deleted, say: the batch is planned again without it)
+                            log.info(f"the batch is planned again for {changed}", batch=batch, error=root_cause(exc))
                             replan = changed
                             continue
                         failures += 1
@@ -321,16 +320,12 @@ class Runner:
                          partitions=now, before=was)
         return " and ".join(reasons) or None
 
-    def _deleted_under(self, planner: Planner) -> str | None:
-        """After a batch failed: whether a topic the job's patterns matched is gone (deleted while it ran, which
-        fails the plan's look-ups), so that the next batch is planned without it at once; None otherwise, or
-        when that cannot be told now (the batch's failure is handled as any then)."""
-        if not self.app.graph.patterns or self.admin is None:
-            return None
-        before = {t for topics in self.app.graph.pattern_topics().values() for t in topics}
+    def _changed_under(self, planner: Planner) -> str | None:
+        """After a batch failed: what changed in the job's inputs (`_inputs_changed`: a topic a pattern matched
+        deleted while it ran fails the plan's look-ups), so that the next batch is planned for them at once;
+        None when nothing did, or when that cannot be told now (the failure is then handled as any)."""
         try:
-            gone = [t for t, n in self.admin.partition_counts(sorted(before)).items() if n is None]
-            return self._inputs_changed(planner) if gone else None
+            return self._inputs_changed(planner)
         except Exception as exc:  # (the broker cannot say: the failure stands)
             log.debug("could not look at the inputs after a failed batch", error=root_cause(exc))
             return None
