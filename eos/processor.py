@@ -119,10 +119,12 @@ class ProcessorContext:
         ledger counts it as held rather than filtered."""
         raise NotImplementedError
 
-    def release(self, kept: Kept, run: Callable[[], None]) -> None:
-        """Let go of a record held back: once the current record is done, `run()` is called in a scope of the
-        record `kept` (what `hold` returned for it): what it forwards is named after that record, and if it
-        fails, that record goes to the dead-letter topic."""
+    def release(self, kept: Kept | None, run: Callable[[], None]) -> None:
+        """Let go of a record held back: once the current record (or punctuation) is done, `run()` is called in
+        a scope of the record `kept` (what `hold` returned for it): what it forwards is named after that record,
+        and if it fails, that record goes to the dead-letter topic. `kept=None` (what was buffered outside a
+        record's processing: a record cache's flush, a punctuation): `run()` is called in a scope without a
+        record, as a punctuation is (its outputs carry `eos.derived`; if it fails, the task fails)."""
         raise NotImplementedError
 
 

@@ -425,11 +425,12 @@ class NodeContext(ProcessorContext):
     def hold(self) -> Kept:
         return self._task.hold()
 
-    def release(self, kept: Kept, run: Callable[[], None]) -> None:
+    def release(self, kept: Kept | None, run: Callable[[], None]) -> None:
         graph = self._graph
 
         def in_its_scope() -> None:  # (what this node's children are given names the record let go)
-            graph.current = Record(None, None, kept[0], kept[1], kept[2], kept[6], kept[5] or None)
+            graph.current = None if kept is None else Record(None, None, kept[0], kept[1], kept[2], kept[6],
+                                                             kept[5] or None)
             run()
         self._task.release(kept, in_its_scope)
 

@@ -120,7 +120,10 @@ class TaskContext(ProcessorContext):
         #: how many records the current input record made were held back (`hold`), and what was let go
         #: meanwhile (`release`)
         self.held = 0
-        self.releases: list[tuple[HeldMessage, Callable[[], None]]] = []
+        self.releases: list[tuple[HeldMessage | None, Callable[[], None], int]] = []
+        #: scopes without a record opened this batch for what was let go with `release(None, ...)`: each is
+        #: labelled with its number, so that their outputs' `eos.derived` ids differ
+        self.let_go_scopes = 0
         self.punctuation_label = b"end"  # which punctuation runs (set by the runtime before each)
         self.timestamp = -1
         self.commit_requested = False
@@ -231,11 +234,13 @@ class TaskContext(ProcessorContext):
         return (msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(), list(msg.headers() or ()),
                 msg.timestamp()[1], index)
 
-    def release(self, kept: Kept, run: Callable[[], None]) -> None:
+    def release(self, kept: Kept | None, run: Callable[[], None]) -> None:
         """Let go of a record held back (`kept`: what `hold` returned): once the current scope has ended, the
         task runs `run()` in a scope of that record, as if it were read again: what it forwards is named
-        after it, and if it fails, that record goes to the dead-letter topic."""
-        self.releases.append((HeldMessage(*kept), run))
+        after it, and if it fails, that record goes to the dead-letter topic. `kept=None`: in a scope without
+        a record, at the current scope's time (`eos.worker.processing._let_go`)."""
+        self.releases.append((None if kept is None else HeldMessage(*kept), run,
+                              self._current_ts if self._current_ts is not None else self.stream_time))
 
     def cached_headers(self) -> list[tuple[str, bytes]]:
         """The headers an output of the current record inherits: the record's own but the framework's, with a
@@ -372,6 +377,7 @@ class TaskContext(ProcessorContext):
     def begin_batch(self) -> None:
         """A batch starts: output topics' rules are looked up again (they may have changed since)."""
         self._rule_of.clear()
+        self.let_go_scopes = 0
 
     def enter_record(self, msg: Message | None, timestamp: int | None) -> None:
         """Start the scope of `msg` (None: a scope without an input record, e.g. punctuation)."""

@@ -279,7 +279,7 @@ def run_processor(processor: Processor, ctx: TaskContext,
                 if stamp is not None and event_clock is not None:
                     event_clock.observe_stamp(tp[0], stamp, marker=True)
                     outcome.stream_time = ctx.stream_time = ctx.clock_time = event_clock.stream_time
-                    _punctuate_due(ctx, scoped, outcome, clock)
+                    _punctuate_due(ctx, scoped, outcome, clock, dlq)
                 continue
         if type(record) is not Record:
             stage = Stage.DESERIALIZE if isinstance(record, SerdeError) else Stage.TIMESTAMP
@@ -330,9 +330,9 @@ def run_processor(processor: Processor, ctx: TaskContext,
         if ctx.releases:
             _let_go(ctx, scoped, outcome, dlq)
         if cache is not None and cache.over:
-            _in_scope(ctx, scoped, outcome, outcome.stream_time, cache.evict, b"cache-evict")
+            _in_scope(ctx, scoped, outcome, outcome.stream_time, cache.evict, b"cache-evict", dlq)
         if punctuating:
-            _punctuate_due(ctx, scoped, outcome, clock)
+            _punctuate_due(ctx, scoped, outcome, clock, dlq)
         if drain is not None and len(outputs) + len(dead_letters) >= drain_at and drain(outcome):
             ctx.commit_requested = True
         if ctx.commit_requested or (remaining and not remaining[tp] and tp in behind and unprocessed):
@@ -343,10 +343,10 @@ def run_processor(processor: Processor, ctx: TaskContext,
             outcome.finished = {p for p, n in remaining.items() if not n}
             break
     outcome.records_in, outcome.bytes_in = records_in, sizes[0]
-    _punctuate_due(ctx, scoped, outcome, clock)
-    _flush(ctx, scoped, outcome)
-    _in_scope(ctx, scoped, outcome, outcome.stream_time, processor.punctuate, b"end")  # the batch-end hook
-    _flush(ctx, scoped, outcome, b"cache-flush-end")  # what the hook put in the cache
+    _punctuate_due(ctx, scoped, outcome, clock, dlq)
+    _flush(ctx, scoped, outcome, dlq)
+    _in_scope(ctx, scoped, outcome, outcome.stream_time, processor.punctuate, b"end", dlq)  # the batch-end hook
+    _flush(ctx, scoped, outcome, dlq, b"cache-flush-end")  # what the hook put in the cache
     outcome.dropped, ctx.dropped = ctx.dropped, {}
     if event_clock is not None:
         outcome.clocks, outcome.sources_idle = event_clock.encode(), event_clock.all_idle()
@@ -356,12 +356,18 @@ def run_processor(processor: Processor, ctx: TaskContext,
 def _let_go(ctx: TaskContext, scoped: list[RecordScoped], outcome: BatchOutcome, dlq: DeadLetterPolicy) -> None:
     """Run what the last record let go of (`TaskContext.release`), each in a scope of the record held back: its
     outputs are named after it, its store writes roll back alone, and a failure sends it to the dead-letter
-    topic (the record that let it go stays done). Stream time does not move."""
-    releases: list[tuple[HeldMessage, Callable[[], None]]] = []
+    topic (the record that let it go stays done). Stream time does not move. What was let go without a record
+    (`release(None, run)`: buffered in a record cache's flush, say) runs in a scope without one, as a
+    punctuation, at the time of the scope that let it go."""
+    releases: list[tuple[HeldMessage | None, Callable[[], None], int]] = []
     while releases or ctx.releases:
         if not releases:
             releases, ctx.releases = ctx.releases[::-1], []
-        held, run = releases.pop()
+        held, run, at = releases.pop()
+        if held is None:
+            ctx.let_go_scopes += 1
+            _in_scope(ctx, scoped, outcome, at, _at_any_time(run), b"let-go-%d" % ctx.let_go_scopes, dlq)
+            continue
         ctx.enter_record(held, held.timestamp()[1])
         for s in scoped:
             s.begin_record()
@@ -380,6 +386,13 @@ def _let_go(ctx: TaskContext, scoped: list[RecordScoped], outcome: BatchOutcome,
             s.commit_record()
         outcome.outputs.extend(ctx.leave_record())
         ctx.dropped_reason = None
+
+
+def _at_any_time(run: Callable[[], None]) -> Callable[[int], None]:
+    """`run` as a punctuation's callback (which is given the time)."""
+    def callback(_: int) -> None:
+        run()
+    return callback
 
 
 def direct_step(processor: Processor) -> DirectStep | None:
@@ -448,30 +461,31 @@ def _run_direct(step: DirectStep, ctx: TaskContext, tp: tuple[str, int], message
     return records_in
 
 
-def punctuate_idle(processor: Processor, ctx: TaskContext, scoped: Iterable[RecordScoped],
+def punctuate_idle(processor: Processor, ctx: TaskContext, scoped: Iterable[RecordScoped], dlq: DeadLetterPolicy,
                    clock: Callable[[], float] = wall_time) -> BatchOutcome:
     """A batch without input: the wall-clock punctuations that are due (the driver plans such a batch for
     an idle task whose punctuation is due)."""
     outcome = BatchOutcome(stream_time=ctx.stream_time)
     scoped = list(scoped)
-    _punctuate_due(ctx, scoped, outcome, clock)
-    _flush(ctx, scoped, outcome)
+    _punctuate_due(ctx, scoped, outcome, clock, dlq)
+    _flush(ctx, scoped, outcome, dlq)
     return outcome
 
 
-def _flush(ctx: TaskContext, scoped: list[RecordScoped], outcome: BatchOutcome, label: bytes = b"cache-flush") -> None:
+def _flush(ctx: TaskContext, scoped: list[RecordScoped], outcome: BatchOutcome, dlq: DeadLetterPolicy,
+           label: bytes = b"cache-flush") -> None:
     """Forward what the task's record cache holds (eos.cache), before the batch's outputs are produced."""
     if ctx.record_cache is not None and len(ctx.record_cache):
-        _in_scope(ctx, scoped, outcome, outcome.stream_time, ctx.record_cache.flush, label)
+        _in_scope(ctx, scoped, outcome, outcome.stream_time, ctx.record_cache.flush, label, dlq)
 
 
 def _punctuate_due(ctx: TaskContext, scoped: list[RecordScoped], outcome: BatchOutcome,
-                   clock: Callable[[], float]) -> None:
+                   clock: Callable[[], float], dlq: DeadLetterPolicy) -> None:
     for kind, now in (("stream", ctx.stream_time), ("wall_clock", int(clock() * 1000))):
         if now < 0:
             continue
         for schedule in ctx.due(_kind(kind), now):
-            _in_scope(ctx, scoped, outcome, now, schedule.callback, b"%d" % schedule.index)
+            _in_scope(ctx, scoped, outcome, now, schedule.callback, b"%d" % schedule.index, dlq)
             schedule.advance(now)
             outcome.punctuations += 1
 
@@ -481,10 +495,11 @@ def _kind(kind: str) -> PunctuationType:
 
 
 def _in_scope(ctx: TaskContext, scoped: list[RecordScoped], outcome: BatchOutcome, timestamp: int,
-              callback: Callable[[int], None], label: bytes) -> None:
+              callback: Callable[[int], None], label: bytes, dlq: DeadLetterPolicy) -> None:
     """Run a punctuation in a scope of its own. If it raises, the task fails and the job stops: no record is
     to blame, and running the batch again runs the same punctuation at the same time (stream-time ones, and
-    the framework's own: closing and expiring windows)."""
+    the framework's own: closing and expiring windows). What it let go of (`TaskContext.release`: a buffer
+    emptied by time) runs after it, each in the scope of the record held back, as after a record."""
     ctx.enter_record(None, timestamp)
     ctx.punctuation_label = label
     for s in scoped:
@@ -496,13 +511,16 @@ def _in_scope(ctx: TaskContext, scoped: list[RecordScoped], outcome: BatchOutcom
     except Exception as exc:
         name = getattr(callback, "__qualname__", repr(callback)).rpartition("<locals>.")[2]
         what = (f"a record the record cache forwarded ({label.decode()}: eos.cache)" if label.startswith(b"cache")
-                else f"the punctuation {name}")
+                else "an update let go of that was held without an input record (a record cache's flush or a "
+                     "punctuation made it)" if label.startswith(b"let-go") else f"the punctuation {name}")
         raise TaskFailedError(f"task {ctx.task_id}: {what} of sub-topology {ctx.subtopology!r} "
                               f"failed at time {timestamp}: {type(exc).__name__}: {exc}", task=ctx.task_id,
                               cause_type=type(exc).__name__, detail=traceback.format_exc()) from exc
     for s in scoped:
         s.commit_record()
     outcome.outputs.extend(ctx.leave_record())
+    if ctx.releases:
+        _let_go(ctx, scoped, outcome, dlq)
 
 
 def _first_offsets(parts: Mapping[tuple[str, int], Iterable[Message]]) -> dict[tuple[str, int], int]:

@@ -138,7 +138,7 @@ class TaskRuntime:
                 clock = EventClock(self.clocked, direct=len(self.clocked) < len(sub.inputs), stream_time=stream_time)
                 clock.adopt(clocks)
             if not messages:
-                outcome = punctuate_idle(self.processor, ctx, scoped)
+                outcome = punctuate_idle(self.processor, ctx, scoped, self.dlq)
                 if clock is not None:
                     outcome.clocks, outcome.sources_idle = clocks, clock.all_idle()
                 return outcome
