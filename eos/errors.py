@@ -34,6 +34,7 @@ __all__ = [
     "BatchFailedError",
     "TaskFailedError",
     "TopologyError",
+    "BufferFullError",
     "LateRecordsError",
     "JobFailedError",
     "FailureKind",
@@ -88,6 +89,12 @@ class TopologyError(TaskFailedError):
     """The job's topology is wrong where only a running processor shows it (it asks for a store it is not
     connected to): never a record's fault, since every record would fail alike; the task fails and the job stops,
     as Kafka Streams fails the task."""
+
+
+class BufferFullError(TaskFailedError):
+    """A suppressed table's buffer went over its bound with `when_full="shut_down"` (Kafka Streams'
+    `BufferConfig.shutDownWhenFull`): the task fails and the job stops rather than let an update go early.
+    Never a record's fault: running the batch again fills the buffer alike."""
 
 
 class JobFailedError(EosError):

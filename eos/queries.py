@@ -237,6 +237,9 @@ def store_rows(snapshot: StoreSnapshot) -> list[dict[str, Any]]:
     elif snapshot.kind == "time_ordered_buffer":  # (records held back: key, value, timestamp, whence)
         rows = [{"key": _text(h.key), "value": _text(h.value), "timestamp": h.timestamp,
                  "origin": f"{h.message[0]}:{h.message[1]}:{h.message[2]}"} for h in view.all()]
+    elif snapshot.kind == "suppression_buffer":  # (each key's latest update, held until its time limit passes)
+        rows = [{"key": _text(s.key), "value": _text(s.value), "timestamp": s.timestamp,
+                 "buffer_time": s.buffer_time} for s in view.all()]
     elif snapshot.kind == "record_buffer":
         raise ValueError(f"store {snapshot.name!r} is a join's record buffer: it holds recent records, not a "
                          "queryable table")

@@ -7,7 +7,16 @@ from recovery.restore import ChangelogSource, KnownBounds, RestoreResult, restor
 from recovery.state_dir import HOLDER, StateDirectoryError, StoreHolder, TaskDirectory, locked_task_directories
 from recovery.store import KeyValueStore, StoreKind, StoreSpec, StoreView, shared_stores
 from recovery.versioned import NOT_PUT, VALID_TO_UNDEFINED, Version, VersionedKeyValueStore
-from recovery.windows import Held, RecordBuffer, Session, SessionStore, TimeOrderedBuffer, WindowStore
+from recovery.windows import (
+    Held,
+    RecordBuffer,
+    Session,
+    SessionStore,
+    Suppressed,
+    SuppressionBuffer,
+    TimeOrderedBuffer,
+    WindowStore,
+)
 from recovery.write_buffer import WriteBuffer
 
 __all__ = [
@@ -28,6 +37,8 @@ __all__ = [
     "VersionedKeyValueStore",
     "RecordBuffer",
     "TimeOrderedBuffer",
+    "SuppressionBuffer",
+    "Suppressed",
     "Held",
     "Session",
     "SessionStore",

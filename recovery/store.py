@@ -19,8 +19,10 @@ from recovery.write_buffer import WriteBuffer
 __all__ = ["StoreSpec", "StoreView", "KeyValueStore", "Serde", "StoreKind", "shared_stores"]
 
 StoreKind = Literal["key_value", "window", "session", "record_buffer", "versioned",
-                    "time_ordered_buffer"]
+                    "time_ordered_buffer", "suppression_buffer"]
 DAY_MS = 86_400_000
+#: kinds whose entries stay until the operator takes them out, however long: no retention
+_UNBOUNDED = ("key_value", "time_ordered_buffer", "suppression_buffer")
 
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 _TS = struct.Struct(">q")
@@ -67,7 +69,7 @@ class StoreSpec:
         if self.kind == "versioned":
             if self.retention_ms is None or self.retention_ms < 0:
                 raise ValueError(f"versioned store {self.name!r} needs a history retention >= 0 ms")
-        elif self.kind not in ("key_value", "time_ordered_buffer") and (self.retention_ms or 0) <= 0:
+        elif self.kind not in _UNBOUNDED and (self.retention_ms or 0) <= 0:
             raise ValueError(f"{self.kind} store {self.name!r} needs a retention > 0 ms")
 
     def changelog_topic(self, application_id: str) -> str:
@@ -89,10 +91,11 @@ class StoreSpec:
     def changelog_config(self) -> dict[str, str]:
         """Key-value stores: compacted (versioned ones too: each version is an entry of its own, deleted
         by the store when no lookup reaches it; time-ordered buffers: a record is held until stream time
-        passes it, however long that takes). Window and session stores: compacted and deleted after
+        passes it, however long that takes; suppression buffers alike). Window and session stores: compacted and
+        deleted after
         their retention plus a day (Kafka Streams' windowstore.changelog.additional.retention.ms), so that
         expired windows leave the changelog too."""
-        if self.kind in ("key_value", "versioned", "time_ordered_buffer"):
+        if self.kind in ("versioned", *_UNBOUNDED):
             return {"cleanup.policy": "compact"}
         return {"cleanup.policy": "compact,delete", "retention.ms": str((self.retention_ms or 0) + DAY_MS)}
 

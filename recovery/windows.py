@@ -20,7 +20,8 @@ from typing import Any, NamedTuple, cast
 
 from recovery.store import StoreView
 
-__all__ = ["WindowStore", "SessionStore", "Session", "RecordBuffer", "TimeOrderedBuffer", "Held"]
+__all__ = ["WindowStore", "SessionStore", "Session", "RecordBuffer", "TimeOrderedBuffer", "Held", "HeldRecord",
+           "SuppressionBuffer", "Suppressed"]
 
 _Q = struct.Struct(">q")
 _I = struct.Struct(">I")
@@ -239,6 +240,11 @@ class RecordBuffer(StoreView):
         return taken
 
 
+#: an input record held back, whole: topic, partition, offset, key and value bytes, headers, timestamp, and the
+#: index it reserved among its input's outputs (`eos.processor.ProcessorContext.hold`)
+HeldRecord = tuple[str, int, int, bytes | None, bytes | None, list[tuple[str, bytes]], int, int]
+
+
 class Held(NamedTuple):
     """A record a `TimeOrderedBuffer` holds: what reached the operator (key, value, timestamp) and the input
     record it was made of, whole (`message`: topic, partition, offset, key and value bytes, headers,
@@ -249,7 +255,7 @@ class Held(NamedTuple):
     timestamp: int
     #: topic, partition, offset, key and value bytes, headers, timestamp, and the index the record reserved
     #: among its input's outputs
-    message: tuple[str, int, int, bytes | None, bytes | None, list[tuple[str, bytes]], int, int]
+    message: HeldRecord
 
 
 _HELD_META = b"\x01"
@@ -273,6 +279,27 @@ def _unpack(raw: bytes) -> list[bytes | None]:
             fields.append(raw[at:at + n])
             at += n
     return fields
+
+
+def _message_fields(message: HeldRecord) -> list[bytes | None]:
+    """A held input record (`Held.message`) as fields for `_pack`."""
+    topic, partition, offset, key, value, headers, ts, index = message
+    fields: list[bytes | None] = [topic.encode(), b"%d" % partition, b"%d" % offset, key, value, b"%d" % ts,
+                                  b"%d" % index, b"%d" % len(headers)]
+    for name, header in headers:
+        fields += [name.encode(), header]
+    return fields
+
+
+def _message(fields: list[bytes | None]) -> HeldRecord:
+    """`_message_fields` read back."""
+    topic, partition, offset, mkey, mvalue, ts, index, count = fields[:8]
+    rest = fields[8:]
+    # (a header's value may be None, as Kafka's may)
+    headers = cast(list[tuple[str, bytes]], [(rest[2 * i].decode(), rest[2 * i + 1])  # type: ignore[union-attr]
+                                             for i in range(int(count or b"0"))])
+    assert topic is not None and partition is not None and offset is not None and ts is not None
+    return topic.decode(), int(partition), int(offset), mkey, mvalue, headers, int(ts), int(index or 0)
 
 
 class TimeOrderedBuffer(StoreView):
@@ -301,12 +328,8 @@ class TimeOrderedBuffer(StoreView):
         raw = self._buf().get(_HELD_META)
         observed, seq = (held.timestamp, 0) if raw is None else _HELD_META_FORMAT.unpack(raw)
         self._buf().put(_HELD_META, _HELD_META_FORMAT.pack(max(observed, held.timestamp), seq + 1))
-        topic, partition, offset, key, value, headers, ts, index = held.message
         fields: list[bytes | None] = [self._key(held.key) if held.key is not None else None,
-                                      self._serialize_value(held.value), topic.encode(), b"%d" % partition,
-                                      b"%d" % offset, key, value, b"%d" % ts, b"%d" % index, b"%d" % len(headers)]
-        for name, header in headers:
-            fields += [name.encode(), header]
+                                      self._serialize_value(held.value), *_message_fields(held.message)]
         self._buf().put(_DATA + _time(held.timestamp) + _time(seq), _pack(fields))
 
     def take_until(self, timestamp: int, since: int | None = None) -> list[Held]:
@@ -328,12 +351,123 @@ class TimeOrderedBuffer(StoreView):
 
     def _held(self, stored_key: bytes, raw: bytes) -> Held:
         fields = _unpack(raw)
-        key, value, topic, partition, offset, mkey, mvalue, ts, index, count = fields[:10]
-        rest = fields[10:]
-        # (a header's value may be None, as Kafka's may)
-        headers = cast(list[tuple[str, bytes]], [(rest[2 * i].decode(), rest[2 * i + 1])  # type: ignore[union-attr]
-                                                 for i in range(int(count or b"0"))])
-        assert topic is not None and partition is not None and offset is not None and ts is not None
+        key, value = fields[:2]
         return Held(None if key is None else self.spec.key_serde.deserialize(key), self._deserialize_value(value),
-                    _Q.unpack_from(stored_key, 1)[0],
-                    (topic.decode(), int(partition), int(offset), mkey, mvalue, headers, int(ts), int(index or 0)))
+                    _Q.unpack_from(stored_key, 1)[0], _message(fields[2:]))
+
+
+class Suppressed(NamedTuple):
+    """A key's latest update a `SuppressionBuffer` holds: its value (None: a deletion) and timestamp, the time
+    the key was first buffered since it was last let go (`buffer_time`), and the input record the update was
+    made of (`message`, as `Held.message`; None for an update made outside a record's processing, such as a
+    record cache's flush)."""
+
+    key: Any
+    value: Any
+    timestamp: int
+    buffer_time: int
+    message: HeldRecord | None
+
+
+_SUPPRESS_DATA, _SUPPRESS_INDEX, _SUPPRESS_META = b"\x00", b"\x01", b"\x02"
+_SUPPRESS_META_FORMAT = struct.Struct(">qqq")  # observed stream time, entries, their bytes
+_UTIME = struct.Struct(">Q")  # a time shifted by 2**63: byte order is time order for every time
+
+
+class SuppressionBuffer(StoreView):
+    """The latest update per key of a suppressed table (Kafka Streams' `KTable.suppress(untilTimeLimit)`
+    buffer, changelogged): `0x00 key` -> the update, an index `0x01 buffer_time(8) key` in the order keys are
+    let go, and `0x02` -> the observed stream time (the largest timestamp put) and the entries' count and
+    bytes (each entry's serialized key and value), so that neither needs a scan."""
+
+    def _meta(self) -> tuple[int, int, int]:
+        raw = self._buf().get(_SUPPRESS_META)
+        return (-1, 0, 0) if raw is None else _SUPPRESS_META_FORMAT.unpack(raw)
+
+    def observe(self, timestamp: int) -> int:
+        """Move the observed stream time to `timestamp` if that is later; returns it."""
+        observed, entries, size = self._meta()
+        if timestamp > observed:
+            self._write_meta(timestamp, entries, size)
+            return timestamp
+        return observed
+
+    def observed_stream_time(self) -> int:
+        """The largest timestamp put (-1: none yet)."""
+        return self._meta()[0]
+
+    def size(self) -> tuple[int, int]:
+        """How many keys are held, and their serialized keys' and values' bytes."""
+        _, entries, size = self._meta()
+        return entries, size
+
+    def put(self, key: Any, value: Any, timestamp: int, message: HeldRecord | None) -> Suppressed | None:
+        """Hold `value` as the key's latest update. A key already held keeps its buffer time (the time limit
+        counts from its first update: Kafka Streams' "does not re-start the timer"). Returns what it replaced."""
+        buf, k = self._buf(), self._key(key)
+        data = None if value is None else self._serialize_value(value)
+        before = buf.get(_SUPPRESS_DATA + k)
+        replaced = None if before is None else self._entry(k, before)
+        buffer_time = timestamp if replaced is None else replaced.buffer_time
+        fields: list[bytes | None] = [b"%d" % buffer_time, b"%d" % timestamp, data]
+        if message is not None:
+            fields += _message_fields(message)
+        buf.put(_SUPPRESS_DATA + k, _pack(fields))
+        if replaced is None:
+            buf.put(_SUPPRESS_INDEX + _UTIME.pack(buffer_time + 2**63) + k, b"")
+        observed, entries, size = self._meta()
+        size += len(k) + len(data or b"") - (0 if before is None else len(k) + _value_size(before))
+        self._write_meta(observed, entries + (replaced is None), size)
+        return replaced
+
+    def take_until(self, time: int) -> list[Suppressed]:
+        """Remove and return the keys first buffered at or before `time`, in buffer-time order (keys of one
+        time in their bytes' order)."""
+        return self._take(_SUPPRESS_INDEX + _UTIME.pack(time + 2**63 + 1))
+
+    def take_oldest(self) -> Suppressed | None:
+        """Remove and return the key buffered first (None: none is held)."""
+        taken = self._take(_SUPPRESS_META, limit=1)
+        return taken[0] if taken else None
+
+    def _take(self, end: bytes, limit: int | None = None) -> list[Suppressed]:
+        buf = self._buf()
+        taken: list[Suppressed] = []
+        freed = 0
+        for index_key, _ in buf.iterate(_SUPPRESS_INDEX, end):
+            k = index_key[9:]
+            raw = buf.get(_SUPPRESS_DATA + k)
+            assert raw is not None, f"store {self.name!r}: an index entry without its key"
+            taken.append(self._entry(k, raw))
+            freed += len(k) + _value_size(raw)
+            if limit is not None and len(taken) >= limit:
+                break
+        for entry in taken:
+            k = self._key(entry.key)
+            buf.put(_SUPPRESS_DATA + k, None)
+            buf.put(_SUPPRESS_INDEX + _UTIME.pack(entry.buffer_time + 2**63) + k, None)
+        if taken:
+            observed, entries, size = self._meta()
+            self._write_meta(observed, entries - len(taken), size - freed)
+        return taken
+
+    def all(self) -> list[Suppressed]:
+        """Every key held, in the order they will be let go."""
+        buf = self._buf()
+        return [self._entry(k[9:], buf.get(_SUPPRESS_DATA + k[9:]) or b"")
+                for k, _ in buf.iterate(_SUPPRESS_INDEX, _SUPPRESS_META)]
+
+    def _write_meta(self, observed: int, entries: int, size: int) -> None:
+        self._buf().put(_SUPPRESS_META, _SUPPRESS_META_FORMAT.pack(observed, entries, size))
+
+    def _entry(self, k: bytes, raw: bytes) -> Suppressed:
+        fields = _unpack(raw)
+        buffer_time, timestamp, data = fields[:3]
+        assert buffer_time is not None and timestamp is not None
+        return Suppressed(self.spec.key_serde.deserialize(k), None if data is None else self._deserialize_value(data),
+                          int(timestamp), int(buffer_time), _message(fields[3:]) if fields[3:] else None)
+
+
+def _value_size(raw: bytes) -> int:
+    """The bytes of the serialized value in a `SuppressionBuffer` entry."""
+    return len(_unpack(raw)[2] or b"")

@@ -51,7 +51,8 @@ def get(target: str = typer.Argument(..., help="module:app or path/to/job.py[:ap
             fail(2, f"--as-of: {exc}")
     snapshot = _snapshot(target, store, bootstrap_servers)
     if snapshot.kind not in ("key_value", "global_table", "versioned"):
-        what = "the records it holds back" if snapshot.kind == "time_ordered_buffer" else "its windows"
+        what = ("the records it holds back" if snapshot.kind == "time_ordered_buffer"
+                else "the updates it holds back" if snapshot.kind == "suppression_buffer" else "its windows")
         fail(2, f"store {store!r} is a {snapshot.kind} store, not looked up by key: `eos store dump` shows {what}")
     if at is not None and snapshot.kind != "versioned" and not getattr(snapshot.view, "versioned", False):
         fail(2, f"--as-of reads a versioned store (app.table(..., versioned=...)); {store!r} is a {snapshot.kind} "

@@ -16,16 +16,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from datetime import timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 from eos.dsl.base import InternalTopic, first_topic, no_such_step
 from eos.graph import ProcessorNode, SinkNode, SourceNode
 from eos.graph.operators import Filter, MapValues, fan_out, require_functions
-from eos.operators.tables import ForeignKeyLeft, ForeignKeyRight, TableAggregate, TableRegroup
+from eos.operators.tables import ForeignKeyLeft, ForeignKeyRight, Suppress, TableAggregate, TableRegroup
 from eos.serde import BytesSerde, Serde, serde_for
 from eos.tables import JoinKind, JoinSpec, TableSource
 from eos.time import RECORD_TIME
+from eos.windows import ms
 from recovery import StoreSpec
 
 if TYPE_CHECKING:
@@ -35,13 +37,11 @@ if TYPE_CHECKING:
 __all__ = ["Table", "GroupedTable", "foreign_key_join", "table_aggregation", "table_store", "store_name"]
 
 
-_SUPPRESS = ("a windowed aggregation gives each window's final result once, when it closes, with "
-             "window(..., emit=\"final\"); the record cache (cache_max_bytes) forwards a table's latest value per key "
-             "once per commit")
+_FINAL = "each window's final result once, when it closes, is window(..., emit=\"final\") here"
+_WHEN_FULL = ("emit_early", "shut_down")
 _TABLE_HINTS = {**{step: f"a table is grouped anew before it is aggregated, as in Kafka Streams: "
                          f"table.group_by(lambda k, v: (group key, value)).{step}(...)"
                    for step in ("count", "aggregate", "reduce", "sum")},
-                "suppress": _SUPPRESS,
                 "to": "a table's changes are written with table.to_stream().to(topic), as in Kafka Streams",
                 **dict.fromkeys(("queryableStoreName", "queryable_store_name"),
                                 "table.store names the store a query reads (app.store_view(table.store)); a table "
@@ -127,6 +127,50 @@ class Table:
         or JSON after a count: `Stream.map_values`)."""
         return self._then("map_values", MapValues(_keep_none(fn)), name,
                           serde_for(value_serde, self.changed_value_serde or self.value_serde))
+
+    def suppress(self, time_limit: int | timedelta | None = None, *, max_records: int | None = None,
+                 max_bytes: int | None = None, when_full: str = "emit_early", name: str | None = None,
+                 persistent: bool = True) -> Table:
+        """The table's updates held back, at most one per key per `time_limit` (ms or a timedelta) of stream
+        time, as Kafka Streams' `suppress(Suppressed.untilTimeLimit(time_limit, buffer_config))`: a key's
+        first update waits until the stream time its step has seen is `time_limit` past that update's
+        timestamp, and then its latest value goes on (a deletion too); updates in between only replace the
+        value waiting. Rate-limits a table's changes per key, say an alert table's. Stream time is the largest
+        timestamp of the updates reaching this step, so a key's last update waits for later updates of other
+        keys (as in Kafka Streams).
+
+        The buffer is a changelogged store, `<name>-buffer` (RocksDB unless `persistent=False`), restored and
+        kept by standbys like every store: what waits is committed with the input that made it, and goes on
+        exactly once, in the transaction that takes it out. `max_records` / `max_bytes` (keys' and values'
+        serialized bytes) bound it per task: over the bound the keys waiting longest go on early
+        (`when_full="emit_early"`, `BufferConfig.emitEarlyWhenFull`) or the job stops
+        (`"shut_down"`, `shutDownWhenFull`: `eos.errors.BufferFullError`). Each window's final result, once,
+        is `window(..., emit="final")` (Kafka Streams' `untilWindowCloses`)."""
+        if time_limit is None:
+            raise TypeError(f"{self!r}.suppress(time_limit) holds each key's updates back for a time; {_FINAL}")
+        limit = ms(time_limit, "suppress(time_limit)")
+        if limit < 0:
+            raise ValueError(f"suppress(time_limit): a time limit is >= 0 ms, got {time_limit!r}")
+        for what, bound in (("max_records", max_records), ("max_bytes", max_bytes)):
+            if bound is not None and (type(bound) is not int or bound < 1):
+                raise ValueError(f"suppress({what}=...): a bound is a whole number >= 1 (None: unbounded), "
+                                 f"got {bound!r}")
+        if when_full not in _WHEN_FULL:
+            raise ValueError(f"suppress(when_full=...): one of {', '.join(map(repr, _WHEN_FULL))}, got {when_full!r}")
+        app = self.app
+        node_name = app.node_name("suppress", name)
+        buffer = StoreSpec(f"{node_name}-buffer", self.key_serde, self.value_serde,
+                           persistent, kind="suppression_buffer",
+                           serdes_from=("the key serde of the table suppressed", "the value serde of the table "
+                                        "suppressed (map_values(..., value_serde=...) before it)"))
+        bounds = ", ".join(f"{n} {v}" for n, v in (("max_records", max_records), ("max_bytes", max_bytes)) if v)
+        node = app.graph.add(ProcessorNode(
+            node_name, (self.node,), partial(Suppress, buffer.name, limit, max_records, max_bytes, when_full),
+            kind=f"table suppress (time limit {limit} ms" + (f", {bounds}, when full: {when_full})" if bounds
+                                                             else ")"))).name
+        app.graph.add_store(buffer, [node])
+        return Table(app, self.key_serde, self.value_serde, self.topics, node=node, windowed=self.windowed,
+                     history_retention_ms=self.history_retention_ms, changed_value_serde=self.changed_value_serde)
 
     def _then(self, kind: str, operator: Any, name: str | None, value_serde: Serde | None = None) -> Table:
         """A stateless step after this table; `value_serde` given: it changes the values, written with it."""

@@ -16,6 +16,8 @@ Foreign-key join (left table L, right table R, `foreign_key(left value) -> R key
 Both run in their tasks' transactions like any sub-topology: a subscription or response is produced
 exactly once, with the store changes and input offsets of the batch that made it.
 
+Suppression (`table.suppress(time_limit)`): `Suppress` below.
+
 Table aggregation (`group_by(key, value) -> (new key, new value)`): a first sub-topology keeps the table's
 previous value per key and sends, for each update, the change (old and new grouped value) to a repartition
 topic keyed by the new key: one record when the grouped key stays, two (a subtraction to the old key, an
@@ -27,18 +29,20 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections.abc import Callable
+from functools import partial
 from typing import Any, NamedTuple
 
 from eos.cache import updates
+from eos.errors import BufferFullError
 from eos.operators.joins import keep_update, topic_set
 from eos.processor import Processor, ProcessorContext
 from eos.records import Output, Record
 from eos.serde import Serde
-from recovery import KeyValueStore
+from recovery import KeyValueStore, Suppressed, SuppressionBuffer
 
 __all__ = ["ForeignKeyLeft", "ForeignKeyRight", "TableRegroup", "TableAggregate", "Change", "encode_change",
            "decode_change", "Subscription", "encode_subscription", "decode_subscription", "encode_response",
-           "decode_response", "value_hash"]
+           "decode_response", "value_hash", "Suppress"]
 
 Joiner = Callable[[Any, Any], Any]
 _UNSUBSCRIBE, _SUBSCRIBE = 0, 1
@@ -277,3 +281,66 @@ class TableAggregate(Processor):
             aggregate = self.adder(record.key, self.vs.deserialize(change.new), aggregate)
         self.store.put(record.key, aggregate, timestamp)
         self.emit(record.key, aggregate, timestamp)  # None: the group is gone
+
+
+# ---------------------------------------------------------------- suppression
+
+
+class Suppress(Processor):
+    """A table's updates held back (Kafka Streams' `KTable.suppress(Suppressed.untilTimeLimit(...))`): each
+    key's latest update waits in a buffer (`recovery.SuppressionBuffer`) until the buffer's observed stream
+    time (the largest timestamp of the updates it was given) is `time_limit` past the time the key was first
+    buffered, and goes on then; a later update of a buffered key replaces the value and keeps the time. Over
+    `max_records` keys or `max_bytes` (keys' and values' bytes) the keys buffered first go on early
+    (`when_full="emit_early"`), or the task fails (`"shut_down"`, `BufferFullError`).
+
+    Each update is held with the input record it was made of (`ProcessorContext.hold`): what goes on is
+    forwarded in that record's scope (`release`), named after it in the lineage, with its timestamp and
+    headers, and committed in the transaction that takes it out of the buffer. An update replaced before it
+    went on leaves its record held and filtered. An update made outside a record's processing (a record
+    cache's flush) goes on in a scope without a record (`eos.derived`)."""
+
+    def __init__(self, store: str, time_limit_ms: int, max_records: int | None, max_bytes: int | None,
+                 when_full: str) -> None:
+        self.store_name, self.time_limit_ms = store, time_limit_ms
+        self.max_records, self.max_bytes, self.when_full = max_records, max_bytes, when_full
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        self.buffer: SuppressionBuffer = context.store(self.store_name)
+
+    def process(self, record: Record) -> None:
+        if record.key is None:
+            self.context.record_dropped("table update without a key")
+            return
+        buffer = self.buffer
+        observed = buffer.observe(record.timestamp)
+        kept = self.context.hold() if self.context.record_metadata() is not None else None
+        buffer.put(record.key, record.value, record.timestamp, kept)
+        for entry in buffer.take_until(observed - self.time_limit_ms):
+            self._let_go(entry)
+        if self.max_records is None and self.max_bytes is None:
+            return
+        while self._over(*buffer.size()):
+            if self.when_full == "shut_down":
+                entries, size = buffer.size()
+                raise BufferFullError(
+                    f"task {self.context.task_id}: the suppression buffer {self.store_name!r} holds {entries} keys "
+                    f"({size} bytes), over its bound ({self._bound()}) with when_full=\"shut_down\": raise the "
+                    "bound, shorten the time limit, or let the oldest keys go early (when_full=\"emit_early\")",
+                    task=self.context.task_id, cause_type="BufferFullError")
+            oldest = buffer.take_oldest()
+            assert oldest is not None
+            self._let_go(oldest)
+
+    def _over(self, entries: int, size: int) -> bool:
+        return ((self.max_records is not None and entries > self.max_records)
+                or (self.max_bytes is not None and size > self.max_bytes))
+
+    def _bound(self) -> str:
+        return ", ".join(f"{n}={v}" for n, v in (("max_records", self.max_records), ("max_bytes", self.max_bytes))
+                         if v is not None)
+
+    def _let_go(self, entry: Suppressed) -> None:
+        self.context.release(entry.message, partial(self.context.forward, entry.key, entry.value,
+                                                    timestamp=entry.timestamp))

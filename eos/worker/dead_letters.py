@@ -13,7 +13,7 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from eos.errors import BadRecordError, FrameworkError, TopologyError
+from eos.errors import BadRecordError, BufferFullError, FrameworkError, TopologyError
 from eos.origin import ORIGIN_HEADER, encode_origin, lineage_source
 from eos.worker.topic_rules import TopicRule, record_size
 from recovery import StoreError
@@ -22,7 +22,7 @@ from transactions import Message, ProducerRecord
 __all__ = ["Stage", "DeadLetterPolicy", "dead_letter", "dead_letter_error", "DLQ_PREFIX", "NOT_A_BAD_RECORD"]
 
 #: Exceptions that fail the task instead of dead-lettering the record being processed.
-NOT_A_BAD_RECORD = (MemoryError, BadRecordError, FrameworkError, StoreError, TopologyError)
+NOT_A_BAD_RECORD = (MemoryError, BadRecordError, FrameworkError, StoreError, TopologyError, BufferFullError)
 
 DLQ_PREFIX = "eos.dlq."
 _MAX_ERROR = 2000

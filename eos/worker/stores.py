@@ -44,6 +44,7 @@ from recovery import (
     StateDirectoryError,
     StoreSpec,
     StoreView,
+    SuppressionBuffer,
     TaskDirectory,
     TimeOrderedBuffer,
     VersionedKeyValueStore,
@@ -79,6 +80,8 @@ def view_of(spec: StoreSpec) -> StoreView:
         return VersionedKeyValueStore(spec)
     if spec.kind == "time_ordered_buffer":
         return TimeOrderedBuffer(spec)
+    if spec.kind == "suppression_buffer":
+        return SuppressionBuffer(spec)
     return KeyValueStore(spec)
 
 

@@ -357,7 +357,8 @@ _MISTAKES = {
     "windowedBy": (lambda a: a.stream("in").group_by_key().windowedBy(TumblingWindows(1000)), AttributeError,
                    r"it is window\(...\) here"),
     "suppress": (lambda a: a.stream("in").group_by_key().window(TumblingWindows(1000)).count().suppress(),
-                 AttributeError, r"'Table' object has no attribute 'suppress': .*window\(..., emit=\"final\"\)"),
+                 TypeError, r"suppress\(time_limit\) holds each key's updates back for a time; .*"
+                            r"window\(..., emit=\"final\"\)"),
     "count of a table": (lambda a: a.table("t").count(), AttributeError, r"table.group_by\(lambda k, v: \(group key, "
                          r"value\)\).count"),
     "to of a table": (lambda a: a.table("t").to("x"), AttributeError, r"table.to_stream\(\).to\(topic\)"),
