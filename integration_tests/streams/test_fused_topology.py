@@ -5,7 +5,8 @@
   checks each result's topic), the rest grouped by page
   (a repartition topic) into a windowed count with emit="final";
 * filter -> map_values -> split -> a windowed count per user, and both branches cogrouped per user and minute
-  (emit="final"), all in one task (no repartition);
+  (emit="final"), and each user's checkouts counted and let go at most once per 30 s (`suppress`), all in one
+  task (no repartition);
 * the seeds' word count with the Processor API: a source, a processor with a store and stream-time
   punctuation, a sink; and a second processor connected to the same store (`Milestones`), with its own
   sink.
@@ -31,6 +32,8 @@ from eos.cli.loader import load_application
 from integration_tests.engine.test_kill_restart import kill_job_repeatedly
 from integration_tests.helpers import produce
 from integration_tests.streams.test_time_and_rekey import committed_records
+from tests.eos.test_suppress import reference as suppressed
+from tests.eos.test_suppress import running_counts
 
 JOB = """
 import os
@@ -71,6 +74,9 @@ visits = (app.stream(os.environ["CLICKS"], name="clicks-per-user")
     .cogroup(visits["kind-look"].group_by_key(), lambda user, page, n: {**n, "look": n["look"] + 1})
     .window(TumblingWindows(60_000, grace=5_000), emit="final")
     .aggregate(lambda: {"buy": 0, "look": 0}, name="minutes").to_stream().to(os.environ["MINUTES"]))
+# Each user's checkouts counted, a count let go at most once per user per 30 s of stream time, in the same task.
+(visits["kind-buy"].group_by_key().count(name="buys").suppress(30_000, name="buys-limited")
+    .to_stream().to(os.environ["LIMITED"]))
 
 
 app.add_source("sentences", os.environ["TEXT"], value_serde="string", timestamp="record")
@@ -138,7 +144,8 @@ def clicks() -> list[dict]:
 
 def test_a_fused_pipeline_and_a_processor_api_word_count_are_exactly_once_across_sigkills(
         kafka, topic_factory, unique_name, tmp_path, monkeypatch):
-    names = ("clicks", "customers", "checkouts", "vips", "pages", "users", "text", "words", "milestones", "minutes")
+    names = ("clicks", "customers", "checkouts", "vips", "pages", "users", "text", "words", "milestones", "minutes",
+             "limited")
     topics = dict(zip(names, (topic_factory(n, partitions=PARTITIONS) for n in names), strict=True))
     data = clicks()
     bootstrap = kafka.bootstrap_servers
@@ -198,6 +205,22 @@ def test_a_fused_pipeline_and_a_processor_api_word_count_are_exactly_once_across
         cogrouped[window] = json.loads(value)
     assert cogrouped == minutes
 
+    # The suppressed checkout counts: per user, exactly what suppressing its task's counts gives (each task's
+    # counts in its partition's order, stream time the largest checkout time its step saw), none twice.
+    read = committed_records(bootstrap, topics["clicks"], partition=True)
+    expected, waiting = {}, {}
+    for partition in range(PARTITIONS):
+        bought = [(c["user"], c["at"]) for c in (json.loads(v) for _, v, _, p in read if p == partition)
+                  if not c.get("bot") and c["page"] == "Checkout"]
+        let_go, held = suppressed(running_counts(bought), 30_000)
+        for user, n, at in let_go:
+            expected.setdefault(user, []).append((n, at))
+        waiting.update(held)
+    limited: dict[str, list[tuple[int, int]]] = {}
+    for key, value, ts in committed_records(bootstrap, topics["limited"]):
+        limited.setdefault(key.decode(), []).append((int.from_bytes(value, "big"), ts))
+    assert limited == expected and sum(map(len, limited.values())) > 2 * len(waiting) > 0
+
     totals = Counter(w for s in sentences for w in s.split())
     emitted: dict[str, list[int]] = {}
     for key, value, _ in committed_records(bootstrap, topics["words"]):
@@ -210,6 +233,8 @@ def test_a_fused_pipeline_and_a_processor_api_word_count_are_exactly_once_across
     app = load_job(tmp_path, env, monkeypatch)
     assert sorted(app.subtopologies) == ["humans", "pages", "people", "words"]
     assert dict(app.store_view("word-counts").all()) == dict(totals)
+    held = app.store_view("buys-limited-buffer").all()
+    assert {s.key: (s.buffer_time, s.value, s.timestamp) for s in held} == waiting
     reports = audit_application(app)
     failed = [(r.mode, r.inputs, r.outputs) for r in reports if r.verdict != "PASS"]
     audited = [r for r in reports if not r.skipped]
