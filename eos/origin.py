@@ -18,7 +18,8 @@ from transactions import Message
 
 __all__ = ["ORIGIN_HEADER", "DERIVED_HEADER", "ORIGIN_FORMAT", "Origin", "origin_prefix", "encode_origin",
            "decode_origin", "origin_of",
-           "lineage_origin", "lineage_source", "output_indices", "top_level", "INDEX_LEVEL_BITS"]
+           "lineage_origin", "lineage_source", "output_indices", "top_level", "INDEX_LEVEL_BITS",
+           "HELD_TOP", "held_place", "reserved_from_top"]
 
 ORIGIN_HEADER = "eos.origin"
 #: Carried instead of an origin by records no single input record produced (punctuation, window results
@@ -37,6 +38,10 @@ class Origin(NamedTuple):
 ORIGIN_FORMAT = b"%b%d:%d"
 #: the bits of one level of an index: a record makes fewer than 2**32 outputs
 INDEX_LEVEL_BITS = 32
+#: the value on its level of the index the first record a scope holds back reserves (`hold`); the k-th reserves
+#: `HELD_TOP - k`: from the top of the level down, apart from the scope's own outputs (0, 1, ... up), so that a
+#: held record's outputs never share an index with those of a record the same scope sent to a repartition topic
+HELD_TOP = (1 << INDEX_LEVEL_BITS) - 2
 
 
 def origin_prefix(topic: str, partition: int) -> bytes:
@@ -101,6 +106,19 @@ def output_indices(carried: int) -> tuple[int, int]:
     levels = max(1, -(-carried.bit_length() // INDEX_LEVEL_BITS))
     shift = INDEX_LEVEL_BITS * levels
     return carried + (1 << shift), shift
+
+
+def held_place(value: int) -> int:
+    """Which record a scope held back (0 for its first, 1, ...) reserved the index whose value on its level is
+    `value` (`HELD_TOP - place`; an index in the level's lower half was reserved before holds counted from the
+    top: `place` itself)."""
+    return HELD_TOP - value if reserved_from_top(value) else value
+
+
+def reserved_from_top(value: int) -> bool:
+    """Whether an index whose value on its level is `value` is one a held record reserved (`HELD_TOP`): the
+    level's upper half, which no scope's own outputs reach."""
+    return value >= 1 << (INDEX_LEVEL_BITS - 1)
 
 
 def top_level(index: int) -> int:

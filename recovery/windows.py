@@ -15,13 +15,13 @@ Timestamps are signed 64-bit big-endian, shifted so that byte order is time orde
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from typing import Any, NamedTuple, cast
 
 from recovery.store import StoreView
 
 __all__ = ["WindowStore", "SessionStore", "Session", "RecordBuffer", "TimeOrderedBuffer", "Held", "HeldRecord",
-           "SuppressionBuffer", "Suppressed"]
+           "SuppressionBuffer", "Suppressed", "reproducible"]
 
 _Q = struct.Struct(">q")
 _I = struct.Struct(">I")
@@ -471,3 +471,22 @@ class SuppressionBuffer(StoreView):
 def _value_size(raw: bytes) -> int:
     """The bytes of the serialized value in a `SuppressionBuffer` entry."""
     return len(_unpack(raw)[2] or b"")
+
+
+def reproducible(kind: str, stored_key: bytes, raw: bytes | None, moving: Container[str]) -> bytes | None:
+    """A changelog value of a store that holds input records whole (`time_ordered_buffer`,
+    `suppression_buffer`) without what a run that aborted batches does not reproduce: where a held record of
+    a topic in `moving` was read (a record of an internal topic, or of a topic the job writes and reads, takes
+    another offset when a batch that wrote it before aborts), and the framework's headers, which name such
+    offsets. What a test of exactly-once compares; other values are returned as they are."""
+    if raw is None or kind not in ("time_ordered_buffer", "suppression_buffer") or stored_key[:1] != _DATA:
+        return raw
+    fields = _unpack(raw)
+    ahead = 2 if kind == "time_ordered_buffer" else 3
+    if len(fields) <= ahead:  # (an update made outside a record's processing: nothing held)
+        return raw
+    topic, partition, offset, key, value, headers, ts, index = _message(fields[ahead:])
+    kept = [(name, header) for name, header in headers if not name.startswith("eos.")]
+    if topic in moving:
+        partition = offset = 0
+    return _pack([*fields[:ahead], *_message_fields((topic, partition, offset, key, value, kept, ts, index))])

@@ -50,7 +50,7 @@ from eos.audit.ledger import read_ledger
 from eos.audit.scan import scan_topic
 from eos.audit.windows import _dead_lettered, only, replay_prefix, require_whole
 from eos.ledger import LedgerEntry, ledger_topic
-from eos.origin import INDEX_LEVEL_BITS, Origin, origin_of, output_indices, top_level
+from eos.origin import INDEX_LEVEL_BITS, Origin, held_place, origin_of, output_indices, top_level
 from eos.records import Record
 from eos.serde import Serde
 from eos.streamtime import is_marker
@@ -785,7 +785,7 @@ def _as_released(joined: list[Record], results: Mapping[tuple[int, int], Mapping
             if base is not None and reserved >= 0:  # (reserved among the outputs of a record of a repartition topic)
                 first, shift = output_indices(base)
                 reserved = (reserved - first) >> shift if reserved >= first else -1
-            by_slot[(offset, reserved)][index] = value
+            by_slot[(offset, held_place(reserved) if reserved >= 0 else -1)][index] = value
     order: list[Record] = []
     mine: dict[int, list[Any]] = {}
     before: dict[int, Any] = {}

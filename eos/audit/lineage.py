@@ -27,7 +27,7 @@ from eos.audit.partials import (
 )
 from eos.audit.scan import first_offsets
 from eos.ledger import ledger_topic as default_ledger_topic
-from eos.origin import top_level
+from eos.origin import reserved_from_top, top_level
 from transactions import Isolation, KafkaAdmin, admin_for
 
 __all__ = ["LineageResult", "audit_lineage", "input_scans", "output_scans"]
@@ -328,8 +328,9 @@ def _check_gaps(seen: Origins, dead: Origins, ledger: dict[TP, PartitionLedger] 
                 max_samples: int) -> None:
     """The outputs of one scope are made in one transaction and numbered in turn: an input record's 0, 1, ...;
     a record's of a repartition topic, or a held record's when it is let go, one level above the index it
-    carries or reserved (`eos.origin.output_indices`: its top level 1, 2, ...). An index given without the one
-    before it on its level is an output lost, on whichever path it was.
+    carries or reserved (`eos.origin.output_indices`: its top level 1, 2, ...; a held record reserves one from
+    the top of its level down, `eos.origin.HELD_TOP`). An index given without the one before it on its level
+    is an output lost, on whichever path it was.
 
     Without the `ledger`, the indices given are those of the outputs and dead letters: every index a scope
     gives must be an output's. With it, an index a scope gave to a record of a repartition topic is given too
@@ -351,8 +352,8 @@ def _check_gaps(seen: Origins, dead: Origins, ledger: dict[TP, PartitionLedger] 
     empty = BitMap64()
     for (topic, partition, index), bm in given.items():
         shift = top_level(index)
-        if index >> shift <= (1 if shift else 0):  # (a scope's first output)
-            continue
+        if index >> shift <= (1 if shift else 0) or reserved_from_top(index >> shift):  # (a scope's first output, or
+            continue  # an index a held record reserved: its outputs' run is checked on the level above)
         gaps = bm - given.get((topic, partition, index - (1 << shift)), empty)
         if gaps and ledger is not None and (account := ledger.get((topic, partition))) is not None:
             gaps -= account.paths_unknown | (account.held - direct.get((topic, partition, index), empty))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, get_args
 
 from eos.origin import ORIGIN_HEADER
+from recovery.windows import reproducible
 
 if TYPE_CHECKING:
     from eos.testing.driver import CrashPoint, TopologyTestDriver
@@ -86,19 +87,27 @@ def _feed(driver: TopologyTestDriver, chunks: list[list[Input]], before: Callabl
 def _outputs(driver: TopologyTestDriver) -> list[str]:
     internal = set(driver.app.internal_topics)
     topics = {t for sub in driver.app.subtopologies.values() for t in sub.output_topics if t not in internal}
-    return sorted(topics | {driver.config.dlq_topic}) + sorted(
-        spec.changelog_topic(driver.config.application_id)
-        for sub in driver.app.subtopologies.values() for spec in sub.stores if spec.source_topic is None)
+    return sorted(topics | {driver.config.dlq_topic}) + sorted(_changelogs(driver))
+
+
+def _changelogs(driver: TopologyTestDriver) -> dict[str, str]:
+    """The job's own changelogs, each with its store's kind."""
+    return {spec.changelog_topic(driver.config.application_id): spec.kind
+            for sub in driver.app.subtopologies.values() for spec in sub.stores if spec.source_topic is None}
 
 
 def _seen(driver: TopologyTestDriver, topic: str) -> dict[int, list[tuple[Seen, str]]]:
     out: dict[int, list[tuple[Seen, str]]] = {}
     dlq = topic == driver.config.dlq_topic
+    kind = _changelogs(driver).get(topic, "")
+    written = set(driver.app.internal_topics) | {t for sub in driver.app.subtopologies.values()
+                                                 for t in sub.output_topics}
     for msg in driver.cluster.records(topic):
         headers = msg.headers() or []
         own = tuple((k, v) for k, v in headers if not k.startswith("eos.") or (dlq and _stable_dlq_header(k)))
         origin = next((v.decode() for k, v in headers if k in (ORIGIN_HEADER, "eos.dlq.topic")), "")
-        out.setdefault(msg.partition(), []).append(((msg.key(), msg.value(), msg.timestamp()[1], own), origin))
+        value = reproducible(kind, msg.key() or b"", msg.value(), written)  # (a held record: not where it was read)
+        out.setdefault(msg.partition(), []).append(((msg.key(), value, msg.timestamp()[1], own), origin))
     return out
 
 

@@ -22,7 +22,15 @@ import structlog
 from eos.cache import RecordCache
 from eos.clock import wall_ms
 from eos.errors import OutputSerializationError, SerdeError
-from eos.origin import DERIVED_HEADER, ORIGIN_FORMAT, ORIGIN_HEADER, lineage_source, origin_prefix, output_indices
+from eos.origin import (
+    DERIVED_HEADER,
+    HELD_TOP,
+    ORIGIN_FORMAT,
+    ORIGIN_HEADER,
+    lineage_source,
+    origin_prefix,
+    output_indices,
+)
 from eos.processor import Cancellable, Kept, ProcessorContext, PunctuationType, RecordMetadata
 from eos.records import FORWARDABLE, forwarded
 from eos.serde import Serde, refused_part
@@ -219,8 +227,9 @@ class TaskContext(ProcessorContext):
         """Hold the current input record back (an operator keeps it, as a stream-table join with a grace period
         does): its outputs come when it is let go (`release`), in this batch or a later one of the task, named
         after it with an index of their own (the n-th `output_indices(i)[0] + (n << shift)`, i the index the
-        record reserves now: the k-th record held of the current input reserves the index its k-th output
-        would have). The lineage ledger counts it as held (and filtered) when it made nothing else. Returns
+        record reserves now: the k-th record held of the current input reserves `HELD_TOP - k` on the level its
+        outputs are numbered on, from the top down, apart from its own outputs and what they become behind a
+        repartition topic). The lineage ledger counts it as held (and filtered) when it made nothing else. Returns
         what to keep: the input record whole (topic, partition, offset, key and value bytes, headers,
         timestamp) and the reserved index."""
         msg = self._current
@@ -228,8 +237,8 @@ class TaskContext(ProcessorContext):
             raise ValueError(f"{self.task_id}: hold() needs an input record (it was called in a punctuation)")
         self._start_origin(msg)
         # (numbered apart from the record's own outputs, which stay 0, 1, ...: the k-th record held reserves
-        # what would be its k-th output's index, and its outputs are one level above that)
-        index = self._index_base + (self.held << self._index_shift)
+        # HELD_TOP - k, and its outputs are one level above that)
+        index = self._index_base + ((HELD_TOP - self.held) << self._index_shift)
         self.held += 1
         return (msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(), list(msg.headers() or ()),
                 msg.timestamp()[1], index)

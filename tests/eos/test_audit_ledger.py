@@ -11,7 +11,7 @@ from eos.audit.ledger import PartitionLedger
 from eos.audit.lineage import merge
 from eos.audit.partials import InputPartial, OutputPartial
 from eos.ledger import LedgerEntry, LedgerInput
-from eos.origin import output_indices, top_level
+from eos.origin import HELD_TOP, output_indices, top_level
 
 
 def bm(*offsets: int) -> BitMap64:
@@ -236,15 +236,15 @@ def test_a_ledger_written_before_paths_were_kept_asks_no_run_of_the_records_it_n
 def test_a_held_record_let_go_makes_its_outputs_in_a_run_of_their_own():
     """A record held back (a stream-table join's grace) has its outputs named one level above the index it
     reserved: their run is checked as an input's own is, also where no repartition topic is between."""
-    held = output_indices(0)[0]  # the first held record of input 0 reserved index 0; its outputs 1, 2, ...
+    held = output_indices(HELD_TOP)[0]  # the first held record of input 0 reserved HELD_TOP; its outputs 1, 2, ...
     ledger = {("in", 0): PartitionLedger(now=span(0, 1), filtered=bm(0), held=bm(0))}
     whole = merge(inputs(0), [partial([held, held + (1 << 32), held + (2 << 32)])], [], ledger=ledger)
     assert (whole.violations, whole.index_gaps) == (0, 0)
     lost = merge(inputs(0), [partial([held, held + (2 << 32)])], [], ledger=ledger)
     assert (lost.violations, lost.index_gaps) == (1, 1)
-    # held by two operators (reserving 0 and 1), let go by the second only so far: index 1's outputs extend it,
-    # index 0 is still held; no gap, as in the record's own outputs
-    second = output_indices(1)[0]
+    # held by two operators (reserving HELD_TOP and HELD_TOP - 1), let go by the second only so far: its outputs
+    # extend HELD_TOP - 1, HELD_TOP is still held; no gap, as in the record's own outputs
+    second = output_indices(HELD_TOP - 1)[0]
     twice = merge(inputs(0), [partial([second, second + (1 << 32)])], [], ledger=ledger, ordered=False)
     assert (twice.violations, twice.index_gaps) == (0, 0)
 
@@ -340,3 +340,22 @@ def test_the_ledger_reader_keeps_each_path_that_ended_and_names_those_of_older_e
     account = read_ledger("unused", "ledger", ["in"], admin=Admin(), through=[hop])[("in", 0)]
     assert (account.through, account.paths_unknown) == (bm(1, 2, 5, 6, 8), bm(1, 2))
     assert account.paths == {0: bm(5, 8), 1: bm(5, 6)}
+
+
+def test_a_record_held_back_and_sent_to_a_repartition_topic_by_one_scope_gives_its_outputs_indices_apart():
+    """One input fanned out: a branch holds it back (suppress), another sends it through a repartition topic
+    (its output index 0 or 1). What each becomes is numbered one level above the index it carries or reserved:
+    a hold reserves from the top of the level down (`HELD_TOP`), so the two never share an index (they did when
+    the k-th hold reserved the index k, which a repartition record of the same scope carried too)."""
+    from eos import Application
+    from eos.testing import TopologyTestDriver
+
+    app = Application("fan", bootstrap_servers="unused:9092")
+    stream = app.stream("in", key_serde="string")
+    stream.group_by_key().count(name="held").suppress(0, name="limited").to_stream().to("counts")
+    stream.select_key(lambda k, v: v["to"]).group_by_key().count(name="moved").to_stream().to("moved")
+    with TopologyTestDriver(app) as driver:
+        driver.pipe_many("in", [("a", {"to": "x"}, 1), ("b", {"to": "y"}, 2), ("a", {"to": "x"}, 3)])
+        origins = [r.headers["eos.origin"] for topic in ("counts", "moved") for r in driver.read(topic)]
+        assert len(origins) == 6 and len(set(origins)) == 6
+        assert all(r.verdict == "PASS" for r in driver.audit())

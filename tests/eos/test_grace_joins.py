@@ -13,7 +13,7 @@ import pytest
 
 from eos import Application
 from eos.audit.joins import JoinAuditResult, _as_released, _canon, _made_of, _versioned_states, explain_stream_table
-from eos.origin import decode_origin, output_indices
+from eos.origin import HELD_TOP, decode_origin, output_indices
 from eos.records import Record
 from eos.testing import TopologyTestDriver
 
@@ -82,9 +82,10 @@ def test_records_are_let_go_in_timestamp_order_named_after_themselves():
     got = driver.read("out")
     assert [(r.value[0], r.timestamp) for r in got] == [("o2", BASE + 1_000), ("o3", BASE + 3_000),
                                                         ("o4", BASE + 3_000)]
-    # each output names the order it was made of (offsets 1, 2, 3), with the index it reserved extended
+    # each output names the order it was made of (offsets 1, 2, 3), with the index it reserved extended (the
+    # first record an order held reserves HELD_TOP, at the top of the level its own outputs count up on)
     assert [decode_origin(r.headers["eos.origin"]) for r in got] == [
-        ("orders", 0, offset, output_indices(0)[0]) for offset in (1, 2, 3)]
+        ("orders", 0, offset, output_indices(HELD_TOP)[0]) for offset in (1, 2, 3)]
     driver.pipe("orders", "b", "o6", timestamp=BASE + 30_000)
     assert [r.value[0] for r in driver.read("out")] == ["o1", "o5"]
     # what is still held is in the buffer, in the order it will be let go
@@ -104,7 +105,7 @@ def test_a_stream_joined_at_once_and_with_a_grace_period_numbers_its_outputs_apa
     driver.pipe_many("orders", [("a", "o1", BASE), ("a", "o2", BASE + 5_000)])
     assert [decode_origin(r.headers["eos.origin"]).index for r in driver.read("now")] == [0, 0]
     assert [(r.value[0], decode_origin(r.headers["eos.origin"])) for r in driver.read("out")] == [
-        ("o1", ("orders", 0, 0, output_indices(0)[0]))]
+        ("o1", ("orders", 0, 0, output_indices(HELD_TOP)[0]))]
     assert not any(e.held for e in driver.ledger())  # (each order made an output at once: not filtered)
 
 
@@ -324,7 +325,7 @@ def test_several_records_of_one_order_are_held_and_let_go_each_with_outputs_of_i
     offset_of = {v["n"]: n for n, v in enumerate(v for t, _, v, _ in inputs if t == "orders")}
     for r, origin in zip(got, origins, strict=True):
         part, copy = r.value[0]["part"], len(r.value) == 3
-        held = output_indices(part)  # the part-th record of its order held, its outputs one level up
+        held = output_indices(HELD_TOP - part)  # the part-th record of its order held, its outputs one level up
         assert origin == ("orders", 0, offset_of[r.value[0]["n"]], held[0] + (copy << held[1]))
 
 
@@ -343,9 +344,10 @@ def test_a_rekeyed_stream_is_held_and_its_outputs_name_the_original_order():
                                 ("c1", {"product": "a", "n": 2}, BASE + 5_000)])
     got = driver.read("out")
     assert [(r.key, r.value) for r in got] == [("a", [0, 1]), ("b", [1, 2])]
-    base, _ = output_indices(0)  # the repartition record carries index 0; its held record reserves base
+    base, shift = output_indices(0)  # the repartition record carries index 0; its outputs count up from base,
+    reserved = base + (HELD_TOP << shift)  # and the record it held reserved the top of that level
     assert [decode_origin(r.headers["eos.origin"]) for r in got] == [
-        ("orders", 0, 0, output_indices(base)[0]), ("orders", 0, 1, output_indices(base)[0])]
+        ("orders", 0, 0, output_indices(reserved)[0]), ("orders", 0, 1, output_indices(reserved)[0])]
     [late] = [e for e in driver.ledger() if e.held]
     assert set(late.held) == {("orders", 0)}  # (the ledger names the original input, as for filtered records)
 

@@ -2,10 +2,10 @@
 
 Each seed builds a chain of stateless steps (filters, maps, flat maps, key changes, branches merged again, `through`
 and `repartition` hops), fans it out into one to three branches with steps of their own, and ends each branch in a
-sink, a keyed aggregation or a cogroup, a count in tumbling, hopping, sliding or session windows, a table
-re-grouped, a join with a table or a global table (its results through stateless steps of their own for half
-of them), a windowed join of the stream with itself, the stream as a table
-joined with a table by key or by foreign key, or a processor of the Processor API numbering each key's records in a
+sink, a keyed aggregation (most of them suppressed) or a cogroup, a count in tumbling, hopping, sliding or
+session windows, a table re-grouped, a join with a table or a global table (its results through stateless steps
+of their own for half of them), a windowed join of the stream with itself, the stream as a table joined with a
+table by key or by foreign key, or a processor of the Processor API numbering each key's records in a
 store of its own. The planner decides where the sub-topologies and repartition topics go; the reference knows
 nothing of them: it applies the same functions to the input records and says what every sink, store and table must
 hold. Results are compared in the terms that do not depend on how the tasks' batches interleave (the multiset of a
@@ -166,10 +166,11 @@ def sink(out: str, stream: Any, recs: list[Rec], ordered: bool) -> Check:
 
 
 def keyed(i: int, out: str, stream: Any, recs: list[Rec], ordered: bool, single: bool,
-          rng: random.Random) -> Check:
+          rng: random.Random, suppressed: tuple[int, int | None] | None = None) -> Check:
     """A count, sum or max per key (group_by_key, or group_by a field), its updates and its store; each key's
     updates in the order of the input where its records come from one task in that order (`single`: every
-    topic has one partition)."""
+    topic has one partition). `suppressed`: (time limit, max_records) of a `suppress` before the sink: some
+    of the updates go on, and each key's last one either went on or waits in the buffer."""
     kind = rng.choice(["count", "sum", "max"])
     by_field = rng.random() < 0.5
     grouped = stream.group_by(lambda k, v: f"g{v['n'] % 4}") if by_field else stream.group_by_key()
@@ -180,6 +181,8 @@ def keyed(i: int, out: str, stream: Any, recs: list[Rec], ordered: bool, single:
         table = grouped.sum(lambda v: v["n"], name=name)
     else:
         table = grouped.reduce(lambda agg, v: agg if (agg["n"], agg["t"]) >= (v["n"], v["t"]) else v, name=name)
+    if suppressed is not None:
+        table = table.suppress(suppressed[0], max_records=suppressed[1], name=f"{name}-limited")
     table.to_stream().to(out)
     updates: dict[Any, list[Any]] = {}
     for k, v, _ in recs:
@@ -194,9 +197,11 @@ def keyed(i: int, out: str, stream: Any, recs: list[Rec], ordered: bool, single:
     def check(view: Any, cached: bool) -> None:
         assert dict(view.store(f"{name}-store").all()) == final, f"{kind} {name}"
         got = per_key(view.records(out), value=lambda r: r.value)
-        assert {k: u[-1] for k, u in got.items()} == final, f"{kind} {name}: the last update of each key"
+        waiting = ({s.key: s.value for s in view.store(f"{name}-limited-buffer").all()} if suppressed is not None
+                   else {})
+        assert {**{k: u[-1] for k, u in got.items()}, **waiting} == final, f"{kind} {name}: the last update of each key"
         for key, seen in got.items():
-            if not cached:
+            if not cached and suppressed is None:
                 assert len(seen) == len(updates[key]), f"{kind} {name}: one update per record of {key}"
             if in_order:  # the updates, or with a cache some of them, in the order they were made
                 assert is_subsequence(seen, updates[key]), f"{kind} {name}: {key}'s updates"
@@ -543,7 +548,14 @@ def build(seed: int, cache: int, partitions: int, *, records: list[tuple[str, st
             checks.append(cogrouped(i, out, branch, branch_recs, rng))
             shown[-1] = shown[-1].replace("-> keyed", "-> cogroup")
         elif kind == "keyed":
-            checks.append(keyed(i, out, branch, branch_recs, ordered, partitions == 1, rng))
+            # (drawn apart: most of the aggregations suppressed, a time limit of none, a few records or many,
+            # some with a bound on the keys waiting)
+            held = random.Random(f"suppress-{seed}-{i}")
+            suppressed = ((held.choice([0, 3_000, 30_000]), held.choice([None, None, 2])) if held.random() < 0.7
+                          else None)
+            checks.append(keyed(i, out, branch, branch_recs, ordered, partitions == 1, rng, suppressed))
+            if suppressed is not None:
+                shown[-1] += f" suppressed ({suppressed[0]} ms, max_records {suppressed[1]})"
         elif kind == "windowed":
             checks.append(windowed(i, out, branch, branch_recs, rng))
         elif kind == "table":
