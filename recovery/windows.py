@@ -405,7 +405,7 @@ class SuppressionBuffer(StoreView):
         """Hold `value` as the key's latest update. A key already held keeps its buffer time (the time limit
         counts from its first update: Kafka Streams' "does not re-start the timer"). Returns what it replaced."""
         buf, k = self._buf(), self._key(key)
-        data = None if value is None else self._serialize_value(value)
+        data = None if value is None else self._encode(value, -1)
         before = buf.get(_SUPPRESS_DATA + k)
         replaced = None if before is None else self._entry(k, before)
         buffer_time = timestamp if replaced is None else replaced.buffer_time

@@ -212,3 +212,18 @@ def test_a_mistake_in_a_suppression_fails_where_it_is_written(call, error, messa
     table = app_().stream("clicks").group_by_key().count()
     with pytest.raises(error, match=message):
         call(table)
+
+
+def test_a_value_the_buffers_serde_refuses_sends_its_record_to_the_dead_letter_topic_naming_the_store():
+    app = app_()
+    (app.stream("clicks", key_serde="string").group_by_key().count(name="per-user")
+        .map_values(lambda n: {n} if n == 2 else n).suppress(0, name="limited").to_stream().to("alerts"))
+    driver = TopologyTestDriver(app)
+    for ts in (1, 2, 3):
+        driver.pipe("clicks", "a", {}, timestamp=ts)
+    # the second click's count (2) cannot wait: the click is dead-lettered and its count rolled back, so the
+    # third one counts 2 again and goes the same way
+    assert [r.value for r in driver.read("alerts")] == [1]
+    dead = driver.dead_letters()
+    assert len(dead) == 2 and all("store 'limited-buffer' cannot take the value {2} (set)" in d.error for d in dead)
+    assert driver.store("per-user-store").get("a") == 1
