@@ -263,8 +263,19 @@ _HELD_META_FORMAT = struct.Struct(">qq")  # observed stream time, next sequence 
 _FIELD = struct.Struct(">i")  # a field's length (-1: None)
 
 
+_NO_FIELD = _FIELD.pack(-1)
+
+
 def _pack(fields: list[bytes | None]) -> bytes:
-    return b"".join(_FIELD.pack(-1) if f is None else _FIELD.pack(len(f)) + f for f in fields)
+    out: list[bytes] = []
+    add, length = out.append, _FIELD.pack
+    for f in fields:
+        if f is None:
+            add(_NO_FIELD)
+        else:
+            add(length(len(f)))
+            add(f)
+    return b"".join(out)
 
 
 def _unpack(raw: bytes) -> list[bytes | None]:
@@ -370,25 +381,75 @@ class Suppressed(NamedTuple):
 
 
 _SUPPRESS_DATA, _SUPPRESS_INDEX, _SUPPRESS_META = b"\x00", b"\x01", b"\x02"
-_SUPPRESS_META_FORMAT = struct.Struct(">qqq")  # observed stream time, entries, their bytes
+#: observed stream time, entries, their bytes, and a time no entry was first buffered before
+_SUPPRESS_META_FORMAT = struct.Struct(">qqqq")
+_EMPTY_META = (-1, 0, 0, 2**63 - 1)
 _UTIME = struct.Struct(">Q")  # a time shifted by 2**63: byte order is time order for every time
+_ENTRY_HEAD = struct.Struct(">Qqi")  # an entry's buffer time (shifted), its update's timestamp and value's length
+#: a held record's partition, offset, timestamp, and the lengths of its topic, key, value (-1: None) and index
+#: (in digits), and its headers' count; then those, and each header's name length, value length and both
+_HELD_HEAD = struct.Struct(">iqqHiiBH")
+_HEADER_HEAD = struct.Struct(">Hi")
+
+
+def _encode_held(message: HeldRecord) -> bytes:
+    """A held record (`Held.message`) in one piece: a suppression buffer writes one per update, so it is made
+    with one struct rather than a field per part (`_pack`, the time-ordered buffer's older layout)."""
+    topic, partition, offset, key, value, headers, ts, index = message
+    name, digits = topic.encode(), b"%d" % index
+    parts = [_HELD_HEAD.pack(partition, offset, ts, len(name), -1 if key is None else len(key),
+                             -1 if value is None else len(value), len(digits), len(headers)),
+             name, key or b"", value or b"", digits]
+    for header, data in headers:
+        h = header.encode()
+        parts += [_HEADER_HEAD.pack(len(h), -1 if data is None else len(data)), h, data or b""]
+    return b"".join(parts)
+
+
+def _decode_held(raw: bytes | memoryview, at: int) -> HeldRecord:
+    """`_encode_held` read back from `raw[at:]`."""
+    partition, offset, ts, n_topic, n_key, n_value, n_index, n_headers = _HELD_HEAD.unpack_from(raw, at)
+    at += _HELD_HEAD.size
+    topic = bytes(raw[at:at + n_topic]).decode()
+    at += n_topic
+    key = None if n_key < 0 else bytes(raw[at:at + n_key])
+    at += max(0, n_key)
+    value = None if n_value < 0 else bytes(raw[at:at + n_value])
+    at += max(0, n_value)
+    index = int(bytes(raw[at:at + n_index]))
+    at += n_index
+    headers: list[tuple[str, bytes]] = []
+    for _ in range(n_headers):
+        n_name, n_data = _HEADER_HEAD.unpack_from(raw, at)
+        at += _HEADER_HEAD.size
+        name = bytes(raw[at:at + n_name]).decode()
+        at += n_name
+        headers.append((name, None if n_data < 0 else bytes(raw[at:at + n_data])))  # type: ignore[arg-type]
+        at += max(0, n_data)
+    return topic, partition, offset, key, value, headers, ts, index
 
 
 class SuppressionBuffer(StoreView):
     """The latest update per key of a suppressed table (Kafka Streams' `KTable.suppress(untilTimeLimit)`
-    buffer, changelogged): `0x00 key` -> the update, an index `0x01 buffer_time(8) key` in the order keys are
-    let go, and `0x02` -> the observed stream time (the largest timestamp put) and the entries' count and
-    bytes (each entry's serialized key and value), so that neither needs a scan."""
+    buffer, changelogged): `0x00 key` -> the key's buffer time and the update (its timestamp, value and the
+    record it was held with), an index `0x01 buffer_time(8) key` in the order keys are let go, and `0x02` ->
+    the observed stream time (the largest timestamp put), the entries' count and bytes (each entry's
+    serialized key and value), and a time no key was first buffered before, so that none of them needs a
+    scan and a look for keys due scans only the index's times past those taken before (their deletions stay
+    in the batch's write buffer until it commits)."""
 
-    def _meta(self) -> tuple[int, int, int]:
+    def _meta(self) -> tuple[int, int, int, int]:
         raw = self._buf().get(_SUPPRESS_META)
-        return (-1, 0, 0) if raw is None else _SUPPRESS_META_FORMAT.unpack(raw)
+        return _EMPTY_META if raw is None else _SUPPRESS_META_FORMAT.unpack(raw)
+
+    def _write_meta(self, observed: int, entries: int, size: int, low: int) -> None:
+        self._buf().put(_SUPPRESS_META, _SUPPRESS_META_FORMAT.pack(observed, entries, size, low))
 
     def observe(self, timestamp: int) -> int:
         """Move the observed stream time to `timestamp` if that is later; returns it."""
-        observed, entries, size = self._meta()
+        observed, entries, size, low = self._meta()
         if timestamp > observed:
-            self._write_meta(timestamp, entries, size)
+            self._write_meta(timestamp, entries, size, low)
             return timestamp
         return observed
 
@@ -398,58 +459,66 @@ class SuppressionBuffer(StoreView):
 
     def size(self) -> tuple[int, int]:
         """How many keys are held, and their serialized keys' and values' bytes."""
-        _, entries, size = self._meta()
+        _, entries, size, _ = self._meta()
         return entries, size
 
-    def put(self, key: Any, value: Any, timestamp: int, message: HeldRecord | None) -> Suppressed | None:
-        """Hold `value` as the key's latest update. A key already held keeps its buffer time (the time limit
-        counts from its first update: Kafka Streams' "does not re-start the timer"). Returns what it replaced."""
+    def put(self, key: Any, value: Any, timestamp: int, message: HeldRecord | None) -> int:
+        """Hold `value` as the key's latest update, and move the observed stream time to `timestamp` if that is
+        later; returns the observed stream time. A key already held keeps its buffer time (the time limit counts
+        from its first update: Kafka Streams' "does not re-start the timer")."""
         buf, k = self._buf(), self._key(key)
         data = None if value is None else self._encode(value, -1)
         before = buf.get(_SUPPRESS_DATA + k)
-        replaced = None if before is None else self._entry(k, before)
-        buffer_time = timestamp if replaced is None else replaced.buffer_time
-        fields: list[bytes | None] = [b"%d" % buffer_time, b"%d" % timestamp, data]
-        if message is not None:
-            fields += _message_fields(message)
-        buf.put(_SUPPRESS_DATA + k, _pack(fields))
-        if replaced is None:
+        observed, entries, size, low = self._meta()
+        if before is None:
+            buffer_time = timestamp
             buf.put(_SUPPRESS_INDEX + _UTIME.pack(buffer_time + 2**63) + k, b"")
-        observed, entries, size = self._meta()
-        size += len(k) + len(data or b"") - (0 if before is None else len(k) + _value_size(before))
-        self._write_meta(observed, entries + (replaced is None), size)
-        return replaced
+            entries, size, low = entries + 1, size + len(k), min(low, buffer_time)
+        else:
+            buffer_time = _ENTRY_HEAD.unpack_from(before)[0] - 2**63
+            size -= _value_size(before)
+        head = _ENTRY_HEAD.pack(buffer_time + 2**63, timestamp, -1 if data is None else len(data))
+        buf.put(_SUPPRESS_DATA + k, head + (data or b"") + (b"" if message is None else _encode_held(message)))
+        observed = max(observed, timestamp)
+        self._write_meta(observed, entries, size + len(data or b""), low)
+        return observed
 
     def take_until(self, time: int) -> list[Suppressed]:
         """Remove and return the keys first buffered at or before `time`, in buffer-time order (keys of one
         time in their bytes' order)."""
-        return self._take(_SUPPRESS_INDEX + _UTIME.pack(time + 2**63 + 1))
+        low = self._meta()[3]
+        if low > time:
+            return []
+        return self._take(low, _SUPPRESS_INDEX + _UTIME.pack(time + 2**63 + 1), after=time + 1)
 
     def take_oldest(self) -> Suppressed | None:
         """Remove and return the key buffered first (None: none is held)."""
-        taken = self._take(_SUPPRESS_META, limit=1)
+        taken = self._take(self._meta()[3], _SUPPRESS_META, limit=1)
         return taken[0] if taken else None
 
-    def _take(self, end: bytes, limit: int | None = None) -> list[Suppressed]:
+    def _take(self, low: int, end: bytes, limit: int | None = None, after: int | None = None) -> list[Suppressed]:
+        """Take the index's keys from time `low` up to `end` (at most `limit`); `after`: a time no key left is
+        first buffered before (else the last key taken's)."""
         buf = self._buf()
-        taken: list[Suppressed] = []
-        freed = 0
-        for index_key, _ in buf.iterate(_SUPPRESS_INDEX, end):
-            k = index_key[9:]
-            raw = buf.get(_SUPPRESS_DATA + k)
+        taken: list[tuple[bytes, bytes]] = []
+        start = _SUPPRESS_INDEX + _UTIME.pack(max(low, -2**63) + 2**63) if low < 2**63 - 1 else _SUPPRESS_INDEX
+        for index_key, _ in buf.iterate(start, end):
+            raw = buf.get(_SUPPRESS_DATA + index_key[9:])
             assert raw is not None, f"store {self.name!r}: an index entry without its key"
-            taken.append(self._entry(k, raw))
-            freed += len(k) + _value_size(raw)
+            taken.append((index_key, raw))
             if limit is not None and len(taken) >= limit:
                 break
-        for entry in taken:
-            k = self._key(entry.key)
-            buf.put(_SUPPRESS_DATA + k, None)
-            buf.put(_SUPPRESS_INDEX + _UTIME.pack(entry.buffer_time + 2**63) + k, None)
-        if taken:
-            observed, entries, size = self._meta()
-            self._write_meta(observed, entries - len(taken), size - freed)
-        return taken
+        observed, entries, size, low = self._meta()
+        for index_key, raw in taken:
+            buf.put(_SUPPRESS_DATA + index_key[9:], None)
+            buf.put(index_key, None)
+            size -= len(index_key) - 9 + _value_size(raw)
+        if taken or after is not None:
+            last = _UTIME.unpack_from(taken[-1][0], 1)[0] - 2**63 if taken else low
+            entries -= len(taken)
+            low = _EMPTY_META[3] if not entries else after if after is not None else last
+            self._write_meta(observed, entries, size, low)
+        return [self._entry(index_key[9:], raw) for index_key, raw in taken]
 
     def all(self) -> list[Suppressed]:
         """Every key held, in the order they will be let go."""
@@ -457,20 +526,17 @@ class SuppressionBuffer(StoreView):
         return [self._entry(k[9:], buf.get(_SUPPRESS_DATA + k[9:]) or b"")
                 for k, _ in buf.iterate(_SUPPRESS_INDEX, _SUPPRESS_META)]
 
-    def _write_meta(self, observed: int, entries: int, size: int) -> None:
-        self._buf().put(_SUPPRESS_META, _SUPPRESS_META_FORMAT.pack(observed, entries, size))
-
     def _entry(self, k: bytes, raw: bytes) -> Suppressed:
-        fields = _unpack(raw)
-        buffer_time, timestamp, data = fields[:3]
-        assert buffer_time is not None and timestamp is not None
-        return Suppressed(self.spec.key_serde.deserialize(k), None if data is None else self._deserialize_value(data),
-                          int(timestamp), int(buffer_time), _message(fields[3:]) if fields[3:] else None)
+        buffer_time, timestamp, size = _ENTRY_HEAD.unpack_from(raw)
+        at = _ENTRY_HEAD.size + max(0, size)
+        value = None if size < 0 else self._deserialize_value(raw[_ENTRY_HEAD.size:at])
+        return Suppressed(self.spec.key_serde.deserialize(k), value, timestamp, buffer_time - 2**63,
+                          _decode_held(raw, at) if len(raw) > at else None)
 
 
 def _value_size(raw: bytes) -> int:
     """The bytes of the serialized value in a `SuppressionBuffer` entry."""
-    return len(_unpack(raw)[2] or b"")
+    return max(0, _ENTRY_HEAD.unpack_from(raw)[2])
 
 
 def reproducible(kind: str, stored_key: bytes, raw: bytes | None, moving: Container[str]) -> bytes | None:
@@ -481,12 +547,14 @@ def reproducible(kind: str, stored_key: bytes, raw: bytes | None, moving: Contai
     offsets. What a test of exactly-once compares; other values are returned as they are."""
     if raw is None or kind not in ("time_ordered_buffer", "suppression_buffer") or stored_key[:1] != _DATA:
         return raw
+
+    def stable(message: HeldRecord) -> HeldRecord:
+        topic, partition, offset, key, value, headers, ts, index = message
+        kept = [(name, header) for name, header in headers if not name.startswith("eos.")]
+        return (topic, 0, 0, key, value, kept, ts, index) if topic in moving else (topic, partition, offset, key,
+                                                                                  value, kept, ts, index)
+    if kind == "suppression_buffer":
+        at = _ENTRY_HEAD.size + max(0, _value_size(raw))
+        return raw if len(raw) <= at else raw[:at] + _encode_held(stable(_decode_held(raw, at)))
     fields = _unpack(raw)
-    ahead = 2 if kind == "time_ordered_buffer" else 3
-    if len(fields) <= ahead:  # (an update made outside a record's processing: nothing held)
-        return raw
-    topic, partition, offset, key, value, headers, ts, index = _message(fields[ahead:])
-    kept = [(name, header) for name, header in headers if not name.startswith("eos.")]
-    if topic in moving:
-        partition = offset = 0
-    return _pack([*fields[:ahead], *_message_fields((topic, partition, offset, key, value, kept, ts, index))])
+    return _pack([*fields[:2], *_message_fields(stable(_message(fields[2:])))])

@@ -314,9 +314,8 @@ class Suppress(Processor):
             self.context.record_dropped("table update without a key")
             return
         buffer = self.buffer
-        observed = buffer.observe(record.timestamp)
         kept = self.context.hold() if self.context.record_metadata() is not None else None
-        buffer.put(record.key, record.value, record.timestamp, kept)
+        observed = buffer.put(record.key, record.value, record.timestamp, kept)
         for entry in buffer.take_until(observed - self.time_limit_ms):
             self._let_go(entry)
         if self.max_records is None and self.max_bytes is None:
