@@ -71,7 +71,9 @@ _STREAM_HINTS = {**{step: _GROUP_FIRST.format(step) for step in ("count", "aggre
                                  "Kafka Streams' transform steps are process(ProcessorClass) here (process_values "
                                  "for one that keeps keys, as processValues)"),
                  "branch": "split().branch(predicate, name=...)...default_branch() returns the branches by name, as "
-                           "Kafka Streams' split()"}
+                           "Kafka Streams' split()",
+                 "suppress": "suppress holds a table's updates back, as in Kafka Streams: aggregate first "
+                             "(stream.group_by_key().count().suppress(time_limit)), or stream.to_table().suppress(...)"}
 
 
 class Stream:

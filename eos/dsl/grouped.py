@@ -43,7 +43,8 @@ class GroupedStream:
 
     def __getattr__(self, name: str) -> Any:  # (only for what the class has not)
         raise no_such_step(GroupedStream, name, {"windowedBy": "it is window(...) here", "to": (
-            "a grouped stream is aggregated before it is written: grouped.count().to_stream().to(topic)")})
+            "a grouped stream is aggregated before it is written: grouped.count().to_stream().to(topic)"),
+            "suppress": "suppress holds a table's updates back: aggregate first, grouped.count().suppress(time_limit)"})
 
     def window(self, windows: WindowSpec, *, emit: Emit = "update", late_records: LatePolicy = "drop",
                retention: int | timedelta | None = None, windowed_key: str = "json") -> WindowedStream:

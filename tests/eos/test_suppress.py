@@ -214,6 +214,14 @@ def test_a_mistake_in_a_suppression_fails_where_it_is_written(call, error, messa
         call(table)
 
 
+def test_a_stream_or_a_grouped_stream_suppressed_says_what_to_write():
+    stream = app_().stream("clicks")
+    with pytest.raises(AttributeError, match=r"aggregate first \(stream.group_by_key\(\).count\(\).suppress"):
+        stream.suppress(1_000)
+    with pytest.raises(AttributeError, match=r"aggregate first, grouped.count\(\).suppress\(time_limit\)"):
+        stream.group_by_key().suppress(1_000)
+
+
 def test_a_value_the_buffers_serde_refuses_sends_its_record_to_the_dead_letter_topic_naming_the_store():
     app = app_()
     (app.stream("clicks", key_serde="string").group_by_key().count(name="per-user")
