@@ -201,10 +201,36 @@ class LaunchedJvm:
 
     def _kill(self) -> None:
         """SIGKILL the launched process and those below it (a shell's launcher JVM: killing the shell alone would
-        leave it running)."""
-        for pid in [*_descendants(self.proc.pid), self.proc.pid]:
+        leave it running), and wait until they are gone. The shell is stopped first, so that it starts nothing
+        after its processes are listed; a killed grandchild is not this process's to reap, and a JVM takes a
+        while to give its memory back: without the wait, a run that failed at once ended while its launcher's
+        JVM was still exiting."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.proc.pid, signal.SIGSTOP)
+        below = _descendants(self.proc.pid)
+        for pid in [*below, self.proc.pid]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        _wait_gone(below, KILLED_WAIT_S)
+
+
+#: How long a killed launch's processes are waited for (a JVM's exit takes milliseconds, more under load)
+KILLED_WAIT_S = 10.0
+
+
+def _wait_gone(pids: list[int], timeout: float) -> None:
+    """Wait until none of `pids` is alive: gone from /proc, or a zombie its new parent has yet to reap."""
+    deadline = time.monotonic() + timeout
+    while (alive := [pid for pid in pids if _alive(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.01)
+        pids = alive
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 def _descendants(pid: int) -> list[int]:

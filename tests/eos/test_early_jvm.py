@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 from eos.driver import jvm as jvm_module
 from eos.driver import spark
 from eos.driver.classdata import spark_home
-from eos.driver.jvm import LaunchedJvm
+from eos.driver.jvm import LaunchedJvm, _alive
 
 
 class FakeProcess:
@@ -243,8 +244,17 @@ def test_a_discarded_jvm_still_starting_is_ended_at_once_and_a_launch_script_by_
     starting.discard(timeout=30)
     assert starting.proc.returncode == -signal.SIGTERM  # ended at once, not killed after the timeout
     assert not os.path.exists(starting._conn_dir)
-    # spark-submit's scripts before they exec the JVM (here a program that ends when its stdin does, as the
-    # gateway does): not signalled, which would leave their launcher JVM behind
-    script = _launched(tmp_path, shutil.which("cat") or "/bin/cat")
+    # spark-submit's scripts before they exec the JVM, running their launcher (here a shell running a process that
+    # holds 256 MiB, as a JVM holds its heap): killed with what runs below them, and waited for until that has ended
+    # too. A process killed takes a while to give its memory back (~15 ms for these 256 MiB), and it is not this
+    # process's child to wait for: a run that failed at once ended while its launcher's JVM was still exiting.
+    started = tmp_path / "launcher.pid"
+    holder = (f"import os, time; b = bytearray(1 << 28); open({str(started)!r}, 'w').write(str(os.getpid())); "
+              "time.sleep(60)")
+    script = _launched(tmp_path, shutil.which("sh") or "/bin/sh", "-c", f"{sys.executable} -c \"{holder}\" & wait")
+    while not started.exists() or not started.read_text().strip():
+        time.sleep(0.01)
+    launcher = int(started.read_text())
     script.discard(timeout=30)
-    assert script.proc.returncode == 0
+    assert script.proc.returncode == -signal.SIGKILL
+    assert not _alive(launcher)
