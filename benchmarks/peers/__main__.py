@@ -2,7 +2,7 @@
 Quix Streams and a bare confluent-kafka transactional copy loop, side by side on one broker.
 
     python -m benchmarks.peers [--records 1000000] [--rounds 3] [--keys 10000]
-                               [--jobs stateless,count,pipeline,stateless64,count64]
+                               [--jobs stateless,count,pipeline,window,stateless64,count64]
                                [--peers eos,eos-cache,kstreams,kstreams-cache,quix,copy] [--latency-rate 2000]
                                [--eos-settings '{"max_records_per_batch": 20000}'] [--no-warm-up] [--warm-up-peers [N]]
                                [--broker-feature transaction.version=1]
@@ -10,9 +10,13 @@ Quix Streams and a bare confluent-kafka transactional copy loop, side by side on
 * stateless: parse each JSON order (~100 B), add `total`, write it; count: records per key, one output
   per input (Kafka Streams with its record cache off). pipeline: four operators in one task, as each DSL
   fuses them: keep the orders of qty >= 2, add `total`, group by key, sum the totals per key (one output
-  per kept input with the cache off). With record caches, `eos-cache` (cache_max_bytes: Kafka Streams'
-  default 10 MiB shared by the tasks) and `kstreams-cache` (its default cache) run count and pipeline
-  emitting the latest aggregate per key per commit, and are compared with each other. stateless64: the
+  per kept input with the cache off). window: records per key and tumbling 60 s window of event time (the
+  inputs' timestamps span 10 minutes, EVENT_SPAN_MS: ~10 records per key and window), grace 10 s, one output
+  per input with the cache off, keyed as Kafka Streams' windowed keys (the framework's `windowed_key="binary"`;
+  Quix's `tumbling_window(...).count().current()`). With record caches, `eos-cache` (cache_max_bytes: Kafka
+  Streams' default 10 MiB shared by the tasks) and `kstreams-cache` (its default cache) run count, pipeline
+  and window emitting the latest aggregate per key (and window) per commit, and are compared with each
+  other. stateless64: the
   stateless job on an input of 64 partitions (each peer's default parallelism on this machine; a Kafka
   task per partition); this framework's runs of it keep the default tasks_per_transaction="auto", which on
   the two task slots of its default master makes units of 32, so that its 64 tasks commit in two
@@ -37,7 +41,8 @@ Quix Streams and a bare confluent-kafka transactional copy loop, side by side on
   Peak memory = the largest summed RSS of the run's processes (JVMs, Python workers); the largest summed
   PSS (shared pages divided among the processes sharing them) is printed too, with each role's share.
 * Every run's output is verified before it counts: stateless, every input id exactly once in the
-  committed output; count and pipeline, every key's last aggregate exact, none repeated or going back
+  committed output; count, pipeline and window, every key's (and window's) last aggregate exact, none
+  repeated or going back
   (and, one output per input, as many outputs as inputs kept). A failed verification stops the benchmark.
 * The machine's speed: before each run, the best of five timings of a fixed piece of Python work
   (`benchmarks.calibrate`, ~0.1 s each), printed with the run, per peer after the rounds, and in the report
@@ -84,12 +89,14 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from rich.console import Console
 from rich.table import Table
 
 from benchmarks.calibrate import cpu_times, python_ms, steal_share
+from benchmarks.peers.jobs import GRACE_MS, WINDOW_MS
 from benchmarks.visible import visible
 from chaos.processes import session_processes
 from eos.audit.scan import scan_topic
@@ -105,9 +112,12 @@ WIDE_PARTITIONS = 64  # the stateless64 job's input
 KSTREAMS_THREADS = 2  # num.stream.threads: one per core, as this framework runs a task slot per core
 console = Console(width=160)  # the tables are wide; a log file is no terminal
 PEERS = ("eos", "eos-cache", "kstreams", "kstreams-cache", "quix", "copy")
-JOBS = ("stateless", "count", "pipeline", "stateless64", "count64")
+JOBS = ("stateless", "count", "pipeline", "window", "stateless64", "count64")
 #: the jobs with state: the record-cache peers run these only, the copy loop none of them
-AGGREGATING = ("count", "pipeline")
+AGGREGATING = ("count", "pipeline", "window")
+#: the inputs' event time: record i of n is stamped EVENT_SPAN_MS * i / n after the first, the last a minute ago
+#: (the window job's 60 s windows: ten of them, ~10 records per key and window at the default 1M records on 10k keys)
+EVENT_SPAN_MS = 600_000
 #: the peers that run the aggregating jobs with a record cache: one output per key per commit
 CACHED = ("eos-cache", "kstreams-cache")
 #: each peer's ratio is taken against this Kafka Streams peer
@@ -207,24 +217,34 @@ class Expected:
     counts: Counter[str] = field(default_factory=Counter)  # count: records per key
     kept: Counter[str] = field(default_factory=Counter)  # pipeline: orders of qty >= 2 per key
     revenue: dict[str, float] = field(default_factory=dict)  # pipeline: the sum of their totals, in key order
+    windows: Counter[tuple[str, int]] = field(default_factory=Counter)  # window: records per key and window start
 
 
 def preload(bootstrap: str, topic: str, n: int, keys: int, seed: int = 1) -> Expected:
-    """n JSON orders of ~100 bytes on `keys` keys (murmur2-partitioned: a key's orders stay in order)."""
+    """n JSON orders of ~100 bytes on `keys` keys (murmur2-partitioned: a key's orders stay in order), their
+    timestamps EVENT_SPAN_MS apart from the first to the last (`event_time`)."""
     rng = random.Random(seed)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
                          "enable.idempotence": True, "partitioner": "murmur2_random"})
     expected = Expected()
+    first = int(time.time() * 1000) - EVENT_SPAN_MS - 60_000
     for i in range(n):
         key, value = order(rng, i, keys)
+        timestamp = event_time(first, i, n)
         expected.counts[key] += 1
+        expected.windows[key, timestamp - timestamp % WINDOW_MS] += 1
         fields = json.loads(value)
         if fields["qty"] >= 2:
             expected.kept[key] += 1
             expected.revenue[key] = expected.revenue.get(key, 0) + fields["qty"] * fields["price"]
-        produce(producer, topic, key, value)
+        produce(producer, topic, key, value, timestamp)
     assert producer.flush(300) == 0
     return expected
+
+
+def event_time(first: int, i: int, n: int) -> int:
+    """Record i of n's timestamp: in order, EVENT_SPAN_MS from the first record to the last."""
+    return first + i * EVENT_SPAN_MS // max(n - 1, 1)
 
 
 def order(rng: random.Random, i: int, keys: int) -> tuple[str, bytes]:
@@ -233,10 +253,11 @@ def order(rng: random.Random, i: int, keys: int) -> tuple[str, bytes]:
                             "price": round(rng.uniform(1, 99), 2), "note": "x" * 20}).encode()
 
 
-def produce(producer: Producer, topic: str, key: str, value: bytes) -> None:
+def produce(producer: Producer, topic: str, key: str, value: bytes, timestamp: int = 0) -> None:
+    """One record (`timestamp` 0: the producer's clock)."""
     while True:
         try:
-            producer.produce(topic, key=key.encode(), value=value)
+            producer.produce(topic, key=key.encode(), value=value, timestamp=timestamp)
             return
         except BufferError:
             producer.poll(0.05)
@@ -391,10 +412,11 @@ def command(peer: str, job: str, bootstrap: str, source: str, sink: str, group: 
         cache = "on" if peer == "kstreams-cache" else "off"
         # its state directory goes under java.io.tmpdir: the scratch directory, removed after the run
         return [kstreams[0], f"-Djava.io.tmpdir={scratch}", *kstreams[1:], bootstrap, job, source, sink, group,
-                str(KSTREAMS_THREADS), "1000", cache], env
+                str(KSTREAMS_THREADS), "1000", cache, str(WINDOW_MS), str(GRACE_MS)], env
     if peer == "quix":
         assert quix is not None
-        return [quix, str(HERE / "quix_job.py"), bootstrap, job, source, sink, group, str(scratch / "quix")], env
+        return [quix, str(HERE / "quix_job.py"), bootstrap, job, source, sink, group, str(scratch / "quix"),
+                str(WINDOW_MS), str(GRACE_MS)], env
     return [sys.executable, str(HERE / "copy_loop.py"), bootstrap, source, sink, group], env
 
 
@@ -596,9 +618,23 @@ def measure(result: Latency, sent: list[float], seen: dict[int, float], first: i
 def _number(peer: str, job: str, raw: bytes) -> float:
     """An aggregate as the peer writes it: a count as a long (8 bytes, big-endian) or JSON (Quix); a revenue
     as a double (Kafka Streams, 8 bytes) or JSON (the others)."""
-    if job == "count":
+    if job in ("count", "window"):
         return int.from_bytes(raw, "big", signed=True) if len(raw) == 8 else int(json.loads(raw))
     return struct.unpack(">d", raw)[0] if peer.startswith("kstreams") else float(json.loads(raw))
+
+
+def _aggregated(peer: str, job: str, key: bytes, value: bytes) -> tuple[str | tuple[str, int], float]:
+    """What an output of an aggregating job aggregates (a key, or a key and its window's start) and its aggregate.
+    A window's key as each peer writes it: the framework's binary windowed key (the key's bytes, the window's
+    end and start, 8 bytes each), Kafka Streams' time-windowed one (the key's bytes and the start), and Quix the
+    record's own key with {"start", "end", "value"} as its value."""
+    if job != "window":
+        return key.decode(), _number(peer, job, value)
+    if peer == "quix":
+        window = json.loads(value)
+        return (key.decode(), int(window["start"])), int(window["value"])
+    start = int.from_bytes(key[-8:], "big")
+    return (key[:-16 if peer.startswith("eos") else -8].decode(), start), _number(peer, job, value)
 
 
 def verify(run: Run, bootstrap: str, admin: KafkaAdmin, sink: str, n: int, expected: Expected) -> None:
@@ -618,15 +654,15 @@ def verify(run: Run, bootstrap: str, admin: KafkaAdmin, sink: str, n: int, expec
             raise RuntimeError(f"{run.peer} stateless: {len(ids):,} of {n:,} ids, {repeated:,} repeated")
         run.verified = f"{n:,} ids once each"
         return
-    # every input adds to its key's aggregate (a count by one, a revenue by a positive total), so an
-    # aggregate repeated or going back is a record applied twice
-    want: dict[str, float] = dict(expected.counts if job == "count" else expected.revenue)
-    inputs = n if job == "count" else sum(expected.kept.values())
-    last: dict[str, float] = {}
+    # every input adds to its key's aggregate (a count by one, a revenue by a positive total; the window job's
+    # keys are a key and a window), so an aggregate repeated or going back is a record applied twice
+    want: dict[Any, float] = dict({"count": expected.counts, "window": expected.windows}.get(job, expected.revenue))
+    inputs = n if job != "pipeline" else sum(expected.kept.values())
+    last: dict[Any, float] = {}
     outputs = backwards = 0
     for batch in scan_topic(bootstrap, sink, admin=admin):
         for msg in batch:
-            key, value = msg.key().decode(), _number(run.peer, job, msg.value())
+            key, value = _aggregated(run.peer, job, msg.key(), msg.value())
             backwards += value <= last.get(key, 0)
             last[key] = value
             outputs += 1

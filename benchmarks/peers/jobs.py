@@ -4,10 +4,13 @@ counted through the test driver (benchmarks.instructions)."""
 from __future__ import annotations
 
 from eos import Application
+from eos.windows import TumblingWindows
 
-__all__ = ["JOBS", "define"]
+__all__ = ["GRACE_MS", "JOBS", "WINDOW_MS", "define"]
 
-JOBS = ("stateless", "count", "pipeline")
+JOBS = ("stateless", "count", "pipeline", "window")
+#: the window job's tumbling windows of event time (each peer's own: the same size and grace on every one)
+WINDOW_MS, GRACE_MS = 60_000, 10_000
 
 
 def define(app: Application, job: str, source: str, sink: str) -> None:
@@ -27,5 +30,10 @@ def define(app: Application, job: str, source: str, sink: str) -> None:
             .to_stream().to(sink))
     elif job == "count":
         app.count(source, sink, name="counts")
+    elif job == "window":
+        # records per key and tumbling window, one output per input; the key written as Kafka Streams' windowed
+        # keys are (the key's bytes, then the window's times), so that no peer pays for JSON keys
+        app.count(source, sink, name="counts", windows=TumblingWindows(WINDOW_MS, grace=GRACE_MS),
+                  windowed_key="binary")
     else:
         raise ValueError(f"no job {job!r}: the jobs are {', '.join(JOBS)}")

@@ -1,5 +1,5 @@
 """The peers benchmark's jobs on Quix Streams, exactly-once (run in its own virtualenv).
-Arguments: bootstrap job input output consumer-group state-dir."""
+Arguments: bootstrap job input output consumer-group state-dir [window-ms grace-ms]."""
 
 import sys
 
@@ -22,6 +22,9 @@ elif job == "pipeline":
     sdf = (sdf.filter(lambda order: order["qty"] >= 2)
               .apply(lambda order: {**order, "total": order["qty"] * order["price"]})
               .apply(revenue, stateful=True))
+elif job == "window":  # every update of each window's count: {"start", "end", "value"} under the record's key
+    window_ms, grace_ms = int(sys.argv[7]), int(sys.argv[8])
+    sdf = sdf.tumbling_window(duration_ms=window_ms, grace_ms=grace_ms).count().current()
 else:
     def count(_value, state):
         n = state.get("n", 0) + 1

@@ -2,6 +2,7 @@ package eosbench;
 
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.time.Duration;
 import java.util.Properties;
 import java.util.concurrent.CountDownLatch;
 import org.apache.kafka.common.serialization.Serdes;
@@ -12,15 +13,21 @@ import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.kstream.TimeWindows;
+import org.apache.kafka.streams.kstream.WindowedSerdes;
 import org.apache.kafka.streams.state.KeyValueStore;
+import org.apache.kafka.streams.state.WindowStore;
 
 /**
  * The peers benchmark's jobs on Kafka Streams, exactly_once_v2:
  * "stateless": parse each JSON value, add a field, write it; "count": records per key, one output per
  * input when the record cache is off (cache.max.bytes.buffering=0), fewer with the default cache;
  * "pipeline": filter (qty >= 2), add the total, group by key, sum the totals per key (one fused
- * sub-topology, as the DSL builds it: no repartition, one task per partition).
- * Arguments: bootstrap job input output application-id threads commit-ms cache(on|off). Runs until killed.
+ * sub-topology, as the DSL builds it: no repartition, one task per partition); "window": records per key and
+ * tumbling window of event time (the records' timestamps), one output per input with the cache off, keyed as
+ * WindowedSerdes' time-windowed keys (the key's bytes, then the window's start).
+ * Arguments: bootstrap job input output application-id threads commit-ms cache(on|off) [window-ms grace-ms].
+ * Runs until killed.
  */
 public final class PeerJob {
     public static void main(String[] args) throws Exception {
@@ -74,6 +81,14 @@ public final class PeerJob {
                                .withKeySerde(Serdes.String()).withValueSerde(Serdes.Double()))
                 .toStream()
                 .to(output, Produced.with(Serdes.String(), Serdes.Double()));
+        } else if (job.equals("window")) {
+            long windowMs = Long.parseLong(args[8]), graceMs = Long.parseLong(args[9]);
+            builder.stream(input, Consumed.with(Serdes.String(), Serdes.ByteArray()))
+                .groupByKey()
+                .windowedBy(TimeWindows.ofSizeAndGrace(Duration.ofMillis(windowMs), Duration.ofMillis(graceMs)))
+                .count(Materialized.<String, Long, WindowStore<Bytes, byte[]>>as("counts"))
+                .toStream()
+                .to(output, Produced.with(WindowedSerdes.timeWindowedSerdeFrom(String.class, windowMs), Serdes.Long()));
         } else {
             builder.stream(input, Consumed.with(Serdes.String(), Serdes.ByteArray()))
                 .groupByKey()
