@@ -21,7 +21,7 @@ from typing import Any, NamedTuple, cast
 from recovery.store import StoreView
 
 __all__ = ["WindowStore", "SessionStore", "Session", "RecordBuffer", "TimeOrderedBuffer", "Held", "HeldRecord",
-           "SuppressionBuffer", "Suppressed", "reproducible"]
+           "SuppressionBuffer", "Suppressed", "reproducible", "window_key"]
 
 _Q = struct.Struct(">q")
 _I = struct.Struct(">I")
@@ -32,13 +32,19 @@ def _time(t: int) -> bytes:
     return _Q.pack(t)
 
 
+def window_key(start: int, key: bytes) -> bytes:
+    """A window store's key of the window starting at `start` of the serialized key `key` (what its changelog
+    and its write buffer see)."""
+    return _Q.pack(start) + key
+
+
 class WindowStore(StoreView):
     """Values per key and window start (`window_start` in ms). `expire_before(t)` drops windows that start
     before t. Iterations run in (start, key) order."""
 
     def put(self, key: Any, window_start: int, value: Any, timestamp: int = -1) -> None:
         """Store the window's value (None deletes it)."""
-        stored_key = _time(window_start) + self._key(key)
+        stored_key = window_key(window_start, self._key(key))
         raw = None if value is None else self._encode(value, timestamp)
         self._buf().put(stored_key, raw)
         self.last_written = (stored_key, len(stored_key) + (len(raw) if raw else 0))

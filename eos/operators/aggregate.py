@@ -67,6 +67,13 @@ class AggregateFold(NamedTuple):
     chain: Callable[[Callable[[Any, Any, int, Any], None]], Callable[[Any, Any, int, Any], None]] | None = None
     #: the topic of the one plain sink `emit` forwards to (`GraphProcessor.sink_forward`), if it is one
     sink: str | None = None
+    #: a windowed aggregation's (`eos.operators.windows.TimeWindowAggregate`): its windows (each record updates
+    #: the aggregate of its key in every open window it falls in, forwarded keyed `Windowed`), what a record
+    #: in closed windows only is (`late(timestamp, stream time)`: raises for the dead-letter topic), and its
+    #: punctuation (expiring windows by stream time), which the fold runs as the record-at-a-time loop would
+    windows: Any = None
+    late: Callable[[int, int], None] | None = None
+    schedules: tuple[Any, ...] = ()
 
 
 class AggregateProcessor(Processor):

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from eos.cache import updates
+from eos.operators.aggregate import _HELD_KEYS, AggregateFold, _holds
 from eos.processor import Processor, ProcessorContext
 from eos.records import Record
 from eos.windows import HoppingWindows, SessionWindows, SlidingWindows, TimeWindow, Windowed
@@ -47,12 +48,17 @@ class _WindowedAggregate(Processor):
         self._emitted_to: int | None = None
 
     def _expire_due(self, horizon: int, retention: int) -> bool:
-        """Whether to drop the entries before `horizon` now: in steps of a twentieth of the retention (as
-        Kafka Streams drops whole segments), not on every move of stream time (a scan each time). Entries
-        kept a little longer are closed windows, which take no records."""
-        if horizon < self._expired_to + max(1, retention // 20):
+        """Whether to drop the entries before `horizon` now, rounded down to a step of a twentieth of the
+        retention (`_expired_to`, as Kafka Streams drops whole segments), not on every move of stream time (a
+        scan each time). Entries kept a little longer are closed windows, which take no records. The steps are
+        of stream time alone, not of what this runtime did before: a runtime that replaces one (a restart, a
+        batch run again) drops what its predecessor dropped at the same punctuations, so the changelog's
+        tombstones are the same (its first look scans the store from the start and finds those gone)."""
+        step = max(1, retention // 20)
+        target = horizon - horizon % step
+        if target <= self._expired_to:
             return False
-        self._expire_since, self._expired_to = (self._expired_to if self._expired_to >= 0 else None), horizon
+        self._expire_since, self._expired_to = (self._expired_to if self._expired_to >= 0 else None), target
         return True
 
     def _emission_range(self, horizon: int) -> tuple[int | None, int]:
@@ -67,13 +73,17 @@ class _WindowedAggregate(Processor):
         # only to drop expired entries, in steps of a twentieth of the retention (a punctuation per record
         # would cost more than the aggregation)
         interval = 1 if self.emit == "final" else max(1, self.retention // 20)
-        context.schedule(interval, self.on_stream_time, type="stream")
+        self._schedule = context.schedule(interval, self.on_stream_time, type="stream")
 
     def late(self, record: Record, detail: str) -> None:
-        if self.late_policy == "dead_letter":
-            raise LateRecordError(f"late record at {record.timestamp}: {detail} (stream time "
-                                  f"{self.context.stream_time})")
+        self.late_at(record.timestamp, detail, self.context.stream_time)
         self.context.record_dropped("late")
+
+    def late_at(self, timestamp: int, detail: str, stream_time: int) -> None:
+        """A record at `timestamp` that no open window takes: a LateRecordError (the dead-letter topic), or
+        nothing (dropped; the caller counts it)."""
+        if self.late_policy == "dead_letter":
+            raise LateRecordError(f"late record at {timestamp}: {detail} (stream time {stream_time})")
 
     def on_stream_time(self, stream_time: int) -> None:
         raise NotImplementedError
@@ -93,6 +103,27 @@ class TimeWindowAggregate(_WindowedAggregate):
         super().init(context)
         self.store: WindowStore = context.store(self.store_name)
         self.emit_update = updates(context, self.store)  # through the record cache, if the task has one
+        holds = _holds(self.store.spec.value_serde)
+        sole_user = getattr(context, "sole_user_of", None)
+        #: numbers its store surely serializes, every update forwarded at once (no record cache, emit="update")
+        #: and no other processor sees the store: a batch may be folded (`fold_view`)
+        self._fold_holds = holds if (holds is not None and self.emit == "update" and sole_user is not None
+                                     and getattr(context, "record_cache", None) is None
+                                     and sole_user(self.store_name)) else None
+
+    def fold_view(self, *, stateless_after: bool) -> AggregateFold | None:
+        """What folding a batch into these windows needs (`eos.worker.folding`): tumbling and hopping windows
+        of numbers, emitting every update, without a record cache, whose updates meet only stateless operators
+        and sinks (`stateless_after`). Else None."""
+        if self._fold_holds is None or not stateless_after or type(self) is not TimeWindowAggregate:
+            return None
+        detail = "all its windows are closed"
+
+        def late(timestamp: int, stream_time: int) -> None:
+            self.late_at(timestamp, detail, stream_time)
+        return AggregateFold(self.store, self.initializer, self.aggregator, self._fold_holds, self.store_name,
+                             _HELD_KEYS, None, None, None, None, None, self.emit_update, windows=self.windows,
+                             late=late, schedules=(self._schedule,))
 
     def process(self, record: Record) -> None:
         if record.value is None:
@@ -212,9 +243,9 @@ class SlidingWindowAggregate(_WindowedAggregate):
                 self.store.delete(key, start)
         horizon = stream_time - grace - 2 * diff - 1  # no open window can hold a record before this
         if self._expire_due(horizon, 2 * diff + grace):
-            self.buffer.expire_before(horizon, self._expire_since)
-            if self.emit == "update":
-                self.store.expire_before(stream_time - self.retention)
+            self.buffer.expire_before(self._expired_to, self._expire_since)
+            if self.emit == "update":  # (stream time less the retention, by the same step)
+                self.store.expire_before(self._expired_to + grace + 2 * diff + 1 - self.retention)
 
 
 class SessionWindowAggregate(_WindowedAggregate):

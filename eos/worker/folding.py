@@ -39,11 +39,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from eos.errors import OutputSerializationError, SerdeError
 from eos.operators.aggregate import KEYLESS, AggregateFold, AggregateProcessor
+from eos.operators.windows import TimeWindowAggregate
 from eos.processor import Processor
 from eos.serde import BytesSerde, Serde
 from eos.time import MAX_TIMESTAMP, InvalidTimestampError
+from eos.windows import Windowed, ms
 from eos.worker.context import TaskContext
 from eos.worker.dead_letters import NOT_A_BAD_RECORD, DeadLetterPolicy, Stage
+from recovery.windows import window_key
 from transactions import Message, ProducerRecord
 
 if TYPE_CHECKING:
@@ -63,7 +66,7 @@ def fold_target(processor: Processor) -> AggregateFold | None:
             return None
         target, build = found
         stateless_after = processor.stateless_after(target)  # type: ignore[attr-defined]
-    if not isinstance(target, AggregateProcessor):
+    if not isinstance(target, (AggregateProcessor, TimeWindowAggregate)):
         return None
     view = target.fold_view(stateless_after=stateless_after)
     if view is None:
@@ -75,6 +78,10 @@ def fold_target(processor: Processor) -> AggregateFold | None:
         if direct is not None:  # (the hops through the node's context and its sink, skipped)
             view = view._replace(emit=direct, sink=processor.plain_sink(target))  # type: ignore[attr-defined]
     return view
+
+
+#: no punctuation due (`fold_batch`'s `due`)
+NEVER = 1 << 62
 
 
 class _Stop(Exception):
@@ -92,7 +99,8 @@ class Folded(NamedTuple):
 
 def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message], outcome: BatchOutcome, *,
                key_serde: Serde, value_serde: Serde, dlq: DeadLetterPolicy, scoped: Sequence[RecordScoped] = (),
-               drain: Drain | None = None, drain_at: int = 0, tp: tuple[str, int] | None = None) -> Folded:
+               drain: Drain | None = None, drain_at: int = 0, tp: tuple[str, int] | None = None,
+               due: int = NEVER, punctuate: Callable[[int], int] | None = None) -> Folded:
     """Fold `messages` (one partition's, `tp`, in offset order) into `view`'s aggregation, adding to `outcome`
     what the record-at-a-time loop adds: stream time, outputs (without a cache), filtered records and dead
     letters. `scoped`, `drain` and `drain_at` as that loop has them.
@@ -101,10 +109,14 @@ def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message
     made into its output record in one call (`TaskContext.direct_output`), without the record's scope: the
     stateless operators before the aggregation run without a context, and after an update nothing can fail
     but its output. A record that fails, or that the fold stops at, after some of its updates (a `flat_map`'s
-    second) leaves neither them nor their outputs."""
+    second) leaves neither them nor their outputs.
+
+    A windowed aggregation's punctuation (its windows' expiry) is due at stream time `due`: once a record has
+    moved stream time there, what the fold holds goes to the store and `punctuate(stream time)` runs it as the
+    record-at-a-time loop would after that record, returning when the next is due."""
     key_of = key_serde.deserialize
     value_of = None if type(value_serde) is BytesSerde else value_serde.deserialize
-    fold = _Fold(view)
+    fold = _Fold(view, ctx)
     step = view.chain(fold.take) if view.chain is not None else fold.take
     undo, emits = fold.undo, view.emit is not None
     filtered, dead_letters, outputs, late = outcome.filtered, outcome.dead_letters, outcome.outputs, outcome.late
@@ -148,6 +160,7 @@ def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message
         made = -1  # outputs before a record's update made at once (`direct`); -1: in its scope
         if bad is None:
             fold.msg = msg
+            fold.now = ts if ts > stream_time else stream_time  # (the stream time a record is judged at)
             scope = emits
             if direct is not None and not msg.headers():
                 scope, made = False, len(outputs)
@@ -209,6 +222,14 @@ def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message
                 if ctx.dropped_reason == "late":
                     late.append(msg)
                 ctx.dropped_reason = None
+        if stream_time >= due:  # (after a record that did not go to the dead letters, as the loop punctuates)
+            assert punctuate is not None
+            _settle(view, ctx, fold.folded)  # what the fold holds, in the store before the punctuation reads it
+            fold.folded.clear()
+            if made >= 0:  # (the loop left the task in this record's scope, which names what a punctuation makes)
+                enter(msg, ts)
+                leave()
+            due = punctuate(stream_time)
         if drain is not None and len(outputs) + len(dead_letters) >= drain_at and drain(outcome):
             ctx.commit_requested = True
         if ctx.commit_requested:
@@ -241,7 +262,7 @@ def _direct_take(view: AggregateFold, ctx: TaskContext, fold: _Fold, outputs: li
         return None
     add = outputs.append
 
-    if view.chain is None:  # one update per record: its first output
+    if view.chain is None and view.windows is None:  # one update per record: its first output
         def emit(key: Any, value: Any, timestamp: int) -> None:
             add(output(fold.msg, key, value, timestamp, 0))  # type: ignore[arg-type]  # (set before every take)
         return fold.taker(view._replace(emit=emit))
@@ -249,7 +270,8 @@ def _direct_take(view: AggregateFold, ctx: TaskContext, fold: _Fold, outputs: li
     def emit_nth(key: Any, value: Any, timestamp: int) -> None:
         # (`msg` and `made` are set before every record's take: its index among its outputs is what it made so far)
         add(output(fold.msg, key, value, timestamp, len(outputs) - fold.made))  # type: ignore[arg-type]
-    return view.chain(fold.taker(view._replace(emit=emit_nth)))
+    take = fold.taker(view._replace(emit=emit_nth))
+    return take if view.chain is None else view.chain(take)
 
 
 class _Fold:
@@ -257,9 +279,10 @@ class _Fold:
     `process` would make it of a record it is handed (forwarded at once without a cache), undone with the
     rest of its record's if the record fails."""
 
-    __slots__ = ("folded", "made", "msg", "room", "take", "undo", "updates")
+    __slots__ = ("ctx", "folded", "made", "msg", "now", "room", "take", "undo", "updates")
 
-    def __init__(self, view: AggregateFold) -> None:
+    def __init__(self, view: AggregateFold, ctx: TaskContext) -> None:
+        self.ctx = ctx
         #: identity: [aggregate, timestamp, update number, its record, key, headers], in first-update order
         self.folded: dict[bytes, list[Any]] = {}
         #: the current record's updates (identity, what they replaced, bytes added), to undo if it fails; kept
@@ -268,11 +291,14 @@ class _Fold:
         self.room = view.cache.max_bytes - view.cache.size if view.cache is not None else 1 << 62
         self.msg: Message | None = None  # the record being folded
         self.made = 0  # of a record whose updates are made into outputs at once: the outputs listed before it
+        self.now = -1  # the stream time the record being folded is judged at (windows: which are closed)
         self.updates = 0
         self.take = self.taker(view)
 
     def taker(self, view: AggregateFold) -> Callable[[Any, Any, int, Any], None]:
         """`take` as `view` has it (a fold may take with another `emit`: `_direct_take`)."""
+        if view.windows is not None:
+            return self._window_taker(view)
         logged = view.chain is not None or view.emit is not None
         fold, folded, undo = self, self.folded, self.undo
         ids: dict[Any, bytes] = {}  # a key: its serialized form
@@ -313,6 +339,70 @@ class _Fold:
                 entry[:] = updated, ts, number, fold.msg, key, headers
             if emit is not None:
                 emit(key, updated, ts)  # the largest timestamp aggregated
+        return take
+
+    def _window_taker(self, view: AggregateFold) -> Callable[[Any, Any, int, Any], None]:
+        """`take` into tumbling or hopping windows (`TimeWindowAggregate.process`): the record's update of each
+        open window it falls in (by the stream time it is judged at, `now`), forwarded keyed `Windowed` at once;
+        a record in closed windows only is late (dropped and counted, or a LateRecordError)."""
+        fold, folded, undo, ctx = self, self.folded, self.undo, self.ctx
+        windows = view.windows
+        size, advance, grace = windows.size_ms, ms(windows.advance), windows.grace_ms
+        key_types, store, initializer, aggregator = view.key_types, view.store, view.initializer, view.aggregator
+        holds, emit, late = view.holds, view.emit, view.late
+        assert emit is not None and late is not None
+        raws: dict[Any, bytes] = {}  # a key: its serialized form
+
+        def take(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            if value is None:
+                return  # a tombstone: ignored by aggregations, as in Kafka Streams
+            if key is None:
+                raise ValueError(KEYLESS)
+            if type(key) not in key_types or headers is not None:
+                raise _Stop  # (a step before that passes headers on: its outputs would carry them)
+            now = fold.now
+            start = max(0, timestamp - size + advance) // advance * advance
+            while start <= timestamp and start + size + grace <= now:  # (closed: the earlier ones end first)
+                start += advance
+            if start > timestamp:
+                late(timestamp, now)  # (raises where late records go to the dead letters)
+                ctx.dropped["late"] = ctx.dropped.get("late", 0) + 1
+                ctx.dropped_reason = "late"
+                return
+            raw = raws.get(key)
+            if raw is None:
+                try:
+                    raw = raws[key] = store.key_bytes(key)
+                except Exception:
+                    raise _Stop from None
+            while start <= timestamp:
+                identity = window_key(start, raw)
+                entry = folded.get(identity)
+                if entry is None:
+                    try:
+                        current = store.fetch_with_timestamp(key, start)
+                    except Exception:
+                        raise _Stop from None
+                    if current is None:
+                        aggregate, ts = initializer(), timestamp
+                    elif not holds(current[0]):
+                        raise _Stop
+                    else:
+                        aggregate, ts = current[0], current[1] if current[1] > timestamp else timestamp
+                else:
+                    aggregate, ts = entry[0], entry[1] if entry[1] > timestamp else timestamp
+                updated = aggregator(key, value, aggregate)
+                if not holds(updated):
+                    raise _Stop
+                fold.updates = number = fold.updates + 1
+                if entry is None:
+                    folded[identity] = [updated, ts, number, fold.msg, (key, start), headers]
+                    undo.append((identity, None, 0))
+                else:
+                    undo.append((identity, entry[:], 0))
+                    entry[:] = updated, ts, number, fold.msg, entry[4], headers
+                emit(Windowed(key, start, start + size), updated, ts)  # the largest timestamp aggregated
+                start += advance
         return take
 
     def roll_back(self) -> None:
@@ -365,6 +455,10 @@ def _settle(view: AggregateFold, ctx: TaskContext, folded: dict[bytes, list[Any]
     were first written (the write buffer's, so the changelog's)."""
     if view.cache is None:
         put = view.store.put
+        if view.windows is not None:  # (keyed by key and window start)
+            for aggregate, timestamp, _, _, (key, start), _ in folded.values():
+                put(key, start, aggregate, timestamp)
+            return
         for aggregate, timestamp, _, _, key, _ in folded.values():
             put(key, aggregate, timestamp)
         return

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from eos.clock import wall_time
 from eos.errors import FrameworkError, OutputSerializationError, SerdeError, TaskFailedError
+from eos.operators.aggregate import AggregateFold
 from eos.processor import Processor, PunctuationType, is_pair
 from eos.records import Output, Record
 from eos.serde import Serde
@@ -35,7 +36,7 @@ from eos.streamtime import EventClock, stamp_of
 from eos.time import MAX_TIMESTAMP, RECORD_TIME, InvalidTimestampError, check_timestamp
 from eos.worker.context import HeldMessage, TaskContext
 from eos.worker.dead_letters import NOT_A_BAD_RECORD, DeadLetterPolicy, Stage
-from eos.worker.folding import fold_batch, fold_target
+from eos.worker.folding import NEVER, fold_batch, fold_target
 from transactions import Message, ProducerRecord
 
 if TYPE_CHECKING:
@@ -232,13 +233,23 @@ def run_processor(processor: Processor, ctx: TaskContext,
     sizes = [0]
     records_in = 0
     punctuating = bool(ctx.schedules)
-    if event_clock is None and not punctuating and len(parts) == 1 and not behind:
+    if event_clock is None and len(parts) == 1 and not behind:
         target = fold_target(processor)
+        if target is not None and punctuating and not _own_punctuations(target, ctx):
+            target = None  # (a punctuation of another processor's: it may read what the fold holds)
         (tp, ms), = parts.items()
         reading = (per_topic or {}).get(tp[0], (key_serde, value_serde, timestamp))
         if target is not None and reading[2] is RECORD_TIME:
+
+            def punctuate(now: int) -> int:
+                outcome.stream_time = ctx.stream_time = now
+                _punctuate_due(ctx, scoped, outcome, clock, dlq)
+                return _next_stream_due(ctx)
+
             folded = fold_batch(target, ctx, ms, outcome, key_serde=reading[0], value_serde=reading[1], dlq=dlq,
-                                scoped=scoped, drain=drain, drain_at=drain_at, tp=tp)
+                                scoped=scoped, drain=drain, drain_at=drain_at, tp=tp,
+                                due=_next_stream_due(ctx) if punctuating else NEVER,
+                                punctuate=punctuate if punctuating else None)
             records_in = outcome.records_folded = folded.records
             sizes[0] = folded.size
             parts = {tp: folded.rest}
@@ -488,6 +499,17 @@ def _punctuate_due(ctx: TaskContext, scoped: list[RecordScoped], outcome: BatchO
             _in_scope(ctx, scoped, outcome, now, schedule.callback, b"%d" % schedule.index, dlq)
             schedule.advance(now)
             outcome.punctuations += 1
+
+
+def _own_punctuations(view: AggregateFold, ctx: TaskContext) -> bool:
+    """Whether every punctuation of the task is the fold target's own, by stream time (a windowed aggregation's
+    expiry: `AggregateFold.schedules`), which the fold runs where the record-at-a-time loop would."""
+    return all(s.cancelled or (s.type == "stream" and any(s is own for own in view.schedules)) for s in ctx.schedules)
+
+
+def _next_stream_due(ctx: TaskContext) -> int:
+    """The stream time at which the task's next stream-time punctuation is due (NEVER: none)."""
+    return min((s.next_at for s in ctx.schedules if s.type == "stream" and not s.cancelled), default=NEVER)
 
 
 def _kind(kind: str) -> PunctuationType:

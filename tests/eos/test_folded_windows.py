@@ -1,0 +1,164 @@
+"""Folded batches into tumbling and hopping windows (eos.worker.folding, `TimeWindowAggregate.fold_view`): a batch
+whose records meet a windowed aggregation of numbers first and alone, every update forwarded (no record cache,
+emit="update"), is folded into it in one loop, its windows' expiry run where the record-at-a-time loop runs it.
+Everything committed must be what that loop commits: outputs (keyed `Windowed`), dead letters with their errors
+and stages (late records too), changelogs with the expiry's tombstones, the lineage ledger and the offsets."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from eos import Application
+from eos.testing import TopologyTestDriver
+from eos.windows import HoppingWindows, SlidingWindows, TumblingWindows
+from tests.eos.loops import raw_inputs
+from tests.eos.test_folded_batches import Folds, run_both
+
+
+def tumbling_count_app(cache: int = 0, **settings: Any) -> Callable[[], Application]:
+    """The peers' window job's shape: a count per key and tumbling window, straight to its topic."""
+    def make() -> Application:
+        app = Application("folds", cache_max_bytes=cache, **settings)
+        (app.stream("in", value_serde="bytes").group_by_key().window(TumblingWindows(500, grace=100))
+            .count(name="counts").to_stream().to("out"))
+        return app
+    return make
+
+
+def hopping_sum_app(cache: int = 0, **settings: Any) -> Callable[[], Application]:
+    """A sum per key in hopping windows (three per record), late records dead-lettered, a step after it."""
+    def make() -> Application:
+        app = Application("folds", cache_max_bytes=cache, **settings)
+        (app.stream("in", value_serde="json").group_by_key()
+            .window(HoppingWindows(600, 200, grace=50), late_records="dead_letter")
+            .sum(lambda v: v["n"], name="total").to_stream().map_values(lambda t: t * 10, name="tens").to("out"))
+        return app
+    return make
+
+
+def exploded_hopping_app(cache: int = 0, **settings: Any) -> Callable[[], Application]:
+    """Records become one or two under other keys, some raise after their first (none of a failed record's
+    updates may stay), then a count in hopping windows whose keys are written binary, late ones dropped."""
+    def make() -> Application:
+        app = Application("folds", cache_max_bytes=cache, **settings)
+
+        def copies(v: dict) -> Any:
+            yield v["i"] % 3
+            if v["n"] % 2:
+                yield v["i"] % 5
+            if v["i"] % 13 == 5:
+                raise ValueError("no third copy")
+
+        (app.stream("in", value_serde="json").filter(lambda key, v: v["n"] != 3, name="not-three")
+            .flat_map_values(copies, name="copies").group_by_key()
+            .window(HoppingWindows(400, 100), windowed_key="binary").count(name="counts").to_stream().to("out"))
+        return app
+    return make
+
+
+def app_api_count_app(cache: int = 0, **settings: Any) -> Callable[[], Application]:
+    """`Application.count` with windows, as the peers' window job is written."""
+    def make() -> Application:
+        app = Application("folds", cache_max_bytes=cache, **settings)
+        app.count("in", "out", name="counts", windows=TumblingWindows(300), windowed_key="binary")
+        return app
+    return make
+
+
+APPS = pytest.mark.parametrize("make", [tumbling_count_app, hopping_sum_app, exploded_hopping_app, app_api_count_app],
+                               ids=["tumbling-count", "hopping-sum", "exploded-hopping", "app-count"])
+
+
+@APPS
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_folded_windowed_batch_commits_what_the_record_at_a_time_loop_commits(monkeypatch, make, seed):
+    inputs = raw_inputs(900, seed)
+    out, folds = run_both(monkeypatch, make(max_records_per_batch=200), [inputs[:450], inputs[450:]])
+    assert folds.folded == len(inputs) and not folds.stopped  # every record folded, none one at a time
+    assert out["out"] and out["folds-dlq"]
+    # each update made into its output at once, unless a step after the windows takes it
+    assert bool(folds.made) == (make is not hopping_sum_app)
+    changelog = out["folds-counts-store-changelog" if make is not hopping_sum_app else "folds-total-store-changelog"]
+    assert any(value == b"" for *_, value, _, _ in changelog)  # expired windows' tombstones, written mid-batch
+    results = out["(results)"]
+    assert len(results) >= 6
+
+
+def test_late_records_are_dropped_or_dead_lettered_by_the_stream_time_the_loop_judges_them_at(monkeypatch):
+    # out-of-order records, a third of them far behind: late in some batches, in time in others
+    rng = random.Random(5)
+    inputs = [("in", b"k%d" % rng.randrange(4), json.dumps({"n": 1, "i": i}).encode(),
+               20_000 + i * 20 - (rng.randrange(200, 900) if rng.random() < 0.3 else 0), None, None)
+              for i in range(600)]
+    for make in (tumbling_count_app, hopping_sum_app):
+        out, folds = run_both(monkeypatch, make(max_records_per_batch=70), [inputs])
+        assert folds.folded == len(inputs)
+        if make is hopping_sum_app:  # dead letters naming the stream time
+            letters = [dict(h) for *_, h, _ in out["folds-dlq"]]
+            assert letters and all(h["eos.dlq.stage"] == b"process" for h in letters)
+            assert all(h["eos.dlq.error"].startswith(b"LateRecordError: late record at ") for h in letters)
+        else:  # one output per record in an open window (500 ms, grace 100), by the stream time it moved
+            stream_time, in_time = -1, 0
+            for *_, ts, _, _ in inputs:
+                stream_time = max(stream_time, ts)
+                in_time += ts - ts % 500 + 500 + 100 > stream_time
+            assert 0 < in_time < len(inputs) and len(out["out"]) == in_time
+
+
+def test_a_task_with_a_punctuation_of_its_own_is_not_folded_and_a_cache_or_final_results_are_not(monkeypatch):
+    def punctuated() -> Application:
+        app = Application("folds")
+        app.stream("in", value_serde="bytes").group_by_key().window(TumblingWindows(500)).count(
+            name="counts").suppress(100, name="limited").to_stream().to("out")
+        return app
+
+    def final() -> Application:
+        app = Application("folds")
+        app.stream("in", value_serde="bytes").group_by_key().window(TumblingWindows(500), emit="final").count(
+            name="counts").to_stream().to("out")
+        return app
+
+    def sliding() -> Application:
+        app = Application("folds")
+        app.stream("in", value_serde="bytes").group_by_key().window(SlidingWindows(500)).count(
+            name="counts").to_stream().to("out")
+        return app
+
+    inputs = raw_inputs(300, 3, bad=False)
+    for make in (punctuated, final, sliding, tumbling_count_app(cache=1 << 20)):
+        out, folds = run_both(monkeypatch, make, [inputs])
+        assert folds.calls == 0 and out["out"]
+
+
+@pytest.mark.parametrize("make", [tumbling_count_app, hopping_sum_app, exploded_hopping_app],
+                         ids=["tumbling-count", "hopping-sum", "exploded-hopping"])
+def test_folded_windows_stay_exactly_once_when_batches_crash(monkeypatch, make):
+    folds = Folds(monkeypatch)
+    rng = random.Random(8)
+    inputs: list[tuple[Any, ...]] = []
+    for i in range(500):
+        key = None if rng.random() < 0.03 else f"k{int(rng.paretovariate(1.1)) % 30}"
+        value = None if rng.random() < 0.03 else {"n": "x" if rng.random() < 0.03 else rng.randrange(5), "i": i}
+        ts = 2_000 + i * 7 - (rng.randrange(100, 700) if rng.random() < 0.1 else 0)
+        inputs.append(("in", key, value if make is not tumbling_count_app or value is None else
+                       json.dumps(value).encode(), ts))
+    driver = TopologyTestDriver(make(max_records_per_batch=60)(), wall_clock_ms=1_000_000)
+    report = driver.check_exactly_once(inputs, crashes=12, seed=3, chunk=40)
+    assert report.ok and len(report.crashes) >= 8
+    assert folds.folded > 500 and bool(folds.made) == (make is not hopping_sum_app)
+
+
+def test_each_windows_count_is_the_reference_s():
+    """The peers' window job's shape through the fold, against counts computed from the input."""
+    rng = random.Random(12)
+    inputs = [(f"k{rng.randrange(50)}".encode(), b"x", 1_000 + i * 3) for i in range(3_000)]
+    driver = TopologyTestDriver(app_api_count_app(max_records_per_batch=400)())
+    driver.pipe_many("in", inputs, serialized=True)
+    last = {(r.key.key, r.key.start): r.value for r in driver.read("out")}
+    assert last == dict(Counter((key.decode(), ts - ts % 300) for key, _, ts in inputs))
