@@ -1,0 +1,120 @@
+"""Folded windows on a real broker and Spark (eos.worker.folding): a count per key in tumbling windows and a sum in
+hopping windows behind a filter, every update forwarded, their batches folded and their windows expiring inside
+the fold, SIGKILLed mid-batch and inside their transactions, then restarted on the rest of the input. Each
+window's committed updates must be its reference's running count or sum, one per record, none twice or missing."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from collections import defaultdict
+
+from eos.audit import audit_application
+from integration_tests.engine.test_kill_restart import kill_job_repeatedly
+from integration_tests.helpers import produce
+from integration_tests.streams.test_time_and_rekey import committed_records
+from integration_tests.streams.test_windows import BASE
+
+JOB = """
+import os
+from eos import Application
+from eos.testing import MarkWhile
+from eos.windows import HoppingWindows, TumblingWindows
+
+app = Application(os.environ["APP"], max_records_per_batch=int(os.environ["BATCH"]), trigger_interval=0.0,
+                  log_format="json", log_level="WARNING", state_dir=os.environ["STATE"])
+# the peers' window job's shape: Application.count with windows, its keys written binary
+app.count(os.environ["IN"], os.environ["COUNTS"], name="counts", windows=TumblingWindows(60_000, grace=20_000),
+          windowed_key="binary")
+(app.stream(os.environ["IN"], value_serde="json").filter(lambda key, v: v["amount"] % 7 != 0, name="not-sevens")
+    .group_by_key().window(HoppingWindows(60_000, 20_000, grace=20_000)).sum(lambda v: v["amount"], name="amounts")
+    .to_stream().to(os.environ["SUMS"]))
+if os.environ.get("MARKS"):
+    app.fault_hooks.on("before_commit", MarkWhile(os.environ["MARKS"], seconds=0.3))
+"""
+
+SIZE, ADVANCE = 60_000, 20_000
+
+
+def timed_events(n: int, seed: int, keys: int = 40) -> list[tuple[bytes, bytes, int]]:
+    """(key, value, timestamp): in time order but for lags within the windows' grace (none is late), ~450 ms
+    apart, so that windows close and expire while the job runs."""
+    rng, t, out = random.Random(seed), BASE, []
+    for i in range(n):
+        t += rng.randrange(0, 900)
+        at = t - rng.choice([0] * 12 + [5_000, 15_000])
+        value = json.dumps({"id": i, "amount": rng.randrange(1, 50)}).encode()
+        out.append((f"user-{rng.randrange(keys)}".encode(), value, at))
+    return out
+
+
+def test_folded_windows_killed_repeatedly_commit_each_windows_updates_once(kafka, spark, topic_factory, unique_name,
+                                                                           tmp_path, request):
+    soak = request.config.getoption("--soak")
+    n, kills = (40_000, 6) if soak else (10_000, 3)
+    events = timed_events(n, seed=4)
+    topics = {name: topic_factory(name, partitions=2) for name in ("in", "counts", "sums")}
+    first, rest = events[: n * 3 // 4], events[n * 3 // 4:]
+
+    def load(part: list[tuple[bytes, bytes, int]]) -> None:
+        stamps = [ts for *_, ts in part]
+        produce(kafka.bootstrap_servers, topics["in"], [(k, v) for k, v, _ in part],
+                timestamp_of=lambda i, key: stamps[i])
+
+    load(first)
+    (tmp_path / "job.py").write_text(JOB)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    app_id = unique_name("app")
+    env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": kafka.bootstrap_servers, "APP": app_id,
+           "STATE": str(tmp_path / "state"), "MARKS": str(marks), "BATCH": "1500" if soak else "600",
+           **{k.upper(): v for k, v in topics.items()}}
+    in_txn = kill_job_repeatedly(tmp_path, env, kills, marks, seed=6, pause=(3.0, 6.0))
+    assert in_txn >= (kills + 1) // 2
+    env.pop("MARKS")
+    restarted = subprocess.run([sys.executable, "-m", "eos.cli", "run", "job.py", "--until-caught-up"], cwd=tmp_path,
+                               env=env, capture_output=True, text=True, timeout=600)
+    assert restarted.returncode == 0, restarted.stderr[-3000:]
+    # the rest of the input, in this process on the test's Spark: its summary says the batches were folded
+    load(rest)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        from eos.cli.loader import load_application
+
+        for key, value in env.items():
+            os.environ.setdefault(key, value)
+        app = load_application(str(tmp_path / "job.py"))
+    finally:
+        sys.path.remove(str(tmp_path))
+    summary = app.run(spark, until_caught_up=True)
+    assert summary.records_in >= 2 * len(rest) and summary.records_folded == summary.records_in
+    assert summary.dead_letters == 0 and not summary.dropped
+
+    # the reference: each window's records in input order (a key's records are in one partition, in order)
+    counts: dict[tuple[str, int], list[int]] = defaultdict(list)
+    sums: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for key, value, ts in events:
+        amount = json.loads(value)["amount"]
+        window = (key.decode(), ts - ts % SIZE)
+        counts[window].append(len(counts[window]) + 1)
+        if amount % 7:
+            start = max(0, ts - SIZE + ADVANCE) // ADVANCE * ADVANCE
+            while start <= ts:
+                running = sums[(key.decode(), start)]
+                running.append((running[-1] if running else 0) + amount)
+                start += ADVANCE
+    got_counts: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for key, value, _ in committed_records(kafka.bootstrap_servers, topics["counts"]):
+        got_counts[(key[:-16].decode(), int.from_bytes(key[-8:], "big"))].append(int.from_bytes(value, "big"))
+    got_sums: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for key, value, _ in committed_records(kafka.bootstrap_servers, topics["sums"]):
+        windowed = json.loads(key)
+        got_sums[(windowed["key"], windowed["start"])].append(json.loads(value))
+    assert got_counts == counts  # every update once, in order, none missing
+    assert got_sums == sums
+    assert len(counts) > 500 and len(sums) > 1_000
+    reports = audit_application(app)
+    assert all(r.verdict == "PASS" for r in reports), [(r.inputs, r.lineage) for r in reports]
