@@ -33,7 +33,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["RecordCache", "updates", "ENTRY_OVERHEAD"]
+__all__ = ["RecordCache", "updates", "held_updates", "ENTRY_OVERHEAD"]
 
 #: bytes counted per entry on top of its key and value (Kafka Streams counts its entry objects too)
 ENTRY_OVERHEAD = 64
@@ -80,6 +80,11 @@ class RecordCache:
     def has(self, store: str, identity: bytes) -> bool:
         """Whether the cache holds an update of (`store`, `identity`), whoever's."""
         return (store, identity) in self._entries
+
+    def entry_size(self, store: str, identity: bytes) -> int:
+        """The bytes the entry of (`store`, `identity`) counts for (its overhead included; 0: none)."""
+        entry = self._entries.get((store, identity))
+        return 0 if entry is None else entry[5]
 
     @property
     def size(self) -> int:
@@ -141,12 +146,28 @@ def updates(context: Any, store: Any) -> Callable[[Any, Any, int], None]:
             forward(key, value, timestamp=timestamp)
         return emit_now
 
-    name, put, headers_of = store.name, cache.put, context.cached_headers
-
-    def forward_later(key: Any, value: Any, timestamp: int, headers: Any) -> None:
-        forward(key, value, timestamp=timestamp, headers=headers)
+    name, put, headers_of, forward_later = store.name, cache.put, context.cached_headers, _later(forward)
 
     def emit_cached(key: Any, value: Any, timestamp: int) -> None:
         identity, size = store.last_written
         put(name, identity, size, forward_later, key, value, timestamp, headers_of())
     return emit_cached
+
+
+def held_updates(context: Any, store: Any) -> Callable[[bytes, int, Any, Any, int, Any], None]:
+    """What `updates`' emitter does with an update already written to `store`, for one that a batch's fold
+    (`eos.worker.folding`) writes later: `hold(identity, size, key, value, timestamp, headers)` into the task's
+    record cache, `identity` and `size` as `store.last_written` gives them after its write."""
+    cache: RecordCache = context.record_cache
+    name, put, forward_later = store.name, cache.put, _later(context.forward)
+
+    def hold(identity: bytes, size: int, key: Any, value: Any, timestamp: int, headers: Any) -> None:
+        put(name, identity, size, forward_later, key, value, timestamp, headers)
+    return hold
+
+
+def _later(forward: Callable[..., None]) -> Forward:
+    """`forward` as the cache calls it when an update leaves (key, value, timestamp, headers)."""
+    def forward_later(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+        forward(key, value, timestamp=timestamp, headers=headers)
+    return forward_later

@@ -72,8 +72,8 @@ class StoreSnapshot:
 
 
 #: what a typed view has that a query does not use: it writes, or it is the framework's
-_WRITES = frozenset({"attach", "put", "put_if_absent", "delete", "remove", "expire_before", "key_bytes", "next_seq",
-                     "observe", "take_before", "take_until"})
+_WRITES = frozenset({"attach", "put", "put_if_absent", "delete", "remove", "expire_before", "key_bytes", "encoded_size",
+                     "next_seq", "observe", "take_before", "take_until"})
 
 
 def find_store(app: Application, name: str) -> StoreSpec | GlobalTable:

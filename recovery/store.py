@@ -159,6 +159,10 @@ class StoreView:
             self._last_key, self._last_raw = key, raw
         return raw
 
+    def encoded_size(self, value: Any, timestamp: int) -> int:
+        """The bytes `value` (written at `timestamp`) takes in this store, as `put` would write it."""
+        return len(self._encode(value, timestamp))
+
     def _encode(self, value: Any, timestamp: int) -> bytes:
         try:
             raw = self._serialize_value(value) or b""

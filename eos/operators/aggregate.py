@@ -74,6 +74,8 @@ class AggregateFold(NamedTuple):
     windows: Any = None
     late: Callable[[int, int], None] | None = None
     schedules: tuple[Any, ...] = ()
+    #: with a cache, how a window's update goes into it once written (`eos.cache.held_updates`)
+    hold_window: Callable[[bytes, int, Any, Any, int, Any], None] | None = None
 
 
 class AggregateProcessor(Processor):

@@ -15,7 +15,7 @@ import heapq
 from collections.abc import Callable
 from typing import Any, Literal
 
-from eos.cache import updates
+from eos.cache import held_updates, updates
 from eos.operators.aggregate import _HELD_KEYS, AggregateFold, _holds
 from eos.processor import Processor, ProcessorContext
 from eos.records import Record
@@ -29,6 +29,13 @@ Emit = Literal["update", "final"]
 LatePolicy = Literal["drop", "dead_letter"]
 Initializer = Callable[[], Any]
 Aggregator = Callable[[Any, Any, Any], Any]
+
+
+def expiry_step(retention: int) -> int:
+    """The stream time between two drops of expired windows: half their retention, as Kafka Streams' window
+    stores drop segments of max(retention / 2, 60 s). A window is kept for its retention, and at most half of
+    it more (closed, taking no records)."""
+    return max(1, retention // 2)
 
 
 class LateRecordError(ValueError):
@@ -48,13 +55,13 @@ class _WindowedAggregate(Processor):
         self._emitted_to: int | None = None
 
     def _expire_due(self, horizon: int, retention: int) -> bool:
-        """Whether to drop the entries before `horizon` now, rounded down to a step of a twentieth of the
-        retention (`_expired_to`, as Kafka Streams drops whole segments), not on every move of stream time (a
-        scan each time). Entries kept a little longer are closed windows, which take no records. The steps are
-        of stream time alone, not of what this runtime did before: a runtime that replaces one (a restart, a
+        """Whether to drop the entries before `horizon` now, rounded down to a step of half the retention
+        (`_expired_to`, `expiry_step`: Kafka Streams drops whole segments of that length), not on every move of
+        stream time (a scan each time). Entries kept longer are closed windows, which take no records. The steps
+        are of stream time alone, not of what this runtime did before: a runtime that replaces one (a restart, a
         batch run again) drops what its predecessor dropped at the same punctuations, so the changelog's
         tombstones are the same (its first look scans the store from the start and finds those gone)."""
-        step = max(1, retention // 20)
+        step = expiry_step(retention)
         target = horizon - horizon % step
         if target <= self._expired_to:
             return False
@@ -70,9 +77,9 @@ class _WindowedAggregate(Processor):
         super().init(context)
         self.store = context.store(self.store_name)
         # emit="final": whenever stream time moves on (a window closes at its exact end plus grace); "update":
-        # only to drop expired entries, in steps of a twentieth of the retention (a punctuation per record
-        # would cost more than the aggregation)
-        interval = 1 if self.emit == "final" else max(1, self.retention // 20)
+        # only to drop expired entries, in their steps (a punctuation per record would cost more than the
+        # aggregation; a batch folded into the windows puts what it holds into the store at each punctuation)
+        interval = 1 if self.emit == "final" else expiry_step(self.retention)
         self._schedule = context.schedule(interval, self.on_stream_time, type="stream")
 
     def late(self, record: Record, detail: str) -> None:
@@ -105,25 +112,32 @@ class TimeWindowAggregate(_WindowedAggregate):
         self.emit_update = updates(context, self.store)  # through the record cache, if the task has one
         holds = _holds(self.store.spec.value_serde)
         sole_user = getattr(context, "sole_user_of", None)
-        #: numbers its store surely serializes, every update forwarded at once (no record cache, emit="update")
-        #: and no other processor sees the store: a batch may be folded (`fold_view`)
+        #: numbers its store surely serializes, every update emitted (emit="update"), and no other processor sees
+        #: the store: a batch may be folded (`fold_view`)
         self._fold_holds = holds if (holds is not None and self.emit == "update" and sole_user is not None
-                                     and getattr(context, "record_cache", None) is None
                                      and sole_user(self.store_name)) else None
+        self._cache = getattr(context, "record_cache", None)
 
     def fold_view(self, *, stateless_after: bool) -> AggregateFold | None:
         """What folding a batch into these windows needs (`eos.worker.folding`): tumbling and hopping windows
-        of numbers, emitting every update, without a record cache, whose updates meet only stateless operators
-        and sinks (`stateless_after`). Else None."""
-        if self._fold_holds is None or not stateless_after or type(self) is not TimeWindowAggregate:
+        of numbers emitting every update, into the record cache, or, without one, forwarded at once to
+        nothing but stateless operators and sinks (`stateless_after`). Else None."""
+        if self._fold_holds is None or type(self) is not TimeWindowAggregate:
+            return None
+        cache = self._cache
+        if cache is None and not stateless_after:
             return None
         detail = "all its windows are closed"
 
         def late(timestamp: int, stream_time: int) -> None:
             self.late_at(timestamp, detail, stream_time)
-        return AggregateFold(self.store, self.initializer, self.aggregator, self._fold_holds, self.store_name,
+        view = AggregateFold(self.store, self.initializer, self.aggregator, self._fold_holds, self.store_name,
                              _HELD_KEYS, None, None, None, None, None, self.emit_update, windows=self.windows,
                              late=late, schedules=(self._schedule,))
+        if cache is None:
+            return view
+        return view._replace(cache=cache, headers_of=self.context.cached_headers, emit=None,  # type: ignore[attr-defined]
+                             hold_window=held_updates(self.context, self.store))
 
     def process(self, record: Record) -> None:
         if record.value is None:

@@ -35,8 +35,10 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from eos.cache import ENTRY_OVERHEAD
 from eos.errors import OutputSerializationError, SerdeError
 from eos.operators.aggregate import KEYLESS, AggregateFold, AggregateProcessor
 from eos.operators.windows import TimeWindowAggregate
@@ -184,13 +186,16 @@ def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message
             except NOT_A_BAD_RECORD:
                 raise
             except Exception as exc:  # nothing of the record stays
-                fold.roll_back()
+                reorders = fold.roll_back()
                 if made >= 0:
                     del outputs[made:]
                 if scope:
                     for s in scoped:
                         s.rollback_record()
                     discard()
+                if reorders:  # (the record-at-a-time loop takes it: its rollback moves cache entries)
+                    retry, stopped = msg, True
+                    break
                 bad = exc
                 stage = Stage.SERIALIZE if isinstance(exc, OutputSerializationError) else Stage.PROCESS
             else:
@@ -230,6 +235,8 @@ def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message
                 enter(msg, ts)
                 leave()
             due = punctuate(stream_time)
+            if view.cache is not None:  # (what the fold held is in the cache now)
+                fold.room = view.cache.max_bytes - view.cache.size
         if drain is not None and len(outputs) + len(dead_letters) >= drain_at and drain(outcome):
             ctx.commit_requested = True
         if ctx.commit_requested:
@@ -279,7 +286,7 @@ class _Fold:
     `process` would make it of a record it is handed (forwarded at once without a cache), undone with the
     rest of its record's if the record fails."""
 
-    __slots__ = ("ctx", "folded", "made", "msg", "now", "room", "take", "undo", "updates")
+    __slots__ = ("cached", "ctx", "folded", "made", "msg", "now", "room", "take", "undo", "updates")
 
     def __init__(self, view: AggregateFold, ctx: TaskContext) -> None:
         self.ctx = ctx
@@ -292,6 +299,8 @@ class _Fold:
         self.msg: Message | None = None  # the record being folded
         self.made = 0  # of a record whose updates are made into outputs at once: the outputs listed before it
         self.now = -1  # the stream time the record being folded is judged at (windows: which are closed)
+        #: windows with a cache: whether it holds an entry of an identity (`roll_back`)
+        self.cached: Callable[[bytes], bool] | None = None
         self.updates = 0
         self.take = self.taker(view)
 
@@ -349,16 +358,19 @@ class _Fold:
         windows = view.windows
         size, advance, grace = windows.size_ms, ms(windows.advance), windows.grace_ms
         key_types, store, initializer, aggregator = view.key_types, view.store, view.initializer, view.aggregator
-        holds, emit, late = view.holds, view.emit, view.late
-        assert emit is not None and late is not None
+        holds, emit, late, cache, name = view.holds, view.emit, view.late, view.cache, view.name
+        assert late is not None and (emit is not None or cache is not None)
+        stored_size = store.encoded_size
         raws: dict[Any, bytes] = {}  # a key: its serialized form
+        if cache is not None:
+            self.cached = partial(cache.has, name)
 
         def take(key: Any, value: Any, timestamp: int, headers: Any) -> None:
             if value is None:
                 return  # a tombstone: ignored by aggregations, as in Kafka Streams
             if key is None:
                 raise ValueError(KEYLESS)
-            if type(key) not in key_types or headers is not None:
+            if type(key) not in key_types or (headers is not None and emit is not None):
                 raise _Stop  # (a step before that passes headers on: its outputs would carry them)
             now = fold.now
             start = max(0, timestamp - size + advance) // advance * advance
@@ -394,30 +406,46 @@ class _Fold:
                 updated = aggregator(key, value, aggregate)
                 if not holds(updated):
                     raise _Stop
+                counted = grows = 0  # with a cache: the bytes its entry counts for, and what that adds
+                if cache is not None:
+                    counted = len(identity) + stored_size(updated, ts) + ENTRY_OVERHEAD
+                    grows = counted - (entry[6] if entry is not None else cache.entry_size(name, identity))
+                    if grows > fold.room:
+                        raise _Stop  # the cache would evict
+                    fold.room -= grows
                 fold.updates = number = fold.updates + 1
                 if entry is None:
-                    folded[identity] = [updated, ts, number, fold.msg, (key, start), headers]
-                    undo.append((identity, None, 0))
+                    folded[identity] = [updated, ts, number, fold.msg, (key, start), headers, counted]
+                    undo.append((identity, None, grows))
                 else:
-                    undo.append((identity, entry[:], 0))
-                    entry[:] = updated, ts, number, fold.msg, entry[4], headers
-                emit(Windowed(key, start, start + size), updated, ts)  # the largest timestamp aggregated
+                    undo.append((identity, entry[:], grows))
+                    entry[:] = updated, ts, number, fold.msg, entry[4], headers, counted
+                if emit is not None:
+                    emit(Windowed(key, start, start + size), updated, ts)  # the largest timestamp aggregated
                 start += advance
         return take
 
-    def roll_back(self) -> None:
+    def roll_back(self) -> bool:
         """Undo the current record's updates, latest first. An update put back counts as the latest, as the
-        cache's own rollback puts an entry back (`RecordCache.rollback_record`)."""
+        cache's own rollback puts an entry back (`RecordCache.rollback_record`). True where that rollback would
+        also have moved an entry the fold does not hold (a window the cache got at an earlier punctuation of
+        the batch: `cached`), which the fold cannot do: the caller hands the record to the record-at-a-time
+        loop."""
+        reorders = False
+        cached = self.cached
         for identity, old, grows in reversed(self.undo):
             if old is None:
                 del self.folded[identity]
                 self.room += grows
+                reorders = reorders or (cached is not None and cached(identity))
             else:
                 entry = self.folded[identity]
                 entry[:] = old
                 self.updates += 1
                 entry[2] = self.updates
+                self.room += grows
         self.undo.clear()
+        return reorders
 
 
 def _identity(store: Any, key: Any) -> Any:
@@ -453,26 +481,46 @@ def _settle(view: AggregateFold, ctx: TaskContext, folded: dict[bytes, list[Any]
     """Each folded key's last update into the cache, in the order of the keys' last updates, with the headers
     its last record's outputs would have carried; without a cache, into the store, in the order the keys
     were first written (the write buffer's, so the changelog's)."""
+    if view.windows is not None:
+        _settle_windows(view, ctx, folded)
+        return
     if view.cache is None:
         put = view.store.put
-        if view.windows is not None:  # (keyed by key and window start)
-            for aggregate, timestamp, _, _, (key, start), _ in folded.values():
-                put(key, start, aggregate, timestamp)
-            return
         for aggregate, timestamp, _, _, key, _ in folded.values():
             put(key, aggregate, timestamp)
         return
     hold, headers_of = view.hold, view.headers_of
     assert hold is not None and headers_of is not None
     for identity, (aggregate, timestamp, _, msg, key, passed) in sorted(folded.items(), key=_by_last_update):
-        if passed is not None:  # the headers a step before the aggregation passed on
-            headers = list(passed)
-        elif msg.headers():
-            ctx.enter_record(msg, msg.timestamp()[1])
-            headers = headers_of()
-        else:
-            headers = []
-        hold(identity, key, aggregate, timestamp, headers)
+        hold(identity, key, aggregate, timestamp, _headers(ctx, msg, passed, headers_of))
+
+
+def _settle_windows(view: AggregateFold, ctx: TaskContext, folded: dict[bytes, list[Any]]) -> None:
+    """Each folded window's last update into the store, in the order the windows were first written (the write
+    buffer's, so the changelog's), as the record-at-a-time loop writes every update; with a cache, then into it
+    too, in the order of their last updates, with the headers their last records' updates were held with."""
+    put = view.store.put
+    for aggregate, timestamp, _, _, (key, start), _, _ in folded.values():
+        put(key, start, aggregate, timestamp)
+    if view.cache is None:
+        return
+    hold, headers_of, size = view.hold_window, view.headers_of, view.windows.size_ms
+    assert hold is not None and headers_of is not None
+    for identity, entry in sorted(folded.items(), key=_by_last_update):
+        aggregate, timestamp, _, msg, (key, start), passed, counted = entry
+        hold(identity, counted - ENTRY_OVERHEAD, Windowed(key, start, start + size), aggregate, timestamp,
+             _headers(ctx, msg, passed, headers_of))
+
+
+def _headers(ctx: TaskContext, msg: Message, passed: Any, headers_of: Callable[[], Any]) -> Any:
+    """The headers an update held in the cache keeps: those a step before the aggregation passed on, else its
+    record's as its outputs inherit them (none for a record without)."""
+    if passed is not None:
+        return list(passed)
+    if msg.headers():
+        ctx.enter_record(msg, msg.timestamp()[1])
+        return headers_of()
+    return []
 
 
 def _by_last_update(item: tuple[bytes, list[Any]]) -> int:
