@@ -93,19 +93,21 @@ def pipeline_app(cache: int, **settings: Any) -> Callable[[], Application]:
     return make
 
 
+def copies(v: dict) -> Any:
+    """One or two values of a record, and for one record in thirteen an error after them (after one or two
+    updates of the record's key)."""
+    yield v["i"] % 3
+    if v["n"] % 2:
+        yield v["i"] % 5
+    if v["i"] % 13 == 5:
+        raise ValueError("no third copy")
+
+
 def exploded_app(cache: int, **settings: Any) -> Callable[[], Application]:
     """A record becomes n records before the count (several updates per record), and one of every so many
     raises after its first updates: none of them may stay."""
     def make() -> Application:
         app = Application("folds", cache_max_bytes=cache, **settings)
-
-        def copies(v: dict) -> Any:
-            yield v["i"] % 3
-            if v["n"] % 2:
-                yield v["i"] % 5
-            if v["i"] % 13 == 5:
-                raise ValueError("no third copy")  # after one or two updates of the record's key
-
         (app.stream("in", value_serde="json").flat_map_values(copies, name="copies").group_by_key()
             .count(name="counts").to_stream().to("out"))
         return app

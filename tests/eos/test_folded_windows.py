@@ -18,7 +18,7 @@ from eos import Application
 from eos.testing import TopologyTestDriver
 from eos.windows import HoppingWindows, SlidingWindows, TumblingWindows
 from tests.eos.loops import raw_inputs
-from tests.eos.test_folded_batches import Folds, run_both
+from tests.eos.test_folded_batches import Folds, copies, run_both
 
 
 def tumbling_count_app(cache: int = 0, **settings: Any) -> Callable[[], Application]:
@@ -47,14 +47,6 @@ def exploded_hopping_app(cache: int = 0, **settings: Any) -> Callable[[], Applic
     updates may stay), then a count in hopping windows whose keys are written binary, late ones dropped."""
     def make() -> Application:
         app = Application("folds", cache_max_bytes=cache, **settings)
-
-        def copies(v: dict) -> Any:
-            yield v["i"] % 3
-            if v["n"] % 2:
-                yield v["i"] % 5
-            if v["i"] % 13 == 5:
-                raise ValueError("no third copy")
-
         (app.stream("in", value_serde="json").filter(lambda key, v: v["n"] != 3, name="not-three")
             .flat_map_values(copies, name="copies").group_by_key()
             .window(HoppingWindows(400, 100), windowed_key="binary").count(name="counts").to_stream().to("out"))
