@@ -79,10 +79,15 @@ class HoppingWindows:
     def grace_ms(self) -> int:
         return ms(self.grace)
 
+    def first_start(self, timestamp: int) -> int:
+        """The start of the earliest window a record at `timestamp` falls in (the others follow by `advance`)."""
+        advance = ms(self.advance)
+        return max(0, timestamp - ms(self.size) + advance) // advance * advance
+
     def windows_for(self, timestamp: int) -> list[TimeWindow]:
         """The windows a record at `timestamp` falls in (Kafka Streams' TimeWindows.windowsFor)."""
         size, advance = ms(self.size), ms(self.advance)
-        start = max(0, timestamp - size + advance) // advance * advance
+        start = self.first_start(timestamp)
         out = []
         while start <= timestamp:
             out.append(TimeWindow(start, start + size))

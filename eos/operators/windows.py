@@ -32,9 +32,9 @@ Aggregator = Callable[[Any, Any, Any], Any]
 
 
 def expiry_step(retention: int) -> int:
-    """The stream time between two drops of expired windows: half their retention, as Kafka Streams' window
-    stores drop segments of max(retention / 2, 60 s). A window is kept for its retention, and at most half of
-    it more (closed, taking no records)."""
+    """The stream time between two drops of expired windows: half their retention, the length of Kafka Streams'
+    window store segments (which it makes 60 s at least; here short windows expire in short steps). A window is
+    kept for its retention, and at most half of it more (closed, taking no records)."""
     return max(1, retention // 2)
 
 

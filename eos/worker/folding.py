@@ -359,7 +359,7 @@ class _Fold:
         a record in closed windows only is late (dropped and counted, or a LateRecordError)."""
         fold, folded, undo, ctx = self, self.folded, self.undo, self.ctx
         windows = view.windows
-        size, advance, grace = windows.size_ms, ms(windows.advance), windows.grace_ms
+        size, advance, grace, first_start = windows.size_ms, ms(windows.advance), windows.grace_ms, windows.first_start
         key_types, store, initializer, aggregator = view.key_types, view.store, view.initializer, view.aggregator
         holds, emit, late, cache, name = view.holds, view.emit, view.late, view.cache, view.name
         assert late is not None and (emit is not None or cache is not None)
@@ -374,11 +374,13 @@ class _Fold:
             if not _aggregated(key, value, headers, key_types, emits):
                 return
             now = fold.now
-            start = max(0, timestamp - size + advance) // advance * advance
+            start = first_start(timestamp)
             while start <= timestamp and start + size + grace <= now:  # (closed: the earlier ones end first)
                 start += advance
             if start > timestamp:
                 late(timestamp, now)  # (raises where late records go to the dead letters)
+                # (counted as `TaskContext.record_dropped` counts, which marks only a record whose scope was
+                # entered: a record whose outputs are made at once has none)
                 ctx.dropped["late"] = ctx.dropped.get("late", 0) + 1
                 ctx.dropped_reason = "late"
                 return
