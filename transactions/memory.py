@@ -28,7 +28,6 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 from confluent_kafka import TopicPartition
@@ -36,6 +35,7 @@ from confluent_kafka import TopicPartition
 from transactions.admin import PartitionOffsets, settled_ends
 from transactions.errors import ProducerFencedError, RetriableKafkaError
 from transactions.offsets import Committed
+from transactions.partitioner import murmur2, partition_for
 from transactions.records import Headers, ProducerRecord, producer_token
 
 __all__ = ["MemoryCluster", "MemoryConsumer", "MemoryProducer", "MemoryAdmin", "MemoryMessage", "murmur2",
@@ -43,34 +43,6 @@ __all__ = ["MemoryCluster", "MemoryConsumer", "MemoryProducer", "MemoryAdmin", "
 
 TP = tuple[str, int]
 _OPEN, _COMMITTED, _ABORTED = 0, 1, 2
-
-
-def murmur2(data: bytes) -> int:
-    """Kafka's murmur2 (the Java client's `Utils.murmur2`), as an unsigned 32-bit value."""
-    m, length = 0x5BD1E995, len(data)
-    h = (0x9747B28C ^ length) & 0xFFFFFFFF
-    for i in range(0, length - length % 4, 4):
-        k = data[i] | data[i + 1] << 8 | data[i + 2] << 16 | data[i + 3] << 24
-        k = (k * m) & 0xFFFFFFFF
-        k ^= k >> 24
-        k = (k * m) & 0xFFFFFFFF
-        h = ((h * m) & 0xFFFFFFFF) ^ k
-    rest, tail = length % 4, length - length % 4
-    if rest == 3:
-        h ^= data[tail + 2] << 16
-    if rest >= 2:
-        h ^= data[tail + 1] << 8
-    if rest >= 1:
-        h = ((h ^ data[tail]) * m) & 0xFFFFFFFF
-    h ^= h >> 13
-    h = (h * m) & 0xFFFFFFFF
-    return h ^ (h >> 15)
-
-
-@lru_cache(maxsize=65_536)
-def partition_for(key: bytes, partitions: int) -> int:
-    """The Java client's default partition of a keyed record."""
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
 class MemoryMessage:

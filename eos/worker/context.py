@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import structlog
 
@@ -36,10 +36,11 @@ from eos.records import FORWARDABLE, forwarded
 from eos.serde import Serde, refused_part
 from eos.streamtime import MARKER_HEADER, MARKER_KEY, STAMP_HEADER, encode_stamp
 from eos.tracing import TRACEPARENT, child_traceparent
-from eos.windows import Windowed
+from eos.windows import Windowed, WindowedSerde
 from eos.worker.topic_rules import OutputRejectedError, TopicRule
 from transactions import Message, ProducerRecord
 from transactions.memory import MemoryMessage
+from transactions.partitioner import partition_for
 
 __all__ = ["TaskContext", "Schedule", "HeldMessage"]
 
@@ -106,6 +107,16 @@ class TaskContext(ProcessorContext):
         if output_topic is not None:
             key_serde, value_serde = key_serde.bind(output_topic, True), value_serde.bind(output_topic, False)
         self._serialize_key, self._serialize_value = key_serde.serialize, value_serde.serialize
+        #: the key serde of each topic whose keys are `Windowed` (a sink's, or the output serde's for the topics
+        #: without a sink's): an output there goes to its inner key's partition, as Kafka Streams'
+        #: `WindowedStreamPartitioner` puts it, so that a key's windows stay in order in the key's partition
+        #: (murmur2 of the whole key, times included, would scatter them over the partitions)
+        self._windowed: dict[str, WindowedSerde] = {t: cast(WindowedSerde, k.bind(t, True))
+                                                    for t, (k, _v) in (serdes or {}).items()
+                                                    if isinstance(k, WindowedSerde)}
+        self._windowed_default = key_serde if isinstance(key_serde, WindowedSerde) else None
+        self._any_windowed = bool(self._windowed) or self._windowed_default is not None
+        self._counts: dict[str, int] = {}  # those topics' partition counts, read again each batch
         #: the current record's lineage origin: b"topic:partition:", offset, and its outputs' indices: the n-th
         #: is `_index_base + (n << _index_shift)` (eos.origin.output_indices)
         self._origin_prefix = b""
@@ -182,6 +193,8 @@ class TaskContext(ProcessorContext):
         if target in self._stamped:
             headers.append((STAMP_HEADER, self._stamp(target, judged=self.stream_time)))
         ts = self._current_ts if timestamp is None else timestamp
+        if partition is None and self._any_windowed:
+            partition = self._inner_partition(target, key, k)
         rule = self._rule_of.get(target)
         if rule is None and self._rules is not None:
             rule = self._rule_of[target] = self._rules(target)
@@ -210,6 +223,8 @@ class TaskContext(ProcessorContext):
         if rule is None and self._rules is not None:
             rule = self._rule_of[target] = self._rules(target)
         prefix, lineage, origin = self._prefix(tp), self._lineage, ORIGIN_FORMAT
+        windowed = not raw and self._windowed_serde(target) is not None
+        inner_partition = self._inner_partition
 
         def output(msg: Message, key: Any, value: Any, ts: int, index: int) -> ProducerRecord:
             try:
@@ -220,7 +235,8 @@ class TaskContext(ProcessorContext):
             headers = [(ORIGIN_HEADER, origin % (prefix, msg.offset(), index))] if lineage else []
             if rule is not None and (why := rule.violation(k, v, headers, ts)) is not None:
                 raise _rejected(msg, target, why)
-            return _new_record(ProducerRecord, (target, None, k, v, headers, ts))
+            partition = inner_partition(target, key, k) if windowed else None
+            return _new_record(ProducerRecord, (target, partition, k, v, headers, ts))
         return output
 
     def hold(self) -> Kept:
@@ -278,6 +294,33 @@ class TaskContext(ProcessorContext):
                                     self._index_base + (self._index << self._index_shift))
         return b"%s|%s:%d:%d|%d" % (self._task_bytes, msg.topic().encode(), msg.partition(), msg.offset(),
                                     self._index)
+
+    def _windowed_serde(self, topic: str) -> WindowedSerde | None:
+        """The `WindowedSerde` that serializes the keys of `topic`, if one does."""
+        serde = self._windowed.get(topic)
+        return serde if serde is not None or topic in self._serializers else self._windowed_default
+
+    def _inner_partition(self, topic: str, key: Any, serialized: bytes | None) -> int | None:
+        """The partition of a `Windowed` key's inner key in `topic` (murmur2 of the inner key's bytes, as Kafka
+        Streams' `WindowedStreamPartitioner`), when `topic`'s keys are windowed; else None (the producer's
+        partitioner: murmur2 of the serialized key)."""
+        serde = self._windowed_serde(topic)
+        if serde is None or type(key) is not Windowed or serialized is None or topic in self._raw:
+            return None
+        inner: bytes | None
+        if serde.format == "binary":  # (the inner key's bytes, then the end and the start: 8 bytes each)
+            inner = serialized[:-16]
+        else:
+            try:
+                inner = serde.inner.serialize(key.key)
+            except SerdeError:
+                return None
+            if inner is None:
+                return None
+        count = self._counts.get(topic)
+        if count is None:
+            count = self._counts[topic] = self.partition_count(topic)
+        return partition_for(inner, count)
 
     def partition_count(self, topic: str) -> int:
         """How many partitions an output topic has (read once per worker process)."""
@@ -384,8 +427,10 @@ class TaskContext(ProcessorContext):
 
     # ------------------------------------------------------------------ the runtime's side
     def begin_batch(self) -> None:
-        """A batch starts: output topics' rules are looked up again (they may have changed since)."""
+        """A batch starts: output topics' rules and partition counts are looked up again (they may have changed
+        since)."""
         self._rule_of.clear()
+        self._counts.clear()
         self.let_go_scopes = 0
 
     def enter_record(self, msg: Message | None, timestamp: int | None) -> None:

@@ -2,7 +2,8 @@
 hopping windows behind a filter, every update forwarded (or held in a record cache), their batches folded and their
 windows expiring inside the fold, SIGKILLed mid-batch and inside their transactions, then restarted on the rest of
 the input. Each window's committed updates must be its reference's running count or sum, one per record, none
-twice or missing (with the cache, a part of them, in order, ending with the last)."""
+twice or missing (with the cache, a part of them, in order, ending with the last), and every window of a key in the
+key's own partition."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from integration_tests.engine.test_kill_restart import kill_job_repeatedly
 from integration_tests.helpers import produce
 from integration_tests.streams.test_time_and_rekey import committed_records
 from integration_tests.streams.test_windows import BASE
+from transactions.partitioner import partition_for
 
 JOB = """
 import os
@@ -113,12 +115,15 @@ def test_folded_windows_killed_repeatedly_commit_each_windows_updates_once(kafka
                 running = sums[(key.decode(), start)]
                 running.append((running[-1] if running else 0) + amount)
                 start += ADVANCE
+    # every window of a key in the key's partition, as its input (Kafka Streams' WindowedStreamPartitioner)
     got_counts: dict[tuple[str, int], list[int]] = defaultdict(list)
-    for key, value, _ in committed_records(kafka.bootstrap_servers, topics["counts"]):
+    for key, value, _, partition in committed_records(kafka.bootstrap_servers, topics["counts"], partition=True):
+        assert partition == partition_for(key[:-16], 2), key
         got_counts[(key[:-16].decode(), int.from_bytes(key[-8:], "big"))].append(int.from_bytes(value, "big"))
     got_sums: dict[tuple[str, int], list[int]] = defaultdict(list)
-    for key, value, _ in committed_records(kafka.bootstrap_servers, topics["sums"]):
+    for key, value, _, partition in committed_records(kafka.bootstrap_servers, topics["sums"], partition=True):
         windowed = json.loads(key)
+        assert partition == partition_for(windowed["key"].encode(), 2), key
         got_sums[(windowed["key"], windowed["start"])].append(json.loads(value))
     if not cache:
         assert got_counts == counts  # every update once, in order, none missing
