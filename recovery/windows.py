@@ -112,12 +112,16 @@ class SessionStore(StoreView):
         """Store a session's value (None removes the session)."""
         k = self._key(key)
         buf = self._buf()
+        data_key = self._data_key(k, start, end)
         if value is None:
-            buf.put(self._data_key(k, start, end), None)
+            buf.put(data_key, None)
             buf.put(self._index_key(k, start, end), None)
+            self.last_written = (data_key, len(data_key))
             return
-        buf.put(self._data_key(k, start, end), self._encode(value, timestamp))
+        raw = self._encode(value, timestamp)
+        buf.put(data_key, raw)
         buf.put(self._index_key(k, start, end), b"")
+        self.last_written = (data_key, len(data_key) + len(raw))
 
     def remove(self, key: Any, start: int, end: int) -> None:
         self.put(key, start, end, None)

@@ -15,7 +15,7 @@ import heapq
 from collections.abc import Callable
 from typing import Any, Literal
 
-from eos.cache import held_updates, updates
+from eos.cache import RecordCache, held_updates, updates
 from eos.operators.aggregate import _HELD_KEYS, AggregateFold, _holds
 from eos.processor import Processor, ProcessorContext
 from eos.records import Record
@@ -200,6 +200,7 @@ class SlidingWindowAggregate(_WindowedAggregate):
         super().init(context)
         self.store: WindowStore = context.store(self.store_name)
         self.buffer: RecordBuffer = context.store(self.buffer_name)
+        self.emit_update = updates(context, self.store)  # through the record cache, if the task has one
 
     def process(self, record: Record) -> None:
         if record.value is None:
@@ -238,7 +239,7 @@ class SlidingWindowAggregate(_WindowedAggregate):
                 continue
             self.store.put(key, window.start, aggregate, timestamp)
             if self.emit == "update":
-                self.context.forward(Windowed(key, window.start, window.end), aggregate, timestamp=timestamp)
+                self.emit_update(Windowed(key, window.start, window.end), aggregate, timestamp)
 
     def _fold(self, key: Any, window: TimeWindow) -> tuple[Any, int]:
         aggregate, timestamp = self.initializer(), -1
@@ -262,6 +263,10 @@ class SlidingWindowAggregate(_WindowedAggregate):
                 self.store.expire_before(self._expired_to + grace + 2 * diff + 1 - self.retention)
 
 
+def _unseen_leaves(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+    """How a session merged away before anything of it left the record cache leaves it: as nothing."""
+
+
 class SessionWindowAggregate(_WindowedAggregate):
     """Session windows over a `SessionStore`: a record merges the key's sessions within the inactivity gap
     of it (their aggregates with `merger`, then the record with `aggregator`); merged-away sessions are
@@ -277,6 +282,35 @@ class SessionWindowAggregate(_WindowedAggregate):
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
         self.store: SessionStore = context.store(self.store_name)
+        cache: RecordCache | None = getattr(context, "record_cache", None)
+        self._cache = cache if self.emit == "update" else None
+        #: with a record cache: the sessions (their store keys) made while it holds them, not forwarded yet. One
+        #: a record merges away before it leaves the cache was never seen downstream, so it leaves without a
+        #: tombstone (as a Kafka Streams session store's cache forwards a removal only of what it had flushed)
+        self._unseen: set[bytes] = set()
+
+    def _emit(self, window: Windowed, aggregate: Any, timestamp: int, made: bool = False) -> None:
+        """Pass on a session's update (None: it was merged away) just written to the store, at once or through
+        the record cache; `made`: the session is new."""
+        cache = self._cache
+        if cache is None:
+            self.context.forward(window, aggregate, timestamp=timestamp)
+            return
+        identity, size = self.store.last_written
+        unseen = self._unseen
+        if aggregate is None and identity in unseen:
+            unseen.discard(identity)
+            cache.put(self.store_name, identity, size, _unseen_leaves, window, None, timestamp, None)
+            return
+        if made:
+            unseen.add(identity)
+        forward = self.context.forward
+
+        def leave(key: Windowed, value: Any, timestamp: int, headers: Any) -> None:
+            unseen.discard(identity)  # (seen from now on: its removal is forwarded)
+            forward(key, value, timestamp=timestamp, headers=headers)
+        cache.put(self.store_name, identity, size, leave, window, aggregate, timestamp,
+                  self.context.cached_headers())  # type: ignore[attr-defined]
 
     def process(self, record: Record) -> None:
         if record.value is None:
@@ -291,18 +325,20 @@ class SessionWindowAggregate(_WindowedAggregate):
         if self.windows.closed(end, stream_time):
             self.late(record, f"its session [{start}, {end}] is closed")
             return
-        aggregate, timestamp = self.initializer(), t
+        aggregate, timestamp, made = self.initializer(), t, True
         for session in found:
             aggregate = self.merger(key, aggregate, session.value)
             timestamp = max(timestamp, session.timestamp)
             if (session.start, session.end) != (start, end):
                 self.store.remove(key, session.start, session.end)
                 if self.emit == "update":
-                    self.context.forward(Windowed(key, session.start, session.end), None, timestamp=timestamp)
+                    self._emit(Windowed(key, session.start, session.end), None, timestamp)
+            else:
+                made = False
         aggregate = self.aggregator(key, record.value, aggregate)
         self.store.put(key, start, end, aggregate, timestamp)
         if self.emit == "update":
-            self.context.forward(Windowed(key, start, end), aggregate, timestamp=timestamp)
+            self._emit(Windowed(key, start, end), aggregate, timestamp, made)
 
     def on_stream_time(self, stream_time: int) -> None:
         gap, grace = self.windows.gap_ms, self.windows.grace_ms

@@ -1,7 +1,8 @@
 """The record cache (`cache_max_bytes`) on the broker and Spark, SIGKILLed mid-batch (inside transactions too)
-and restarted: a count and a windowed count (emit="update") fused in one task, and a table aggregation,
-with a cache small enough to evict. Each key's (window's) committed values are values its aggregate had, in
-order, once each, ending with the reference's final value; `audit_application` (lineage, with the cache's
+and restarted: a count, a windowed count and a session count (emit="update") fused in one task, and a table
+aggregation, with a cache small enough to evict. Each key's (window's, session's) committed values are values its
+aggregate had, in order, once each, ending with the reference's final value (a session merged away inside the
+cache: none); `audit_application` (lineage, with the cache's
 derived outputs, and the window audit) and the aggregate audit say PASS; a copy committed by a broken writer
 fails the aggregate audit and `audit_application`."""
 
@@ -23,7 +24,7 @@ JOB = """
 import os
 from eos import Application
 from eos.testing import MarkWhile
-from eos.windows import TumblingWindows
+from eos.windows import SessionWindows, TumblingWindows
 
 app = Application(os.environ["APP"], timestamp="field:at", max_records_per_batch=300, trigger_interval=0.0,
                   cache_max_bytes=int(os.environ["CACHE"]), log_format="json", log_level="WARNING",
@@ -33,6 +34,8 @@ orders = app.stream(os.environ["ORDERS"])
 orders.group_by_key().count(name="counts").to_stream().to(os.environ["COUNTS"])
 (orders.group_by_key().window(TumblingWindows(60_000)).count(name="per_minute")
     .to_stream().to(os.environ["MINUTES"]))
+(orders.group_by_key().window(SessionWindows(2_000, grace=5_000)).count(name="sessions")
+    .to_stream().to(os.environ["SESSIONS"]))
 
 (app.table(os.environ["CUSTOMERS"]).group_by(lambda name, c: (c["tier"], c))
     .count(name="tiers").to_stream().to(os.environ["TIERS"]))
@@ -55,7 +58,7 @@ def histories(records: list[tuple[str, int]]) -> dict[str, list[int]]:
 
 def test_cached_aggregations_commit_a_true_history_of_each_key_across_sigkills(
         kafka, topic_factory, unique_name, tmp_path, monkeypatch):
-    names = ("orders", "counts", "minutes", "customers", "tiers")
+    names = ("orders", "counts", "minutes", "sessions", "customers", "tiers")
     topics = dict(zip(names, (topic_factory(n, partitions=PARTITIONS) for n in names), strict=True))
     bootstrap = kafka.bootstrap_servers
     rng = random.Random(5)  # a few hot keys, many cold ones: the cache absorbs the hot ones, evicts cold ones
@@ -91,6 +94,31 @@ def test_cached_aggregations_commit_a_true_history_of_each_key_across_sigkills(
     assert per_window.keys() == minutes.keys()
     assert all(is_history(per_window[w], minutes[w]) for w in minutes)
 
+    # sessions of 2 s: each record makes its key's session anew (a longer one, the shorter merged away). Every
+    # session's committed values are a true history of its own (one count, then a tombstone if it was
+    # replaced); one replaced before anything of it left the cache has none; the last ones hold the final counts
+    sessions: dict[tuple[str, int, int], list[int | None]] = {}
+    open_session: dict[str, tuple[int, int, int]] = {}
+    for key, v in good:
+        start, end, n = open_session.get(key, (v["at"], v["at"], 0))
+        if v["at"] - end > 2_000:
+            start, n = v["at"], 0
+        elif n:
+            sessions[key, start, end].append(None)
+        open_session[key] = (start, v["at"], n + 1)
+        sessions[key, start, v["at"]] = [n + 1]
+    per_session: dict[tuple[str, int, int], list[int | None]] = {}
+    for key, value, _ in committed_records(bootstrap, topics["sessions"]):
+        windowed = json.loads(key)
+        per_session.setdefault((windowed["key"], windowed["start"], windowed["end"]), []).append(
+            None if value is None else int.from_bytes(value, "big"))
+    assert per_session.keys() <= sessions.keys()
+    assert all(is_history(per_session[w], sessions[w]) if w in per_session else sessions[w][-1] is None
+               for w in sessions)
+    finals = {(key, start, end) for key, (start, end, _) in open_session.items()}
+    assert finals <= per_session.keys() and len(finals) > KEYS // 2
+    assert sum(map(len, per_session.values())) < len(good), "the cache held back no session updates"
+
     final_tiers = Counter({k: v["tier"] for k, v in moves}.values())
     last: dict[str, int] = {}
     for key, value, _ in committed_records(bootstrap, topics["tiers"]):
@@ -101,7 +129,7 @@ def test_cached_aggregations_commit_a_true_history_of_each_key_across_sigkills(
     reports = audit_application(app)
     failed = [(r.mode, r.inputs, r.outputs, r.skipped) for r in reports if r.verdict != "PASS"]
     assert not failed, failed
-    assert [r.mode for r in reports].count("window") == 1 and not any(r.skipped for r in reports)
+    assert [r.mode for r in reports].count("window") == 2 and not any(r.skipped for r in reports)
 
     def count_audit():
         spec = AggregateSpec("count", lambda raw: None, lambda raw: int.from_bytes(raw, "big"),

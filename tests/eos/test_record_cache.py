@@ -13,7 +13,7 @@ from eos import Application
 from eos.cache import ENTRY_OVERHEAD, RecordCache
 from eos.errors import ConfigError
 from eos.testing import TopologyTestDriver
-from eos.windows import TumblingWindows
+from eos.windows import SessionWindows, SlidingWindows, TumblingWindows
 
 
 def counts_app(cache: int, **settings) -> Application:
@@ -87,6 +87,68 @@ def test_windowed_updates_are_cached_per_window():
                          ("in", "a", {}, 1300)])
     assert [(r.key.key, r.key.start, r.value, r.timestamp) for r in driver.read("out")] == [
         ("a", 0, 2, 200), ("b", 1000, 1, 1200), ("a", 1000, 2, 1300)]
+
+
+def sessions_app(cache: int, **settings) -> Application:
+    app = Application("cached-sessions", cache_max_bytes=cache, **settings)
+    (app.stream("in").group_by_key().window(SessionWindows(100, grace=1_000)).count(name="sessions")
+        .to_stream().to("out"))
+    return app
+
+
+def test_a_session_merged_away_inside_the_cache_leaves_without_a_tombstone():
+    driver = TopologyTestDriver(sessions_app(1 << 20))
+    # one batch: a's session grows from [0, 0] to [0, 150] (three sessions, two merged away), b's stays
+    driver.pipe_records([("in", "a", {}, 0), ("in", "a", {}, 80), ("in", "b", {}, 90), ("in", "a", {}, 150)])
+    assert [(r.key.key, r.key.start, r.key.end, r.value) for r in driver.read("out")] == [
+        ("b", 90, 90, 1), ("a", 0, 150, 3)]
+    # the next batch: the session a consumer saw is replaced, so its tombstone goes first
+    driver.pipe_records([("in", "a", {}, 200)])
+    assert [(r.key.key, r.key.start, r.key.end, r.value) for r in driver.read("out")] == [
+        ("a", 0, 150, None), ("a", 0, 200, 4)]
+    assert [(s.start, s.end, s.value) for s in driver.store("sessions-store").fetch("a")] == [(0, 200, 4)]
+
+
+def test_a_session_seen_before_it_grew_in_a_batch_gets_its_tombstone_though_its_update_was_held():
+    driver = TopologyTestDriver(sessions_app(1 << 20))
+    driver.pipe_records([("in", "a", {}, 0)])
+    driver.read("out")
+    # [0, 0] was forwarded; within the next batch it grows to [0, 50] and [0, 90]: [0, 50] is never seen
+    driver.pipe_records([("in", "a", {}, 50), ("in", "a", {}, 90)])
+    assert [(r.key.start, r.key.end, r.value) for r in driver.read("out")] == [(0, 0, None), (0, 90, 3)]
+
+
+@pytest.mark.parametrize("cache", [1 << 20, 6 * (40 + ENTRY_OVERHEAD)], ids=["large", "evicting"])
+def test_cached_sessions_keep_exactly_once_and_end_as_the_uncached_job_when_batches_crash(cache):
+    rng = random.Random(12)
+    inputs, t = [], 0
+    for _ in range(300):
+        t += rng.randrange(0, 60)
+        inputs.append(("in", f"k{rng.randrange(5)}", {}, t - rng.choice([0, 0, 0, 150])))  # some out of order
+    report = TopologyTestDriver(sessions_app(cache, max_records_per_batch=40)).check_exactly_once(inputs, crashes=8)
+    assert report.crashes
+
+    def last_of_each_session(app: Application) -> dict:
+        driver = TopologyTestDriver(app)
+        driver.pipe_records(inputs)
+        last: dict = {}
+        for r in driver.read("out"):
+            last[r.key] = r.value
+        return {window: value for window, value in last.items() if value is not None}
+    uncached = last_of_each_session(sessions_app(0, max_records_per_batch=40))
+    assert last_of_each_session(sessions_app(cache, max_records_per_batch=40)) == uncached
+    assert len(uncached) > 20
+
+
+def test_sliding_windows_forward_the_latest_count_of_each_window_per_batch():
+    app = Application("cached-sliding", cache_max_bytes=1 << 20)
+    (app.stream("in").group_by_key().window(SlidingWindows(100, grace=1_000)).count(name="sliding")
+        .to_stream().to("out"))
+    driver = TopologyTestDriver(app)
+    driver.pipe_records([("in", "a", {}, 1_000), ("in", "a", {}, 1_050), ("in", "a", {}, 1_080)])
+    # uncached: [900, 1000] 1; [950, 1050] 2, [1001, 1101] 1; [980, 1080] 3, [1001, 1101] 2, [1051, 1151] 1
+    assert sorted((r.key.start, r.key.end, r.value) for r in driver.read("out")) == [
+        (900, 1000, 1), (950, 1050, 2), (980, 1080, 3), (1001, 1101, 2), (1051, 1151, 1)]
 
 
 def test_table_aggregations_forward_the_latest_total_per_group():
