@@ -2,7 +2,7 @@
 Quix Streams and a bare confluent-kafka transactional copy loop, side by side on one broker.
 
     python -m benchmarks.peers [--records 1000000] [--rounds 3] [--keys 10000]
-                               [--jobs stateless,count,pipeline,window,stateless64,count64]
+                               [--jobs stateless,count,pipeline,window,session,stateless64,count64]
                                [--peers eos,eos-cache,kstreams,kstreams-cache,quix,copy] [--latency-rate 2000]
                                [--eos-settings '{"max_records_per_batch": 20000}'] [--no-warm-up] [--warm-up-peers [N]]
                                [--broker-feature transaction.version=1]
@@ -13,9 +13,13 @@ Quix Streams and a bare confluent-kafka transactional copy loop, side by side on
   per kept input with the cache off). window: records per key and tumbling 60 s window of event time (the
   inputs' timestamps span 10 minutes, EVENT_SPAN_MS: ~10 records per key and window), grace 10 s, one output
   per input with the cache off, keyed as Kafka Streams' windowed keys (the framework's `windowed_key="binary"`;
-  Quix's `tumbling_window(...).count().current()`). With record caches, `eos-cache` (cache_max_bytes: Kafka
+  Quix's `tumbling_window(...).count().current()`). session: records per key and session of event time
+  (inactivity gap 5 s, SESSION_GAP_MS; grace 10 s): a little over half the records extend their key's session,
+  and each such record writes a tombstone for the session it replaces, then the longer one's count (Quix
+  writes no tombstones: its update supersedes); keyed as Kafka Streams' session-windowed keys. With record
+  caches, `eos-cache` (cache_max_bytes: Kafka
   Streams' default 10 MiB shared by the tasks) and `kstreams-cache` (its default cache) run count, pipeline
-  and window emitting the latest aggregate per key (and window) per commit, and are compared with each
+  window and session emitting the latest aggregate per key (and window) per commit, and are compared with each
   other. stateless64: the
   stateless job on an input of 64 partitions (each peer's default parallelism on this machine; a Kafka
   task per partition); this framework's runs of it keep the default tasks_per_transaction="auto", which on
@@ -43,7 +47,8 @@ Quix Streams and a bare confluent-kafka transactional copy loop, side by side on
 * Every run's output is verified before it counts: stateless, every input id exactly once in the
   committed output; count, pipeline and window, every key's (and window's) last aggregate exact, none
   repeated or going back
-  (and, one output per input, as many outputs as inputs kept). A failed verification stops the benchmark.
+  (and, one output per input, as many outputs as inputs kept); session, every session's last count exact under
+  its final end, every session a record replaced ended by a tombstone. A failed verification stops the benchmark.
 * The machine's speed: before each run, the best of five timings of a fixed piece of Python work
   (`benchmarks.calibrate`, ~0.1 s each), printed with the run, per peer after the rounds, and in the report
   with the CPU time the hypervisor stole over the rounds. On this machine the work took ~1.7x as long in
@@ -84,7 +89,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -96,7 +101,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.calibrate import cpu_times, python_ms, steal_share
-from benchmarks.peers.jobs import GRACE_MS, WINDOW_MS
+from benchmarks.peers.jobs import GRACE_MS, SESSION_GAP_MS, WINDOW_MS
 from benchmarks.visible import visible
 from chaos.processes import session_processes
 from eos.audit.scan import scan_topic
@@ -112,9 +117,9 @@ WIDE_PARTITIONS = 64  # the stateless64 job's input
 KSTREAMS_THREADS = 2  # num.stream.threads: one per core, as this framework runs a task slot per core
 console = Console(width=160)  # the tables are wide; a log file is no terminal
 PEERS = ("eos", "eos-cache", "kstreams", "kstreams-cache", "quix", "copy")
-JOBS = ("stateless", "count", "pipeline", "window", "stateless64", "count64")
+JOBS = ("stateless", "count", "pipeline", "window", "session", "stateless64", "count64")
 #: the jobs with state: the record-cache peers run these only, the copy loop none of them
-AGGREGATING = ("count", "pipeline", "window")
+AGGREGATING = ("count", "pipeline", "window", "session")
 #: the inputs' event time: record i of n is stamped EVENT_SPAN_MS * i / n after the first, the last a minute ago
 #: (the window job's 60 s windows: ten of them, ~10 records per key and window at the default 1M records on 10k keys)
 EVENT_SPAN_MS = 600_000
@@ -124,7 +129,7 @@ CACHED = ("eos-cache", "kstreams-cache")
 KSTREAMS_PEER = {"eos-cache": "kstreams-cache"}
 #: Kafka Streams' statestore.cache.max.bytes default; the framework's cache is per task, so it gets a share
 KSTREAMS_CACHE_BYTES = 10 * 1024 * 1024
-QUIX_REQUIREMENT = "quixstreams>=3.10,<4"
+QUIX_REQUIREMENT = "quixstreams>=3.28,<4"  # session_window
 
 
 @dataclass
@@ -218,6 +223,23 @@ class Expected:
     kept: Counter[str] = field(default_factory=Counter)  # pipeline: orders of qty >= 2 per key
     revenue: dict[str, float] = field(default_factory=dict)  # pipeline: the sum of their totals, in key order
     windows: Counter[tuple[str, int]] = field(default_factory=Counter)  # window: records per key and window start
+    #: session: records per key and session start, and each session's end (its last record's time); `merges`:
+    #: the records that extended a session (each replaces it: a tombstone for the shorter one)
+    sessions: Counter[tuple[str, int]] = field(default_factory=Counter)
+    session_ends: dict[tuple[str, int], int] = field(default_factory=dict)
+    merges: int = 0
+
+    def add_to_session(self, key: str, timestamp: int, started: dict[str, int]) -> None:
+        """A record of `key` at `timestamp`, no earlier than the key's last (`started`: each key's open session's
+        start): it extends that session if it comes within the inactivity gap of its end (inclusive, as Kafka
+        Streams and Quix both merge), else starts one."""
+        start = started.get(key)
+        if start is not None and timestamp - self.session_ends[key, start] <= SESSION_GAP_MS:
+            self.merges += 1
+        else:
+            start = started[key] = timestamp
+        self.sessions[key, start] += 1
+        self.session_ends[key, start] = timestamp
 
 
 def preload(bootstrap: str, topic: str, n: int, keys: int, seed: int = 1) -> Expected:
@@ -227,12 +249,14 @@ def preload(bootstrap: str, topic: str, n: int, keys: int, seed: int = 1) -> Exp
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
                          "enable.idempotence": True, "partitioner": "murmur2_random"})
     expected = Expected()
+    started: dict[str, int] = {}
     first = int(time.time() * 1000) - EVENT_SPAN_MS - 60_000
     for i in range(n):
         key, value = order(rng, i, keys)
         timestamp = event_time(first, i, n)
         expected.counts[key] += 1
         expected.windows[key, timestamp - timestamp % WINDOW_MS] += 1
+        expected.add_to_session(key, timestamp, started)
         fields = json.loads(value)
         if fields["qty"] >= 2:
             expected.kept[key] += 1
@@ -412,11 +436,11 @@ def command(peer: str, job: str, bootstrap: str, source: str, sink: str, group: 
         cache = "on" if peer == "kstreams-cache" else "off"
         # its state directory goes under java.io.tmpdir: the scratch directory, removed after the run
         return [kstreams[0], f"-Djava.io.tmpdir={scratch}", *kstreams[1:], bootstrap, job, source, sink, group,
-                str(KSTREAMS_THREADS), "1000", cache, str(WINDOW_MS), str(GRACE_MS)], env
+                str(KSTREAMS_THREADS), "1000", cache, str(WINDOW_MS), str(GRACE_MS), str(SESSION_GAP_MS)], env
     if peer == "quix":
         assert quix is not None
         return [quix, str(HERE / "quix_job.py"), bootstrap, job, source, sink, group, str(scratch / "quix"),
-                str(WINDOW_MS), str(GRACE_MS)], env
+                str(WINDOW_MS), str(GRACE_MS), str(SESSION_GAP_MS)], env
     return [sys.executable, str(HERE / "copy_loop.py"), bootstrap, source, sink, group], env
 
 
@@ -618,7 +642,7 @@ def measure(result: Latency, sent: list[float], seen: dict[int, float], first: i
 def _number(peer: str, job: str, raw: bytes) -> float:
     """An aggregate as the peer writes it: a count as a long (8 bytes, big-endian) or JSON (Quix); a revenue
     as a double (Kafka Streams, 8 bytes) or JSON (the others)."""
-    if job in ("count", "window"):
+    if job in ("count", "window", "session"):
         return int.from_bytes(raw, "big", signed=True) if len(raw) == 8 else int(json.loads(raw))
     return struct.unpack(">d", raw)[0] if peer.startswith("kstreams") else float(json.loads(raw))
 
@@ -637,9 +661,60 @@ def _aggregated(peer: str, job: str, key: bytes, value: bytes) -> tuple[str | tu
     return (key[:-16 if peer.startswith("eos") else -8].decode(), start), _number(peer, job, value)
 
 
+def _session(peer: str, key: bytes, value: bytes | None) -> tuple[str, int, int, int | None]:
+    """A session job's output: its key, the session's start and end (its last record's time) and count, None for
+    a tombstone. Kafka Streams' and the framework's session-windowed keys are the key's bytes, then the end and
+    the start, 8 bytes each; Quix writes the record's own key with {"start", "end", "value"}, its end exclusive
+    (the last record's time + 1), and no tombstones (a longer session's update supersedes the shorter one's)."""
+    if peer == "quix":
+        assert value is not None
+        session = json.loads(value)
+        return key.decode(), int(session["start"]), int(session["end"]) - 1, int(session["value"])
+    count = None if value is None else int(_number(peer, "session", value))
+    return key[:-16].decode(), int.from_bytes(key[-8:], "big"), int.from_bytes(key[-16:-8], "big"), count
+
+
+def verify_sessions(run: Run, batches: Iterable[list[Any]], n: int, expected: Expected) -> None:
+    """The session job's committed output: every session's last count exact, under its final end; each start's
+    counts rising, none repeated (a record applied twice); every shorter session a record replaced ended by a
+    tombstone (its last output one); with the cache off, an output per input and a tombstone per extension."""
+    counts: dict[tuple[str, int], int] = {}  # each session start's latest count
+    latest: dict[tuple[str, int, int], int | None] = {}  # each (key, start, end)'s last output
+    outputs = tombstones = backwards = 0
+    for batch in batches:
+        for msg in batch:
+            key, start, end, count = _session(run.peer, msg.key(), msg.value())
+            outputs += 1
+            latest[key, start, end] = count
+            if count is None:
+                tombstones += 1
+                continue
+            backwards += count <= counts.get((key, start), 0)
+            counts[key, start] = count
+    run.outputs = outputs
+    wrong = sum(1 for (key, start), count in expected.sessions.items()
+                if latest.get((key, start, expected.session_ends[key, start])) != count)
+    stale = 0 if run.peer == "quix" else sum(
+        1 for (key, start, end), count in latest.items()
+        if count is not None and expected.session_ends.get((key, start)) != end)
+    if wrong or len(counts) != len(expected.sessions) or backwards or stale:
+        raise RuntimeError(f"{run.peer} session: {wrong:,} of {len(expected.sessions):,} sessions without their "
+                           f"exact last count, {len(counts):,} session starts in the output, {backwards:,} counts "
+                           f"repeated or going back, {stale:,} replaced sessions without a tombstone")
+    want = (n, 0) if run.peer == "quix" else (n + expected.merges, expected.merges)
+    if run.peer not in CACHED and (outputs, tombstones) != want:
+        raise RuntimeError(f"{run.peer} session: {outputs:,} outputs, {tombstones:,} of them tombstones, for {n:,} "
+                           f"inputs of which {expected.merges:,} extended a session ({want[0]:,} and {want[1]:,} "
+                           "expected)")
+    run.verified = f"{len(expected.sessions):,} sessions' final counts exact, {outputs:,} outputs"
+
+
 def verify(run: Run, bootstrap: str, admin: KafkaAdmin, sink: str, n: int, expected: Expected) -> None:
     """Exactly-once of the committed output, or RuntimeError."""
     job = base_job(run.job)
+    if job == "session":
+        verify_sessions(run, scan_topic(bootstrap, sink, admin=admin), n, expected)
+        return
     if job not in AGGREGATING:
         ids: Counter[int] = Counter()
         for batch in scan_topic(bootstrap, sink, admin=admin):

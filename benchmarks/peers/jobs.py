@@ -4,13 +4,16 @@ counted through the test driver (benchmarks.instructions)."""
 from __future__ import annotations
 
 from eos import Application
-from eos.windows import TumblingWindows
+from eos.windows import SessionWindows, TumblingWindows
 
-__all__ = ["GRACE_MS", "JOBS", "WINDOW_MS", "define"]
+__all__ = ["GRACE_MS", "JOBS", "SESSION_GAP_MS", "WINDOW_MS", "define"]
 
-JOBS = ("stateless", "count", "pipeline", "window")
+JOBS = ("stateless", "count", "pipeline", "window", "session")
 #: the window job's tumbling windows of event time (each peer's own: the same size and grace on every one)
 WINDOW_MS, GRACE_MS = 60_000, 10_000
+#: the session job's inactivity gap (the same grace): a key's records come ~6 s apart on average (10k keys, 1M
+#: records over 10 minutes of event time), so a little over half of them extend a session, the rest start one
+SESSION_GAP_MS = 5_000
 
 
 def define(app: Application, job: str, source: str, sink: str) -> None:
@@ -34,6 +37,11 @@ def define(app: Application, job: str, source: str, sink: str) -> None:
         # records per key and tumbling window, one output per input; the key written as Kafka Streams' windowed
         # keys are (the key's bytes, then the window's times), so that no peer pays for JSON keys
         app.count(source, sink, name="counts", windows=TumblingWindows(WINDOW_MS, grace=GRACE_MS),
+                  windowed_key="binary")
+    elif job == "session":
+        # records per key and session of event time; a record that extends a session replaces it: a tombstone
+        # for the session it ends, then the count of the longer one (Kafka Streams' session-windowed keys)
+        app.count(source, sink, name="counts", windows=SessionWindows(SESSION_GAP_MS, grace=GRACE_MS),
                   windowed_key="binary")
     else:
         raise ValueError(f"no job {job!r}: the jobs are {', '.join(JOBS)}")

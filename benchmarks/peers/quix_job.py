@@ -1,5 +1,5 @@
 """The peers benchmark's jobs on Quix Streams, exactly-once (run in its own virtualenv).
-Arguments: bootstrap job input output consumer-group state-dir [window-ms grace-ms]."""
+Arguments: bootstrap job input output consumer-group state-dir [window-ms grace-ms [session-gap-ms]]."""
 
 import sys
 
@@ -25,6 +25,9 @@ elif job == "pipeline":
 elif job == "window":  # every update of each window's count: {"start", "end", "value"} under the record's key
     window_ms, grace_ms = int(sys.argv[7]), int(sys.argv[8])
     sdf = sdf.tumbling_window(duration_ms=window_ms, grace_ms=grace_ms).count().current()
+elif job == "session":  # every update of each session's count, as the window job's
+    grace_ms, gap_ms = int(sys.argv[8]), int(sys.argv[9])
+    sdf = sdf.session_window(inactivity_gap_ms=gap_ms, grace_ms=grace_ms).count().current()
 else:
     def count(_value, state):
         n = state.get("n", 0) + 1

@@ -13,9 +13,11 @@ import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.kstream.SessionWindows;
 import org.apache.kafka.streams.kstream.TimeWindows;
 import org.apache.kafka.streams.kstream.WindowedSerdes;
 import org.apache.kafka.streams.state.KeyValueStore;
+import org.apache.kafka.streams.state.SessionStore;
 import org.apache.kafka.streams.state.WindowStore;
 
 /**
@@ -25,8 +27,11 @@ import org.apache.kafka.streams.state.WindowStore;
  * "pipeline": filter (qty >= 2), add the total, group by key, sum the totals per key (one fused
  * sub-topology, as the DSL builds it: no repartition, one task per partition); "window": records per key and
  * tumbling window of event time (the records' timestamps), one output per input with the cache off, keyed as
- * WindowedSerdes' time-windowed keys (the key's bytes, then the window's start).
- * Arguments: bootstrap job input output application-id threads commit-ms cache(on|off) [window-ms grace-ms].
+ * WindowedSerdes' time-windowed keys (the key's bytes, then the window's start); "session": records per key and
+ * session of event time (inactivity gap, the same grace), a tombstone for each session a record extends or
+ * merges, keyed as WindowedSerdes' session-windowed keys (the key's bytes, then the session's end and start).
+ * Arguments: bootstrap job input output application-id threads commit-ms cache(on|off) [window-ms grace-ms
+ * [session-gap-ms]].
  * Runs until killed.
  */
 public final class PeerJob {
@@ -89,6 +94,14 @@ public final class PeerJob {
                 .count(Materialized.<String, Long, WindowStore<Bytes, byte[]>>as("counts"))
                 .toStream()
                 .to(output, Produced.with(WindowedSerdes.timeWindowedSerdeFrom(String.class, windowMs), Serdes.Long()));
+        } else if (job.equals("session")) {
+            long graceMs = Long.parseLong(args[9]), gapMs = Long.parseLong(args[10]);
+            builder.stream(input, Consumed.with(Serdes.String(), Serdes.ByteArray()))
+                .groupByKey()
+                .windowedBy(SessionWindows.ofInactivityGapAndGrace(Duration.ofMillis(gapMs), Duration.ofMillis(graceMs)))
+                .count(Materialized.<String, Long, SessionStore<Bytes, byte[]>>as("counts"))
+                .toStream()
+                .to(output, Produced.with(WindowedSerdes.sessionWindowedSerdeFrom(String.class), Serdes.Long()));
         } else {
             builder.stream(input, Consumed.with(Serdes.String(), Serdes.ByteArray()))
                 .groupByKey()
