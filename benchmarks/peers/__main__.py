@@ -224,7 +224,8 @@ class Expected:
     revenue: dict[str, float] = field(default_factory=dict)  # pipeline: the sum of their totals, in key order
     windows: Counter[tuple[str, int]] = field(default_factory=Counter)  # window: records per key and window start
     #: session: records per key and session start, and each session's end (its last record's time); `merges`:
-    #: the records that extended a session (each replaces it: a tombstone for the shorter one)
+    #: the records that made a session longer (each replaces it: a tombstone for the shorter one; a record at
+    #: its session's end time changes only its count)
     sessions: Counter[tuple[str, int]] = field(default_factory=Counter)
     session_ends: dict[tuple[str, int], int] = field(default_factory=dict)
     merges: int = 0
@@ -235,7 +236,7 @@ class Expected:
         Streams and Quix both merge), else starts one."""
         start = started.get(key)
         if start is not None and timestamp - self.session_ends[key, start] <= SESSION_GAP_MS:
-            self.merges += 1
+            self.merges += timestamp != self.session_ends[key, start]
         else:
             start = started[key] = timestamp
         self.sessions[key, start] += 1

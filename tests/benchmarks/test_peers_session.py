@@ -89,9 +89,9 @@ def test_each_peer_s_session_output_reads_back_alike():
     assert _session("quix", b"k7", quix) == ("k7", start, end, 5)
 
 
-def test_a_record_exactly_one_gap_after_its_session_s_end_extends_it():
+def test_a_record_exactly_one_gap_after_its_session_s_end_extends_it_and_one_at_its_end_only_counts():
     expected, started = Expected(), {}
-    for timestamp in (0, SESSION_GAP_MS, 2 * SESSION_GAP_MS + 1):
+    for timestamp in (0, SESSION_GAP_MS, SESSION_GAP_MS, 2 * SESSION_GAP_MS + 1):
         expected.add_to_session("k", timestamp, started)
-    assert dict(expected.sessions) == {("k", 0): 2, ("k", 2 * SESSION_GAP_MS + 1): 1}
-    assert expected.merges == 1
+    assert dict(expected.sessions) == {("k", 0): 3, ("k", 2 * SESSION_GAP_MS + 1): 1}
+    assert expected.merges == 1  # (the second record at SESSION_GAP_MS leaves the session as it is: no tombstone)
