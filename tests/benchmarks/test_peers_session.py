@@ -95,3 +95,8 @@ def test_a_record_exactly_one_gap_after_its_session_s_end_extends_it_and_one_at_
         expected.add_to_session("k", timestamp, started)
     assert dict(expected.sessions) == {("k", 0): 3, ("k", 2 * SESSION_GAP_MS + 1): 1}
     assert expected.merges == 1  # (the second record at SESSION_GAP_MS leaves the session as it is: no tombstone)
+    assert expected.restated == 1  # (Kafka Streams writes a tombstone and the same session again)
+    instant, started = Expected(), {}
+    for timestamp in (7, 7):  # a session of one instant: the same merged window, no tombstone anywhere
+        instant.add_to_session("j", timestamp, started)
+    assert (instant.merges, instant.restated, dict(instant.sessions)) == (0, 0, {("j", 7): 2})
