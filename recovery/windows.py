@@ -110,7 +110,10 @@ class SessionStore(StoreView):
 
     def put(self, key: Any, start: int, end: int, value: Any, timestamp: int = -1) -> None:
         """Store a session's value (None removes the session)."""
-        k = self._key(key)
+        self.put_serialized(self._key(key), start, end, value, timestamp)
+
+    def put_serialized(self, k: bytes, start: int, end: int, value: Any, timestamp: int = -1) -> None:
+        """`put` of the key serialized as this store keys it (`key_bytes`)."""
         buf = self._buf()
         data_key = self._data_key(k, start, end)
         if value is None:

@@ -76,6 +76,9 @@ class AggregateFold(NamedTuple):
     schedules: tuple[Any, ...] = ()
     #: with a cache, how a window's update goes into it once written (`eos.cache.held_updates`)
     hold_window: Callable[[bytes, int, Any, Any, int, Any], None] | None = None
+    #: session windows' (`eos.operators.windows.SessionWindowAggregate`, `windows` their `SessionWindows`): how
+    #: the aggregates of the sessions a record joins are merged (a record replaces them with one session)
+    merger: Callable[[Any, Any, Any], Any] | None = None
 
 
 class AggregateProcessor(Processor):

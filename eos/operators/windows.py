@@ -284,10 +284,32 @@ class SessionWindowAggregate(_WindowedAggregate):
         self.store: SessionStore = context.store(self.store_name)
         cache: RecordCache | None = getattr(context, "record_cache", None)
         self._cache = cache if self.emit == "update" else None
+        holds = _holds(self.store.spec.value_serde)
+        sole_user = getattr(context, "sole_user_of", None)
+        #: numbers its store surely serializes, every update forwarded at once (emit="update", no record cache),
+        #: and no other processor sees the store: a batch may be folded (`fold_view`)
+        self._fold_holds = holds if (holds is not None and self.emit == "update" and cache is None
+                                     and sole_user is not None and sole_user(self.store_name)) else None
         #: with a record cache: the sessions (their store keys) made while it holds them, not forwarded yet. One
         #: a record merges away before it leaves the cache was never seen downstream, so it leaves without a
         #: tombstone (as a Kafka Streams session store's cache forwards a removal only of what it had flushed)
         self._unseen: set[bytes] = set()
+
+    def fold_view(self, *, stateless_after: bool) -> AggregateFold | None:
+        """What folding a batch into these sessions needs (`eos.worker.folding`): sessions of numbers, every update
+        and every merged-away session's tombstone forwarded at once to nothing but stateless operators and sinks
+        (`stateless_after`; no record cache). Else None."""
+        if self._fold_holds is None or not stateless_after:
+            return None
+
+        def late(timestamp: int, stream_time: int) -> None:  # (no open session within the gap: its own is closed)
+            self.late_at(timestamp, f"its session [{timestamp}, {timestamp}] is closed", stream_time)
+
+        def forward(window: Windowed, aggregate: Any, timestamp: int) -> None:
+            self.context.forward(window, aggregate, timestamp=timestamp)
+        return AggregateFold(self.store, self.initializer, self.aggregator, self._fold_holds, self.store_name,
+                             _HELD_KEYS, None, None, None, None, None, forward, windows=self.windows, late=late,
+                             schedules=(self._schedule,), merger=self.merger)
 
     def _emit(self, window: Windowed, aggregate: Any, timestamp: int, made: bool = False) -> None:
         """Pass on a session's update (None: it was merged away) just written to the store, at once or through

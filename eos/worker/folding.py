@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from eos.cache import ENTRY_OVERHEAD
 from eos.errors import OutputSerializationError, SerdeError
 from eos.operators.aggregate import KEYLESS, AggregateFold, AggregateProcessor
-from eos.operators.windows import TimeWindowAggregate
+from eos.operators.windows import SessionWindowAggregate, TimeWindowAggregate
 from eos.processor import Processor
 from eos.serde import BytesSerde, Serde
 from eos.time import MAX_TIMESTAMP, InvalidTimestampError
@@ -68,7 +68,7 @@ def fold_target(processor: Processor) -> AggregateFold | None:
             return None
         target, build = found
         stateless_after = processor.stateless_after(target)  # type: ignore[attr-defined]
-    if not isinstance(target, (AggregateProcessor, TimeWindowAggregate)):
+    if not isinstance(target, (AggregateProcessor, TimeWindowAggregate, SessionWindowAggregate)):
         return None
     view = target.fold_view(stateless_after=stateless_after)
     if view is None:
@@ -84,6 +84,10 @@ def fold_target(processor: Processor) -> AggregateFold | None:
 
 #: no punctuation due (`fold_batch`'s `due`)
 NEVER = 1 << 62
+#: later than any session starts (`SessionStore.find_sessions`' latest start: every session of a key)
+_LATEST = 1 << 62
+#: an undo entry's mark of a session's first write (`_Fold.writes`)
+_WRITTEN: list[Any] = []
 
 
 class _Stop(Exception):
@@ -167,6 +171,7 @@ def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message
             if direct is not None and not msg.headers():
                 scope, made = False, len(outputs)
                 fold.made = made
+                ctx.dropped_reason = None  # (as entering its scope would: a drop of the record before is not its)
             if scope:
                 enter(msg, ts)
                 for s in scoped:
@@ -229,7 +234,7 @@ def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message
                 ctx.dropped_reason = None
         if stream_time >= due:  # (after a record that did not go to the dead letters, as the loop punctuates)
             assert punctuate is not None
-            _settle(view, ctx, fold.folded)  # what the fold holds, in the store before the punctuation reads it
+            _settle(view, ctx, fold)  # what the fold holds, in the store before the punctuation reads it
             fold.folded.clear()
             if made >= 0:  # (the loop left the task in this record's scope, which names what a punctuation makes)
                 enter(msg, ts)
@@ -243,7 +248,7 @@ def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message
             ctx.commit_requested = False
             stop_at = msg.offset() + 1
             break
-    _settle(view, ctx, fold.folded)
+    _settle(view, ctx, fold)
     if last is not None:  # as the record-at-a-time loop leaves it: its last record's scope entered and left
         enter(last, last_ts)
         leave()
@@ -286,7 +291,7 @@ class _Fold:
     `process` would make it of a record it is handed (forwarded at once without a cache), undone with the
     rest of its record's if the record fails."""
 
-    __slots__ = ("cached", "ctx", "folded", "made", "msg", "now", "room", "take", "undo", "updates")
+    __slots__ = ("cached", "ctx", "folded", "made", "msg", "now", "room", "take", "undo", "updates", "writes")
 
     def __init__(self, view: AggregateFold, ctx: TaskContext) -> None:
         self.ctx = ctx
@@ -302,10 +307,15 @@ class _Fold:
         #: windows with a cache: whether it holds an entry of an identity (`roll_back`)
         self.cached: Callable[[bytes], bool] | None = None
         self.updates = 0
+        #: sessions: (serialized key, start, end) of every session written or removed, in first-write order (the
+        #: write buffer's, so the changelog's: `_settle_sessions`)
+        self.writes: dict[tuple[bytes, int, int], None] = {}
         self.take = self.taker(view)
 
     def taker(self, view: AggregateFold) -> Callable[[Any, Any, int, Any], None]:
         """`take` as `view` has it (a fold may take with another `emit`: `_direct_take`)."""
+        if view.merger is not None:
+            return self._session_taker(view)
         if view.windows is not None:
             return self._window_taker(view)
         logged = view.chain is not None or view.emit is not None
@@ -422,6 +432,84 @@ class _Fold:
                 start += advance
         return take
 
+    def _session_taker(self, view: AggregateFold) -> Callable[[Any, Any, int, Any], None]:
+        """`take` into session windows (`SessionWindowAggregate.process`): the record joins the key's open sessions
+        within the gap of it (by the stream time it is judged at, `now`) into one, each merged-away session
+        forwarded as a tombstone, then the session's update, keyed `Windowed`, at once; a record whose own session
+        would be closed is late. A key's sessions that can take records are read from the store the first time
+        the fold meets it, then held (a list by end, then start, as the store orders them: [start, end,
+        aggregate, timestamp]) until the fold settles."""
+        fold, folded, undo, ctx, writes = self, self.folded, self.undo, self.ctx, self.writes
+        windows = view.windows
+        gap = windows.gap_ms
+        reach = gap + windows.grace_ms  # a session is closed once stream time is past its end plus this
+        key_types, store, initializer, aggregator = view.key_types, view.store, view.initializer, view.aggregator
+        holds, emit, late, merger = view.holds, view.emit, view.late, view.merger
+        assert late is not None and emit is not None and merger is not None
+        raws: dict[Any, bytes] = {}  # a key: its serialized form
+
+        def take(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            if not _aggregated(key, value, headers, key_types, True):
+                return
+            now = fold.now
+            raw = raws.get(key)
+            if raw is None:
+                raw = raws[key] = _identity(store, key)
+            entry = folded.get(raw)
+            if entry is None:
+                try:
+                    held = [[s.start, s.end, s.value, s.timestamp]
+                            for s in store.find_sessions(key, now - reach, _LATEST)]
+                except Exception:
+                    raise _Stop from None
+                if not all(holds(s[2]) for s in held):
+                    raise _Stop
+            else:
+                held = entry[0]
+            low, high, open_from = timestamp - gap, timestamp + gap, now - reach
+            found = [s for s in held if s[1] >= low and s[0] <= high and s[1] >= open_from]
+            start = end = timestamp
+            for s in found:
+                if s[0] < start:
+                    start = s[0]
+                if s[1] > end:
+                    end = s[1]
+            if end < open_from:  # (closed: no open session took it, and its own would be)
+                late(timestamp, now)  # (raises where late records go to the dead letters)
+                ctx.dropped["late"] = ctx.dropped.get("late", 0) + 1  # (as `_window_taker` counts it)
+                ctx.dropped_reason = "late"
+                return
+            aggregate, ts = initializer(), timestamp
+            gone = []
+            for s in found:
+                aggregate = merger(key, aggregate, s[2])
+                if s[3] > ts:
+                    ts = s[3]
+                if s[0] != start or s[1] != end:
+                    gone.append((raw, s[0], s[1]))
+                    emit(Windowed(key, s[0], s[1]), None, ts)  # (the largest timestamp merged so far)
+            updated = aggregator(key, value, aggregate)
+            if not holds(updated):
+                raise _Stop
+            kept = [s for s in held if not any(s is f for f in found)]
+            at = len(kept)
+            while at and (kept[at - 1][1], kept[at - 1][0]) > (end, start):
+                at -= 1
+            kept.insert(at, [start, end, updated, ts])
+            fold.updates = number = fold.updates + 1
+            if entry is None:
+                folded[raw] = [kept, None, number, fold.msg, key, headers]
+                undo.append((raw, None, 0))
+            else:
+                undo.append((raw, entry[:], 0))
+                entry[:] = kept, None, number, fold.msg, key, headers
+            for written in (*gone, (raw, start, end)):
+                if written not in writes:
+                    writes[written] = None
+                    undo.append((written, _WRITTEN, 0))  # type: ignore[arg-type]
+            emit(Windowed(key, start, end), updated, ts)
+        return take
+
     def roll_back(self) -> bool:
         """Undo the current record's updates, latest first. An update put back counts as the latest, as the
         cache's own rollback puts an entry back (`RecordCache.rollback_record`). True where that rollback would
@@ -431,7 +519,9 @@ class _Fold:
         reorders = False
         cached = self.cached
         for identity, old, grows in reversed(self.undo):
-            if old is None:
+            if old is _WRITTEN:  # (a session's first write)
+                del self.writes[identity]
+            elif old is None:
                 del self.folded[identity]
                 self.room += grows
                 reorders = reorders or (cached is not None and cached(identity))
@@ -502,10 +592,14 @@ def _current(view: AggregateFold, identity: bytes, key: Any, room: int) -> tuple
     return grows, current
 
 
-def _settle(view: AggregateFold, ctx: TaskContext, folded: dict[bytes, list[Any]]) -> None:
+def _settle(view: AggregateFold, ctx: TaskContext, fold: _Fold) -> None:
     """Each folded key's last update into the cache, in the order of the keys' last updates, with the headers
     its last record's outputs would have carried; without a cache, into the store, in the order the keys
     were first written (the write buffer's, so the changelog's)."""
+    folded = fold.folded
+    if view.merger is not None:
+        _settle_sessions(view, fold)
+        return
     if view.windows is not None:
         _settle_windows(view, ctx, folded)
         return
@@ -535,6 +629,21 @@ def _settle_windows(view: AggregateFold, ctx: TaskContext, folded: dict[bytes, l
         aggregate, timestamp, _, msg, (key, start), passed, counted = entry
         hold(identity, counted - ENTRY_OVERHEAD, Windowed(key, start, start + size), aggregate, timestamp,
              _headers(ctx, msg, passed, headers_of))
+
+
+def _settle_sessions(view: AggregateFold, fold: _Fold) -> None:
+    """Every session the fold wrote into the store, in the order the sessions were first written (the write
+    buffer's, so the changelog's), as the record-at-a-time loop writes each: the last value of those that
+    remain, a removal of those merged away (made in the batch or read from the store)."""
+    put, folded = view.store.put_serialized, fold.folded
+    for raw, start, end in fold.writes:
+        value = timestamp = None
+        for s in folded[raw][0]:
+            if s[0] == start and s[1] == end:
+                value, timestamp = s[2], s[3]
+                break
+        put(raw, start, end, value, -1 if timestamp is None else timestamp)
+    fold.writes.clear()
 
 
 def _headers(ctx: TaskContext, msg: Message, passed: Any, headers_of: Callable[[], Any]) -> Any:
