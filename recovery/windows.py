@@ -165,11 +165,17 @@ class SessionStore(StoreView):
 
     def expire_before(self, end: int, since: int | None = None) -> int:
         """Delete the sessions that ended before `end` (and not before `since`). Returns how many."""
-        doomed = list(self.ending_before(end, since))
-        for s in doomed:
-            k = self._key(s.key)
-            self._buf().put(self._data_key(k, s.start, s.end), None)
-            self._buf().put(self._index_key(k, s.start, s.end), None)
+        buf = self._buf()
+        low = _INDEX if since is None else _INDEX + _time(max(0, since))
+        doomed = []
+        for index_key, _ in list(buf.iterate(low, _INDEX + _time(max(0, end)))):
+            length = _I.unpack_from(index_key, 9)[0]
+            data_key = _DATA + index_key[9:13 + length] + index_key[1:9] + index_key[13 + length:]
+            if buf.get(data_key) is not None:  # (as `ending_before`: an index entry without its session is left)
+                doomed.append((data_key, index_key))
+        for data_key, index_key in doomed:
+            buf.put(data_key, None)
+            buf.put(index_key, None)
         return len(doomed)
 
     @staticmethod

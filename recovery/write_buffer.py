@@ -73,6 +73,9 @@ class WriteBuffer:
         if self._record:
             overlay.update((k, v) for k, v in self._record.items()
                            if (start is None or k >= start) and (end is None or k < end))
+        if not overlay:  # (nothing of the batch's in the range: a key's first lookup, most often)
+            yield from self.backend.iterate(start, end)
+            return
         pending = sorted(overlay.items())
         merged = heapq.merge(((k, 0, v) for k, v in pending),
                              ((k, 1, v) for k, v in self.backend.iterate(start, end)))

@@ -235,7 +235,8 @@ def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message
         if stream_time >= due:  # (after a record that did not go to the dead letters, as the loop punctuates)
             assert punctuate is not None
             _settle(view, ctx, fold)  # what the fold holds, in the store before the punctuation reads it
-            fold.folded.clear()
+            if view.merger is None:  # (sessions the fold holds stay held: `_settle_sessions`)
+                fold.folded.clear()
             if made >= 0:  # (the loop left the task in this record's scope, which names what a punctuation makes)
                 enter(msg, ts)
                 leave()
@@ -634,7 +635,11 @@ def _settle_windows(view: AggregateFold, ctx: TaskContext, folded: dict[bytes, l
 def _settle_sessions(view: AggregateFold, fold: _Fold) -> None:
     """Every session the fold wrote into the store, in the order the sessions were first written (the write
     buffer's, so the changelog's), as the record-at-a-time loop writes each: the last value of those that
-    remain, a removal of those merged away (made in the batch or read from the store)."""
+    remain, a removal of those merged away (made in the batch or read from the store).
+
+    The keys' sessions stay held (a punctuation of the fold's aggregation expires sessions in steps of stream
+    time: at each, the fold would otherwise read every key it meets again), but for those closed by now: the
+    expiry removes only closed sessions (`SessionWindowAggregate.on_stream_time`), which take no more records."""
     put, folded = view.store.put_serialized, fold.folded
     for raw, start, end in fold.writes:
         value = timestamp = None
@@ -644,6 +649,11 @@ def _settle_sessions(view: AggregateFold, fold: _Fold) -> None:
                 break
         put(raw, start, end, value, -1 if timestamp is None else timestamp)
     fold.writes.clear()
+    open_from = fold.now - view.windows.gap_ms - view.windows.grace_ms
+    for entry in folded.values():
+        held = entry[0]
+        if held and held[0][1] < open_from:  # (by end: the closed ones first)
+            entry[0] = [s for s in held if s[1] >= open_from]
 
 
 def _headers(ctx: TaskContext, msg: Message, passed: Any, headers_of: Callable[[], Any]) -> Any:

@@ -179,6 +179,11 @@ def test_window_and_session_stores_scan_by_key_and_time():
     assert [(s.start, s.end) for s in ss.find_sessions("a", 4, 30)] == [(0, 5), (20, 25)]
     assert [(s.start, s.end) for s in ss.find_sessions("a", 6, 30)] == [(20, 25)]
     assert [(s.key, s.end) for s in ss.ending_before(6)] == [("ab", 4), ("a", 5)]
+    ss.remove("a", 20, 25)
+    ss.put("a", 18, 25, 4)
+    assert ss.expire_before(5) == 1 and ss.expire_before(20, since=5) == 1  # ("ab", 4), then ("a", 5)
+    assert [(s.key, s.start, s.end, s.value) for s in ss.fetch_all()] == [("a", 18, 25, 4)]
+    assert ss.expire_before(26) == 1 and not list(ss.fetch_all()) and not list(ss._buf().iterate())
     rb = RecordBuffer(StoreSpec("r", StringSerde(), JsonSerde(), kind="record_buffer", retention_ms=100))
     rb.attach(WriteBuffer(MemoryBackend()))
     for ts, seq in ((5, 1), (3, 2), (9, 3)):

@@ -47,6 +47,20 @@ def test_merged_scans_see_overlay_and_hide_deletes(backend):
     assert list(buf.iterate(b"b", b"d")) == [(b"c", b"3")]
 
 
+def test_a_scan_ends_before_its_bound_among_deleted_keys_and_the_metadata(backend):
+    """The backend's own range scans (RocksDB's with an upper bound: it stops there instead of stepping over
+    deleted keys beyond): [start, end), none deleted, none of the store's metadata, the bound excluded."""
+    keys = [b"k%03d" % i for i in range(200)]
+    backend.write(dict.fromkeys(keys, b"v"), changelog_offset=5)
+    backend.write({k: None for k in keys if int(k[1:]) % 3}, changelog_offset=6)
+    live = [k for k in keys if int(k[1:]) % 3 == 0]
+    assert [k for k, _ in backend.iterate()] == live
+    assert [k for k, _ in backend.iterate(b"k010", b"k100")] == [k for k in live if b"k010" <= k < b"k100"]
+    assert [k for k, _ in backend.iterate(None, b"k009")] == [b"k000", b"k003", b"k006"]
+    assert [k for k, _ in backend.iterate(b"k197")] == [b"k198"] and list(backend.iterate(b"k050", b"k050")) == []
+    assert [k for k, _ in backend.iterate(b"k", b"k\xff")] == live
+
+
 def test_typed_view_range_prefix_and_outside_batch(backend):
     spec = StoreSpec("s", StringSerde(), JsonSerde())
     view = KeyValueStore(spec)
