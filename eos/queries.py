@@ -34,6 +34,7 @@ from recovery import (
     Version,
     VersionedKeyValueStore,
     WriteBuffer,
+    with_derived,
 )
 from transactions import KafkaAdmin, Message
 
@@ -124,7 +125,7 @@ def store_view(app: Application, name: str, bootstrap_servers: str | None = None
 
     def copy_of(changes: dict[bytes, bytes | None]) -> Any:
         backend = MemoryBackend()
-        backend.write(changes, None)
+        backend.write(with_derived(spec.kind, changes), None)  # (as a restore replays it: a session store's index)
         typed: StoreView = view_of(spec)
         typed.attach(WriteBuffer(backend))
         return typed

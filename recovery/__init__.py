@@ -16,6 +16,8 @@ from recovery.windows import (
     SuppressionBuffer,
     TimeOrderedBuffer,
     WindowStore,
+    changelogged,
+    with_derived,
 )
 from recovery.write_buffer import WriteBuffer
 
@@ -43,6 +45,8 @@ __all__ = [
     "Session",
     "SessionStore",
     "WindowStore",
+    "changelogged",
+    "with_derived",
     "TaskDirectory",
     "StoreHolder",
     "HOLDER",

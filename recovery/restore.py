@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from recovery.backends import Backend
+from recovery.windows import with_derived
 from transactions import Message, OffsetRange, RangeReader, RetriableKafkaError
 
 __all__ = ["RestoreResult", "restore_store", "settled_bounds", "ChangelogSource", "KnownBounds"]
@@ -120,14 +121,16 @@ def restore_store(backend: Backend, read: RangeReader, topic: str, partition: in
                   end_offset: int, log: Any = None, progress_every: float = 2.0,
                   on_progress: Callable[[int, int, int], None] | None = None, timeout: float = 3600.0,
                   budget: float | None = None,
-                  changes_of: Callable[[list[Message]], Mapping[bytes, bytes | None]] | None = None) -> RestoreResult:
+                  changes_of: Callable[[list[Message]], Mapping[bytes, bytes | None]] | None = None,
+                  kind: str = "key_value") -> RestoreResult:
     """Replay `[recorded offset, end_offset)` of the changelog partition into `backend`.
 
     `start_offset` is the partition's log start offset; `on_progress(records, position, end)` is called
     every `progress_every` seconds. `read` reads ranges read_committed (`transactions.range_reader`).
     `changes_of(records)`: the store's writes for a chunk of records that are not its own changelog's (a
     table's topic: `StoreSpec.source_topic`), read from `backend` as the chunk's earlier records left it;
-    by default each record is a write of its key and value."""
+    by default each record is a write of its key and value, with what it implies for a store of `kind` beside it
+    (`recovery.windows.with_derived`: a session store's index)."""
     if not 0 <= start_offset <= end_offset:
         # Never act on such a range: a store "ahead" of a bogus end would be wiped and left empty.
         raise RetriableKafkaError(f"changelog {topic}[{partition}]: invalid offset range [{start_offset}, "
@@ -148,7 +151,7 @@ def restore_store(backend: Backend, read: RangeReader, topic: str, partition: in
     chunks = read([OffsetRange(topic, partition, begin, end_offset)], timeout)
     for batch in chunks:
         # In offset order: the last write of a key wins. Compacted topics refuse null keys.
-        changes = ({msg.key() or b"": msg.value() for msg in batch} if changes_of is None
+        changes = (with_derived(kind, {msg.key() or b"": msg.value() for msg in batch}) if changes_of is None
                    else changes_of(batch))
         backend.write(changes, changelog_offset=batch[-1].offset() + 1)
         result.records += len(batch)

@@ -7,7 +7,9 @@ the lookups windowed operations make.
   start, windows that closed or expired are a scan of the store's beginning.
 * `SessionStore`: a value per (key, session start, session end). Key-first layout
   `0x00 len(key)(4) key end(8) start(8)` to find a key's sessions that overlap a time range, and an index
-  `0x01 end(8) len(key)(4) key start(8)` to find the sessions that ended before a time.
+  `0x01 end(8) len(key)(4) key start(8)` to find the sessions that ended before a time. The index is derived
+  from the sessions' keys: it is not written to the changelog (`changelogged`) but rebuilt as the changelog is
+  replayed (`with_derived`), so a session written costs one changelog record, as in Kafka Streams.
 
 Timestamps are signed 64-bit big-endian, shifted so that byte order is time order for times >= 0.
 """
@@ -15,13 +17,13 @@ Timestamps are signed 64-bit big-endian, shifted so that byte order is time orde
 from __future__ import annotations
 
 import struct
-from collections.abc import Container, Iterator
+from collections.abc import Container, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple, cast
 
 from recovery.store import StoreView
 
 __all__ = ["WindowStore", "SessionStore", "Session", "RecordBuffer", "TimeOrderedBuffer", "Held", "HeldRecord",
-           "SuppressionBuffer", "Suppressed", "reproducible", "window_key"]
+           "SuppressionBuffer", "Suppressed", "reproducible", "window_key", "changelogged", "with_derived"]
 
 _Q = struct.Struct(">q")
 _I = struct.Struct(">I")
@@ -171,8 +173,10 @@ class SessionStore(StoreView):
         for index_key, _ in list(buf.iterate(low, _INDEX + _time(max(0, end)))):
             length = _I.unpack_from(index_key, 9)[0]
             data_key = _DATA + index_key[9:13 + length] + index_key[1:9] + index_key[13 + length:]
-            if buf.get(data_key) is not None:  # (as `ending_before`: an index entry without its session is left)
+            if buf.get(data_key) is not None:
                 doomed.append((data_key, index_key))
+            else:  # (an index entry restored from a changelog that held them, its session removed since: dropped)
+                buf.put(index_key, None)
         for data_key, index_key in doomed:
             buf.put(data_key, None)
             buf.put(index_key, None)
@@ -185,6 +189,29 @@ class SessionStore(StoreView):
     @staticmethod
     def _index_key(k: bytes, start: int, end: int) -> bytes:
         return _INDEX + _time(end) + _I.pack(len(k)) + k + _time(start)
+
+
+def changelogged(kind: str, changes: Mapping[bytes, bytes | None]) -> Iterable[tuple[bytes, bytes | None]]:
+    """What of a batch's changes to a store of `kind` goes to its changelog: all, but a session store's index
+    entries (derived from its sessions' keys; `with_derived` makes them again)."""
+    if kind != "session":
+        return changes.items()
+    return ((k, v) for k, v in changes.items() if k[:1] != _INDEX)
+
+
+def with_derived(kind: str, changes: dict[bytes, bytes | None]) -> dict[bytes, bytes | None]:
+    """Changes replayed from the changelog of a store of `kind` (the last of each key in a stretch of it), with
+    what they imply for the store beside them: each session's index entry, written or removed with it. Index
+    entries in a changelog (written there before the index was derived) are taken as they are, but the
+    session's own record decides, wherever the two disagree."""
+    if kind != "session":
+        return changes
+    out = dict(changes)
+    for k, v in changes.items():
+        if k[:1] == _DATA:
+            length = _I.unpack_from(k, 1)[0]
+            out[_INDEX + k[5 + length:13 + length] + k[1:5 + length] + k[13 + length:]] = None if v is None else b""
+    return out
 
 
 def _next_prefix(prefix: bytes) -> bytes:

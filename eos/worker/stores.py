@@ -51,6 +51,7 @@ from recovery import (
     WindowStore,
     WriteBuffer,
     changelog_record,
+    changelogged,
     restore_store,
     settled_bounds,
     shared_stores,
@@ -185,7 +186,7 @@ class TaskStores:
                 left = None if budget is None else max(0.0, budget - (time.monotonic() - started))
                 result = restore_store(backend, source.read, tp[0], tp[1], start_offset=bounds[tp][0],
                                        end_offset=bounds[tp][1], log=log,
-                                       timeout=max(600.0, self.config.batch_timeout), budget=left)
+                                       timeout=max(600.0, self.config.batch_timeout), budget=left, kind=spec.kind)
                 replayed += result.records
                 self._log_restored(name, result)
         self._attach()
@@ -221,7 +222,8 @@ class TaskStores:
             if self.specs[name].source_topic is not None:
                 continue  # (its table's topic is its changelog)
             topic = self.changelogs[name]
-            records.extend(changelog_record(topic, self.partition, k, v) for k, v in buffer.changes().items())
+            records.extend(changelog_record(topic, self.partition, k, v)
+                           for k, v in changelogged(self.specs[name].kind, buffer.changes()))
         return records
 
     def apply(self, last_offsets: Mapping[tuple[str, int], int],
