@@ -144,6 +144,21 @@ class SessionStore(StoreView):
                 out.append(Session(key, start, end, value, ts))
         return out
 
+    def open_sessions(self, earliest_end: int) -> dict[bytes, list[list[Any]]]:
+        """Every key's sessions that end at or after `earliest_end` (`find_sessions(key, earliest_end, ...)` of
+        each key), by serialized key: [start, end, value, timestamp], by end, then start. One scan of the store,
+        for a caller about to look up most of its keys (a lookup costs a RocksDB seek)."""
+        out: dict[bytes, list[list[Any]]] = {}
+        decode = self._value_and_timestamp
+        for raw_key, raw in self._buf().iterate(_DATA, _INDEX):
+            length = _I.unpack_from(raw_key, 1)[0]
+            end = _Q.unpack_from(raw_key, 5 + length)[0]
+            if end >= earliest_end:
+                value, ts = decode(raw)
+                out.setdefault(raw_key[5:5 + length], []).append(
+                    [_Q.unpack_from(raw_key, 13 + length)[0], end, value, ts])
+        return out
+
     def fetch(self, key: Any) -> list[Session]:
         """All the key's sessions, by end time."""
         return self.find_sessions(key, 0, 2**62)

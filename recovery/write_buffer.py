@@ -6,9 +6,10 @@ batch; `rollback_record()` drops them (the record failed and goes to the dead-le
 `changes()` is what goes to the changelog and, after the Kafka commit, to the backend in one write.
 
 Range scans (window and session lookups, `range`, `prefix_scan`) keep a sorted index of the batch
-overlay's keys, built on the first scan and then kept up to date, so that a scan per record costs
-O(log n + k) rather than a sort of everything the batch wrote; stores that are never scanned never pay for
-it.
+overlay's keys, built on the first scan and then brought up to date by the next scan (with the keys written
+since, in one go), so that a scan per record costs O(log n + k) rather than a sort of everything the batch
+wrote; stores that are never scanned never pay for it, and a store written much between its scans (a fold
+writing what it held, then an expiry's scan) pays for its new keys once.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class WriteBuffer:
         self._batch: dict[bytes, bytes | None] = {}
         self._record: dict[bytes, bytes | None] | None = None
         self._sorted: SortedList | None = None  # keys of _batch, once a scan asked for them
+        self._unsorted: list[bytes] = []  # keys of _batch not in _sorted yet (added by the next scan)
 
     # ------------------------------------------------------------------ record scopes
     def begin_record(self) -> None:
@@ -37,7 +39,7 @@ class WriteBuffer:
     def commit_record(self) -> None:
         if self._record:
             if self._sorted is not None:
-                self._sorted.update(k for k in self._record if k not in self._batch)
+                self._unsorted.extend(k for k in self._record if k not in self._batch)
             self._batch.update(self._record)
         self._record = None
 
@@ -60,7 +62,7 @@ class WriteBuffer:
             self._record[key] = value
             return
         if self._sorted is not None and key not in self._batch:
-            self._sorted.add(key)
+            self._unsorted.append(key)
         self._batch[key] = value
 
     def iterate(self, start: bytes | None = None, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
@@ -68,6 +70,9 @@ class WriteBuffer:
         starts; writes made while iterating are not seen by this iterator."""
         if self._sorted is None:
             self._sorted = SortedList(self._batch)
+        elif self._unsorted:
+            self._sorted.update(self._unsorted)
+            self._unsorted.clear()
         batch = self._batch
         overlay = {k: batch[k] for k in self._sorted.irange(start, end, inclusive=(True, False))}
         if self._record:
@@ -95,3 +100,4 @@ class WriteBuffer:
         self._batch.clear()
         self._record = None
         self._sorted = None
+        self._unsorted.clear()

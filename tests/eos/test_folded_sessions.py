@@ -18,6 +18,7 @@ import pytest
 from eos import Application
 from eos.testing import TopologyTestDriver
 from eos.windows import SessionWindows
+from recovery import SessionStore
 from tests.eos.loops import raw_inputs
 from tests.eos.test_folded_batches import Folds, copies, run_both
 
@@ -86,6 +87,35 @@ def test_a_folded_session_batch_commits_what_the_record_at_a_time_loop_commits(m
     changelog = out["folds-total-store-changelog" if make is session_sum_app else "folds-counts-store-changelog"]
     assert any(value == b"" for *_, value, _, _ in changelog)  # merged and expired sessions' tombstones
     assert len(out["(results)"]) >= 6
+
+
+@pytest.mark.parametrize("make", [session_count_app, session_sum_app, exploded_session_app],
+                         ids=["session-count", "session-sum", "exploded-session"])
+def test_a_fold_meeting_many_keys_of_a_small_store_reads_it_in_one_scan_and_commits_the_same(monkeypatch, make):
+    scans, lookups = [], []
+    real_scan, real_find = SessionStore.open_sessions, SessionStore.find_sessions
+
+    def scan(store: SessionStore, earliest_end: int) -> Any:
+        scans.append(earliest_end)
+        return real_scan(store, earliest_end)
+
+    def find(store: SessionStore, *args: Any) -> Any:
+        lookups.append(args)
+        return real_find(store, *args)
+
+    monkeypatch.setattr(SessionStore, "open_sessions", scan)
+    monkeypatch.setattr(SessionStore, "find_sessions", find)
+    # 120 keys, nearly all met in every batch of 600 records (after 64 lookups a batch reads the rest in one
+    # scan), each every ~120 ms: within the gap of its last session often
+    rng = random.Random(6)
+    inputs = [(topic, b"k%d" % rng.randrange(120) if key and key.startswith(b"k") else key, value,
+               ts if ts < 0 else 10_000 + i - rng.randrange(0, 30), *rest)
+              for i, (topic, key, value, ts, *rest) in enumerate(raw_inputs(3_000, 6))]
+    feeds = [inputs[i:i + 600] for i in range(0, 3_000, 600)]
+    out, folds = run_both(monkeypatch, make(max_records_per_batch=600), feeds)
+    assert folds.folded == len(inputs) and not folds.stopped
+    assert len(scans) >= 4 and tombstones(out["out"])
+    assert len(lookups) < 2 * len(inputs)  # (the loop without the fold looks up every record's key; the fold few)
 
 
 def test_records_far_out_of_order_merge_sessions_and_late_ones_are_judged_as_the_loop_judges_them(monkeypatch):
