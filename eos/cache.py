@@ -77,6 +77,11 @@ class RecordCache:
         entry = self._entries.get((store, identity))
         return (entry[2], entry[3]) if entry is not None and entry[0] is forward else None
 
+    def forward_of(self, store: str, identity: bytes) -> Forward | None:
+        """How the update of (`store`, `identity`) the cache holds leaves it (None: it holds none)."""
+        entry = self._entries.get((store, identity))
+        return None if entry is None else entry[0]
+
     def has(self, store: str, identity: bytes) -> bool:
         """Whether the cache holds an update of (`store`, `identity`), whoever's."""
         return (store, identity) in self._entries

@@ -198,8 +198,12 @@ class SessionStore(StoreView):
         return len(doomed)
 
     @staticmethod
-    def _data_key(k: bytes, start: int, end: int) -> bytes:
+    def data_key(k: bytes, start: int, end: int) -> bytes:
+        """The store key of the session [start, end] of the serialized key `k` (what its changelog and the record
+        cache see)."""
         return _DATA + _I.pack(len(k)) + k + _time(end) + _time(start)
+
+    _data_key = data_key
 
     @staticmethod
     def _index_key(k: bytes, start: int, end: int) -> bytes:

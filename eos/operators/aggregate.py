@@ -79,6 +79,11 @@ class AggregateFold(NamedTuple):
     #: session windows' (`eos.operators.windows.SessionWindowAggregate`, `windows` their `SessionWindows`): how
     #: the aggregates of the sessions a record joins are merged (a record replaces them with one session)
     merger: Callable[[Any, Any, Any], Any] | None = None
+    #: sessions with a cache: how a session's update goes into it once written (`SessionWindowAggregate._hold`:
+    #: identity, bytes, window, aggregate, timestamp, headers, how it leaves), and whether a session is unseen
+    #: downstream as the cache has it (`SessionWindowAggregate.unseen`)
+    hold_session: Callable[[bytes, int, Any, Any, int, Any, int], None] | None = None
+    unseen: Callable[[bytes], bool] | None = None
 
 
 class AggregateProcessor(Processor):

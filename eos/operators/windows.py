@@ -267,6 +267,11 @@ def _unseen_leaves(key: Any, value: Any, timestamp: int, headers: Any) -> None:
     """How a session merged away before anything of it left the record cache leaves it: as nothing."""
 
 
+#: how a session's update in the record cache leaves it (`SessionWindowAggregate._hold`): forwarded (a session seen
+#: downstream, or one that is not yet: made while the cache holds it), or as nothing (the removal of an unseen one)
+SEEN, UNSEEN, NOTHING = 0, 1, 2
+
+
 class SessionWindowAggregate(_WindowedAggregate):
     """Session windows over a `SessionStore`: a record merges the key's sessions within the inactivity gap
     of it (their aggregates with `merger`, then the record with `aggregator`); merged-away sessions are
@@ -286,20 +291,30 @@ class SessionWindowAggregate(_WindowedAggregate):
         self._cache = cache if self.emit == "update" else None
         holds = _holds(self.store.spec.value_serde)
         sole_user = getattr(context, "sole_user_of", None)
-        #: numbers its store surely serializes, every update forwarded at once (emit="update", no record cache),
-        #: and no other processor sees the store: a batch may be folded (`fold_view`)
-        self._fold_holds = holds if (holds is not None and self.emit == "update" and cache is None
+        #: numbers its store surely serializes, every update emitted (emit="update"), and no other processor sees
+        #: the store: a batch may be folded (`fold_view`)
+        self._fold_holds = holds if (holds is not None and self.emit == "update"
                                      and sole_user is not None and sole_user(self.store_name)) else None
-        #: with a record cache: the sessions (their store keys) made while it holds them, not forwarded yet. One
-        #: a record merges away before it leaves the cache was never seen downstream, so it leaves without a
-        #: tombstone (as a Kafka Streams session store's cache forwards a removal only of what it had flushed)
-        self._unseen: set[bytes] = set()
+        #: with a record cache, how an update leaves it, by kind (SEEN, UNSEEN, NOTHING). A session made while the
+        #: cache holds it is unseen downstream until its update leaves the cache: one a record merges away before
+        #: then leaves without a tombstone (as a Kafka Streams session store's cache forwards a removal only of
+        #: what it had flushed). Whether a session is unseen is told by its entry in the cache, so a record's
+        #: rollback in the cache puts that back too
+        forward = context.forward
+
+        def forward_seen(key: Windowed, value: Any, timestamp: int, headers: Any) -> None:
+            forward(key, value, timestamp=timestamp, headers=headers)
+
+        def forward_unseen(key: Windowed, value: Any, timestamp: int, headers: Any) -> None:
+            forward(key, value, timestamp=timestamp, headers=headers)
+        self._leaves = (forward_seen, forward_unseen, _unseen_leaves)
 
     def fold_view(self, *, stateless_after: bool) -> AggregateFold | None:
-        """What folding a batch into these sessions needs (`eos.worker.folding`): sessions of numbers, every update
-        and every merged-away session's tombstone forwarded at once to nothing but stateless operators and sinks
-        (`stateless_after`; no record cache). Else None."""
-        if self._fold_holds is None or not stateless_after:
+        """What folding a batch into these sessions needs (`eos.worker.folding`): sessions of numbers emitting
+        every update, into the record cache, or, without one, each update and each merged-away session's tombstone
+        forwarded at once to nothing but stateless operators and sinks (`stateless_after`). Else None."""
+        cache = self._cache
+        if self._fold_holds is None or (cache is None and not stateless_after):
             return None
 
         def late(timestamp: int, stream_time: int) -> None:  # (no open session within the gap: its own is closed)
@@ -307,9 +322,18 @@ class SessionWindowAggregate(_WindowedAggregate):
 
         def forward(window: Windowed, aggregate: Any, timestamp: int) -> None:
             self.context.forward(window, aggregate, timestamp=timestamp)
-        return AggregateFold(self.store, self.initializer, self.aggregator, self._fold_holds, self.store_name,
+        view = AggregateFold(self.store, self.initializer, self.aggregator, self._fold_holds, self.store_name,
                              _HELD_KEYS, None, None, None, None, None, forward, windows=self.windows, late=late,
                              schedules=(self._schedule,), merger=self.merger)
+        if cache is None:
+            return view
+        return view._replace(cache=cache, headers_of=self.context.cached_headers, emit=None,  # type: ignore[attr-defined]
+                             hold_session=self._hold, unseen=self.unseen)
+
+    def unseen(self, identity: bytes) -> bool:
+        """Whether the session of store key `identity` is unseen downstream: the cache holds its update, made while
+        the cache held it, and nothing of it has left the cache yet."""
+        return self._cache is not None and self._cache.forward_of(self.store_name, identity) is self._leaves[UNSEEN]
 
     def _emit(self, window: Windowed, aggregate: Any, timestamp: int, made: bool = False) -> None:
         """Pass on a session's update (None: it was merged away) just written to the store, at once or through
@@ -319,20 +343,19 @@ class SessionWindowAggregate(_WindowedAggregate):
             self.context.forward(window, aggregate, timestamp=timestamp)
             return
         identity, size = self.store.last_written
-        unseen = self._unseen
-        if aggregate is None and identity in unseen:
-            unseen.discard(identity)
-            cache.put(self.store_name, identity, size, _unseen_leaves, window, None, timestamp, None)
+        unseen = self.unseen(identity)
+        if aggregate is None and unseen:
+            self._hold(identity, size, window, None, timestamp, None, NOTHING)
             return
-        if made:
-            unseen.add(identity)
-        forward = self.context.forward
+        self._hold(identity, size, window, aggregate, timestamp, self.context.cached_headers(),  # type: ignore[attr-defined]
+                   UNSEEN if aggregate is not None and (made or unseen) else SEEN)
 
-        def leave(key: Windowed, value: Any, timestamp: int, headers: Any) -> None:
-            unseen.discard(identity)  # (seen from now on: its removal is forwarded)
-            forward(key, value, timestamp=timestamp, headers=headers)
-        cache.put(self.store_name, identity, size, leave, window, aggregate, timestamp,
-                  self.context.cached_headers())  # type: ignore[attr-defined]
+    def _hold(self, identity: bytes, size: int, window: Windowed, aggregate: Any, timestamp: int, headers: Any,
+              kind: int) -> None:
+        """Put a session's update (its store key `identity`, `size` bytes) in the record cache, leaving it as `kind`
+        says (SEEN, UNSEEN: forwarded; NOTHING: the removal of a session never forwarded)."""
+        assert self._cache is not None
+        self._cache.put(self.store_name, identity, size, self._leaves[kind], window, aggregate, timestamp, headers)
 
     def process(self, record: Record) -> None:
         if record.value is None:

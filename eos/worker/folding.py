@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from eos.cache import ENTRY_OVERHEAD
 from eos.errors import OutputSerializationError, SerdeError
 from eos.operators.aggregate import KEYLESS, AggregateFold, AggregateProcessor
-from eos.operators.windows import SessionWindowAggregate, TimeWindowAggregate
+from eos.operators.windows import NOTHING, SEEN, UNSEEN, SessionWindowAggregate, TimeWindowAggregate
 from eos.processor import Processor
 from eos.serde import BytesSerde, Serde
 from eos.time import MAX_TIMESTAMP, InvalidTimestampError
@@ -95,6 +95,12 @@ _SCAN_MAX = 100_000
 _FIRST_CHECK = 64
 #: an undo entry's mark of a session's first write (`_Fold.writes`)
 _WRITTEN: list[Any] = []
+
+
+class _Pending(NamedTuple):
+    """An undo entry's mark of a session's update for the cache (`_Fold.pending`): the one it replaced, if any."""
+
+    entry: list[Any] | None
 
 
 class _Stop(Exception):
@@ -174,11 +180,11 @@ def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message
         if bad is None:
             fold.msg = msg
             fold.now = ts if ts > stream_time else stream_time  # (the stream time a record is judged at)
+            ctx.dropped_reason = None  # (as entering its scope does: a drop by the record before is not this one's)
             scope = emits
             if direct is not None and not msg.headers():
                 scope, made = False, len(outputs)
                 fold.made = made
-                ctx.dropped_reason = None  # (as entering its scope would: a drop of the record before is not its)
             if scope:
                 enter(msg, ts)
                 for s in scoped:
@@ -299,7 +305,8 @@ class _Fold:
     `process` would make it of a record it is handed (forwarded at once without a cache), undone with the
     rest of its record's if the record fails."""
 
-    __slots__ = ("cached", "ctx", "folded", "made", "msg", "now", "room", "take", "undo", "updates", "writes")
+    __slots__ = ("cached", "ctx", "folded", "made", "msg", "now", "pending", "room", "take", "undo", "updates",
+                 "writes")
 
     def __init__(self, view: AggregateFold, ctx: TaskContext) -> None:
         self.ctx = ctx
@@ -318,6 +325,10 @@ class _Fold:
         #: sessions: (serialized key, start, end) of every session written or removed, in first-write order (the
         #: write buffer's, so the changelog's: `_settle_sessions`)
         self.writes: dict[tuple[bytes, int, int], None] = {}
+        #: sessions with a record cache: each session's (its store key's) last update for the cache, [update number,
+        #: window, aggregate (None: removed), timestamp, its record, headers passed on, bytes it counts for, how it
+        #: leaves the cache (`eos.operators.windows.SEEN`, ...)], put in the cache when the fold settles
+        self.pending: dict[bytes, list[Any]] = {}
         self.take = self.taker(view)
 
     def taker(self, view: AggregateFold) -> Callable[[Any, Any, int, Any], None]:
@@ -452,9 +463,12 @@ class _Fold:
         gap = windows.gap_ms
         reach = gap + windows.grace_ms  # a session is closed once stream time is past its end plus this
         key_types, store, initializer, aggregator = view.key_types, view.store, view.initializer, view.aggregator
-        holds, emit, late, merger = view.holds, view.emit, view.late, view.merger
-        assert late is not None and emit is not None and merger is not None
+        holds, emit, late, merger, cache = view.holds, view.emit, view.late, view.merger, view.cache
+        assert late is not None and merger is not None and (emit is not None or cache is not None)
         raws: dict[Any, bytes] = {}  # a key: its serialized form
+        if cache is not None:
+            assert view.unseen is not None
+            hold, is_unseen = self._session_holder(view, cache, view.unseen)
         # a key met first is looked up in the store, until the lookups are many for the store's size: then the
         # sessions of every key are read in one scan (`SessionStore.open_sessions`), which the keys met after
         # take theirs from
@@ -474,8 +488,10 @@ class _Fold:
                     return scanned.get(raw, [])
             return [[s.start, s.end, s.value, s.timestamp] for s in store.find_sessions(key, now - reach, _LATEST)]
 
+        emits = emit is not None
+
         def take(key: Any, value: Any, timestamp: int, headers: Any) -> None:
-            if not _aggregated(key, value, headers, key_types, True):
+            if not _aggregated(key, value, headers, key_types, emits):
                 return
             now = fold.now
             raw = raws.get(key)
@@ -504,7 +520,7 @@ class _Fold:
                 ctx.dropped["late"] = ctx.dropped.get("late", 0) + 1  # (as `_window_taker` counts it)
                 ctx.dropped_reason = "late"
                 return
-            aggregate, ts = initializer(), timestamp
+            aggregate, ts, made = initializer(), timestamp, True
             gone = []
             for s in found:
                 aggregate = merger(key, aggregate, s[2])
@@ -512,7 +528,16 @@ class _Fold:
                     ts = s[3]
                 if s[0] != start or s[1] != end:
                     gone.append((raw, s[0], s[1]))
-                    emit(Windowed(key, s[0], s[1]), None, ts)  # (the largest timestamp merged so far)
+                    if cache is None:
+                        emit(Windowed(key, s[0], s[1]), None, ts)  # type: ignore[misc]  # (the largest timestamp so far)
+                    else:  # (one never forwarded leaves the cache as nothing: `SessionWindowAggregate._emit`)
+                        identity = data_key(raw, s[0], s[1])
+                        if is_unseen(identity):
+                            hold(identity, Windowed(key, s[0], s[1]), None, ts, None, NOTHING)
+                        else:
+                            hold(identity, Windowed(key, s[0], s[1]), None, ts, headers, SEEN)
+                else:
+                    made = False
             updated = aggregator(key, value, aggregate)
             if not holds(updated):
                 raise _Stop
@@ -532,8 +557,40 @@ class _Fold:
                 if written not in writes:
                     writes[written] = None
                     undo.append((written, _WRITTEN, 0))  # type: ignore[arg-type]
-            emit(Windowed(key, start, end), updated, ts)
+            if cache is None:
+                emit(Windowed(key, start, end), updated, ts)  # type: ignore[misc]
+                return
+            identity = data_key(raw, start, end)
+            hold(identity, Windowed(key, start, end), updated, ts, headers,
+                 UNSEEN if made or is_unseen(identity) else SEEN)
+        data_key = store.data_key
         return take
+
+    def _session_holder(self, view: AggregateFold, cache: Any, unseen: Callable[[bytes], bool]) -> tuple[
+            Callable[[bytes, Windowed, Any, int, Any, int], None], Callable[[bytes], bool]]:
+        """With a record cache, what a session fold does where the aggregation's `_emit` puts an update in the
+        cache: `hold(identity, window, aggregate, timestamp, headers passed on, how it leaves)`, the update kept for
+        it (`pending`) and counted against its room (the fold stops where it would evict); `is_unseen(identity)`:
+        whether the session is unseen downstream, by its update the fold holds, else the cache's."""
+        fold, pending, undo = self, self.pending, self.undo
+        name, stored_size, entry_size = view.name, view.store.encoded_size, cache.entry_size
+        self.cached = partial(cache.has, name)
+
+        def hold(identity: bytes, window: Windowed, value: Any, timestamp: int, headers: Any, kind: int) -> None:
+            counted = len(identity) + (0 if value is None else stored_size(value, timestamp)) + ENTRY_OVERHEAD
+            old = pending.get(identity)
+            grows = counted - (old[6] if old is not None else entry_size(name, identity))
+            if grows > fold.room:
+                raise _Stop  # the cache would evict
+            fold.room -= grows
+            fold.updates = number = fold.updates + 1
+            undo.append((identity, _Pending(old), grows))  # type: ignore[arg-type]
+            pending[identity] = [number, window, value, timestamp, fold.msg, headers, counted, kind]
+
+        def is_unseen(identity: bytes) -> bool:
+            held = pending.get(identity)
+            return unseen(identity) if held is None else held[7] == UNSEEN
+        return hold, is_unseen
 
     def roll_back(self) -> bool:
         """Undo the current record's updates, latest first. An update put back counts as the latest, as the
@@ -546,6 +603,15 @@ class _Fold:
         for identity, old, grows in reversed(self.undo):
             if old is _WRITTEN:  # (a session's first write)
                 del self.writes[identity]
+            elif type(old) is _Pending:  # (a session's update for the cache)
+                self.room += grows
+                if old.entry is None:
+                    del self.pending[identity]
+                    reorders = reorders or bool(self.cached is not None and self.cached(identity))
+                else:
+                    self.pending[identity] = old.entry
+                    self.updates += 1
+                    old.entry[0] = self.updates
             elif old is None:
                 del self.folded[identity]
                 self.room += grows
@@ -664,7 +730,7 @@ def _settle_sessions(view: AggregateFold, fold: _Fold) -> None:
     The keys' sessions stay held (a punctuation of the fold's aggregation expires sessions in steps of stream
     time: at each, the fold would otherwise read every key it meets again), but for those closed by now: the
     expiry removes only closed sessions (`SessionWindowAggregate.on_stream_time`), which take no more records."""
-    put, folded = view.store.put_serialized, fold.folded
+    put, folded, pending = view.store.put_serialized, fold.folded, fold.pending
     for raw, start, end in fold.writes:
         value = timestamp = None
         for s in folded[raw][0]:
@@ -673,6 +739,13 @@ def _settle_sessions(view: AggregateFold, fold: _Fold) -> None:
                 break
         put(raw, start, end, value, -1 if timestamp is None else timestamp)
     fold.writes.clear()
+    if pending:  # with a cache: each session's last update, in the order of the last updates
+        assert view.hold_session is not None and view.headers_of is not None
+        for identity, update in sorted(pending.items(), key=_by_first):
+            _, window, value, timestamp, msg, passed, counted, kind = update
+            view.hold_session(identity, counted - ENTRY_OVERHEAD, window, value, timestamp,
+                              None if kind == NOTHING else _headers(fold.ctx, msg, passed, view.headers_of), kind)
+        pending.clear()
     open_from = fold.now - view.windows.gap_ms - view.windows.grace_ms
     for entry in folded.values():
         held = entry[0]
@@ -693,3 +766,7 @@ def _headers(ctx: TaskContext, msg: Message, passed: Any, headers_of: Callable[[
 
 def _by_last_update(item: tuple[bytes, list[Any]]) -> int:
     return int(item[1][2])
+
+
+def _by_first(item: tuple[bytes, list[Any]]) -> int:
+    return int(item[1][0])
