@@ -1,9 +1,11 @@
-"""Folded windows on a real broker and Spark (eos.worker.folding): a count per key in tumbling windows and a sum in
-hopping windows behind a filter, every update forwarded (or held in a record cache), their batches folded and their
-windows expiring inside the fold, SIGKILLed mid-batch and inside their transactions, then restarted on the rest of
-the input. Each window's committed updates must be its reference's running count or sum, one per record, none
-twice or missing (with the cache, a part of them, in order, ending with the last), and every window of a key in the
-key's own partition."""
+"""Folded windows on a real broker and Spark (eos.worker.folding): a count per key in tumbling windows, a sum in
+hopping windows behind a filter and a count per key and session, every update forwarded (or held in a record
+cache), their batches folded and their windows expiring inside the fold, SIGKILLed mid-batch and inside their
+transactions, then restarted on the rest of the input. Each window's committed updates must be its reference's
+running count or sum, one per record, none twice or missing (with the cache, a part of them, in order, ending with
+the last); the sessions left once each merged-away one's tombstone removed it must be the reference's, with its
+counts, one update per record (uncached), none removed twice; and every window of a key in the key's own
+partition."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ JOB = """
 import os
 from eos import Application
 from eos.testing import MarkWhile
-from eos.windows import HoppingWindows, TumblingWindows
+from eos.windows import HoppingWindows, SessionWindows, TumblingWindows
 
 app = Application(os.environ["APP"], max_records_per_batch=int(os.environ["BATCH"]), trigger_interval=0.0,
                   log_format="json", log_level="WARNING", state_dir=os.environ["STATE"],
@@ -38,11 +40,14 @@ app.count(os.environ["IN"], os.environ["COUNTS"], name="counts", windows=Tumblin
 (app.stream(os.environ["IN"], value_serde="json").filter(lambda key, v: v["amount"] % 7 != 0, name="not-sevens")
     .group_by_key().window(HoppingWindows(60_000, 20_000, grace=20_000)).sum(lambda v: v["amount"], name="amounts")
     .to_stream().to(os.environ["SUMS"]))
+# the peers' session job's shape: a record within 20 s of its key's session extends it (or joins two)
+app.count(os.environ["IN"], os.environ["SESSIONS"], name="sessions", windows=SessionWindows(20_000, grace=20_000),
+          windowed_key="binary")
 if os.environ.get("MARKS"):
     app.fault_hooks.on("before_commit", MarkWhile(os.environ["MARKS"], seconds=0.3))
 """
 
-SIZE, ADVANCE = 60_000, 20_000
+SIZE, ADVANCE, GAP = 60_000, 20_000, 20_000
 
 
 def timed_events(n: int, seed: int, keys: int = 40) -> list[tuple[bytes, bytes, int]]:
@@ -65,7 +70,7 @@ def test_folded_windows_killed_repeatedly_commit_each_windows_updates_once(kafka
     soak = request.config.getoption("--soak")
     n, kills = (40_000, 6) if soak else (10_000, 3) if not cache else (6_000, 2)
     events = timed_events(n, seed=4)
-    topics = {name: topic_factory(name, partitions=2) for name in ("in", "counts", "sums")}
+    topics = {name: topic_factory(name, partitions=2) for name in ("in", "counts", "sums", "sessions")}
     first, rest = events[: n * 3 // 4], events[n * 3 // 4:]
 
     def load(part: list[tuple[bytes, bytes, int]]) -> None:
@@ -136,5 +141,39 @@ def test_folded_windows_killed_repeatedly_commit_each_windows_updates_once(kafka
                 assert updates == sorted(set(updates)) and set(updates) <= set(want[window]), window
         assert sum(map(len, got_counts.values())) < len(events)
     assert len(counts) > 300 and len(sums) > 600
+    # sessions: what is left once each tombstone removed its session is the reference's (every record, lags within
+    # the gap and grace: none late), each session's last count exact; uncached, one update per record
+    alive: dict[tuple[str, int, int], int] = {}
+    updates = 0
+    for key, value, _, partition in committed_records(kafka.bootstrap_servers, topics["sessions"], partition=True):
+        assert partition == partition_for(key[:-16], 2), key
+        session = (key[:-16].decode(), int.from_bytes(key[-8:], "big"), int.from_bytes(key[-16:-8], "big"))
+        if value is None:
+            assert alive.pop(session, None) is not None, f"{session} removed, but it was not there"
+        else:
+            alive[session] = int.from_bytes(value, "big")
+            updates += 1
+    assert alive == reference_sessions([(key.decode(), ts) for key, _, ts in events], GAP)
+    assert updates == len(events) if not cache else updates < len(events)
+    assert len(alive) > 100 and len(alive) < len(events) // 2
     reports = audit_application(app)
     assert all(r.verdict == "PASS" for r in reports), [(r.inputs, r.lineage) for r in reports]
+
+
+def reference_sessions(records: list[tuple[str, int]], gap: int) -> dict[tuple[str, int, int], int]:
+    """Each key's sessions (key, start, end) and their counts, from all its records at once."""
+    by_key: dict[str, list[int]] = defaultdict(list)
+    for key, ts in records:
+        by_key[key].append(ts)
+    out = {}
+    for key, times in by_key.items():
+        times.sort()
+        start = end = times[0]
+        n = 0
+        for t in times:
+            if t - end > gap:
+                out[(key, start, end)] = n
+                start, n = t, 0
+            end, n = t, n + 1
+        out[(key, start, end)] = n
+    return out
