@@ -117,7 +117,7 @@ class SessionStore(StoreView):
     def put_serialized(self, k: bytes, start: int, end: int, value: Any, timestamp: int = -1) -> None:
         """`put` of the key serialized as this store keys it (`key_bytes`)."""
         buf = self._buf()
-        data_key = self._data_key(k, start, end)
+        data_key = self.data_key(k, start, end)
         if value is None:
             buf.put(data_key, None)
             buf.put(self._index_key(k, start, end), None)
@@ -172,7 +172,7 @@ class SessionStore(StoreView):
             length = _I.unpack_from(raw_key, 9)[0]
             k = raw_key[13:13 + length]
             start = _Q.unpack_from(raw_key, 13 + length)[0]
-            raw = self._buf().get(self._data_key(k, start, session_end))
+            raw = self._buf().get(self.data_key(k, start, session_end))
             if raw is not None:
                 value, ts = self._value_and_timestamp(raw)
                 yield Session(ks.deserialize(k), start, session_end, value, ts)
@@ -202,8 +202,6 @@ class SessionStore(StoreView):
         """The store key of the session [start, end] of the serialized key `k` (what its changelog and the record
         cache see)."""
         return _DATA + _I.pack(len(k)) + k + _time(end) + _time(start)
-
-    _data_key = data_key
 
     @staticmethod
     def _index_key(k: bytes, start: int, end: int) -> bytes:

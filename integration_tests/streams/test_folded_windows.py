@@ -23,6 +23,7 @@ from integration_tests.engine.test_kill_restart import kill_job_repeatedly
 from integration_tests.helpers import produce
 from integration_tests.streams.test_time_and_rekey import committed_records
 from integration_tests.streams.test_windows import BASE
+from tests.eos.test_folded_sessions import reference_sessions, surviving
 from transactions.partitioner import partition_for
 
 JOB = """
@@ -143,37 +144,14 @@ def test_folded_windows_killed_repeatedly_commit_each_windows_updates_once(kafka
     assert len(counts) > 300 and len(sums) > 600
     # sessions: what is left once each tombstone removed its session is the reference's (every record, lags within
     # the gap and grace: none late), each session's last count exact; uncached, one update per record
-    alive: dict[tuple[str, int, int], int] = {}
-    updates = 0
-    for key, value, _, partition in committed_records(kafka.bootstrap_servers, topics["sessions"], partition=True):
-        assert partition == partition_for(key[:-16], 2), key
-        session = (key[:-16].decode(), int.from_bytes(key[-8:], "big"), int.from_bytes(key[-16:-8], "big"))
-        if value is None:
-            assert alive.pop(session, None) is not None, f"{session} removed, but it was not there"
-        else:
-            alive[session] = int.from_bytes(value, "big")
-            updates += 1
+    committed = committed_records(kafka.bootstrap_servers, topics["sessions"], partition=True)
+    assert all(partition == partition_for(key[:-16], 2) for key, _, _, partition in committed)
+    alive = surviving((key[:-16].decode(), int.from_bytes(key[-8:], "big"), int.from_bytes(key[-16:-8], "big"),
+                       None if value is None else int.from_bytes(value, "big")) for key, value, _, _ in committed)
+    updates = sum(value is not None for _, value, _, _ in committed)
     assert alive == reference_sessions([(key.decode(), ts) for key, _, ts in events], GAP)
     assert updates == len(events) if not cache else updates < len(events)
     assert len(alive) > 100 and len(alive) < len(events) // 2
     reports = audit_application(app)
     assert all(r.verdict == "PASS" for r in reports), [(r.inputs, r.lineage) for r in reports]
 
-
-def reference_sessions(records: list[tuple[str, int]], gap: int) -> dict[tuple[str, int, int], int]:
-    """Each key's sessions (key, start, end) and their counts, from all its records at once."""
-    by_key: dict[str, list[int]] = defaultdict(list)
-    for key, ts in records:
-        by_key[key].append(ts)
-    out = {}
-    for key, times in by_key.items():
-        times.sort()
-        start = end = times[0]
-        n = 0
-        for t in times:
-            if t - end > gap:
-                out[(key, start, end)] = n
-                start, n = t, 0
-            end, n = t, n + 1
-        out[(key, start, end)] = n
-    return out

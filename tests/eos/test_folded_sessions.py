@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
@@ -21,6 +21,7 @@ from eos.windows import SessionWindows
 from recovery import SessionStore
 from tests.eos.loops import raw_inputs
 from tests.eos.test_folded_batches import Folds, copies, run_both
+from tests.eos.test_folded_windows import crashed_inputs
 
 
 def session_count_app(cache: int = 0, **settings: Any) -> Callable[[], Application]:
@@ -176,14 +177,7 @@ def test_a_cache_too_small_for_the_batch_stops_the_session_fold_where_it_would_e
 @pytest.mark.parametrize("cache", [0, 1 << 20, 500], ids=["uncached", "cached", "small-cache"])
 def test_folded_sessions_stay_exactly_once_when_batches_crash(monkeypatch, make, cache):
     folds = Folds(monkeypatch)
-    rng = random.Random(8)
-    inputs: list[tuple[Any, ...]] = []
-    for i in range(500):
-        key = None if rng.random() < 0.03 else f"k{int(rng.paretovariate(1.1)) % 30}"
-        value = None if rng.random() < 0.03 else {"n": "x" if rng.random() < 0.03 else rng.randrange(5), "i": i}
-        ts = 2_000 + i * 7 - (rng.randrange(100, 700) if rng.random() < 0.1 else 0)
-        inputs.append(("in", key, value if make is not session_count_app or value is None else
-                       json.dumps(value).encode(), ts))
+    inputs = crashed_inputs(encoded=make is session_count_app)
     driver = TopologyTestDriver(make(cache, max_records_per_batch=60)(), wall_clock_ms=1_000_000)
     report = driver.check_exactly_once(inputs, crashes=12, seed=3, chunk=40)
     assert report.ok and len(report.crashes) >= 8
@@ -194,9 +188,10 @@ def test_folded_sessions_stay_exactly_once_when_batches_crash(monkeypatch, make,
         assert folds.folded > 1_000
 
 
-def reference_sessions(records: list[tuple[str, int]], gap: int) -> dict[tuple[str, int, int], int]:
-    """Each key's sessions and their counts, from all its records at once (in order, none late)."""
-    by_key: dict[str, list[int]] = {}
+def reference_sessions(records: Iterable[tuple[Any, int]], gap: int) -> dict[tuple[Any, int, int], int]:
+    """Each key's sessions (key, start, end) and their counts, from all its records (key, timestamp) at once:
+    what a session aggregation leaves when none of them is late nor within the gap of a closed session."""
+    by_key: dict[Any, list[int]] = {}
     for key, ts in records:
         by_key.setdefault(key, []).append(ts)
     sessions = {}
@@ -222,12 +217,18 @@ def test_each_sessions_last_count_is_the_reference_s_and_every_replaced_session_
     inputs = [(f"k{rng.randrange(50)}".encode(), b"x", 1_000 + i * 3 + rng.randrange(0, 90)) for i in range(3_000)]
     driver = TopologyTestDriver(app_api_session_app(max_records_per_batch=400)())
     driver.pipe_many("in", inputs, serialized=True)
-    alive: dict[tuple[str, int, int], int] = {}
-    for r in driver.read("out"):
-        window = (r.key.key, r.key.start, r.key.end)
-        if r.value is None:
-            assert alive.pop(window, None) is not None, f"a tombstone for {window}, which was not there"
-        else:
-            alive[window] = r.value
+    alive = surviving((r.key.key, r.key.start, r.key.end, r.value) for r in driver.read("out"))
     assert folds.folded == len(inputs) and not folds.stopped
     assert alive == reference_sessions([(key.decode(), ts) for key, _, ts in inputs], gap=100)
+
+
+def surviving(updates: Iterable[tuple[Any, int, int, Any]]) -> dict[tuple[Any, int, int], Any]:
+    """The sessions (key, start, end) with their last values that committed updates (key, start, end, value; None:
+    a tombstone) leave once each tombstone removed its session; a tombstone for a session not there fails."""
+    alive: dict[tuple[Any, int, int], Any] = {}
+    for key, start, end, value in updates:
+        if value is None:
+            assert alive.pop((key, start, end), None) is not None, f"a tombstone for {(key, start, end)}, not there"
+        else:
+            alive[key, start, end] = value
+    return alive

@@ -63,6 +63,20 @@ def app_api_count_app(cache: int = 0, **settings: Any) -> Callable[[], Applicati
     return make
 
 
+def crashed_inputs(*, encoded: bool) -> list[tuple[Any, ...]]:
+    """(topic, key, value, timestamp) for `check_exactly_once`: keys without a key and tombstones among them, values
+    a sum's aggregator refuses ({"n": "x"}), a tenth of the records far behind (late in some windows); values JSON
+    bytes where the job reads bytes (`encoded`), else dicts."""
+    rng = random.Random(8)
+    inputs: list[tuple[Any, ...]] = []
+    for i in range(500):
+        key = None if rng.random() < 0.03 else f"k{int(rng.paretovariate(1.1)) % 30}"
+        value = None if rng.random() < 0.03 else {"n": "x" if rng.random() < 0.03 else rng.randrange(5), "i": i}
+        ts = 2_000 + i * 7 - (rng.randrange(100, 700) if rng.random() < 0.1 else 0)
+        inputs.append(("in", key, json.dumps(value).encode() if encoded and value is not None else value, ts))
+    return inputs
+
+
 CACHES = pytest.mark.parametrize("cache", [1 << 20, 0], ids=["cached", "uncached"])
 APPS = pytest.mark.parametrize("make", [tumbling_count_app, hopping_sum_app, exploded_hopping_app, app_api_count_app],
                                ids=["tumbling-count", "hopping-sum", "exploded-hopping", "app-count"])
@@ -153,14 +167,7 @@ def test_a_task_with_a_punctuation_of_its_own_is_not_folded_nor_are_final_result
 @pytest.mark.parametrize("cache", [0, 1 << 20, 500], ids=["uncached", "cached", "small-cache"])
 def test_folded_windows_stay_exactly_once_when_batches_crash(monkeypatch, make, cache):
     folds = Folds(monkeypatch)
-    rng = random.Random(8)
-    inputs: list[tuple[Any, ...]] = []
-    for i in range(500):
-        key = None if rng.random() < 0.03 else f"k{int(rng.paretovariate(1.1)) % 30}"
-        value = None if rng.random() < 0.03 else {"n": "x" if rng.random() < 0.03 else rng.randrange(5), "i": i}
-        ts = 2_000 + i * 7 - (rng.randrange(100, 700) if rng.random() < 0.1 else 0)
-        inputs.append(("in", key, value if make is not tumbling_count_app or value is None else
-                       json.dumps(value).encode(), ts))
+    inputs = crashed_inputs(encoded=make is tumbling_count_app)
     driver = TopologyTestDriver(make(cache, max_records_per_batch=60)(), wall_clock_ms=1_000_000)
     report = driver.check_exactly_once(inputs, crashes=12, seed=3, chunk=40)
     assert report.ok and len(report.crashes) >= 8

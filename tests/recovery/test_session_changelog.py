@@ -12,6 +12,7 @@ from eos.serde import LongSerde, StringSerde
 from eos.testing import TopologyTestDriver
 from eos.windows import SessionWindows
 from recovery import MemoryBackend, SessionStore, StoreSpec, WriteBuffer, changelogged, restore_store, with_derived
+from tests.eos.test_folded_sessions import surviving
 from transactions import OffsetRange
 from transactions.memory import MemoryMessage
 
@@ -119,13 +120,7 @@ def test_a_session_job_s_changelog_holds_sessions_only_and_queries_find_them_by_
     driver.pipe_many("in", inputs, serialized=True)
     log = driver.cluster.records("sess-counts-store-changelog")
     assert log and all((m.key() or b"")[:1] == b"\x00" for m in log)
-    alive: dict[tuple[str, int, int], int] = {}
-    for r in driver.read("out"):
-        window = (r.key.key, r.key.start, r.key.end)
-        if r.value is None:
-            del alive[window]
-        else:
-            alive[window] = r.value
+    alive = surviving((r.key.key, r.key.start, r.key.end, r.value) for r in driver.read("out"))
     view = driver.store("counts-store").view
     held = {(s.key, s.start, s.end): s.value for s in view.fetch_all()}  # (by end time: through the index)
     assert held and held == {w: n for w, n in alive.items() if w in held}
