@@ -2,7 +2,7 @@
 Quix Streams and a bare confluent-kafka transactional copy loop, side by side on one broker.
 
     python -m benchmarks.peers [--records 1000000] [--rounds 3] [--keys 10000]
-                               [--jobs stateless,count,pipeline,window,session,stateless64,count64]
+                               [--jobs stateless,count,pipeline,window,session,sliding,stateless64,count64]
                                [--peers eos,eos-cache,kstreams,kstreams-cache,quix,copy] [--latency-rate 2000]
                                [--eos-settings '{"max_records_per_batch": 20000}'] [--no-warm-up] [--warm-up-peers [N]]
                                [--broker-feature transaction.version=1]
@@ -16,10 +16,15 @@ Quix Streams and a bare confluent-kafka transactional copy loop, side by side on
   Quix's `tumbling_window(...).count().current()`). session: records per key and session of event time
   (inactivity gap 5 s, SESSION_GAP_MS; grace 10 s): a little over half the records extend their key's session,
   and each such record writes a tombstone for the session it replaces, then the longer one's count (Quix
-  writes no tombstones: its update supersedes); keyed as Kafka Streams' session-windowed keys. With record
+  writes no tombstones: its update supersedes); keyed as Kafka Streams' session-windowed keys. sliding: records
+  per key and sliding window of event time (time difference 5 s, SLIDING_MS; grace 10 s), as Kafka Streams'
+  SlidingWindows: a record counts in its own window (the one ending at it) and in the window right after each
+  of its key's records of the 5 s before it, made when a first record falls in it; one output per window a
+  record updates (~2 a record), keyed as Kafka Streams' time-windowed keys (not run on Quix: its sliding windows
+  are others, ~1.0M windows where Kafka Streams and the framework make ~1.56M). With record
   caches, `eos-cache` (cache_max_bytes: Kafka
   Streams' default 10 MiB shared by the tasks) and `kstreams-cache` (its default cache) run count, pipeline
-  window and session emitting the latest aggregate per key (and window) per commit, and are compared with each
+  window, session and sliding emitting the latest aggregate per key (and window) per commit, and are compared with each
   other. stateless64: the
   stateless job on an input of 64 partitions (each peer's default parallelism on this machine; a Kafka
   task per partition); this framework's runs of it keep the default tasks_per_transaction="auto", which on
@@ -48,7 +53,9 @@ Quix Streams and a bare confluent-kafka transactional copy loop, side by side on
   committed output; count, pipeline and window, every key's (and window's) last aggregate exact, none
   repeated or going back
   (and, one output per input, as many outputs as inputs kept); session, every session's last count exact under
-  its final end, every session a record replaced ended by a tombstone. A failed verification stops the benchmark.
+  its final end, every session a record replaced ended by a tombstone; sliding, every window's last count its
+  records between its bounds, every window made and no other, one output per window update. A failed
+  verification stops the benchmark.
 * The machine's speed: before each run, the best of five timings of a fixed piece of Python work
   (`benchmarks.calibrate`, ~0.1 s each), printed with the run, per peer after the rounds, and in the report
   with the CPU time the hypervisor stole over the rounds. On this machine the work took ~1.7x as long in
@@ -73,6 +80,7 @@ own virtualenv under .cache/peers (once), so its client pins never touch ours. W
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import json
 import math
@@ -101,7 +109,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.calibrate import cpu_times, python_ms, steal_share
-from benchmarks.peers.jobs import GRACE_MS, SESSION_GAP_MS, WINDOW_MS
+from benchmarks.peers.jobs import GRACE_MS, SESSION_GAP_MS, SLIDING_MS, WINDOW_MS
 from benchmarks.visible import visible
 from chaos.processes import session_processes
 from eos.audit.scan import scan_topic
@@ -117,9 +125,9 @@ WIDE_PARTITIONS = 64  # the stateless64 job's input
 KSTREAMS_THREADS = 2  # num.stream.threads: one per core, as this framework runs a task slot per core
 console = Console(width=160)  # the tables are wide; a log file is no terminal
 PEERS = ("eos", "eos-cache", "kstreams", "kstreams-cache", "quix", "copy")
-JOBS = ("stateless", "count", "pipeline", "window", "session", "stateless64", "count64")
+JOBS = ("stateless", "count", "pipeline", "window", "session", "sliding", "stateless64", "count64")
 #: the jobs with state: the record-cache peers run these only, the copy loop none of them
-AGGREGATING = ("count", "pipeline", "window", "session")
+AGGREGATING = ("count", "pipeline", "window", "session", "sliding")
 #: the inputs' event time: record i of n is stamped EVENT_SPAN_MS * i / n after the first, the last a minute ago
 #: (the window job's 60 s windows: ten of them, ~10 records per key and window at the default 1M records on 10k keys)
 EVENT_SPAN_MS = 600_000
@@ -233,6 +241,15 @@ class Expected:
     #: writes a tombstone for it before its new count (it removes every session it merges unless the merged one
     #: is the record's own instant); the framework and Quix write the new count alone
     restated: int = 0
+    #: sliding: each key's record times, in order (a window's count is its records between its bounds), and
+    #: the windows updated in all (with the cache off, one output each)
+    sliding_times: dict[str, list[int]] = field(default_factory=dict)
+    sliding_updates: int = 0
+    #: the records a time difference + 1 ms after their key's previous one (whose window after it is the record's
+    #: own), where that previous record fell in the window after an earlier one: Kafka Streams, which finds the
+    #: previous record through that window, makes the record's window twice, as the window after the previous
+    #: record and as the record's own, and forwards its count (1) twice; the framework makes it once
+    sliding_doubled: int = 0
 
     def add_to_session(self, key: str, timestamp: int, started: dict[str, int]) -> None:
         """A record of `key` at `timestamp`, no earlier than the key's last (`started`: each key's open session's
@@ -247,6 +264,49 @@ class Expected:
             start = started[key] = timestamp
         self.sessions[key, start] += 1
         self.session_ends[key, start] = timestamp
+
+    def add_to_sliding(self, key: str, timestamp: int) -> None:
+        """A record of `key` at `timestamp`, no earlier than the key's last: it is counted in its own window (the
+        one ending at it, made or there already) and in the window right after each of the key's records of the
+        time difference (+1 ms) before it (made when the first record falls in it), as Kafka Streams' sliding
+        windows do with records in order; each such window is one update."""
+        times = self.sliding_times.setdefault(key, [])
+        if times and times[-1] == timestamp - SLIDING_MS - 1:
+            previous = times[-1]
+            self.sliding_doubled += times[bisect.bisect_left(times, previous - SLIDING_MS)] < previous
+        starts = {max(0, timestamp - SLIDING_MS)}
+        for earlier in reversed(times):
+            if earlier + 1 + SLIDING_MS < timestamp:
+                break
+            if earlier < timestamp:
+                starts.add(earlier + 1)
+        self.sliding_updates += len(starts)
+        times.append(timestamp)
+
+    def sliding_count(self, key: str, start: int) -> int | None:
+        """The records of the window of `key` starting at `start` (its end, start + the time difference,
+        included); None where no such window exists: neither a record's own window (a record at its end) nor the
+        window right after a record (a record at start - 1) with a later record in it."""
+        times = self.sliding_times.get(key, [])
+        end = start + SLIDING_MS
+        def has(timestamp: int) -> bool:
+            i = bisect.bisect_left(times, timestamp)
+            return i < len(times) and times[i] == timestamp
+        inside = bisect.bisect_right(times, end) - bisect.bisect_left(times, start)
+        return inside if inside and (has(end) or has(start - 1)) else None
+
+    def sliding_windows(self) -> int:
+        """How many windows the sliding job makes: each record's own (records at one time share it), and the one
+        right after each record that a later record falls in (unless it is a record's own)."""
+        made = 0
+        for times in self.sliding_times.values():
+            starts = {max(0, t - SLIDING_MS) for t in times}
+            for i, t in enumerate(times):
+                j = bisect.bisect_right(times, t, lo=i)
+                if j < len(times) and times[j] <= t + 1 + SLIDING_MS:
+                    starts.add(t + 1)
+            made += len(starts)
+        return made
 
 
 def preload(bootstrap: str, topic: str, n: int, keys: int, seed: int = 1) -> Expected:
@@ -264,6 +324,7 @@ def preload(bootstrap: str, topic: str, n: int, keys: int, seed: int = 1) -> Exp
         expected.counts[key] += 1
         expected.windows[key, timestamp - timestamp % WINDOW_MS] += 1
         expected.add_to_session(key, timestamp, started)
+        expected.add_to_sliding(key, timestamp)
         fields = json.loads(value)
         if fields["qty"] >= 2:
             expected.kept[key] += 1
@@ -443,7 +504,8 @@ def command(peer: str, job: str, bootstrap: str, source: str, sink: str, group: 
         cache = "on" if peer == "kstreams-cache" else "off"
         # its state directory goes under java.io.tmpdir: the scratch directory, removed after the run
         return [kstreams[0], f"-Djava.io.tmpdir={scratch}", *kstreams[1:], bootstrap, job, source, sink, group,
-                str(KSTREAMS_THREADS), "1000", cache, str(WINDOW_MS), str(GRACE_MS), str(SESSION_GAP_MS)], env
+                str(KSTREAMS_THREADS), "1000", cache, str(WINDOW_MS), str(GRACE_MS), str(SESSION_GAP_MS),
+                str(SLIDING_MS)], env
     if peer == "quix":
         assert quix is not None
         return [quix, str(HERE / "quix_job.py"), bootstrap, job, source, sink, group, str(scratch / "quix"),
@@ -649,7 +711,7 @@ def measure(result: Latency, sent: list[float], seen: dict[int, float], first: i
 def _number(peer: str, job: str, raw: bytes) -> float:
     """An aggregate as the peer writes it: a count as a long (8 bytes, big-endian) or JSON (Quix); a revenue
     as a double (Kafka Streams, 8 bytes) or JSON (the others)."""
-    if job in ("count", "window", "session"):
+    if job in ("count", "window", "session", "sliding"):
         return int.from_bytes(raw, "big", signed=True) if len(raw) == 8 else int(json.loads(raw))
     return struct.unpack(">d", raw)[0] if peer.startswith("kstreams") else float(json.loads(raw))
 
@@ -659,7 +721,7 @@ def _aggregated(peer: str, job: str, key: bytes, value: bytes) -> tuple[str | tu
     A window's key as each peer writes it: the framework's binary windowed key (the key's bytes, the window's
     end and start, 8 bytes each), Kafka Streams' time-windowed one (the key's bytes and the start), and Quix the
     record's own key with {"start", "end", "value"} as its value."""
-    if job != "window":
+    if job not in ("window", "sliding"):
         return key.decode(), _number(peer, job, value)
     if peer == "quix":
         window = json.loads(value)
@@ -718,11 +780,40 @@ def verify_sessions(run: Run, batches: Iterable[list[Any]], n: int, expected: Ex
     run.verified = f"{len(expected.sessions):,} sessions' final counts exact, {outputs:,} outputs"
 
 
+def verify_sliding(run: Run, batches: Iterable[list[Any]], expected: Expected) -> None:
+    """The sliding job's committed output: every window's last count its records between its bounds, every window
+    made there, none that should not be; each window's counts rising, none repeated (a record applied twice);
+    with the cache off, one output per window a record updated."""
+    last: dict[tuple[str, int], int] = {}
+    outputs = backwards = 0
+    for batch in batches:
+        for msg in batch:
+            window, count = _aggregated(run.peer, "sliding", msg.key(), msg.value())
+            backwards += count <= last.get(window, 0)  # type: ignore[call-overload]
+            last[window] = int(count)  # type: ignore[index]
+            outputs += 1
+    run.outputs = outputs
+    wrong = sum(1 for (key, start), count in last.items() if expected.sliding_count(key, start) != count)
+    made = expected.sliding_windows()
+    doubled = expected.sliding_doubled if run.peer == "kstreams" else 0  # (a cache holds one of the two)
+    if wrong or len(last) != made or backwards != doubled:
+        raise RuntimeError(f"{run.peer} sliding: {wrong:,} of {len(last):,} windows in the output with a wrong last "
+                           f"count or not a window at all, {made:,} windows made, {backwards:,} counts repeated or "
+                           f"going back ({doubled:,} expected)")
+    if run.peer not in CACHED and outputs != expected.sliding_updates + doubled:
+        raise RuntimeError(f"{run.peer} sliding: {outputs:,} outputs for {expected.sliding_updates:,} window updates "
+                           f"(one each expected, and {doubled:,} windows made twice)")
+    run.verified = f"{made:,} windows' final counts exact, {outputs:,} outputs"
+
+
 def verify(run: Run, bootstrap: str, admin: KafkaAdmin, sink: str, n: int, expected: Expected) -> None:
     """Exactly-once of the committed output, or RuntimeError."""
     job = base_job(run.job)
     if job == "session":
         verify_sessions(run, scan_topic(bootstrap, sink, admin=admin), n, expected)
+        return
+    if job == "sliding":
+        verify_sliding(run, scan_topic(bootstrap, sink, admin=admin), expected)
         return
     if job not in AGGREGATING:
         ids: Counter[int] = Counter()
@@ -943,7 +1034,8 @@ def main(argv: list[str] | None = None) -> None:
             order = round_order(peers, rnd)
             for job in jobs:
                 for peer in order:
-                    if (peer == "copy" and base_job(job) in AGGREGATING) or (peer in CACHED and job not in AGGREGATING):
+                    if ((peer == "copy" and base_job(job) in AGGREGATING) or (peer in CACHED and job not in AGGREGATING)
+                            or (peer == "quix" and job == "sliding")):
                         continue
                     source = sources[str(WIDE_PARTITIONS if is_wide(job) else PARTITIONS)]
                     machine_ms = python_ms(MACHINE_REPEATS)

@@ -4,16 +4,19 @@ counted through the test driver (benchmarks.instructions)."""
 from __future__ import annotations
 
 from eos import Application
-from eos.windows import SessionWindows, TumblingWindows
+from eos.windows import SessionWindows, SlidingWindows, TumblingWindows
 
-__all__ = ["GRACE_MS", "JOBS", "SESSION_GAP_MS", "WINDOW_MS", "define"]
+__all__ = ["GRACE_MS", "JOBS", "SESSION_GAP_MS", "SLIDING_MS", "WINDOW_MS", "define"]
 
-JOBS = ("stateless", "count", "pipeline", "window", "session")
+JOBS = ("stateless", "count", "pipeline", "window", "session", "sliding")
 #: the window job's tumbling windows of event time (each peer's own: the same size and grace on every one)
 WINDOW_MS, GRACE_MS = 60_000, 10_000
 #: the session job's inactivity gap (the same grace): a key's records come ~6 s apart on average (10k keys, 1M
 #: records over 10 minutes of event time), so a little over half of them extend a session, the rest start one
 SESSION_GAP_MS = 5_000
+#: the sliding job's time difference (the same grace): with a key's records ~6 s apart, a record falls in its own
+#: window and in the windows after the key's records of the 5 s before it (~2 updates a record)
+SLIDING_MS = 5_000
 
 
 def define(app: Application, job: str, source: str, sink: str) -> None:
@@ -42,6 +45,11 @@ def define(app: Application, job: str, source: str, sink: str) -> None:
         # records per key and session of event time; a record that extends a session replaces it: a tombstone
         # for the session it ends, then the count of the longer one (Kafka Streams' session-windowed keys)
         app.count(source, sink, name="counts", windows=SessionWindows(SESSION_GAP_MS, grace=GRACE_MS),
+                  windowed_key="binary")
+    elif job == "sliding":
+        # records per key and sliding window of event time: every window a record creates or falls in is updated
+        # (one output each), keyed as Kafka Streams' time-windowed keys
+        app.count(source, sink, name="counts", windows=SlidingWindows(SLIDING_MS, grace=GRACE_MS),
                   windowed_key="binary")
     else:
         raise ValueError(f"no job {job!r}: the jobs are {', '.join(JOBS)}")

@@ -14,6 +14,7 @@ import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.kstream.SessionWindows;
+import org.apache.kafka.streams.kstream.SlidingWindows;
 import org.apache.kafka.streams.kstream.TimeWindows;
 import org.apache.kafka.streams.kstream.WindowedSerdes;
 import org.apache.kafka.streams.state.KeyValueStore;
@@ -29,9 +30,11 @@ import org.apache.kafka.streams.state.WindowStore;
  * tumbling window of event time (the records' timestamps), one output per input with the cache off, keyed as
  * WindowedSerdes' time-windowed keys (the key's bytes, then the window's start); "session": records per key and
  * session of event time (inactivity gap, the same grace), a tombstone for each session a record extends or
- * merges, keyed as WindowedSerdes' session-windowed keys (the key's bytes, then the session's end and start).
+ * merges, keyed as WindowedSerdes' session-windowed keys (the key's bytes, then the session's end and start);
+ * "sliding": records per key and sliding window of event time (time difference, the same grace), one output per
+ * window a record creates or falls in with the cache off, keyed as time-windowed keys.
  * Arguments: bootstrap job input output application-id threads commit-ms cache(on|off) [window-ms grace-ms
- * [session-gap-ms]].
+ * [session-gap-ms [sliding-ms]]].
  * Runs until killed.
  */
 public final class PeerJob {
@@ -102,6 +105,14 @@ public final class PeerJob {
                 .count(Materialized.<String, Long, SessionStore<Bytes, byte[]>>as("counts"))
                 .toStream()
                 .to(output, Produced.with(WindowedSerdes.sessionWindowedSerdeFrom(String.class), Serdes.Long()));
+        } else if (job.equals("sliding")) {
+            long graceMs = Long.parseLong(args[9]), diffMs = Long.parseLong(args[11]);
+            builder.stream(input, Consumed.with(Serdes.String(), Serdes.ByteArray()))
+                .groupByKey()
+                .windowedBy(SlidingWindows.ofTimeDifferenceAndGrace(Duration.ofMillis(diffMs), Duration.ofMillis(graceMs)))
+                .count(Materialized.<String, Long, WindowStore<Bytes, byte[]>>as("counts"))
+                .toStream()
+                .to(output, Produced.with(WindowedSerdes.timeWindowedSerdeFrom(String.class, diffMs), Serdes.Long()));
         } else {
             builder.stream(input, Consumed.with(Serdes.String(), Serdes.ByteArray()))
                 .groupByKey()
