@@ -243,9 +243,20 @@ class RecordBuffer(StoreView):
     the records no open window can hold any more."""
 
     def put(self, key: Any, timestamp: int, seq: int, value: Any) -> None:
+        self.put_encoded(key, timestamp, seq, self._encode(value, timestamp))
+
+    def encode(self, value: Any, timestamp: int) -> bytes:
+        """`value` (of a record at `timestamp`) as this buffer holds it (`put_encoded`, `read_back`)."""
+        return self._encode(value, timestamp)
+
+    def read_back(self, raw: bytes) -> Any:
+        """The value `encode` made `raw` of, as `range` gives it back."""
+        return self._value(raw)
+
+    def put_encoded(self, key: Any, timestamp: int, seq: int, raw: bytes) -> None:
+        """`put` of a value `encode` made."""
         k = self._key(key)
-        tail = _time(timestamp) + _time(seq)
-        self._buf().put(_DATA + _I.pack(len(k)) + k + tail, self._encode(value, timestamp))
+        self._buf().put(_DATA + _I.pack(len(k)) + k + _time(timestamp) + _time(seq), raw)
         self._buf().put(_INDEX + _time(timestamp) + _I.pack(len(k)) + k + _time(seq), b"")
 
     def next_seq(self, key: Any, timestamp: int, near: list[tuple[int, int, Any]] | None = None) -> int:

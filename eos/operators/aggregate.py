@@ -84,6 +84,9 @@ class AggregateFold(NamedTuple):
     #: downstream as the cache has it (`SessionWindowAggregate.unseen`)
     hold_session: Callable[[bytes, int, Any, Any, int, Any, int], None] | None = None
     unseen: Callable[[bytes], bool] | None = None
+    #: sliding windows' (`eos.operators.windows.SlidingWindowAggregate`, `windows` their `SlidingWindows`): the
+    #: records of each key that a window it makes is folded from (`recovery.RecordBuffer`)
+    buffer: Any = None
 
 
 class AggregateProcessor(Processor):

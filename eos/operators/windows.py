@@ -201,6 +201,27 @@ class SlidingWindowAggregate(_WindowedAggregate):
         self.store: WindowStore = context.store(self.store_name)
         self.buffer: RecordBuffer = context.store(self.buffer_name)
         self.emit_update = updates(context, self.store)  # through the record cache, if the task has one
+        holds = _holds(self.store.spec.value_serde)
+        sole_user = getattr(context, "sole_user_of", None)
+        #: numbers its store surely serializes, every update emitted (emit="update") at once (no record cache), and
+        #: no other processor sees its stores: a batch may be folded (`fold_view`)
+        self._fold_holds = holds if (holds is not None and self.emit == "update" and sole_user is not None
+                                     and getattr(context, "record_cache", None) is None
+                                     and sole_user(self.store_name) and sole_user(self.buffer_name)) else None
+
+    def fold_view(self, *, stateless_after: bool) -> AggregateFold | None:
+        """What folding a batch into these windows needs (`eos.worker.folding`): sliding windows of numbers
+        emitting every update, forwarded at once to nothing but stateless operators and sinks
+        (`stateless_after`), without a record cache. Else None."""
+        if self._fold_holds is None or not stateless_after or type(self) is not SlidingWindowAggregate:
+            return None
+        detail = "its windows are closed"
+
+        def late(timestamp: int, stream_time: int) -> None:
+            self.late_at(timestamp, detail, stream_time)
+        return AggregateFold(self.store, self.initializer, self.aggregator, self._fold_holds, self.store_name,
+                             _HELD_KEYS, None, None, None, None, None, self.emit_update, windows=self.windows,
+                             late=late, schedules=(self._schedule,), buffer=self.buffer)
 
     def process(self, record: Record) -> None:
         if record.value is None:

@@ -12,6 +12,10 @@ once, the operator line built again toward the fold, the aggregates in a dict. T
 * **without one**, each update is its record's output, forwarded at once in the record's own scope (to
   stateless operators and sinks only), and each key's last aggregate reaches the store (so the changelog)
   when the fold ends, in the order the keys were first written, as the write buffer has them.
+Windowed aggregations fold alike: tumbling and hopping windows (each window's aggregate under its store key),
+session windows (a key's open sessions read once and held), and sliding windows without a record cache (a key's
+records read from the record buffer once and held, a window a record makes folded from them; the records the
+fold adds reach the buffer, in their order, where the windows reach their store).
 The rest is the record-at-a-time loop's:
 * bad records go to the dead-letter topic with the same error and stage: a key or value that does not
   deserialize, an invalid timestamp, a record without a key, an initializer or aggregator that raises, an
@@ -33,6 +37,7 @@ must be free of side effects in any case.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
@@ -41,7 +46,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from eos.cache import ENTRY_OVERHEAD
 from eos.errors import OutputSerializationError, SerdeError
 from eos.operators.aggregate import KEYLESS, AggregateFold, AggregateProcessor
-from eos.operators.windows import NOTHING, SEEN, UNSEEN, SessionWindowAggregate, TimeWindowAggregate
+from eos.operators.windows import (
+    NOTHING,
+    SEEN,
+    UNSEEN,
+    SessionWindowAggregate,
+    SlidingWindowAggregate,
+    TimeWindowAggregate,
+)
 from eos.processor import Processor
 from eos.serde import BytesSerde, Serde
 from eos.time import MAX_TIMESTAMP, InvalidTimestampError
@@ -68,7 +80,8 @@ def fold_target(processor: Processor) -> AggregateFold | None:
             return None
         target, build = found
         stateless_after = processor.stateless_after(target)  # type: ignore[attr-defined]
-    if not isinstance(target, (AggregateProcessor, TimeWindowAggregate, SessionWindowAggregate)):
+    if not isinstance(target, (AggregateProcessor, TimeWindowAggregate, SessionWindowAggregate,
+                               SlidingWindowAggregate)):
         return None
     view = target.fold_view(stateless_after=stateless_after)
     if view is None:
@@ -101,6 +114,13 @@ class _Pending(NamedTuple):
     """An undo entry's mark of a session's update for the cache (`_Fold.pending`): the one it replaced, if any."""
 
     entry: list[Any] | None
+
+
+class _Inserted(NamedTuple):
+    """An undo entry's mark of a record a sliding windows' fold added to its key's records (`_Fold.records`)."""
+
+    records: list[tuple[int, int, Any]]
+    at: int
 
 
 class _Stop(Exception):
@@ -180,6 +200,7 @@ def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message
         if bad is None:
             fold.msg = msg
             fold.now = ts if ts > stream_time else stream_time  # (the stream time a record is judged at)
+            fold.before = stream_time
             ctx.dropped_reason = None  # (as entering its scope does: a drop by the record before is not this one's)
             scope = emits
             if direct is not None and not msg.headers():
@@ -305,8 +326,8 @@ class _Fold:
     `process` would make it of a record it is handed (forwarded at once without a cache), undone with the
     rest of its record's if the record fails."""
 
-    __slots__ = ("cached", "ctx", "folded", "made", "msg", "now", "pending", "room", "take", "undo", "updates",
-                 "writes")
+    __slots__ = ("added", "before", "cached", "ctx", "folded", "made", "msg", "now", "pending", "records", "room",
+                 "take", "undo", "updates", "writes")
 
     def __init__(self, view: AggregateFold, ctx: TaskContext) -> None:
         self.ctx = ctx
@@ -314,11 +335,12 @@ class _Fold:
         self.folded: dict[bytes, list[Any]] = {}
         #: the current record's updates (identity, what they replaced, bytes added), to undo if it fails; kept
         #: only where something can fail after an update (a step after it, or its forwarding)
-        self.undo: list[tuple[bytes, list[Any] | None, int]] = []
+        self.undo: list[tuple[bytes, list[Any] | _Pending | _Inserted | None, int]] = []
         self.room = view.cache.max_bytes - view.cache.size if view.cache is not None else 1 << 62
         self.msg: Message | None = None  # the record being folded
         self.made = 0  # of a record whose updates are made into outputs at once: the outputs listed before it
         self.now = -1  # the stream time the record being folded is judged at (windows: which are closed)
+        self.before = -1  # the stream time before the record being folded (no record after it is judged earlier)
         #: windows with a cache: whether it holds an entry of an identity (`roll_back`)
         self.cached: Callable[[bytes], bool] | None = None
         self.updates = 0
@@ -329,12 +351,19 @@ class _Fold:
         #: window, aggregate (None: removed), timestamp, its record, headers passed on, bytes it counts for, how it
         #: leaves the cache (`eos.operators.windows.SEEN`, ...)], put in the cache when the fold settles
         self.pending: dict[bytes, list[Any]] = {}
+        #: sliding windows: each key's records (by its serialized key) that a window it makes can hold, read from
+        #: the record buffer the first time the fold meets the key, then held: (timestamp, seq, value) in that
+        #: order; and the records the fold added, (key, timestamp, seq, encoded value) in their order, for the buffer
+        self.records: dict[bytes, list[tuple[int, int, Any]]] = {}
+        self.added: list[tuple[Any, int, int, Any]] = []
         self.take = self.taker(view)
 
     def taker(self, view: AggregateFold) -> Callable[[Any, Any, int, Any], None]:
         """`take` as `view` has it (a fold may take with another `emit`: `_direct_take`)."""
         if view.merger is not None:
             return self._session_taker(view)
+        if view.buffer is not None:
+            return self._sliding_taker(view)
         if view.windows is not None:
             return self._window_taker(view)
         logged = view.chain is not None or view.emit is not None
@@ -449,6 +478,101 @@ class _Fold:
                 if emit is not None:
                     emit(Windowed(key, start, start + size), updated, ts)  # the largest timestamp aggregated
                 start += advance
+        return take
+
+    def _sliding_taker(self, view: AggregateFold) -> Callable[[Any, Any, int, Any], None]:
+        """`take` into sliding windows (`SlidingWindowAggregate.process`): the record joins its key's records, then
+        each open window it makes or falls in (by the stream time it is judged at, `now`) is updated, a window it
+        makes folded from the key's records between its bounds, and forwarded keyed `Windowed` at once; a record
+        whose windows are all closed is late. A key's records are read from the record buffer the first time the
+        fold meets it, from the earliest time a window of a record not late can hold on (`_Fold.records`)."""
+        fold, folded, undo, ctx, records, added = self, self.folded, self.undo, self.ctx, self.records, self.added
+        windows, buffer, store = view.windows, view.buffer, view.store
+        diff, grace = windows.diff_ms, windows.grace_ms
+        key_types, initializer, aggregator = view.key_types, view.initializer, view.aggregator
+        holds, emit, late = view.holds, view.emit, view.late
+        assert late is not None and emit is not None
+        left_window, right_window, closed, is_late = (windows.left_window, windows.right_window, windows.closed,
+                                                      windows.late)
+        encode, read_back = buffer.encode, buffer.read_back
+        raws: dict[Any, bytes] = {}  # a key: its serialized form
+        after = float("inf")  # (sorts after every seq)
+
+        def take(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            if not _aggregated(key, value, headers, key_types, True):
+                return
+            now, t = fold.now, timestamp
+            if is_late(t, now):
+                late(t, now)  # (raises where late records go to the dead letters)
+                ctx.dropped["late"] = ctx.dropped.get("late", 0) + 1  # (as `_window_taker` counts it)
+                ctx.dropped_reason = "late"
+                return
+            raw = raws.get(key)
+            if raw is None:
+                try:
+                    raw = raws[key] = store.key_bytes(key)
+                except Exception:
+                    raise _Stop from None
+            held = records.get(raw)
+            if held is None:
+                # (the windows of a record before this time are closed to this record and every later one, each
+                # judged at a stream time no earlier than the stream time before this record: it neither makes an
+                # open window nor is in one; `now` is not that: a record that fails does not move stream time)
+                try:
+                    held = records[raw] = buffer.range(key, fold.before - grace - diff - 1, MAX_TIMESTAMP)
+                except Exception:
+                    raise _Stop from None
+            low, at = bisect.bisect_left(held, (t - diff - 1,)), bisect.bisect_right(held, (t, after))
+            high = bisect.bisect_right(held, (t + diff + 1, after), at)
+            neighbours = [r[0] for r in held[low:high]]
+            seq = held[at - 1][1] + 1 if at > low and held[at - 1][0] == t else 0  # (as `RecordBuffer.next_seq`)
+            encoded = encode(value, t)
+            held.insert(at, (t, seq, read_back(encoded)))  # (as a window folded from the buffer reads it)
+            added.append((key, t, seq, encoded))
+            undo.append((b"", _Inserted(held, at), 0))
+            affected = {left_window(t)}
+            if any(t < s <= t + 1 + diff for s in neighbours):
+                affected.add(right_window(t))
+            for s in neighbours:
+                left, right = left_window(s), right_window(s)
+                if left.start <= t <= left.end:
+                    affected.add(left)
+                if s < t <= right.end:
+                    affected.add(right)
+            for window in sorted(affected):
+                start, end = window.start, window.end
+                if closed(end, now):
+                    continue
+                identity = window_key(start, raw)
+                entry = folded.get(identity)
+                current = entry
+                if entry is None:
+                    try:
+                        current = store.fetch_with_timestamp(key, start)
+                    except Exception:
+                        raise _Stop from None
+                    if current is not None and not holds(current[0]):
+                        raise _Stop
+                if current is None:  # a new window: fold what it holds (this record included)
+                    aggregate, ts = initializer(), -1
+                    for r in held[bisect.bisect_left(held, (start,)):bisect.bisect_right(held, (end, after))]:
+                        aggregate = aggregator(key, r[2], aggregate)
+                        if r[0] > ts:
+                            ts = r[0]
+                    if not holds(aggregate):
+                        raise _Stop
+                elif start <= t <= end:
+                    aggregate, ts = _update(initializer, aggregator, holds, key, value, t, current)
+                else:  # the record's right window, there already (a later record's left window): not the record's
+                    continue
+                fold.updates = number = fold.updates + 1
+                if entry is None:
+                    folded[identity] = [aggregate, ts, number, fold.msg, (key, start), headers, 0]
+                    undo.append((identity, None, 0))
+                else:
+                    undo.append((identity, entry[:], 0))
+                    entry[:] = aggregate, ts, number, fold.msg, entry[4], headers, 0
+                emit(Windowed(key, start, end), aggregate, ts)
         return take
 
     def _session_taker(self, view: AggregateFold) -> Callable[[Any, Any, int, Any], None]:
@@ -584,7 +708,7 @@ class _Fold:
                 raise _Stop  # the cache would evict
             fold.room -= grows
             fold.updates = number = fold.updates + 1
-            undo.append((identity, _Pending(old), grows))  # type: ignore[arg-type]
+            undo.append((identity, _Pending(old), grows))
             pending[identity] = [number, window, value, timestamp, fold.msg, headers, counted, kind]
 
         def is_unseen(identity: bytes) -> bool:
@@ -603,6 +727,9 @@ class _Fold:
         for identity, old, grows in reversed(self.undo):
             if old is _WRITTEN:  # (a session's first write)
                 del self.writes[identity]
+            elif type(old) is _Inserted:  # (a record a sliding windows' fold added)
+                del old.records[old.at]
+                self.added.pop()
             elif type(old) is _Pending:  # (a session's update for the cache)
                 self.room += grows
                 if old.entry is None:
@@ -691,6 +818,11 @@ def _settle(view: AggregateFold, ctx: TaskContext, fold: _Fold) -> None:
     if view.merger is not None:
         _settle_sessions(view, fold)
         return
+    if view.buffer is not None:  # sliding windows: the records the fold added, in their order, then the windows
+        put_record = view.buffer.put_encoded
+        for key, timestamp, seq, raw in fold.added:
+            put_record(key, timestamp, seq, raw)
+        fold.added.clear()
     if view.windows is not None:
         _settle_windows(view, ctx, folded)
         return

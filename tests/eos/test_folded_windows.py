@@ -137,7 +137,7 @@ def test_a_cache_too_small_for_the_batch_stops_the_fold_where_it_would_evict(mon
     assert len(out["out"]) > len(windows)  # evictions forwarded some windows more than once
 
 
-def test_a_task_with_a_punctuation_of_its_own_is_not_folded_nor_are_final_results_or_sliding_windows(monkeypatch):
+def test_a_task_with_a_punctuation_of_its_own_is_not_folded_nor_are_final_results(monkeypatch):
     def punctuated() -> Application:
         app = Application("folds")
         app.stream("in", value_serde="bytes").group_by_key().window(TumblingWindows(500)).count(
@@ -150,14 +150,14 @@ def test_a_task_with_a_punctuation_of_its_own_is_not_folded_nor_are_final_result
             name="counts").to_stream().to("out")
         return app
 
-    def sliding() -> Application:
+    def sliding_final() -> Application:
         app = Application("folds")
-        app.stream("in", value_serde="bytes").group_by_key().window(SlidingWindows(500)).count(
+        app.stream("in", value_serde="bytes").group_by_key().window(SlidingWindows(500), emit="final").count(
             name="counts").to_stream().to("out")
         return app
 
     inputs = raw_inputs(300, 3, bad=False)
-    for make in (punctuated, final, sliding):
+    for make in (punctuated, final, sliding_final):
         out, folds = run_both(monkeypatch, make, [inputs])
         assert folds.calls == 0 and out["out"]
 

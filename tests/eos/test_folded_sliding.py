@@ -1,0 +1,172 @@
+"""Folded batches into sliding windows (eos.worker.folding, `SlidingWindowAggregate.fold_view`): a batch whose records
+meet a sliding-windowed aggregation of numbers first and alone, every update forwarded at once (no record cache,
+emit="update"), is folded into it in one loop: each key's records read from the record buffer once, then held, a
+window a record makes folded from them, its windows' expiry run where the record-at-a-time loop runs it.
+Everything committed must be what that loop commits: outputs (keyed `Windowed`), dead letters with their errors
+and stages (late records too), both stores' changelogs (the record buffer's and the windows', with the expiry's
+tombstones), the lineage ledger and the offsets."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from eos import Application
+from eos.testing import TopologyTestDriver
+from eos.windows import SlidingWindows
+from tests.eos.loops import raw_inputs
+from tests.eos.test_folded_batches import Folds, copies, run_both
+from tests.eos.test_folded_windows import crashed_inputs
+
+
+def sliding_count_app(cache: int = 0, **settings: Any) -> Callable[[], Application]:
+    """The peers' sliding job's shape: a count per key and sliding window, straight to its topic."""
+    def make() -> Application:
+        app = Application("folds", cache_max_bytes=cache, **settings)
+        (app.stream("in", value_serde="bytes").group_by_key().window(SlidingWindows(200, grace=100))
+            .count(name="counts").to_stream().to("out"))
+        return app
+    return make
+
+
+def sliding_sum_app(cache: int = 0, **settings: Any) -> Callable[[], Application]:
+    """A sum per key in sliding windows (a window a record makes is summed from the buffer's values), late records
+    dead-lettered, a step after it."""
+    def make() -> Application:
+        app = Application("folds", cache_max_bytes=cache, **settings)
+        (app.stream("in", value_serde="json").group_by_key()
+            .window(SlidingWindows(300, grace=50), late_records="dead_letter")
+            .sum(lambda v: v["n"], name="total").to_stream().map_values(lambda t: t * 10, name="tens").to("out"))
+        return app
+    return make
+
+
+def exploded_sliding_app(cache: int = 0, **settings: Any) -> Callable[[], Application]:
+    """Records become one or two of one key and time (told apart in the buffer by their order), some raise after
+    their first (none of a failed record's updates, nor its records in the buffer, may stay), then a count in
+    sliding windows whose keys are written binary, late ones dropped."""
+    def make() -> Application:
+        app = Application("folds", cache_max_bytes=cache, **settings)
+        (app.stream("in", value_serde="json").filter(lambda key, v: v["n"] != 3, name="not-three")
+            .flat_map_values(copies, name="copies").group_by_key()
+            .window(SlidingWindows(150), windowed_key="binary").count(name="counts").to_stream().to("out"))
+        return app
+    return make
+
+
+def app_api_count_app(cache: int = 0, **settings: Any) -> Callable[[], Application]:
+    """`Application.count` with sliding windows, as the peers' sliding job is written."""
+    def make() -> Application:
+        app = Application("folds", cache_max_bytes=cache, **settings)
+        app.count("in", "out", name="counts", windows=SlidingWindows(250, grace=200), windowed_key="binary")
+        return app
+    return make
+
+
+APPS = pytest.mark.parametrize("make", [sliding_count_app, sliding_sum_app, exploded_sliding_app, app_api_count_app],
+                               ids=["count", "sum", "exploded", "app-count"])
+
+
+@APPS
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_folded_sliding_batch_commits_what_the_record_at_a_time_loop_commits(monkeypatch, make, seed):
+    inputs = raw_inputs(900, seed)  # out of order by up to 300 ms: late records, and windows made after later ones
+    out, folds = run_both(monkeypatch, make(max_records_per_batch=200), [inputs[:450], inputs[450:]])
+    assert folds.folded == len(inputs) and not folds.stopped  # every record folded, none one at a time
+    assert out["out"] and out["folds-dlq"]
+    assert bool(folds.made) == (make is not sliding_sum_app)  # each update made into its output at once
+    store = "total" if make is sliding_sum_app else "counts"
+    assert any(value == b"" for *_, value, _, _ in out[f"folds-{store}-store-changelog"])  # expiry's tombstones
+    assert out[f"folds-{store}-records-changelog"]  # the records the windows are folded from, logged
+
+
+def test_late_records_are_dropped_or_dead_lettered_by_the_stream_time_the_loop_judges_them_at(monkeypatch):
+    rng = random.Random(5)  # a third of the records far behind: late in some batches, in time in others
+    inputs = [("in", b"k%d" % rng.randrange(4), json.dumps({"n": 1, "i": i}).encode(),
+               20_000 + i * 20 - (rng.randrange(200, 900) if rng.random() < 0.3 else 0), None, None)
+              for i in range(600)]
+    for make in (sliding_count_app, sliding_sum_app):
+        out, folds = run_both(monkeypatch, make(max_records_per_batch=70), [inputs])
+        assert folds.folded == len(inputs)
+        if make is sliding_sum_app:
+            letters = [dict(h) for *_, h, _ in out["folds-dlq"]]
+            assert letters and all(h["eos.dlq.error"].startswith(b"LateRecordError: late record at ") for h in letters)
+        else:  # dropped: late by the stream time the record moved (its windows' end + grace before it)
+            stream_time, late = -1, 0
+            for *_, ts, _, _ in inputs:
+                stream_time = max(stream_time, ts)
+                late += ts + 1 + 200 + 100 <= stream_time
+            assert late and not out["folds-dlq"]
+
+
+def test_a_cached_or_shared_sliding_aggregation_is_not_folded(monkeypatch):
+    inputs = raw_inputs(300, 3, bad=False)
+    out, folds = run_both(monkeypatch, sliding_count_app(1 << 20), [inputs])
+    assert folds.calls == 0 and out["out"]
+
+
+def test_records_of_one_key_and_time_keep_their_order_in_the_buffer(monkeypatch):
+    # many records of few keys at the same times, within and across batches: the buffer's sequence numbers
+    inputs = [("in", b"k%d" % (i % 3), json.dumps({"n": i % 5, "i": i}).encode(), 5_000 + (i // 9) * 40, None, None)
+              for i in range(400)]
+    out, folds = run_both(monkeypatch, sliding_sum_app(max_records_per_batch=50), [inputs[:200], inputs[200:]])
+    assert folds.folded == len(inputs)
+    keys = [key for _, key, *_ in out["folds-total-records-changelog"]]
+    assert len(keys) > len(set(keys)) / 2 and len(set(keys)) >= 300  # every record (and its index entry) logged
+
+
+@pytest.mark.no_audit  # (the audit's reference gives every window the values themselves: it says so, a FAIL)
+def test_a_window_a_record_makes_folds_the_record_as_the_buffer_reads_it_back(monkeypatch):
+    # a tuple, which the buffer's JSON reads back as a list: a window the record makes is folded from the buffer
+    # (a list), one it falls in is given the record itself (a tuple), in both loops
+    def make() -> Application:
+        app = Application("folds", max_records_per_batch=100)
+        (app.stream("in", value_serde="json").map_values(lambda v: (v["n"], v["i"]), name="pair").group_by_key()
+            .window(SlidingWindows(100, grace=300))
+            .aggregate(lambda: 0, lambda key, v, total: total + (1 if type(v) is list else 1_000), name="kinds")
+            .to_stream().to("out"))
+        return app
+    out, folds = run_both(monkeypatch, make, [raw_inputs(400, 4, bad=False)])
+    assert folds.folded == 400
+    totals = {int(value) for *_, value, _, _ in out["out"]}
+    assert any(t % 1_000 for t in totals) and any(t >= 1_000 for t in totals)
+
+
+@pytest.mark.parametrize("make", [sliding_count_app, sliding_sum_app, exploded_sliding_app],
+                         ids=["count", "sum", "exploded"])
+def test_folded_sliding_windows_stay_exactly_once_when_batches_crash(monkeypatch, make):
+    folds = Folds(monkeypatch)
+    inputs = crashed_inputs(encoded=make is sliding_count_app)
+    driver = TopologyTestDriver(make(max_records_per_batch=60)(), wall_clock_ms=1_000_000)
+    report = driver.check_exactly_once(inputs, crashes=12, seed=3, chunk=40)
+    assert report.ok and len(report.crashes) >= 8
+    assert folds.folded > 1_000 and bool(folds.made) == (make is not sliding_sum_app)
+
+
+def test_each_window_s_count_is_the_reference_s():
+    """Sliding windows through the fold against counts computed from the input (records in order, as Kafka
+    Streams' documentation has them: a record's own window, and the window after each record a later one falls
+    in)."""
+    rng = random.Random(12)
+    diff = 250
+    times: dict[bytes, list[int]] = {}
+    inputs = []
+    for i in range(3_000):
+        key = f"k{rng.randrange(50)}".encode()
+        ts = 1_000 + i * 3
+        inputs.append((key, b"x", ts))
+        times.setdefault(key, []).append(ts)
+    driver = TopologyTestDriver(app_api_count_app(max_records_per_batch=400)())
+    driver.pipe_many("in", inputs, serialized=True)
+    last = {(r.key.key.encode(), r.key.start): r.value for r in driver.read("out")}
+    expected = {}
+    for key, ts_list in times.items():
+        for t in ts_list:
+            expected[key, t - diff] = sum(1 for s in ts_list if t - diff <= s <= t)
+            if any(t < s <= t + 1 + diff for s in ts_list):
+                expected[key, t + 1] = sum(1 for s in ts_list if t + 1 <= s <= t + 1 + diff)
+    assert last == expected
