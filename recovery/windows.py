@@ -208,20 +208,26 @@ class SessionStore(StoreView):
         return _INDEX + _time(end) + _I.pack(len(k)) + k + _time(start)
 
 
+#: the kinds of store whose index by time is derived from their data keys, not logged: a session store's (by end
+#: time) and a record buffer's (by timestamp); both index keys are the data key's first 8 bytes after the key, then
+#: the key with its length, then the rest
+INDEXED = ("session", "record_buffer")
+
+
 def changelogged(kind: str, changes: Mapping[bytes, bytes | None]) -> Iterable[tuple[bytes, bytes | None]]:
-    """What of a batch's changes to a store of `kind` goes to its changelog: all, but a session store's index
-    entries (derived from its sessions' keys; `with_derived` makes them again)."""
-    if kind != "session":
+    """What of a batch's changes to a store of `kind` goes to its changelog: all, but the index entries of a
+    session store or a record buffer (derived from their data keys; `with_derived` makes them again)."""
+    if kind not in INDEXED:
         return changes.items()
     return ((k, v) for k, v in changes.items() if k[:1] != _INDEX)
 
 
 def with_derived(kind: str, changes: dict[bytes, bytes | None]) -> dict[bytes, bytes | None]:
     """Changes replayed from the changelog of a store of `kind` (the last of each key in a stretch of it), with
-    what they imply for the store beside them: each session's index entry, written or removed with it. Index
-    entries in a changelog (written there before the index was derived) are taken as they are, but the
-    session's own record decides, wherever the two disagree."""
-    if kind != "session":
+    what they imply for the store beside them: each session's (or buffered record's) index entry, written or
+    removed with it. Index entries in a changelog (written there before the index was derived) are taken as they
+    are, but the data's own record decides, wherever the two disagree."""
+    if kind not in INDEXED:
         return changes
     out = dict(changes)
     for k, v in changes.items():
