@@ -1,11 +1,12 @@
 """Folded windows on a real broker and Spark (eos.worker.folding): a count per key in tumbling windows, a sum in
-hopping windows behind a filter and a count per key and session, every update forwarded (or held in a record
+hopping windows behind a filter, a count per key and session and one per key and sliding window, every update forwarded (or held in a record
 cache), their batches folded and their windows expiring inside the fold, SIGKILLed mid-batch and inside their
 transactions, then restarted on the rest of the input. Each window's committed updates must be its reference's
 running count or sum, one per record, none twice or missing (with the cache, a part of them, in order, ending with
 the last); the sessions left once each merged-away one's tombstone removed it must be the reference's, with its
-counts, one update per record (uncached), none removed twice; and every window of a key in the key's own
-partition."""
+counts, one update per record (uncached), none removed twice; the sliding count's updates (uncached: sliding
+windows fold without a record cache) the record-at-a-time loop's of the same input, each window's last its records'
+count; and every window of a key in the key's own partition."""
 
 from __future__ import annotations
 
@@ -30,8 +31,9 @@ JOB = """
 import os
 from eos import Application
 from eos.testing import MarkWhile
-from eos.windows import HoppingWindows, SessionWindows, TumblingWindows
+from eos.windows import HoppingWindows, SessionWindows, SlidingWindows, TumblingWindows
 
+DIFF = 10_000
 app = Application(os.environ["APP"], max_records_per_batch=int(os.environ["BATCH"]), trigger_interval=0.0,
                   log_format="json", log_level="WARNING", state_dir=os.environ["STATE"],
                   cache_max_bytes=int(os.environ["CACHE"]))
@@ -44,11 +46,14 @@ app.count(os.environ["IN"], os.environ["COUNTS"], name="counts", windows=Tumblin
 # the peers' session job's shape: a record within 20 s of its key's session extends it (or joins two)
 app.count(os.environ["IN"], os.environ["SESSIONS"], name="sessions", windows=SessionWindows(20_000, grace=20_000),
           windowed_key="binary")
+if os.environ["CACHE"] == "0":  # the peers' sliding job's shape (sliding windows fold without a record cache)
+    app.count(os.environ["IN"], os.environ["SLIDING"], name="sliding", windows=SlidingWindows(DIFF, grace=20_000),
+              windowed_key="binary")
 if os.environ.get("MARKS"):
     app.fault_hooks.on("before_commit", MarkWhile(os.environ["MARKS"], seconds=0.3))
 """
 
-SIZE, ADVANCE, GAP = 60_000, 20_000, 20_000
+SIZE, ADVANCE, GAP, DIFF = 60_000, 20_000, 20_000, 10_000
 
 
 def timed_events(n: int, seed: int, keys: int = 40) -> list[tuple[bytes, bytes, int]]:
@@ -71,7 +76,7 @@ def test_folded_windows_killed_repeatedly_commit_each_windows_updates_once(kafka
     soak = request.config.getoption("--soak")
     n, kills = (40_000, 6) if soak else (10_000, 3) if not cache else (6_000, 2)
     events = timed_events(n, seed=4)
-    topics = {name: topic_factory(name, partitions=2) for name in ("in", "counts", "sums", "sessions")}
+    topics = {name: topic_factory(name, partitions=2) for name in ("in", "counts", "sums", "sessions", "sliding")}
     first, rest = events[: n * 3 // 4], events[n * 3 // 4:]
 
     def load(part: list[tuple[bytes, bytes, int]]) -> None:
@@ -152,6 +157,40 @@ def test_folded_windows_killed_repeatedly_commit_each_windows_updates_once(kafka
     assert alive == reference_sessions([(key.decode(), ts) for key, _, ts in events], GAP)
     assert updates == len(events) if not cache else updates < len(events)
     assert len(alive) > 100 and len(alive) < len(events) // 2
+    if not cache:
+        check_sliding(kafka.bootstrap_servers, topics["sliding"], events)
     reports = audit_application(app)
     assert all(r.verdict == "PASS" for r in reports), [(r.inputs, r.lineage) for r in reports]
 
+
+
+def check_sliding(bootstrap: str, topic: str, events: list[tuple[bytes, bytes, int]]) -> None:
+    """The sliding count's committed updates: each window's the record-at-a-time loop makes of the same records in
+    the same partitions (the test driver, the fold off), once each, in order, none missing; each window's last
+    count its records between its bounds; every window of a key in the key's partition."""
+    from eos import Application
+    from eos.testing import TopologyTestDriver
+    from eos.windows import SlidingWindows
+    from eos.worker import processing
+
+    got: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for key, value, _, partition in committed_records(bootstrap, topic, partition=True):
+        assert partition == partition_for(key[:-16], 2), key
+        got[(key[:-16].decode(), int.from_bytes(key[-8:], "big"))].append(int.from_bytes(value, "big"))
+    app = Application("sliding-reference")
+    app.count("in", "out", name="sliding", windows=SlidingWindows(DIFF, grace=20_000), windowed_key="binary")
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(processing, "fold_target", lambda processor: None)
+        driver = TopologyTestDriver(app, partitions=2)
+        driver.pipe_many("in", events, serialized=True)
+        want: dict[tuple[str, int], list[int]] = defaultdict(list)
+        for record in driver.create_output_topic("out", "bytes", "bytes").read_records_to_list():
+            want[(record.key[:-16].decode(), int.from_bytes(record.key[-8:], "big"))].append(
+                int.from_bytes(record.value, "big"))
+    assert got == want
+    times: dict[str, list[int]] = defaultdict(list)
+    for key, _, ts in events:
+        times[key.decode()].append(ts)
+    for (key, start), updates in got.items():
+        assert updates[-1] == sum(start <= t <= start + DIFF for t in times[key]), (key, start)
+    assert len(got) > len(events)  # a record's own window, and the window after most records
