@@ -1,12 +1,12 @@
 """Folded windows on a real broker and Spark (eos.worker.folding): a count per key in tumbling windows, a sum in
-hopping windows behind a filter, a count per key and session and one per key and sliding window, every update forwarded (or held in a record
-cache), their batches folded and their windows expiring inside the fold, SIGKILLed mid-batch and inside their
-transactions, then restarted on the rest of the input. Each window's committed updates must be its reference's
-running count or sum, one per record, none twice or missing (with the cache, a part of them, in order, ending with
-the last); the sessions left once each merged-away one's tombstone removed it must be the reference's, with its
-counts, one update per record (uncached), none removed twice; the sliding count's updates (uncached: sliding
-windows fold without a record cache) the record-at-a-time loop's of the same input, each window's last its records'
-count; and every window of a key in the key's own partition."""
+hopping windows behind a filter, a count per key and session and one per key and sliding window, every update
+forwarded (or held in a record cache), their batches folded and their windows expiring inside the fold, SIGKILLed
+mid-batch and inside their transactions, then restarted on the rest of the input. Each window's committed updates
+must be its reference's running count or sum, one per record, none twice or missing (with the cache, a part of them,
+in order, ending with the last); the sessions left once each merged-away one's tombstone removed it must be the
+reference's, with its counts, one update per record (uncached), none removed twice; the sliding count's updates
+(uncached: sliding windows fold without a record cache) the record-at-a-time loop's of the same input, each window's
+last its records' count; and every window of a key in the key's own partition."""
 
 from __future__ import annotations
 
