@@ -284,6 +284,21 @@ class RecordBuffer(StoreView):
             out.append((ts, seq, self._value(raw)))
         return out
 
+    def records_from(self, time_from: int) -> dict[bytes, list[tuple[int, int, Any]]]:
+        """Every key's records (by its serialized key) from `time_from` on, (timestamp, seq, value) in that order, as
+        `range` gives a key's: in one scan of the buffer, not a seek a key."""
+        out: dict[bytes, list[tuple[int, int, Any]]] = {}
+        value, unpack = self._value, _Q.unpack_from
+        for raw_key, raw in self._buf().iterate(_DATA, _INDEX):
+            end = 5 + _I.unpack_from(raw_key, 1)[0]
+            ts = unpack(raw_key, end)[0]
+            if ts >= time_from:
+                held = out.get(raw_key[5:end])
+                if held is None:
+                    held = out[raw_key[5:end]] = []
+                held.append((ts, unpack(raw_key, end + 8)[0], value(raw)))
+        return out
+
     def expire_before(self, timestamp: int, since: int | None = None) -> int:
         low = _INDEX if since is None else _INDEX + _time(max(0, since))
         doomed = list(self._buf().iterate(low, _INDEX + _time(max(0, timestamp))))

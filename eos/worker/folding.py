@@ -99,10 +99,11 @@ def fold_target(processor: Processor) -> AggregateFold | None:
 NEVER = 1 << 62
 #: later than any session starts (`SessionStore.find_sessions`' latest start: every session of a key)
 _LATEST = 1 << 62
-#: a session fold reads all the store's sessions in one scan rather than a key's at a time once it looked up at
-#: least one key for every this many entries of the store (`approximate_num_entries`: its index's included), when
-#: it has at most `_SCAN_MAX`. A lookup (a RocksDB seek, the write buffer's merge) cost ~12 us in a peers task's
-#: store, a scanned entry ~0.3 us; whether enough are looked up is asked after 64, 128, 256, ... lookups
+#: a session fold reads all the store's sessions (a sliding windows' fold all its buffer's records) in one scan
+#: rather than a key's at a time once it looked up at least one key for every this many entries of the store
+#: (`approximate_num_entries`: its index's included), when it has at most `_SCAN_MAX`. A lookup (a RocksDB seek,
+#: the write buffer's merge) cost ~12 us in a peers task's store, a scanned entry ~0.3 us; whether enough are
+#: looked up is asked after 64, 128, 256, ... lookups
 _LOOKUPS_PER_SCANNED = 32
 _SCAN_MAX = 100_000
 _FIRST_CHECK = 64
@@ -497,6 +498,28 @@ class _Fold:
         encode, read_back = buffer.encode, buffer.read_back
         raws: dict[Any, bytes] = {}  # a key: its serialized form
         after = float("inf")  # (sorts after every seq)
+        # a key met first is looked up in the buffer, until the lookups are many for the buffer's size: then every
+        # key's records are read in one scan (`RecordBuffer.records_from`), which the keys met after take theirs from
+        lookups, check_at = 0, _FIRST_CHECK
+        scanned: dict[bytes, list[tuple[int, int, Any]]] | None = None
+
+        def load(key: Any, raw: bytes) -> list[tuple[int, int, Any]]:
+            # (the windows of a record before this time are closed to this record and every later one, each judged
+            # at a stream time no earlier than the stream time before this record: it neither makes an open window
+            # nor is in one; `now` is not that: a record that fails does not move stream time. Records before it
+            # that a scan reads too change nothing: they are in closed windows only)
+            nonlocal lookups, check_at, scanned
+            since = fold.before - grace - diff - 1
+            if scanned is not None:
+                return scanned.pop(raw, [])
+            lookups += 1
+            if lookups == check_at:
+                check_at *= 2
+                entries = buffer.approximate_num_entries()
+                if entries <= _SCAN_MAX and lookups * _LOOKUPS_PER_SCANNED >= entries:
+                    scanned = buffer.records_from(since)  # (the keys held already are never loaded again)
+                    return scanned.pop(raw, [])
+            return buffer.range(key, since, MAX_TIMESTAMP)
 
         def take(key: Any, value: Any, timestamp: int, headers: Any) -> None:
             if not _aggregated(key, value, headers, key_types, True):
@@ -515,11 +538,8 @@ class _Fold:
                     raise _Stop from None
             held = records.get(raw)
             if held is None:
-                # (the windows of a record before this time are closed to this record and every later one, each
-                # judged at a stream time no earlier than the stream time before this record: it neither makes an
-                # open window nor is in one; `now` is not that: a record that fails does not move stream time)
                 try:
-                    held = records[raw] = buffer.range(key, fold.before - grace - diff - 1, MAX_TIMESTAMP)
+                    held = records[raw] = load(key, raw)
                 except Exception:
                     raise _Stop from None
             low, at = bisect.bisect_left(held, (t - diff - 1,)), bisect.bisect_right(held, (t, after))

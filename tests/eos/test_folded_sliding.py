@@ -18,6 +18,7 @@ import pytest
 from eos import Application
 from eos.testing import TopologyTestDriver
 from eos.windows import SlidingWindows
+from recovery import RecordBuffer
 from tests.eos.loops import raw_inputs
 from tests.eos.test_folded_batches import Folds, copies, run_both
 from tests.eos.test_folded_windows import crashed_inputs
@@ -117,6 +118,24 @@ def test_records_of_one_key_and_time_keep_their_order_in_the_buffer(monkeypatch)
     assert folds.folded == len(inputs)
     keys = [key for _, key, *_ in out["folds-total-records-changelog"]]
     assert len(keys) > len(set(keys)) / 2 and len(set(keys)) >= 300  # every record (and its index entry) logged
+
+
+def test_a_batch_meeting_many_keys_reads_the_buffer_in_one_scan(monkeypatch):
+    # 300 keys, a short time difference: the buffer holds few records for the keys a batch meets, so after 64
+    # lookups the fold reads every key's records in one scan (and the keys met after take theirs from it)
+    scans: list[int] = []
+    real = RecordBuffer.records_from
+
+    def counted(self: RecordBuffer, time_from: int) -> Any:
+        scans.append(time_from)
+        return real(self, time_from)
+
+    monkeypatch.setattr(RecordBuffer, "records_from", counted)
+    rng = random.Random(9)
+    inputs = [("in", b"k%d" % rng.randrange(300), json.dumps({"n": 1 + i % 4, "i": i}).encode(),
+               10_000 + i * 2 - rng.randrange(0, 40), None, None) for i in range(3_000)]
+    out, folds = run_both(monkeypatch, sliding_sum_app(max_records_per_batch=1_000), [inputs[:1_500], inputs[1_500:]])
+    assert scans and folds.folded == len(inputs) and out["out"]
 
 
 @pytest.mark.no_audit  # (the audit's reference gives every window the values themselves: it says so, a FAIL)
