@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import numbers
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, NamedTuple
@@ -147,6 +148,23 @@ class SlidingWindows:
     def right_window(self, timestamp: int) -> TimeWindow:
         """The window starting right after the record (it exists once a later record falls in it)."""
         return TimeWindow(timestamp + 1, timestamp + 1 + ms(self.time_difference))
+
+    def touched(self, timestamp: int, neighbours: Iterable[int]) -> list[TimeWindow]:
+        """The windows a record at `timestamp` makes or falls in, in start order, given the times of its key's
+        other records within the time difference + 1 ms of it: its own window; the window after it, where one of
+        them falls in it; the window after each of them that the record falls in, and the own window of each
+        later one that it falls in (closed ones among them: the caller skips those)."""
+        affected = {self.left_window(timestamp)}
+        diff = ms(self.time_difference)
+        for s in neighbours:
+            if timestamp < s <= timestamp + 1 + diff:
+                affected.add(self.right_window(timestamp))
+            left, right = self.left_window(s), self.right_window(s)
+            if left.start <= timestamp <= left.end:
+                affected.add(left)
+            if s < timestamp <= right.end:
+                affected.add(right)
+        return sorted(affected)
 
     @property
     def retention_ms(self) -> int:

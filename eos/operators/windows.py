@@ -239,16 +239,7 @@ class SlidingWindowAggregate(_WindowedAggregate):
         # (the key's records at t told apart by their order: a flat_map before, or topics read together, give
         # several one time and input offset)
         self.buffer.put(key, t, self.buffer.next_seq(key, t, near), record.value)
-        affected = {windows.left_window(t)}
-        if any(t < s <= t + 1 + diff for s in neighbours):
-            affected.add(windows.right_window(t))
-        for s in neighbours:
-            left, right = windows.left_window(s), windows.right_window(s)
-            if left.start <= t <= left.end:
-                affected.add(left)
-            if s < t <= right.end:
-                affected.add(right)
-        for window in sorted(affected):
+        for window in windows.touched(t, neighbours):
             if windows.closed(window.end, stream_time):
                 continue
             current = self.store.fetch_with_timestamp(key, window.start)

@@ -493,8 +493,7 @@ class _Fold:
         key_types, initializer, aggregator = view.key_types, view.initializer, view.aggregator
         holds, emit, late = view.holds, view.emit, view.late
         assert late is not None and emit is not None
-        left_window, right_window, closed, is_late = (windows.left_window, windows.right_window, windows.closed,
-                                                      windows.late)
+        touched, closed, is_late = windows.touched, windows.closed, windows.late
         encode, read_back = buffer.encode, buffer.read_back
         raws: dict[Any, bytes] = {}  # a key: its serialized form
         after = float("inf")  # (sorts after every seq)
@@ -550,16 +549,7 @@ class _Fold:
             held.insert(at, (t, seq, read_back(encoded)))  # (as a window folded from the buffer reads it)
             added.append((key, t, seq, encoded))
             undo.append((b"", _Inserted(held, at), 0))
-            affected = {left_window(t)}
-            if any(t < s <= t + 1 + diff for s in neighbours):
-                affected.add(right_window(t))
-            for s in neighbours:
-                left, right = left_window(s), right_window(s)
-                if left.start <= t <= left.end:
-                    affected.add(left)
-                if s < t <= right.end:
-                    affected.add(right)
-            for window in sorted(affected):
+            for window in touched(t, neighbours):
                 start, end = window.start, window.end
                 if closed(end, now):
                     continue

@@ -359,3 +359,14 @@ def test_windows_expire_alike_whether_or_not_batches_crash(windows, emit):
     straight.pipe_records(inputs)
     tombstones = [m for m in straight.cluster.records("expiry-c-store-changelog") if m.value() is None]
     assert tombstones  # windows expired (or were emitted and deleted) while the batches ran
+
+
+def test_the_sliding_windows_a_record_touches_are_kafka_streams_():
+    # SlidingWindows' javadoc example (time difference 5,000 ms; records at 8000, 9200, 12400), in order and not
+    w = SlidingWindows(5_000)
+    assert [(x.start, x.end) for x in w.touched(12_400, [8_000, 9_200])] == [
+        (7_400, 12_400), (8_001, 13_001), (9_201, 14_201)]  # its own window, and the windows after the two before
+    assert [(x.start, x.end) for x in w.touched(9_200, [8_000, 12_400])] == [
+        (4_200, 9_200), (7_400, 12_400), (8_001, 13_001), (9_201, 14_201)]  # and 12400's own, and its own after
+    assert [(x.start, x.end) for x in w.touched(8_000, [])] == [(3_000, 8_000)]
+    assert [(x.start, x.end) for x in w.touched(20_000, [8_000])] == [(15_000, 20_000)]  # too far: its own alone
