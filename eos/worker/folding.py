@@ -438,17 +438,11 @@ class _Fold:
                 start += advance
             if start > timestamp:
                 late(timestamp, now)  # (raises where late records go to the dead letters)
-                # (counted as `TaskContext.record_dropped` counts, which marks only a record whose scope was
-                # entered: a record whose outputs are made at once has none)
-                ctx.dropped["late"] = ctx.dropped.get("late", 0) + 1
-                ctx.dropped_reason = "late"
+                _dropped_late(ctx)
                 return
             raw = raws.get(key)
             if raw is None:
-                try:
-                    raw = raws[key] = store.key_bytes(key)
-                except Exception:
-                    raise _Stop from None
+                raw = raws[key] = _identity(store, key)
             while start <= timestamp:
                 identity = window_key(start, raw)
                 entry = folded.get(identity)
@@ -526,15 +520,11 @@ class _Fold:
             now, t = fold.now, timestamp
             if is_late(t, now):
                 late(t, now)  # (raises where late records go to the dead letters)
-                ctx.dropped["late"] = ctx.dropped.get("late", 0) + 1  # (as `_window_taker` counts it)
-                ctx.dropped_reason = "late"
+                _dropped_late(ctx)
                 return
             raw = raws.get(key)
             if raw is None:
-                try:
-                    raw = raws[key] = store.key_bytes(key)
-                except Exception:
-                    raise _Stop from None
+                raw = raws[key] = _identity(store, key)
             held = records.get(raw)
             if held is None:
                 try:
@@ -651,8 +641,7 @@ class _Fold:
                     end = s[1]
             if end < open_from:  # (closed: no open session took it, and its own would be)
                 late(timestamp, now)  # (raises where late records go to the dead letters)
-                ctx.dropped["late"] = ctx.dropped.get("late", 0) + 1  # (as `_window_taker` counts it)
-                ctx.dropped_reason = "late"
+                _dropped_late(ctx)
                 return
             aggregate, ts, made = initializer(), timestamp, True
             gone = []
@@ -789,6 +778,13 @@ def _aggregated(key: Any, value: Any, headers: Any, key_types: frozenset[type], 
     if type(key) not in key_types or (headers is not None and emits):
         raise _Stop
     return True
+
+
+def _dropped_late(ctx: TaskContext) -> None:
+    """A late record dropped by a windowed fold, counted as `TaskContext.record_dropped` counts one (which marks
+    only a record whose scope was entered: a record whose outputs are made at once has none)."""
+    ctx.dropped["late"] = ctx.dropped.get("late", 0) + 1
+    ctx.dropped_reason = "late"
 
 
 def _identity(store: Any, key: Any) -> Any:

@@ -10,10 +10,9 @@ from eos import Application
 from eos.serde import BytesSerde, StringSerde
 from eos.testing import TopologyTestDriver
 from eos.windows import SlidingWindows
-from recovery import MemoryBackend, RecordBuffer, StoreSpec, WriteBuffer, changelogged, restore_store
+from recovery import MemoryBackend, RecordBuffer, StoreSpec, WriteBuffer, changelogged
 from tests.recovery.test_session_changelog import contents
-from transactions import OffsetRange
-from transactions.memory import MemoryMessage
+from tests.recovery.test_session_changelog import restored as restored_as
 
 SPEC = StoreSpec("r", StringSerde(), BytesSerde(), kind="record_buffer", retention_ms=1_000, timestamped=True)
 
@@ -25,16 +24,7 @@ def buffer_of(backend: MemoryBackend) -> RecordBuffer:
 
 
 def restored(log: list[tuple[bytes, bytes | None]], chunk: int = 3) -> MemoryBackend:
-    messages = [MemoryMessage("changelog", 0, i, k, v, None, 0) for i, (k, v) in enumerate(log)]
-
-    def read(ranges: list[OffsetRange], timeout: float) -> list[list[MemoryMessage]]:
-        (r,) = ranges
-        wanted = messages[r.start:r.end]
-        return [wanted[i:i + chunk] for i in range(0, len(wanted), chunk)]
-
-    backend = MemoryBackend()
-    restore_store(backend, read, "changelog", 0, start_offset=0, end_offset=len(log), kind="record_buffer")
-    return backend
+    return restored_as(log, chunk, kind="record_buffer")
 
 
 def written(batches: list[list[tuple[str, int, bytes | None]]], *, logged_index: bool | set[int],

@@ -25,8 +25,9 @@ def sessions_of(backend: MemoryBackend) -> SessionStore:
     return store
 
 
-def restored(log: list[tuple[bytes, bytes | None]], chunk: int = 3) -> MemoryBackend:
-    """`log` (a changelog's records, in offset order) replayed into a fresh store, `chunk` records a read."""
+def restored(log: list[tuple[bytes, bytes | None]], chunk: int = 3, kind: str = "session") -> MemoryBackend:
+    """`log` (a changelog's records, in offset order) replayed into a fresh store of `kind`, `chunk` records a
+    read."""
     messages = [MemoryMessage("changelog", 0, i, k, v, None, 0) for i, (k, v) in enumerate(log)]
 
     def read(ranges: list[OffsetRange], timeout: float) -> Any:
@@ -35,7 +36,7 @@ def restored(log: list[tuple[bytes, bytes | None]], chunk: int = 3) -> MemoryBac
         return [wanted[i:i + chunk] for i in range(0, len(wanted), chunk)]
 
     backend = MemoryBackend()
-    restore_store(backend, read, "changelog", 0, start_offset=0, end_offset=len(log), kind="session")
+    restore_store(backend, read, "changelog", 0, start_offset=0, end_offset=len(log), kind=kind)
     return backend
 
 
