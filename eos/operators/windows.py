@@ -44,6 +44,7 @@ class LateRecordError(ValueError):
 
 class _WindowedAggregate(Processor):
     retention: int  # ms of stream time an entry is kept (set by each kind)
+    _cache: RecordCache | None = None  # the task's record cache, where updates wait (set by `init`)
     def __init__(self, store: str, initializer: Initializer, aggregator: Aggregator, emit: Emit,
                  late: LatePolicy) -> None:
         self.store_name, self.initializer, self.aggregator = store, initializer, aggregator
@@ -95,6 +96,15 @@ class _WindowedAggregate(Processor):
     def on_stream_time(self, stream_time: int) -> None:
         raise NotImplementedError
 
+    def _cached(self, view: AggregateFold) -> AggregateFold:
+        """`view` of a time-windowed aggregation folding into the task's record cache, if it has one, each window's
+        update held as `updates` holds it (`held_updates`)."""
+        cache = self._cache
+        if cache is None:
+            return view
+        return view._replace(cache=cache, headers_of=self.context.cached_headers, emit=None,  # type: ignore[attr-defined]
+                             hold_window=held_updates(self.context, view.store))
+
 
 class TimeWindowAggregate(_WindowedAggregate):
     """Tumbling and hopping windows over a `WindowStore` (key, window start) -> aggregate."""
@@ -134,10 +144,7 @@ class TimeWindowAggregate(_WindowedAggregate):
         view = AggregateFold(self.store, self.initializer, self.aggregator, self._fold_holds, self.store_name,
                              _HELD_KEYS, None, None, None, None, None, self.emit_update, windows=self.windows,
                              late=late, schedules=(self._schedule,))
-        if cache is None:
-            return view
-        return view._replace(cache=cache, headers_of=self.context.cached_headers, emit=None,  # type: ignore[attr-defined]
-                             hold_window=held_updates(self.context, self.store))
+        return self._cached(view)
 
     def process(self, record: Record) -> None:
         if record.value is None:
@@ -203,25 +210,29 @@ class SlidingWindowAggregate(_WindowedAggregate):
         self.emit_update = updates(context, self.store)  # through the record cache, if the task has one
         holds = _holds(self.store.spec.value_serde)
         sole_user = getattr(context, "sole_user_of", None)
-        #: numbers its store surely serializes, every update emitted (emit="update") at once (no record cache), and
-        #: no other processor sees its stores: a batch may be folded (`fold_view`)
+        #: numbers its store surely serializes, every update emitted (emit="update"), and no other processor sees
+        #: its stores: a batch may be folded (`fold_view`)
         self._fold_holds = holds if (holds is not None and self.emit == "update" and sole_user is not None
-                                     and getattr(context, "record_cache", None) is None
                                      and sole_user(self.store_name) and sole_user(self.buffer_name)) else None
+        self._cache = getattr(context, "record_cache", None)
 
     def fold_view(self, *, stateless_after: bool) -> AggregateFold | None:
         """What folding a batch into these windows needs (`eos.worker.folding`): sliding windows of numbers
-        emitting every update, forwarded at once to nothing but stateless operators and sinks
-        (`stateless_after`), without a record cache. Else None."""
-        if self._fold_holds is None or not stateless_after or type(self) is not SlidingWindowAggregate:
+        emitting every update, into the record cache, or, without one, forwarded at once to nothing but
+        stateless operators and sinks (`stateless_after`). Else None."""
+        if self._fold_holds is None or type(self) is not SlidingWindowAggregate:
+            return None
+        cache = self._cache
+        if cache is None and not stateless_after:
             return None
         detail = "its windows are closed"
 
         def late(timestamp: int, stream_time: int) -> None:
             self.late_at(timestamp, detail, stream_time)
-        return AggregateFold(self.store, self.initializer, self.aggregator, self._fold_holds, self.store_name,
+        view = AggregateFold(self.store, self.initializer, self.aggregator, self._fold_holds, self.store_name,
                              _HELD_KEYS, None, None, None, None, None, self.emit_update, windows=self.windows,
                              late=late, schedules=(self._schedule,), buffer=self.buffer)
+        return self._cached(view)
 
     def process(self, record: Record) -> None:
         if record.value is None:

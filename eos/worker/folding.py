@@ -13,9 +13,9 @@ once, the operator line built again toward the fold, the aggregates in a dict. T
   stateless operators and sinks only), and each key's last aggregate reaches the store (so the changelog)
   when the fold ends, in the order the keys were first written, as the write buffer has them.
 Windowed aggregations fold alike: tumbling and hopping windows (each window's aggregate under its store key),
-session windows (a key's open sessions read once and held), and sliding windows without a record cache (a key's
-records read from the record buffer once and held, a window a record makes folded from them; the records the
-fold adds reach the buffer, in their order, where the windows reach their store).
+session windows (a key's open sessions read once and held), and sliding windows (a key's records read from the
+record buffer once and held, a window a record makes folded from them; the records the fold adds reach the
+buffer, in their order, where the windows reach their store).
 The rest is the record-at-a-time loop's:
 * bad records go to the dead-letter topic with the same error and stage: a key or value that does not
   deserialize, an invalid timestamp, a record without a key, an initializer or aggregator that raises, an
@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from eos.cache import ENTRY_OVERHEAD
+from eos.cache import ENTRY_OVERHEAD, RecordCache
 from eos.errors import OutputSerializationError, SerdeError
 from eos.operators.aggregate import KEYLESS, AggregateFold, AggregateProcessor
 from eos.operators.windows import (
@@ -458,11 +458,7 @@ class _Fold:
                     updated, ts = _update(initializer, aggregator, holds, key, value, timestamp, entry)
                 counted = grows = 0  # with a cache: the bytes its entry counts for, and what that adds
                 if cache is not None:
-                    counted = len(identity) + stored_size(updated, ts) + ENTRY_OVERHEAD
-                    grows = counted - (entry[6] if entry is not None else cache.entry_size(name, identity))
-                    if grows > fold.room:
-                        raise _Stop  # the cache would evict
-                    fold.room -= grows
+                    counted, grows = _held_size(fold, cache, name, identity, entry, stored_size(updated, ts))
                 fold.updates = number = fold.updates + 1
                 if entry is None:
                     folded[identity] = [updated, ts, number, fold.msg, (key, start), headers, counted]
@@ -485,10 +481,13 @@ class _Fold:
         windows, buffer, store = view.windows, view.buffer, view.store
         diff, grace = windows.diff_ms, windows.grace_ms
         key_types, initializer, aggregator = view.key_types, view.initializer, view.aggregator
-        holds, emit, late = view.holds, view.emit, view.late
-        assert late is not None and emit is not None
+        holds, emit, late, cache, name = view.holds, view.emit, view.late, view.cache, view.name
+        assert late is not None and (emit is not None or cache is not None)
         touched, closed, is_late = windows.touched, windows.closed, windows.late
-        encode, read_back = buffer.encode, buffer.read_back
+        encode, read_back, stored_size = buffer.encode, buffer.read_back, store.encoded_size
+        if cache is not None:
+            self.cached = partial(cache.has, name)
+        emits = emit is not None
         raws: dict[Any, bytes] = {}  # a key: its serialized form
         after = float("inf")  # (sorts after every seq)
         # a key met first is looked up in the buffer, until the lookups are many for the buffer's size: then every
@@ -515,7 +514,7 @@ class _Fold:
             return buffer.range(key, since, MAX_TIMESTAMP)
 
         def take(key: Any, value: Any, timestamp: int, headers: Any) -> None:
-            if not _aggregated(key, value, headers, key_types, True):
+            if not _aggregated(key, value, headers, key_types, emits):
                 return
             now, t = fold.now, timestamp
             if is_late(t, now):
@@ -565,14 +564,18 @@ class _Fold:
                     aggregate, ts = _update(initializer, aggregator, holds, key, value, t, current)
                 else:  # the record's right window, there already (a later record's left window): not the record's
                     continue
+                counted = grows = 0  # with a cache: the bytes its entry counts for, and what that adds
+                if cache is not None:
+                    counted, grows = _held_size(fold, cache, name, identity, entry, stored_size(aggregate, ts))
                 fold.updates = number = fold.updates + 1
                 if entry is None:
-                    folded[identity] = [aggregate, ts, number, fold.msg, (key, start), headers, 0]
-                    undo.append((identity, None, 0))
+                    folded[identity] = [aggregate, ts, number, fold.msg, (key, start), headers, counted]
+                    undo.append((identity, None, grows))
                 else:
-                    undo.append((identity, entry[:], 0))
-                    entry[:] = aggregate, ts, number, fold.msg, entry[4], headers, 0
-                emit(Windowed(key, start, end), aggregate, ts)
+                    undo.append((identity, entry[:], grows))
+                    entry[:] = aggregate, ts, number, fold.msg, entry[4], headers, counted
+                if emit is not None:
+                    emit(Windowed(key, start, end), aggregate, ts)
         return take
 
     def _session_taker(self, view: AggregateFold) -> Callable[[Any, Any, int, Any], None]:
@@ -767,6 +770,19 @@ def _update(initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any]
     return updated, ts
 
 
+def _held_size(fold: _Fold, cache: RecordCache, name: str, identity: bytes, entry: list[Any] | None,
+               stored: int) -> tuple[int, int]:
+    """A window's update for the record cache: the bytes its entry counts for in it (`stored`: its value's and
+    timestamp's), and what that adds, taken from the room the fold has left; an update for which the cache would
+    evict stops the fold. `entry`: the window's entry in the fold, if it has one."""
+    counted = len(identity) + stored + ENTRY_OVERHEAD
+    grows = counted - (entry[6] if entry is not None else cache.entry_size(name, identity))
+    if grows > fold.room:
+        raise _Stop  # the cache would evict
+    fold.room -= grows
+    return counted, grows
+
+
 def _aggregated(key: Any, value: Any, headers: Any, key_types: frozenset[type], emits: bool) -> bool:
     """Whether an aggregation takes (`key`, `value`): not a tombstone (ignored, as in Kafka Streams). A record
     without a key raises as the aggregation's `process` does; a key of a type the fold does not take, or headers
@@ -852,7 +868,9 @@ def _settle_windows(view: AggregateFold, ctx: TaskContext, folded: dict[bytes, l
         put(key, start, aggregate, timestamp)
     if view.cache is None:
         return
-    hold, headers_of, size = view.hold_window, view.headers_of, view.windows.size_ms
+    hold, headers_of = view.hold_window, view.headers_of
+    # (a window's end: a sliding window's its start + the time difference, its end included)
+    size = view.windows.diff_ms if view.buffer is not None else view.windows.size_ms
     assert hold is not None and headers_of is not None
     for identity, entry in sorted(folded.items(), key=_by_last_update):
         aggregate, timestamp, _, msg, (key, start), passed, counted = entry

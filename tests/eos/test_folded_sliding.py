@@ -1,10 +1,10 @@
 """Folded batches into sliding windows (eos.worker.folding, `SlidingWindowAggregate.fold_view`): a batch whose records
-meet a sliding-windowed aggregation of numbers first and alone, every update forwarded at once (no record cache,
-emit="update"), is folded into it in one loop: each key's records read from the record buffer once, then held, a
-window a record makes folded from them, its windows' expiry run where the record-at-a-time loop runs it.
-Everything committed must be what that loop commits: outputs (keyed `Windowed`), dead letters with their errors
-and stages (late records too), both stores' changelogs (the record buffer's and the windows', with the expiry's
-tombstones), the lineage ledger and the offsets."""
+meet a sliding-windowed aggregation of numbers first and alone, every update emitted (emit="update": into the
+record cache, or without one forwarded at once), is folded into it in one loop: each key's records read from the
+record buffer once, then held, a window a record makes folded from them, its windows' expiry run where the
+record-at-a-time loop runs it. Everything committed must be what that loop commits: outputs (keyed `Windowed`),
+dead letters with their errors and stages (late records too), both stores' changelogs (the record buffer's and the
+windows', with the expiry's tombstones), the lineage ledger and the offsets."""
 
 from __future__ import annotations
 
@@ -70,16 +70,27 @@ def app_api_count_app(cache: int = 0, **settings: Any) -> Callable[[], Applicati
 
 APPS = pytest.mark.parametrize("make", [sliding_count_app, sliding_sum_app, exploded_sliding_app, app_api_count_app],
                                ids=["count", "sum", "exploded", "app-count"])
+CACHES = pytest.mark.parametrize("cache", [0, 1 << 20], ids=["uncached", "cached"])
 
 
+@CACHES
 @APPS
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_a_folded_sliding_batch_commits_what_the_record_at_a_time_loop_commits(monkeypatch, make, seed):
+def test_a_folded_sliding_batch_commits_what_the_record_at_a_time_loop_commits(monkeypatch, make, seed, cache):
     inputs = raw_inputs(900, seed)  # out of order by up to 300 ms: late records, and windows made after later ones
-    out, folds = run_both(monkeypatch, make(max_records_per_batch=200), [inputs[:450], inputs[450:]])
-    assert folds.folded == len(inputs) and not folds.stopped  # every record folded, none one at a time
+    out, folds = run_both(monkeypatch, make(cache, max_records_per_batch=200), [inputs[:450], inputs[450:]])
+    if cache and make is exploded_sliding_app:
+        # a record that fails after updating a window the cache got at one of the batch's punctuations is the
+        # record-at-a-time loop's: its rollback moves that window's entry in the cache
+        assert folds.stopped and folds.folded
+    else:
+        assert folds.folded == len(inputs) and not folds.stopped  # every record folded, none one at a time
     assert out["out"] and out["folds-dlq"]
-    assert bool(folds.made) == (make is not sliding_sum_app)  # each update made into its output at once
+    # uncached, each update made into its output at once, unless a step after the windows takes it
+    assert bool(folds.made) == (not cache and make is not sliding_sum_app)
+    if cache:  # the latest of each window per batch, once: fewer outputs than updates
+        uncached, _ = run_both(monkeypatch, make(0, max_records_per_batch=200), [inputs[:450], inputs[450:]])
+        assert len(out["out"]) < len(uncached["out"])
     store = "total" if make is sliding_sum_app else "counts"
     assert any(value == b"" for *_, value, _, _ in out[f"folds-{store}-store-changelog"])  # expiry's tombstones
     assert out[f"folds-{store}-records-changelog"]  # the records the windows are folded from, logged
@@ -92,6 +103,8 @@ def test_late_records_are_dropped_or_dead_lettered_by_the_stream_time_the_loop_j
               for i in range(600)]
     for make in (sliding_count_app, sliding_sum_app):
         out, folds = run_both(monkeypatch, make(max_records_per_batch=70), [inputs])
+        cached, _ = run_both(monkeypatch, make(1 << 20, max_records_per_batch=70), [inputs])
+        assert cached["folds-dlq"] == out["folds-dlq"]  # the same late records, with or without a cache
         assert folds.folded == len(inputs)
         if make is sliding_sum_app:
             letters = [dict(h) for *_, h, _ in out["folds-dlq"]]
@@ -104,10 +117,13 @@ def test_late_records_are_dropped_or_dead_lettered_by_the_stream_time_the_loop_j
             assert late and not out["folds-dlq"]
 
 
-def test_a_cached_or_shared_sliding_aggregation_is_not_folded(monkeypatch):
-    inputs = raw_inputs(300, 3, bad=False)
-    out, folds = run_both(monkeypatch, sliding_count_app(1 << 20), [inputs])
-    assert folds.calls == 0 and out["out"]
+@pytest.mark.parametrize("make", [sliding_count_app, sliding_sum_app], ids=["count", "sum"])
+def test_a_cache_too_small_for_the_batch_stops_the_fold_where_it_would_evict(monkeypatch, make):
+    inputs = raw_inputs(600, 3, keys=200)
+    out, folds = run_both(monkeypatch, make(3_000, max_records_per_batch=300), [inputs])  # room for ~30 windows
+    assert folds.stopped and 0 < folds.folded < len(inputs)
+    windows = {key for _, _, key, *_ in out["out"]}
+    assert len(out["out"]) > len(windows)  # evictions forwarded some windows more than once
 
 
 def test_records_of_one_key_and_time_keep_their_order_in_the_buffer(monkeypatch):
@@ -157,13 +173,18 @@ def test_a_window_a_record_makes_folds_the_record_as_the_buffer_reads_it_back(mo
 
 @pytest.mark.parametrize("make", [sliding_count_app, sliding_sum_app, exploded_sliding_app],
                          ids=["count", "sum", "exploded"])
-def test_folded_sliding_windows_stay_exactly_once_when_batches_crash(monkeypatch, make):
+@pytest.mark.parametrize("cache", [0, 1 << 20, 500], ids=["uncached", "cached", "small-cache"])
+def test_folded_sliding_windows_stay_exactly_once_when_batches_crash(monkeypatch, make, cache):
     folds = Folds(monkeypatch)
     inputs = crashed_inputs(encoded=make is sliding_count_app)
-    driver = TopologyTestDriver(make(max_records_per_batch=60)(), wall_clock_ms=1_000_000)
+    driver = TopologyTestDriver(make(cache, max_records_per_batch=60)(), wall_clock_ms=1_000_000)
     report = driver.check_exactly_once(inputs, crashes=12, seed=3, chunk=40)
     assert report.ok and len(report.crashes) >= 8
-    assert folds.folded > 1_000 and bool(folds.made) == (make is not sliding_sum_app)
+    assert folds.folded and bool(folds.made) == (not cache and make is not sliding_sum_app)
+    if cache == 500:  # (room for about five windows: the fold stops where the cache would evict)
+        assert folds.stopped
+    elif make is not exploded_sliding_app or not cache:
+        assert folds.folded > 1_000
 
 
 def test_each_window_s_count_is_the_reference_s():
