@@ -282,8 +282,10 @@ class SlidingWindowAggregate(_WindowedAggregate):
         horizon = stream_time - grace - 2 * diff - 1  # no open window can hold a record before this
         if self._expire_due(horizon, 2 * diff + grace):
             self.buffer.expire_before(self._expired_to, self._expire_since)
-            if self.emit == "update":  # (stream time less the retention, by the same step)
-                self.store.expire_before(self._expired_to + grace + 2 * diff + 1 - self.retention)
+            if self.emit == "update":  # (stream time less the retention, by the same step, from where it ended)
+                shift = grace + 2 * diff + 1 - self.retention
+                since = None if self._expire_since is None else self._expire_since + shift
+                self.store.expire_before(self._expired_to + shift, since)
 
 
 def _unseen_leaves(key: Any, value: Any, timestamp: int, headers: Any) -> None:

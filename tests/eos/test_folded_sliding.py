@@ -8,6 +8,7 @@ windows', with the expiry's tombstones), the lineage ledger and the offsets."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from collections.abc import Callable
@@ -18,8 +19,8 @@ import pytest
 from eos import Application
 from eos.testing import TopologyTestDriver
 from eos.windows import SlidingWindows
-from recovery import RecordBuffer
-from tests.eos.loops import raw_inputs
+from recovery import RecordBuffer, WindowStore
+from tests.eos.loops import committed, raw_inputs
 from tests.eos.test_folded_batches import Folds, copies, run_both
 from tests.eos.test_folded_windows import crashed_inputs
 
@@ -210,3 +211,42 @@ def test_each_window_s_count_is_the_reference_s():
             if any(t < s <= t + 1 + diff for s in ts_list):
                 expected[key, t + 1] = sum(1 for s in ts_list if t + 1 <= s <= t + 1 + diff)
     assert last == expected
+
+
+@pytest.mark.parametrize("retention", [None, 2_000], ids=["own", "longer"])
+def test_each_expiry_of_the_windows_scans_from_where_the_last_ended_and_drops_what_a_full_scan_drops(monkeypatch,
+                                                                                                   retention):
+    """A sliding step's windows expire in steps, each scanning the store from where the one before ended (no record
+    that is not late makes or falls in a window before it), not from its start (over every tombstone the store has
+    not compacted away yet); with a retention longer than the windows', shifted alike. Everything committed is what
+    scans from the start commit."""
+    def make() -> Application:
+        app = Application("folds", max_records_per_batch=150)
+        (app.stream("in", value_serde="bytes").group_by_key()
+            .window(SlidingWindows(200, grace=100), retention=retention).count(name="counts").to_stream().to("out"))
+        return app
+
+    inputs = raw_inputs(1_500, 6, bad=False)
+    real = WindowStore.expire_before
+    scans: dict[int, list[tuple[int, int | None]]] = {}  # each store's (of a task), in the run that scans from where
+    runs = []
+    for from_start in (False, True):
+        def expire(self: WindowStore, start: int, since: int | None = None, from_start: bool = from_start) -> int:
+            if not from_start:
+                scans.setdefault(id(self), []).append((start, since))
+            return real(self, start, None if from_start else since)
+        with monkeypatch.context() as m:
+            m.setattr(WindowStore, "expire_before", expire)
+            driver = TopologyTestDriver(make(), wall_clock_ms=1_000_000)
+            driver.pipe_records(inputs, serialized=True)
+            runs.append(committed(driver))
+            driver.close()
+    assert runs[0] == runs[1]
+    assert any(value == b"" for *_, value, _, _ in runs[0]["folds-counts-store-changelog"])
+    assert scans and all(len(steps) >= 5 for steps in scans.values())
+    for steps in scans.values():
+        assert steps[0][1] is None  # (a runtime's first expiry scans from the start)
+        assert all(since == before for (before, _), (_, since) in itertools.pairwise(steps))
+    # (in steps of half the windows' own retention, 2 x 200 + 100 + 1; a longer one keeps them 1,499 ms longer)
+    kept = 0 if retention is None else 2_000 - 501
+    assert all((start + kept) % 250 == 0 for steps in scans.values() for start, _ in steps)
