@@ -11,7 +11,8 @@ A window is closed once stream time (the largest timestamp a task has seen) reac
 grace period (time and sliding windows: end + grace <= stream time); a session once stream time passes its
 end plus the gap plus the grace period. A closed window or session takes no more records: a record that
 would bridge a closed session and an open one joins the open one only. A record that only falls in closed
-windows is late: it is dropped and counted, or sent to the dead-letter topic (`late_records=`). With
+windows is late (sliding windows: that no open window holds, though the window after it may be open): it is
+dropped and counted, or sent to the dead-letter topic (`late_records=`). With
 `emit="final"` a window's result is emitted once, when it closes (Kafka Streams' `suppress(untilWindowCloses)`);
 with `emit="update"`, every change is.
 
@@ -136,8 +137,15 @@ class SlidingWindows:
         return window_end + ms(self.grace) < stream_time
 
     def late(self, timestamp: int, stream_time: int) -> bool:
-        """Every window the record could be in is closed (its right window too: Kafka Streams' rule)."""
+        """Every window the record could be in is closed, whatever records its key has (Kafka Streams' rule);
+        a record that passes may still find no open window that holds it (`takes`)."""
         return timestamp + 1 + ms(self.time_difference) + ms(self.grace) <= stream_time
+
+    def takes(self, timestamp: int, touched: Iterable[TimeWindow], stream_time: int) -> bool:
+        """Whether one of the windows a record makes or falls in (`touched`) holds it and is open: else the record
+        is late, though the window after it (which does not hold it) may be open. Its own window ends at it, so a
+        record more than grace behind stream time is late unless an open window of an earlier record holds it."""
+        return any(w.start <= timestamp <= w.end and not self.closed(w.end, stream_time) for w in touched)
 
     def left_window(self, timestamp: int) -> TimeWindow:
         """The window ending at the record; for a record earlier than the time difference, [0, difference]

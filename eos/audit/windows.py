@@ -202,6 +202,10 @@ def _sliding(spec: SlidingWindows, w: Windowing, rec: Record, stream_time: int, 
             candidates.add((left_start, left_start + diff))
         if s < t <= s + 1 + diff:
             candidates.add((s + 1, s + 1 + diff))
+    if not any(start <= t <= end and not _closed(spec, end, stream_time) for start, end in candidates):
+        seen.pop()  # no open window holds it: late, though the window after it may be open
+        ref.late += 1
+        return
     if any(t < s <= t + 1 + diff for s, _ in seen):
         candidates.add((t + 1, t + 1 + diff))
     for start, end in sorted(candidates):

@@ -246,11 +246,14 @@ class SlidingWindowAggregate(_WindowedAggregate):
             return
         diff = windows.diff_ms
         near = self.buffer.range(key, t - diff - 1, t + diff + 1)
-        neighbours = [ts for ts, _, _ in near]
+        touched = windows.touched(t, [ts for ts, _, _ in near])
+        if not windows.takes(t, touched, stream_time):
+            self.late(record, "its windows are closed")
+            return
         # (the key's records at t told apart by their order: a flat_map before, or topics read together, give
         # several one time and input offset)
         self.buffer.put(key, t, self.buffer.next_seq(key, t, near), record.value)
-        for window in windows.touched(t, neighbours):
+        for window in touched:
             if windows.closed(window.end, stream_time):
                 continue
             current = self.store.fetch_with_timestamp(key, window.start)

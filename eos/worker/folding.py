@@ -483,7 +483,7 @@ class _Fold:
         key_types, initializer, aggregator = view.key_types, view.initializer, view.aggregator
         holds, emit, late, cache, name = view.holds, view.emit, view.late, view.cache, view.name
         assert late is not None and (emit is not None or cache is not None)
-        touched, closed, is_late = windows.touched, windows.closed, windows.late
+        touched, closed, is_late, takes = windows.touched, windows.closed, windows.late, windows.takes
         encode, read_back, stored_size = buffer.encode, buffer.read_back, store.encoded_size
         if cache is not None:
             self.cached = partial(cache.has, name)
@@ -532,13 +532,17 @@ class _Fold:
                     raise _Stop from None
             low, at = bisect.bisect_left(held, (t - diff - 1,)), bisect.bisect_right(held, (t, after))
             high = bisect.bisect_right(held, (t + diff + 1, after), at)
-            neighbours = [r[0] for r in held[low:high]]
+            windows_of = touched(t, [r[0] for r in held[low:high]])
+            if not takes(t, windows_of, now):  # (no open window holds it)
+                late(t, now)
+                _dropped_late(ctx)
+                return
             seq = held[at - 1][1] + 1 if at > low and held[at - 1][0] == t else 0  # (as `RecordBuffer.next_seq`)
             encoded = encode(value, t)
             held.insert(at, (t, seq, read_back(encoded)))  # (as a window folded from the buffer reads it)
             added.append((key, t, seq, encoded))
             undo.append((b"", _Inserted(held, at), 0))
-            for window in touched(t, neighbours):
+            for window in windows_of:
                 start, end = window.start, window.end
                 if closed(end, now):
                     continue

@@ -139,6 +139,30 @@ def test_sliding_windows_without_grace_keep_the_window_a_record_ends_at_stream_t
         assert len(out) == 5 and [e for _, _, e, *_ in out] == sorted(e for _, _, e, *_ in out)
 
 
+@pytest.mark.parametrize("late_records", ["drop", "dead_letter"])
+@pytest.mark.parametrize("emit", ["update", "final"])
+def test_a_sliding_record_that_no_open_window_holds_is_late_though_its_right_window_would_be_open(emit, late_records):
+    """A record more than grace behind stream time finds its own window closed. With no record of its key near
+    it, no open window holds it: it is late (dropped and counted, or dead-lettered), never lost unseen, though
+    the window after it would still be open (Kafka Streams drops it too: "Skipping record for expired window").
+    One that an earlier record's open window (the window after that record) holds counts there, and is not late.
+    A late record takes no part: a later record of its key makes no window after it (Kafka Streams makes one)."""
+    h = Harness(kind="sum", value=lambda v: v, windows=SlidingWindows(5000, grace=1000), emit=emit,
+                late_records=late_records)
+    out = h.feed(("C", 8_500, 3), ("A", 12_000, 1), ("B", 9_000, 2), ("C", 9_000, 4), ("D", 9_000, 5),
+                 ("D", 12_500, 6))
+    if emit == "final":
+        out += h.feed(("Z", 40_000, 0))
+    windows = {(k, s, e): v for k, s, e, v, _, _ in out if k != "Z"}
+    assert windows == {("C", 3500, 8500): 3, ("C", 8501, 13501): 4, ("A", 7000, 12000): 1, ("D", 7500, 12500): 6}
+    letters = h.driver.dead_letters()
+    if late_records == "drop":
+        assert h.dropped == {"late": 2} and not letters
+    else:  # (B and D at 9,000, by stream time 12,000: their own windows ended at 9,000, + 1,000 of grace)
+        assert [(d.key, d.error_type) for d in letters] == [(b"B", "LateRecordError"), (b"D", "LateRecordError")]
+        assert not h.dropped
+
+
 def test_sliding_windows_out_of_order_match_in_order_results():
     records = [("A", t, v) for t, v in [(8000, 1), (9200, 2), (12400, 3), (10_000, 4), (3000, 5), (15_000, 6)]]
     in_order = Harness(kind="sum", value=lambda v: v, windows=SlidingWindows(5000, grace=100_000))
