@@ -126,8 +126,9 @@ def reference_windows(records: Iterable[Record], w: Windowing,
             _time_windows(spec, w, rec, stream_time, state, ref)
         elif isinstance(spec, SessionWindows):
             _sessions(spec, w, rec, stream_time, state, ref)
-        else:
-            _sliding(spec, w, rec, stream_time, state, contents, ref)
+        else:  # (which windows hold a record depends on its key's records too: it tells lateness at the source)
+            _sliding(spec, w, rec, stream_time, state, contents, ref, source_time)
+            continue
         if ref.late > late and _late_alone(spec, rec.timestamp, source_time):
             ref.late_at_source += 1
     ref.closed = {window: value for window, value in state.items() if _closed(spec, window[2], clock.stream_time)}
@@ -139,9 +140,8 @@ def _late_alone(spec: Any, t: int, stream_time: int) -> bool:
     in is closed; a session: its own)."""
     if isinstance(spec, HoppingWindows):
         return all(_closed(spec, w.end, stream_time) for w in spec.windows_for(t))
-    if isinstance(spec, SessionWindows):
-        return _closed(spec, t, stream_time)
-    return spec.late(t, stream_time)
+    assert isinstance(spec, SessionWindows)  # (sliding windows: `_sliding`)
+    return _closed(spec, t, stream_time)
 
 
 def _closed(spec: Any, end: int, stream_time: int) -> bool:
@@ -188,10 +188,11 @@ def _sessions(spec: SessionWindows, w: Windowing, rec: Record, stream_time: int,
 
 
 def _sliding(spec: SlidingWindows, w: Windowing, rec: Record, stream_time: int, state: dict[WindowKey, Any],
-             contents: dict[Any, list[tuple[int, Any]]], ref: Reference) -> None:
+             contents: dict[Any, list[tuple[int, Any]]], ref: Reference, source_time: int) -> None:
     diff, t = spec.diff_ms, rec.timestamp
-    if t + 1 + diff + spec.grace_ms <= stream_time:
+    if spec.late(t, stream_time):
         ref.late += 1
+        ref.late_at_source += spec.late(t, source_time)
         return
     seen = contents[rec.key]
     seen.append((t, rec.value))
@@ -205,6 +206,8 @@ def _sliding(spec: SlidingWindows, w: Windowing, rec: Record, stream_time: int, 
     if not any(start <= t <= end and not _closed(spec, end, stream_time) for start, end in candidates):
         seen.pop()  # no open window holds it: late, though the window after it may be open
         ref.late += 1
+        ref.late_at_source += not any(start <= t <= end and not _closed(spec, end, source_time)
+                                      for start, end in candidates)
         return
     if any(t < s <= t + 1 + diff for s, _ in seen):
         candidates.add((t + 1, t + 1 + diff))

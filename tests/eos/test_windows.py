@@ -156,6 +156,13 @@ def test_a_sliding_record_that_no_open_window_holds_is_late_though_its_right_win
     windows = {(k, s, e): v for k, s, e, v, _, _ in out if k != "Z"}
     assert windows == {("C", 3500, 8500): 3, ("C", 8501, 13501): 4, ("A", 7000, 12000): 1, ("D", 7500, 12500): 6}
     letters = h.driver.dead_letters()
+    from eos.audit.windows import reference_windows
+    from eos.records import Record
+
+    records = [("C", 8_500, 3), ("A", 12_000, 1), ("B", 9_000, 2), ("C", 9_000, 4), ("D", 9_000, 5), ("D", 12_500, 6)]
+    ref = reference_windows([Record(k, v, "in", 0, i, ts) for i, (k, ts, v) in enumerate(records)],
+                            h.sub.windowings[0], set())
+    assert ref.late == ref.late_at_source == 2  # (one source: late by its own stream time)
     if late_records == "drop":
         assert h.dropped == {"late": 2} and not letters
     else:  # (B and D at 9,000, by stream time 12,000: their own windows ended at 9,000, + 1,000 of grace)
