@@ -45,6 +45,9 @@ class LateRecordError(ValueError):
 class _WindowedAggregate(Processor):
     retention: int  # ms of stream time an entry is kept (set by each kind)
     _cache: RecordCache | None = None  # the task's record cache, where updates wait (set by `init`)
+    #: time windows': how an update written to the store goes on (`eos.cache.updates`, set by `init`)
+    emit_update: Callable[[Any, Any, int], None]
+
     def __init__(self, store: str, initializer: Initializer, aggregator: Aggregator, emit: Emit,
                  late: LatePolicy) -> None:
         self.store_name, self.initializer, self.aggregator = store, initializer, aggregator
@@ -96,14 +99,25 @@ class _WindowedAggregate(Processor):
     def on_stream_time(self, stream_time: int) -> None:
         raise NotImplementedError
 
-    def _cached(self, view: AggregateFold) -> AggregateFold:
-        """`view` of a time-windowed aggregation folding into the task's record cache, if it has one, each window's
-        update held as `updates` holds it (`held_updates`)."""
+    def _window_fold_view(self, store: WindowStore, windows: Any, holds: Callable[[Any], bool] | None,
+                          stateless_after: bool, detail: str, **more: Any) -> AggregateFold | None:
+        """What folding a batch into windows of `store` needs (`eos.worker.folding`), where their numbers' updates
+        are all emitted (`holds`: not None): into the task's record cache, each window's update held as `updates`
+        holds it (`held_updates`), or, without one, forwarded at once to nothing but stateless operators and sinks
+        (`stateless_after`). A late record is dead-lettered saying `detail`. Else None."""
         cache = self._cache
+        if holds is None or (cache is None and not stateless_after):
+            return None
+
+        def late(timestamp: int, stream_time: int) -> None:
+            self.late_at(timestamp, detail, stream_time)
+        view = AggregateFold(store, self.initializer, self.aggregator, holds, self.store_name, _HELD_KEYS, None, None,
+                             None, None, None, self.emit_update, windows=windows, late=late,
+                             schedules=(self._schedule,), **more)
         if cache is None:
             return view
         return view._replace(cache=cache, headers_of=self.context.cached_headers, emit=None,  # type: ignore[attr-defined]
-                             hold_window=held_updates(self.context, view.store))
+                             hold_window=held_updates(self.context, store))
 
 
 class TimeWindowAggregate(_WindowedAggregate):
@@ -132,19 +146,10 @@ class TimeWindowAggregate(_WindowedAggregate):
         """What folding a batch into these windows needs (`eos.worker.folding`): tumbling and hopping windows
         of numbers emitting every update, into the record cache, or, without one, forwarded at once to
         nothing but stateless operators and sinks (`stateless_after`). Else None."""
-        if self._fold_holds is None or type(self) is not TimeWindowAggregate:
+        if type(self) is not TimeWindowAggregate:
             return None
-        cache = self._cache
-        if cache is None and not stateless_after:
-            return None
-        detail = "all its windows are closed"
-
-        def late(timestamp: int, stream_time: int) -> None:
-            self.late_at(timestamp, detail, stream_time)
-        view = AggregateFold(self.store, self.initializer, self.aggregator, self._fold_holds, self.store_name,
-                             _HELD_KEYS, None, None, None, None, None, self.emit_update, windows=self.windows,
-                             late=late, schedules=(self._schedule,))
-        return self._cached(view)
+        return self._window_fold_view(self.store, self.windows, self._fold_holds, stateless_after,
+                                      "all its windows are closed")
 
     def process(self, record: Record) -> None:
         if record.value is None:
@@ -220,19 +225,10 @@ class SlidingWindowAggregate(_WindowedAggregate):
         """What folding a batch into these windows needs (`eos.worker.folding`): sliding windows of numbers
         emitting every update, into the record cache, or, without one, forwarded at once to nothing but
         stateless operators and sinks (`stateless_after`). Else None."""
-        if self._fold_holds is None or type(self) is not SlidingWindowAggregate:
+        if type(self) is not SlidingWindowAggregate:
             return None
-        cache = self._cache
-        if cache is None and not stateless_after:
-            return None
-        detail = "its windows are closed"
-
-        def late(timestamp: int, stream_time: int) -> None:
-            self.late_at(timestamp, detail, stream_time)
-        view = AggregateFold(self.store, self.initializer, self.aggregator, self._fold_holds, self.store_name,
-                             _HELD_KEYS, None, None, None, None, None, self.emit_update, windows=self.windows,
-                             late=late, schedules=(self._schedule,), buffer=self.buffer)
-        return self._cached(view)
+        return self._window_fold_view(self.store, self.windows, self._fold_holds, stateless_after,
+                                      "its windows are closed", buffer=self.buffer)
 
     def process(self, record: Record) -> None:
         if record.value is None:

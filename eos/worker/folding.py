@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from eos.cache import ENTRY_OVERHEAD, RecordCache
+from eos.cache import ENTRY_OVERHEAD
 from eos.errors import OutputSerializationError, SerdeError
 from eos.operators.aggregate import KEYLESS, AggregateFold, AggregateProcessor
 from eos.operators.windows import (
@@ -416,17 +416,14 @@ class _Fold:
         """`take` into tumbling or hopping windows (`TimeWindowAggregate.process`): the record's update of each
         open window it falls in (by the stream time it is judged at, `now`), forwarded keyed `Windowed` at once;
         a record in closed windows only is late (dropped and counted, or a LateRecordError)."""
-        fold, folded, undo, ctx = self, self.folded, self.undo, self.ctx
+        fold, folded, ctx = self, self.folded, self.ctx
         windows = view.windows
         size, advance, grace, first_start = windows.size_ms, ms(windows.advance), windows.grace_ms, windows.first_start
         key_types, store, initializer, aggregator = view.key_types, view.store, view.initializer, view.aggregator
-        holds, emit, late, cache, name = view.holds, view.emit, view.late, view.cache, view.name
-        assert late is not None and (emit is not None or cache is not None)
-        stored_size = store.encoded_size
+        holds, emit, late = view.holds, view.emit, view.late
+        assert late is not None and (emit is not None or view.cache is not None)
         raws: dict[Any, bytes] = {}  # a key: its serialized form
-        if cache is not None:
-            self.cached = partial(cache.has, name)
-
+        put = self._window_putter(view)
         emits = emit is not None
 
         def take(key: Any, value: Any, timestamp: int, headers: Any) -> None:
@@ -456,20 +453,39 @@ class _Fold:
                     updated, ts = _update(initializer, aggregator, holds, key, value, timestamp, current)
                 else:
                     updated, ts = _update(initializer, aggregator, holds, key, value, timestamp, entry)
-                counted = grows = 0  # with a cache: the bytes its entry counts for, and what that adds
-                if cache is not None:
-                    counted, grows = _held_size(fold, cache, name, identity, entry, stored_size(updated, ts))
-                fold.updates = number = fold.updates + 1
-                if entry is None:
-                    folded[identity] = [updated, ts, number, fold.msg, (key, start), headers, counted]
-                    undo.append((identity, None, grows))
-                else:
-                    undo.append((identity, entry[:], grows))
-                    entry[:] = updated, ts, number, fold.msg, entry[4], headers, counted
+                put(identity, entry, updated, ts, key, start, headers)
                 if emit is not None:
                     emit(Windowed(key, start, start + size), updated, ts)  # the largest timestamp aggregated
                 start += advance
         return take
+
+    def _window_putter(self, view: AggregateFold) -> Callable[[bytes, list[Any] | None, Any, int, Any, int, Any], None]:
+        """How a windowed taker keeps a window's update (`put(identity, its entry in the fold or None, aggregate,
+        timestamp, key, window start, headers)`), to undo if its record fails; with a record cache, the bytes its
+        entry counts for in the cache taken from the room the fold has left (an update for which the cache would
+        evict stops the fold)."""
+        fold, folded, undo, cache, name = self, self.folded, self.undo, view.cache, view.name
+        stored_size = view.store.encoded_size
+        if cache is not None:
+            self.cached = partial(cache.has, name)
+
+        def put(identity: bytes, entry: list[Any] | None, aggregate: Any, ts: int, key: Any, start: int,
+                headers: Any) -> None:
+            counted = grows = 0  # with a cache: the bytes its entry counts for, and what that adds
+            if cache is not None:
+                counted = len(identity) + stored_size(aggregate, ts) + ENTRY_OVERHEAD
+                grows = counted - (entry[6] if entry is not None else cache.entry_size(name, identity))
+                if grows > fold.room:
+                    raise _Stop  # the cache would evict
+                fold.room -= grows
+            fold.updates = number = fold.updates + 1
+            if entry is None:
+                folded[identity] = [aggregate, ts, number, fold.msg, (key, start), headers, counted]
+                undo.append((identity, None, grows))
+            else:
+                undo.append((identity, entry[:], grows))
+                entry[:] = aggregate, ts, number, fold.msg, entry[4], headers, counted
+        return put
 
     def _sliding_taker(self, view: AggregateFold) -> Callable[[Any, Any, int, Any], None]:
         """`take` into sliding windows (`SlidingWindowAggregate.process`): the record joins its key's records, then
@@ -481,12 +497,11 @@ class _Fold:
         windows, buffer, store = view.windows, view.buffer, view.store
         diff, grace = windows.diff_ms, windows.grace_ms
         key_types, initializer, aggregator = view.key_types, view.initializer, view.aggregator
-        holds, emit, late, cache, name = view.holds, view.emit, view.late, view.cache, view.name
-        assert late is not None and (emit is not None or cache is not None)
+        holds, emit, late = view.holds, view.emit, view.late
+        assert late is not None and (emit is not None or view.cache is not None)
         touched, closed, is_late, takes = windows.touched, windows.closed, windows.late, windows.takes
-        encode, read_back, stored_size = buffer.encode, buffer.read_back, store.encoded_size
-        if cache is not None:
-            self.cached = partial(cache.has, name)
+        encode, read_back = buffer.encode, buffer.read_back
+        put = self._window_putter(view)
         emits = emit is not None
         raws: dict[Any, bytes] = {}  # a key: its serialized form
         after = float("inf")  # (sorts after every seq)
@@ -568,16 +583,7 @@ class _Fold:
                     aggregate, ts = _update(initializer, aggregator, holds, key, value, t, current)
                 else:  # the record's right window, there already (a later record's left window): not the record's
                     continue
-                counted = grows = 0  # with a cache: the bytes its entry counts for, and what that adds
-                if cache is not None:
-                    counted, grows = _held_size(fold, cache, name, identity, entry, stored_size(aggregate, ts))
-                fold.updates = number = fold.updates + 1
-                if entry is None:
-                    folded[identity] = [aggregate, ts, number, fold.msg, (key, start), headers, counted]
-                    undo.append((identity, None, grows))
-                else:
-                    undo.append((identity, entry[:], grows))
-                    entry[:] = aggregate, ts, number, fold.msg, entry[4], headers, counted
+                put(identity, entry, aggregate, ts, key, start, headers)
                 if emit is not None:
                     emit(Windowed(key, start, end), aggregate, ts)
         return take
@@ -772,19 +778,6 @@ def _update(initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any]
     if not holds(updated):
         raise _Stop
     return updated, ts
-
-
-def _held_size(fold: _Fold, cache: RecordCache, name: str, identity: bytes, entry: list[Any] | None,
-               stored: int) -> tuple[int, int]:
-    """A window's update for the record cache: the bytes its entry counts for in it (`stored`: its value's and
-    timestamp's), and what that adds, taken from the room the fold has left; an update for which the cache would
-    evict stops the fold. `entry`: the window's entry in the fold, if it has one."""
-    counted = len(identity) + stored + ENTRY_OVERHEAD
-    grows = counted - (entry[6] if entry is not None else cache.entry_size(name, identity))
-    if grows > fold.room:
-        raise _Stop  # the cache would evict
-    fold.room -= grows
-    return counted, grows
 
 
 def _aggregated(key: Any, value: Any, headers: Any, key_types: frozenset[type], emits: bool) -> bool:

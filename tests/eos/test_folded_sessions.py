@@ -21,7 +21,7 @@ from eos.windows import SessionWindows
 from recovery import SessionStore
 from tests.eos.loops import raw_inputs
 from tests.eos.test_folded_batches import Folds, copies, run_both
-from tests.eos.test_folded_windows import crashed_inputs
+from tests.eos.test_folded_windows import check_crashes
 
 
 def session_count_app(cache: int = 0, **settings: Any) -> Callable[[], Application]:
@@ -176,16 +176,8 @@ def test_a_cache_too_small_for_the_batch_stops_the_session_fold_where_it_would_e
                          ids=["session-count", "session-sum", "exploded-session"])
 @pytest.mark.parametrize("cache", [0, 1 << 20, 500], ids=["uncached", "cached", "small-cache"])
 def test_folded_sessions_stay_exactly_once_when_batches_crash(monkeypatch, make, cache):
-    folds = Folds(monkeypatch)
-    inputs = crashed_inputs(encoded=make is session_count_app)
-    driver = TopologyTestDriver(make(cache, max_records_per_batch=60)(), wall_clock_ms=1_000_000)
-    report = driver.check_exactly_once(inputs, crashes=12, seed=3, chunk=40)
-    assert report.ok and len(report.crashes) >= 8
-    assert folds.folded and bool(folds.made) == (not cache and make is not session_sum_app)
-    if cache == 500:  # (room for about five sessions: the fold stops where the cache would evict)
-        assert folds.stopped
-    elif make not in FAILING or not cache:
-        assert folds.folded > 1_000
+    check_crashes(monkeypatch, make, cache, encoded=make is session_count_app, at_once=make is not session_sum_app,
+                  failing=make in FAILING)
 
 
 def reference_sessions(records: Iterable[tuple[Any, int]], gap: int) -> dict[tuple[Any, int, int], int]:

@@ -21,8 +21,8 @@ from eos.testing import TopologyTestDriver
 from eos.windows import SlidingWindows
 from recovery import RecordBuffer, WindowStore
 from tests.eos.loops import committed, raw_inputs
-from tests.eos.test_folded_batches import Folds, copies, run_both
-from tests.eos.test_folded_windows import crashed_inputs
+from tests.eos.test_folded_batches import copies, run_both
+from tests.eos.test_folded_windows import check_crashes
 
 
 def sliding_count_app(cache: int = 0, **settings: Any) -> Callable[[], Application]:
@@ -176,16 +176,8 @@ def test_a_window_a_record_makes_folds_the_record_as_the_buffer_reads_it_back(mo
                          ids=["count", "sum", "exploded"])
 @pytest.mark.parametrize("cache", [0, 1 << 20, 500], ids=["uncached", "cached", "small-cache"])
 def test_folded_sliding_windows_stay_exactly_once_when_batches_crash(monkeypatch, make, cache):
-    folds = Folds(monkeypatch)
-    inputs = crashed_inputs(encoded=make is sliding_count_app)
-    driver = TopologyTestDriver(make(cache, max_records_per_batch=60)(), wall_clock_ms=1_000_000)
-    report = driver.check_exactly_once(inputs, crashes=12, seed=3, chunk=40)
-    assert report.ok and len(report.crashes) >= 8
-    assert folds.folded and bool(folds.made) == (not cache and make is not sliding_sum_app)
-    if cache == 500:  # (room for about five windows: the fold stops where the cache would evict)
-        assert folds.stopped
-    elif make is not exploded_sliding_app or not cache:
-        assert folds.folded > 1_000
+    check_crashes(monkeypatch, make, cache, encoded=make is sliding_count_app, at_once=make is not sliding_sum_app,
+                  failing=make is exploded_sliding_app)
 
 
 def test_each_window_s_count_is_the_reference_s():
