@@ -23,12 +23,16 @@ from __future__ import annotations
 
 import json
 import numbers
+import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, NamedTuple
 
 from eos.serde import Serde, SerdeError
+
+#: a binary windowed key's end and start, 8-byte big-endian each (`WindowedSerde`)
+_TIMES = struct.Struct(">QQ")
 
 __all__ = ["TumblingWindows", "HoppingWindows", "SlidingWindows", "SessionWindows", "Windowed", "WindowedSerde",
            "WindowSpec", "TimeWindow", "Windowing", "ms"]
@@ -247,6 +251,15 @@ class WindowedSerde(Serde):
         """The inner key's serde bound too (a Schema Registry key names its subject after the topic)."""
         inner = self.inner.bind(topic, is_key)
         return self if inner is self.inner else WindowedSerde(inner, self.format)
+
+    def serialize(self, obj: Any) -> bytes | None:
+        if self.format == "binary" and type(obj) is Windowed:  # (`_dumps`'s layout, in fewer calls)
+            try:
+                times = _TIMES.pack(obj.end, obj.start)
+            except struct.error:
+                return super().serialize(obj)  # (which says what is wrong)
+            return (self.inner.serialize(obj.key) or b"") + times
+        return super().serialize(obj)
 
     def _dumps(self, obj: Any) -> bytes:
         if not isinstance(obj, Windowed):

@@ -47,6 +47,7 @@ __all__ = ["TaskContext", "Schedule", "HeldMessage"]
 #: `tuple.__new__` makes a `ProducerRecord` without the named tuple's Python-level constructor (a third of
 #: the cost of an output record)
 _new_record = tuple.__new__
+_UNKNOWN: Any = object()
 
 #: (input record, key, value, timestamp, index among the record's outputs) -> the output record
 #: (`TaskContext.direct_output`)
@@ -117,6 +118,7 @@ class TaskContext(ProcessorContext):
         self._windowed_default = key_serde if isinstance(key_serde, WindowedSerde) else None
         self._any_windowed = bool(self._windowed) or self._windowed_default is not None
         self._counts: dict[str, int] = {}  # those topics' partition counts, read again each batch
+        self._partitioners: dict[str, Callable[[Any, bytes | None], int | None] | None] = {}  # (`_partitioner`)
         #: the current record's lineage origin: b"topic:partition:", offset, and its outputs' indices: the n-th
         #: is `_index_base + (n << _index_shift)` (eos.origin.output_indices)
         self._origin_prefix = b""
@@ -223,8 +225,7 @@ class TaskContext(ProcessorContext):
         if rule is None and self._rules is not None:
             rule = self._rule_of[target] = self._rules(target)
         prefix, lineage, origin = self._prefix(tp), self._lineage, ORIGIN_FORMAT
-        windowed = not raw and self._windowed_serde(target) is not None
-        inner_partition = self._inner_partition
+        partition_of = self._partitioner(target)
 
         def output(msg: Message, key: Any, value: Any, ts: int, index: int) -> ProducerRecord:
             try:
@@ -235,7 +236,7 @@ class TaskContext(ProcessorContext):
             headers = [(ORIGIN_HEADER, origin % (prefix, msg.offset(), index))] if lineage else []
             if rule is not None and (why := rule.violation(k, v, headers, ts)) is not None:
                 raise _rejected(msg, target, why)
-            partition = inner_partition(target, key, k) if windowed else None
+            partition = None if partition_of is None else partition_of(key, k)
             return _new_record(ProducerRecord, (target, partition, k, v, headers, ts))
         return output
 
@@ -304,23 +305,42 @@ class TaskContext(ProcessorContext):
         """The partition of a `Windowed` key's inner key in `topic` (murmur2 of the inner key's bytes, as Kafka
         Streams' `WindowedStreamPartitioner`), when `topic`'s keys are windowed; else None (the producer's
         partitioner: murmur2 of the serialized key)."""
+        partition = self._partitioner(topic)
+        return None if partition is None else partition(key, serialized)
+
+    def _partitioner(self, topic: str) -> Callable[[Any, bytes | None], int | None] | None:
+        """`_inner_partition` of one topic (None where its keys are not windowed), made once: `direct_output`
+        takes it for a batch's outputs."""
+        partition = self._partitioners.get(topic, _UNKNOWN)
+        if partition is _UNKNOWN:
+            partition = self._partitioners[topic] = self._windowed_partitioner(topic)
+        return partition
+
+    def _windowed_partitioner(self, topic: str) -> Callable[[Any, bytes | None], int | None] | None:
         serde = self._windowed_serde(topic)
-        if serde is None or type(key) is not Windowed or serialized is None or topic in self._raw:
+        if serde is None or topic in self._raw:
             return None
-        inner: bytes | None
-        if serde.format == "binary":  # (the inner key's bytes, then the end and the start: 8 bytes each)
-            inner = serialized[:-16]
-        else:
-            try:
-                inner = serde.inner.serialize(key.key)
-            except SerdeError:
+        binary, inner_of, counts, partition_count = serde.format == "binary", serde.inner.serialize, self._counts, \
+            self.partition_count
+
+        def partition(key: Any, serialized: bytes | None) -> int | None:
+            if type(key) is not Windowed or serialized is None:
                 return None
-            if inner is None:
-                return None
-        count = self._counts.get(topic)
-        if count is None:
-            count = self._counts[topic] = self.partition_count(topic)
-        return partition_for(inner, count)
+            inner: bytes | None
+            if binary:  # (the inner key's bytes, then the end and the start: 8 bytes each)
+                inner = serialized[:-16]
+            else:
+                try:
+                    inner = inner_of(key.key)
+                except SerdeError:
+                    return None
+                if inner is None:
+                    return None
+            count = counts.get(topic)
+            if count is None:
+                count = counts[topic] = partition_count(topic)
+            return partition_for(inner, count)
+        return partition
 
     def partition_count(self, topic: str) -> int:
         """How many partitions an output topic has (read once per worker process)."""
