@@ -775,6 +775,7 @@ def _as_released(joined: list[Record], results: Mapping[tuple[int, int], Mapping
     assert spec.grace_ms is not None
     released, late = released_order(joined, spec.grace_ms, spec.how)
     result.late_records += late
+    slot, slots = spec.hold_slot  # (its own held records' places: k * slots + slot, `TaskContext.hold`)
     by_slot: dict[tuple[int, int], dict[int, Any]] = defaultdict(dict)
     for (pp, offset), by_index in results.items():
         if pp != partition:
@@ -785,7 +786,8 @@ def _as_released(joined: list[Record], results: Mapping[tuple[int, int], Mapping
             if base is not None and reserved >= 0:  # (reserved among the outputs of a record of a repartition topic)
                 first, shift = output_indices(base)
                 reserved = (reserved - first) >> shift if reserved >= first else -1
-            by_slot[(offset, held_place(reserved) if reserved >= 0 else -1)][index] = value
+            place = held_place(reserved) - slot if reserved >= 0 else -1
+            by_slot[(offset, place // slots if place >= 0 and place % slots == 0 else -1)][index] = value
     order: list[Record] = []
     mine: dict[int, list[Any]] = {}
     before: dict[int, Any] = {}
@@ -851,7 +853,8 @@ def _reserved(index: int) -> int:
 def released_order(records: list[Record], grace: int, how: str) -> tuple[list[tuple[Record, int, int]], int]:
     """What a stream-table join with a grace period let go of, of one partition's stream records (in offset
     order, as they reached the join): (record, n, by) in the order it let them go, `n` its place among the
-    records of its input the join held (the index it reserved, `TaskContext.hold`), `by` the offset of the
+    records of its input the join held (k, of the place `k * slots + slot` it reserved: `TaskContext.hold`,
+    `JoinSpec.hold_slot`), `by` the offset of the
     record whose processing let it go (the table is read then); and how many were dropped as late. Records
     still held at the end are in neither."""
     observed: int | None = None

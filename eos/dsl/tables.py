@@ -167,7 +167,7 @@ class Table:
         node = app.graph.add(ProcessorNode(
             node_name, (self.node,), partial(Suppress, buffer.name, limit, max_records, max_bytes, when_full),
             kind=f"table suppress (time limit {limit} ms" + (f", {bounds}, when full: {when_full})" if bounds
-                                                             else ")"))).name
+                                                             else ")"), holds=True)).name
         app.graph.add_store(buffer, [node])
         return Table(app, self.key_serde, self.value_serde, self.topics, node=node, windowed=self.windowed,
                      history_retention_ms=self.history_retention_ms, changed_value_serde=self.changed_value_serde)

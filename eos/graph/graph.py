@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
-from eos.graph.nodes import Node, ProcessorNode, SinkNode, SourceNode
+from eos.graph.nodes import Node, ProcessorNode, SinkNode, SourceNode, hold_slots
 from eos.graph.operators import TARGET, OperatorPaths, Route, require_functions
 from eos.serde import Serde
 from eos.time import RECORD_TIME, WallClockTime
@@ -297,7 +297,9 @@ def _subtopology(part: GraphPart, stores: Mapping[str, StoreSpec], default_times
     out_vs = main.value_serde if main else value_serde
     raw = frozenset(s.topic for s in part.sinks if s.raw)
     windowed = {p.name: _audited_window(part, p, shared) for p in part.processors if p.windowing is not None}
-    joins = {p: _audited_join(part, p, shared) for p in part.processors if p.join is not None}
+    slots = hold_slots(part.processors)
+    joins = {p: _audited_join(part, p, shared, slots.get(p.name, (0, 1))) for p in part.processors
+             if p.join is not None}
     used = [s for p in part.processors for s in part.stores[p.name]]
     vectorized = batch[0].batch if batch else None
     kind: dict[str, Any] = {"batch_fn": vectorized[0], "batch_format": vectorized[1]} if vectorized else {
@@ -370,10 +372,11 @@ def _audited_window(part: GraphPart, node: ProcessorNode, shared: frozenset[str]
     return replace(node.windowing, prefix=found[1], topic=results[0], suffix=results[1])
 
 
-def _audited_join(part: GraphPart, node: ProcessorNode, shared: frozenset[str]) -> Any:
+def _audited_join(part: GraphPart, node: ProcessorNode, shared: frozenset[str], hold_slot: tuple[int, int]) -> Any:
     """The join's definition for the join audit, with the topic its results go to, each side's stateless
     operators between its topic and the join (`JoinSpec.left_prefix`, `right_prefix`) and, for a join of a
-    stream, those between the join and that topic (`JoinSpec.suffix`); None when the audit could not replay
+    stream, those between the join and that topic (`JoinSpec.suffix`), and its slot among the steps that may hold
+    records back (`JoinSpec.hold_slot`); None when the audit could not replay
     it (a side through anything but stateless operators from its own topic's one source, or results that
     reach anything but one sink, a table join's through anything). A foreign-key join's right side is in
     another sub-topology (`_with_right_sides`); its other parent here is the source of its responses."""
@@ -386,7 +389,7 @@ def _audited_join(part: GraphPart, node: ProcessorNode, shared: frozenset[str]) 
             p is None for p in prefixes) or any(not isinstance(part.node(p), SourceNode)
                                                for p in node.parents[len(sides):]):
         return None
-    sides_of = {"left_prefix": prefixes[0], "right_prefix": prefixes[1] if sides[1:] else ()}
+    sides_of = {"left_prefix": prefixes[0], "right_prefix": prefixes[1] if sides[1:] else (), "hold_slot": hold_slot}
     if routed is not None:
         return replace(spec, output=None, suffix=routed[1], route=routed[0], **sides_of)
     assert results is not None

@@ -9,7 +9,7 @@ sub-topologies; `eos.graph.runtime.GraphProcessor` runs one sub-topology's nodes
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +67,23 @@ class ProcessorNode:
     #: it may change values, never keys (`stream.process_values`): what it forwards while it processes a
     #: record must keep that record's key, so no repartition is needed after it
     fixed_key: bool = False
+    #: a built-in step that holds records back (`context.hold()`: a table's suppression)
+    holds: bool = False
+
+    @property
+    def may_hold(self) -> bool:
+        """Whether it may hold records back (`context.hold()`): a Processor API processor, a stream-table join
+        with a grace period, a table's suppression (`hold_slots`)."""
+        return self.may_punctuate or self.holds or getattr(self.join, "grace_ms", None) is not None
+
+
+def hold_slots(processors: Iterable[ProcessorNode]) -> dict[str, tuple[int, int]]:
+    """(slot, slots) of each of a sub-topology's processors that may hold records back (`ProcessorNode.may_hold`),
+    in the order they were added: the k-th record one of them holds of an input record reserves the place
+    `k * slots + slot` among that record's held ones (`TaskContext.hold`), so that a join audit tells its own held
+    records from another step's of the same input (`JoinSpec.hold_slot`). With one such processor, k itself."""
+    holders = [p.name for p in processors if p.may_hold]
+    return {name: (slot, len(holders)) for slot, name in enumerate(holders)}
 
 
 @dataclass(eq=False)

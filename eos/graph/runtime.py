@@ -21,7 +21,7 @@ from typing import Any, NamedTuple, cast
 
 from eos.errors import TopologyError
 from eos.graph.graph import GraphPart
-from eos.graph.nodes import ProcessorNode, SinkNode
+from eos.graph.nodes import ProcessorNode, SinkNode, hold_slots
 from eos.graph.operators import require_functions
 from eos.processor import Cancellable, Kept, Processor, ProcessorContext, PunctuationType, RecordMetadata
 from eos.records import FORWARDABLE, Record, forwarded
@@ -57,6 +57,7 @@ class GraphProcessor(Processor):
         part = self.part
         built: dict[str, Any] = {}  # node name -> its entry: a Sink, a _ProcessorEntry or an operator's step
         contexts: list[tuple[NodeContext, Processor]] = []
+        slots = hold_slots(part.processors)
         for sink in part.sinks:
             built[sink.name] = Sink(sink, context)
         for node in reversed(part.processors):  # children before parents
@@ -68,7 +69,7 @@ class GraphProcessor(Processor):
             fixed = node.fixed_key
             node_ctx = (FixedKeyContext if fixed else NodeContext)(
                 context, self, node, dict(zip(part.children[node.name], kids, strict=True)),
-                frozenset(part.stores[node.name]))
+                frozenset(part.stores[node.name]), slots.get(node.name, (0, 1)))
             built[node.name] = (_FixedKeyEntry if fixed else _ProcessorEntry)(processor, node_ctx, self)
             contexts.append((node_ctx, processor))
             self.processors.append((node, processor))
@@ -310,8 +311,9 @@ class NodeContext(ProcessorContext):
     stores are those connected to it (and global tables); the rest is the task's."""
 
     def __init__(self, task: ProcessorContext, graph: GraphProcessor, node: ProcessorNode, children: dict[str, Any],
-                 stores: frozenset[str]) -> None:
+                 stores: frozenset[str], hold_slot: tuple[int, int] = (0, 1)) -> None:
         self._task, self._graph, self._node = task, graph, node
+        self._hold_slot = hold_slot  # (`eos.graph.nodes.hold_slots`)
         self.application_id, self.subtopology = task.application_id, task.subtopology
         self.partition, self.task_id = task.partition, task.task_id
         self.name = node.name
@@ -423,7 +425,7 @@ class NodeContext(ProcessorContext):
         self._task.record_dropped(reason)
 
     def hold(self) -> Kept:
-        return self._task.hold()
+        return self._task.hold(*self._hold_slot)  # type: ignore[call-arg]  # (the task's context: TaskContext)
 
     def release(self, kept: Kept | None, run: Callable[[], None]) -> None:
         graph = self._graph

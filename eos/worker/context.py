@@ -141,6 +141,7 @@ class TaskContext(ProcessorContext):
         #: how many records the current input record made were held back (`hold`), and what was let go
         #: meanwhile (`release`)
         self.held = 0
+        self._holds: dict[int, int] = {}  # (`hold`)
         self.releases: list[tuple[HeldMessage | None, Callable[[], None], int]] = []
         #: scopes without a record opened this batch for what was let go with `release(None, ...)`: each is
         #: labelled with its number, so that their outputs' `eos.derived` ids differ
@@ -240,22 +241,28 @@ class TaskContext(ProcessorContext):
             return _new_record(ProducerRecord, (target, partition, k, v, headers, ts))
         return output
 
-    def hold(self) -> Kept:
+    def hold(self, slot: int = 0, slots: int = 1) -> Kept:
         """Hold the current input record back (an operator keeps it, as a stream-table join with a grace period
         does): its outputs come when it is let go (`release`), in this batch or a later one of the task, named
         after it with an index of their own (the n-th `output_indices(i)[0] + (n << shift)`, i the index the
-        record reserves now: the k-th record held of the current input reserves `HELD_TOP - k` on the level its
-        outputs are numbered on, from the top down, apart from its own outputs and what they become behind a
-        repartition topic). The lineage ledger counts it as held (and filtered) when it made nothing else. Returns
-        what to keep: the input record whole (topic, partition, offset, key and value bytes, headers,
-        timestamp) and the reserved index."""
+        record reserves now: the k-th record the step in `slot` of the sub-topology's `slots` steps that may hold
+        (`eos.graph.nodes.hold_slots`) holds of the current input reserves `HELD_TOP - (k * slots + slot)` on the
+        level its outputs are numbered on, from the top down, apart from its own outputs and what they become
+        behind a repartition topic; each step's places apart from another's). The lineage ledger counts it as held
+        (and filtered) when it made nothing else. Returns what to keep: the input record whole (topic, partition,
+        offset, key and value bytes, headers, timestamp) and the reserved index."""
         msg = self._current
         if msg is None:
             raise ValueError(f"{self.task_id}: hold() needs an input record (it was called in a punctuation)")
         self._start_origin(msg)
-        # (numbered apart from the record's own outputs, which stay 0, 1, ...: the k-th record held reserves
-        # HELD_TOP - k, and its outputs are one level above that)
-        index = self._index_base + ((HELD_TOP - self.held) << self._index_shift)
+        # (numbered apart from the record's own outputs, which stay 0, 1, ...: the k-th record a step holds
+        # reserves HELD_TOP - (k * slots + slot), and its outputs are one level above that)
+        holds = self._holds  # (the current input's holds by slot, from its first)
+        if not self.held:
+            holds.clear()
+        k = holds.get(slot, 0)
+        holds[slot] = k + 1
+        index = self._index_base + ((HELD_TOP - (k * slots + slot)) << self._index_shift)
         self.held += 1
         return (msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(), list(msg.headers() or ()),
                 msg.timestamp()[1], index)
