@@ -141,6 +141,10 @@ class LedgerEntry:
     #: `through` by the index each record carried (its path: `eos.origin.output_indices`), for a task that reads a
     #: repartition topic; None in an entry of a task that reads none, or written before paths were kept
     paths: dict[tuple[str, int], dict[int, BitMap64]] | None = None
+    #: per step of the record loop (a node's name), the records it dropped as late, whatever else they made,
+    #: each by its own place (a join's audit leaves out the records its own step dropped, not another's); None
+    #: in an entry written before it was kept, whose `late` stands for every step
+    late_by: dict[str, dict[tuple[str, int], BitMap64]] | None = None
 
     def encode(self) -> bytes:
         return json.dumps({"v": LEDGER_VERSION, "task": self.task, "batch": self.batch,
@@ -153,7 +157,12 @@ class LedgerEntry:
                               if self.pins else {}),
                            **({"paths": [{"topic": t, "partition": p, "index": i, "offsets": _text(bm)}
                                          for (t, p), by_index in self.paths.items() for i, bm in by_index.items()
-                                         if bm]} if self.paths is not None else {})},
+                                         if bm]} if self.paths is not None else {}),
+                           # (written where anything was late, so that an entry with `late_at` and without it is
+                           # one written before steps were named)
+                           **({"late_by": [{"step": step, **row} for step, sets in self.late_by.items()
+                                           for row in _rows(sets)]}
+                              if self.late_by is not None and (self.late or any(self.late_by.values())) else {})},
                           separators=(",", ":")).encode()
 
     @classmethod
@@ -173,7 +182,12 @@ class LedgerEntry:
                 paths = {}
                 for f in data["paths"]:
                     paths.setdefault((f["topic"], int(f["partition"])), {})[int(f["index"])] = _bitmap(f["offsets"])
+            late_by: dict[str, dict[tuple[str, int], BitMap64]] | None = None
+            if "late_by" in data:
+                late_by = {}
+                for f in data["late_by"]:
+                    late_by.setdefault(str(f["step"]), {})[(f["topic"], int(f["partition"]))] = _bitmap(f["offsets"])
             return cls(str(data["task"]), int(data["batch"]), tuple(LedgerInput.from_json(i) for i in data["inputs"]),
-                       filtered, late, through, held, pins, late_origins, paths)
+                       filtered, late, through, held, pins, late_origins, paths, late_by)
         except (ValueError, KeyError, TypeError, AttributeError):
             return None

@@ -162,6 +162,8 @@ class JoinSpec:
     right_reader: str | None = None
     #: a stream-table join with a grace period (ms): stream records are held back for it (KIP-923)
     grace_ms: int | None = None
+    #: the join's node (set when the graph is cut): the lineage ledger names the records it dropped as late by it
+    step: str | None = None
     #: such a join's (slot, slots) among the steps of its sub-topology that may hold records back
     #: (`eos.graph.nodes.hold_slots`): the places its own held records reserve (set when the graph is cut)
     hold_slot: tuple[int, int] = (0, 1)

@@ -509,7 +509,8 @@ def audit_join(bootstrap_servers: str, sub: SubTopology, *, group: str, applicat
     ledger = read_ledger(bootstrap_servers, ledger_topic(application_id),
                          {*sub.inputs, *(o[0] for places in origins.values() for o in places)}, admin=admin,
                          subtopologies={sub.name}, entries=batches)
-    late = {(tp, o) for tp, account in (ledger or {}).items() for o in account.late}  # (by each record's place)
+    # (by each record's place; the records its own step dropped, not another step's of the task)
+    late = {(tp, o) for tp, account in (ledger or {}).items() for o in account.late_for(spec.step)}
     late_origins = {(tp, o) for tp, account in (ledger or {}).items() for o in account.late_origins}  # (older)
     routed = list(_outputs(bootstrap_servers, sub, spec, admin))
     _check_routes(spec, routed, result, max_samples)

@@ -30,8 +30,11 @@ class PartitionLedger:
     #: offsets covered by two committed batches of one topic incarnation (invariant I1 broken)
     overlaps: BitMap64 = field(default_factory=BitMap64)
     #: offsets of the records a windowed operator dropped as late (of this partition's own records: those of
-    #: a repartition topic under it, not under their origins)
+    #: a repartition topic under it, not under their origins), as entries written before steps were named say
+    #: (for every step)
     late: BitMap64 = field(default_factory=BitMap64)
+    #: the same per step that dropped them (`LedgerEntry.late_by`): `late_for(step)`
+    late_by: dict[str, BitMap64] = field(default_factory=dict)
     #: of the filtered offsets, those an entry written before `late` was kept by place said were late (by
     #: origin: every record an input made on a repartition topic)
     late_origins: BitMap64 = field(default_factory=BitMap64)
@@ -51,6 +54,11 @@ class PartitionLedger:
     #: earlier topic ids seen
     incarnations: set[str] = field(default_factory=set)
     entries: int = 0
+
+    def late_for(self, step: str | None) -> BitMap64:
+        """The offsets of the records `step` dropped as late (those of entries that name no steps included)."""
+        named = self.late_by.get(step) if step is not None else None
+        return self.late if named is None else self.late | named
 
 
 def read_ledger(bootstrap_servers: str, topic: str, inputs: Iterable[str], *, admin: KafkaAdmin,
@@ -104,9 +112,15 @@ def read_ledger(bootstrap_servers: str, topic: str, inputs: Iterable[str], *, ad
             for tp, offsets in entry.filtered.items():
                 if tp[0] in origins and now_ids.get(tp, True):  # (an earlier topic's filtered records are gone)
                     out.setdefault(tp, PartitionLedger()).filtered |= offsets
-            for tp, offsets in entry.late.items():
-                if tp[0] in covered and now_ids.get(tp, True):
-                    out.setdefault(tp, PartitionLedger()).late |= offsets
+            if entry.late_by is None:
+                for tp, offsets in entry.late.items():
+                    if tp[0] in covered and now_ids.get(tp, True):
+                        out.setdefault(tp, PartitionLedger()).late |= offsets
+            for step, sets in (entry.late_by or {}).items():
+                for tp, offsets in sets.items():
+                    if tp[0] in covered and now_ids.get(tp, True):
+                        by_step = out.setdefault(tp, PartitionLedger()).late_by
+                        by_step[step] = by_step.get(step, BitMap64()) | offsets
             for tp, offsets in entry.late_origins.items():
                 if tp[0] in origins and now_ids.get(tp, True):
                     out.setdefault(tp, PartitionLedger()).late_origins |= offsets

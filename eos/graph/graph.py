@@ -389,7 +389,8 @@ def _audited_join(part: GraphPart, node: ProcessorNode, shared: frozenset[str], 
             p is None for p in prefixes) or any(not isinstance(part.node(p), SourceNode)
                                                for p in node.parents[len(sides):]):
         return None
-    sides_of = {"left_prefix": prefixes[0], "right_prefix": prefixes[1] if sides[1:] else (), "hold_slot": hold_slot}
+    sides_of = {"left_prefix": prefixes[0], "right_prefix": prefixes[1] if sides[1:] else (), "hold_slot": hold_slot,
+                "step": node.name}
     if routed is not None:
         return replace(spec, output=None, suffix=routed[1], route=routed[0], **sides_of)
     assert results is not None

@@ -422,7 +422,7 @@ class NodeContext(ProcessorContext):
         return self._task.record_metadata()
 
     def record_dropped(self, reason: str) -> None:
-        self._task.record_dropped(reason)
+        self._task.record_dropped(reason, self.name)  # type: ignore[call-arg]  # (the task's context: TaskContext)
 
     def hold(self) -> Kept:
         return self._task.hold(*self._hold_slot)  # type: ignore[call-arg]  # (the task's context: TaskContext)

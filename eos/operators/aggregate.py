@@ -87,6 +87,8 @@ class AggregateFold(NamedTuple):
     #: sliding windows' (`eos.operators.windows.SlidingWindowAggregate`, `windows` their `SlidingWindows`): the
     #: records of each key that a window it makes is folded from (`recovery.RecordBuffer`)
     buffer: Any = None
+    #: a windowed aggregation's node: the lineage ledger names the records it drops as late by it (`late_by`)
+    step: str | None = None
 
 
 class AggregateProcessor(Processor):

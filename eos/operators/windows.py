@@ -113,7 +113,7 @@ class _WindowedAggregate(Processor):
             self.late_at(timestamp, detail, stream_time)
         view = AggregateFold(store, self.initializer, self.aggregator, holds, self.store_name, _HELD_KEYS, None, None,
                              None, None, None, self.emit_update, windows=windows, late=late,
-                             schedules=(self._schedule,), **more)
+                             schedules=(self._schedule,), step=getattr(self.context, "name", None), **more)
         if cache is None:
             return view
         return view._replace(cache=cache, headers_of=self.context.cached_headers, emit=None,  # type: ignore[attr-defined]
@@ -348,7 +348,7 @@ class SessionWindowAggregate(_WindowedAggregate):
             self.context.forward(window, aggregate, timestamp=timestamp)
         view = AggregateFold(self.store, self.initializer, self.aggregator, self._fold_holds, self.store_name,
                              _HELD_KEYS, None, None, None, None, None, forward, windows=self.windows, late=late,
-                             schedules=(self._schedule,), merger=self.merger)
+                             schedules=(self._schedule,), merger=self.merger, step=getattr(self.context, "name", None))
         if cache is None:
             return view
         return view._replace(cache=cache, headers_of=self.context.cached_headers, emit=None,  # type: ignore[attr-defined]

@@ -660,6 +660,11 @@ class BatchAttempt:
             {} if any(r.topic in transitive for r in self.ranges) else None)
         filtered = _offsets_by_partition(self.outcome.filtered, transitive, only, through, paths)
         late = _offsets_by_partition(self.outcome.late, frozenset(), only)  # (each by its own place: ledger.late)
+        by_step: dict[str, list[Message]] = {}
+        for msg, steps in self.outcome.late_steps:
+            for step in dict.fromkeys(steps):
+                by_step.setdefault(step, []).append(msg)
+        late_by = {step: _offsets_by_partition(msgs, frozenset(), only) for step, msgs in by_step.items()}
         held = _offsets_by_partition(self.outcome.held, transitive, only)
         inputs = []
         for r in self.ranges:
@@ -669,7 +674,7 @@ class BatchAttempt:
                                       reset.reason.value if reset else None, reset.not_read_from if reset else None))
         pins = {topic: {p: end for p, (_, end) in ends.items()} for topic, ends in self.plan.global_pins.items()}
         return LedgerEntry(str(self.task), self.plan.batch, tuple(inputs), filtered, late, through, held, pins,
-                           paths=paths)
+                           paths=paths, late_by=late_by)
 
     def _commit_offset(self, r: OffsetRange) -> int:
         """The planned end (never "last record + 1": a trailing commit marker would be re-read forever), or,

@@ -142,6 +142,8 @@ class TaskContext(ProcessorContext):
         #: meanwhile (`release`)
         self.held = 0
         self._holds: dict[int, int] = {}  # (`hold`)
+        #: the steps that dropped the current input record as late (`record_dropped`)
+        self.late_steps: list[str] = []
         self.releases: list[tuple[HeldMessage | None, Callable[[], None], int]] = []
         #: scopes without a record opened this batch for what was let go with `release(None, ...)`: each is
         #: labelled with its number, so that their outputs' `eos.derived` ids differ
@@ -405,10 +407,14 @@ class TaskContext(ProcessorContext):
         self.schedules.append(schedule)
         return schedule
 
-    def record_dropped(self, reason: str) -> None:
+    def record_dropped(self, reason: str, step: str | None = None) -> None:
+        """Count a record dropped on purpose; one dropped as "late" by a named step (a node's context names its
+        own) is marked late for that step (`late_steps`: the lineage ledger's `late_by`)."""
         self.dropped[reason] = self.dropped.get(reason, 0) + 1
         if self._current is not None:
             self.dropped_reason = reason
+            if step is not None and reason == "late":
+                self.late_steps.append(step)
 
     def record_metadata(self) -> RecordMetadata | None:
         msg = self._current
@@ -467,6 +473,8 @@ class TaskContext(ProcessorContext):
             self._last_input = msg
         self.dropped_reason = None
         self.held = 0
+        if self.late_steps:
+            self.late_steps = []
         if timestamp is not None:
             self.timestamp = timestamp
         if self._scope:

@@ -77,6 +77,9 @@ class BatchOutcome:
     filtered: list[Message] = field(default_factory=list)
     #: of those, the ones dropped as late (all their windows closed)
     late: list[Message] = field(default_factory=list)
+    #: input records a step dropped as late, whatever else they made, with the steps that did (`TaskContext
+    #: .late_steps`; the ledger's `late_by`: a join's audit leaves out the records its own step dropped)
+    late_steps: list[tuple[Message, list[str]]] = field(default_factory=list)
     #: of those, the ones an operator held back (`TaskContext.hold`)
     held: list[Message] = field(default_factory=list)
     punctuations: int = 0
@@ -328,6 +331,8 @@ def run_processor(processor: Processor, ctx: TaskContext,
         if event_clock is not None:
             outcome.stream_time = ctx.stream_time = ctx.clock_time = event_clock.stream_time
         produced = leave()
+        if ctx.late_steps:
+            outcome.late_steps.append((msg, ctx.late_steps))
         if produced:
             outputs.extend(produced)
         else:

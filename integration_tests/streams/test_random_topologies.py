@@ -71,14 +71,17 @@ class Committed:
 # table, windowed joins of a stream with itself, tables joined by key and by a foreign key, keyed and windowed
 # aggregations (suppressed too) and cogroups, a table re-grouped, a processor of the Processor API with a store of
 # its own; the description each must have guards against the generator drifting away from it. The default suite
-# runs seeds 63 and 27059;
+# runs seeds 63, 27059 and 30678;
 # --soak the rest (95's foreign-key join and Processor API processor have kill tests of their own in the default
 # suite: test_table_ops.py, test_fused_topology.py).
 SEEDS = {63: ["branch_rekey_merge", "through", "-> join", "-> windowed", "-> stream_join", "side table versioned",
              "the side table's topic as its changelog"],
          # two grace periods' joins fed by one input in one task, their held records numbered apart
          27059: ["branch 0: [('flat_map_values', 3, 2)] -> join with a grace period",
-                 "branch 1: [('filter_not', 2, 1)] -> join then [('select_key', 4, 2)] with a grace period"]}
+                 "branch 1: [('filter_not', 2, 1)] -> join then [('select_key', 4, 2)] with a grace period"],
+         # a stream joined with itself beside a grace period's join in one task: a record late for one, not the
+         # other
+         30678: ["('repartition', 4, 3)]; branch 0: [] -> stream_join", "-> join with a grace period"]}
 MORE_SEEDS = {95: ["branch_rekey_merge", "repartition", "-> processed", "-> table_join (foreign-key inner)"],
               9: ["through", "select_key", "branch_rekey_merge", "flat_map_values", "-> keyed", "-> stream_join",
                   "-> table"],

@@ -480,3 +480,34 @@ def test_a_ledger_written_before_late_records_were_named_by_place_is_still_read(
     assert rewritten == 1
     result = on_driver(driver)
     assert (result.late_records, result.violations) == (1, 0), result.samples
+
+
+def test_an_entry_written_before_late_records_were_named_by_step_counts_them_late_for_every_step(on_driver):
+    """Entries written before `late_by`: their late records (`late_at`) are late for every step, as they were
+    read then, and the join audit leaves them out; an entry with `late_by` encodes and decodes it whole."""
+    from eos.ledger import LedgerEntry, ledger_topic
+    from eos.tables import JoinWindows
+
+    app = Application("t", bootstrap_servers="unused:9092")
+    app.stream("views").join(app.stream("clicks"), lambda v, c: [v, c], windows=JoinWindows(1_000), name="seen").to(
+        "out")
+    driver = TopologyTestDriver(app)
+    driver.pipe("clicks", "k", "c", timestamp=BASE + 3_600_000)
+    driver.pipe("views", "k", "late", timestamp=BASE)
+    driver.pipe("clicks", "k", "c2", timestamp=BASE + 3_600_000)
+    rewritten = 0
+    for log in driver.cluster.logs[ledger_topic(app.config.application_id)]:
+        for message in log:
+            entry = LedgerEntry.decode(message.value())
+            if entry is not None and entry.late:
+                assert entry.late_by == {"seen": entry.late}
+                assert LedgerEntry.decode(entry.encode()) == entry
+                old = json.loads(entry.encode())
+                del old["late_by"]
+                message._value = json.dumps(old).encode()
+                decoded = LedgerEntry.decode(message._value)
+                assert decoded.late_by is None and decoded.late == entry.late
+                rewritten += 1
+    assert rewritten == 1
+    result = on_driver(driver)
+    assert (result.late_records, result.violations) == (1, 0), result.samples

@@ -405,3 +405,55 @@ def test_the_join_audit_replays_results_routed_among_topics_and_catches_one_in_t
         assert {"topic": "small-orders", "route_chooses": "big-orders"}.items() <= report.join.samples[
             "unexpected"][0].items()
         assert joins[("even", "odd")].verdict == "PASS"
+
+
+def _beside_a_stream_join(grace_join: bool) -> Application:
+    """Orders joined with clicks (10 min either way, no grace: a record 20 min behind stream time is late) and,
+    in the same task, with a versioned price table held back 10 s for late prices (`grace_join`: an order 10 s
+    behind stream time is late there) or copied to a topic of their own."""
+    app = Application("beside", bootstrap_servers="unused:9092")
+    orders, clicks = app.stream("orders"), app.stream("clicks")
+    orders.join(clicks, pair, windows=JoinWindows(600_000), name="clicked").to("out")
+    if grace_join:
+        prices = app.table("prices", versioned=3_600_000)
+        orders.left_join(prices, pair, name="priced", grace=10_000).to("priced")
+    else:
+        orders.map_values(lambda v: {**v, "copy": True}, name="copied").to("copies")
+    return app
+
+
+@pytest.mark.parametrize("grace_join", [True, False])
+def test_a_record_late_for_one_step_of_a_task_is_late_for_that_step_only(grace_join):
+    """The lineage ledger names each record dropped as late by the step that dropped it (`late_by`), whatever
+    else it made, and a stream-stream join's audit leaves out its own step's: an order late for the grace
+    period of the join beside it, but on time for the stream join, which kept it and later joined a click with
+    it (before, the ledger called it late for every step, and the audit took that result for unexpected); and an
+    order late for the stream join that made a copy beside it (before, the ledger did not call it late at all,
+    as it made something, and the audit expected its join with an earlier click: missing)."""
+    app = _beside_a_stream_join(grace_join)
+    driver = TopologyTestDriver(app)
+    t = 1_800_000_000_000
+    inputs = [("clicks", "k", {"c": 1}, t + 170_000),
+              ("orders", "k", {"o": 1}, t + 100_000),     # joins click 1
+              ("orders", "k", {"o": 2}, t + 3_000_000),   # stream time moves on
+              ("orders", "k", {"o": 3}, t + 1_900_000),   # 18 min behind: on time for the stream join only
+              ("clicks", "k", {"c": 2}, t + 1_950_000),   # joins order 3
+              ("orders", "k", {"o": 4}, t + 1_750_000)]   # 20.8 min behind: late for both joins (else with click 2)
+    if grace_join:
+        inputs.insert(0, ("prices", "k", {"p": 1}, t))
+    for record in inputs:
+        driver.pipe_records([record])
+    joined = sorted((r.value["l"]["o"], r.value["r"]["c"]) for r in driver.read("out"))
+    assert joined == [(1, 1), (3, 2)]
+    late_by: dict[str, set[int]] = {}
+    for entry in driver.ledger():
+        for step, sets in (entry.late_by or {}).items():
+            late_by.setdefault(step, set()).update(o for (topic, _), bm in sets.items() if topic == "orders"
+                                                   for o in bm)
+    offset = {v["o"]: n for n, (_, _, v, _) in enumerate(r for r in inputs if r[0] == "orders")}
+    assert late_by == ({"clicked": {offset[4]}, "priced": {offset[3], offset[4]}} if grace_join
+                       else {"clicked": {offset[4]}})
+    reports = driver.audit()
+    assert [r.verdict for r in reports] == ["PASS"] * len(reports)
+    [clicked] = [r.join for r in reports if r.join is not None and r.join.kind == "stream-stream"]
+    assert (clicked.expected, clicked.late_records) == (2, 1)
