@@ -661,9 +661,8 @@ class BatchAttempt:
         filtered = _offsets_by_partition(self.outcome.filtered, transitive, only, through, paths)
         late = _offsets_by_partition(self.outcome.late, frozenset(), only)  # (each by its own place: ledger.late)
         by_step: dict[str, list[Message]] = {}
-        for msg, steps in self.outcome.late_steps:
-            for step in dict.fromkeys(steps):
-                by_step.setdefault(step, []).append(msg)
+        for msg, step in self.outcome.late_steps:
+            by_step.setdefault(step, []).append(msg)
         late_by = {step: _offsets_by_partition(msgs, frozenset(), only) for step, msgs in by_step.items()}
         held = _offsets_by_partition(self.outcome.held, transitive, only)
         inputs = []

@@ -142,8 +142,9 @@ class TaskContext(ProcessorContext):
         #: meanwhile (`release`)
         self.held = 0
         self._holds: dict[int, int] = {}  # (`hold`)
-        #: the steps that dropped the current input record as late (`record_dropped`)
-        self.late_steps: list[str] = []
+        #: the input records a step dropped as late, with the step (`record_dropped`), until the batch's loop takes
+        #: them (marked where a drop is counted, so that a record's scope costs nothing more)
+        self.late_marks: list[tuple[Message, str]] = []
         self.releases: list[tuple[HeldMessage | None, Callable[[], None], int]] = []
         #: scopes without a record opened this batch for what was let go with `release(None, ...)`: each is
         #: labelled with its number, so that their outputs' `eos.derived` ids differ
@@ -409,12 +410,12 @@ class TaskContext(ProcessorContext):
 
     def record_dropped(self, reason: str, step: str | None = None) -> None:
         """Count a record dropped on purpose; one dropped as "late" by a named step (a node's context names its
-        own) is marked late for that step (`late_steps`: the lineage ledger's `late_by`)."""
+        own) is marked late for that step (`late_marks`: the lineage ledger's `late_by`)."""
         self.dropped[reason] = self.dropped.get(reason, 0) + 1
         if self._current is not None:
             self.dropped_reason = reason
             if step is not None and reason == "late":
-                self.late_steps.append(step)
+                self.late_marks.append((self._current, step))
 
     def record_metadata(self) -> RecordMetadata | None:
         msg = self._current
@@ -465,6 +466,7 @@ class TaskContext(ProcessorContext):
         self._rule_of.clear()
         self._counts.clear()
         self.let_go_scopes = 0
+        self.late_marks = []
 
     def enter_record(self, msg: Message | None, timestamp: int | None) -> None:
         """Start the scope of `msg` (None: a scope without an input record, e.g. punctuation)."""
@@ -473,8 +475,6 @@ class TaskContext(ProcessorContext):
             self._last_input = msg
         self.dropped_reason = None
         self.held = 0
-        if self.late_steps:
-            self.late_steps = []
         if timestamp is not None:
             self.timestamp = timestamp
         if self._scope:
@@ -489,6 +489,9 @@ class TaskContext(ProcessorContext):
     def discard_record(self) -> None:
         """End the current scope, dropping what it forwarded (and what it let go: its store writes that took
         those records out of their buffer are rolled back)."""
+        marks, current = self.late_marks, self._current
+        while marks and marks[-1][0] is current:  # (a record that failed was not dropped)
+            marks.pop()
         self._scope = []
         self._current = None
         self.held = 0

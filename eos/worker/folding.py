@@ -267,7 +267,7 @@ def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message
                 if ctx.dropped_reason == "late":
                     late.append(msg)
                     if view.step is not None:  # (as the record-at-a-time loop names the step: `late_steps`)
-                        outcome.late_steps.append((msg, [view.step]))
+                        outcome.late_steps.append((msg, view.step))
                 ctx.dropped_reason = None
         if stream_time >= due:  # (after a record that did not go to the dead letters, as the loop punctuates)
             assert punctuate is not None

@@ -77,9 +77,9 @@ class BatchOutcome:
     filtered: list[Message] = field(default_factory=list)
     #: of those, the ones dropped as late (all their windows closed)
     late: list[Message] = field(default_factory=list)
-    #: input records a step dropped as late, whatever else they made, with the steps that did (`TaskContext
-    #: .late_steps`; the ledger's `late_by`: a join's audit leaves out the records its own step dropped)
-    late_steps: list[tuple[Message, list[str]]] = field(default_factory=list)
+    #: input records a step dropped as late, whatever else they made, each with the step (`TaskContext
+    #: .late_marks`; the ledger's `late_by`: a join's audit leaves out the records its own step dropped)
+    late_steps: list[tuple[Message, str]] = field(default_factory=list)
     #: of those, the ones an operator held back (`TaskContext.hold`)
     held: list[Message] = field(default_factory=list)
     punctuations: int = 0
@@ -331,8 +331,6 @@ def run_processor(processor: Processor, ctx: TaskContext,
         if event_clock is not None:
             outcome.stream_time = ctx.stream_time = ctx.clock_time = event_clock.stream_time
         produced = leave()
-        if ctx.late_steps:
-            outcome.late_steps.append((msg, ctx.late_steps))
         if produced:
             outputs.extend(produced)
         else:
@@ -364,6 +362,9 @@ def run_processor(processor: Processor, ctx: TaskContext,
     _in_scope(ctx, scoped, outcome, outcome.stream_time, processor.punctuate, b"end", dlq)  # the batch-end hook
     _flush(ctx, scoped, outcome, dlq, b"cache-flush-end")  # what the hook put in the cache
     outcome.dropped, ctx.dropped = ctx.dropped, {}
+    if ctx.late_marks:
+        outcome.late_steps += ctx.late_marks
+        ctx.late_marks = []
     if event_clock is not None:
         outcome.clocks, outcome.sources_idle = event_clock.encode(), event_clock.all_idle()
     return outcome
