@@ -457,3 +457,23 @@ def test_a_record_late_for_one_step_of_a_task_is_late_for_that_step_only(grace_j
     assert [r.verdict for r in reports] == ["PASS"] * len(reports)
     [clicked] = [r.join for r in reports if r.join is not None and r.join.kind == "stream-stream"]
     assert (clicked.expected, clicked.late_records) == (2, 1)
+
+
+def test_a_record_late_for_a_join_that_fails_in_the_step_beside_it_is_a_dead_letter_and_not_late():
+    """A record's late mark is taken back with everything else it did when a later step fails on it: it goes to
+    the dead-letter topic, and the ledger does not call it late for the join."""
+    app = Application("beside", bootstrap_servers="unused:9092")
+    orders, clicks = app.stream("orders"), app.stream("clicks")
+    orders.join(clicks, pair, windows=JoinWindows(600_000), name="clicked").to("out")
+    orders.map_values(lambda v: {**v, "copy": 1 // (0 if v.get("bad") else 1)}, name="copied").to("copies")
+    driver = TopologyTestDriver(app)
+    t = 1_800_000_000_000
+    for record in [("orders", "k", {"o": 1}, t + 3_000_000), ("orders", "k", {"o": 2, "bad": True}, t),
+                   ("orders", "k", {"o": 3}, t)]:
+        driver.pipe_records([record])
+    [letter] = driver.dead_letters()
+    assert letter.error.startswith("ZeroDivisionError")
+    late = {o for entry in driver.ledger() for sets in (entry.late_by or {}).values() for bm in sets.values()
+            for o in bm}
+    assert late == {2}  # (order 3, late and copied; order 2 dead-lettered)
+    assert all(r.verdict == "PASS" for r in driver.audit())
