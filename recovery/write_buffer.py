@@ -93,6 +93,20 @@ class WriteBuffer:
                 yield key, value
 
     # ------------------------------------------------------------------ batch boundary
+    def drop_idle_deletes(self) -> int:
+        """Forget the batch's deletes of keys the backend does not hold: a key written and deleted within the
+        batch (a window made and expired, a record buffered and dropped, a session merged away), or deleted
+        where it never was. Neither the backend nor the changelog, which replays to what the backend holds,
+        has anything for their tombstones to delete. Returns how many were dropped."""
+        get = self.backend.get
+        idle = [k for k, v in self._batch.items() if v is None and get(k) is None]
+        for k in idle:
+            del self._batch[k]
+        if idle:
+            self._sorted = None  # (rebuilt by the next scan, if any)
+            self._unsorted.clear()
+        return len(idle)
+
     def changes(self) -> dict[bytes, bytes | None]:
         return dict(self._batch)
 

@@ -222,6 +222,7 @@ class TaskStores:
             if self.specs[name].source_topic is not None:
                 continue  # (its table's topic is its changelog)
             topic = self.changelogs[name]
+            buffer.drop_idle_deletes()
             records.extend(changelog_record(topic, self.partition, k, v)
                            for k, v in changelogged(self.specs[name].kind, buffer.changes()))
         return records

@@ -36,6 +36,26 @@ def test_atomic_write_with_offset_and_tombstones(backend):
     assert backend.changelog_offset() == 12
 
 
+def test_deletes_of_keys_the_backend_does_not_hold_are_dropped_at_the_batch_end(backend):
+    """A key written and deleted within a batch, or deleted where it never was, leaves nothing to write: no
+    tombstone for the changelog, no delete for the backend. A delete of what the backend holds stays."""
+    backend.write({b"old": b"1", b"other": b"2"}, None)
+    buf = WriteBuffer(backend)
+    assert list(buf.iterate()) == [(b"old", b"1"), (b"other", b"2")]  # (a scan before: its index is rebuilt after)
+    buf.put(b"new", b"n")
+    buf.put(b"new", None)
+    buf.put(b"old", None)
+    buf.put(b"never", None)
+    buf.put(b"kept", b"k")
+    assert buf.drop_idle_deletes() == 2
+    assert buf.changes() == {b"old": None, b"kept": b"k"}
+    assert list(buf.iterate()) == [(b"kept", b"k"), (b"other", b"2")]
+    buf.put(b"later", b"l")  # (written after: scans still see it)
+    assert list(buf.iterate(b"l")) == [(b"later", b"l"), (b"other", b"2")]
+    backend.write(buf.changes(), None)
+    assert list(backend.iterate()) == [(b"kept", b"k"), (b"later", b"l"), (b"other", b"2")]
+
+
 def test_merged_scans_see_overlay_and_hide_deletes(backend):
     backend.write({b"a": b"1", b"b": b"2", b"d": b"4"}, None)
     buf = WriteBuffer(backend)
