@@ -11,6 +11,7 @@ from eos.serde import BytesSerde, StringSerde
 from eos.testing import TopologyTestDriver
 from eos.windows import SlidingWindows
 from recovery import MemoryBackend, RecordBuffer, StoreSpec, WriteBuffer, changelogged
+from tests.eos.test_windows import tombstones_after_records
 from tests.recovery.test_session_changelog import contents
 from tests.recovery.test_session_changelog import restored as restored_as
 
@@ -98,9 +99,6 @@ def test_a_sliding_job_s_buffer_changelog_holds_records_only_and_survives_restor
     # and its tombstone when it goes; one dropped in the batch that brought it has neither
     puts = [m.key() for m in log if m.value() is not None]
     assert 0 < len(puts) < len(inputs) and len(set(puts)) == len(puts)
-    held: set[bytes | None] = set()
-    for m in log:
-        assert m.value() is not None or m.key() in held  # (a tombstone follows its record)
-        held.add(m.key())
+    assert tombstones_after_records(log)  # (each follows its record)
     report = driver.check_exactly_once(inputs, crashes=8, seed=2, chunk=30)  # (each crash restores both stores)
     assert report.ok and report.crashes
