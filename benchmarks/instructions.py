@@ -1,7 +1,7 @@
-"""Machine instructions per record of a job's record path, counted (not timed): the peers' stateless, count,
-pipeline and window jobs through the test driver, under valgrind's callgrind.
+"""Machine instructions per record of a job's record path, counted (not timed): the peers' jobs through the
+test driver, under valgrind's callgrind.
 
-    python -m benchmarks.instructions [--jobs stateless,count,pipeline,window,"cached count"] [--records 10000]
+    python -m benchmarks.instructions [--jobs stateless,count,pipeline,window,session,sliding,"cached count"] [--records 10000]
 
 On a shared machine a timed run of the same code moves by a third from one run to the next, so a change of a
 few percent in a worker's cost per record cannot be seen in the peers' rates. An instruction count can: each
@@ -9,9 +9,11 @@ job runs twice in a process of its own under callgrind, with the same hash seed,
 pre-serialized records into the test driver's in-memory Kafka and once writing and processing them (reading,
 deserializing, the job, serializing, the topic's rules, lineage, producing and committing, as a worker does);
 the difference over the records is the job's instructions per record, within ~0.5 % from run to run. The
-in-memory Kafka stands in for librdkafka, so its own share differs from a worker's. Needs `valgrind`
-(Debian: `apt-get install valgrind`); ~1.5 minutes per job. To compare two commits, run it in a checkout of
-each. Writes reports/instructions.json.
+windowed jobs (window, session, sliding) run on RocksDB stores with the peers' event times (a key's records ~6 s
+apart), after 30,000 records processed in both runs, so that what is counted meets the state a running task holds
+(~3.5 minutes per job). The in-memory Kafka stands in for librdkafka, so its own share differs from a worker's.
+Needs `valgrind` (Debian: `apt-get install valgrind`); ~1.5 minutes per other job. To compare two commits, run it
+in a checkout of each. Writes reports/instructions.json.
 """
 
 from __future__ import annotations
@@ -44,6 +46,12 @@ console = Console()
 ALL_JOBS = (*JOBS, "cached count")
 CACHED = "cached count"
 CACHED_BATCH = 40_000
+#: the jobs of event-time windows: their records carry the peers' timestamps (EVENT_SPAN_MS over 1M records: a key's
+#: records ~6 s apart on 10k keys), and `WINDOWED_WARM_UP` records go first, in batches of `WINDOWED_BATCH`, written
+#: and processed in both runs, so that the records counted meet the windows, sessions and buffered records a
+#: running task holds, not an empty store
+WINDOWED = ("window", "session", "sliding")
+WINDOWED_WARM_UP, WINDOWED_BATCH = 30_000, 10_000
 
 
 def _app(job: str):  # type: ignore[no-untyped-def]
@@ -74,6 +82,12 @@ def child(job: str, records: int, process: bool) -> None:
             last = {r.key: r.value for r in driver.read("out")}
             assert last == Counter(key for key, _value in data), "the cached count's last outputs are not the counts"
         return
+    if job in WINDOWED:
+        from benchmarks.peers.__main__ import EVENT_SPAN_MS
+
+        with tempfile.TemporaryDirectory() as state:  # (RocksDB stores, as a worker's)
+            windowed(job, records, process, state, EVENT_SPAN_MS / 1_000_000)
+        return
     driver = TopologyTestDriver(_app(job), topic_configs=topic_configs)
     driver.pipe_records((("in", key.encode(), value) for key, value in data), process=process, serialized=True)
     if process:  # one output per record (the pipeline's: per record it keeps), committed (the log's stable end
@@ -81,6 +95,28 @@ def child(job: str, records: int, process: bool) -> None:
         kept = records if job != "pipeline" else sum(json.loads(value)["qty"] >= 2 for _key, value in data)
         stable = sum(driver.cluster.last_stable("out", p) for p in range(driver.cluster.partitions("out")))
         assert stable > kept, f"{stable} offsets committed to the output for {kept} outputs"
+
+
+def windowed(job: str, records: int, process: bool, state: str, ms_per_record: float) -> None:
+    """`child` of a windowed job: the warm-up processed, then the records counted written (and processed)."""
+    from benchmarks.peers.__main__ import order
+    from eos.testing import TopologyTestDriver
+
+    rng = random.Random(1)
+    total = WINDOWED_WARM_UP + records
+    data = [(*order(rng, i, 10_000), 1_700_000_000_000 + int(i * ms_per_record)) for i in range(total)]
+    app = _app(job)
+    driver = TopologyTestDriver(app, topic_configs={"out": {"message.timestamp.after.max.ms": "3600000"}},
+                                state_dir=state)
+    for i in range(0, WINDOWED_WARM_UP, WINDOWED_BATCH):
+        driver.pipe_records([("in", key.encode(), value, t) for key, value, t in data[i:i + WINDOWED_BATCH]],
+                            serialized=True)
+    before = sum(driver.cluster.last_stable("out", p) for p in range(driver.cluster.partitions("out")))
+    driver.pipe_records([("in", key.encode(), value, t) for key, value, t in data[WINDOWED_WARM_UP:]],
+                        process=process, serialized=True)
+    if process:  # at least one output per record, committed
+        stable = sum(driver.cluster.last_stable("out", p) for p in range(driver.cluster.partitions("out")))
+        assert stable - before > records, f"{stable - before} offsets committed to the output for {records} records"
 
 
 def count(valgrind: str, job: str, records: int, process: bool) -> int:
