@@ -647,7 +647,9 @@ class _Fold:
             else:
                 held = entry[0]
             low, high, open_from = timestamp - gap, timestamp + gap, now - reach
-            found = [s for s in held if s[1] >= low and s[0] <= high and s[1] >= open_from]
+            if low < open_from:
+                low = open_from
+            found = [s for s in held if s[1] >= low and s[0] <= high] if held else held
             start = end = timestamp
             for s in found:
                 if s[0] < start:
@@ -679,9 +681,18 @@ class _Fold:
             updated = aggregator(key, value, aggregate)
             if not holds(updated):
                 raise _Stop
-            kept = [s for s in held if not any(s is f for f in found)]
+            if not found:
+                kept = held[:]
+            elif len(found) == 1:
+                one = found[0]
+                kept = [s for s in held if s is not one]
+            else:
+                kept = [s for s in held if not any(s is f for f in found)]
             at = len(kept)
-            while at and (kept[at - 1][1], kept[at - 1][0]) > (end, start):
+            while at:  # (by end, then start)
+                before = kept[at - 1]
+                if before[1] < end or before[1] == end and before[0] <= start:
+                    break
                 at -= 1
             kept.insert(at, [start, end, updated, ts])
             fold.updates = number = fold.updates + 1
@@ -691,7 +702,8 @@ class _Fold:
             else:
                 undo.append((raw, entry[:], 0))
                 entry[:] = kept, None, number, fold.msg, key, headers
-            for written in (*gone, (raw, start, end)):
+            gone.append((raw, start, end))
+            for written in gone:
                 if written not in writes:
                     writes[written] = None
                     undo.append((written, _WRITTEN, 0))  # type: ignore[arg-type]
