@@ -149,7 +149,8 @@ class SlidingWindows:
         """Whether one of the windows a record makes or falls in (`touched`) holds it and is open: else the record
         is late, though the window after it (which does not hold it) may be open. Its own window ends at it, so a
         record more than grace behind stream time is late unless an open window of an earlier record holds it."""
-        return any(w.start <= timestamp <= w.end and not self.closed(w.end, stream_time) for w in touched)
+        open_from = stream_time - ms(self.grace)  # (`closed`: a window ending before this)
+        return any(w.start <= timestamp <= w.end and w.end >= open_from for w in touched)
 
     def left_window(self, timestamp: int) -> TimeWindow:
         """The window ending at the record; for a record earlier than the time difference, [0, difference]
@@ -166,16 +167,17 @@ class SlidingWindows:
         other records within the time difference + 1 ms of it: its own window; the window after it, where one of
         them falls in it; the window after each of them that the record falls in, and the own window of each
         later one that it falls in (closed ones among them: the caller skips those)."""
-        affected = {self.left_window(timestamp)}
         diff = ms(self.time_difference)
+        start = timestamp - diff if timestamp > diff else 0  # (`left_window` and `right_window`, inline)
+        affected = {TimeWindow(start, start + diff)}
         for s in neighbours:
             if timestamp < s <= timestamp + 1 + diff:
-                affected.add(self.right_window(timestamp))
-            left, right = self.left_window(s), self.right_window(s)
-            if left.start <= timestamp <= left.end:
-                affected.add(left)
-            if s < timestamp <= right.end:
-                affected.add(right)
+                affected.add(TimeWindow(timestamp + 1, timestamp + 1 + diff))
+            start = s - diff if s > diff else 0
+            if start <= timestamp <= start + diff:
+                affected.add(TimeWindow(start, start + diff))
+            if s < timestamp <= s + 1 + diff:
+                affected.add(TimeWindow(s + 1, s + 1 + diff))
         return sorted(affected)
 
     @property
