@@ -1,7 +1,8 @@
 """Machine instructions per record of a job's record path, counted (not timed): the peers' jobs through the
 test driver, under valgrind's callgrind.
 
-    python -m benchmarks.instructions [--jobs stateless,count,pipeline,window,session,sliding,"cached count"] [--records 10000]
+    python -m benchmarks.instructions [--jobs stateless,count,pipeline,window,session,sliding,"cached count"]
+                                      [--records 10000]
 
 On a shared machine a timed run of the same code moves by a third from one run to the next, so a change of a
 few percent in a worker's cost per record cannot be seen in the peers' rates. An instruction count can: each

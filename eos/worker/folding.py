@@ -691,7 +691,7 @@ class _Fold:
             at = len(kept)
             while at:  # (by end, then start)
                 before = kept[at - 1]
-                if before[1] < end or before[1] == end and before[0] <= start:
+                if before[1] < end or (before[1] == end and before[0] <= start):
                     break
                 at -= 1
             kept.insert(at, [start, end, updated, ts])
