@@ -205,6 +205,26 @@ def test_each_window_s_count_is_the_reference_s():
     assert last == expected
 
 
+@CACHES
+def test_windows_keep_the_order_their_updates_came_in(monkeypatch, cache):
+    """A float sum whose result depends on the order of its terms (1e16 + 1.0 - 1e16), over out-of-order records: a
+    window made before is updated in arrival order from what the store holds, a new one folded from the buffer in
+    time order, so a window the fold took for new where it was there (or the reverse) would commit another sum
+    than the record-at-a-time loop's."""
+    def make() -> Application:
+        app = Application("folds", cache_max_bytes=cache, max_records_per_batch=70)
+        (app.stream("in", value_serde="json").group_by_key().window(SlidingWindows(150, grace=200))
+            .sum(lambda v: v["x"], name="total").to_stream().to("out"))
+        return app
+
+    rng = random.Random(21)
+    terms = (1e16, 1.0, -1e16, 3.0, 1e-3)
+    inputs = [("in", b"k%d" % rng.randrange(5), json.dumps({"x": terms[i % 5]}).encode(),
+               10_000 + i * 15 - rng.randrange(0, 250), None, None) for i in range(1_200)]
+    out, folds = run_both(monkeypatch, make, [inputs[:600], inputs[600:]])
+    assert folds.folded == len(inputs) and len({value for *_, value, _, _ in out["out"]}) > 20
+
+
 @pytest.mark.parametrize("retention", [None, 2_000], ids=["own", "longer"])
 def test_each_expiry_of_the_windows_scans_from_where_the_last_ended_and_drops_what_a_full_scan_drops(monkeypatch,
                                                                                                    retention):
