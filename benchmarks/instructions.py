@@ -94,7 +94,7 @@ def child(job: str, records: int, process: bool) -> None:
     if process:  # one output per record (the pipeline's: per record it keeps), committed (the log's stable end
         # counts commit markers too)
         kept = records if job != "pipeline" else sum(json.loads(value)["qty"] >= 2 for _key, value in data)
-        stable = sum(driver.cluster.last_stable("out", p) for p in range(driver.cluster.partitions("out")))
+        stable = _committed_offsets(driver)
         assert stable > kept, f"{stable} offsets committed to the output for {kept} outputs"
 
 
@@ -112,12 +112,17 @@ def windowed(job: str, records: int, process: bool, state: str, ms_per_record: f
     for i in range(0, WINDOWED_WARM_UP, WINDOWED_BATCH):
         driver.pipe_records([("in", key.encode(), value, t) for key, value, t in data[i:i + WINDOWED_BATCH]],
                             serialized=True)
-    before = sum(driver.cluster.last_stable("out", p) for p in range(driver.cluster.partitions("out")))
+    before = _committed_offsets(driver)
     driver.pipe_records([("in", key.encode(), value, t) for key, value, t in data[WINDOWED_WARM_UP:]],
                         process=process, serialized=True)
     if process:  # at least one output per record, committed
-        stable = sum(driver.cluster.last_stable("out", p) for p in range(driver.cluster.partitions("out")))
+        stable = _committed_offsets(driver)
         assert stable - before > records, f"{stable - before} offsets committed to the output for {records} records"
+
+
+def _committed_offsets(driver) -> int:  # type: ignore[no-untyped-def]
+    """The output topic's stable offsets, summed over its partitions (commit markers count too)."""
+    return sum(driver.cluster.last_stable("out", p) for p in range(driver.cluster.partitions("out")))
 
 
 def count(valgrind: str, job: str, records: int, process: bool) -> int:

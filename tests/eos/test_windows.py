@@ -4,6 +4,7 @@ Kafka Streams' definition, final results once (run by the test driver), stores' 
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Iterable
 from typing import Any
 
@@ -459,3 +460,24 @@ def test_the_sliding_windows_a_record_touches_are_kafka_streams_():
         (4_200, 9_200), (7_400, 12_400), (8_001, 13_001), (9_201, 14_201)]  # and 12400's own, and its own after
     assert [(x.start, x.end) for x in w.touched(8_000, [])] == [(3_000, 8_000)]
     assert [(x.start, x.end) for x in w.touched(20_000, [8_000])] == [(15_000, 20_000)]  # too far: its own alone
+
+
+def test_the_windows_a_record_touches_are_those_its_and_its_neighbours_own_and_after_windows_define():
+    """`touched` computes the windows inline for speed: they must stay what `left_window` and `right_window` define
+    (the record's own window; the window after it where a neighbour falls in it; each neighbour's own window and the
+    window after it that hold the record), also near 0, where own windows start at 0."""
+    rng = random.Random(4)
+    for _ in range(20_000):
+        w = SlidingWindows(rng.choice([1, 2, 5, 40]))
+        t, diff = rng.randrange(0, 120), w.diff_ms
+        neighbours = sorted(rng.randrange(max(0, t - diff - 1), t + diff + 2) for _ in range(rng.randrange(0, 6)))
+        expected = {w.left_window(t)}
+        for s in neighbours:
+            if t < s <= w.right_window(t).end:
+                expected.add(w.right_window(t))
+            left, right = w.left_window(s), w.right_window(s)
+            if left.start <= t <= left.end:
+                expected.add(left)
+            if s < t <= right.end:
+                expected.add(right)
+        assert w.touched(t, neighbours) == sorted(expected), (w, t, neighbours)
