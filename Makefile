@@ -13,10 +13,12 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PACKAGES := eos transactions recovery chaos localkafka benchmarks
 PYTEST_ARGS ?=
-# Test processes (pytest-xdist; each file's tests stay in one process, with its own broker and Spark). Three on
-# two cores: 2 processes took 17 min 4 s of pytest against 14 min 27 s with 3, and 4 took 16 min 20 s against
-# 15 min 4 s with 3 on one contended day (2026-11-27).
-TEST_WORKERS ?= 3
+# Test processes (pytest-xdist; each file's tests stay in one process, with its own broker and Spark). The kill
+# tests wait more than they compute (a test alone keeps a core ~40 % busy), so four processes on two cores: the
+# suite took 654 s of pytest against 705 with three, both with the files handed out in collection order (the
+# broker-and-Spark files first, the conftest's order) rather than xdist's default of the files with the most
+# tests first, which left the single-test kill files for last (725-803 s with three; docs/measurements.md).
+TEST_WORKERS ?= 4
 
 .PHONY: setup jars demo test check chaos-full bench clean help
 .DEFAULT_GOAL := help
@@ -55,7 +57,7 @@ check: $(STAMP)
 	$(BIN)/lint-imports
 
 test: setup check
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 chaos-full: setup
 	$(BIN)/python -m pytest integration_tests/chaos --chaos-full $(PYTEST_ARGS)
