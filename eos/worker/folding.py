@@ -501,7 +501,10 @@ class _Fold:
         key_types, initializer, aggregator = view.key_types, view.initializer, view.aggregator
         holds, emit, late = view.holds, view.emit, view.late
         assert late is not None and (emit is not None or view.cache is not None)
-        touched, closed, is_late, takes = windows.touched, windows.closed, windows.late, windows.takes
+        touched = windows.touched
+        # (`SlidingWindows.late`, `takes` and `closed`, inline: a window ending at `end` is closed where
+        # `end + grace < now`; every window a record at `t` can be in, where `t + 1 + diff + grace <= now`)
+        reach = 1 + diff + grace
         encode, read_back = buffer.encode, buffer.read_back
         put = self._window_putter(view)
         emits = emit is not None
@@ -534,7 +537,7 @@ class _Fold:
             if not _aggregated(key, value, headers, key_types, emits):
                 return
             now, t = fold.now, timestamp
-            if is_late(t, now):
+            if t + reach <= now:  # (`SlidingWindows.late`)
                 late(t, now)  # (raises where late records go to the dead letters)
                 _dropped_late(ctx)
                 return
@@ -550,7 +553,10 @@ class _Fold:
             low, at = bisect.bisect_left(held, (t - diff - 1,)), bisect.bisect_right(held, (t, after))
             high = bisect.bisect_right(held, (t + diff + 1, after), at)
             windows_of = touched(t, [r[0] for r in held[low:high]])
-            if not takes(t, windows_of, now):  # (no open window holds it)
+            for window in windows_of:  # (`SlidingWindows.takes`: an open window holds it, else it is late)
+                if window.start <= t <= window.end and window.end + grace >= now:
+                    break
+            else:
                 late(t, now)
                 _dropped_late(ctx)
                 return
@@ -561,7 +567,7 @@ class _Fold:
             undo.append((b"", _Inserted(held, at), 0))
             for window in windows_of:
                 start, end = window.start, window.end
-                if closed(end, now):
+                if end + grace < now:  # (`SlidingWindows.closed`)
                     continue
                 identity = window_key(start, raw)
                 entry = folded.get(identity)
