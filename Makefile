@@ -13,7 +13,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PACKAGES := eos transactions recovery chaos localkafka benchmarks
 PYTEST_ARGS ?=
-# Test processes (pytest-xdist; each file's tests stay in one process, with its own broker and Spark). The kill
+# Test processes (pytest-xdist; each file's tests stay in one process; each process has its own broker and Spark). The kill
 # tests wait more than they compute (a test alone keeps a core ~40 % busy), so four processes on two cores: the
 # suite took 654 s of pytest against 705 with three, both with the files handed out in collection order (the
 # broker-and-Spark files first, the conftest's order) rather than xdist's default of the files with the most

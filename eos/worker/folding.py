@@ -503,7 +503,7 @@ class _Fold:
         assert late is not None and (emit is not None or view.cache is not None)
         touched = windows.touched
         # (`SlidingWindows.late`, `takes` and `closed`, inline: a window ending at `end` is closed where
-        # `end + grace < now`; every window a record at `t` can be in, where `t + 1 + diff + grace <= now`)
+        # `end + grace < now`; every window a record at `t` can be in is closed where `t + 1 + diff + grace <= now`)
         reach = 1 + diff + grace
         encode, read_back = buffer.encode, buffer.read_back
         put = self._window_putter(view)
