@@ -17,7 +17,7 @@ import orjson
 from eos.errors import FrameworkError, SerdeError
 
 __all__ = ["Serde", "SerdeError", "refused_part", "BytesSerde", "StringSerde", "JsonSerde", "IntegerSerde", "LongSerde",
-           "DoubleSerde", "DecimalSerde", "serde_for"]
+           "DoubleSerde", "DecimalSerde", "serde_for", "serde_name"]
 
 
 class Serde:
@@ -246,6 +246,11 @@ def refused_part(serialize_key: Callable[[Any], Any], key: Any) -> str:
     except SerdeError:
         return "key"
     return "value"
+
+
+def serde_name(serde: Serde) -> str | None:
+    """The name `serde_for` makes `serde` of ("bytes", "string", ...), if it is a plain one of them."""
+    return next((name for name, kind in _BY_NAME.items() if type(serde) is kind), None)
 
 
 def serde_for(spec: Serde | str | None, default: Serde | None = None) -> Serde:

@@ -28,7 +28,8 @@ from eos.errors import EosError
 from eos.records import Record
 
 __all__ = ["TimestampExtractor", "InvalidTimestampError", "RecordTime", "WallClockTime", "field", "header",
-           "timestamp_extractor", "RECORD_TIME", "TimestampSpec", "parse_time", "check_timestamp", "MAX_TIMESTAMP"]
+           "timestamp_extractor", "RECORD_TIME", "TimestampSpec", "parse_time", "check_timestamp", "extracted",
+           "MAX_TIMESTAMP"]
 
 #: The latest timestamp a record may have: 9999-12-31T23:59:59.999Z in ms. Windows add their size, grace
 #: and retention to it, and store it as a signed 64-bit number.
@@ -77,6 +78,18 @@ def check_timestamp(value: Any, what: str = "the timestamp") -> int:
         raise InvalidTimestampError(f"{what} {value} is out of range (after the year 9999; is it in "
                                     "microseconds or nanoseconds?)")
     return value
+
+
+def extracted(extractor: Callable[[Record], int], record: Record) -> int:
+    """`extractor`'s timestamp of `record`, checked (`check_timestamp`: a negative one passes, for the caller to
+    refuse); any other error of the extractor's as an InvalidTimestampError that names it. Every loop of a task
+    stamps its records here, so a record is refused alike whichever loop reads it."""
+    try:
+        return check_timestamp(extractor(record))
+    except InvalidTimestampError:
+        raise
+    except Exception as exc:  # the user's extractor failed on this record
+        raise InvalidTimestampError(f"the timestamp extractor failed: {type(exc).__name__}: {exc}") from exc
 
 
 def _convert(raw: Any, unit: Unit, what: str) -> int:
@@ -130,14 +143,19 @@ class field(TimestampExtractor):
     path: str
     unit: Unit = "ms"
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_parts", tuple(self.path.split(".")))
+
     def __call__(self, record: Record) -> int:
         value: Any = record.value
         if value is None:
             return record.timestamp
-        for part in self.path.split("."):
+        for part in self._parts:  # type: ignore[attr-defined]
             if not isinstance(value, dict):
                 raise InvalidTimestampError(f"field {self.path!r}: the value is not an object with that field")
             value = value.get(part)
+        if type(value) is int and self.unit == "ms" and 0 <= value <= MAX_TIMESTAMP:
+            return value  # (milliseconds already: what `_convert` would make of them)
         return _convert(value, self.unit, f"field {self.path!r}")
 
 

@@ -23,7 +23,7 @@ from eos.operators.windows import (
 from eos.processor import Processor
 from eos.records import Record
 from eos.serde import serde_for
-from eos.time import TimestampSpec
+from eos.time import TimestampSpec, field, timestamp_extractor
 from eos.topology import SubTopology
 from eos.windows import HoppingWindows, SessionWindows, SlidingWindows, WindowedSerde, Windowing, WindowSpec, ms
 from recovery import StoreSpec
@@ -148,10 +148,14 @@ class AggregationMethods(StreamMethods):
 
     def count(self, input: str | Sequence[str], output: str | None, *, name: str, **kwargs: Any) -> SubTopology:
         """Records per key (as a long). Values are not deserialized (`value_serde` defaults to bytes), so any
-        value counts; tombstones do not, as in Kafka Streams."""
+        value counts; tombstones do not, as in Kafka Streams. Where event time is a field of the value
+        (`timestamp="field:<path>"`, here or the application's), they are read as JSON unless told otherwise."""
         init, agg, merge = counter()
+        stamp = kwargs.get("timestamp")
+        extract = timestamp_extractor(stamp) if stamp is not None else self.default_timestamp
+        values = "json" if isinstance(extract, field) else "bytes"
         return self.aggregate(input, output, name=name, initializer=init, aggregator=agg,
-                              **{"aggregate_serde": "long", "value_serde": "bytes", "merger": merge, **kwargs})
+                              **{"aggregate_serde": "long", "value_serde": values, "merger": merge, **kwargs})
 
     def sum(self, input: str | Sequence[str], output: str | None, *, name: str,
             value: Callable[[Any], Any] = lambda v: v, **kwargs: Any) -> SubTopology:

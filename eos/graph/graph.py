@@ -18,8 +18,8 @@ from typing import Any
 
 from eos.graph.nodes import Node, ProcessorNode, SinkNode, SourceNode, hold_slots
 from eos.graph.operators import TARGET, OperatorPaths, Route, require_functions
-from eos.serde import Serde
-from eos.time import RECORD_TIME, WallClockTime
+from eos.serde import BytesSerde, DecimalSerde, DoubleSerde, IntegerSerde, LongSerde, Serde, StringSerde, serde_name
+from eos.time import RECORD_TIME, WallClockTime, field
 from eos.topology import SubTopology
 from recovery import StoreSpec
 
@@ -28,6 +28,9 @@ __all__ = ["ProcessorGraph", "GraphPart", "source_changelogs", "table_stores"]
 _INVALID = re.compile(r"[^A-Za-z0-9_.]")
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")  # Kafka's rule for a topic's name (and not "." or "..")
 
+
+#: serdes whose values have no fields: a `field` timestamp cannot read them
+_SCALAR_SERDES = (BytesSerde, StringSerde, IntegerSerde, LongSerde, DoubleSerde, DecimalSerde)
 
 @dataclass(frozen=True)
 class GraphPart:
@@ -285,6 +288,13 @@ def _subtopology(part: GraphPart, stores: Mapping[str, StoreSpec], default_times
                 raise ValueError(f"topic {topic!r} is read by two sources of one sub-topology "
                                  f"({source.name!r} and another); read it once and fan out")
             extract = source.timestamp if source.timestamp is not None else default_timestamp
+            if isinstance(extract, field) and isinstance(source.value_serde, _SCALAR_SERDES):
+                named = serde_name(source.value_serde) or type(source.value_serde).__name__
+                raise ValueError(
+                    f"topic {topic!r}: its event time is the field {extract.path!r} of each value, but its values "
+                    f"are read as {named} (value_serde), which has no fields: read them as objects "
+                    "(value_serde='json', or a Schema Registry serde), or take the time from elsewhere "
+                    "(timestamp='record', 'header:<name>' or a function of the record)")
             readings[topic] = (source.key_serde, source.value_serde, None if extract is RECORD_TIME else extract)
     inputs = tuple(readings)
     key_serde, value_serde, timestamp = readings[inputs[0]]

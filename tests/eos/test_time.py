@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import pickle
 import re
 from typing import ClassVar
 
@@ -31,6 +32,15 @@ def test_extractors_by_name_and_by_object():
         with pytest.raises(InvalidTimestampError):
             field("at")(bad)
     assert field("at")(record(None, ts=9)) == 9  # a tombstone (a table's deletion) keeps its own time
+    # milliseconds as they are, a negative time for the task to refuse, none out of range; whole seconds converted
+    times = (0, 5, 253_402_300_799_999, -4)
+    assert [field("at")(record({"at": at})) for at in times] == list(times)
+    for bad in (record({"at": 253_402_300_800_000}), record({"at": True}), record({"at": 2**64})):
+        with pytest.raises(InvalidTimestampError):
+            field("at")(bad)
+    assert field("at", unit="s")(record({"at": 2})) == 2000
+    shipped = pickle.loads(pickle.dumps(field("meta.at")))  # (as a task gets it)
+    assert shipped == field("meta.at") and shipped(record({"meta": {"at": 7}})) == 7
     with pytest.raises(ValueError, match="unknown timestamp"):
         timestamp_extractor("event")
 
@@ -53,6 +63,25 @@ def test_outputs_carry_the_extracted_timestamp_and_bad_timestamps_are_dead_lette
                             ("k", {"v": 4, "at": True})])
     assert [(r.value["v"], r.timestamp) for r in driver.read("out")] == [(1, 50)]
     assert [d.stage for d in driver.dead_letters()] == ["timestamp", "timestamp", "timestamp"]
+
+
+def test_a_count_whose_event_time_is_a_field_reads_its_values_as_json():
+    for app in (Application("c", timestamp="field:at"), Application("c")):
+        app.count("in", "out", name="c", **({} if app.default_timestamp else {"timestamp": "field:at"}))
+        driver = TopologyTestDriver(app)
+        driver.pipe_many("in", [("k", {"at": 5}), ("k", {"at": 9})])
+        driver.pipe_many("in", [(b"k", b"not json")], serialized=True)
+        assert [(r.value, r.timestamp) for r in driver.read("out")] == [(1, 5), (2, 9)]
+        assert [d.stage for d in driver.dead_letters()] == ["deserialize"]
+
+
+@pytest.mark.parametrize("serde, named", [("bytes", "bytes"), ("string", "string"), ("long", "long")])
+def test_a_field_timestamp_of_values_without_fields_fails_when_the_job_is_built(serde, named):
+    app = Application("f", timestamp="field:at")
+    app.stream("in", value_serde=serde).to("out")
+    with pytest.raises(ValueError, match=f"topic 'in': its event time is the field 'at' of each value, but its "
+                                         f"values are read as {named} .*value_serde='json'"):
+        TopologyTestDriver(app)
 
 
 def test_co_partitioned_inputs_go_by_head_timestamp_and_never_reorder_a_partition():
