@@ -55,8 +55,9 @@ from eos.operators.windows import (
     TimeWindowAggregate,
 )
 from eos.processor import Processor
+from eos.records import Record
 from eos.serde import BytesSerde, Serde
-from eos.time import MAX_TIMESTAMP, InvalidTimestampError
+from eos.time import MAX_TIMESTAMP, RECORD_TIME, InvalidTimestampError, extracted
 from eos.windows import Windowed, ms
 from eos.worker.context import TaskContext
 from eos.worker.dead_letters import NOT_A_BAD_RECORD, DeadLetterPolicy, Stage
@@ -138,12 +139,13 @@ class Folded(NamedTuple):
 
 
 def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message], outcome: BatchOutcome, *,
-               key_serde: Serde, value_serde: Serde, dlq: DeadLetterPolicy, scoped: Sequence[RecordScoped] = (),
+               key_serde: Serde, value_serde: Serde, dlq: DeadLetterPolicy,
+               timestamp: Callable[[Record], int] = RECORD_TIME, scoped: Sequence[RecordScoped] = (),
                drain: Drain | None = None, drain_at: int = 0, tp: tuple[str, int] | None = None,
                due: int = NEVER, punctuate: Callable[[int], int] | None = None) -> Folded:
     """Fold `messages` (one partition's, `tp`, in offset order) into `view`'s aggregation, adding to `outcome`
     what the record-at-a-time loop adds: stream time, outputs (without a cache), filtered records and dead
-    letters. `scoped`, `drain` and `drain_at` as that loop has them.
+    letters. `timestamp` (the topic's extractor), `scoped`, `drain` and `drain_at` as that loop has them.
 
     Where the aggregation forwards its updates to one plain sink, the update of a record without headers is
     made into its output record in one call (`TaskContext.direct_output`), without the record's scope: the
@@ -156,6 +158,7 @@ def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message
     record-at-a-time loop would after that record, returning when the next is due."""
     key_of = key_serde.deserialize
     value_of = None if type(value_serde) is BytesSerde else value_serde.deserialize
+    extractor = None if timestamp is RECORD_TIME else timestamp
     fold = _Fold(view, ctx)
     step = view.chain(fold.take) if view.chain is not None else fold.take
     undo, emits = fold.undo, view.emit is not None
@@ -194,7 +197,13 @@ def fold_batch(view: AggregateFold, ctx: TaskContext, messages: Iterable[Message
                     bad = exc
             if bad is None:
                 ts = msg.timestamp()[1]
-                if ts < 0 or ts > MAX_TIMESTAMP:
+                if extractor is not None:  # (given the record as the record-at-a-time loop's `entries` makes it)
+                    try:
+                        ts = extracted(extractor, Record(key, v, msg.topic(), msg.partition(), msg.offset(), ts,
+                                                         msg.headers()))
+                    except InvalidTimestampError as exc:
+                        bad, stage = exc, Stage.TIMESTAMP
+                if bad is None and (ts < 0 or ts > MAX_TIMESTAMP):
                     why = "negative: missing or not event time" if ts < 0 else "after the year 9999"
                     bad, stage = InvalidTimestampError(f"invalid timestamp {ts} ({why})"), Stage.TIMESTAMP
         made = -1  # outputs before a record's update made at once (`direct`); -1: in its scope

@@ -33,7 +33,7 @@ from eos.processor import Processor, PunctuationType, is_pair
 from eos.records import Output, Record
 from eos.serde import Serde
 from eos.streamtime import EventClock, stamp_of
-from eos.time import MAX_TIMESTAMP, RECORD_TIME, InvalidTimestampError, check_timestamp
+from eos.time import MAX_TIMESTAMP, RECORD_TIME, InvalidTimestampError, extracted
 from eos.worker.context import HeldMessage, TaskContext
 from eos.worker.dead_letters import NOT_A_BAD_RECORD, DeadLetterPolicy, Stage
 from eos.worker.folding import NEVER, fold_batch, fold_target
@@ -144,12 +144,9 @@ def entries(messages: Iterable[Message], key_serde: Serde, value_serde: Serde,
             continue
         if not record_time:
             try:
-                ts = record.timestamp = check_timestamp(timestamp(record))
+                ts = record.timestamp = extracted(timestamp, record)
             except InvalidTimestampError as exc:
                 yield msg, exc, -1
-                continue
-            except Exception as exc:  # the user's extractor failed on this record
-                yield msg, InvalidTimestampError(f"the timestamp extractor failed: {type(exc).__name__}: {exc}"), -1
                 continue
         if ts < 0 or ts > MAX_TIMESTAMP:
             why = "negative: missing or not event time" if ts < 0 else "after the year 9999"
@@ -242,15 +239,15 @@ def run_processor(processor: Processor, ctx: TaskContext,
             target = None  # (a punctuation of another processor's: it may read what the fold holds)
         (tp, ms), = parts.items()
         reading = (per_topic or {}).get(tp[0], (key_serde, value_serde, timestamp))
-        if target is not None and reading[2] is RECORD_TIME:
+        if target is not None:
 
             def punctuate(now: int) -> int:
                 outcome.stream_time = ctx.stream_time = now
                 _punctuate_due(ctx, scoped, outcome, clock, dlq)
                 return _next_stream_due(ctx)
 
-            folded = fold_batch(target, ctx, ms, outcome, key_serde=reading[0], value_serde=reading[1], dlq=dlq,
-                                scoped=scoped, drain=drain, drain_at=drain_at, tp=tp,
+            folded = fold_batch(target, ctx, ms, outcome, key_serde=reading[0], value_serde=reading[1],
+                                timestamp=reading[2], dlq=dlq, scoped=scoped, drain=drain, drain_at=drain_at, tp=tp,
                                 due=_next_stream_due(ctx) if punctuating else NEVER,
                                 punctuate=punctuate if punctuating else None)
             records_in = outcome.records_folded = folded.records
@@ -262,9 +259,9 @@ def run_processor(processor: Processor, ctx: TaskContext,
         step = direct_step(processor)
         (tp, ms), = parts.items()
         reading = (per_topic or {}).get(tp[0], (key_serde, value_serde, timestamp))
-        if step is not None and reading[2] is RECORD_TIME:
-            records_in = outcome.records_direct = _run_direct(step, ctx, tp, ms, outcome, reading[0], reading[1], dlq,
-                                                              drain, drain_at, sizes)
+        if step is not None:
+            records_in = outcome.records_direct = _run_direct(step, ctx, tp, ms, outcome, reading, dlq, drain,
+                                                              drain_at, sizes)
             parts = {tp: ()}
     streamed = any(not isinstance(ms, Sequence) for ms in parts.values())
     if streamed and len(parts) > 1:
@@ -420,21 +417,22 @@ def direct_step(processor: Processor) -> DirectStep | None:
 
 
 def _run_direct(step: DirectStep, ctx: TaskContext, tp: tuple[str, int], messages: Iterable[Message],
-                outcome: BatchOutcome, key_serde: Serde, value_serde: Serde, dlq: DeadLetterPolicy,
-                drain: Drain | None, drain_at: int, sizes: list[int]) -> int:
+                outcome: BatchOutcome, reading: InputReading, dlq: DeadLetterPolicy, drain: Drain | None,
+                drain_at: int, sizes: list[int]) -> int:
     """`run_processor`'s loop for a batch of one partition through a graph of one function and one sink, with
-    no store, punctuation or timestamp extractor: the function is called on each record and a (key, value) it
-    returns goes straight to the task, as its sink would pass it on, without the graph's steps in between (for
-    a record without headers, made into its output record in one call: `TaskContext.direct_output`, -10 % of
-    the stateless job's instructions per record); anything else it returns is forwarded in its context as
-    usual. Each record keeps its own scope, stream time, dead letters (the same errors and stages) and filtered
-    offsets, and a streamed batch drains and stops where the other loop would. Returns the records read."""
+    no store or punctuation (records read and stamped as `reading` says): the function is called on each record
+    and a (key, value) it returns goes straight to the task, as its sink would pass it on, without the graph's
+    steps in between (for a record without headers, made into its output record in one call:
+    `TaskContext.direct_output`, -10 % of the stateless job's instructions per record); anything else it
+    returns is forwarded in its context as usual. Each record keeps its own scope, stream time, dead letters (the
+    same errors and stages) and filtered offsets, and a streamed batch drains and stops where the other loop
+    would. Returns the records read."""
     fn, to_sink, forward_result, topic = step
     enter, leave, discard = ctx.enter_record, ctx.leave_record, ctx.discard_record
     outputs, filtered, dead_letters = outcome.outputs, outcome.filtered, outcome.dead_letters
     output = ctx.direct_output(topic, tp)
     records_in = 0
-    for msg, record, ts in entries(messages, key_serde, value_serde, RECORD_TIME, sizes):
+    for msg, record, ts in entries(messages, *reading, sizes):
         records_in += 1
         if type(record) is not Record:
             stage = Stage.DESERIALIZE if isinstance(record, SerdeError) else Stage.TIMESTAMP

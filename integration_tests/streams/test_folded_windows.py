@@ -36,7 +36,7 @@ from eos.windows import HoppingWindows, SessionWindows, SlidingWindows, Tumbling
 DIFF = 10_000
 app = Application(os.environ["APP"], max_records_per_batch=int(os.environ["BATCH"]), trigger_interval=0.0,
                   log_format="json", log_level="WARNING", state_dir=os.environ["STATE"],
-                  cache_max_bytes=int(os.environ["CACHE"]))
+                  cache_max_bytes=int(os.environ["CACHE"]), timestamp=os.environ.get("STAMP") or None)
 # the peers' window job's shape: Application.count with windows, its keys written binary
 app.count(os.environ["IN"], os.environ["COUNTS"], name="counts", windows=TumblingWindows(60_000, grace=20_000),
           windowed_key="binary")
@@ -58,21 +58,24 @@ SIZE, ADVANCE, GAP, DIFF = 60_000, 20_000, 20_000, 10_000
 
 def timed_events(n: int, seed: int, keys: int = 40) -> list[tuple[bytes, bytes, int]]:
     """(key, value, timestamp): in time order but for lags within the windows' grace (none is late), ~450 ms
-    apart, so that windows close and expire while the job runs."""
+    apart, so that windows close and expire while the job runs; each value holds its timestamp too ("at")."""
     rng, t, out = random.Random(seed), BASE, []
     for i in range(n):
         t += rng.randrange(0, 900)
         at = t - rng.choice([0] * 12 + [5_000, 15_000])
-        value = json.dumps({"id": i, "amount": rng.randrange(1, 50)}).encode()
+        value = json.dumps({"id": i, "amount": rng.randrange(1, 50), "at": at}).encode()
         out.append((f"user-{rng.randrange(keys)}".encode(), value, at))
     return out
 
 
-@pytest.mark.parametrize("cache", [0, 1 << 20], ids=["uncached", "cached"])
+@pytest.mark.parametrize("cache, stamp", [(0, None), (1 << 20, None), (0, "field:at")],
+                         ids=["uncached", "cached", "event-time-of-a-field"])
 def test_folded_windows_killed_repeatedly_commit_each_windows_updates_once(kafka, spark, topic_factory, unique_name,
-                                                                           tmp_path, request, monkeypatch, cache):
+                                                                           tmp_path, request, monkeypatch, cache,
+                                                                           stamp):
     """Uncached, every update is committed; with a record cache, each window's last update of every batch, so its
-    committed updates are a part of the reference's, in order, ending with its last."""
+    committed updates are a part of the reference's, in order, ending with its last. With event time a field of
+    each value (its record's own timestamp the producer's clock), the same."""
     soak = request.config.getoption("--soak")
     n, kills = (40_000, 6) if soak else (10_000, 3) if not cache else (6_000, 2)
     events = timed_events(n, seed=4)
@@ -82,7 +85,7 @@ def test_folded_windows_killed_repeatedly_commit_each_windows_updates_once(kafka
     def load(part: list[tuple[bytes, bytes, int]]) -> None:
         stamps = [ts for *_, ts in part]
         produce(kafka.bootstrap_servers, topics["in"], [(k, v) for k, v, _ in part],
-                timestamp_of=lambda i, key: stamps[i])
+                timestamp_of=None if stamp else lambda i, key: stamps[i])
 
     load(first)
     (tmp_path / "job.py").write_text(JOB)
@@ -91,7 +94,7 @@ def test_folded_windows_killed_repeatedly_commit_each_windows_updates_once(kafka
     app_id = unique_name("app")
     env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": kafka.bootstrap_servers, "APP": app_id,
            "STATE": str(tmp_path / "state"), "MARKS": str(marks), "BATCH": "1500" if soak else "600",
-           "CACHE": str(cache), **{k.upper(): v for k, v in topics.items()}}
+           "CACHE": str(cache), "STAMP": stamp or "", **{k.upper(): v for k, v in topics.items()}}
     in_txn = kill_job_repeatedly(tmp_path, env, kills, marks, seed=6, pause=(3.0, 6.0))
     assert in_txn >= (kills + 1) // 2
     env.pop("MARKS")

@@ -53,6 +53,33 @@ def raw_inputs(n: int, seed: int, keys: int = 40, bad: bool = True) -> list[tupl
     return out
 
 
+def event_time(record: Any) -> Any:
+    """A timestamp extractor for `raw_inputs`' records, of any value type (by offset): most records a little
+    later than their own timestamp (out of order among themselves; by their deserialized key and value too),
+    some as a float, and some it refuses or fails on: a negative time, a time that is not a number, an error of
+    its own."""
+    offset, key, value = record.offset, record.key, record.value
+    if offset % 17 == 3:
+        raise KeyError("no event time")
+    if offset % 19 == 4:
+        return -5
+    if offset % 23 == 6:
+        return "soon"
+    if offset % 11 == 2:
+        return record.timestamp + 0.5
+    by_key = ord(key[-1]) % 3 if type(key) is str and key else 0
+    by_value = value.get("n", 0) if type(value) is dict else 0
+    return record.timestamp + offset % 7 * 40 + by_key * 5 + (by_value if type(by_value) is int else 0)
+
+
+def refused_by_the_extractor(letters: list[tuple[Any, ...]]) -> bool:
+    """Whether dead letters (as `committed` gives them) hold records `event_time` refused and failed on, stage
+    "timestamp"."""
+    errors = {dict(h)["eos.dlq.error"] for *_, h, _ in letters if dict(h)["eos.dlq.stage"] == b"timestamp"}
+    return (any(b"the timestamp extractor failed: KeyError" in e for e in errors)
+            and any(b"is not a number of milliseconds: 'soon'" in e for e in errors))
+
+
 class MadeAtOnce:
     """Counts the outputs made in one call (`TaskContext.direct_output`, wrapped): `made`."""
 

@@ -20,7 +20,7 @@ from eos.testing import TopologyTestDriver
 from eos.worker.attempt import BatchAttempt
 from eos.worker.progress import CommitMetadata
 from tests.eos import loops
-from tests.eos.loops import PARENT, MadeAtOnce, drains, raw_inputs
+from tests.eos.loops import PARENT, MadeAtOnce, drains, event_time, raw_inputs
 
 
 class Directs(MadeAtOnce):
@@ -97,6 +97,21 @@ def test_the_direct_loop_commits_what_the_graphs_loop_commits(monkeypatch, seed)
     assert any(dict(h or []).get("own") == b"h" for *_, h, _ in out["out"])
     assert any(dict(h or []).get("traceparent") not in (None, PARENT) for *_, h, _ in out["out"])  # child spans
     assert any(v == b"" for *_, v, _, _ in out["out"])  # tombstones (`committed` shows a None value as b"")
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_records_stamped_by_an_extractor_commit_what_the_graphs_loop_commits(monkeypatch, seed):
+    """Event time from the record (`loops.event_time`: shifted, a float, refused as negative or not a number,
+    its extractor failing): the same outputs' timestamps, dead letters and stream time."""
+    inputs = raw_inputs(600, seed)
+    out, directs = run_both(monkeypatch, function_app(max_records_per_batch=170, timestamp=event_time),
+                            [inputs[:250], inputs[250:]])
+    assert directs.records == len(inputs)
+    letters = [dict(h) for *_, h, _ in out["direct-dlq"] if dict(h)["eos.dlq.stage"] == b"timestamp"]
+    errors = {h["eos.dlq.error"].split(b":")[1] for h in letters}
+    assert {b" the timestamp extractor failed", b" the timestamp is not a number of milliseconds"} <= errors
+    own = {fields[3] for fields in inputs}  # (topic, key, value, timestamp, partition, headers)
+    assert {ts for *_, (_, ts) in out["out"]} - own  # outputs at the extracted times, not their records' own
 
 
 def test_a_record_the_function_fails_on_never_moves_stream_time(monkeypatch):
@@ -179,16 +194,17 @@ def test_only_a_function_alone_between_source_and_sink_takes_the_direct_loop(mon
     # an extra output (a named sink beside the plain one)
     assert not taken(lambda app: app.process(input="in", output="out", value_serde="json",
                                              extra_outputs=["audit"])(enrich))
-    # a timestamp extractor
-    assert not taken(lambda app: app.process(input="in", output="out", value_serde="json",
-                                             timestamp=lambda r: 5_000)(enrich))
+    # with a timestamp extractor too
+    assert taken(lambda app: app.process(input="in", output="out", value_serde="json",
+                                         timestamp=lambda r: 5_000)(enrich))
     # the DSL's operators (a graph of steps, not one function)
     assert not taken(lambda app: app.stream("in", value_serde="json").map_values(lambda v: v).to("out"))
     # a repartition (its sink needs a key)
     assert not taken(lambda app: app.count(app.repartition("in", name="by"), "out", name="counts"))
 
 
-def test_the_direct_loop_stays_exactly_once_when_batches_crash(monkeypatch):
+@pytest.mark.parametrize("stamps", [{}, {"timestamp": event_time}], ids=["record-time", "extracted"])
+def test_the_direct_loop_stays_exactly_once_when_batches_crash(monkeypatch, stamps):
     directs = Directs(monkeypatch)
     rng = random.Random(8)
     inputs: list[tuple[Any, ...]] = []
@@ -196,7 +212,7 @@ def test_the_direct_loop_stays_exactly_once_when_batches_crash(monkeypatch):
         key = None if rng.random() < 0.03 else f"k{rng.randrange(30)}"
         value = None if rng.random() < 0.03 else {"n": "x" if rng.random() < 0.03 else rng.randrange(1, 5), "i": i}
         inputs.append(("in", key, value, 2_000 + i * 7))
-    driver = TopologyTestDriver(function_app(max_records_per_batch=60)(), wall_clock_ms=1_000_000)
+    driver = TopologyTestDriver(function_app(max_records_per_batch=60, **stamps)(), wall_clock_ms=1_000_000)
     report = driver.check_exactly_once(inputs, crashes=12, seed=3, chunk=40)
     assert report.ok and len(report.crashes) >= 8
     assert directs.records >= len(inputs)  # (crashed batches run again)

@@ -18,7 +18,15 @@ from eos import Application, store
 from eos.operators.aggregate import AggregateProcessor
 from eos.testing import TopologyTestDriver
 from tests.eos import loops
-from tests.eos.loops import PARENT, TRACEPARENT, MadeAtOnce, drains, raw_inputs
+from tests.eos.loops import (
+    PARENT,
+    TRACEPARENT,
+    MadeAtOnce,
+    drains,
+    event_time,
+    raw_inputs,
+    refused_by_the_extractor,
+)
 
 
 class Folds(MadeAtOnce):
@@ -148,6 +156,19 @@ def test_a_folded_batch_commits_what_the_record_at_a_time_loop_commits(monkeypat
     # whether it reads the source itself or through operators
     assert bool(folds.made) == (not cache and make in (count_app, classic_count_app, pipeline_app, exploded_app,
                                                        cogroup_app))
+
+
+@CACHES
+@pytest.mark.parametrize("make", [count_app, sum_app, pipeline_app, exploded_app], ids=["count", "sum", "pipeline",
+                                                                                   "exploded"])
+def test_records_stamped_by_an_extractor_fold_as_the_record_at_a_time_loop_takes_them(monkeypatch, make, cache):
+    """Event time from the record (`loops.event_time`: out of order, a float, refused, its extractor failing): the
+    fold stamps each record as that loop does, with the same outputs' timestamps, dead letters and stream time."""
+    inputs = raw_inputs(900, 4)
+    out, folds = run_both(monkeypatch, make(cache, max_records_per_batch=200, timestamp=event_time),
+                          [inputs[:450], inputs[450:]])
+    assert folds.folded == len(inputs) and not folds.stopped
+    assert out["out"] and refused_by_the_extractor(out["folds-dlq"])
 
 
 @pytest.mark.parametrize("make", [count_app, sum_app], ids=["count", "sum"])

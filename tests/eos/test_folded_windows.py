@@ -17,7 +17,7 @@ import pytest
 from eos import Application
 from eos.testing import TopologyTestDriver
 from eos.windows import HoppingWindows, SlidingWindows, TumblingWindows
-from tests.eos.loops import raw_inputs
+from tests.eos.loops import event_time, raw_inputs, refused_by_the_extractor
 from tests.eos.test_folded_batches import Folds, copies, run_both
 
 
@@ -105,6 +105,22 @@ def test_a_folded_windowed_batch_commits_what_the_record_at_a_time_loop_commits(
     assert len(results) >= 6
 
 
+@CACHES
+@APPS
+def test_records_stamped_by_an_extractor_fold_into_the_windows_the_record_at_a_time_loop_puts_them_in(
+        monkeypatch, make, cache):
+    """Event time from the record (`loops.event_time`: out of order, a float, refused, its extractor failing): the
+    same windows, late records and dead letters as the record-at-a-time loop's."""
+    inputs = raw_inputs(900, 4)
+    out, folds = run_both(monkeypatch, make(cache, max_records_per_batch=200, timestamp=event_time),
+                          [inputs[:450], inputs[450:]])
+    if cache and make is exploded_hopping_app:  # (as without an extractor)
+        assert folds.stopped and folds.folded
+    else:
+        assert folds.folded == len(inputs) and not folds.stopped
+    assert out["out"] and refused_by_the_extractor(out["folds-dlq"])
+
+
 def test_late_records_are_dropped_or_dead_lettered_by_the_stream_time_the_loop_judges_them_at(monkeypatch):
     # out-of-order records, a third of them far behind: late in some batches, in time in others
     rng = random.Random(5)
@@ -170,8 +186,15 @@ def test_folded_windows_stay_exactly_once_when_batches_crash(monkeypatch, make, 
                   failing=make is exploded_hopping_app)
 
 
+@pytest.mark.parametrize("make", [tumbling_count_app, exploded_hopping_app], ids=["tumbling-count", "exploded-hopping"])
+@pytest.mark.parametrize("cache", [0, 1 << 20], ids=["uncached", "cached"])
+def test_windows_folded_by_extracted_event_time_stay_exactly_once_when_batches_crash(monkeypatch, make, cache):
+    check_crashes(monkeypatch, make, cache, encoded=make is tumbling_count_app, at_once=True,
+                  failing=make is exploded_hopping_app, timestamp=event_time)
+
+
 def check_crashes(monkeypatch: pytest.MonkeyPatch, make: Callable[..., Callable[[], Application]], cache: int, *,
-                  encoded: bool, at_once: bool, failing: bool) -> None:
+                  encoded: bool, at_once: bool, failing: bool, **settings: Any) -> None:
     """A windowed job's folded batches crashed twelve times (`check_exactly_once` on `crashed_inputs`), everything
     committed each time what a run without crashes commits. Uncached, a job whose updates go straight to its sink
     (`at_once`) makes them into outputs at once; a 500-byte cache (room for about five windows or sessions) stops
@@ -179,7 +202,7 @@ def check_crashes(monkeypatch: pytest.MonkeyPatch, make: Callable[..., Callable[
     failing after an update the cache got at one of the batch's punctuations goes to the other loop)."""
     folds = Folds(monkeypatch)
     inputs = crashed_inputs(encoded=encoded)
-    driver = TopologyTestDriver(make(cache, max_records_per_batch=60)(), wall_clock_ms=1_000_000)
+    driver = TopologyTestDriver(make(cache, max_records_per_batch=60, **settings)(), wall_clock_ms=1_000_000)
     report = driver.check_exactly_once(inputs, crashes=12, seed=3, chunk=40)
     assert report.ok and len(report.crashes) >= 8
     assert folds.folded and bool(folds.made) == (not cache and at_once)
