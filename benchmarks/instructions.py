@@ -2,7 +2,7 @@
 test driver, under valgrind's callgrind.
 
     python -m benchmarks.instructions [--jobs stateless,count,pipeline,window,session,sliding,"cached count"]
-                                      [--records 10000]
+                                      [--records 10000] [--timestamp field:at] [--record-at-a-time]
 
 On a shared machine a timed run of the same code moves by a third from one run to the next, so a change of a
 few percent in a worker's cost per record cannot be seen in the peers' rates. An instruction count can: each
@@ -14,7 +14,9 @@ windowed jobs (window, session, sliding) run on RocksDB stores with the peers' e
 apart), after 30,000 records processed in both runs, so that what is counted meets the state a running task holds
 (~3.5 minutes per job). The in-memory Kafka stands in for librdkafka, so its own share differs from a worker's.
 Needs `valgrind` (Debian: `apt-get install valgrind`); ~1.5 minutes per other job. To compare two commits, run it
-in a checkout of each. Writes reports/instructions.json.
+in a checkout of each. `--timestamp SPEC` gives the application that event time (`field:at`: each value carries
+its record's timestamp as "at"); `--record-at-a-time` turns off the direct loop and the fold, so every record
+takes the graph's record-at-a-time loop. Writes reports/instructions.json.
 """
 
 from __future__ import annotations
@@ -60,9 +62,20 @@ def _app(job: str):  # type: ignore[no-untyped-def]
     from eos import Application
 
     cache = {"cache_max_bytes": 10 * 1024 * 1024 // 4} if job == CACHED else {}
-    app = Application("instructions", trigger_interval=1.0, max_records_per_batch=1_000_000, **cache)
+    app = Application("instructions", trigger_interval=1.0, max_records_per_batch=1_000_000,
+                      timestamp=os.environ.get(_TIMESTAMP) or None, **cache)
     define(app, "count" if job == CACHED else job, "in", "out")  # the peers' job
     return app
+
+
+#: the child's settings, from the parent's options: the application's event time, and the loops turned off
+_TIMESTAMP, _ONE_AT_A_TIME = "EOS_INSTRUCTIONS_TIMESTAMP", "EOS_INSTRUCTIONS_RECORD_AT_A_TIME"
+
+
+def _stamped(value: bytes, timestamp: int) -> bytes:
+    """A peers' JSON value with its record's timestamp in it, as "at" (for `--timestamp field:at`; the values are
+    left as they are without the option, so that counts stay comparable with earlier runs')."""
+    return b'%s, "at": %d}' % (value[:-1], timestamp)
 
 
 def child(job: str, records: int, process: bool) -> None:
@@ -70,8 +83,14 @@ def child(job: str, records: int, process: bool) -> None:
     from benchmarks.peers.__main__ import order
     from eos.testing import TopologyTestDriver
 
+    if os.environ.get(_ONE_AT_A_TIME):
+        from eos.worker import processing
+
+        processing.fold_target = processing.direct_step = lambda processor: None  # type: ignore[assignment]
     rng = random.Random(1)
     data = [order(rng, i, 10_000) for i in range(records)]  # the peers' records
+    if os.environ.get(_TIMESTAMP):
+        data = [(key, _stamped(value, 1_700_000_000_000 + i)) for i, (key, value) in enumerate(data)]
     # Kafka 4's default upper bound on output timestamps (one hour ahead), as on a broker
     topic_configs = {"out": {"message.timestamp.after.max.ms": "3600000"}}
     if job == CACHED:
@@ -106,6 +125,8 @@ def windowed(job: str, records: int, process: bool, state: str, ms_per_record: f
     rng = random.Random(1)
     total = WINDOWED_WARM_UP + records
     data = [(*order(rng, i, 10_000), 1_700_000_000_000 + int(i * ms_per_record)) for i in range(total)]
+    if os.environ.get(_TIMESTAMP):
+        data = [(key, _stamped(value, t), t) for key, value, t in data]
     app = _app(job)
     driver = TopologyTestDriver(app, topic_configs={"out": {"message.timestamp.after.max.ms": "3600000"}},
                                 state_dir=state)
@@ -141,8 +162,16 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", default=",".join(JOBS), help=f"of {', '.join(ALL_JOBS)}")
     parser.add_argument("--records", type=int, default=10_000)
+    parser.add_argument("--timestamp", help="the application's event time (field:at: each record's timestamp, "
+                                             "from its value)")
+    parser.add_argument("--record-at-a-time", action="store_true",
+                        help="every record through the graph's record-at-a-time loop (no direct loop, no fold)")
     parser.add_argument("--child", nargs=3, metavar=("JOB", "RECORDS", "MODE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.timestamp:
+        os.environ[_TIMESTAMP] = args.timestamp
+    if args.record_at_a_time:
+        os.environ[_ONE_AT_A_TIME] = "1"
     if args.child:
         child(args.child[0], int(args.child[1]), args.child[2] == "process")
         return
