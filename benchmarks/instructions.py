@@ -53,7 +53,7 @@ CACHED_BATCH = 40_000
 #: records ~6 s apart on 10k keys), and `WINDOWED_WARM_UP` records go first, in batches of `WINDOWED_BATCH`, written
 #: and processed in both runs, so that the records counted meet the windows, sessions and buffered records a
 #: running task holds, not an empty store
-WINDOWED = ("window", "session", "sliding")
+WINDOWED = ("window", "window-field", "session", "sliding")
 WINDOWED_WARM_UP, WINDOWED_BATCH = 30_000, 10_000
 
 

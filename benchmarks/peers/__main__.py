@@ -2,7 +2,7 @@
 Quix Streams and a bare confluent-kafka transactional copy loop, side by side on one broker.
 
     python -m benchmarks.peers [--records 1000000] [--rounds 3] [--keys 10000]
-                               [--jobs stateless,count,pipeline,window,session,sliding,stateless64,count64]
+                               [--jobs stateless,count,pipeline,window,window-field,session,sliding,stateless64,count64]
                                [--peers eos,eos-cache,kstreams,kstreams-cache,quix,copy] [--latency-rate 2000]
                                [--eos-settings '{"max_records_per_batch": 20000}'] [--no-warm-up] [--warm-up-peers [N]]
                                [--broker-feature transaction.version=1]
@@ -13,7 +13,10 @@ Quix Streams and a bare confluent-kafka transactional copy loop, side by side on
   per kept input with the cache off). window: records per key and tumbling 60 s window of event time (the
   inputs' timestamps span 10 minutes, EVENT_SPAN_MS: ~10 records per key and window), grace 10 s, one output
   per input with the cache off, keyed as Kafka Streams' windowed keys (the framework's `windowed_key="binary"`;
-  Quix's `tumbling_window(...).count().current()`). session: records per key and session of event time
+  Quix's `tumbling_window(...).count().current()`). window-field: the window job with event time read from
+  each value, as a timestamp extractor does (Kafka Streams' `TimestampExtractor` parsing the JSON, the
+  framework's `timestamp="field:id"`): the order's "id" taken as milliseconds (1M records: ~17 minutes of event
+  time, ~6 records per key and window); not run on Quix. session: records per key and session of event time
   (inactivity gap 5 s, SESSION_GAP_MS; grace 10 s): a little over half the records extend their key's session,
   and each such record writes a tombstone for the session it replaces, then the longer one's count (Quix
   writes no tombstones: its update supersedes); keyed as Kafka Streams' session-windowed keys. sliding: records
@@ -125,9 +128,11 @@ WIDE_PARTITIONS = 64  # the stateless64 job's input
 KSTREAMS_THREADS = 2  # num.stream.threads: one per core, as this framework runs a task slot per core
 console = Console(width=160)  # the tables are wide; a log file is no terminal
 PEERS = ("eos", "eos-cache", "kstreams", "kstreams-cache", "quix", "copy")
-JOBS = ("stateless", "count", "pipeline", "window", "session", "sliding", "stateless64", "count64")
+JOBS = ("stateless", "count", "pipeline", "window", "window-field", "session", "sliding", "stateless64", "count64")
 #: the jobs with state: the record-cache peers run these only, the copy loop none of them
-AGGREGATING = ("count", "pipeline", "window", "session", "sliding")
+AGGREGATING = ("count", "pipeline", "window", "window-field", "session", "sliding")
+#: the jobs whose outputs are counts per key and tumbling window
+TUMBLING = ("window", "window-field")
 #: the inputs' event time: record i of n is stamped EVENT_SPAN_MS * i / n after the first, the last a minute ago
 #: (the window job's 60 s windows: ten of them, ~10 records per key and window at the default 1M records on 10k keys)
 EVENT_SPAN_MS = 600_000
@@ -231,6 +236,8 @@ class Expected:
     kept: Counter[str] = field(default_factory=Counter)  # pipeline: orders of qty >= 2 per key
     revenue: dict[str, float] = field(default_factory=dict)  # pipeline: the sum of their totals, in key order
     windows: Counter[tuple[str, int]] = field(default_factory=Counter)  # window: records per key and window start
+    #: window-field: the same by the event time in each value (its "id" as milliseconds)
+    windows_by_id: Counter[tuple[str, int]] = field(default_factory=Counter)
     #: session: records per key and session start, and each session's end (its last record's time); `merges`:
     #: the records that made a session longer (each replaces it: a tombstone for the shorter one; a record at
     #: its session's end time changes only its count)
@@ -323,6 +330,7 @@ def preload(bootstrap: str, topic: str, n: int, keys: int, seed: int = 1) -> Exp
         timestamp = event_time(first, i, n)
         expected.counts[key] += 1
         expected.windows[key, timestamp - timestamp % WINDOW_MS] += 1
+        expected.windows_by_id[key, i - i % WINDOW_MS] += 1  # (the order's "id" is i)
         expected.add_to_session(key, timestamp, started)
         expected.add_to_sliding(key, timestamp)
         fields = json.loads(value)
@@ -711,7 +719,7 @@ def measure(result: Latency, sent: list[float], seen: dict[int, float], first: i
 def _number(peer: str, job: str, raw: bytes) -> float:
     """An aggregate as the peer writes it: a count as a long (8 bytes, big-endian) or JSON (Quix); a revenue
     as a double (Kafka Streams, 8 bytes) or JSON (the others)."""
-    if job in ("count", "window", "session", "sliding"):
+    if job in ("count", *TUMBLING, "session", "sliding"):
         return int.from_bytes(raw, "big", signed=True) if len(raw) == 8 else int(json.loads(raw))
     return struct.unpack(">d", raw)[0] if peer.startswith("kstreams") else float(json.loads(raw))
 
@@ -721,7 +729,7 @@ def _aggregated(peer: str, job: str, key: bytes, value: bytes) -> tuple[str | tu
     A window's key as each peer writes it: the framework's binary windowed key (the key's bytes, the window's
     end and start, 8 bytes each), Kafka Streams' time-windowed one (the key's bytes and the start), and Quix the
     record's own key with {"start", "end", "value"} as its value."""
-    if job not in ("window", "sliding"):
+    if job not in (*TUMBLING, "sliding"):
         return key.decode(), _number(peer, job, value)
     if peer == "quix":
         window = json.loads(value)
@@ -831,7 +839,8 @@ def verify(run: Run, bootstrap: str, admin: KafkaAdmin, sink: str, n: int, expec
         return
     # every input adds to its key's aggregate (a count by one, a revenue by a positive total; the window job's
     # keys are a key and a window), so an aggregate repeated or going back is a record applied twice
-    want: dict[Any, float] = dict({"count": expected.counts, "window": expected.windows}.get(job, expected.revenue))
+    want: dict[Any, float] = dict({"count": expected.counts, "window": expected.windows,
+                                   "window-field": expected.windows_by_id}.get(job, expected.revenue))
     inputs = n if job != "pipeline" else sum(expected.kept.values())
     last: dict[Any, float] = {}
     outputs = backwards = 0
@@ -1035,7 +1044,7 @@ def main(argv: list[str] | None = None) -> None:
             for job in jobs:
                 for peer in order:
                     if ((peer == "copy" and base_job(job) in AGGREGATING) or (peer in CACHED and job not in AGGREGATING)
-                            or (peer == "quix" and job == "sliding")):
+                            or (peer == "quix" and job in ("sliding", "window-field"))):
                         continue
                     source = sources[str(WIDE_PARTITIONS if is_wide(job) else PARTITIONS)]
                     machine_ms = python_ms(MACHINE_REPEATS)

@@ -8,7 +8,7 @@ from eos.windows import SessionWindows, SlidingWindows, TumblingWindows
 
 __all__ = ["GRACE_MS", "JOBS", "SESSION_GAP_MS", "SLIDING_MS", "WINDOW_MS", "define"]
 
-JOBS = ("stateless", "count", "pipeline", "window", "session", "sliding")
+JOBS = ("stateless", "count", "pipeline", "window", "window-field", "session", "sliding")
 #: the window job's tumbling windows of event time (each peer's own: the same size and grace on every one)
 WINDOW_MS, GRACE_MS = 60_000, 10_000
 #: the session job's inactivity gap (the same grace): a key's records come ~6 s apart on average (10k keys, 1M
@@ -41,6 +41,11 @@ def define(app: Application, job: str, source: str, sink: str) -> None:
         # keys are (the key's bytes, then the window's times), so that no peer pays for JSON keys
         app.count(source, sink, name="counts", windows=TumblingWindows(WINDOW_MS, grace=GRACE_MS),
                   windowed_key="binary")
+    elif job == "window-field":
+        # the window job with event time read from each value (Kafka Streams' TimestampExtractor): its "id", taken
+        # as milliseconds (the values stay the other jobs'), so the count reads its values as JSON
+        app.count(source, sink, name="counts", windows=TumblingWindows(WINDOW_MS, grace=GRACE_MS),
+                  windowed_key="binary", timestamp="field:id")
     elif job == "session":
         # records per key and session of event time; a record that extends a session replaces it: a tombstone
         # for the session it ends, then the count of the longer one (Kafka Streams' session-windowed keys)

@@ -48,3 +48,27 @@ def test_each_peer_s_windowed_output_reads_back_alike():
     quix = b'{"start": %d, "end": %d, "value": 5}' % (start, start + WINDOW_MS)
     assert _aggregated("quix", "window", b"k7", quix) == (("k7", start), 5)
     assert _aggregated("kstreams", "count", b"k7", count) == ("k7", 5)
+
+
+def test_the_window_field_job_counts_by_the_event_time_in_each_value():
+    """The window job with event time read from each value (the order's "id" as milliseconds), whatever the
+    records' own timestamps: its counts are the benchmark's `windows_by_id`, which `preload` computes alike."""
+    n = 3_000
+    rng = random.Random(2)
+    records, expected = [], Counter()
+    for i in range(0, n * 50, 50):  # ids 50 apart: 150 s of event time, three windows
+        key, value = order(rng, i, 40)
+        records.append((key.encode(), value, 1_700_000_000_000 - i))  # (its own timestamps run backwards)
+        expected[key, i - i % WINDOW_MS] += 1
+    app = Application("peers-window-field", max_records_per_batch=500)
+    define(app, "window-field", "in", "out")
+    driver = TopologyTestDriver(app, partitions=4)
+    driver.pipe_many("in", records, serialized=True)
+    last: dict = {}
+    for record in driver.create_output_topic("out", "bytes", "bytes").read_records_to_list():
+        window, count = _aggregated("eos", "window-field", record.key, record.value)
+        assert count == last.get(window, 0) + 1 and record.timestamp < n * 50  # (stamped with the value's "id")
+        last[window] = count
+    assert last == dict(expected) and not driver.dead_letters()
+    assert len({start for _key, start in expected}) == 3
+    assert sum(r.records_folded for r in driver.results) == n  # the fold took them all

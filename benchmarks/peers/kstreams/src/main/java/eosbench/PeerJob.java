@@ -17,6 +17,7 @@ import org.apache.kafka.streams.kstream.SessionWindows;
 import org.apache.kafka.streams.kstream.SlidingWindows;
 import org.apache.kafka.streams.kstream.TimeWindows;
 import org.apache.kafka.streams.kstream.WindowedSerdes;
+import org.apache.kafka.streams.processor.TimestampExtractor;
 import org.apache.kafka.streams.state.KeyValueStore;
 import org.apache.kafka.streams.state.SessionStore;
 import org.apache.kafka.streams.state.WindowStore;
@@ -28,7 +29,8 @@ import org.apache.kafka.streams.state.WindowStore;
  * "pipeline": filter (qty >= 2), add the total, group by key, sum the totals per key (one fused
  * sub-topology, as the DSL builds it: no repartition, one task per partition); "window": records per key and
  * tumbling window of event time (the records' timestamps), one output per input with the cache off, keyed as
- * WindowedSerdes' time-windowed keys (the key's bytes, then the window's start); "session": records per key and
+ * WindowedSerdes' time-windowed keys (the key's bytes, then the window's start); "window-field": the same with
+ * event time read from each value by a TimestampExtractor (its "id", taken as milliseconds); "session": records per key and
  * session of event time (inactivity gap, the same grace), a tombstone for each session a record extends or
  * merges, keyed as WindowedSerdes' session-windowed keys (the key's bytes, then the session's end and start);
  * "sliding": records per key and sliding window of event time (time difference, the same grace), one output per
@@ -92,6 +94,23 @@ public final class PeerJob {
         } else if (job.equals("window")) {
             long windowMs = Long.parseLong(args[8]), graceMs = Long.parseLong(args[9]);
             builder.stream(input, Consumed.with(Serdes.String(), Serdes.ByteArray()))
+                .groupByKey()
+                .windowedBy(TimeWindows.ofSizeAndGrace(Duration.ofMillis(windowMs), Duration.ofMillis(graceMs)))
+                .count(Materialized.<String, Long, WindowStore<Bytes, byte[]>>as("counts"))
+                .toStream()
+                .to(output, Produced.with(WindowedSerdes.timeWindowedSerdeFrom(String.class, windowMs), Serdes.Long()));
+        } else if (job.equals("window-field")) {
+            // the window job with event time read from each value: its "id", taken as milliseconds
+            long windowMs = Long.parseLong(args[8]), graceMs = Long.parseLong(args[9]);
+            ObjectMapper json = new ObjectMapper();
+            TimestampExtractor fromId = (record, partitionTime) -> {
+                try {
+                    return json.readTree((byte[]) record.value()).get("id").asLong();
+                } catch (Exception e) {
+                    throw new RuntimeException(e);
+                }
+            };
+            builder.stream(input, Consumed.with(Serdes.String(), Serdes.ByteArray()).withTimestampExtractor(fromId))
                 .groupByKey()
                 .windowedBy(TimeWindows.ofSizeAndGrace(Duration.ofMillis(windowMs), Duration.ofMillis(graceMs)))
                 .count(Materialized.<String, Long, WindowStore<Bytes, byte[]>>as("counts"))
