@@ -32,6 +32,7 @@ _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")  # Kafka's rule for a topic's na
 #: serdes whose values have no fields: a `field` timestamp cannot read them
 _SCALAR_SERDES = (BytesSerde, StringSerde, IntegerSerde, LongSerde, DoubleSerde, DecimalSerde)
 
+
 @dataclass(frozen=True)
 class GraphPart:
     """The nodes of one sub-topology, in the order they were added, and their links."""

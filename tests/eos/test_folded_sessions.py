@@ -19,8 +19,8 @@ from eos import Application
 from eos.testing import TopologyTestDriver
 from eos.windows import SessionWindows
 from recovery import SessionStore
-from tests.eos.loops import event_time, raw_inputs, refused_by_the_extractor
-from tests.eos.test_folded_batches import Folds, copies, run_both
+from tests.eos.loops import event_time, raw_inputs
+from tests.eos.test_folded_batches import Folds, copies, run_both, run_stamped
 from tests.eos.test_folded_windows import check_crashes
 
 
@@ -139,16 +139,9 @@ def test_a_fold_meeting_many_keys_of_a_small_store_reads_it_in_one_scan_and_comm
 @APPS
 def test_records_stamped_by_an_extractor_fold_into_the_sessions_the_record_at_a_time_loop_puts_them_in(
         monkeypatch, make, cache):
-    """Event time from the record (`loops.event_time`: out of order, a float, refused, its extractor failing): the
-    same sessions, merges, late records and dead letters as the record-at-a-time loop's."""
-    inputs = raw_inputs(900, 4)
-    out, folds = run_both(monkeypatch, make(cache, max_records_per_batch=200, timestamp=event_time),
-                          [inputs[:450], inputs[450:]])
-    if cache and make in FAILING:  # (as without an extractor)
-        assert folds.stopped and folds.folded
-    else:
-        assert folds.folded == len(inputs) and not folds.stopped
-    assert tombstones(out["out"]) and refused_by_the_extractor(out["folds-dlq"])
+    out = run_stamped(monkeypatch, make(cache, max_records_per_batch=200, timestamp=event_time),
+                      hands_over=bool(cache) and make in FAILING)
+    assert tombstones(out["out"])
 
 
 def test_records_far_out_of_order_merge_sessions_and_late_ones_are_judged_as_the_loop_judges_them(monkeypatch):

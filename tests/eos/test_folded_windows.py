@@ -17,8 +17,8 @@ import pytest
 from eos import Application
 from eos.testing import TopologyTestDriver
 from eos.windows import HoppingWindows, SlidingWindows, TumblingWindows
-from tests.eos.loops import event_time, raw_inputs, refused_by_the_extractor
-from tests.eos.test_folded_batches import Folds, copies, run_both
+from tests.eos.loops import event_time, raw_inputs
+from tests.eos.test_folded_batches import Folds, copies, run_both, run_stamped
 
 
 def tumbling_count_app(cache: int = 0, **settings: Any) -> Callable[[], Application]:
@@ -109,16 +109,9 @@ def test_a_folded_windowed_batch_commits_what_the_record_at_a_time_loop_commits(
 @APPS
 def test_records_stamped_by_an_extractor_fold_into_the_windows_the_record_at_a_time_loop_puts_them_in(
         monkeypatch, make, cache):
-    """Event time from the record (`loops.event_time`: out of order, a float, refused, its extractor failing): the
-    same windows, late records and dead letters as the record-at-a-time loop's."""
-    inputs = raw_inputs(900, 4)
-    out, folds = run_both(monkeypatch, make(cache, max_records_per_batch=200, timestamp=event_time),
-                          [inputs[:450], inputs[450:]])
-    if cache and make is exploded_hopping_app:  # (as without an extractor)
-        assert folds.stopped and folds.folded
-    else:
-        assert folds.folded == len(inputs) and not folds.stopped
-    assert out["out"] and refused_by_the_extractor(out["folds-dlq"])
+    out = run_stamped(monkeypatch, make(cache, max_records_per_batch=200, timestamp=event_time),
+                      hands_over=bool(cache) and make is exploded_hopping_app)
+    assert out["out"]
 
 
 def test_late_records_are_dropped_or_dead_lettered_by_the_stream_time_the_loop_judges_them_at(monkeypatch):
