@@ -427,6 +427,9 @@ class TopologyTestDriver:
         them (again when a topic a pattern matches is created: `_match_patterns`)."""
         app = self.app
         self._matched = self.app.graph.pattern_topics()
+        self._patterns = app.graph.patterns
+        #: topic -> the serdes a record piped to it is written with (`Application.input_serdes`), per plan
+        self._input_serdes: dict[str, tuple[Serde, Serde]] = {}
         counts = check_topics(self.admin, app.subtopologies, app.clocked_topics)
         dlq_partitions = create_internal_topics(self.admin, self.config, app.subtopologies, counts)
         hooks = FaultHooks({p: list(h) for p, h in app.fault_hooks.hooks.items()})
@@ -484,13 +487,17 @@ class TopologyTestDriver:
     def _append(self, topic: str, key: Any, value: Any, timestamp: int | None,
                 headers: Iterable[tuple[str, bytes]] | Mapping[str, bytes] | None, partition: int | None,
                 serialized: bool = False) -> None:
-        if self.app.graph.patterns and (self.app.graph.pattern_topics() != self._matched or (
-                any(p.fullmatch(topic) for p in self.app.graph.patterns.values())
+        patterns = self._patterns
+        if patterns and (self.app.graph.pattern_topics() != self._matched or (
+                any(p.fullmatch(topic) for p in patterns.values())
                 and all(topic not in topics for topics in self._matched.values()))):
             self._match_patterns(created=None if topic in self.cluster.logs else topic)
         if topic not in self.cluster.logs:  # (per record: the check inline)
             self._known(topic)
-        key_serde, value_serde = self.app.input_serdes(topic)  # (which also says when no step reads it)
+        serdes = self._input_serdes.get(topic)
+        if serdes is None:  # (a topic's first record of this plan: which also says when no step reads it)
+            serdes = self._input_serdes[topic] = self.app.input_serdes(topic)
+        key_serde, value_serde = serdes
         if serialized:
             key, value = _raw(topic, "key", key), _raw(topic, "value", value)
         else:
