@@ -211,8 +211,10 @@ def test_the_driver_says_what_is_wrong_with_a_topic():
         driver.pipe("order", "a", {})
     with TopologyTestDriver(shop(), wall_clock_ms=0) as driver, pytest.raises(KeyError, match="no step"):
         driver.pipe("customer-totals", "a", {})
-    with TopologyTestDriver(shop(), wall_clock_ms=0) as driver, pytest.raises(KeyError, match="no step"):
-        driver.pipe("customer-totals", b"a", b"{}", serialized=True)
+    with TopologyTestDriver(shop(), wall_clock_ms=0) as driver:
+        for _ in range(2):  # (every time: what a topic's records are written with is kept only for a topic read)
+            with pytest.raises(KeyError, match="no step"):
+                driver.pipe("customer-totals", b"a", b"{}", serialized=True)
     with TopologyTestDriver(shop(), wall_clock_ms=0) as driver, pytest.raises(
             SerdeError, match=r"the key piped to 'orders', 7 \(int\), is not what the step reading it takes: "
                               r"StringSerde expects str, got int; give a key its key serde takes, or bytes with "
