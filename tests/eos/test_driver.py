@@ -152,6 +152,41 @@ def test_check_exactly_once_passes_a_deterministic_job_and_names_the_record_of_o
         TopologyTestDriver(lucky, wall_clock_ms=0).check_exactly_once([("in", "k", {"n": i}) for i in range(20)])
 
 
+def test_check_exactly_once_compares_what_a_step_behind_the_job_s_own_topic_stores_as_state():
+    """A crash upstream moves where the batches of a step reading the job's own topic begin and end (an aborted
+    batch's records are read when it runs again), and with them which windows a batch makes and closes itself,
+    which never reach its changelog: such a changelog is compared by the state it restores, each key's last
+    value. A step there whose stores end differently still fails the check, naming the key."""
+    def rekeyed_count():
+        app = Application("pages", max_records_per_batch=9, first_batch_max_records=9)
+        app.process(input="clicks", output="pages", key_serde="string", value_serde="json", name="by_page")(
+            lambda record: (record.value["page"], record.value))
+        app.count("pages", "per-minute", name="per_minute", key_serde="string", value_serde="json",
+                  windows=TumblingWindows(60_000, grace=5_000), emit="final")
+        return app
+
+    clicks = [("clicks", f"u{i % 7}", {"page": f"p{i % 3}"}, 1_000_000 + i * 20_000 + p, p)
+              for p in range(2) for i in range(30)]
+    report = TopologyTestDriver(rekeyed_count(), partitions=2, wall_clock_ms=0).check_exactly_once(clicks, seed=0)
+    assert len(report.crashes) == 8 and "pages-per_minute-store-changelog" in report.topics
+
+    class Draw(Processor):
+        def init(self, context):
+            super().init(context)
+            self.drawn = context.store("drawn")
+
+        def process(self, record):
+            self.drawn.put(record.key, random.random())  # not a function of the input
+
+    lucky = Application("lucky", max_records_per_batch=9, first_batch_max_records=9)
+    lucky.process(input="clicks", output="pages", key_serde="string", value_serde="json", name="by_page")(
+        lambda record: (record.value["page"], record.value))
+    lucky.stream("pages", key_serde="string", value_serde="json").process(
+        Draw, name="draw", stores=[store("drawn", key_serde="string", value_serde="json")])
+    with pytest.raises(AssertionError, match=r"lucky-drawn-changelog\[\d\] key=b'p\d', the state its records restore"):
+        TopologyTestDriver(lucky, partitions=2, wall_clock_ms=0).check_exactly_once(clicks, seed=0)
+
+
 def test_windows_stream_time_and_wall_clock_punctuation_in_the_driver():
     app = Application("w")
     app.count("views", "per-minute", name="per_minute", key_serde="string",
