@@ -190,7 +190,9 @@ def uses_event_time(sub: SubTopology) -> bool:
 def clocked_topics(subtopologies: Mapping[str, SubTopology]) -> frozenset[str]:
     """The topics between two sub-topologies of one application whose records carry their writers' clocks
     (eos.streamtime): those read by a step that uses event time, or by one that writes such a topic itself,
-    and written only by record-at-a-time steps (a vectorized step keeps no clock). A topic on a cycle of
+    and written only by steps that keep a clock: record-at-a-time steps, and vectorized steps that read no
+    topic of the application's own (their clock is Kafka Streams' stream time, the largest timestamp read; one
+    reading another step's topic would have to keep its sources' clocks, and keeps none). A topic on a cycle of
     sub-topologies (a foreign-key join's subscriptions and responses) carries no clock: each batch that reads
     a clock marker writes one, and around a cycle the markers would never stop."""
     writers: dict[str, list[SubTopology]] = {}
@@ -198,7 +200,7 @@ def clocked_topics(subtopologies: Mapping[str, SubTopology]) -> frozenset[str]:
         for topic in sub.output_topics:
             writers.setdefault(topic, []).append(sub)
     edges = {t for t, ws in writers.items()
-             if all(w.processor_factory is not None for w in ws)
+             if all(w.processor_factory is not None or not set(w.inputs) & writers.keys() for w in ws)
              and any(t in r.inputs for r in subtopologies.values())} - cyclic_topics(subtopologies)
     clocked: set[str] = set()
     changed = True

@@ -453,6 +453,14 @@ class TaskContext(ProcessorContext):
                 out += [_new_record(ProducerRecord, (topic, p, MARKER_KEY, None, stamp, None)) for p in range(count)]
         return out
 
+    def stamp_at(self, topic: str, clock: int) -> bytes | None:
+        """The stamp a record of `topic` carries when this task's clock is `clock` (a vectorized step's row,
+        by its origin record: `eos.worker.vectorized`); None when the topic carries no clocks."""
+        if topic not in self._stamped:
+            return None
+        source, sources = self.stamp_sources.get(topic, (self.partition, self.partition + 1))
+        return encode_stamp(source, sources, clock)
+
     def _stamp(self, topic: str, idle: bool = False, judged: int | None = None) -> bytes:
         """This task's clock as its records of `topic` carry it (eos.streamtime)."""
         source, sources = self.stamp_sources.get(topic, (self.partition, self.partition + 1))

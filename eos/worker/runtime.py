@@ -149,14 +149,16 @@ class TaskRuntime:
                                  behind=behind if len(sub.inputs) > 1 else frozenset(), event_clock=clock,
                                  drain=drain, drain_at=self.job_config.batch_slice_records, into=into)
         assert sub.batch_fn is not None and isinstance(messages, list)
-        if self.clocked:  # a vectorized step keeps no clock: markers are not records
+        if self.clocked:  # a vectorized step reading clocked topics keeps no clock: markers are not records
             messages = [m for m in messages if m.topic() not in self.clocked or not is_marker(m.headers())]
+        ctx = self.context  # (its clock, Kafka Streams' stream time, stamps the rows and ends the batch's markers)
         outcome = run_batch_function(sub.batch_fn, sub.batch_format, messages, key_serde=sub.key_serde,
                                      value_serde=sub.value_serde, out_key_serde=sub.output_key_serde,
                                      out_value_serde=sub.output_value_serde, output_topic=sub.output,
                                      lineage=self.lineage, dlq=self.dlq, topic_rules=self.topic_rules,
-                                     timestamp=sub.timestamp or RECORD_TIME)
-        outcome.stream_time = max(outcome.stream_time, stream_time)
+                                     timestamp=sub.timestamp or RECORD_TIME, stream_time=stream_time,
+                                     stamp=ctx.stamp_at if ctx._stamped else None)
+        ctx.stream_time = outcome.stream_time
         return outcome
 
     def punctuation_state(self) -> dict[int, int]:

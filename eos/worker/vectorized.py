@@ -5,6 +5,10 @@ Output columns: `value` (required), `key`, `output_topic`, `output_partition`, `
 origin columns `topic`/`partition`/`offset` (kept automatically when the function transforms the input
 frame). Without an `offset` column the output must have one row per input row, in input order.
 
+A row written to a topic whose records carry their writers' clocks (eos.streamtime) carries the task's clock
+as it stood after the row's origin record: Kafka Streams' stream time, the largest timestamp read so far, as
+a record-at-a-time step reading the same records would stamp its outputs.
+
 If the function raises, the batch is bisected to find the rows that make it fail; those go to the
 dead-letter topic and the rest is processed (batch functions must therefore be free of side effects).
 """
@@ -19,6 +23,7 @@ from eos.errors import SerdeError
 from eos.origin import ORIGIN_HEADER, encode_origin, lineage_origin
 from eos.records import Record
 from eos.serde import Serde
+from eos.streamtime import STAMP_HEADER
 from eos.time import RECORD_TIME
 from eos.topology import BatchFormat
 from eos.worker.dead_letters import DeadLetterPolicy, Stage
@@ -34,9 +39,13 @@ _INPUT_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
 def run_batch_function(fn: Callable[[Any], Any], fmt: BatchFormat, messages: list[Message], *, key_serde: Serde,
                        value_serde: Serde, out_key_serde: Serde, out_value_serde: Serde, output_topic: str | None,
                        lineage: bool, dlq: DeadLetterPolicy, topic_rules: Callable[[str], TopicRule] | None = None,
-                       timestamp: Callable[[Record], int] = RECORD_TIME) -> BatchOutcome:
-    outcome = BatchOutcome()
+                       timestamp: Callable[[Record], int] = RECORD_TIME, stream_time: int = -1,
+                       stamp: Callable[[str, int], bytes | None] | None = None) -> BatchOutcome:
+    """`stream_time`: the task's when the batch starts; `stamp(topic, clock)`: the stamp a row written to
+    `topic` carries, given the task's clock after its origin record (None: the topic carries no clocks)."""
+    outcome = BatchOutcome(stream_time=stream_time)
     good: list[Message] = []
+    clocks: list[int] = []  # the task's clock after each good record
     columns: dict[str, list[Any]] = {c: [] for c in _INPUT_COLUMNS}
     for msg, record, ts in entries(messages, key_serde, value_serde, timestamp):
         outcome.records_in += 1
@@ -48,6 +57,7 @@ def run_batch_function(fn: Callable[[Any], Any], fmt: BatchFormat, messages: lis
             continue
         outcome.stream_time = max(outcome.stream_time, ts)
         good.append(msg)
+        clocks.append(outcome.stream_time)
         for name, v in zip(_INPUT_COLUMNS, (record.key, record.value, msg.topic(), msg.partition(), msg.offset(), ts),
                            strict=True):
             columns[name].append(v)
@@ -60,7 +70,7 @@ def run_batch_function(fn: Callable[[Any], Any], fmt: BatchFormat, messages: lis
     accounted: set[int] = {id(good[i]) for i in isolated}  # rows dead-lettered by the bisection
     for start, stop, out in results:
         accounted |= _collect(out, start, stop, good, fmt, out_key_serde, out_value_serde, output_topic, lineage,
-                              dlq, outcome, topic_rules)
+                              dlq, outcome, topic_rules, None if stamp is None else (stamp, clocks))
     outcome.filtered.extend(m for m in good if id(m) not in accounted)
     return outcome
 
@@ -115,14 +125,17 @@ def _to_columns(out: Any, fmt: BatchFormat) -> dict[str, list[Any]]:
 
 def _collect(out: Any, start: int, stop: int, good: list[Message], fmt: BatchFormat, key_serde: Serde,
              value_serde: Serde, output_topic: str | None, lineage: bool, dlq: DeadLetterPolicy,
-             outcome: BatchOutcome, topic_rules: Callable[[str], TopicRule] | None) -> set[int]:
+             outcome: BatchOutcome, topic_rules: Callable[[str], TopicRule] | None,
+             stamps: tuple[Callable[[str, int], bytes | None], list[int]] | None) -> set[int]:
     """Serialize one slice's output rows; returns the ids of the input messages accounted for (an output
-    or a dead letter)."""
+    or a dead letter). `stamps`: how a row is stamped (`run_batch_function`'s `stamp`), and the task's clock
+    after each good record."""
     cols = _to_columns(out, fmt)
     if "value" not in cols:
         raise TypeError(f"the batch function's output has no 'value' column (columns: {sorted(cols)})")
     n = len(cols["value"])
     by_offset = {(m.topic(), m.partition(), m.offset()): m for m in good}
+    row_of = {id(m): i for i, m in enumerate(good)} if stamps is not None else {}
     origins = _origins(cols, n, start, stop, good)
     produced: list[tuple[Message, ProducerRecord]] = []
     failed: dict[int, tuple[Message, Exception]] = {}
@@ -147,6 +160,8 @@ def _collect(out: Any, start: int, stop: int, good: list[Message], fmt: BatchFor
         if lineage:
             headers.append((ORIGIN_HEADER, encode_origin(*lineage_origin(msg, dlq.transitive), counters[origin])))
         counters[origin] += 1
+        if stamps is not None and (clock := stamps[0](topic, stamps[1][row_of[id(msg)]])) is not None:
+            headers.append((STAMP_HEADER, clock))
         ts = get("timestamp", i)
         if topic_rules is not None and (why := topic_rules(topic).violation(
                 k, v, headers, msg.timestamp()[1] if ts is None else int(ts))) is not None:

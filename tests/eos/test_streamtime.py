@@ -281,3 +281,98 @@ def test_which_topics_carry_clocks_and_kafka_streams_rule_on_request():
     plain.process(input="a", output="b", name="one")(lambda r: r)
     plain.aggregate("b", "c", name="two", initializer=dict, aggregator=lambda k, v, a: a)
     assert plain.clocked_topics == frozenset()  # no step downstream uses event time: Kafka Streams' rule
+
+
+# ---------------------------------------------------------------- a vectorized step's clock
+
+
+def _paged(vectorized: bool, fmt: str = "pandas", **settings) -> Application:
+    """Clicks re-keyed by page into "pages" by a vectorized step (or the same step record at a time), then
+    counted per page and minute, final results: the count reads a topic the job writes itself."""
+    app = Application("clicks", **settings)
+    if vectorized:
+        @app.process_batch(input="clicks", output="pages", key_serde="string", value_serde="json", format=fmt,
+                           name="by_page")
+        def by_page(table):
+            pages = [v["page"] for v in (table["value"] if fmt == "pandas" else table.column("value").to_pylist())]
+            return table.assign(key=pages) if fmt == "pandas" else table.append_column("key", [pages])
+    else:
+        @app.process(input="clicks", output="pages", key_serde="string", value_serde="json", name="by_page")
+        def by_page(record):
+            return record.value["page"], record.value
+
+    app.count("pages", "views-per-page", name="per_page", key_serde="string", value_serde="json",
+              windows=TumblingWindows(60_000, grace=5_000), emit="final")
+    return app
+
+
+def _run_paged(app, inputs, **options):
+    driver = TopologyTestDriver(app, partitions=len(inputs), wall_clock_ms=0, **options)
+    driver.pipe_records([("clicks", key, value, ts, p) for p, records in inputs.items() for key, ts, value in records])
+    return driver
+
+
+@pytest.mark.parametrize("fmt", ["pandas", "arrow"])
+@pytest.mark.parametrize("batch_size", [7, 10_000])
+def test_a_vectorized_step_s_outputs_carry_its_clock_so_a_backlog_behind_it_drops_nothing(fmt, batch_size):
+    app = _paged(True, fmt, max_records_per_batch=batch_size, first_batch_max_records=batch_size)
+    assert app.clocked_topics == {"pages"}
+    now = 1_800_000_000_000
+    inputs = _backlog(4, 100, 10 * 60_000, now)
+    driver = _run_paged(app, inputs)
+    assert driver.dropped == {}
+    expected = _expected(inputs, 5_000, now + 120_000)
+    assert _results(driver) == expected and sum(expected.values()) == 400
+    # Kafka Streams' rule, as before vectorized steps kept a clock: most of the backlog called late
+    largest = _run_paged(_paged(True, fmt, stream_time_across_topics="largest_seen"), inputs)
+    assert largest.dropped["per_page"]["late"] > 200
+
+
+def test_a_vectorized_step_stamps_and_marks_as_the_same_step_record_at_a_time():
+    """The same records, stamps and markers in "pages" (a step's stamp is its task's clock after the record),
+    with a record late at its source and a partition that gets nothing until its task says it is idle."""
+    now = 1_800_000_000_000
+    inputs = _backlog(3, 40, 10 * 60_000, now)
+    inputs[1].insert(20, ("u9", inputs[1][19][1] - 120_000, {"page": "page-0"}))  # late at its source
+    inputs[2] = []
+    topics = {}
+    for vectorized in (True, False):
+        driver = _run_paged(_paged(vectorized, max_records_per_batch=11, first_batch_max_records=11), inputs)
+        assert _results(driver) == {}  # partition 2's task may still send anything: the windows wait
+        driver.advance_wall_clock(31_000)  # ... until it says it is idle
+        assert driver.dropped == {"per_page": {"late": 1}}
+        assert _results(driver) == _expected(inputs, 5_000, now + 120_000, leave_out={"u9"})
+        topics[vectorized] = [(p, m.key(), m.value(), m.timestamp()[1],
+                               [h for h in m.headers() or () if h[0] != "eos.origin"])
+                              for p in range(3) for m in driver.cluster.records("pages", p)]
+    assert topics[True] == topics[False]
+    stamps = [h for *_, headers in topics[True] for h in headers]
+    assert {n for n, _ in stamps} == {STAMP_HEADER, MARKER_HEADER}
+    assert (MARKER_HEADER, b"2/3:-1:i") in stamps  # the empty partition's task, idle
+
+
+def test_a_vectorized_step_reading_the_job_s_own_topic_keeps_no_clock_and_says_so_by_kafka_streams_rule():
+    app = Application("chain")
+    app.process(input="raw", output="clicks", key_serde="string", value_serde="json", name="clean")(
+        lambda record: (record.key, record.value))
+    app.process_batch(input="clicks", output="pages", key_serde="string", value_serde="json", format="pandas",
+                      name="by_page")(lambda table: table)
+    app.count("pages", "views-per-page", name="per_page", key_serde="string", value_serde="json",
+              windows=TumblingWindows(60_000, grace=5_000))
+    assert app.clocked_topics == frozenset()  # "clicks" has no reader that keeps a clock
+
+
+def test_a_vectorized_step_s_clock_holds_through_crashes():
+    now = 1_800_000_000_000
+    inputs = _backlog(2, 30, 10 * 60_000, now)
+    records = [("clicks", key, value, ts, p) for p, rs in inputs.items() for key, ts, value in rs]
+    app = _paged(True, max_records_per_batch=9, first_batch_max_records=9)
+    report = TopologyTestDriver(app, partitions=2, wall_clock_ms=0).check_exactly_once(records, crashes=8)
+    assert report.crashes
+    driver = TopologyTestDriver(app, partitions=2, wall_clock_ms=0)
+    driver.crash_at("before_commit", batch=3)
+    driver.crash_at("after_produce", batch=5)
+    driver.pipe_records(records)
+    assert driver.crashes and driver.dropped == {}
+    assert _results(driver) == _expected(inputs, 5_000, now + 120_000)
+    assert all(r.verdict == "PASS" for r in driver.audit())
