@@ -3,7 +3,7 @@ Spark: a filter step chained through a topic into a re-keyed per-minute count wi
 hours of history on 4 partitions, SIGKILLed mid-batch (once inside a transaction) and restarted, equals the
 reference that applies grace per source partition: nothing is dropped but the one record that was late at its
 own source, two hops upstream. Without the sources' clocks, each upstream batch's block of 48 minutes made
-nearly every other block late."""
+nearly every other block late. The filter step runs record at a time, and vectorized (`process_batch`)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ import subprocess
 import sys
 import time
 from collections import Counter
+
+import pytest
 
 from eos.audit import audit_application
 from eos.audit.windows import audit_windows
@@ -31,9 +33,16 @@ app = Application(os.environ["APP"], timestamp="field:at", max_records_per_batch
                   trigger_interval=0.0, log_format="json", log_level="WARNING", state_dir=os.environ["STATE"],
                   repartition_purge_interval=0)
 
-@app.process(input=os.environ["IN"], output=os.environ["MID"], key_serde="string", value_serde="json", name="humans")
-def humans(record):
-    return None if record.value.get("bot") else (record.key, record.value)
+if os.environ.get("VECTORIZED"):  # the same filter on each batch as one table: its outputs carry its clock too
+    @app.process_batch(input=os.environ["IN"], output=os.environ["MID"], key_serde="string", value_serde="json",
+                       format="pandas", name="humans")
+    def humans(table):
+        return table[[not value.get("bot") for value in table["value"]]]
+else:
+    @app.process(input=os.environ["IN"], output=os.environ["MID"], key_serde="string", value_serde="json",
+                 name="humans")
+    def humans(record):
+        return None if record.value.get("bot") else (record.key, record.value)
 
 app.count(os.environ["MID"], os.environ["OUT"], name="pages", value_serde="json", group_by=lambda r: r.value["page"],
           windows=TumblingWindows(60_000, grace=5_000), emit="final")
@@ -56,8 +65,9 @@ def clicks() -> dict[int, list[dict]]:
     return out
 
 
+@pytest.mark.parametrize("step", ["record-at-a-time", "vectorized"])
 def test_a_rekeyed_windowed_count_over_a_backlog_drops_only_what_was_late_at_its_source(
-        kafka, topic_factory, unique_name, tmp_path, monkeypatch):
+        kafka, topic_factory, unique_name, tmp_path, monkeypatch, step):
     src, mid, out = (topic_factory(n, partitions=PARTITIONS) for n in ("clicks", "humans", "per-page"))
     data = clicks()
     for p, records in data.items():
@@ -69,7 +79,8 @@ def test_a_rekeyed_windowed_count_over_a_backlog_drops_only_what_was_late_at_its
     app_id = unique_name("app")
     env = {**os.environ, "EOS_BOOTSTRAP_SERVERS": kafka.bootstrap_servers, "APP": app_id, "IN": src, "MID": mid,
            "OUT": out,
-           "STATE": str(tmp_path / "state"), "MARKS": str(marks), "BATCH": "400"}
+           "STATE": str(tmp_path / "state"), "MARKS": str(marks), "BATCH": "400",
+           **({"VECTORIZED": "1"} if step == "vectorized" else {})}
     in_txn = kill_job_repeatedly(tmp_path, env, 2, marks, seed=11, pause=(6.0, 12.0))
     assert in_txn >= 1
     env.pop("MARKS")
@@ -96,6 +107,10 @@ def test_a_rekeyed_windowed_count_over_a_backlog_drops_only_what_was_late_at_its
     # The window audit replays the repartition topic with its clocks: PASS, one late record, late at its source.
     for key in ("APP", "IN", "MID", "OUT", "STATE", "BATCH", "EOS_BOOTSTRAP_SERVERS"):
         monkeypatch.setenv(key, env[key])  # (another test of this process may have set them before)
+    if step == "vectorized":
+        monkeypatch.setenv("VECTORIZED", "1")
+    else:
+        monkeypatch.delenv("VECTORIZED", raising=False)
     sys.path.insert(0, str(tmp_path))
     try:
         app = load_application(str(tmp_path / "job.py"))
