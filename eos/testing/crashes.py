@@ -96,15 +96,23 @@ def _changelogs(driver: TopologyTestDriver) -> dict[str, str]:
             for sub in driver.app.subtopologies.values() for spec in sub.stores if spec.source_topic is None}
 
 
-def _moving_changelogs(driver: TopologyTestDriver) -> set[str]:
-    """The changelogs of steps that read a topic the job writes itself. A crash upstream moves where such a
-    step's batches begin and end (the records of an aborted batch become visible only when it runs again),
-    and a changelog's records depend on that: what a batch makes and drops itself (a window that closes
-    within it) never reaches its changelog. Their state, each key's last value, does not."""
+def _moving(driver: TopologyTestDriver) -> set[str]:
+    """The topics compared by the state they describe, each key's last value, rather than record by record:
+    what a step that reads a topic the job writes itself writes where its records depend on where its batches
+    begin and end, which a crash upstream moves (the records of an aborted batch become visible only when it
+    runs again). Its changelogs: what a batch makes and drops itself (a window that closes within it) never
+    reaches them. With a record cache, its outputs too: the cache forwards each key's latest value per
+    commit."""
     subs = driver.app.subtopologies.values()
     written = set(driver.app.internal_topics) | {t for sub in subs for t in sub.output_topics}
-    return {spec.changelog_topic(driver.config.application_id) for sub in subs if set(sub.inputs) & written
-            for spec in sub.stores if spec.source_topic is None}
+    moving: set[str] = set()
+    for sub in subs:
+        if set(sub.inputs) & written and sub.stores:
+            moving.update(spec.changelog_topic(driver.config.application_id) for spec in sub.stores
+                          if spec.source_topic is None)
+            if driver.config.cache_max_bytes:
+                moving.update(sub.output_topics)
+    return moving
 
 
 def _seen(driver: TopologyTestDriver, topic: str) -> dict[int, list[tuple[Seen, str]]]:
@@ -129,7 +137,7 @@ def _stable_dlq_header(key: str) -> bool:
 
 
 def _compare(straight: TopologyTestDriver, crashed: TopologyTestDriver, report: ExactlyOnceReport) -> None:
-    moving = _moving_changelogs(straight)
+    moving = _moving(straight)
     for topic in _outputs(straight):
         report.topics.append(topic)
         a, b = _seen(straight, topic), _seen(crashed, topic)
@@ -143,7 +151,8 @@ def _compare(straight: TopologyTestDriver, crashed: TopologyTestDriver, report: 
 
 
 def _state(records: Iterable[tuple[Seen, str]]) -> dict[bytes | None, tuple[Seen, str]]:
-    """A changelog partition's records as the state they restore: each key's last, none where a tombstone."""
+    """A partition's records as the state they describe (a changelog's, what it restores): each key's last
+    value, none where a tombstone."""
     state: dict[bytes | None, tuple[Seen, str]] = {}
     for record in records:
         if record[0][1] is None:
@@ -160,7 +169,7 @@ def _diff_state(topic: str, partition: int, left: Iterable[tuple[Seen, str]], ri
         x, y = a.get(key), b.get(key)
         if x is None or y is None or x[0][1] != y[0][1]:
             report.differences.append(
-                f"{topic}[{partition}] key={key!r}, the state its records restore: straight run "
+                f"{topic}[{partition}] key={key!r}, each key's last value: straight run "
                 f"{'none' if x is None else _show(x[0])}, with crashes {'none' if y is None else _show(y[0])}")
             return
 

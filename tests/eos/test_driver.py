@@ -156,7 +156,8 @@ def test_check_exactly_once_compares_what_a_step_behind_the_job_s_own_topic_stor
     """A crash upstream moves where the batches of a step reading the job's own topic begin and end (an aborted
     batch's records are read when it runs again), and with them which windows a batch makes and closes itself,
     which never reach its changelog: such a changelog is compared by the state it restores, each key's last
-    value. A step there whose stores end differently still fails the check, naming the key."""
+    value (with a record cache, the step's outputs too). A step there whose stores or outputs end differently
+    still fails the check, naming the key."""
     def rekeyed_count():
         app = Application("pages", max_records_per_batch=9, first_batch_max_records=9)
         app.process(input="clicks", output="pages", key_serde="string", value_serde="json", name="by_page")(
@@ -183,8 +184,23 @@ def test_check_exactly_once_compares_what_a_step_behind_the_job_s_own_topic_stor
         lambda record: (record.value["page"], record.value))
     lucky.stream("pages", key_serde="string", value_serde="json").process(
         Draw, name="draw", stores=[store("drawn", key_serde="string", value_serde="json")])
-    with pytest.raises(AssertionError, match=r"lucky-drawn-changelog\[\d\] key=b'p\d', the state its records restore"):
+    with pytest.raises(AssertionError, match=r"lucky-drawn-changelog\[\d\] key=b'p\d', each key's last value"):
         TopologyTestDriver(lucky, partitions=2, wall_clock_ms=0).check_exactly_once(clicks, seed=0)
+
+    # with a record cache such a step forwards each key's latest value per commit: its outputs are compared as
+    # each key's last value too, and one of them that differs still fails the check
+    def cached(aggregator):
+        app = Application("cached", max_records_per_batch=9, first_batch_max_records=9, cache_max_bytes=1_000_000)
+        app.process(input="clicks", output="pages", key_serde="string", value_serde="json", name="by_page")(
+            lambda record: (record.value["page"], record.value))
+        app.aggregate("pages", "per-page", name="per_page", key_serde="string", value_serde="json",
+                      initializer=lambda: 0, aggregator=aggregator)
+        return TopologyTestDriver(app, partitions=2, wall_clock_ms=0)
+
+    report = cached(lambda key, value, total: total + 1).check_exactly_once(clicks, seed=0)
+    assert report.crashes and "per-page" in report.topics
+    with pytest.raises(AssertionError, match=r"per-page\[\d\] key=b'p\d', each key's last value"):
+        cached(lambda key, value, total: total + random.random()).check_exactly_once(clicks, seed=0)
 
 
 def test_windows_stream_time_and_wall_clock_punctuation_in_the_driver():
