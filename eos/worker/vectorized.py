@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from eos.errors import SerdeError
 from eos.origin import ORIGIN_HEADER, encode_origin, lineage_origin
@@ -45,7 +45,7 @@ def run_batch_function(fn: Callable[[Any], Any], fmt: BatchFormat, messages: lis
     `topic` carries, given the task's clock after its origin record (None: the topic carries no clocks)."""
     outcome = BatchOutcome(stream_time=stream_time)
     good: list[Message] = []
-    clocks: list[int] = []  # the task's clock after each good record
+    times: list[int] = []  # each good record's timestamp
     columns: dict[str, list[Any]] = {c: [] for c in _INPUT_COLUMNS}
     for msg, record, ts in entries(messages, key_serde, value_serde, timestamp):
         outcome.records_in += 1
@@ -55,9 +55,8 @@ def run_batch_function(fn: Callable[[Any], Any], fmt: BatchFormat, messages: lis
             stage = Stage.DESERIALIZE if isinstance(record, SerdeError) else Stage.TIMESTAMP
             outcome.dead_letters.append(dlq.route(msg, record, stage))
             continue
-        outcome.stream_time = max(outcome.stream_time, ts)
         good.append(msg)
-        clocks.append(outcome.stream_time)
+        times.append(ts)
         for name, v in zip(_INPUT_COLUMNS, (record.key, record.value, msg.topic(), msg.partition(), msg.offset(), ts),
                            strict=True):
             columns[name].append(v)
@@ -67,12 +66,61 @@ def run_batch_function(fn: Callable[[Any], Any], fmt: BatchFormat, messages: lis
     results: list[tuple[int, int, Any]] = []  # (first input row, end row of the slice, function output)
     isolated: list[int] = []  # rows on which the function alone fails
     _call_isolating(fn, frame, 0, len(good), fmt, good, results, dlq, outcome, isolated)
-    accounted: set[int] = {id(good[i]) for i in isolated}  # rows dead-lettered by the bisection
+    rows: list[_Row] = []
+    failed: dict[int, tuple[Message, Exception]] = {}  # records one of whose rows could not be written
     for start, stop, out in results:
-        accounted |= _collect(out, start, stop, good, fmt, out_key_serde, out_value_serde, output_topic, lineage,
-                              dlq, outcome, topic_rules, None if stamp is None else (stamp, clocks))
+        _collect(out, start, stop, good, fmt, out_key_serde, out_value_serde, output_topic, lineage, dlq, rows,
+                 failed)
+    dead = {id(good[i]) for i in isolated}  # rows dead-lettered by the bisection
+    outcome.stream_time = _check_and_stamp(good, times, rows, dead, failed, stream_time, topic_rules, stamp)
+    outcome.outputs.extend(ProducerRecord(r.topic, r.partition, r.key, r.value, r.headers, r.timestamp)
+                           for r in rows if id(r.origin) not in failed)
+    outcome.dead_letters.extend(dlq.route(msg, error, Stage.SERIALIZE) for msg, error in failed.values())
+    accounted = {id(r.origin) for r in rows} | set(failed) | dead
     outcome.filtered.extend(m for m in good if id(m) not in accounted)
     return outcome
+
+
+class _Row(NamedTuple):
+    """An output row, serialized, from the input record `origin`."""
+
+    origin: Message
+    topic: str
+    partition: int | None
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+    timestamp: int | None
+
+
+def _check_and_stamp(good: list[Message], times: list[int], rows: list[_Row], dead: set[int],
+                     failed: dict[int, tuple[Message, Exception]], stream_time: int,
+                     topic_rules: Callable[[str], TopicRule] | None,
+                     stamp: Callable[[str, int], bytes | None] | None) -> int:
+    """Each good record's rows in input order, stamped with the task's clock after the record (Kafka Streams'
+    stream time) and checked against their topics' rules; a record one of whose rows a rule rejects goes into
+    `failed`. A record that fails (in the function: `dead`; at serializing or here: `failed`) never moves the
+    clock, as in the record-at-a-time loop. Returns the clock after the batch."""
+    rows_of: dict[int, list[_Row]] = {}
+    for row in rows:
+        rows_of.setdefault(id(row.origin), []).append(row)
+    clock = stream_time
+    for msg, ts in zip(good, times, strict=True):
+        if id(msg) in dead or id(msg) in failed:
+            continue
+        after = max(clock, ts)
+        for row in rows_of.get(id(msg), ()):
+            if stamp is not None and (stamped := stamp(row.topic, after)) is not None:
+                row.headers.append((STAMP_HEADER, stamped))
+            if topic_rules is not None and (why := topic_rules(row.topic).violation(
+                    row.key, row.value, row.headers,
+                    msg.timestamp()[1] if row.timestamp is None else row.timestamp)) is not None:
+                failed[id(msg)] = (msg, OutputRejectedError(
+                    f"the output of {msg.topic()}[{msg.partition()}]@{msg.offset()} to topic {row.topic} {why}"))
+                break
+        else:
+            clock = after
+    return clock
 
 
 def _make_frame(columns: dict[str, list[Any]], fmt: BatchFormat) -> Any:
@@ -124,21 +172,16 @@ def _to_columns(out: Any, fmt: BatchFormat) -> dict[str, list[Any]]:
 
 
 def _collect(out: Any, start: int, stop: int, good: list[Message], fmt: BatchFormat, key_serde: Serde,
-             value_serde: Serde, output_topic: str | None, lineage: bool, dlq: DeadLetterPolicy,
-             outcome: BatchOutcome, topic_rules: Callable[[str], TopicRule] | None,
-             stamps: tuple[Callable[[str, int], bytes | None], list[int]] | None) -> set[int]:
-    """Serialize one slice's output rows; returns the ids of the input messages accounted for (an output
-    or a dead letter). `stamps`: how a row is stamped (`run_batch_function`'s `stamp`), and the task's clock
-    after each good record."""
+             value_serde: Serde, output_topic: str | None, lineage: bool, dlq: DeadLetterPolicy, rows: list[_Row],
+             failed: dict[int, tuple[Message, Exception]]) -> None:
+    """Serialize one slice's output rows into `rows`; a record one of whose rows cannot be serialized goes into
+    `failed` (its rows are dropped when the batch's outputs are gathered)."""
     cols = _to_columns(out, fmt)
     if "value" not in cols:
         raise TypeError(f"the batch function's output has no 'value' column (columns: {sorted(cols)})")
     n = len(cols["value"])
     by_offset = {(m.topic(), m.partition(), m.offset()): m for m in good}
-    row_of = {id(m): i for i, m in enumerate(good)} if stamps is not None else {}
     origins = _origins(cols, n, start, stop, good)
-    produced: list[tuple[Message, ProducerRecord]] = []
-    failed: dict[int, tuple[Message, Exception]] = {}
     counters: Counter[tuple[str, int, int]] = Counter()
     get = lambda name, i: cols[name][i] if name in cols else None
     for i in range(n):
@@ -160,21 +203,9 @@ def _collect(out: Any, start: int, stop: int, good: list[Message], fmt: BatchFor
         if lineage:
             headers.append((ORIGIN_HEADER, encode_origin(*lineage_origin(msg, dlq.transitive), counters[origin])))
         counters[origin] += 1
-        if stamps is not None and (clock := stamps[0](topic, stamps[1][row_of[id(msg)]])) is not None:
-            headers.append((STAMP_HEADER, clock))
-        ts = get("timestamp", i)
-        if topic_rules is not None and (why := topic_rules(topic).violation(
-                k, v, headers, msg.timestamp()[1] if ts is None else int(ts))) is not None:
-            failed[id(msg)] = (msg, OutputRejectedError(
-                f"the output of {msg.topic()}[{msg.partition()}]@{msg.offset()} to topic {topic} {why}"))
-            continue
-        part = get("output_partition", i)
-        produced.append((msg, ProducerRecord(topic, None if part is None else int(part), k, v, headers,
-                                             None if ts is None else int(ts))))
-    outcome.outputs.extend(rec for msg, rec in produced if id(msg) not in failed)
-    for msg, error in failed.values():
-        outcome.dead_letters.append(dlq.route(msg, error, Stage.SERIALIZE))
-    return {id(msg) for msg, _ in produced} | set(failed)
+        ts, part = get("timestamp", i), get("output_partition", i)
+        rows.append(_Row(msg, topic, None if part is None else int(part), k, v, headers,
+                         None if ts is None else int(ts)))
 
 
 def _origins(cols: dict[str, list[Any]], n: int, start: int, stop: int,

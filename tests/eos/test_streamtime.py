@@ -307,7 +307,7 @@ def _paged(vectorized: bool, fmt: str = "pandas", **settings) -> Application:
 
 
 def _run_paged(app, inputs, **options):
-    driver = TopologyTestDriver(app, partitions=len(inputs), wall_clock_ms=0, **options)
+    driver = TopologyTestDriver(app, partitions=len(inputs), **{"wall_clock_ms": 0, **options})
     driver.pipe_records([("clicks", key, value, ts, p) for p, records in inputs.items() for key, ts, value in records])
     return driver
 
@@ -349,6 +349,27 @@ def test_a_vectorized_step_stamps_and_marks_as_the_same_step_record_at_a_time():
     stamps = [h for *_, headers in topics[True] for h in headers]
     assert {n for n, _ in stamps} == {STAMP_HEADER, MARKER_HEADER}
     assert (MARKER_HEADER, b"2/3:-1:i") in stamps  # the empty partition's task, idle
+
+
+def test_a_vectorized_step_s_record_dead_lettered_never_moves_its_clock():
+    """Three typos two hours ahead, each dead-lettered: the function fails on one (bisected out), the key serde
+    refuses another's row, the topic refuses the third's timestamp. The on-time click after them is counted
+    downstream, not dropped as late; the topic's records and stamps are those of the step written record at a
+    time."""
+    now, typo = 1_800_000_000_000, 1_800_000_000_000 + 2 * 3_600_000
+    clicks = [("u1", now - 60_000, {"page": "a"}), ("u2", typo, {"oops": 1}), ("u3", typo, {"page": 7}),
+              ("u4", typo, {"page": "a"}), ("u5", now - 50_000, {"page": "a"}), ("u6", now + 120_000, {"page": "b"})]
+    topics = {}
+    for vectorized in (True, False):
+        driver = _run_paged(_paged(vectorized), {0: clicks}, wall_clock_ms=now,
+                            topic_configs={"pages": {"message.timestamp.after.max.ms": "3600000"}})
+        assert sorted((d.key, d.stage) for d in driver.dead_letters()) == [
+            (b"u2", "process"), (b"u3", "serialize"), (b"u4", "serialize")]
+        assert driver.dropped == {} and _results(driver) == {("a", now - 60_000): 2}
+        topics[vectorized] = [(m.key(), m.value(), m.timestamp()[1], [h for h in m.headers() or ()
+                                                                      if h[0] != "eos.origin"])
+                              for m in driver.cluster.records("pages", 0)]
+    assert topics[True] == topics[False]
 
 
 def test_a_vectorized_step_reading_the_job_s_own_topic_keeps_no_clock_and_says_so_by_kafka_streams_rule():
